@@ -1,0 +1,1 @@
+"""The ``fluxes`` command line: one wrapper, one module per command group."""

@@ -1,0 +1,48 @@
+"""Entry point of the ``fluxes`` command: builds the parser and dispatches.
+
+Command groups live in their own modules (``cmd_*.py``), each exposing
+``register(subparsers)``; handlers take the parsed namespace and return an
+exit code. Tests call :func:`main` in-process with an argument list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from fluxes import __version__
+from fluxes.cli import cmd_job, cmd_jobspec
+from fluxes.cli.util import PROG, ArgumentParser, add_subcommands, run_cli
+
+_GROUPS = (cmd_jobspec, cmd_job)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the full ``fluxes`` argument parser."""
+    parser = ArgumentParser(
+        prog=PROG,
+        description="fluxes: an event-sourced batch job manager and scheduler on Redis streams.",
+        epilog="Run 'fluxes COMMAND --help' for the options of a command.",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = add_subcommands(parser, "commands")
+    for group in _GROUPS:
+        group.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``fluxes`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+
+    def dispatch() -> int:
+        args = build_parser().parse_args(args_list)
+        code: int = args.func(args)
+        return code
+
+    return run_cli(dispatch)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

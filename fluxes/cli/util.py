@@ -1,0 +1,122 @@
+"""Shared CLI plumbing: the error wrapper, output helpers and argument types.
+
+Every command runs inside :func:`run_cli`, which turns any uncaught error into
+a one-line message and a non-zero exit code, so users never see a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn, TextIO
+
+import orjson
+
+from fluxes.errors import FluxesError
+
+PROG = "fluxes"
+
+#: Exit codes: 1 for errors a user caused or can fix, 2 for usage errors (as argparse).
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class UsageError(FluxesError):
+    """Command-line usage error: reported on one line, exit code 2."""
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line and raise instead of exiting.
+
+    Raising lets the in-process test driver and the wrapper handle usage errors
+    exactly like other errors.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        """Report a usage error as one line (argparse prints usage; we do not)."""
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def die(message: str) -> NoReturn:
+    """Stop the current command with a one-line error message."""
+    raise FluxesError(message)
+
+
+def _describe(exc: BaseException) -> str:
+    """One line describing an exception, without a traceback."""
+    text = str(exc).strip().splitlines()
+    first = text[0] if text else exc.__class__.__name__
+    if isinstance(exc, FluxesError | ValueError | KeyError):
+        return first
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return f"{exc.__class__.__name__}: {first}"
+
+
+def run_cli(func: Callable[[], int], stderr: TextIO | None = None) -> int:
+    """Run ``func`` and map every failure to a one-line message and an exit code."""
+    err = stderr if stderr is not None else sys.stderr
+    try:
+        return func()
+    except UsageError as exc:
+        print(str(exc), file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (e.g. `fluxes jobs | head`); stop quietly.
+        _silence_stdout()
+        return EXIT_ERROR
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else EXIT_ERROR)
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            _silence_stdout()
+            return EXIT_ERROR
+        print(f"{PROG}: {_describe(exc)}", file=err)
+        return EXIT_ERROR
+    except Exception as exc:  # noqa: BLE001 - the one place that catches everything
+        if os.environ.get("FLUXES_DEBUG"):
+            raise
+        print(f"{PROG}: {_describe(exc)}", file=err)
+        return EXIT_ERROR
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so interpreter shutdown does not complain."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def print_json(obj: Any, out: TextIO | None = None) -> None:
+    """Print one JSON document on one line (for ``--json`` output)."""
+    stream = out if out is not None else sys.stdout
+    stream.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+
+
+def add_subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
+    """Add a required subcommand group to ``parser`` using our one-line-error parser."""
+    return parser.add_subparsers(
+        title=title, dest=f"_{title.replace(' ', '_')}", required=True,
+        parser_class=ArgumentParser, metavar="COMMAND",
+    )
+
+
+def help_with_example(description: str, examples: Sequence[str]) -> dict[str, Any]:
+    """Keyword arguments for ``add_parser`` giving a description and usage examples."""
+    epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    return {
+        "description": description,
+        "help": description.splitlines()[0],
+        "epilog": epilog,
+        "formatter_class": argparse.RawDescriptionHelpFormatter,
+    }

@@ -1,0 +1,675 @@
+"""RFC 22 idsets: sets of non-negative integer ids and their compact string form.
+
+An idset string lists ids in ascending order separated by commas, with runs of
+consecutive ids optionally written as ``lo-hi`` and the whole string optionally
+wrapped in square brackets, e.g. ``"0-3,7"`` or ``"[0-3,7]"``.
+
+:class:`IDSet` keeps its members as sorted, disjoint, non-adjacent inclusive
+ranges in two parallel lists, so a set such as ``0-999999`` costs two list
+entries, not a million ints.  See ``docs/formats/idset.md``.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from itertools import accumulate
+from typing import Self, TypeAlias
+
+__all__ = ["MAX_ID", "IDSet", "IDSetLike"]
+
+#: Largest id accepted.  RFC 22 sets no bound; flux-core stores ids as C
+#: ``unsigned int`` and reserves ``UINT_MAX`` as "invalid", so anything above
+#: this could not be read back by flux itself.
+MAX_ID = 2**32 - 2
+
+_MAX_DIGITS = len(str(MAX_ID))
+
+# One element: an id or an ``lo-hi`` range, decimal, no leading zeros.  The
+# digit count is capped so that huge numbers fail the fast path and get a
+# precise message from the diagnostic path instead of a costly int().
+_NUM = rf"(?:0|[1-9][0-9]{{0,{_MAX_DIGITS - 1}}})"
+_ELEMENT = re.compile(rf"({_NUM})(?:-({_NUM}))?")
+_ELEMENT_NC = rf"{_NUM}(?:-{_NUM})?"
+_BODY = re.compile(rf"{_ELEMENT_NC}(?:,{_ELEMENT_NC})*")
+_BAD_CHAR = re.compile(r"[^0-9,\-]")
+
+IDSetLike: TypeAlias = "IDSet | str | Iterable[int]"
+"""Anything :class:`IDSet` accepts: an IDSet, an RFC 22 string or an iterable of ids."""
+
+
+def _show(text: str) -> str:
+    """Quote (and shorten) user input for a one-line error message."""
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return repr(text)
+
+
+def _check_int(value: object, what: str) -> int:
+    """Return *value* if it is a plain int (not a bool), else raise ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what}: expected an integer id, got {type(value).__name__}")
+    return value
+
+
+def _check_id(value: object, what: str) -> int:
+    """Return *value* if it is a valid id (int in ``0..MAX_ID``), else raise ValueError."""
+    n = _check_int(value, what)
+    if n < 0:
+        raise ValueError(f"{what}: id {n} is negative")
+    if n > MAX_ID:
+        raise ValueError(f"{what}: id {n} exceeds the maximum id {MAX_ID}")
+    return n
+
+
+def _count(lo: list[int], hi: list[int]) -> int:
+    """Number of ids in the ranges ``lo[k]..hi[k]``."""
+    total: int = sum(map(operator.sub, hi, lo))
+    return total + len(lo)
+
+
+def _diagnose(text: str, body: str, offset: int) -> ValueError:
+    """Explain why *body* (``text`` minus brackets, starting at *offset*) is not valid.
+
+    Only called once the fast regular-expression check has failed, so speed
+    does not matter here; clarity of the message does.
+    """
+
+    def bad(problem: str) -> ValueError:
+        return ValueError(f"invalid idset {_show(text)}: {problem}")
+
+    m = _BAD_CHAR.search(body)
+    if m is not None:
+        ch = m.group()
+        pos = m.start() + offset
+        if ch in "[]":
+            return bad(f"bracket {ch!r} at position {pos}; brackets may only surround "
+                       "the whole idset")
+        if ch.isspace():
+            return bad(f"whitespace {ch!r} at position {pos} is not allowed")
+        return bad(f"invalid character {ch!r} at position {pos}; only digits, ',' and "
+                   "'-' are allowed")
+    for element in body.split(","):
+        if element == "":
+            return bad("empty element (stray ',')")
+        parts = element.split("-")
+        if len(parts) > 2:
+            return bad(f"element {element!r} has more than one '-'")
+        if parts[0] == "":
+            return bad(f"element {element!r} has no start (ids cannot be negative)")
+        if parts[-1] == "":
+            return bad(f"range {element!r} has no end")
+        for number in parts:
+            if len(number) > 1 and number[0] == "0":
+                return bad(f"id {number!r} has a leading zero")
+            if len(number) > _MAX_DIGITS:
+                return bad(f"id {number[:20]}{'...' if len(number) > 20 else ''} exceeds "
+                           f"the maximum id {MAX_ID}")
+    return bad("malformed")  # pragma: no cover - every failing case is named above
+
+
+def _decode(text: str) -> tuple[list[int], list[int], int]:
+    """Parse an RFC 22 string into ``(starts, ends, count)`` or raise ValueError."""
+    body = text
+    offset = 0
+    if body.startswith("["):
+        if len(body) < 2 or not body.endswith("]"):
+            raise ValueError(f"invalid idset {_show(text)}: unmatched '['")
+        body = body[1:-1]
+        offset = 1
+    elif body.endswith("]"):
+        raise ValueError(f"invalid idset {_show(text)}: unmatched ']'")
+    if body == "":
+        return [], [], 0
+    if _BODY.fullmatch(body) is None:
+        raise _diagnose(text, body, offset)
+
+    starts: list[int] = []
+    ends: list[int] = []
+    count = 0
+    prev_lo = -1
+    prev_hi = -1
+    for first, last in _ELEMENT.findall(body):
+        lo = int(first)
+        hi = int(last) if last else lo
+        if lo > hi:
+            raise ValueError(f"invalid idset {_show(text)}: range '{first}-{last}' is "
+                             "descending")
+        if hi > MAX_ID:
+            raise ValueError(f"invalid idset {_show(text)}: id {hi} exceeds the maximum "
+                             f"id {MAX_ID}")
+        if lo <= prev_hi:
+            element = f"{first}-{last}" if last else first
+            if lo < prev_lo:
+                raise ValueError(f"invalid idset {_show(text)}: {element!r} is out of "
+                                 "ascending order")
+            raise ValueError(f"invalid idset {_show(text)}: {element!r} repeats ids "
+                             "listed before it")
+        if lo == prev_hi + 1:
+            # "1-3,4-5" is legal (compression is optional); store it as one run.
+            ends[-1] = hi
+        else:
+            starts.append(lo)
+            ends.append(hi)
+        count += hi - lo + 1
+        prev_lo = lo
+        prev_hi = hi
+    return starts, ends, count
+
+
+def _from_sorted_ids(ids: list[int]) -> tuple[list[int], list[int]]:
+    """Compress a sorted list of distinct ids into runs."""
+    starts: list[int] = []
+    ends: list[int] = []
+    for n in ids:
+        if ends and n == ends[-1] + 1:
+            ends[-1] = n
+        else:
+            starts.append(n)
+            ends.append(n)
+    return starts, ends
+
+
+def _union(alo: list[int], ahi: list[int], blo: list[int],
+           bhi: list[int]) -> tuple[list[int], list[int]]:
+    """Merge two canonical range lists into one (overlapping/adjacent runs joined)."""
+    if not alo:
+        return blo[:], bhi[:]
+    if not blo:
+        return alo[:], ahi[:]
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    i = j = 0
+    na, nb = len(alo), len(blo)
+    while i < na or j < nb:
+        if j >= nb or (i < na and alo[i] <= blo[j]):
+            lo, hi = alo[i], ahi[i]
+            i += 1
+        else:
+            lo, hi = blo[j], bhi[j]
+            j += 1
+        if out_hi and lo <= out_hi[-1] + 1:
+            out_hi[-1] = max(out_hi[-1], hi)
+        else:
+            out_lo.append(lo)
+            out_hi.append(hi)
+    return out_lo, out_hi
+
+
+def _intersection(alo: list[int], ahi: list[int], blo: list[int],
+                  bhi: list[int]) -> tuple[list[int], list[int]]:
+    """Ranges common to both canonical range lists."""
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    i = j = 0
+    na, nb = len(alo), len(blo)
+    while i < na and j < nb:
+        lo = max(alo[i], blo[j])
+        hi = min(ahi[i], bhi[j])
+        if lo <= hi:
+            out_lo.append(lo)
+            out_hi.append(hi)
+        if ahi[i] < bhi[j]:
+            i += 1
+        else:
+            j += 1
+    return out_lo, out_hi
+
+
+def _difference(alo: list[int], ahi: list[int], blo: list[int],
+                bhi: list[int]) -> tuple[list[int], list[int]]:
+    """Ranges of the first canonical range list not covered by the second."""
+    if not alo or not blo:
+        return alo[:], ahi[:]
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    j = 0
+    nb = len(blo)
+    for lo, hi in zip(alo, ahi, strict=True):
+        cur = lo
+        while j < nb and bhi[j] < cur:
+            j += 1
+        # A b-range reaching past this a-range is left at j for the next one.
+        k = j
+        while k < nb and blo[k] <= hi:
+            if blo[k] > cur:
+                out_lo.append(cur)
+                out_hi.append(blo[k] - 1)
+            cur = max(cur, bhi[k] + 1)
+            if cur > hi:
+                break
+            k += 1
+        if cur <= hi:
+            out_lo.append(cur)
+            out_hi.append(hi)
+        j = k
+    return out_lo, out_hi
+
+
+class IDSet:
+    """A mutable set of non-negative integer ids with RFC 22 string encoding.
+
+    ``IDSet()`` is empty; ``IDSet("0-3,7")`` or ``IDSet("[0-3,7]")`` decodes an
+    RFC 22 string; ``IDSet([3, 1, 2])`` takes ids in any order (duplicates are
+    fine); ``IDSet(other)`` copies another IDSet.  Invalid input raises
+    ValueError with a one-line message.
+
+    Members are kept as sorted, disjoint, non-adjacent inclusive ranges, so
+    size and speed depend on the number of runs, not the number of ids:
+    ``len`` is O(1), membership O(log r), set algebra O(r + s).
+    """
+
+    __slots__ = ("_count", "_cum", "_hi", "_lo")
+
+    # Mutable, so unhashable (like ``set``).
+    __hash__ = None  # type: ignore[assignment]
+
+    def __init__(self, text: IDSetLike = "") -> None:
+        """Build a set from an RFC 22 string, an iterable of ids or another IDSet."""
+        self._lo: list[int]
+        self._hi: list[int]
+        self._count: int
+        self._cum: list[int] | None = None
+        if isinstance(text, str):
+            self._lo, self._hi, self._count = _decode(text)
+        elif isinstance(text, IDSet):
+            self._lo, self._hi, self._count = text._lo[:], text._hi[:], text._count
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            raise ValueError("IDSet: expected an idset string, an iterable of ids or an "
+                             f"IDSet, got {type(text).__name__} (decode it to str first)")
+        else:
+            try:
+                items = iter(text)
+            except TypeError:
+                raise ValueError("IDSet: expected an idset string, an iterable of ids or "
+                                 f"an IDSet, got {type(text).__name__}") from None
+            ids = sorted({_check_id(n, "IDSet") for n in items})
+            self._lo, self._hi = _from_sorted_ids(ids)
+            self._count = len(ids)
+
+    # -- construction helpers ------------------------------------------------
+
+    @classmethod
+    def _make(cls, lo: list[int], hi: list[int], count: int | None = None) -> Self:
+        """Wrap canonical range lists (taken over, not copied) in a new set."""
+        obj = cls.__new__(cls)
+        obj._lo = lo
+        obj._hi = hi
+        obj._count = _count(lo, hi) if count is None else count
+        obj._cum = None
+        return obj
+
+    def _replace(self, ranges: tuple[list[int], list[int]]) -> None:
+        """Install new canonical range lists in place."""
+        self._lo, self._hi = ranges
+        self._count = _count(self._lo, self._hi)
+        self._cum = None
+
+    @staticmethod
+    def _coerce(other: IDSetLike) -> IDSet:
+        """Return *other* as an IDSet, converting strings and iterables."""
+        if isinstance(other, IDSet):
+            return other
+        return IDSet(other)
+
+    @classmethod
+    def from_range(cls, lo: int, hi: int) -> Self:
+        """The set of ids ``lo..hi`` inclusive; ValueError if ``lo > hi`` or out of bounds."""
+        lo = _check_id(lo, "IDSet.from_range")
+        hi = _check_id(hi, "IDSet.from_range")
+        if lo > hi:
+            raise ValueError(f"IDSet.from_range: lo {lo} is greater than hi {hi}")
+        return cls._make([lo], [hi], hi - lo + 1)
+
+    @classmethod
+    def from_ranges(cls, ranges: Iterable[tuple[int, int]]) -> Self:
+        """The union of inclusive ``(lo, hi)`` ranges, given in any order, overlaps allowed."""
+        pairs: list[tuple[int, int]] = []
+        try:
+            items = iter(ranges)
+        except TypeError:
+            raise ValueError("IDSet.from_ranges: expected an iterable of (lo, hi) pairs, "
+                             f"got {type(ranges).__name__}") from None
+        for pair in items:
+            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+                raise ValueError(f"IDSet.from_ranges: expected a (lo, hi) pair, got {pair!r}")
+            lo = _check_id(pair[0], "IDSet.from_ranges")
+            hi = _check_id(pair[1], "IDSet.from_ranges")
+            if lo > hi:
+                raise ValueError(f"IDSet.from_ranges: lo {lo} is greater than hi {hi}")
+            pairs.append((lo, hi))
+        pairs.sort()
+        out_lo: list[int] = []
+        out_hi: list[int] = []
+        for lo, hi in pairs:
+            if out_hi and lo <= out_hi[-1] + 1:
+                out_hi[-1] = max(out_hi[-1], hi)
+            else:
+                out_lo.append(lo)
+                out_hi.append(hi)
+        return cls._make(out_lo, out_hi)
+
+    def copy(self) -> IDSet:
+        """An independent copy of this set."""
+        return IDSet._make(self._lo[:], self._hi[:], self._count)
+
+    # -- encoding ------------------------------------------------------------
+
+    def encode(self, ranges: bool = True, brackets: bool = False) -> str:
+        """The RFC 22 string: ``"0-3,7"``; ``ranges=False`` lists every id.
+
+        With ``brackets=True`` a set of two or more ids is wrapped in ``[...]``;
+        a single id or the empty set never is.
+        """
+        if ranges:
+            body = ",".join(str(lo) if lo == hi else f"{lo}-{hi}"
+                            for lo, hi in zip(self._lo, self._hi, strict=True))
+        else:
+            body = ",".join(",".join(map(str, range(lo, hi + 1)))
+                            for lo, hi in zip(self._lo, self._hi, strict=True))
+        if brackets and self._count > 1:
+            return f"[{body}]"
+        return body
+
+    def __str__(self) -> str:
+        """The default encoding, e.g. ``0-3,7``."""
+        return self.encode()
+
+    def __repr__(self) -> str:
+        """``IDSet('0-3,7')``."""
+        return f"{type(self).__name__}({self.encode()!r})"
+
+    # -- container protocol --------------------------------------------------
+
+    def __len__(self) -> int:
+        """Number of ids (O(1))."""
+        return self._count
+
+    def __bool__(self) -> bool:
+        """True unless empty."""
+        return self._count > 0
+
+    def __contains__(self, value: object) -> bool:
+        """True if *value* is an id in the set; non-ints are simply not members."""
+        if isinstance(value, bool) or not isinstance(value, int):
+            return False
+        k = bisect_right(self._lo, value) - 1
+        return k >= 0 and value <= self._hi[k]
+
+    def __iter__(self) -> Iterator[int]:
+        """Ids in ascending order (changes made while iterating are not seen)."""
+        for lo, hi in zip(self._lo[:], self._hi[:], strict=True):
+            yield from range(lo, hi + 1)
+
+    def ranges(self) -> Iterator[tuple[int, int]]:
+        """Maximal runs as inclusive ``(lo, hi)`` pairs in ascending order."""
+        yield from zip(self._lo[:], self._hi[:], strict=True)
+
+    def __eq__(self, other: object) -> bool:
+        """Same ids as another IDSet (comparison with other types is False)."""
+        if not isinstance(other, IDSet):
+            return NotImplemented
+        return (self._count == other._count and self._lo == other._lo
+                and self._hi == other._hi)
+
+    # -- ordered access ------------------------------------------------------
+
+    def first(self) -> int | None:
+        """The smallest id, or None if empty."""
+        return self._lo[0] if self._lo else None
+
+    def last(self) -> int | None:
+        """The largest id, or None if empty."""
+        return self._hi[-1] if self._hi else None
+
+    def next(self, value: int) -> int | None:
+        """The smallest id greater than *value*, or None."""
+        n = _check_int(value, "IDSet.next") + 1
+        k = bisect_right(self._lo, n) - 1
+        if k >= 0 and n <= self._hi[k]:
+            return n
+        return self._lo[k + 1] if k + 1 < len(self._lo) else None
+
+    def prev(self, value: int) -> int | None:
+        """The largest id smaller than *value*, or None."""
+        n = _check_int(value, "IDSet.prev") - 1
+        k = bisect_right(self._lo, n) - 1
+        if k < 0:
+            return None
+        return min(n, self._hi[k])
+
+    def _cumulative(self) -> list[int]:
+        """``cum[k]`` = number of ids in the runs before run *k* (cached)."""
+        if self._cum is None:
+            sizes = (hi - lo + 1 for lo, hi in zip(self._lo, self._hi, strict=True))
+            self._cum = list(accumulate(sizes, initial=0))[:-1]
+        return self._cum
+
+    def nth(self, index: int) -> int:
+        """The id at position *index* in ascending order (negative counts from the end).
+
+        Raises IndexError when the set has no such position.
+        """
+        i = _check_int(index, "IDSet.nth")
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(f"IDSet.nth: index {index} out of range for {self._count} ids")
+        cum = self._cumulative()
+        k = bisect_right(cum, i) - 1
+        return self._lo[k] + (i - cum[k])
+
+    def first_n(self, n: int) -> IDSet:
+        """A new set of the *n* smallest ids; ValueError if fewer than *n* are present."""
+        n = _check_int(n, "IDSet.first_n")
+        if n < 0:
+            raise ValueError(f"IDSet.first_n: count {n} is negative")
+        if n > self._count:
+            raise ValueError(f"IDSet.first_n: asked for {n} ids but the set has only "
+                             f"{self._count}")
+        if n == 0:
+            return IDSet()
+        cum = self._cumulative()
+        k = bisect_right(cum, n - 1) - 1
+        lo = self._lo[: k + 1]
+        hi = self._hi[:k]
+        hi.append(self._lo[k] + (n - 1 - cum[k]))
+        return IDSet._make(lo, hi, n)
+
+    # -- single-id mutation --------------------------------------------------
+
+    def add(self, value: int) -> None:
+        """Add one id (ValueError if it is not an int in ``0..MAX_ID``)."""
+        n = _check_id(value, "IDSet.add")
+        lo, hi = self._lo, self._hi
+        k = bisect_right(lo, n) - 1
+        if k >= 0 and n <= hi[k]:
+            return
+        joins_left = k >= 0 and hi[k] == n - 1
+        joins_right = k + 1 < len(lo) and lo[k + 1] == n + 1
+        if joins_left and joins_right:
+            hi[k] = hi[k + 1]
+            del lo[k + 1]
+            del hi[k + 1]
+        elif joins_left:
+            hi[k] = n
+        elif joins_right:
+            lo[k + 1] = n
+        else:
+            lo.insert(k + 1, n)
+            hi.insert(k + 1, n)
+        self._count += 1
+        self._cum = None
+
+    def discard(self, value: int) -> None:
+        """Remove one id if present (ValueError if it is not an int in ``0..MAX_ID``)."""
+        n = _check_id(value, "IDSet.discard")
+        lo, hi = self._lo, self._hi
+        k = bisect_right(lo, n) - 1
+        if k < 0 or n > hi[k]:
+            return
+        if lo[k] == hi[k]:
+            del lo[k]
+            del hi[k]
+        elif n == lo[k]:
+            lo[k] = n + 1
+        elif n == hi[k]:
+            hi[k] = n - 1
+        else:
+            lo.insert(k + 1, n + 1)
+            hi.insert(k + 1, hi[k])
+            hi[k] = n - 1
+        self._count -= 1
+        self._cum = None
+
+    # -- set algebra -----------------------------------------------------------
+
+    def union(self, other: IDSetLike) -> IDSet:
+        """A new set with the ids of both."""
+        o = self._coerce(other)
+        return IDSet._make(*_union(self._lo, self._hi, o._lo, o._hi))
+
+    def intersection(self, other: IDSetLike) -> IDSet:
+        """A new set with the ids present in both."""
+        o = self._coerce(other)
+        return IDSet._make(*_intersection(self._lo, self._hi, o._lo, o._hi))
+
+    def difference(self, other: IDSetLike) -> IDSet:
+        """A new set with the ids of this set that are not in *other*."""
+        o = self._coerce(other)
+        return IDSet._make(*_difference(self._lo, self._hi, o._lo, o._hi))
+
+    def symmetric_difference(self, other: IDSetLike) -> IDSet:
+        """A new set with the ids in exactly one of the two."""
+        o = self._coerce(other)
+        a = _difference(self._lo, self._hi, o._lo, o._hi)
+        b = _difference(o._lo, o._hi, self._lo, self._hi)
+        return IDSet._make(*_union(a[0], a[1], b[0], b[1]))
+
+    def update(self, other: IDSetLike) -> None:
+        """Add every id of *other* to this set."""
+        o = self._coerce(other)
+        self._replace(_union(self._lo, self._hi, o._lo, o._hi))
+
+    def intersection_update(self, other: IDSetLike) -> None:
+        """Keep only the ids also in *other*."""
+        o = self._coerce(other)
+        self._replace(_intersection(self._lo, self._hi, o._lo, o._hi))
+
+    def difference_update(self, other: IDSetLike) -> None:
+        """Remove every id of *other* from this set."""
+        o = self._coerce(other)
+        self._replace(_difference(self._lo, self._hi, o._lo, o._hi))
+
+    def symmetric_difference_update(self, other: IDSetLike) -> None:
+        """Keep the ids in exactly one of this set and *other*."""
+        result = self.symmetric_difference(other)
+        self._replace((result._lo, result._hi))
+
+    def __or__(self, other: IDSetLike) -> IDSet:
+        """Union; the other operand may also be a string or iterable of ids."""
+        return self.union(other)
+
+    def __and__(self, other: IDSetLike) -> IDSet:
+        """Intersection; the other operand may also be a string or iterable of ids."""
+        return self.intersection(other)
+
+    def __sub__(self, other: IDSetLike) -> IDSet:
+        """Difference; the other operand may also be a string or iterable of ids."""
+        return self.difference(other)
+
+    def __xor__(self, other: IDSetLike) -> IDSet:
+        """Symmetric difference; the other operand may also be a string or iterable."""
+        return self.symmetric_difference(other)
+
+    def __ror__(self, other: str | Iterable[int]) -> IDSet:
+        """Union with a string or iterable on the left."""
+        return self.union(other)
+
+    def __rand__(self, other: str | Iterable[int]) -> IDSet:
+        """Intersection with a string or iterable on the left."""
+        return self.intersection(other)
+
+    def __rsub__(self, other: str | Iterable[int]) -> IDSet:
+        """``other - self`` with a string or iterable on the left."""
+        return self._coerce(other).difference(self)
+
+    def __rxor__(self, other: str | Iterable[int]) -> IDSet:
+        """Symmetric difference with a string or iterable on the left."""
+        return self.symmetric_difference(other)
+
+    def __ior__(self, other: IDSetLike) -> Self:
+        """In-place union."""
+        self.update(other)
+        return self
+
+    def __iand__(self, other: IDSetLike) -> Self:
+        """In-place intersection."""
+        self.intersection_update(other)
+        return self
+
+    def __isub__(self, other: IDSetLike) -> Self:
+        """In-place difference."""
+        self.difference_update(other)
+        return self
+
+    def __ixor__(self, other: IDSetLike) -> Self:
+        """In-place symmetric difference."""
+        self.symmetric_difference_update(other)
+        return self
+
+    # -- comparisons -----------------------------------------------------------
+
+    def issubset(self, other: IDSetLike) -> bool:
+        """True if every id of this set is in *other*."""
+        o = self._coerce(other)
+        if self._count > o._count:
+            return False
+        olo, ohi = o._lo, o._hi
+        for lo, hi in zip(self._lo, self._hi, strict=True):
+            k = bisect_right(olo, lo) - 1
+            if k < 0 or hi > ohi[k]:
+                return False
+        return True
+
+    def issuperset(self, other: IDSetLike) -> bool:
+        """True if every id of *other* is in this set."""
+        return self._coerce(other).issubset(self)
+
+    def isdisjoint(self, other: IDSetLike) -> bool:
+        """True if the two sets share no id."""
+        o = self._coerce(other)
+        alo, ahi, blo, bhi = self._lo, self._hi, o._lo, o._hi
+        i = j = 0
+        while i < len(alo) and j < len(blo):
+            if max(alo[i], blo[j]) <= min(ahi[i], bhi[j]):
+                return False
+            if ahi[i] < bhi[j]:
+                i += 1
+            else:
+                j += 1
+        return True
+
+    def intersects(self, other: IDSetLike) -> bool:
+        """True if the two sets share at least one id."""
+        return not self.isdisjoint(other)
+
+    def __le__(self, other: IDSetLike) -> bool:
+        """Subset test."""
+        return self.issubset(other)
+
+    def __lt__(self, other: IDSetLike) -> bool:
+        """Proper-subset test."""
+        o = self._coerce(other)
+        return self._count < o._count and self.issubset(o)
+
+    def __ge__(self, other: IDSetLike) -> bool:
+        """Superset test."""
+        return self.issuperset(other)
+
+    def __gt__(self, other: IDSetLike) -> bool:
+        """Proper-superset test."""
+        o = self._coerce(other)
+        return self._count > o._count and o.issubset(self)

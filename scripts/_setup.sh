@@ -1,0 +1,38 @@
+# Sourced by scripts/demo and scripts/test: makes a fresh Debian machine ready.
+# - installs redis-server from the OS packages when it is missing (needs root or sudo)
+# - creates .venv and installs fluxes (editable) with its test extras
+# Re-running is cheap: the pip step is skipped while pyproject.toml is unchanged.
+set -eu
+cd "$(dirname "$0")/.."
+
+as_root() {
+    if [ "$(id -u)" = 0 ]; then "$@"; elif command -v sudo >/dev/null 2>&1; then sudo "$@"; else return 1; fi
+}
+
+apt_install() {
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 || {
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 &&
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null
+    }
+}
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    echo "setup: installing redis-server from the OS packages" >&2
+    apt_install redis-server || echo "setup: could not install redis-server (not root?); tests that need it will skip" >&2
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+    echo "setup: creating .venv" >&2
+    "$PY" -m venv .venv 2>/dev/null || { apt_install python3-venv && "$PY" -m venv .venv; }
+fi
+
+stamp=.venv/.fluxes-installed
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    echo "setup: installing fluxes and its dependencies into .venv" >&2
+    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+    .venv/bin/python -m pip install -q -e '.[test]'
+    touch "$stamp"
+fi
+PATH="$PWD/.venv/bin:$PATH"
+export PATH
