@@ -19,10 +19,11 @@ def register(subparsers: Any) -> None:
         "id", **help_with_example(
             "Convert job ids between encodings, like 'flux job id'.\n"
             "Any encoding is accepted as input.",
-            ["fluxes job id --to=f58 1234567890", "fluxes job id --to=dec ƒ2ei8tPf"],
+            ["fluxes job id --to=f58 1234567890", "fluxes job id --to=dec ƒ2t6V2H"],
         ),
     )
-    idp.add_argument("--to", choices=jobid.FORMS, default="dec", help="output encoding (default dec)")
+    idp.add_argument("--to", choices=jobid.FORMS, default="dec",
+                     help="output encoding (default dec)")
     idp.add_argument("ids", nargs="+", metavar="ID")
     idp.set_defaults(func=_job_id)
 

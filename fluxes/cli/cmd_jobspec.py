@@ -27,7 +27,8 @@ def register(subparsers: Any) -> None:
         ),
     )
     validate.add_argument("--v1", action="store_true", help="also check RFC 25 jobspec V1")
-    validate.add_argument("-q", "--quiet", action="store_true", help="print nothing for valid files")
+    validate.add_argument("-q", "--quiet", action="store_true",
+                          help="print nothing for valid files")
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(func=_validate)
 

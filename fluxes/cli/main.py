@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the ``fluxes`` command with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    """Run ``fluxes`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
 
     def dispatch() -> int:

@@ -81,7 +81,7 @@ def run_cli(func: Callable[[], int], stderr: TextIO | None = None) -> int:
             return EXIT_ERROR
         print(f"{PROG}: {_describe(exc)}", file=err)
         return EXIT_ERROR
-    except Exception as exc:  # noqa: BLE001 - the one place that catches everything
+    except Exception as exc:  # the one place that catches everything
         if os.environ.get("FLUXES_DEBUG"):
             raise
         print(f"{PROG}: {_describe(exc)}", file=err)

@@ -1,0 +1,337 @@
+"""RFC 21 state machine: every transition, every refusal, and replay properties."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fluxes.job import events as ev
+from fluxes.job.model import Job, TransitionError, apply, merge_annotations, replay
+from fluxes.job.states import JobResult, JobState, parse_states
+
+T = 1000.0
+
+
+def e(name: str, **ctx: object) -> ev.Event:
+    return ev.decode(name, T, ctx)
+
+
+SUBMIT = e("submit", urgency=16, userid=1000, flags=0, version=1)
+
+
+def run(*names_or_events: ev.Event | str) -> Job:
+    job = Job(42)
+    for item in names_or_events:
+        job = apply(e(item) if isinstance(item, str) else item, job)
+    return job
+
+
+HAPPY = [SUBMIT, "validate", "depend", e("priority", priority=100), "alloc", "start",
+         e("finish", status=0), e("release", ranks="all", final=True), "free", "clean"]
+
+
+def test_happy_path_states_in_order() -> None:
+    job = Job(42)
+    seen = []
+    for item in HAPPY:
+        job = apply(e(item) if isinstance(item, str) else item, job)
+        seen.append(job.state)
+    assert seen == [JobState.NEW, JobState.DEPEND, JobState.PRIORITY, JobState.SCHED,
+                    JobState.RUN, JobState.RUN, JobState.CLEANUP, JobState.CLEANUP,
+                    JobState.CLEANUP, JobState.INACTIVE]
+    assert job.result == JobResult.COMPLETED
+    assert job.exit_code == 0
+    assert job.seq == len(HAPPY)
+    assert not job.has_resources
+
+
+def test_virtual_states() -> None:
+    assert JobState.SCHED & JobState.PENDING
+    assert JobState.CLEANUP & JobState.RUNNING
+    assert not JobState.INACTIVE & JobState.ACTIVE
+    assert not JobState.NEW & JobState.ACTIVE
+    assert parse_states("pending,run") == JobState.PENDING | JobState.RUN
+    assert parse_states("completed") == JobResult.COMPLETED
+    with pytest.raises(ValueError, match="unknown job state"):
+        parse_states("bogus")
+
+
+@pytest.mark.parametrize(
+    ("history", "bad"),
+    [
+        ([], "validate"),  # before submit
+        ([SUBMIT], SUBMIT),  # submit twice
+        ([SUBMIT], "depend"),  # NEW -> PRIORITY skipped
+        ([SUBMIT, "validate"], "alloc"),
+        ([SUBMIT, "validate"], e("priority", priority=1)),
+        ([SUBMIT, "validate", "depend"], "start"),
+        ([SUBMIT, "validate", "depend", e("priority", priority=1)], "free"),
+        ([SUBMIT, "validate", "depend", e("priority", priority=1), "alloc"], "alloc"),
+        ([SUBMIT, "validate", "depend", e("priority", priority=1), "alloc"],
+         e("finish", status=0)),  # finish before start
+        ([SUBMIT, "validate", "depend", e("priority", priority=1), "alloc", "start"], "start"),
+        ([SUBMIT, "validate", "depend", e("priority", priority=1), "alloc", "start"], "clean"),
+        (HAPPY[:-2], "clean"),  # still holds resources
+        (HAPPY, e("exception", type="cancel", severity=0, note="")),
+        (HAPPY, e("memo", a=1)),
+        ([SUBMIT, "validate", e("dependency-add", description="x")], "depend"),
+        ([SUBMIT, "validate"], e("dependency-remove", description="nope")),
+        ([SUBMIT], e("exception", type="x", severity=0, note="")),
+        ([SUBMIT, "validate", "depend", e("priority", priority=1), "alloc", "start"],
+         e("urgency", urgency=3, userid=1)),
+    ],
+)
+def test_refused_events_raise_and_change_nothing(history: list[ev.Event | str],
+                                                 bad: ev.Event | str) -> None:
+    job = run(*history)
+    before = job
+    with pytest.raises(TransitionError, match="job 42: event"):
+        apply(e(bad) if isinstance(bad, str) else bad, job)
+    assert job == before
+
+
+def test_dependencies_hold_in_depend() -> None:
+    job = run(SUBMIT, e("dependency-add", description="afterok=1"), "validate",
+              e("dependency-add", description="begin-time=5"))
+    assert job.dependencies == {"afterok=1", "begin-time=5"}
+    job = apply(e("dependency-remove", description="afterok=1"), job)
+    with pytest.raises(TransitionError, match="outstanding"):
+        apply(e("depend"), job)
+    job = apply(e("dependency-remove", description="begin-time=5"), job)
+    job = apply(e("depend"), job)
+    assert job.state == JobState.PRIORITY
+
+
+@pytest.mark.parametrize("name", ["urgency", "flux-restart", "jobspec-update"])
+def test_sched_back_to_priority(name: str) -> None:
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=7))
+    assert job.state == JobState.SCHED
+    ctx: dict[str, object] = {
+        "urgency": {"urgency": 0, "userid": 1},
+        "flux-restart": {},
+        "jobspec-update": {"attributes.system.duration": 60},
+    }[name]
+    job = apply(ev.decode(name, T, ctx), job)
+    assert job.state == JobState.PRIORITY
+    job = apply(e("priority", priority=0), job)
+    assert job.state == JobState.SCHED and job.priority == 0
+
+
+def test_priority_change_in_sched_stays() -> None:
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=7), e("priority", priority=9))
+    assert job.state == JobState.SCHED and job.priority == 9
+
+
+def test_fatal_exception_moves_to_cleanup_first_is_root_cause() -> None:
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=7))
+    job = apply(e("exception", type="cancel", severity=0, note="by user"), job)
+    assert job.state == JobState.CLEANUP
+    job = apply(e("exception", type="timelimit", severity=0, note="late"), job)
+    assert job.fatal is not None and job.fatal.type == "cancel"
+    assert job.exceptions == 2
+    assert job.can_clean
+    job = apply(e("clean"), job)
+    assert job.result == JobResult.CANCELED
+
+
+def test_nonfatal_exception_changes_nothing_but_count() -> None:
+    job = run(SUBMIT, "validate")
+    after = apply(e("exception", type="warn", severity=3, note="hm"), job)
+    assert after.state == JobState.DEPEND and after.fatal is None and after.exceptions == 1
+
+
+@pytest.mark.parametrize("state_events", [
+    [SUBMIT, "validate"],
+    [SUBMIT, "validate", "depend"],
+    [SUBMIT, "validate", "depend", e("priority", priority=1)],
+    [SUBMIT, "validate", "depend", e("priority", priority=1), "alloc"],
+    [SUBMIT, "validate", "depend", e("priority", priority=1), "alloc", "start"],
+])
+def test_fatal_exception_from_every_active_state(state_events: list[ev.Event | str]) -> None:
+    job = run(*state_events, e("exception", type="timelimit", severity=0, note=""))
+    assert job.state == JobState.CLEANUP
+
+
+def test_timeout_and_failed_results_and_exit_codes() -> None:
+    base = [SUBMIT, "validate", "depend", e("priority", priority=1), "alloc", "start"]
+    job = run(*base, e("exception", type="timelimit", severity=0, note=""),
+              e("finish", status=15), e("release", ranks="all", final=True), "free", "clean")
+    assert job.result == JobResult.TIMEOUT and job.exit_code == 128 + 15
+    job = run(*base, e("finish", status=3 << 8), e("release", ranks="all", final=True),
+              "free", "clean")
+    assert job.result == JobResult.FAILED and job.exit_code == 3
+
+
+def test_alloc_after_cancel_is_held_and_must_be_freed() -> None:
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=1),
+              e("exception", type="cancel", severity=0, note=""))
+    assert not job.free_owed
+    job = apply(e("alloc"), job)
+    assert job.state == JobState.CLEANUP and job.free_owed and job.can_free
+    with pytest.raises(TransitionError):
+        apply(e("clean"), job)
+    job = apply(e("clean"), apply(e("free"), job))
+    assert job.state == JobState.INACTIVE
+
+
+def test_prolog_and_epilog_holds() -> None:
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=1), "alloc",
+              e("prolog-start", description="p"))
+    assert not job.can_start
+    with pytest.raises(TransitionError, match="prolog"):
+        apply(e("start"), job)
+    job = run(*[SUBMIT, "validate", "depend", e("priority", priority=1), "alloc",
+                e("prolog-start", description="p"), e("prolog-finish", description="p", status=0),
+                "start", e("finish", status=0), e("release", ranks="all", final=True),
+                e("epilog-start", description="q")])
+    assert job.free_owed and not job.can_free
+    with pytest.raises(TransitionError, match="epilog"):
+        apply(e("free"), job)
+    job = apply(e("epilog-finish", description="q", status=0), job)
+    assert job.can_free
+
+
+def test_annotations_merge_and_alloc_snapshot() -> None:
+    assert merge_annotations({"sched": {"a": 1, "b": 2}}, {"sched": {"a": None, "c": 3}}) == {
+        "sched": {"b": 2, "c": 3}}
+    assert merge_annotations({"sched": {"a": 1}}, {"sched": {"a": None}}) is None
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=1))
+    job = apply(ev.decode("annotations", T, {"annotations": {"sched": {"reason_pending": "x"}}}),
+                job)
+    seq = job.seq
+    assert job.annotations == {"sched": {"reason_pending": "x"}}
+    assert job.seq == seq  # journal-only, not an eventlog event
+    job = apply(e("alloc", annotations={"sched": {"resource_summary": "rank0/core0"}}), job)
+    assert job.annotations == {"sched": {"resource_summary": "rank0/core0"}}
+
+
+def test_memo_merge() -> None:
+    job = run(SUBMIT, e("memo", a=1, b=2), e("memo", a=None, c=3))
+    assert job.memo == {"b": 2, "c": 3}
+
+
+def test_unknown_and_debug_events_kept_and_ignored() -> None:
+    unknown = ev.decode("future-thing", T, {"x": 1})
+    assert isinstance(unknown, ev.UnknownEvent)
+    assert unknown.to_rfc18() == {"timestamp": T, "name": "future-thing", "context": {"x": 1}}
+    debug = ev.decode("debug.free-request", T)
+    job = run(SUBMIT, "validate")
+    for item in (unknown, debug):
+        after = apply(item, job)
+        assert after.state == job.state and after.seq == job.seq + 1
+
+
+@pytest.mark.parametrize(("name", "ctx", "fragment"), [
+    ("submit", {"urgency": 40, "userid": 1, "flags": 0, "version": 1}, "urgency"),
+    ("submit", {"userid": 1, "flags": 0, "version": 1}, "urgency"),
+    ("submit", {"urgency": True, "userid": 1, "flags": 0, "version": 1}, "urgency"),
+    ("priority", {"priority": -1}, "priority"),
+    ("priority", {"priority": 2**32}, "priority"),
+    ("exception", {"type": "x", "severity": 9, "note": ""}, "severity"),
+    ("exception", {"severity": 0, "note": ""}, "type"),
+    ("finish", {}, "status"),
+    ("release", {"ranks": "all"}, "final"),
+    ("dependency-add", {}, "description"),
+    ("jobspec-update", {"duration": 5}, "attributes."),
+    ("jobspec-update", {}, "at least one"),
+    ("set-flags", {"flags": "debug"}, "flags"),
+    ("alloc", {"annotations": [1]}, "annotations"),
+])
+def test_bad_contexts_rejected(name: str, ctx: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ev.EventError, match=fragment):
+        ev.decode(name, T, ctx)
+
+
+def test_bad_event_shapes() -> None:
+    for bad in (None, 1, "x", [], {"name": "submit"}, {"timestamp": 1.0},
+                {"name": "", "timestamp": 1.0}, {"name": "x", "timestamp": -1},
+                {"name": "x", "timestamp": float("nan")}, {"name": "x", "timestamp": 1, "context": 3}):
+        with pytest.raises(ev.EventError):
+            ev.from_rfc18(bad)
+
+
+def test_rfc21_examples_decode() -> None:
+    lines = [
+        '{"timestamp":1552593348.073045,"name":"submit","context":{"urgency":16,"userid":5588,"flags":0,"version":1}}',
+        '{"timestamp":1552593348.073045,"name":"jobspec-update","context":{"attributes.system.duration":3600}}',
+        '{"timestamp":1605115080.0358412,"name":"validate"}',
+        '{"timestamp":1552593348.073045,"name":"set-flags","context":{"flags":["debug"]}}',
+        '{"timestamp":1552593547.411336,"name":"priority","context":{"priority":42}}',
+        '{"timestamp":1552593348.088391,"name":"alloc","context":{"annotations":{"sched.resource_summary":"rank0/core[0-1]"}}}',
+        '{"timestamp":1552593348.092830,"name":"release","context":{"ranks":"all","final":true}}',
+        '{"timestamp":1552593986.335602,"name":"exception","context":{"type":"oom","severity":0,"userid":5588,"note":"out of memory on foo42"}}',
+        '{"timestamp":1637723184.3725791,"name":"memo","context":{"key":"value"}}',
+        '{"timestamp":1552594649.848032,"name":"debug.free-request"}',
+    ]
+    for line in lines:
+        obj = orjson.loads(line)
+        assert ev.from_rfc18(obj).to_rfc18() == obj
+
+
+# ------------------------------------------------------------ property tests
+
+def _candidates(job: Job, draw: st.DrawFn) -> list[ev.Event]:
+    t = T + job.seq
+    desc = draw(st.sampled_from(["a", "b"]))
+    cands = [
+        ev.decode("validate", t), ev.decode("depend", t),
+        ev.decode("priority", t, {"priority": draw(st.integers(0, 2**32 - 1))}),
+        ev.decode("urgency", t, {"urgency": draw(st.integers(0, 31)), "userid": 1}),
+        ev.decode("flux-restart", t), ev.decode("alloc", t), ev.decode("start", t),
+        ev.decode("finish", t, {"status": draw(st.sampled_from([0, 256, 9]))}),
+        ev.decode("release", t, {"ranks": "all", "final": draw(st.booleans())}),
+        ev.decode("free", t), ev.decode("clean", t),
+        ev.decode("exception", t, {"type": draw(st.sampled_from(["cancel", "timelimit", "x"])),
+                                   "severity": draw(st.sampled_from([0, 0, 4])), "note": ""}),
+        ev.decode("dependency-add", t, {"description": desc}),
+        ev.decode("dependency-remove", t, {"description": desc}),
+        ev.decode("prolog-start", t, {"description": desc}),
+        ev.decode("prolog-finish", t, {"description": desc, "status": 0}),
+        ev.decode("epilog-start", t, {"description": desc}),
+        ev.decode("epilog-finish", t, {"description": desc, "status": 0}),
+        ev.decode("memo", t, {"k": draw(st.one_of(st.none(), st.integers(-(2**31), 2**31)))}),
+        ev.decode("annotations", t, {"annotations": {"sched": {"x": draw(st.integers(-(2**31), 2**31))}}}),
+        ev.decode("jobspec-update", t, {"attributes.system.duration": 5}),
+        ev.decode("debug.x", t), ev.decode("other", t, {"z": 1}),
+    ]
+    valid = []
+    for cand in cands:
+        try:
+            apply(cand, job)
+        except TransitionError:
+            continue
+        valid.append(cand)
+    return valid
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[ev.Event]:
+    job = apply(SUBMIT, Job(7))
+    log: list[ev.Event] = [SUBMIT]
+    for _ in range(draw(st.integers(0, 40))):
+        valid = _candidates(job, draw)
+        if not valid:
+            break
+        event = draw(st.sampled_from(valid))
+        job = apply(event, job)
+        log.append(event)
+    return log
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_incremental_equals_replay_through_the_wire_format(log: list[ev.Event]) -> None:
+    job = Job(7)
+    for event in log:
+        job = apply(event, job)
+        # invariants that hold after every event
+        assert job.state in {JobState.NEW, JobState.DEPEND, JobState.PRIORITY, JobState.SCHED,
+                             JobState.RUN, JobState.CLEANUP, JobState.INACTIVE}
+        if job.has_resources:
+            assert job.state & JobState.RUNNING
+        assert (job.result is not None) == (job.state == JobState.INACTIVE)
+    wire = [orjson.loads(orjson.dumps(x.to_rfc18())) for x in log]
+    assert replay(7, (ev.from_rfc18(obj) for obj in wire)) == job
+    assert job.seq == sum(1 for x in log if not isinstance(x, ev.Annotations))
