@@ -33,6 +33,7 @@ from __future__ import annotations
 BASE_WORDS = 1626
 
 #: The words, index 0 first (mnemonicode's own table is 1-based).
+# fmt: off
 WORDS: tuple[str, ...] = (
     "academy", "acrobat", "active", "actor", "adam", "admiral", "adrian", "africa", "agenda",
     "agent", "airline", "airport", "aladdin", "alarm", "alaska", "albert", "albino", "album",
@@ -209,3 +210,4 @@ WORDS: tuple[str, ...] = (
     "wedding", "wheel", "whiskey", "wisdom", "deal", "null", "nurse", "quebec", "reserve",
     "reunion", "roof", "singer", "verbal", "amen", "ego", "fax", "jet", "job", "rio", "ski", "yes",
 )
+# fmt: on
