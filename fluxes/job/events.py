@@ -12,7 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar
+
+#: Shared immutable empty context: most events have none, so no dict per event.
+NO_CONTEXT: Mapping[str, Any] = MappingProxyType({})
 
 MAX_PRIORITY = 4294967295
 MAX_URGENCY = 31
@@ -29,7 +33,7 @@ class Event:
     name: ClassVar[str] = ""
     timestamp: float
     #: context keys beyond those RFC 21 defines (allowed for plugins), kept for export
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=lambda: NO_CONTEXT)
 
     def context(self) -> dict[str, Any]:
         """The event context as RFC 21 lays it out (defined keys plus extras)."""
@@ -86,9 +90,9 @@ def _dict(ctx: Mapping[str, Any], key: str) -> dict[str, Any]:
     return value
 
 
-def _extra(ctx: Mapping[str, Any], *defined: str) -> dict[str, Any]:
-    if not ctx:
-        return {}
+def _extra(ctx: Mapping[str, Any], *defined: str) -> Mapping[str, Any]:
+    if len(ctx) <= len(defined) and all(k in defined for k in ctx):
+        return NO_CONTEXT
     return {k: v for k, v in ctx.items() if k not in defined}
 
 
@@ -124,7 +128,7 @@ class _NoContext(Event):
     @classmethod
     def from_context(cls, ts: float, ctx: Mapping[str, Any]) -> Event:
         """Decode an event that has no defined context."""
-        return cls(timestamp=ts, extra=dict(ctx) if ctx else {})
+        return cls(timestamp=ts, extra=dict(ctx) if ctx else NO_CONTEXT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -508,24 +512,27 @@ _DECODERS: dict[str, Callable[[float, Mapping[str, Any]], Event]] = {
 #: Every event name RFC 21 defines (plus the journal-only ``annotations``).
 EVENT_NAMES: frozenset[str] = frozenset(_DECODERS)
 
-_EMPTY: Mapping[str, Any] = {}
+_NUMBER = (int, float)
 
 
 def decode(name: str, timestamp: float, context: Mapping[str, Any] | None = None) -> Event:
     """Build the event named ``name``; raise EventError if its context breaks RFC 21."""
-    if not isinstance(name, str) or not name:
+    if name.__class__ is not str or not name:
         raise EventError(f"event name must be a non-empty string, got {name!r}")
-    if isinstance(timestamp, bool) or not isinstance(timestamp, int | float) \
-            or not math.isfinite(timestamp) or timestamp < 0:
+    if timestamp.__class__ is not float:
+        if isinstance(timestamp, bool) or not isinstance(timestamp, _NUMBER):
+            raise EventError(f"{name}: timestamp must be a number, got {timestamp!r}")
+        timestamp = float(timestamp)
+    if not 0 <= timestamp < math.inf:  # also false for NaN
         raise EventError(f"{name}: timestamp must be a finite number >= 0, got {timestamp!r}")
     if context is None:
-        context = _EMPTY
-    elif not isinstance(context, Mapping):
+        context = NO_CONTEXT
+    elif context.__class__ is not dict and not isinstance(context, Mapping):
         raise EventError(f"{name}: context must be an object, got {type(context).__name__}")
     decoder = _DECODERS.get(name)
     if decoder is not None:
         try:
-            return decoder(float(timestamp), context)
+            return decoder(timestamp, context)
         except EventError as exc:
             raise EventError(f"{name}: {exc}") from None
     if name.startswith("debug."):
