@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import operator
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Iterator
-from itertools import accumulate
-from typing import Self, TypeAlias
+from itertools import accumulate, islice, pairwise
+from typing import Self, TypeAlias, cast
 
 __all__ = ["MAX_ID", "IDSet", "IDSetLike"]
 
@@ -51,7 +51,7 @@ def _check_int(value: object, what: str) -> int:
     """Return *value* if it is a plain int (not a bool), else raise ValueError."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{what}: expected an integer id, got {type(value).__name__}")
-    return value
+    return int(value)  # an int subclass (IntEnum, ...) is stored as a plain int
 
 
 def _check_id(value: object, what: str) -> int:
@@ -84,6 +84,10 @@ def _diagnose(text: str, body: str, offset: int) -> ValueError:
     if m is not None:
         ch = m.group()
         pos = m.start() + offset
+        if ch == "[" and pos == 0 and "]" not in text:
+            return bad("unmatched '['")
+        if ch == "]" and pos == len(text) - 1 and "[" not in text:
+            return bad("unmatched ']'")
         if ch in "[]":
             return bad(f"bracket {ch!r} at position {pos}; brackets may only surround "
                        "the whole idset")
@@ -114,23 +118,26 @@ def _decode(text: str) -> tuple[list[int], list[int], int]:
     """Parse an RFC 22 string into ``(starts, ends, count)`` or raise ValueError."""
     body = text
     offset = 0
-    if body.startswith("["):
-        if len(body) < 2 or not body.endswith("]"):
-            raise ValueError(f"invalid idset {_show(text)}: unmatched '['")
-        body = body[1:-1]
+    if len(text) >= 2 and text[0] == "[" and text[-1] == "]":
+        body = text[1:-1]
         offset = 1
-    elif body.endswith("]"):
-        raise ValueError(f"invalid idset {_show(text)}: unmatched ']'")
     if body == "":
         return [], [], 0
     if _BODY.fullmatch(body) is None:
         raise _diagnose(text, body, offset)
+    if "-" not in body:
+        # Fast path for long flat lists; on failure the loop below names the
+        # offending element.
+        ids = list(map(int, body.split(",")))
+        if ids[-1] <= MAX_ID and all(map(operator.lt, ids, islice(ids, 1, None))):
+            return (*_from_sorted_ids(ids), len(ids))
 
     starts: list[int] = []
     ends: list[int] = []
     count = 0
-    prev_lo = -1
-    prev_hi = -1
+    # -2, not -1: id 0 must not look adjacent to a previous element.
+    prev_lo = -2
+    prev_hi = -2
     for first, last in _ELEMENT.findall(body):
         lo = int(first)
         hi = int(last) if last else lo
@@ -161,24 +168,59 @@ def _decode(text: str) -> tuple[list[int], list[int], int]:
 
 def _from_sorted_ids(ids: list[int]) -> tuple[list[int], list[int]]:
     """Compress a sorted list of distinct ids into runs."""
-    starts: list[int] = []
-    ends: list[int] = []
-    for n in ids:
-        if ends and n == ends[-1] + 1:
-            ends[-1] = n
-        else:
-            starts.append(n)
-            ends.append(n)
+    if not ids:
+        return [], []
+    # Comprehensions over (previous, current) pairs run much faster than an
+    # append loop, which matters for lists of a million ids.
+    starts = [ids[0]]
+    starts += [b for a, b in pairwise(ids) if b - a != 1]
+    ends = [a for a, b in pairwise(ids) if b - a != 1]
+    ends.append(ids[-1])
     return starts, ends
+
+
+def _sorted_ids(items: Iterator[object]) -> list[int]:
+    """The distinct ids from *items*, sorted; ValueError names the first non-id."""
+    values = list(items)
+    # Fast path: check types, order and bounds with C-level operations only.
+    if set(map(type, values)) <= {int}:
+        ids = cast("list[int]", values)
+        if not all(map(operator.lt, ids, islice(ids, 1, None))):
+            ids = sorted(set(ids))
+        if ids:
+            _check_id(ids[0], "IDSet")
+            _check_id(ids[-1], "IDSet")
+        return ids
+    # Slow path: bools, int subclasses, or something that is not an id at all.
+    return sorted({int(_check_id(n, "IDSet")) for n in values})
+
+
+# Set operations on canonical run lists (sorted, disjoint, non-adjacent).
+#
+# Two strategies, chosen by the number of runs on each side:
+# - balanced inputs: one linear merge over both lists, O(n + m);
+# - lopsided inputs (one side has _SPLICE_RATIO times fewer runs): walk the
+#   short list and bisect into the long one, copying untouched stretches of
+#   the long list with slices (C speed).  Taking a small allocation out of a
+#   big, fragmented pool of free ids then costs O(m log n) Python steps plus a
+#   list copy, rather than a Python loop over the whole pool.
+_SPLICE_RATIO = 8
+
+
+def _lopsided(n_short: int, n_long: int) -> bool:
+    """Whether bisecting from the short list beats a linear merge."""
+    return n_short * _SPLICE_RATIO < n_long
 
 
 def _union(alo: list[int], ahi: list[int], blo: list[int],
            bhi: list[int]) -> tuple[list[int], list[int]]:
-    """Merge two canonical range lists into one (overlapping/adjacent runs joined)."""
-    if not alo:
-        return blo[:], bhi[:]
+    """Runs covering the ids of both inputs."""
+    if len(blo) > len(alo):
+        alo, ahi, blo, bhi = blo, bhi, alo, ahi
     if not blo:
         return alo[:], ahi[:]
+    if _lopsided(len(blo), len(alo)):
+        return _union_splice(alo, ahi, blo, bhi)
     out_lo: list[int] = []
     out_hi: list[int] = []
     i = j = 0
@@ -191,60 +233,154 @@ def _union(alo: list[int], ahi: list[int], blo: list[int],
             lo, hi = blo[j], bhi[j]
             j += 1
         if out_hi and lo <= out_hi[-1] + 1:
-            out_hi[-1] = max(out_hi[-1], hi)
+            if hi > out_hi[-1]:  # noqa: PLR1730 - cheaper than max() in this hot loop
+                out_hi[-1] = hi
         else:
             out_lo.append(lo)
             out_hi.append(hi)
     return out_lo, out_hi
 
 
+def _union_splice(alo: list[int], ahi: list[int], blo: list[int],
+                  bhi: list[int]) -> tuple[list[int], list[int]]:
+    """:func:`_union` for a short list b: walk b, bisect into a."""
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    pos = 0  # runs of a before pos have been emitted or merged
+    for b_lo, b_hi in zip(blo, bhi, strict=True):
+        # Runs of a ending before b_lo - 1 neither overlap nor touch this run.
+        i = bisect_left(ahi, b_lo - 1, pos)
+        out_lo += alo[pos:i]
+        out_hi += ahi[pos:i]
+        # Runs of a starting up to b_hi + 1 overlap or touch it: merge them in.
+        j = bisect_right(alo, b_hi + 1, i)
+        lo, hi = b_lo, b_hi
+        if j > i:
+            lo = min(lo, alo[i])
+            hi = max(hi, ahi[j - 1])
+        if out_hi and lo <= out_hi[-1] + 1:
+            out_hi[-1] = max(out_hi[-1], hi)
+        else:
+            out_lo.append(lo)
+            out_hi.append(hi)
+        pos = j
+    out_lo += alo[pos:]
+    out_hi += ahi[pos:]
+    return out_lo, out_hi
+
+
 def _intersection(alo: list[int], ahi: list[int], blo: list[int],
                   bhi: list[int]) -> tuple[list[int], list[int]]:
-    """Ranges common to both canonical range lists."""
+    """Runs of the ids present in both inputs."""
+    if len(blo) > len(alo):
+        alo, ahi, blo, bhi = blo, bhi, alo, ahi
+    if _lopsided(len(blo), len(alo)):
+        return _intersection_splice(alo, ahi, blo, bhi)
     out_lo: list[int] = []
     out_hi: list[int] = []
     i = j = 0
     na, nb = len(alo), len(blo)
     while i < na and j < nb:
-        lo = max(alo[i], blo[j])
-        hi = min(ahi[i], bhi[j])
+        a_lo, a_hi, b_lo, b_hi = alo[i], ahi[i], blo[j], bhi[j]
+        lo = a_lo if a_lo > b_lo else b_lo
+        hi = a_hi if a_hi < b_hi else b_hi
         if lo <= hi:
             out_lo.append(lo)
             out_hi.append(hi)
-        if ahi[i] < bhi[j]:
+        if a_hi < b_hi:
             i += 1
         else:
             j += 1
     return out_lo, out_hi
 
 
+def _intersection_splice(alo: list[int], ahi: list[int], blo: list[int],
+                         bhi: list[int]) -> tuple[list[int], list[int]]:
+    """:func:`_intersection` for a short list b: walk b, bisect into a."""
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    pos = 0
+    for lo, hi in zip(blo, bhi, strict=True):
+        i = bisect_left(ahi, lo, pos)  # first run of a ending at or after lo
+        j = bisect_right(alo, hi, i)  # runs i..j-1 of a start at or before hi
+        if j > i:
+            out_lo.append(max(lo, alo[i]))
+            out_lo += alo[i + 1:j]
+            out_hi += ahi[i:j - 1]
+            out_hi.append(min(hi, ahi[j - 1]))
+            # Run j-1 of a may reach past hi into the next run of b.
+            pos = j - 1
+    return out_lo, out_hi
+
+
 def _difference(alo: list[int], ahi: list[int], blo: list[int],
                 bhi: list[int]) -> tuple[list[int], list[int]]:
-    """Ranges of the first canonical range list not covered by the second."""
+    """Runs of the ids of the first input that are not in the second."""
     if not alo or not blo:
         return alo[:], ahi[:]
+    if _lopsided(len(blo), len(alo)):
+        return _difference_few_b(alo, ahi, blo, bhi)
+    bisect_b = _lopsided(len(alo), len(blo))
     out_lo: list[int] = []
     out_hi: list[int] = []
     j = 0
     nb = len(blo)
     for lo, hi in zip(alo, ahi, strict=True):
         cur = lo
-        while j < nb and bhi[j] < cur:
-            j += 1
-        # A b-range reaching past this a-range is left at j for the next one.
-        k = j
-        while k < nb and blo[k] <= hi:
-            if blo[k] > cur:
+        # Skip runs of b that end before cur; a run reaching past this run of
+        # a stays at j for the next one.
+        if bisect_b:
+            j = bisect_left(bhi, cur, j)
+        else:
+            while j < nb and bhi[j] < cur:
+                j += 1
+        while j < nb and blo[j] <= hi:
+            if blo[j] > cur:
                 out_lo.append(cur)
-                out_hi.append(blo[k] - 1)
-            cur = max(cur, bhi[k] + 1)
+                out_hi.append(blo[j] - 1)
+            cur = bhi[j] + 1
             if cur > hi:
                 break
-            k += 1
+            j += 1
         if cur <= hi:
             out_lo.append(cur)
             out_hi.append(hi)
-        j = k
+    return out_lo, out_hi
+
+
+def _difference_few_b(alo: list[int], ahi: list[int], blo: list[int],
+                      bhi: list[int]) -> tuple[list[int], list[int]]:
+    """:func:`_difference` for a short list b: walk b, bisect into a."""
+    out_lo: list[int] = []
+    out_hi: list[int] = []
+    na = len(alo)
+    pos = 0  # first run of a not yet emitted ...
+    start = alo[0]  # ... and where it starts now, once b may have cut its head off
+    for lo, hi in zip(blo, bhi, strict=True):
+        i = bisect_left(ahi, lo, pos)  # first run of a ending at or after lo
+        if i > pos:
+            out_lo.append(start)
+            out_lo += alo[pos + 1:i]
+            out_hi += ahi[pos:i]
+            pos = i
+            if pos == na:
+                break
+            start = alo[pos]
+        if start > hi:
+            continue  # this run of b lies in a gap of a
+        if start < lo:
+            out_lo.append(start)
+            out_hi.append(lo - 1)
+        j = bisect_right(ahi, hi, pos)  # runs pos..j-1 of a end inside this run of b
+        if j == na:
+            pos = na
+            break
+        start = max(start if j == pos else alo[j], hi + 1)
+        pos = j
+    if pos < na:
+        out_lo.append(start)
+        out_lo += alo[pos + 1:]
+        out_hi += ahi[pos:]
     return out_lo, out_hi
 
 
@@ -258,7 +394,11 @@ class IDSet:
 
     Members are kept as sorted, disjoint, non-adjacent inclusive ranges, so
     size and speed depend on the number of runs, not the number of ids:
-    ``len`` is O(1), membership O(log r), set algebra O(r + s).
+    ``len`` is O(1), membership O(log r), set algebra at most O(r + s) and
+    O(s log r) plus a list copy when one side has far fewer runs.
+
+    Operators and set methods also accept a string or an iterable of ids as
+    the other operand.  ``==`` is only true between IDSets.
     """
 
     __slots__ = ("_count", "_cum", "_hi", "_lo")
@@ -285,7 +425,7 @@ class IDSet:
             except TypeError:
                 raise ValueError("IDSet: expected an idset string, an iterable of ids or "
                                  f"an IDSet, got {type(text).__name__}") from None
-            ids = sorted({_check_id(n, "IDSet") for n in items})
+            ids = _sorted_ids(items)
             self._lo, self._hi = _from_sorted_ids(ids)
             self._count = len(ids)
 
@@ -333,8 +473,12 @@ class IDSet:
             raise ValueError("IDSet.from_ranges: expected an iterable of (lo, hi) pairs, "
                              f"got {type(ranges).__name__}") from None
         for pair in items:
-            if not isinstance(pair, (tuple, list)) or len(pair) != 2:
-                raise ValueError(f"IDSet.from_ranges: expected a (lo, hi) pair, got {pair!r}")
+            if not isinstance(pair, (tuple, list)):
+                raise ValueError("IDSet.from_ranges: expected a (lo, hi) pair, got "
+                                 f"{type(pair).__name__}")
+            if len(pair) != 2:
+                raise ValueError("IDSet.from_ranges: expected a (lo, hi) pair, got "
+                                 f"{len(pair)} items")
             lo = _check_id(pair[0], "IDSet.from_ranges")
             hi = _check_id(pair[1], "IDSet.from_ranges")
             if lo > hi:
@@ -354,6 +498,14 @@ class IDSet:
     def copy(self) -> IDSet:
         """An independent copy of this set."""
         return IDSet._make(self._lo[:], self._hi[:], self._count)
+
+    def __copy__(self) -> IDSet:
+        """``copy.copy`` must not share the range lists (it would by default)."""
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> IDSet:
+        """Ids are ints, so a deep copy is the same as :meth:`copy`."""
+        return self.copy()
 
     # -- encoding ------------------------------------------------------------
 
@@ -642,14 +794,12 @@ class IDSet:
         """True if the two sets share no id."""
         o = self._coerce(other)
         alo, ahi, blo, bhi = self._lo, self._hi, o._lo, o._hi
-        i = j = 0
-        while i < len(alo) and j < len(blo):
-            if max(alo[i], blo[j]) <= min(ahi[i], bhi[j]):
+        if len(blo) > len(alo):
+            alo, ahi, blo, bhi = blo, bhi, alo, ahi
+        for lo, hi in zip(blo, bhi, strict=True):
+            i = bisect_left(ahi, lo)
+            if i < len(alo) and alo[i] <= hi:
                 return False
-            if ahi[i] < bhi[j]:
-                i += 1
-            else:
-                j += 1
         return True
 
     def intersects(self, other: IDSetLike) -> bool:
