@@ -49,6 +49,17 @@ def _show(text: str, limit: int = 40) -> str:
     return repr(shown)
 
 
+def _int_to_float(value: int) -> float:
+    """Convert an integer number of seconds to float, refusing ones too large for a float."""
+    try:
+        return float(value)
+    except OverflowError:
+        # str() of such an int may be refused (and is too long anyway); name its size.
+        raise ValueError(
+            f"duration of {value.bit_length()} bits is too large for a float"
+        ) from None
+
+
 def _check_number(value: float, shown: str) -> float:
     """Return ``value`` as a float if it is a valid duration, else raise ValueError."""
     if math.isnan(value):
@@ -72,11 +83,7 @@ def parse_duration(text: str | float) -> float:
     if isinstance(text, bool):
         raise ValueError(f"duration must be a string or a number, not bool ({text})")
     if isinstance(text, int):
-        try:
-            number = float(text)
-        except OverflowError:
-            raise ValueError(f"duration {text:.3e} seconds is too large") from None
-        return _check_number(number, str(text))
+        return _check_number(_int_to_float(text), str(text))
     if isinstance(text, float):
         return _check_number(text, repr(text))
     if not isinstance(text, str):
@@ -142,10 +149,7 @@ def format_duration(seconds: float, precision: int = _DEFAULT_PRECISION) -> str:
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
         raise ValueError(f"duration must be a number, not {type(seconds).__name__}")
     if isinstance(seconds, int):
-        try:
-            seconds = float(seconds)
-        except OverflowError:
-            raise ValueError(f"duration {seconds:.3e} seconds is too large") from None
+        seconds = _int_to_float(seconds)
     value = _check_number(seconds, repr(seconds))
     if math.isinf(value):
         return "inf"
