@@ -5,11 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from fluxes.job import events as ev
 from fluxes.job.model import Job, TransitionError, apply, merge_annotations, replay
 from fluxes.job.states import JobResult, JobState, parse_states
+from tests.strategies import histories
 
 T = 1000.0
 
@@ -272,54 +272,6 @@ def test_rfc21_examples_decode() -> None:
 
 # ------------------------------------------------------------ property tests
 
-def _candidates(job: Job, draw: st.DrawFn) -> list[ev.Event]:
-    t = T + job.seq
-    desc = draw(st.sampled_from(["a", "b"]))
-    cands = [
-        ev.decode("validate", t), ev.decode("depend", t),
-        ev.decode("priority", t, {"priority": draw(st.integers(0, 2**32 - 1))}),
-        ev.decode("urgency", t, {"urgency": draw(st.integers(0, 31)), "userid": 1}),
-        ev.decode("flux-restart", t), ev.decode("alloc", t), ev.decode("start", t),
-        ev.decode("finish", t, {"status": draw(st.sampled_from([0, 256, 9]))}),
-        ev.decode("release", t, {"ranks": "all", "final": draw(st.booleans())}),
-        ev.decode("free", t), ev.decode("clean", t),
-        ev.decode("exception", t, {"type": draw(st.sampled_from(["cancel", "timelimit", "x"])),
-                                   "severity": draw(st.sampled_from([0, 0, 4])), "note": ""}),
-        ev.decode("dependency-add", t, {"description": desc}),
-        ev.decode("dependency-remove", t, {"description": desc}),
-        ev.decode("prolog-start", t, {"description": desc}),
-        ev.decode("prolog-finish", t, {"description": desc, "status": 0}),
-        ev.decode("epilog-start", t, {"description": desc}),
-        ev.decode("epilog-finish", t, {"description": desc, "status": 0}),
-        ev.decode("memo", t, {"k": draw(st.one_of(st.none(), st.integers(-(2**31), 2**31)))}),
-        ev.decode("annotations", t, {"annotations": {"sched": {"x": draw(st.integers(-(2**31), 2**31))}}}),
-        ev.decode("jobspec-update", t, {"attributes.system.duration": 5}),
-        ev.decode("debug.x", t), ev.decode("other", t, {"z": 1}),
-    ]
-    valid = []
-    for cand in cands:
-        try:
-            apply(cand, job)
-        except TransitionError:
-            continue
-        valid.append(cand)
-    return valid
-
-
-@st.composite
-def histories(draw: st.DrawFn) -> list[ev.Event]:
-    job = apply(SUBMIT, Job(7))
-    log: list[ev.Event] = [SUBMIT]
-    for _ in range(draw(st.integers(0, 40))):
-        valid = _candidates(job, draw)
-        if not valid:
-            break
-        event = draw(st.sampled_from(valid))
-        job = apply(event, job)
-        log.append(event)
-    return log
-
-
 @settings(max_examples=300, deadline=None)
 @given(histories())
 def test_incremental_equals_replay_through_the_wire_format(log: list[ev.Event]) -> None:
@@ -335,3 +287,12 @@ def test_incremental_equals_replay_through_the_wire_format(log: list[ev.Event]) 
     wire = [orjson.loads(orjson.dumps(x.to_rfc18())) for x in log]
     assert replay(7, (ev.from_rfc18(obj) for obj in wire)) == job
     assert job.seq == sum(1 for x in log if not isinstance(x, ev.Annotations))
+
+
+@settings(max_examples=100, deadline=None)
+@given(histories())
+def test_codec_round_trip(log: list[ev.Event]) -> None:
+    from fluxes.job.codec import job_from_json, job_to_json
+
+    job = replay(7, log)
+    assert job_from_json(orjson.loads(orjson.dumps(job_to_json(job)))) == job

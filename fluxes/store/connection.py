@@ -1,0 +1,29 @@
+"""Opening Redis connections from a URL (TCP, TLS, unix socket)."""
+
+from __future__ import annotations
+
+import os
+
+import redis
+
+#: Environment variable naming the Redis server of an instance.
+ENV_REDIS_URL = "FLUXES_REDIS_URL"
+
+
+def connect(url: str | None = None, *, client_name: str | None = None) -> redis.Redis:
+    """Connect to ``url`` (``redis://``, ``rediss://``, ``unix://``), or $FLUXES_REDIS_URL.
+
+    Responses stay bytes: decoding is left to the caller, who knows which
+    fields are text, and hiredis parses bytes fastest.
+    """
+    target = url or os.environ.get(ENV_REDIS_URL)
+    if not target:
+        raise ValueError(f"no Redis URL given (set {ENV_REDIS_URL} or pass --redis)")
+    try:
+        client: redis.Redis = redis.Redis.from_url(
+            target, decode_responses=False, client_name=client_name,
+            health_check_interval=30, socket_keepalive=True,
+        )
+    except ValueError as exc:
+        raise ValueError(f"bad Redis URL {target!r}: {exc}") from None
+    return client

@@ -1,0 +1,378 @@
+"""The event store: atomic appends to job eventlogs and the journal, reads, replay, checkpoints.
+
+Every write goes through :class:`Batch` and one call of ``commit.lua``: the
+writer's fencing token is checked, each job's eventlog must be at the length
+the writer expects, and then the events, the journal entries, outbound
+messages and the acknowledgements of the inputs that caused them are written
+together. A stale writer or a conflicting one writes nothing.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import redis
+
+from fluxes.errors import FluxesError
+from fluxes.job import events as ev
+from fluxes.job.codec import CODEC_VERSION, job_from_json, job_to_json
+from fluxes.job.model import Job, TransitionError, apply
+from fluxes.job.states import JobState
+from fluxes.store.keys import Keys
+from fluxes.store.scripts import lua_source
+
+#: Entries fetched per XRANGE/XREAD round trip when scanning streams.
+READ_BLOCK = 10_000
+
+
+class FencedError(FluxesError):
+    """The writer's fencing token is stale: another leader took over. Nothing was written."""
+
+
+class ConflictError(FluxesError):
+    """Some eventlogs were not at the length the writer expected. Nothing was written."""
+
+    def __init__(self, conflicts: dict[int, int]) -> None:
+        self.conflicts = conflicts
+        shown = ", ".join(f"{j} has {n} events" for j, n in list(conflicts.items())[:5])
+        super().__init__(f"eventlog conflict: {shown}")
+
+
+def encode_context(ctx: Mapping[str, Any]) -> bytes:
+    """Context as compact JSON, or empty bytes for an empty context."""
+    return orjson.dumps(ctx) if ctx else b""
+
+
+def decode_entry(name: bytes, ts: bytes, ctx: bytes | None) -> ev.Event:
+    """Rebuild an event from its stream fields (``n``, ``t``, ``c``)."""
+    try:
+        context = orjson.loads(ctx) if ctx else None
+    except orjson.JSONDecodeError as exc:
+        raise ev.EventError(f"{name!r}: context is not JSON: {exc}") from None
+    try:
+        stamp = float(ts)
+    except (TypeError, ValueError):
+        raise ev.EventError(f"{name!r}: bad timestamp {ts!r}") from None
+    return ev.decode(name.decode(), stamp, context)
+
+
+class Batch:
+    """Effects of one processing step in one partition, to be committed atomically."""
+
+    __slots__ = ("_args", "_index", "_keys", "events", "partition")
+
+    def __init__(self, keys: Keys, partition: int) -> None:
+        self.partition = partition
+        self._keys: list[str] = [keys.jm_fence(partition), keys.journal(partition)]
+        self._index: dict[str, int] = {}
+        self._args: list[Any] = []
+        self.events = 0
+
+    def _key(self, key: str) -> int:
+        index = self._index.get(key)
+        if index is None:
+            self._keys.append(key)
+            index = self._index[key] = len(self._keys)
+        return index
+
+    def __bool__(self) -> bool:
+        return bool(self._args)
+
+    def append(self, eventlog_key: str, jobid: int, expected: int,
+               events: Sequence[ev.Event],
+               extras: Sequence[Mapping[str, Any] | None] | None = None) -> None:
+        """Append ``events`` to a job's eventlog (which must hold ``expected`` events)."""
+        args = self._args
+        args += ("E", self._key(eventlog_key), jobid, expected, len(events))
+        for i, event in enumerate(events):
+            extra = extras[i] if extras is not None else None
+            args += (event.event_name, repr(event.timestamp), encode_context(event.context()),
+                     orjson.dumps(extra) if extra else b"")
+        self.events += len(events)
+
+    def journal_only(self, jobid: int, event: ev.Event) -> None:
+        """Add a journal entry that is not part of the job's eventlog (annotations)."""
+        self._args += ("J", jobid, event.event_name, repr(event.timestamp),
+                       encode_context(event.context()))
+
+    def hset(self, key: str, mapping: Mapping[str, str | bytes | int | float]) -> None:
+        """Set hash fields."""
+        if not mapping:
+            return
+        self._args += ("H", self._key(key), len(mapping))
+        for field, value in mapping.items():
+            self._args += (field, value)
+
+    def xadd(self, key: str, fields: Mapping[str, str | bytes | int | float]) -> None:
+        """Add a message to a stream."""
+        self._args += ("X", self._key(key), len(fields))
+        for field, value in fields.items():
+            self._args += (field, value)
+
+    def xack(self, key: str, group: str, ids: Sequence[bytes | str]) -> None:
+        """Acknowledge consumed input messages of ``group`` on stream ``key``."""
+        if ids:
+            self._args += ("A", self._key(key), group, len(ids), *ids)
+
+    def set(self, key: str, value: bytes | str, ttl_ms: int = 0) -> None:
+        """Set a string key (with a TTL in milliseconds when > 0)."""
+        self._args += ("S", self._key(key), ttl_ms, value)
+
+    def script_args(self, token: str) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV for ``commit.lua``."""
+        return self._keys, [token, *self._args]
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What a commit wrote: the number of events and the last journal id."""
+
+    events: int
+    journal_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    """One journal entry: stream id, job, eventlog position, the event and its extras."""
+
+    id: str
+    jobid: int
+    seq: int | None
+    name: bytes
+    timestamp: bytes
+    context: bytes | None
+    extra: bytes | None
+
+    def event(self) -> ev.Event:
+        """The decoded event (raises EventError if the entry is malformed)."""
+        return decode_entry(self.name, self.timestamp, self.context)
+
+    def extra_dict(self) -> dict[str, Any]:
+        """The journal-only extras (e.g. a job summary on submit), or {}."""
+        if not self.extra:
+            return {}
+        obj = orjson.loads(self.extra)
+        return obj if isinstance(obj, dict) else {}
+
+
+def _journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes]) -> JournalEntry:
+    seq = fields.get(b"s")
+    return JournalEntry(
+        id=stream_id.decode(), jobid=int(fields[b"j"]),
+        seq=int(seq) if seq is not None else None,
+        name=fields[b"n"], timestamp=fields[b"t"], context=fields.get(b"c"),
+        extra=fields.get(b"x"),
+    )
+
+
+@dataclass
+class ReplayResult:
+    """Jobs rebuilt from the journal, the position reached and any broken jobs."""
+
+    jobs: dict[int, Job]
+    last_id: str
+    events: int
+    broken: dict[int, str]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A job manager snapshot: active jobs and the journal id they include."""
+
+    journal_id: str
+    jobs: dict[int, Job]
+    extra: dict[str, Any]
+
+
+class EventStore:
+    """Reads and atomic writes of job events for one fluxes instance."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+        self._commit = client.register_script(lua_source("commit"))
+
+    def batch(self, partition: int = 0) -> Batch:
+        """A new empty batch for ``partition``."""
+        return Batch(self.keys, partition)
+
+    # ------------------------------------------------------------ writes
+
+    def commit(self, batch: Batch, token: str = "") -> CommitResult:
+        """Write ``batch`` atomically; raise FencedError / ConflictError and write nothing."""
+        keys, args = batch.script_args(token)
+        try:
+            result = self._commit(keys=keys, args=args)
+        except redis.ResponseError as exc:
+            raise _commit_error(exc) from None
+        return _commit_result(result)
+
+    def commit_many(self, batches: Sequence[Batch], token: str = "") -> list[CommitResult]:
+        """Commit several batches in one round trip (each one atomic on its own)."""
+        if len(batches) == 1:
+            return [self.commit(batches[0], token)]
+        pipe = self.redis.pipeline(transaction=False)
+        for batch in batches:
+            keys, args = batch.script_args(token)
+            self._commit(keys=keys, args=args, client=pipe)
+        results = pipe.execute(raise_on_error=False)
+        out = []
+        for result in results:
+            if isinstance(result, redis.ResponseError):
+                raise _commit_error(result)
+            out.append(_commit_result(result))
+        return out
+
+    # ------------------------------------------------------------ reads
+
+    def eventlog_entries(self, jobid: int) -> list[tuple[str, ev.Event]]:
+        """The job's eventlog as (stream id, event) pairs; [] for an unknown job."""
+        entries = self.redis.xrange(self.keys.eventlog(jobid))
+        return [(sid.decode(), decode_entry(f[b"n"], f[b"t"], f.get(b"c"))) for sid, f in entries]
+
+    def eventlog(self, jobid: int) -> list[ev.Event]:
+        """The job's events in order; [] for an unknown job."""
+        return [event for _, event in self.eventlog_entries(jobid)]
+
+    def job_exists(self, jobid: int) -> bool:
+        """True when the job has an eventlog."""
+        return bool(self.redis.exists(self.keys.eventlog(jobid)))
+
+    def job_fields(self, jobid: int, *fields: str) -> dict[str, bytes | None]:
+        """Fields of the job hash (jobspec, R, owner, queue...)."""
+        values = self.redis.hmget(self.keys.job(jobid), list(fields))
+        return dict(zip(fields, values, strict=True))
+
+    def replay_job(self, jobid: int) -> Job:
+        """Rebuild one job from its own eventlog."""
+        job = Job(jobid)
+        for event in self.eventlog(jobid):
+            job = apply(event, job)
+        return job
+
+    def iter_journal(self, partition: int, after: str = "0-0", until: str = "+",
+                     block: int = READ_BLOCK) -> Iterator[list[JournalEntry]]:
+        """Journal entries strictly after ``after`` up to ``until``, in blocks."""
+        key = self.keys.journal(partition)
+        start = "(" + after if after not in ("0-0", "-") else "-"
+        while True:
+            entries = self.redis.xrange(key, min=start, max=until, count=block)
+            if not entries:
+                return
+            yield [_journal_entry(sid, fields) for sid, fields in entries]
+            start = "(" + entries[-1][0].decode()
+            if len(entries) < block:
+                return
+
+    def journal_last_id(self, partition: int) -> str:
+        """The id of the newest journal entry ("0-0" when empty)."""
+        last = self.redis.xrevrange(self.keys.journal(partition), count=1)
+        return last[0][0].decode() if last else "0-0"
+
+    def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",
+               until_time: float | None = None, drop_inactive: bool = False) -> ReplayResult:
+        """Fold the journal (after ``start``, if given) into job records.
+
+        ``until_time`` stops at events later than that UNIX time (time travel).
+        ``drop_inactive`` forgets jobs once they are INACTIVE (what a job
+        manager needs). A job whose events do not apply is reported in
+        ``broken`` with the reason, and its later events are skipped.
+        """
+        jobs: dict[int, Job] = dict(start.jobs) if start else {}
+        broken: dict[int, str] = {}
+        last = start.journal_id if start else "0-0"
+        count = 0
+        for block in self.iter_journal(partition, after=last, until=until):
+            for entry in block:
+                if until_time is not None and float(entry.timestamp) > until_time:
+                    return ReplayResult(jobs, last, count, broken)
+                last = entry.id
+                count += 1
+                jobid = entry.jobid
+                if jobid in broken:
+                    continue
+                job = jobs.get(jobid)
+                if job is None:
+                    if drop_inactive and entry.name != b"submit":
+                        continue  # a job that went inactive before the checkpoint
+                    job = Job(jobid)
+                try:
+                    job = apply(entry.event(), job)
+                except (ev.EventError, TransitionError) as exc:
+                    broken[jobid] = str(exc)
+                    jobs.pop(jobid, None)
+                    continue
+                if drop_inactive and job.state is _INACTIVE:
+                    jobs.pop(jobid, None)
+                else:
+                    jobs[jobid] = job
+        return ReplayResult(jobs, last, count, broken)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def checkpoint_blob(self, jobs: Iterable[Job], journal_id: str,
+                        extra: Mapping[str, Any] | None = None) -> bytes:
+        """Serialize a checkpoint (zlib-compressed JSON; zlib's checksum catches corruption)."""
+        doc = {"v": CODEC_VERSION, "journal": journal_id,
+               "jobs": [job_to_json(j) for j in jobs], "extra": dict(extra or {})}
+        return zlib.compress(orjson.dumps(doc), 1)
+
+    def load_checkpoint(self, partition: int) -> Checkpoint | None:
+        """The partition's checkpoint, or None when it is missing, corrupt or outdated."""
+        blob = self.redis.get(self.keys.checkpoint(partition))
+        if not blob:
+            return None
+        try:
+            doc = orjson.loads(zlib.decompress(blob))
+            if doc.get("v") != CODEC_VERSION:
+                return None
+            jobs = {}
+            for obj in doc["jobs"]:
+                job = job_from_json(obj)
+                jobs[job.id] = job
+            return Checkpoint(str(doc["journal"]), jobs, dict(doc.get("extra") or {}))
+        except (zlib.error, orjson.JSONDecodeError, ValueError, KeyError, TypeError,
+                AttributeError):
+            return None
+
+    def restore(self, partition: int, drop_inactive: bool = True) -> tuple[ReplayResult, bool]:
+        """Checkpoint plus the journal after it; a bad checkpoint means a full replay.
+
+        Returns the replay and whether a checkpoint was used.
+        """
+        checkpoint = self.load_checkpoint(partition)
+        result = self.replay(partition, start=checkpoint, drop_inactive=drop_inactive)
+        return result, checkpoint is not None
+
+    # ------------------------------------------------------------ export
+
+    def export_rfc18(self, jobid: int) -> list[dict[str, Any]]:
+        """The job's eventlog as RFC 18 objects (timestamp, name, context)."""
+        return [event.to_rfc18() for event in self.eventlog(jobid)]
+
+
+_INACTIVE = JobState.INACTIVE
+
+
+def _commit_error(exc: redis.ResponseError) -> FluxesError:
+    text = str(exc)
+    if text.startswith("FENCED unfenced"):
+        return FencedError(text[7:])
+    if text.startswith("FENCED"):
+        return FencedError(f"stale writer refused (current epoch {text[7:] or 'none'})")
+    if text.startswith("CONFLICT "):
+        conflicts = {}
+        for item in text[9:].split(","):
+            jobid, _, actual = item.partition(":")
+            conflicts[int(jobid)] = int(actual)
+        return ConflictError(conflicts)
+    return FluxesError(f"commit failed: {text}")
+
+
+def _commit_result(result: Any) -> CommitResult:
+    count, last = result
+    return CommitResult(int(count), last.decode() if isinstance(last, bytes) else str(last))

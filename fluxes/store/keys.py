@@ -1,0 +1,200 @@
+"""Every Redis key name fluxes uses, in one place.
+
+Keys are namespaced (default ``fx``) and carry a Redis Cluster hash tag so
+that every multi-key atomic step touches one slot:
+
+* global keys (users, submit streams, queues, scheduler lease, exec streams)
+  carry ``{ns}``;
+* partition keys (job eventlogs and hashes, the journal, the job manager's
+  fence and inputs, the scheduler protocol streams, the job-list read model)
+  carry ``{ns}`` when there is one partition and ``{ns:p<k>}`` when there are
+  several, with k = jobid mod partitions.
+
+With one partition everything shares one slot, so any step may be atomic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: Consumer group names, one per reader role.
+GROUP_JM = "jm"
+GROUP_INGEST = "ingest"
+GROUP_JOBLIST = "joblist"
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """Key names for one fluxes instance (namespace) split into ``partitions``."""
+
+    ns: str = "fx"
+    partitions: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.ns or any(c in self.ns for c in "{}: \t\n"):
+            raise ValueError(f"namespace must be a non-empty word, got {self.ns!r}")
+        if self.partitions < 1:
+            raise ValueError(f"partitions must be >= 1, got {self.partitions}")
+
+    # ------------------------------------------------------------ tags
+
+    @property
+    def g(self) -> str:
+        """The global hash-tagged prefix, e.g. ``{fx}``."""
+        return f"{{{self.ns}}}"
+
+    def p(self, partition: int) -> str:
+        """The hash-tagged prefix of ``partition``."""
+        if self.partitions == 1:
+            return f"{{{self.ns}}}"
+        return f"{{{self.ns}:p{partition}}}"
+
+    def partition_of(self, jobid: int) -> int:
+        """The partition that owns ``jobid``."""
+        return jobid % self.partitions
+
+    def same_slot(self, a: str, b: str) -> bool:
+        """True when keys ``a`` and ``b`` carry the same hash tag."""
+        return a[: a.index("}") + 1] == b[: b.index("}") + 1]
+
+    # ------------------------------------------------------------ global keys
+
+    @property
+    def instance(self) -> str:
+        """Hash: instance facts (owner, partitions, created, config digest)."""
+        return f"{self.g}:instance"
+
+    @property
+    def users(self) -> str:
+        """Hash: user name -> uid, for every user allowed to submit."""
+        return f"{self.g}:users"
+
+    def submit(self, user: str) -> str:
+        """Stream: one user's requests (submit, cancel, urgency...); ACLs let only them write it."""
+        return f"{self.g}:submit:{user}"
+
+    def reply(self, user: str, request: str) -> str:
+        """List: the ingest's answer to one request (the client BLPOPs it)."""
+        return f"{self.g}:reply:{user}:{request}"
+
+    @property
+    def fluid_generators(self) -> str:
+        """Counter: hands out FLUID generator ids to ingest processes."""
+        return f"{self.g}:fluid:gen"
+
+    @property
+    def queues(self) -> str:
+        """Stream: queue admin events (enable/disable/start/stop with reasons)."""
+        return f"{self.g}:queues"
+
+    @property
+    def sched_lease(self) -> str:
+        """String with TTL: the scheduler leader's lease."""
+        return f"{self.g}:sched:lease"
+
+    @property
+    def sched_generation(self) -> str:
+        """Counter: scheduler epochs (one per hello)."""
+        return f"{self.g}:sched:gen"
+
+    def exec_rank(self, rank: int) -> str:
+        """Stream: start/kill requests for the exec worker serving ``rank``."""
+        return f"{self.g}:exec:rank:{rank}"
+
+    @property
+    def exec_registry(self) -> str:
+        """Hash: rank -> exec worker registration and heartbeat."""
+        return f"{self.g}:exec:registry"
+
+    def exec_jobs(self, rank: int) -> str:
+        """Hash: jobid -> what the exec worker on ``rank`` knows of the job (for restarts)."""
+        return f"{self.g}:exec:jobs:{rank}"
+
+    def output(self, jobid: int) -> str:
+        """Stream: a job's stdout/stderr lines, labelled by task rank."""
+        return f"{self.g}:output:{jobid}"
+
+    @property
+    def resource_events(self) -> str:
+        """Stream: drain/undrain events for execution targets."""
+        return f"{self.g}:resource:events"
+
+    @property
+    def dead_letters(self) -> str:
+        """Stream: malformed messages any worker refused, with the error."""
+        return f"{self.g}:deadletters"
+
+    @property
+    def workers(self) -> str:
+        """Hash: worker name -> JSON (kind, pid, host, heartbeat) for ``fluxes status``."""
+        return f"{self.g}:workers"
+
+    # ------------------------------------------------------------ partition keys
+
+    def eventlog(self, jobid: int) -> str:
+        """Stream: the job's RFC 21 events (fields ``n`` name, ``t`` time, ``c`` context)."""
+        return f"{self.p(self.partition_of(jobid))}:job:{jobid}:eventlog"
+
+    def job(self, jobid: int) -> str:
+        """Hash: jobspec (as submitted), jobspec_full (defaults applied), R, owner, queue..."""
+        return f"{self.p(self.partition_of(jobid))}:job:{jobid}"
+
+    def journal(self, partition: int) -> str:
+        """Stream: every event of every job of the partition (``j`` jobid, ``s`` seq, ``n``...)."""
+        return f"{self.p(partition)}:journal"
+
+    def checkpoint(self, partition: int) -> str:
+        """String: the job manager's snapshot and the journal id it covers."""
+        return f"{self.p(partition)}:checkpoint"
+
+    def jm_lease(self, partition: int) -> str:
+        """String with TTL: the partition's job-manager leader lease."""
+        return f"{self.p(partition)}:jm:lease"
+
+    def jm_fence(self, partition: int) -> str:
+        """String: the partition leader's epoch; writes carry it as their fencing token."""
+        return f"{self.p(partition)}:jm:fence"
+
+    def jm_new(self, partition: int) -> str:
+        """Stream: ids of jobs the ingest created, for the job manager."""
+        return f"{self.p(partition)}:jm:new"
+
+    def jm_ctl(self, partition: int) -> str:
+        """Stream: cancel/urgency/raise requests forwarded to the job manager."""
+        return f"{self.p(partition)}:jm:ctl"
+
+    def sched_req(self, partition: int) -> str:
+        """Stream: RFC 27 job manager -> scheduler (hello answer, alloc, free, cancel...)."""
+        return f"{self.p(partition)}:sched:req"
+
+    def sched_resp(self, partition: int) -> str:
+        """Stream: RFC 27 scheduler -> job manager (hello, ready, alloc/free responses)."""
+        return f"{self.p(partition)}:sched:resp"
+
+    def sched_fence(self, partition: int) -> str:
+        """String: the scheduler epoch allowed to write R in this partition."""
+        return f"{self.p(partition)}:sched:fence"
+
+    def exec_events(self, partition: int) -> str:
+        """Stream: exec workers -> job manager (started, finished, released per rank)."""
+        return f"{self.p(partition)}:exec:events"
+
+    def request_done(self, partition: int, request: str) -> str:
+        """String with TTL: the outcome of an ingest request, so a retry is answered, not redone."""
+        return f"{self.p(partition)}:req:{request}"
+
+    def joblist_jobs(self, partition: int) -> str:
+        """Hash: jobid -> job summary JSON (the job-list read model)."""
+        return f"{self.p(partition)}:jl:jobs"
+
+    def joblist_active(self, partition: int) -> str:
+        """Sorted set: active jobids by submit time."""
+        return f"{self.p(partition)}:jl:active"
+
+    def joblist_inactive(self, partition: int) -> str:
+        """Sorted set: inactive jobids by the time they became inactive."""
+        return f"{self.p(partition)}:jl:inactive"
+
+    def joblist_counts(self, partition: int) -> str:
+        """Hash: counters by state, result, user and queue."""
+        return f"{self.p(partition)}:jl:counts"
