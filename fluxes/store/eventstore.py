@@ -159,7 +159,7 @@ class JournalEntry:
         return obj if isinstance(obj, dict) else {}
 
 
-def _journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes]) -> JournalEntry:
+def journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes]) -> JournalEntry:
     seq = fields.get(b"s")
     return JournalEntry(
         id=stream_id.decode(), jobid=int(fields[b"j"]),
@@ -263,7 +263,7 @@ class EventStore:
             entries = self.redis.xrange(key, min=start, max=until, count=block)
             if not entries:
                 return
-            yield [_journal_entry(sid, fields) for sid, fields in entries]
+            yield [journal_entry(sid, fields) for sid, fields in entries]
             start = "(" + entries[-1][0].decode()
             if len(entries) < block:
                 return

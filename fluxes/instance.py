@@ -1,0 +1,89 @@
+"""Finding and describing a fluxes instance: its Redis URL, namespace and partitions.
+
+An instance is named by a URI: a Redis URL (``redis://``, ``rediss://``,
+``unix://``) with an optional ``ns`` query parameter for the namespace, e.g.
+``unix:///tmp/fluxes-1/redis.sock?ns=fx``. Clients find it in ``$FLUXES_URI``
+(set by ``fluxes start`` for the command it runs), else ``$FLUXES_REDIS_URL``.
+The number of partitions is a fact of the instance, stored in Redis.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import redis
+
+from fluxes.errors import FluxesError
+from fluxes.store.connection import ENV_REDIS_URL, connect
+from fluxes.store.keys import Keys
+
+ENV_URI = "FLUXES_URI"
+DEFAULT_NAMESPACE = "fx"
+
+
+class NoInstanceError(FluxesError):
+    """No instance URI is known, or the instance does not answer."""
+
+
+@dataclass(frozen=True)
+class InstanceURI:
+    """A parsed instance URI: where Redis is and which namespace the instance uses."""
+
+    redis_url: str
+    ns: str = DEFAULT_NAMESPACE
+
+    @classmethod
+    def parse(cls, uri: str) -> InstanceURI:
+        """Parse ``uri``; ValueError if it is not a Redis URL."""
+        parts = urlsplit(uri)
+        if parts.scheme not in ("redis", "rediss", "unix"):
+            raise ValueError(f"not a fluxes URI (want redis://, rediss:// or unix://): {uri!r}")
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ns = DEFAULT_NAMESPACE
+        rest = []
+        for key, value in query:
+            if key == "ns":
+                ns = value
+            else:
+                rest.append((key, value))
+        url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+        return cls(url, ns)
+
+    def __str__(self) -> str:
+        sep = "&" if "?" in self.redis_url else "?"
+        return f"{self.redis_url}{sep}ns={self.ns}"
+
+    @classmethod
+    def from_env(cls, uri: str | None = None) -> InstanceURI:
+        """The instance named by ``uri``, $FLUXES_URI or $FLUXES_REDIS_URL."""
+        text = uri or os.environ.get(ENV_URI) or os.environ.get(ENV_REDIS_URL)
+        if not text:
+            raise NoInstanceError(
+                f"no fluxes instance: set {ENV_URI} (printed by 'fluxes start --detach'), "
+                "or run the command under 'fluxes start -- COMMAND'")
+        return cls.parse(text)
+
+
+class Instance:
+    """A connection to a running instance: Redis client and its key names."""
+
+    def __init__(self, uri: InstanceURI, client: redis.Redis | None = None,
+                 client_name: str | None = None) -> None:
+        self.uri = uri
+        self.redis = client if client is not None else connect(uri.redis_url,
+                                                               client_name=client_name)
+        partitions = 1
+        try:
+            raw = self.redis.hget(Keys(uri.ns).instance, "partitions")
+        except redis.ConnectionError as exc:
+            raise NoInstanceError(f"cannot reach the instance at {uri.redis_url}: {exc}") from None
+        if raw:
+            partitions = int(raw)
+        self.keys = Keys(uri.ns, partitions)
+
+    @classmethod
+    def connect(cls, uri: str | None = None, client_name: str | None = None) -> Instance:
+        """Connect to the instance named by ``uri`` or the environment."""
+        return cls(InstanceURI.from_env(uri), client_name=client_name)

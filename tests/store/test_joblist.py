@@ -1,0 +1,137 @@
+"""The job-list read model: folded from the journal, crash-safe, equal to a rebuild."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import redis
+
+from fluxes.instance import Instance, InstanceURI
+from fluxes.job import events as ev
+from fluxes.joblist.model import ReadModel
+from fluxes.joblist.store import JobListStore
+from fluxes.store.eventstore import EventStore
+from fluxes.store.keys import GROUP_JOBLIST, Keys
+from workers import joblist as joblist_worker
+from workers.joblist import JobListWorker
+
+KEYS = Keys("t")
+T = 1000.0
+
+
+def _submit(jobid: int, queue: str = "batch") -> tuple[list[ev.Event], dict[str, object]]:
+    return ([ev.decode("submit", T + jobid, {"urgency": 16, "userid": 1000 + jobid % 3,
+                                            "flags": 0, "version": 1}),
+             ev.decode("validate", T + jobid)],
+            {"name": f"job{jobid}", "queue": queue, "ntasks": 1, "nnodes": 1})
+
+
+LIFE = [("depend", {}), ("priority", {"priority": 16}), ("alloc", {}), ("start", {}),
+        ("finish", {"status": 0}), ("release", {"ranks": "all", "final": True}),
+        ("free", {}), ("clean", {})]
+
+
+def _write_workload(store: EventStore, client: redis.Redis, njobs: int, seed: int) -> None:
+    """Submit njobs and push each a random distance through its life, interleaved."""
+    client.set(KEYS.jm_fence(0), "1")
+    rng = random.Random(seed)
+    progress = {}
+    for jobid in range(1, njobs + 1):
+        events, extra = _submit(jobid, rng.choice(["batch", "debug"]))
+        batch = store.batch()
+        batch.append(KEYS.eventlog(jobid), jobid, 0, events, [extra, None])
+        store.commit(batch)
+        progress[jobid] = (2, rng.randint(0, len(LIFE)))
+    while any(done < 2 + goal for done, goal in progress.values()):
+        jobid = rng.choice([j for j, (d, g) in progress.items() if d < 2 + g])
+        done, goal = progress[jobid]
+        name, ctx = LIFE[done - 2]
+        if name == "finish" and rng.random() < 0.3:
+            ctx = {"status": 256}
+        batch = store.batch()
+        batch.append(KEYS.eventlog(jobid), jobid, done, [ev.decode(name, T + done, ctx)])
+        if name == "priority" and rng.random() < 0.5:
+            batch.journal_only(jobid, ev.decode("annotations", T, {
+                "annotations": {"sched": {"reason_pending": "testing"}}}))
+        store.commit(batch, token="1")
+        progress[jobid] = (done + 1, goal)
+
+
+def _expected(store: EventStore) -> ReadModel:
+    model = ReadModel()
+    for block in store.iter_journal(0):
+        model.feed((e.jobid, e.event(), e.extra_dict()) for e in block)
+    return model
+
+
+def _redis_model(client: redis.Redis) -> ReadModel:
+    jl = JobListStore(client, KEYS)
+    return ReadModel(jl.all_summaries(), jl.counters())
+
+
+class JobListContract:
+    @pytest.fixture
+    def instance(self, client: redis.Redis) -> Instance:
+        return Instance(InstanceURI("redis://unused", "t"), client=client)
+
+    def test_fold_equals_rebuild(self, instance: Instance, client: redis.Redis) -> None:
+        store = EventStore(client, KEYS)
+        _write_workload(store, client, 30, seed=1)
+        worker = JobListWorker(instance)
+        worker.setup()
+        for _ in range(5):
+            worker.step()
+        assert _redis_model(client) == _expected(store)
+        counts = JobListStore(client, KEYS).counters()
+        assert sum(v for k, v in counts.items() if k.startswith("state:")) == 30
+
+    @pytest.mark.parametrize("seed", [2, 3, 4])
+    def test_survives_kills_between_batches(self, instance: Instance, client: redis.Redis,
+                                            seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        store = EventStore(client, KEYS)
+        _write_workload(store, client, 40, seed=seed)
+        monkeypatch.setattr(joblist_worker, "READ_COUNT", 7)
+        rng = random.Random(seed)
+        for _ in range(30):
+            worker = JobListWorker(instance)
+            worker.setup()
+            for _ in range(rng.randint(0, 3)):
+                worker.step()
+            if rng.random() < 0.5:
+                # killed after reading a block but before writing it: the entries
+                # stay pending for the next incarnation
+                client.xreadgroup(GROUP_JOBLIST, worker.consumer,
+                                  {KEYS.journal(0): ">"}, count=5)
+        worker = JobListWorker(instance)
+        worker.setup()
+        for _ in range(40):
+            worker.step()
+        assert _redis_model(client) == _expected(store)
+
+    def test_poison_entry_goes_to_dead_letters(self, instance: Instance,
+                                               client: redis.Redis) -> None:
+        store = EventStore(client, KEYS)
+        _write_workload(store, client, 2, seed=5)
+        client.xadd(KEYS.journal(0), {"j": "notanumber", "n": "submit", "t": "1"})
+        client.xadd(KEYS.journal(0), {"j": "9", "n": "start", "t": "1"})  # impossible
+        worker = JobListWorker(instance)
+        worker.setup()
+        for _ in range(3):
+            worker.step()
+        letters = client.xrange(KEYS.dead_letters)
+        assert len(letters) == 2
+        assert b"before submit" in letters[1][1][b"error"]
+        assert client.xpending(KEYS.journal(0), GROUP_JOBLIST)["pending"] == 0
+
+
+class TestFakeRedis(JobListContract):
+    @pytest.fixture
+    def client(self, fake_redis: redis.Redis) -> redis.Redis:
+        return fake_redis
+
+
+class TestRealRedis(JobListContract):
+    @pytest.fixture
+    def client(self, real_redis: redis.Redis) -> redis.Redis:
+        return real_redis
