@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 
@@ -48,7 +48,10 @@ class InstanceURI:
                 ns = value
             else:
                 rest.append((key, value))
-        url = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
+        # urlunsplit would drop the empty authority of unix:///path
+        url = f"{parts.scheme}://{parts.netloc}{parts.path}"
+        if rest:
+            url += "?" + urlencode(rest)
         return cls(url, ns)
 
     def __str__(self) -> str:

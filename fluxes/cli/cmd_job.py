@@ -1,20 +1,35 @@
-"""``fluxes job``: per-job commands (ids for now; eventlogs and more follow)."""
+"""``fluxes job``: per-job commands (id, eventlog, wait-event...)."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
+import orjson
+
 from fluxes import jobid
-from fluxes.cli.util import add_subcommands, help_with_example
+from fluxes.cli.display import event_line, fmt_id, human_event_lines
+from fluxes.cli.util import (
+    add_subcommands,
+    die,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
+from fluxes.fsd import parse_duration
+from fluxes.store.eventstore import EventStore, decode_entry
 
 
 def register(subparsers: Any) -> None:
     """Add the ``job`` command group."""
     parser = subparsers.add_parser(
-        "job", **help_with_example("Per-job commands.", ["fluxes job id --to=f58 123456789"]),
+        "job", **help_with_example("Per-job commands.", ["fluxes job id --to=f58 123456789",
+                                                         "fluxes job eventlog ƒ2t6V2H"]),
     )
     sub = add_subcommands(parser, "job commands")
+
     idp = sub.add_parser(
         "id", **help_with_example(
             "Convert job ids between encodings, like 'flux job id'.\n"
@@ -27,9 +42,113 @@ def register(subparsers: Any) -> None:
     idp.add_argument("ids", nargs="+", metavar="ID")
     idp.set_defaults(func=_job_id)
 
+    evp = sub.add_parser(
+        "eventlog", **help_with_example(
+            "Print a job's eventlog, like 'flux job eventlog'.",
+            ["fluxes job eventlog ƒ2t6V2H", "fluxes job eventlog -H ƒ2t6V2H",
+             "fluxes job eventlog --format=json ƒ2t6V2H  # RFC 18, one event per line"],
+        ),
+    )
+    evp.add_argument("--format", choices=("text", "json"), default="text")
+    evp.add_argument("-H", "--human", action="store_true",
+                     help="human-readable times (date, then offsets)")
+    evp.add_argument("id", type=job_id_arg, metavar="ID")
+    evp.set_defaults(func=_eventlog)
+
+    wep = sub.add_parser(
+        "wait-event", **help_with_example(
+            "Wait until EVENT appears in a job's eventlog, then print it.\n"
+            "Blocks on the eventlog stream (no polling). Exit 1 on timeout.",
+            ["fluxes job wait-event ƒ2t6V2H clean",
+             "fluxes job wait-event -t 10s --match-context=type=cancel ƒ2t6V2H exception"],
+        ),
+    )
+    wep.add_argument("-t", "--timeout", default=None, metavar="FSD",
+                     help="give up after this long (default: wait forever)")
+    wep.add_argument("-m", "--match-context", action="append", default=[], metavar="KEY=VAL",
+                     help="only an event whose context has KEY equal to VAL (repeatable)")
+    wep.add_argument("-q", "--quiet", action="store_true", help="print nothing")
+    wep.add_argument("--format", choices=("text", "json"), default="text")
+    wep.add_argument("id", type=job_id_arg, metavar="ID")
+    wep.add_argument("event", metavar="EVENT")
+    wep.set_defaults(func=_wait_event)
+
 
 def _job_id(args: argparse.Namespace) -> int:
     """Print each id in the requested encoding; stop at the first bad one."""
     for text in args.ids:
         print(jobid.encode(jobid.parse(text), args.to))
     return 0
+
+
+def _store(args: argparse.Namespace) -> EventStore:
+    inst = instance(args)
+    return EventStore(inst.redis, inst.keys)
+
+
+def _eventlog(args: argparse.Namespace) -> int:
+    """Print the job's events."""
+    store = _store(args)
+    events = store.eventlog(args.id)
+    if not events:
+        die(f"job {fmt_id(args.id)} not found")
+    if args.format == "json":
+        for event in events:
+            print_json(event.to_rfc18())
+    elif args.human:
+        for line in human_event_lines([(e.timestamp, e.event_name, e.context())
+                                       for e in events]):
+            print(line)
+    else:
+        for event in events:
+            print(event_line(event.timestamp, event.event_name, event.context()))
+    return 0
+
+
+def _parse_matches(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            die(f"--match-context: expected KEY=VAL, got {pair!r}")
+        try:
+            out[key] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            out[key] = value  # a bare word compares as a string
+    return out
+
+
+def _wait_event(args: argparse.Namespace) -> int:
+    """Block on the job's eventlog until the event (with matching context) appears."""
+    timeout = parse_duration(args.timeout) if args.timeout is not None else None
+    matches = _parse_matches(args.match_context)
+    store = _store(args)
+    key = store.keys.eventlog(args.id)
+    if not store.job_exists(args.id):
+        die(f"job {fmt_id(args.id)} not found")
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = "0-0"
+    while True:
+        if deadline is None:
+            block = 0  # XREAD BLOCK 0 waits forever
+        else:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                die(f"wait-event timeout on event '{args.event}'")
+            block = max(1, int(remaining * 1000))
+        reply = store.redis.xread({key: last}, block=block, count=1000)
+        for _stream, entries in reply or []:
+            for sid, fields in entries:
+                last = sid.decode()
+                event = decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c"))
+                if event.event_name != args.event:
+                    continue
+                ctx = event.context()
+                if any(ctx.get(k) != v for k, v in matches.items()):
+                    continue
+                if not args.quiet:
+                    if args.format == "json":
+                        print_json(event.to_rfc18())
+                    else:
+                        print(event_line(event.timestamp, event.event_name, ctx))
+                return 0

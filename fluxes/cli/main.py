@@ -12,10 +12,10 @@ import sys
 from collections.abc import Sequence
 
 from fluxes import __version__
-from fluxes.cli import cmd_job, cmd_jobspec
+from fluxes.cli import cmd_eventlog, cmd_job, cmd_jobspec
 from fluxes.cli.util import PROG, ArgumentParser, add_subcommands, run_cli
 
-_GROUPS = (cmd_jobspec, cmd_job)
+_GROUPS = (cmd_jobspec, cmd_job, cmd_eventlog)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'fluxes COMMAND --help' for the options of a command.",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    parser.add_argument("--uri", metavar="URI", default=None,
+                        help="instance to talk to (default: $FLUXES_URI)")
     subparsers = add_subcommands(parser, "commands")
     for group in _GROUPS:
         group.register(subparsers)

@@ -15,7 +15,9 @@ from typing import Any, NoReturn, TextIO
 
 import orjson
 
+from fluxes import jobid
 from fluxes.errors import FluxesError
+from fluxes.instance import Instance
 
 PROG = "fluxes"
 
@@ -109,6 +111,23 @@ def add_subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
         title=title, dest=f"_{title.replace(' ', '_')}", required=True,
         parser_class=ArgumentParser, metavar="COMMAND",
     )
+
+
+def instance(args: argparse.Namespace) -> Instance:
+    """The instance named by ``--uri`` or the environment (connected once per command)."""
+    cached: Instance | None = getattr(args, "_instance", None)
+    if cached is None:
+        cached = Instance.connect(getattr(args, "uri", None), client_name="fluxes-cli")
+        args._instance = cached
+    return cached
+
+
+def job_id_arg(text: str) -> int:
+    """argparse type: a job id in any encoding."""
+    try:
+        return jobid.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def help_with_example(description: str, examples: Sequence[str]) -> dict[str, Any]:

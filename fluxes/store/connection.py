@@ -19,11 +19,12 @@ def connect(url: str | None = None, *, client_name: str | None = None) -> redis.
     target = url or os.environ.get(ENV_REDIS_URL)
     if not target:
         raise ValueError(f"no Redis URL given (set {ENV_REDIS_URL} or pass --redis)")
+    options: dict[str, object] = {"decode_responses": False, "client_name": client_name,
+                                  "health_check_interval": 30}
+    if not target.startswith("unix:"):
+        options["socket_keepalive"] = True  # TCP only; unix sockets refuse the option
     try:
-        client: redis.Redis = redis.Redis.from_url(
-            target, decode_responses=False, client_name=client_name,
-            health_check_interval=30, socket_keepalive=True,
-        )
+        client: redis.Redis = redis.Redis.from_url(target, **options)
     except ValueError as exc:
         raise ValueError(f"bad Redis URL {target!r}: {exc}") from None
     return client

@@ -1,0 +1,210 @@
+"""``fluxes eventlog``: the journal, time travel, consistency checks, dead letters."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import orjson
+
+from fluxes.cli.display import context_text, fmt_id, parse_time, stream_id_for, table, username
+from fluxes.cli.util import add_subcommands, help_with_example, instance, job_id_arg, print_json
+from fluxes.job.events import EventError
+from fluxes.job.model import Job, TransitionError, apply
+from fluxes.store.eventstore import EventStore, JournalEntry, decode_entry, journal_entry
+
+#: Job eventlogs fetched per round trip by ``check``.
+CHECK_BLOCK = 500
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``eventlog`` command group."""
+    parser = subparsers.add_parser(
+        "eventlog", **help_with_example(
+            "Inspect the journal of every job event.",
+            ["fluxes eventlog journal --follow", "fluxes eventlog replay --until=-1h",
+             "fluxes eventlog check"],
+        ),
+    )
+    sub = add_subcommands(parser, "eventlog commands")
+
+    jp = sub.add_parser("journal", **help_with_example(
+        "Print journal entries (every event of every job), optionally filtered.",
+        ["fluxes eventlog journal --job=ƒ2t6V2H",
+         "fluxes eventlog journal --follow --name=exception",
+         "fluxes eventlog journal --since=-10m --json"]))
+    jp.add_argument("-f", "--follow", action="store_true", help="keep printing new entries")
+    jp.add_argument("--since", metavar="ID|TIME",
+                    help="start after a stream id, a UNIX/ISO time or -DURATION ago")
+    jp.add_argument("--job", type=job_id_arg, metavar="ID", help="only this job")
+    jp.add_argument("--name", metavar="EVENT", action="append",
+                    help="only events with this name (repeatable)")
+    jp.add_argument("--json", action="store_true", help="one JSON object per line")
+    jp.set_defaults(func=_journal)
+
+    rp = sub.add_parser("replay", **help_with_example(
+        "Show every job's state as of a moment in the past, rebuilt from the journal.",
+        ["fluxes eventlog replay --until=-1h",
+         "fluxes eventlog replay --until=2026-11-22T10:00 --json"]))
+    rp.add_argument("--until", metavar="TIME",
+                    help="a UNIX/ISO time or -DURATION ago (default now)")
+    rp.add_argument("--json", action="store_true", help="one JSON object per job")
+    rp.set_defaults(func=_replay)
+
+    cp = sub.add_parser("check", **help_with_example(
+        "Replay every eventlog and list jobs that do not replay cleanly (exit 1 if any).",
+        ["fluxes eventlog check", "fluxes eventlog check --json"]))
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=_check)
+
+    dp = sub.add_parser("dead-letters", **help_with_example(
+        "Show malformed messages the workers parked, with the error.",
+        ["fluxes eventlog dead-letters", "fluxes eventlog dead-letters --json -n 5"]))
+    dp.add_argument("-n", "--count", type=int, default=50, help="newest N (default 50)")
+    dp.add_argument("--json", action="store_true")
+    dp.set_defaults(func=_dead_letters)
+
+
+def _store(args: argparse.Namespace) -> EventStore:
+    inst = instance(args)
+    return EventStore(inst.redis, inst.keys)
+
+
+def _print_entry(entry: JournalEntry, as_json: bool) -> None:
+    event = entry.event()
+    if as_json:
+        obj: dict[str, Any] = {"id": entry.jobid, **event.to_rfc18()}
+        print_json(obj)
+        return
+    line = f"{fmt_id(entry.jobid)} {event.timestamp:.6f} {event.event_name}"
+    ctx = event.context()
+    print(f"{line} {context_text(ctx)}" if ctx else line)
+
+
+def _journal(args: argparse.Namespace) -> int:
+    """Print (and follow) the journal, filtered."""
+    store = _store(args)
+    keys = store.keys
+    names = {n.encode() for n in args.name} if args.name else None
+    start = stream_id_for(args.since) if args.since else "0-0"
+    if args.job is not None:
+        partitions = [keys.partition_of(args.job)]
+    else:
+        partitions = list(range(keys.partitions))
+
+    def wanted(entry: JournalEntry) -> bool:
+        return ((args.job is None or entry.jobid == args.job)
+                and (names is None or entry.name in names))
+
+    last = dict.fromkeys(partitions, start)
+    for p in partitions:
+        for block in store.iter_journal(p, after=start):
+            for entry in block:
+                last[p] = entry.id
+                if wanted(entry):
+                    _print_entry(entry, args.json)
+    if not args.follow:
+        return 0
+    while True:
+        reply = store.redis.xread({keys.journal(p): last[p] for p in partitions},
+                                  block=0, count=1000)
+        for stream, entries in reply or []:
+            p = next(q for q in partitions if keys.journal(q) == stream.decode())
+            for sid, fields in entries:
+                entry = journal_entry(sid, fields)
+                last[p] = entry.id
+                if wanted(entry):
+                    _print_entry(entry, args.json)
+
+
+def _job_row(job: Job) -> dict[str, Any]:
+    result = job.result
+    return {"id": job.id, "userid": job.userid, "state": job.state.name,
+            "result": result.name if result is not None else None,
+            "t_submit": job.t_submit, "t_run": job.t_run, "t_inactive": job.t_inactive,
+            "priority": job.priority, "urgency": job.urgency}
+
+
+def _replay(args: argparse.Namespace) -> int:
+    """Fold the journal up to a time and print the jobs as they were."""
+    store = _store(args)
+    until = parse_time(args.until) if args.until else time.time()
+    jobs: dict[int, Job] = {}
+    for p in range(store.keys.partitions):
+        jobs.update(store.replay(p, until_time=until).jobs)
+    ordered = sorted(jobs.values(), key=lambda j: (j.t_submit, j.id))
+    if args.json:
+        for job in ordered:
+            print_json(_job_row(job))
+        return 0
+    rows = []
+    for job in ordered:
+        result = job.result
+        rows.append([fmt_id(job.id), username(job.userid) if job.userid >= 0 else "-",
+                     job.state.short, result.short if result is not None else "",
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.t_submit))])
+    for line in table(["JOBID", "USER", "ST", "RESULT", "SUBMITTED"], rows):
+        print(line)
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """Replay the journal and every job's own eventlog; report disagreements."""
+    store = _store(args)
+    problems: dict[int, str] = {}
+    total = 0
+    for p in range(store.keys.partitions):
+        result = store.replay(p)
+        problems.update(result.broken)
+        ids = sorted(result.jobs)
+        total += len(ids) + len(result.broken)
+        for i in range(0, len(ids), CHECK_BLOCK):
+            chunk = ids[i:i + CHECK_BLOCK]
+            pipe = store.redis.pipeline(transaction=False)
+            for jobid in chunk:
+                pipe.xrange(store.keys.eventlog(jobid))
+            for jobid, entries in zip(chunk, pipe.execute(), strict=True):
+                reason = _check_one(jobid, entries, result.jobs[jobid])
+                if reason:
+                    problems[jobid] = reason
+    if args.json:
+        print_json({"jobs": total, "problems": [{"id": j, "reason": r}
+                                                for j, r in sorted(problems.items())]})
+    else:
+        for jobid, reason in sorted(problems.items()):
+            print(f"{fmt_id(jobid)}: {reason}")
+        print(f"{total} jobs checked, {len(problems)} with problems")
+    return 1 if problems else 0
+
+
+def _check_one(jobid: int, entries: list[Any], from_journal: Job) -> str | None:
+    """Why the job's own eventlog disagrees with the journal, or None."""
+    job = Job(jobid)
+    try:
+        for _sid, fields in entries:
+            job = apply(decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c")), job)
+    except (EventError, TransitionError, KeyError) as exc:
+        return f"eventlog does not replay: {exc}"
+    if job.seq != from_journal.seq or job.state != from_journal.state:
+        return (f"eventlog ({job.seq} events, {job.state.name}) differs from the journal "
+                f"({from_journal.seq} events, {from_journal.state.name})")
+    return None
+
+
+def _dead_letters(args: argparse.Namespace) -> int:
+    """Print the newest dead letters."""
+    inst = instance(args)
+    entries = inst.redis.xrevrange(inst.keys.dead_letters, count=args.count)
+    for sid, fields in reversed(entries):
+        rec = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
+        if args.json:
+            rec["fields"] = orjson.loads(rec.get("fields", "{}"))
+            print_json({"dead_letter_id": sid.decode(), **rec})
+        else:
+            print(f"{sid.decode()} {rec.get('stream', '?')} {rec.get('id', '?')} "
+                  f"{rec.get('worker', '?')}: {rec.get('error', '')}")
+    if not entries and not args.json:
+        print("no dead letters")
+    return 0
+

@@ -1,0 +1,99 @@
+"""Formatting shared by commands: job ids, times, users, event lines, tables."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import pwd
+import time
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import orjson
+
+from fluxes import jobid as jobids
+from fluxes.fsd import parse_duration
+
+
+def fmt_id(jobid: int, form: str = "f58") -> str:
+    """A job id in the display encoding (f58 by default, as flux)."""
+    return jobids.encode(jobid, form)
+
+
+@cache
+def username(uid: int) -> str:
+    """The user name of ``uid`` (the number itself when unknown)."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError, ValueError):
+        return str(uid)
+
+
+def context_text(ctx: Mapping[str, Any]) -> str:
+    """Context as flux prints it: ``key=value`` with values JSON-encoded."""
+    return " ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in ctx.items())
+
+
+def event_line(timestamp: float, name: str, ctx: Mapping[str, Any] | None) -> str:
+    """``1552593348.073045 submit urgency=16 ...`` (flux job eventlog's text form)."""
+    line = f"{timestamp:.6f} {name}"
+    return f"{line} {context_text(ctx)}" if ctx else line
+
+
+def human_event_lines(events: Sequence[tuple[float, str, Mapping[str, Any] | None]]) -> list[str]:
+    """flux's ``-H`` form: the first event with its date, later ones as +offsets."""
+    out = []
+    first: float | None = None
+    for ts, name, ctx in events:
+        if first is None:
+            first = ts
+            stamp = dt.datetime.fromtimestamp(ts).strftime("%b%d %H:%M")
+        else:
+            stamp = f"  +{ts - first:.6f}"
+        line = f"[{stamp}] {name}"
+        out.append(f"{line} {context_text(ctx)}" if ctx else line)
+    return out
+
+
+def parse_time(text: str) -> float:
+    """A UNIX time, an ISO 8601 date/time, or ``-FSD`` (that long ago)."""
+    text = text.strip()
+    if text.startswith("-"):
+        return time.time() - parse_duration(text[1:])
+    try:
+        value = float(text)
+        if math.isfinite(value):
+            return value
+    except ValueError:
+        pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"invalid time {text!r} (want a UNIX time, an ISO date, or -DURATION)")\
+            from None
+    return when.timestamp()
+
+
+def stream_id_for(text: str) -> str:
+    """A stream id from a stream id (``1700000000000-0``) or any :func:`parse_time` form."""
+    head, sep, tail = text.partition("-")
+    if sep and head.isdigit() and tail.isdigit():
+        return text
+    return f"{int(parse_time(text) * 1000)}-0"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]],
+          right: frozenset[int] = frozenset()) -> list[str]:
+    """Left/right aligned text columns (right-aligned where the index is in ``right``)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [c.rjust(widths[i]) if i in right else c.ljust(widths[i])
+                 for i, c in enumerate(cells)]
+        return " ".join(parts).rstrip()
+
+    return [line(headers), *(line(r) for r in rows)]

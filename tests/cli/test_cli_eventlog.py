@@ -1,0 +1,117 @@
+"""Inspection commands against a real redis-server: eventlog, wait-event, journal, replay, check."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import orjson
+import pytest
+import redis
+
+from fluxes.cli.main import main
+from fluxes.job import events as ev
+from fluxes.jobid import encode
+from fluxes.store.eventstore import EventStore
+from fluxes.store.keys import Keys
+from fluxes.store.server import RedisServer
+
+KEYS = Keys("t")
+T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def store(real_redis: redis.Redis) -> EventStore:
+    real_redis.set(KEYS.jm_fence(0), "1")
+    return EventStore(real_redis, KEYS)
+
+
+@pytest.fixture
+def uri(redis_server: RedisServer) -> str:
+    return f"{redis_server.url}?ns=t"
+
+
+def _append(store: EventStore, jobid: int, seq: int, *events: ev.Event) -> None:
+    batch = store.batch()
+    batch.append(KEYS.eventlog(jobid), jobid, seq, list(events))
+    store.commit(batch, token="1")
+
+
+def _submit(store: EventStore, jobid: int, t: float = T0) -> None:
+    _append(store, jobid, 0,
+            ev.decode("submit", t, {"urgency": 16, "userid": 0, "flags": 0, "version": 1}),
+            ev.decode("validate", t + 0.5))
+
+
+def test_eventlog_text_json_and_human(store: EventStore, uri: str,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _submit(store, 42)
+    assert main(["--uri", uri, "job", "eventlog", encode(42, "f58")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == [f"{T0:.6f} submit urgency=16 userid=0 flags=0 version=1",
+                   f"{T0 + 0.5:.6f} validate"]
+    assert main(["--uri", uri, "job", "eventlog", "--format=json", "42"]) == 0
+    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert lines[0]["name"] == "submit" and lines[1] == {"timestamp": T0 + 0.5, "name": "validate"}
+    assert main(["--uri", uri, "job", "eventlog", "-H", "42"]) == 0
+    human = capsys.readouterr().out.splitlines()
+    assert human[1] == "[  +0.500000] validate"
+
+
+def test_unknown_job_is_one_line_error(store: EventStore, uri: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--uri", uri, "job", "eventlog", "99"]) == 1
+    assert capsys.readouterr().err.strip() == f"fluxes: job {encode(99, 'f58')} not found"
+
+
+def test_wait_event_blocks_until_the_event(store: EventStore, uri: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    _submit(store, 7)
+
+    def later() -> None:
+        time.sleep(0.3)
+        _append(store, 7, 2, ev.decode("exception", T0 + 1,
+                                       {"type": "test", "severity": 3, "note": "nope"}),
+                ev.decode("exception", T0 + 2, {"type": "cancel", "severity": 0, "note": ""}))
+
+    thread = threading.Thread(target=later)
+    thread.start()
+    code = main(["--uri", uri, "job", "wait-event", "-t", "10s", "--match-context=type=cancel",
+                 "7", "exception"])
+    thread.join()
+    assert code == 0
+    assert 'type="cancel"' in capsys.readouterr().out
+
+
+def test_wait_event_timeout(store: EventStore, uri: str,
+                            capsys: pytest.CaptureFixture[str]) -> None:
+    _submit(store, 8)
+    assert main(["--uri", uri, "job", "wait-event", "-t", "0.2s", "8", "clean"]) == 1
+    assert "timeout" in capsys.readouterr().err
+
+
+def test_journal_filters_and_replay_time_travel(store: EventStore, uri: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    _submit(store, 1, T0)
+    _submit(store, 2, T0 + 100)
+    assert main(["--uri", uri, "eventlog", "journal", "--job=2", "--json"]) == 0
+    lines = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(x["id"], x["name"]) for x in lines] == [(2, "submit"), (2, "validate")]
+    assert main(["--uri", uri, "eventlog", "journal", "--name=validate"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+    assert main(["--uri", uri, "eventlog", "replay", f"--until={T0 + 50}", "--json"]) == 0
+    rows = [orjson.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [(r["id"], r["state"]) for r in rows] == [(1, "DEPEND")]
+
+
+def test_check_reports_a_job_whose_eventlog_disagrees(store: EventStore, uri: str,
+                                                      real_redis: redis.Redis,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    _submit(store, 1)
+    _submit(store, 2)
+    assert main(["--uri", uri, "eventlog", "check"]) == 0
+    assert "2 jobs checked, 0 with problems" in capsys.readouterr().out
+    real_redis.xadd(KEYS.eventlog(2), {"n": "alloc", "t": "1.0"})  # written behind our back
+    assert main(["--uri", uri, "eventlog", "check"]) == 1
+    out = capsys.readouterr().out
+    assert f"{encode(2, 'f58')}: eventlog does not replay" in out
