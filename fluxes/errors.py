@@ -17,3 +17,7 @@ class JobspecError(FluxesError, ValueError):
 
 class ConfigError(FluxesError, ValueError):
     """A configuration file or value is invalid; the message names the key."""
+
+
+class PolicyError(FluxesError, ValueError):
+    """A request breaks configured policy (queue, limits, access, urgency, dependency)."""
