@@ -13,44 +13,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from fluxes.job import events as ev
-from fluxes.job.codec import job_from_json, job_to_json
-from fluxes.job.model import Job, apply
+from fluxes.job.model import Job
+from fluxes.job.record import JobRecord, apply_record
 from fluxes.job.states import JobResult, JobState
 
-
-@dataclass(slots=True)
-class JobSummary:
-    """What the job list knows of one job."""
-
-    job: Job
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def id(self) -> int:
-        """The job id."""
-        return self.job.id
-
-    @property
-    def queue(self) -> str:
-        """The job's queue ("" for the anonymous queue)."""
-        queue = self.info.get("queue")
-        return queue if isinstance(queue, str) else ""
-
-    def to_json(self) -> bytes:
-        """Compact JSON for the read-model hash."""
-        return orjson.dumps({"j": job_to_json(self.job), "i": self.info})
-
-    @classmethod
-    def from_json(cls, raw: bytes | str) -> JobSummary:
-        """Decode what :meth:`to_json` wrote; ValueError when it is not a summary."""
-        try:
-            obj = orjson.loads(raw)
-            return cls(job_from_json(obj["j"]), dict(obj.get("i") or {}))
-        except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
-            raise ValueError(f"bad job summary: {exc}") from None
+#: The read model keeps one record per job.
+JobSummary = JobRecord
 
 
 def counter_keys(summary: JobSummary) -> list[str]:
@@ -81,42 +50,18 @@ class Change:
 
 def apply_entry(summary: JobSummary | None, jobid: int, event: ev.Event,
                 extra: Mapping[str, Any]) -> Change:
-    """Fold one journal entry into ``summary`` (None for a job not seen before).
-
-    Raises TransitionError/EventError like :func:`fluxes.job.model.apply`.
-    """
+    """Fold one journal entry into ``summary`` and say what changed for the counters."""
     created = summary is None
-    if summary is None:
-        summary = JobSummary(Job(jobid))
-        before: list[str] = []
-    else:
-        before = counter_keys(summary)
-    was_inactive = summary.job.state is JobState.INACTIVE
-    job = apply(event, summary.job)
-    info = summary.info
-    if extra:
-        info = {**info, **extra}
-    if isinstance(event, ev.JobspecUpdate):
-        info = _apply_jobspec_update(info, event.updates)
-    new = JobSummary(job, info)
+    before = counter_keys(summary) if summary is not None else []
+    was_inactive = summary is not None and summary.job.state is JobState.INACTIVE
+    new = apply_record(summary, jobid, event, extra)
     delta: Counter[str] = Counter()
     for key in before:
         delta[key] -= 1
     for key in counter_keys(new):
         delta[key] += 1
     delta = Counter({k: v for k, v in delta.items() if v})
-    return Change(new, created, job.state is JobState.INACTIVE and not was_inactive, delta)
-
-
-def _apply_jobspec_update(info: dict[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
-    out = dict(info)
-    if "attributes.system.duration" in updates:
-        out["duration"] = updates["attributes.system.duration"]
-    if "attributes.system.queue" in updates:
-        out["queue"] = updates["attributes.system.queue"]
-    if "attributes.system.job.name" in updates:
-        out["name"] = updates["attributes.system.job.name"]
-    return out
+    return Change(new, created, new.job.state is JobState.INACTIVE and not was_inactive, delta)
 
 
 @dataclass
