@@ -19,8 +19,9 @@ import redis
 
 from fluxes.errors import FluxesError
 from fluxes.job import events as ev
-from fluxes.job.codec import CODEC_VERSION, job_from_json, job_to_json
+from fluxes.job.codec import CODEC_VERSION
 from fluxes.job.model import Job, TransitionError, apply
+from fluxes.job.record import JobRecord, apply_record
 from fluxes.job.states import JobState
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
@@ -171,20 +172,25 @@ def journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes]) -> JournalEnt
 
 @dataclass
 class ReplayResult:
-    """Jobs rebuilt from the journal, the position reached and any broken jobs."""
+    """Job records rebuilt from the journal, the position reached and any broken jobs."""
 
-    jobs: dict[int, Job]
+    records: dict[int, JobRecord]
     last_id: str
     events: int
     broken: dict[int, str]
 
+    @property
+    def jobs(self) -> dict[int, Job]:
+        """Just the job states, by id."""
+        return {jobid: rec.job for jobid, rec in self.records.items()}
+
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A job manager snapshot: active jobs and the journal id they include."""
+    """A job manager snapshot: active job records and the journal id they include."""
 
     journal_id: str
-    jobs: dict[int, Job]
+    records: dict[int, JobRecord]
     extra: dict[str, Any]
 
 
@@ -282,43 +288,42 @@ class EventStore:
         manager needs). A job whose events do not apply is reported in
         ``broken`` with the reason, and its later events are skipped.
         """
-        jobs: dict[int, Job] = dict(start.jobs) if start else {}
+        records: dict[int, JobRecord] = dict(start.records) if start else {}
         broken: dict[int, str] = {}
         last = start.journal_id if start else "0-0"
         count = 0
         for block in self.iter_journal(partition, after=last, until=until):
             for entry in block:
                 if until_time is not None and float(entry.timestamp) > until_time:
-                    return ReplayResult(jobs, last, count, broken)
+                    return ReplayResult(records, last, count, broken)
                 last = entry.id
                 count += 1
                 jobid = entry.jobid
                 if jobid in broken:
                     continue
-                job = jobs.get(jobid)
-                if job is None:
-                    if drop_inactive and entry.name != b"submit":
-                        continue  # a job that went inactive before the checkpoint
-                    job = Job(jobid)
+                record = records.get(jobid)
+                if record is None and drop_inactive and entry.name != b"submit":
+                    continue  # a job that went inactive before the checkpoint
                 try:
-                    job = apply(entry.event(), job)
-                except (ev.EventError, TransitionError) as exc:
+                    record = apply_record(record, jobid, entry.event(),
+                                          entry.extra_dict() if entry.extra else None)
+                except (ev.EventError, TransitionError, ValueError) as exc:
                     broken[jobid] = str(exc)
-                    jobs.pop(jobid, None)
+                    records.pop(jobid, None)
                     continue
-                if drop_inactive and job.state is _INACTIVE:
-                    jobs.pop(jobid, None)
+                if drop_inactive and record.job.state is _INACTIVE:
+                    records.pop(jobid, None)
                 else:
-                    jobs[jobid] = job
-        return ReplayResult(jobs, last, count, broken)
+                    records[jobid] = record
+        return ReplayResult(records, last, count, broken)
 
     # ------------------------------------------------------------ checkpoints
 
-    def checkpoint_blob(self, jobs: Iterable[Job], journal_id: str,
+    def checkpoint_blob(self, records: Iterable[JobRecord], journal_id: str,
                         extra: Mapping[str, Any] | None = None) -> bytes:
         """Serialize a checkpoint (zlib-compressed JSON; zlib's checksum catches corruption)."""
         doc = {"v": CODEC_VERSION, "journal": journal_id,
-               "jobs": [job_to_json(j) for j in jobs], "extra": dict(extra or {})}
+               "jobs": [r.to_obj() for r in records], "extra": dict(extra or {})}
         return zlib.compress(orjson.dumps(doc), 1)
 
     def load_checkpoint(self, partition: int) -> Checkpoint | None:
@@ -330,11 +335,11 @@ class EventStore:
             doc = orjson.loads(zlib.decompress(blob))
             if doc.get("v") != CODEC_VERSION:
                 return None
-            jobs = {}
+            records = {}
             for obj in doc["jobs"]:
-                job = job_from_json(obj)
-                jobs[job.id] = job
-            return Checkpoint(str(doc["journal"]), jobs, dict(doc.get("extra") or {}))
+                record = JobRecord.from_obj(obj)
+                records[record.id] = record
+            return Checkpoint(str(doc["journal"]), records, dict(doc.get("extra") or {}))
         except (zlib.error, orjson.JSONDecodeError, ValueError, KeyError, TypeError,
                 AttributeError):
             return None

@@ -130,7 +130,7 @@ class EventStoreContract:
         for jobid in range(1, 11):
             store.commit(_create(store, jobid))
         mid = store.replay(0, drop_inactive=True)
-        blob = store.checkpoint_blob(mid.jobs.values(), mid.last_id)
+        blob = store.checkpoint_blob(mid.records.values(), mid.last_id)
         client.set(KEYS.checkpoint(0), blob)
         for jobid in range(1, 11):
             batch = store.batch()
@@ -152,7 +152,7 @@ class EventStoreContract:
         client.set(KEYS.checkpoint(0), b"\x78\x01garbage")
         restored, used = store.restore(0)
         assert not used and len(restored.jobs) == 3
-        good = store.checkpoint_blob(restored.jobs.values(), restored.last_id)
+        good = store.checkpoint_blob(restored.records.values(), restored.last_id)
         client.set(KEYS.checkpoint(0), good[:-3] + b"xyz")  # bit rot at the end
         restored, used = store.restore(0)
         assert not used and len(restored.jobs) == 3
