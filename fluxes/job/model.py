@@ -394,7 +394,10 @@ def _epilog_finish(event: ev.EpilogFinish, job: Job) -> _Changes:
 
 @_transition.register
 def _start(event: ev.Start, job: Job) -> _Changes:
-    _require(job, event, _IN_RUN)
+    # Also in CLEANUP: an exception may land between alloc and the shells starting.
+    _require(job, event, _IN_RUNNING)
+    if not job.has_resources:
+        raise _refuse(job, event, "while the job holds no resources")
     if job.started:
         raise _refuse(job, event, "twice")
     if job.prologs:

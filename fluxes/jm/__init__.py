@@ -1,0 +1,1 @@
+"""The job manager: pure rules (core) driven by the worker loop."""

@@ -1,0 +1,410 @@
+"""The job manager's pure rules, driven with a fake scheduler and fake exec workers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fluxes import protocol as proto
+from fluxes.jm.core import Effects, JobManagerCore
+from fluxes.job import events as ev
+from fluxes.job.record import JobRecord, apply_record
+from fluxes.job.states import JobResult, JobState
+
+OWNER = 1000
+OTHER = 2000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Harness:
+    """Drives a core, checks every step's events replay on a replica, keeps the log."""
+
+    def __init__(self, **kw: Any) -> None:
+        self.clock = Clock()
+        self.core = JobManagerCore(owner_uid=OWNER, clock=self.clock, **kw)
+        self.replica: dict[int, JobRecord] = {}
+        self.log: dict[int, list[str]] = {}
+        self.sched: list[dict[str, Any]] = []
+        self.exec: dict[int, list[dict[str, Any]]] = {}
+        self.replies: list[dict[str, Any]] = []
+        self.hsets: dict[int, dict[str, str]] = {}
+        self.epoch = 0
+
+    def step(self, fn: Any, *args: Any) -> Effects:
+        fx = Effects()
+        fn(fx, *args)
+        for jobid, ops in fx.ops.items():
+            rec = self.replica.get(jobid)
+            if rec is not None and jobid in fx.base_seq:
+                assert fx.base_seq[jobid] == rec.job.seq
+            for op in ops:
+                if op[0] == "E":
+                    rec = apply_record(rec, jobid, op[1], op[2])
+                    self.log.setdefault(jobid, []).append(op[1].event_name)
+                else:
+                    rec = apply_record(rec, jobid, op[1])
+            assert rec is not None
+            self.replica[jobid] = rec
+        self.sched += fx.sched
+        for rank, msgs in fx.exec.items():
+            self.exec.setdefault(rank, []).extend(msgs)
+        self.replies += [payload for _key, payload in fx.replies]
+        self.hsets.update(fx.hsets)
+        return fx
+
+    def submit(self, jobid: int, userid: int = OWNER, urgency: int = 16,
+               **info: Any) -> None:
+        # what the ingest writes: submit + validate in the eventlog
+        t = self.clock()
+        rec = apply_record(None, jobid, ev.Submit(timestamp=t, urgency=urgency, userid=userid),
+                           info)
+        self.replica[jobid] = apply_record(rec, jobid, ev.Validate(timestamp=t))
+        self.log[jobid] = ["submit", "validate"]
+        self.step(self.core.on_new, {"t": "new", "id": jobid, "userid": userid,
+                                     "urgency": urgency, "flags": 0, "t_submit": t,
+                                     "info": info})
+
+    def hello(self, mode: str = "unlimited", limit: int = 0) -> None:
+        self.epoch += 1
+        self.step(self.core.on_sched, self.epoch, {"t": "hello"})
+        self.step(self.core.on_sched, self.epoch, {"t": "ready", "mode": mode, "limit": limit})
+
+    def allocs(self) -> list[int]:
+        out = [m["id"] for m in self.sched if m["t"] == "alloc"]
+        self.sched = [m for m in self.sched if m["t"] != "alloc"]
+        return out
+
+    def respond(self, jobid: int, kind: int, **extra: Any) -> None:
+        self.step(self.core.on_sched, self.epoch,
+                  {"t": "alloc-response", "id": jobid, "type": kind, **extra})
+
+    def grant(self, jobid: int, ranks: str = "0") -> None:
+        self.respond(jobid, proto.ALLOC_SUCCESS, ranks=ranks, nodelist="node0")
+
+    def exec_report(self, jobid: int, rank: int, **what: Any) -> None:
+        self.step(self.core.on_exec, {"t": "exec", "id": jobid, "rank": rank, **what})
+
+    def free_responses(self) -> None:
+        frees = [m["id"] for m in self.sched if m["t"] == "free"]
+        self.sched = [m for m in self.sched if m["t"] != "free"]
+        for jobid in frees:
+            self.step(self.core.on_sched, self.epoch, {"t": "free-response", "id": jobid})
+
+    def state(self, jobid: int) -> JobState:
+        return self.replica[jobid].job.state
+
+
+def run_to_end(h: Harness, jobid: int, ranks: str = "0", status: int = 0) -> None:
+    h.grant(jobid, ranks)
+    for rank in [int(r) for r in ranks.split(",")]:
+        h.exec_report(jobid, rank, started=True, status=status, released=True)
+    h.free_responses()
+
+
+def test_happy_path_drives_every_state_and_message() -> None:
+    h = Harness()
+    h.submit(1, duration=60)
+    assert h.state(1) == JobState.SCHED
+    assert h.allocs() == []  # no scheduler yet
+    h.hello()
+    assert h.sched[0] == {"t": "hello-reply", "alloc": []}
+    assert h.allocs() == [1]
+    h.grant(1)
+    assert h.state(1) == JobState.RUN
+    assert h.exec[0] == [{"t": "start", "id": 1, "ranks": "0"}]
+    h.exec_report(1, 0, started=True, status=0, released=True)
+    assert [m["t"] for m in h.sched if m["t"] == "free"] == ["free"]
+    h.free_responses()
+    assert h.log[1] == ["submit", "validate", "depend", "priority", "alloc", "start",
+                        "finish", "release", "free", "clean"]
+    assert h.replica[1].job.result == JobResult.COMPLETED
+    assert h.hsets[1]["result"] == "COMPLETED"
+    assert 1 not in h.core.jobs
+
+
+def test_multi_rank_job_aggregates_exec_reports() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.grant(1, "0-2")
+    h.exec_report(1, 0, started=True)
+    h.exec_report(1, 1, started=True)
+    assert "start" not in h.log[1]
+    h.exec_report(1, 2, started=True)
+    assert h.log[1][-1] == "start"
+    h.exec_report(1, 0, status=0, released=True)
+    h.exec_report(1, 1, status=256, released=True)
+    h.exec_report(1, 2, status=0, released=True)
+    h.free_responses()
+    assert h.replica[1].job.wait_status == 256
+    assert h.replica[1].job.result == JobResult.FAILED
+
+
+def test_cancel_in_sched_sends_cancel_then_cleans_on_cancel_response() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    assert h.allocs() == [1]
+    h.step(h.core.on_ctl, {"t": "cancel-request", "ids": [1], "userid": OWNER, "reply": "r"})
+    assert h.state(1) == JobState.CLEANUP
+    assert {"t": "cancel", "id": 1} in h.sched
+    h.respond(1, proto.ALLOC_CANCEL)
+    assert h.state(1) == JobState.INACTIVE
+    assert h.replica[1].job.result == JobResult.CANCELED
+    assert h.replies == [{"ok": [1], "errors": []}]
+
+
+def test_success_racing_a_cancel_is_freed() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.step(h.core.on_ctl, {"t": "cancel-request", "ids": [1], "userid": OWNER})
+    h.grant(1)  # the scheduler answered before it saw the cancel
+    assert h.replica[1].job.has_resources
+    assert h.exec[0] == [{"t": "kill", "id": 1, "signal": 15}]
+    h.exec_report(1, 0, released=True)  # exec never ran it
+    h.free_responses()
+    assert h.state(1) == JobState.INACTIVE
+    assert h.log[1][-3:] == ["alloc", "free", "clean"]
+
+
+def test_cancel_running_job_kills_it() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.exec_report(1, 0, started=True)
+    h.step(h.core.on_ctl, {"t": "cancel-request", "ids": [1], "userid": OWNER})
+    assert h.exec[0][-1] == {"t": "kill", "id": 1, "signal": 15}
+    h.exec_report(1, 0, status=15, released=True)
+    h.free_responses()
+    job = h.replica[1].job
+    assert job.result == JobResult.CANCELED and job.exit_code == 128 + 15
+
+
+def test_users_cancel_only_their_own_jobs() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.submit(2, userid=3000)
+    h.step(h.core.on_ctl, {"t": "cancel-request", "ids": [1, 2, 99], "userid": OTHER,
+                           "reply": "r"})
+    assert h.state(1) == JobState.INACTIVE and h.state(2) == JobState.SCHED
+    errors = h.replies[-1]["errors"]
+    assert len(errors) == 2 and "permission denied" in errors[0] and "unknown" in errors[1]
+    exc = [e for e in h.log[1] if e == "exception"]
+    assert exc == ["exception"]
+
+
+def test_deny_raises_alloc_exception_with_the_note() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.respond(1, proto.ALLOC_DENY, note="job requests 300 nodes, only 256 match [gpu]")
+    job = h.replica[1].job
+    assert job.state == JobState.INACTIVE and job.result == JobResult.FAILED
+    assert job.fatal is not None and job.fatal.note.startswith("job requests 300")
+
+
+def test_single_and_limited_modes() -> None:
+    h = Harness()
+    for j in (1, 2, 3):
+        h.submit(j)
+    h.hello("single")
+    assert h.allocs() == [1]
+    h.grant(1)
+    assert h.allocs() == [2]
+    h2 = Harness()
+    for j in (1, 2, 3):
+        h2.submit(j)
+    h2.hello("limited", 2)
+    assert h2.allocs() == [1, 2]
+
+
+def test_priority_order_and_hold() -> None:
+    h = Harness()
+    h.submit(1, urgency=16)
+    h.submit(2, urgency=31)  # expedite
+    h.submit(3, urgency=0)  # held
+    h.hello("single")
+    assert h.allocs() == [2]
+    assert h.replica[3].job.priority == 0
+    h.grant(2)
+    assert h.allocs() == [1]
+    h.grant(1)
+    assert h.allocs() == []  # 3 is held
+    h.step(h.core.on_ctl, {"t": "urgency-request", "id": 3, "urgency": 16, "userid": OWNER})
+    assert h.log[3][-2:] == ["urgency", "priority"]
+    assert h.allocs() == [3]
+
+
+def test_urgency_of_pending_job_goes_to_scheduler_as_prioritize() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.step(h.core.on_ctl, {"t": "urgency-request", "id": 1, "urgency": 20, "userid": OWNER})
+    assert {"t": "prioritize", "jobs": [[1, 20]]} in h.sched
+    h.step(h.core.on_ctl, {"t": "urgency-request", "id": 1, "urgency": 0, "userid": OWNER})
+    assert {"t": "cancel", "id": 1} in h.sched
+    assert h.state(1) == JobState.SCHED
+
+
+def test_guest_may_not_expedite() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.step(h.core.on_ctl, {"t": "urgency-request", "id": 1, "urgency": 31, "userid": OTHER,
+                           "reply": "r"})
+    assert "guests can only adjust urgency" in h.replies[-1]["errors"][0]
+
+
+def test_timelimit_exception_then_kill() -> None:
+    h = Harness()
+    h.submit(1, duration=5)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.exec_report(1, 0, started=True)
+    assert h.core.next_timer() == pytest.approx(1005.0)
+    h.clock.now = 1006.0
+    h.step(h.core.on_timers)
+    assert h.state(1) == JobState.CLEANUP
+    assert h.exec[0][-1]["t"] == "kill"
+    h.exec_report(1, 0, status=9, released=True)
+    h.free_responses()
+    assert h.replica[1].job.result == JobResult.TIMEOUT
+
+
+def test_afterok_chain() -> None:
+    h = Harness()
+    h.submit(1)
+    h.submit(2, dependencies=[{"scheme": "afterok", "value": "1"}])
+    assert h.state(2) == JobState.DEPEND
+    assert h.log[2][-1] == "dependency-add"
+    h.hello()
+    assert h.allocs() == [1]
+    run_to_end(h, 1)
+    assert h.log[2][-3:] == ["dependency-remove", "depend", "priority"]
+    assert h.allocs() == [2]
+
+
+def test_afterok_on_failed_job_raises_dependency_exception() -> None:
+    h = Harness()
+    h.submit(1)
+    h.submit(2, dependencies=[{"scheme": "afterok", "value": "1"}])
+    h.hello()
+    h.allocs()
+    run_to_end(h, 1, status=256)
+    job = h.replica[2].job
+    assert job.state == JobState.INACTIVE and job.fatal is not None
+    assert job.fatal.type == "dependency"
+
+
+def test_begin_time_dependency_waits_for_its_time() -> None:
+    h = Harness()
+    h.submit(1, dependencies=[{"scheme": "begin-time", "value": "1010.0"}])
+    assert h.state(1) == JobState.DEPEND
+    h.clock.now = 1011.0
+    h.step(h.core.on_timers)
+    assert h.state(1) == JobState.SCHED
+
+
+def test_new_hello_resets_outstanding_allocs_and_reports_held_resources() -> None:
+    h = Harness()
+    h.submit(1)
+    h.submit(2)
+    h.hello()
+    assert h.allocs() == [1, 2]
+    h.grant(1)
+    h.sched.clear()
+    h.hello()  # the scheduler restarted
+    reply = next(m for m in h.sched if m["t"] == "hello-reply")
+    assert [a["id"] for a in reply["alloc"]] == [1]
+    assert h.allocs() == [2]  # requested again in the new epoch
+    h.respond(2, proto.ALLOC_SUCCESS, ranks="1")  # current epoch: accepted
+    assert h.state(2) == JobState.RUN
+
+
+def test_stale_epoch_responses_are_ignored() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    old = h.epoch
+    h.hello()
+    h.step(h.core.on_sched, old, {"t": "alloc-response", "id": 1, "type": 0, "ranks": "0"})
+    assert h.state(1) == JobState.SCHED
+
+
+def test_restart_from_records_flux_restarts_sched_jobs_and_resends() -> None:
+    h = Harness()
+    h.submit(1)
+    h.submit(2)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    # a new core takes over from the same records (what replay gives)
+    h2 = Harness()
+    h2.replica = dict(h.replica)
+    h2.log = {k: list(v) for k, v in h.log.items()}
+    h2.core.load(h.replica.values())
+    h2.step(h2.core.restart)
+    assert {"t": "reset"} in h2.sched
+    assert h2.log[2][-2:] == ["flux-restart", "priority"]
+    assert h2.exec[0] == [{"t": "start", "id": 1, "ranks": "0"}]  # idempotent resend
+    h2.hello()
+    reply = next(m for m in h2.sched if m["t"] == "hello-reply")
+    assert [a["id"] for a in reply["alloc"]] == [1]
+    assert h2.allocs() == [2]
+
+
+def test_queue_stop_cancels_pending_allocs_and_start_resumes() -> None:
+    h = Harness()
+    h.submit(1, queue="debug")
+    h.submit(2, queue="batch")
+    h.hello()
+    assert h.allocs() == [1, 2]
+    h.step(h.core.on_ctl, {"t": "queues", "stopped": ["debug"]})
+    assert {"t": "cancel", "id": 1} in h.sched
+    h.respond(1, proto.ALLOC_CANCEL)
+    assert h.state(1) == JobState.SCHED
+    h.submit(3, queue="debug")
+    assert h.allocs() == []
+    h.step(h.core.on_ctl, {"t": "queues", "stopped": []})
+    assert sorted(h.allocs()) == [1, 3]
+
+
+def test_exec_error_fails_the_job() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.exec_report(1, 0, error="cannot execute 'nope': No such file", released=True)
+    h.free_responses()
+    job = h.replica[1].job
+    assert job.result == JobResult.FAILED and job.fatal is not None and job.fatal.type == "exec"
+
+
+def test_annotations_are_journal_only_and_kept_on_success() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.respond(1, proto.ALLOC_ANNOTATE, annotations={"sched": {"reason_pending": "busy"}})
+    assert h.replica[1].job.annotations == {"sched": {"reason_pending": "busy"}}
+    assert h.log[1][-1] == "priority"  # no eventlog event for annotations
+    h.respond(1, proto.ALLOC_SUCCESS, ranks="0",
+              annotations={"sched": {"reason_pending": None, "resource_summary": "rank0/core0"}})
+    assert h.replica[1].job.annotations == {"sched": {"resource_summary": "rank0/core0"}}
