@@ -66,9 +66,9 @@ class Batch:
 
     __slots__ = ("_args", "_index", "_keys", "events", "partition")
 
-    def __init__(self, keys: Keys, partition: int) -> None:
+    def __init__(self, keys: Keys, partition: int, fence: str | None = None) -> None:
         self.partition = partition
-        self._keys: list[str] = [keys.jm_fence(partition), keys.journal(partition)]
+        self._keys: list[str] = [fence or keys.jm_fence(partition), keys.journal(partition)]
         self._index: dict[str, int] = {}
         self._args: list[Any] = []
         self.events = 0
@@ -108,7 +108,8 @@ class Batch:
         for field, value in mapping.items():
             self._args += (field, value)
 
-    def xadd(self, key: str, fields: Mapping[str, str | bytes | int | float]) -> None:
+    def xadd(self, key: str, fields: Mapping[str, str | bytes | int | float]
+             | Mapping[bytes, bytes]) -> None:
         """Add a message to a stream."""
         self._args += ("X", self._key(key), len(fields))
         for field, value in fields.items():
@@ -122,6 +123,10 @@ class Batch:
     def set(self, key: str, value: bytes | str, ttl_ms: int = 0) -> None:
         """Set a string key (with a TTL in milliseconds when > 0)."""
         self._args += ("S", self._key(key), ttl_ms, value)
+
+    def push_reply(self, key: str, value: bytes | str, ttl_ms: int) -> None:
+        """Append a reply to a list a client waits on with BLPOP, expiring after ``ttl_ms``."""
+        self._args += ("L", self._key(key), ttl_ms, value)
 
     def script_args(self, token: str) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV for ``commit.lua``."""
@@ -202,9 +207,9 @@ class EventStore:
         self.keys = keys
         self._commit = client.register_script(lua_source("commit"))
 
-    def batch(self, partition: int = 0) -> Batch:
-        """A new empty batch for ``partition``."""
-        return Batch(self.keys, partition)
+    def batch(self, partition: int = 0, fence: str | None = None) -> Batch:
+        """A new empty batch for ``partition`` (fenced by the job manager's key by default)."""
+        return Batch(self.keys, partition, fence)
 
     # ------------------------------------------------------------ writes
 

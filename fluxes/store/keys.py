@@ -21,6 +21,8 @@ from dataclasses import dataclass
 GROUP_JM = "jm"
 GROUP_INGEST = "ingest"
 GROUP_JOBLIST = "joblist"
+GROUP_EXEC = "exec"
+GROUP_SCHED = "sched"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@
 --   X k n {field value}*n        XADD KEYS[k] * (an outbound message)
 --   A k group n {id}*n           XACK KEYS[k] group ids (inputs consumed)
 --   S k ttl value                SET KEYS[k] value (PX ttl when ttl > 0)
+--   L k ttl value                RPUSH KEYS[k] value, PEXPIRE ttl (a reply a client BLPOPs)
 --
 -- Returns {events appended, last journal id or ""}, or an error reply:
 --   "FENCED <current>"              the token is stale: nothing was written
@@ -36,7 +37,7 @@ local function skip(i)
   if op == 'J' then return i + 5 end
   if op == 'H' or op == 'X' then return i + 3 + 2 * tonumber(ARGV[i + 2]) end
   if op == 'A' then return i + 4 + tonumber(ARGV[i + 3]) end
-  if op == 'S' then return i + 4 end
+  if op == 'S' or op == 'L' then return i + 4 end
   error('bad op ' .. tostring(op) .. ' at ARGV[' .. i .. ']')
 end
 
@@ -110,6 +111,9 @@ while i <= #ARGV do
     if n > 0 then
       redis.call('XACK', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], unpack(ARGV, i + 4, i + 3 + n))
     end
+  elseif op == 'L' then
+    redis.call('RPUSH', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3])
+    redis.call('PEXPIRE', KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2]))
   elseif op == 'S' then
     local ttl = tonumber(ARGV[i + 2])
     if ttl > 0 then

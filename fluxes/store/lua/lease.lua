@@ -1,0 +1,39 @@
+-- lease.lua: acquire, renew or release a leader lease, with a fencing counter.
+--
+-- KEYS[1]  lease key (string with a TTL; its value names the holder)
+-- KEYS[2]  fence counter (INCR on every new leadership: the fencing token)
+-- ARGV[1]  operation: "acquire" | "renew" | "release"
+-- ARGV[2]  holder name (unique per process)
+-- ARGV[3]  lease time to live in milliseconds
+--
+-- acquire: returns the new fencing token when the lease was free, the current
+--          token when this holder already has it, or false when another holds it
+-- renew:   returns 1 when the lease was extended, 0 when this holder lost it
+-- release: returns 1 when the lease was deleted, 0 when this holder did not have it
+
+local op, holder, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local current = redis.call('GET', KEYS[1])
+if op == 'acquire' then
+  if not current then
+    redis.call('SET', KEYS[1], holder, 'PX', ttl)
+    return redis.call('INCR', KEYS[2])
+  end
+  if current == holder then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return tonumber(redis.call('GET', KEYS[2]))
+  end
+  return false
+elseif op == 'renew' then
+  if current == holder then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return 1
+  end
+  return 0
+elseif op == 'release' then
+  if current == holder then
+    redis.call('DEL', KEYS[1])
+    return 1
+  end
+  return 0
+end
+return redis.error_reply('lease.lua: unknown operation ' .. tostring(op))

@@ -1,0 +1,342 @@
+"""The job-manager worker: leader election, replay, and the input/commit loop.
+
+One leader per partition holds a lease; standbys wait for it. On taking the
+lease the worker rebuilds the partition from checkpoint + journal, posts
+``flux-restart`` for jobs in SCHED, asks the scheduler for a new epoch, and
+then loops:
+
+1. read a block of inputs (pending ones first after a restart) from the
+   new-job, scheduler-response, exec-event and control streams;
+2. hand each message to :class:`~fluxes.jm.core.JobManagerCore`;
+3. commit the resulting events, outbound messages and input
+   acknowledgements in one Lua call, fenced by the leader's token.
+
+A commit refused as stale (``FencedError``) means another leader took over:
+this process drops its state and goes back to standby.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import redis
+
+from fluxes import protocol as proto
+from fluxes.depend import TargetStatus
+from fluxes.instance import Instance
+from fluxes.jm.core import Ack, Effects, JobManagerCore
+from fluxes.job import events as ev
+from fluxes.queues import QueueEvent, QueueState, apply_queue_event
+from fluxes.store.eventstore import Batch, ConflictError, EventStore, FencedError
+from fluxes.store.groups import ensure_group
+from fluxes.store.keys import GROUP_JM
+from fluxes.store.lease import LEASE_TTL_MS, Lease
+from workers.base import Worker
+
+READ_COUNT = 2000
+MAX_BLOCK_MS = 1000
+#: Replies to clients expire if nobody reads them.
+REPLY_TTL_MS = 60_000
+#: Events between checkpoints.
+CHECKPOINT_EVERY = 200_000
+
+
+def stopped_queues(client: redis.Redis, key: str) -> set[str]:
+    """Queues whose admin state says stopped, folded from the queue event stream."""
+    states: dict[str | None, QueueState] = {}
+    for _sid, fields in client.xrange(key):
+        try:
+            event = QueueEvent.from_dict(orjson.loads(fields[b"d"]))
+            states = apply_queue_event(event, states)
+        except (KeyError, ValueError):
+            continue  # a malformed admin entry cannot stop a queue
+    return {q for q, s in states.items() if q is not None and not s.started}
+
+
+class JobManagerWorker(Worker):
+    """Leader (or standby) job manager of one partition."""
+
+    kind = "job-manager"
+
+    def __init__(self, instance: Instance, partition: int = 0, name: str | None = None,
+                 owner_uid: int | None = None, lease_ttl_ms: int = LEASE_TTL_MS,
+                 checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+        super().__init__(instance, name)
+        self.partition = partition
+        keys = self.keys
+        self.store = EventStore(self.redis, keys)
+        self.lease = Lease(self.redis, keys.jm_lease(partition), keys.jm_fence(partition),
+                           self.name, lease_ttl_ms)
+        self.owner_uid = owner_uid if owner_uid is not None else self._instance_owner()
+        self.inputs = [keys.jm_new(partition), keys.sched_resp(partition),
+                       keys.exec_events(partition), keys.jm_ctl(partition)]
+        self.core: JobManagerCore | None = None
+        self.token: str | None = None
+        self._pending = True
+        self.checkpoint_every = checkpoint_every
+        self._since_checkpoint = 0
+        self._last_journal_id = "0-0"
+        self.events_written = 0
+        self.restored_in = 0.0
+
+    def _instance_owner(self) -> int:
+        raw = self.redis.hget(self.keys.instance, "owner_uid")
+        return int(raw) if raw else os.getuid()
+
+    # ------------------------------------------------------------ leadership
+
+    def setup(self) -> None:
+        """Create the input consumer groups (leadership comes in ``step``)."""
+        for stream in self.inputs:
+            ensure_group(self.redis, stream, GROUP_JM)
+
+    def reconnected(self) -> None:
+        """After a Redis outage: give up what is in memory and lead again from storage."""
+        self.core = None
+        self.token = None
+        self.lease.token = None
+        super().reconnected()
+
+    def status(self) -> dict[str, Any]:
+        """Leadership and progress for ``fluxes status``."""
+        core = self.core
+        return {"partition": self.partition, "leader": self.token is not None,
+                "active_jobs": len(core.jobs) if core else 0,
+                "events": self.events_written, "restore_s": round(self.restored_in, 3)}
+
+    def become_leader(self) -> None:
+        """Replay the partition and take over its jobs."""
+        started = time.monotonic()
+        result, _used = self.store.restore(self.partition)
+        core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
+                              stopped_queues=stopped_queues(self.redis, self.keys.queues))
+        core.load(result.records.values())
+        self.core = core
+        self._last_journal_id = result.last_id
+        self._pending = True
+        fx = Effects()
+        core.restart(fx)
+        self.commit(fx)
+        self.restored_in = time.monotonic() - started
+        self.log.info("leading", extra={"partition": self.partition, "token": self.token,
+                                        "active_jobs": len(core.jobs),
+                                        "replayed_events": result.events,
+                                        "restore_s": round(self.restored_in, 3)})
+
+    def step_down(self, why: str) -> None:
+        """Forget everything held in memory; another process leads now."""
+        self.log.warning("stepping down", extra={"partition": self.partition, "why": why})
+        self.core = None
+        self.token = None
+        self.lease.token = None
+
+    def _lookup(self, jobid: int) -> TargetStatus | None:
+        """Dependency targets the core no longer holds: replay their own eventlog."""
+        if self.keys.partition_of(jobid) != self.partition and not self.store.job_exists(jobid):
+            return None
+        try:
+            job = self.store.replay_job(jobid)
+        except ValueError:
+            return None
+        return TargetStatus.from_job(job) if job.seq else None
+
+    # ------------------------------------------------------------ the loop
+
+    def step(self) -> None:
+        """Lead (or wait to), read a block of inputs, commit their effects."""
+        if self.token is None:
+            token = self.lease.try_acquire()
+            if token is None:
+                time.sleep(min(0.5, self.lease.ttl_ms / 3000))
+                return
+            self.token = token
+            try:
+                self.become_leader()
+            except FencedError:
+                self.step_down("fenced while restoring")
+            return
+        if not self.lease.renew_if_due():
+            self.step_down("lease lost")
+            return
+        core = self.core
+        assert core is not None
+        if self._pending:
+            streams = dict.fromkeys(self.inputs, "0")
+            block = None
+        else:
+            streams = dict.fromkeys(self.inputs, ">")
+            block = self._block_ms(core)
+        reply = self.redis.xreadgroup(GROUP_JM, "jm", streams, count=READ_COUNT, block=block)
+        fx = Effects()
+        got = 0
+        for stream_b, entries in reply or []:
+            stream = stream_b.decode()
+            for msg_id, fields in entries:
+                got += 1
+                self.dispatch(fx, core, stream, msg_id, fields)
+        if self._pending and got == 0:
+            self._pending = False
+        core.on_timers(fx)
+        self.commit(fx)
+
+    def _block_ms(self, core: JobManagerCore) -> int:
+        due = core.next_timer()
+        if due is None:
+            return MAX_BLOCK_MS
+        return max(1, min(MAX_BLOCK_MS, int((due - time.time()) * 1000) + 1))
+
+    def dispatch(self, fx: Effects, core: JobManagerCore, stream: str, msg_id: bytes,
+                 fields: Mapping[bytes, bytes]) -> None:
+        """Decode one input entry and feed its messages to the core."""
+        ack: Ack = (stream, msg_id)
+        keys = self.keys
+        p = self.partition
+        try:
+            epoch, msgs = proto.decode(fields)
+            if stream == keys.sched_resp(p):
+                for msg in msgs:
+                    core.on_sched(fx, epoch, msg)
+                fx.acks.append(ack)
+            elif stream == keys.exec_events(p):
+                if len(msgs) == 1:
+                    core.on_exec(fx, msgs[0], ack)
+                else:
+                    for msg in msgs:
+                        core.on_exec(fx, msg, None)
+                    fx.acks.append(ack)
+            elif stream == keys.jm_new(p):
+                for msg in msgs:
+                    core.on_new(fx, msg)
+                fx.acks.append(ack)
+            else:
+                for msg in msgs:
+                    if msg["t"] == "queues":
+                        stopped = sorted(stopped_queues(self.redis, keys.queues))
+                        core.on_ctl(fx, {**msg, "stopped": stopped})
+                    else:
+                        core.on_ctl(fx, msg)
+                fx.acks.append(ack)
+        except (proto.MessageError, KeyError, TypeError, ValueError) as exc:
+            self.dead_letter(stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
+            fx.acks.append(ack)
+
+    # ------------------------------------------------------------ writing
+
+    def build(self, fx: Effects) -> tuple[Batch, dict[str, list[Any]]]:
+        """The atomic batch for ``fx`` and the writes that cannot share its slot."""
+        keys = self.keys
+        p = self.partition
+        batch = self.store.batch(p)
+        for jobid, ops in fx.ops.items():
+            seq = fx.base_seq.get(jobid, 0)
+            run: list[ev.Event] = []
+            extras: list[Mapping[str, Any] | None] = []
+            log = keys.eventlog(jobid)
+            for op in ops:
+                if op[0] == "E":
+                    run.append(op[1])
+                    extras.append(op[2])
+                    continue
+                if run:
+                    batch.append(log, jobid, seq, run, extras)
+                    seq += len(run)
+                    run, extras = [], []
+                batch.journal_only(jobid, op[1])
+            if run:
+                batch.append(log, jobid, seq, run, extras)
+        for jobid, fields in fx.hsets.items():
+            batch.hset(keys.job(jobid), fields)
+        core = self.core
+        epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
+        if fx.sched:
+            batch.xadd(keys.sched_req(p), proto.encode(fx.sched, epoch))
+        later: dict[str, list[Any]] = {}
+        journal = keys.journal(p)
+        for rank, msgs in fx.exec.items():
+            key = keys.exec_rank(rank)
+            if keys.same_slot(key, journal):
+                batch.xadd(key, proto.encode(msgs))
+            else:
+                later.setdefault(key, []).append(msgs)
+        for key, payload in fx.replies:
+            data = orjson.dumps(payload)
+            if keys.same_slot(key, journal):
+                batch.push_reply(key, data, REPLY_TTL_MS)
+            else:
+                later.setdefault(key, []).append(data)
+        by_stream: dict[str, list[bytes]] = {}
+        for stream, msg_id in fx.acks:
+            by_stream.setdefault(stream, []).append(msg_id)
+        for stream, ids in by_stream.items():
+            batch.xack(stream, GROUP_JM, ids)
+        return batch, later
+
+    def commit(self, fx: Effects) -> None:
+        """Write ``fx``; on a stale token step down, on a conflict rebuild from storage."""
+        if not fx or self.token is None:
+            return
+        batch, later = self.build(fx)
+        try:
+            result = self.store.commit(batch, self.token)
+        except FencedError as exc:
+            self.step_down(str(exc))
+            return
+        except ConflictError as exc:
+            # Someone wrote behind our back: memory is wrong, storage is right.
+            self.log.error("eventlog conflict, rebuilding", extra={"error": str(exc)})
+            self.become_leader()
+            return
+        if later:
+            pipe = self.redis.pipeline(transaction=False)
+            for key, items in later.items():
+                for item in items:
+                    if isinstance(item, bytes):
+                        pipe.rpush(key, item)
+                        pipe.pexpire(key, REPLY_TTL_MS)
+                    else:
+                        pipe.xadd(key, proto.encode(item))
+            pipe.execute()
+        if result.events:
+            self.events_written += result.events
+            self._since_checkpoint += result.events
+            self._last_journal_id = result.journal_id
+            if self._since_checkpoint >= self.checkpoint_every:
+                self.checkpoint()
+
+    def checkpoint(self) -> None:
+        """Write the active records and the journal position they include (fenced)."""
+        core = self.core
+        if core is None or self.token is None:
+            return
+        last = self.store.journal_last_id(self.partition)
+        # Ingest may have appended after our last commit; those jobs are not in
+        # memory yet (their jm:new is unread), so the checkpoint must not claim
+        # them: cover only up to our own last write.
+        position = self._last_journal_id if self._last_journal_id != "0-0" else last
+        blob = self.store.checkpoint_blob((a.rec for a in core.jobs.values()), position)
+        batch = self.store.batch(self.partition)
+        batch.set(self.keys.checkpoint(self.partition), blob)
+        try:
+            self.store.commit(batch, self.token)
+        except FencedError as exc:
+            self.step_down(str(exc))
+            return
+        self._since_checkpoint = 0
+
+    def teardown(self) -> None:
+        """Clean stop: checkpoint, then hand the lease over at once."""
+        try:
+            if self.token is not None:
+                self.checkpoint()
+            self.lease.release()
+        except redis.RedisError:
+            pass
+
+
+def main(instance: Instance, partition: int = 0) -> int:
+    """Run a job manager for ``partition`` until SIGTERM."""
+    return JobManagerWorker(instance, partition).run()
