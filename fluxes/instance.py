@@ -10,11 +10,13 @@ The number of partitions is a fact of the instance, stored in Redis.
 from __future__ import annotations
 
 import os
+import pwd
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import redis
 
+from fluxes.config import InstanceConfig
 from fluxes.errors import FluxesError
 from fluxes.store.connection import ENV_REDIS_URL, connect
 from fluxes.store.keys import Keys
@@ -85,6 +87,18 @@ class Instance:
         if raw:
             partitions = int(raw)
         self.keys = Keys(uri.ns, partitions)
+
+    def config(self) -> InstanceConfig:
+        """The instance configuration stored by ``fluxes start`` (defaults when none)."""
+        raw = self.redis.hget(self.keys.instance, "config")
+        return InstanceConfig.from_toml(raw) if raw else InstanceConfig()
+
+    def owner(self) -> tuple[str, int]:
+        """The instance owner's user name and uid."""
+        name, uid = self.redis.hmget(self.keys.instance, ["owner", "owner_uid"])
+        if uid is None:
+            return pwd.getpwuid(os.getuid()).pw_name, os.getuid()
+        return (name.decode() if name else str(int(uid))), int(uid)
 
     @classmethod
     def connect(cls, uri: str | None = None, client_name: str | None = None) -> Instance:

@@ -43,6 +43,9 @@ MAX_BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
 #: Events between checkpoints.
 CHECKPOINT_EVERY = 200_000
+#: How often the leader re-reads its pending entries: inputs a deposed leader
+#: read but could not commit stay pending under the shared consumer name.
+PENDING_RESCAN_S = 2.0
 
 
 def stopped_queues(client: redis.Redis, key: str) -> set[str]:
@@ -82,6 +85,7 @@ class JobManagerWorker(Worker):
         self._last_journal_id = "0-0"
         self.events_written = 0
         self.restored_in = 0.0
+        self._rescan_at = 0.0
 
     def _instance_owner(self) -> int:
         raw = self.redis.hget(self.keys.instance, "owner_uid")
@@ -164,6 +168,9 @@ class JobManagerWorker(Worker):
             return
         core = self.core
         assert core is not None
+        if time.monotonic() >= self._rescan_at:
+            self._pending = True
+            self._rescan_at = time.monotonic() + PENDING_RESCAN_S
         if self._pending:
             streams = dict.fromkeys(self.inputs, "0")
             block = None

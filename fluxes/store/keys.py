@@ -89,16 +89,6 @@ class Keys:
         """Stream: queue admin events (enable/disable/start/stop with reasons)."""
         return f"{self.g}:queues"
 
-    @property
-    def sched_lease(self) -> str:
-        """String with TTL: the scheduler leader's lease."""
-        return f"{self.g}:sched:lease"
-
-    @property
-    def sched_generation(self) -> str:
-        """Counter: scheduler epochs (one per hello)."""
-        return f"{self.g}:sched:gen"
-
     def exec_rank(self, rank: int) -> str:
         """Stream: start/kill requests for the exec worker serving ``rank``."""
         return f"{self.g}:exec:rank:{rank}"
@@ -173,8 +163,13 @@ class Keys:
         """Stream: RFC 27 scheduler -> job manager (hello, ready, alloc/free responses)."""
         return f"{self.p(partition)}:sched:resp"
 
+    def sched_lease(self, partition: int) -> str:
+        """String with TTL: the scheduler leader's lease on this partition's session."""
+        return f"{self.p(partition)}:sched:lease"
+
     def sched_fence(self, partition: int) -> str:
-        """String: the scheduler epoch allowed to write R in this partition."""
+        """Counter: the current scheduler epoch of this partition (bumped on every hello);
+        R writes and responses carry it as their fencing token."""
         return f"{self.p(partition)}:sched:fence"
 
     def exec_events(self, partition: int) -> str:

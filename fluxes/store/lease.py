@@ -46,6 +46,16 @@ class Lease:
         self._renewed = time.monotonic()
         return self.token
 
+    def bump(self) -> str | None:
+        """Start a new epoch while holding the lease (a new token); None if the lease is lost."""
+        token = self._call("bump")
+        if token is None or token is False:
+            self.token = None
+            return None
+        self.token = str(int(token))  # type: ignore[call-overload]
+        self._renewed = time.monotonic()
+        return self.token
+
     def renew_if_due(self) -> bool:
         """Renew when a third of the TTL has passed; False once the lease is lost."""
         if self.token is None:

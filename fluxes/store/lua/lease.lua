@@ -2,7 +2,7 @@
 --
 -- KEYS[1]  lease key (string with a TTL; its value names the holder)
 -- KEYS[2]  fence counter (INCR on every new leadership: the fencing token)
--- ARGV[1]  operation: "acquire" | "renew" | "release"
+-- ARGV[1]  operation: "acquire" | "renew" | "release" | "bump"
 -- ARGV[2]  holder name (unique per process)
 -- ARGV[3]  lease time to live in milliseconds
 --
@@ -10,6 +10,7 @@
 --          token when this holder already has it, or false when another holds it
 -- renew:   returns 1 when the lease was extended, 0 when this holder lost it
 -- release: returns 1 when the lease was deleted, 0 when this holder did not have it
+-- bump:    a new epoch for the holder (INCR the fence) or false when it lost the lease
 
 local op, holder, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local current = redis.call('GET', KEYS[1])
@@ -29,6 +30,12 @@ elseif op == 'renew' then
     return 1
   end
   return 0
+elseif op == 'bump' then
+  if current == holder then
+    redis.call('PEXPIRE', KEYS[1], ttl)
+    return redis.call('INCR', KEYS[2])
+  end
+  return false
 elseif op == 'release' then
   if current == holder then
     redis.call('DEL', KEYS[1])

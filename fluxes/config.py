@@ -1,0 +1,131 @@
+"""The instance configuration: one TOML document shared by every worker.
+
+``fluxes start --config FILE`` checks the file and stores its text in the
+instance hash, so every worker (here or on another machine) reads the same
+configuration from Redis. Top-level tables:
+
+* ``[policy]`` and ``[queues.NAME]``: RFC 33 queues (:mod:`fluxes.queues`);
+* ``[resource]``: the inventory (``[[resource.config]]`` entries, or
+  ``path`` of an RFC 20 R file), read by the scheduler;
+* ``[ingest]``: size limits enforced at submission;
+* ``[exec]``: ``kill-timeout`` (grace before SIGKILL);
+* ``[sched]``: scheduler options (``mode`` of RFC 27 ready, ``limit``).
+
+A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluxes.errors import ConfigError
+from fluxes.fsd import parse_duration
+from fluxes.queues import QueueConfig
+
+_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched")
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """Size limits checked at submission (all configurable under ``[ingest]``)."""
+
+    max_jobspec_bytes: int = 1 << 20
+    max_jobs_per_request: int = 10_000
+    max_tasks: int = 1_000_000
+    max_command_bytes: int = 1 << 17
+    max_environment_bytes: int = 1 << 20
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> IngestLimits:
+        """Read ``[ingest]``; ConfigError naming a bad key."""
+        names = {
+            "max-jobspec-bytes": "max_jobspec_bytes",
+            "max-jobs-per-request": "max_jobs_per_request",
+            "max-tasks": "max_tasks",
+            "max-command-bytes": "max_command_bytes",
+            "max-environment-bytes": "max_environment_bytes",
+        }
+        values: dict[str, int] = {}
+        for key, value in obj.items():
+            attr = names.get(key)
+            if attr is None:
+                raise ConfigError(f"ingest.{key}: unknown key")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"ingest.{key}: expected a positive integer, got {value!r}")
+            values[attr] = value
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class InstanceConfig:
+    """A checked instance configuration and the TOML text it came from."""
+
+    text: str = ""
+    raw: Mapping[str, Any] = field(default_factory=dict)
+    queues: QueueConfig = field(default_factory=lambda: QueueConfig.from_dict({}))
+    ingest: IngestLimits = field(default_factory=IngestLimits)
+    kill_timeout: float = 5.0
+    sched: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def resource(self) -> Mapping[str, Any]:
+        """The ``[resource]`` table (empty when absent)."""
+        table = self.raw.get("resource", {})
+        return table if isinstance(table, Mapping) else {}
+
+    @classmethod
+    def from_toml(cls, text: str | bytes) -> InstanceConfig:
+        """Parse and check a configuration; ConfigError naming the bad key."""
+        if isinstance(text, bytes):
+            try:
+                text = text.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ConfigError(f"config is not valid UTF-8 (byte {exc.start})") from None
+        try:
+            raw = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"invalid TOML: {str(exc).splitlines()[0]}") from None
+        except RecursionError:
+            raise ConfigError("invalid TOML: nested too deeply") from None
+        for key in raw:
+            if key not in _TOP:
+                raise ConfigError(f"{key}: unknown key (known: {', '.join(_TOP)})")
+        queues = QueueConfig.from_dict({k: raw[k] for k in ("policy", "queues") if k in raw})
+        ingest = raw.get("ingest", {})
+        if not isinstance(ingest, Mapping):
+            raise ConfigError("ingest: expected a table")
+        exec_table = raw.get("exec", {})
+        if not isinstance(exec_table, Mapping):
+            raise ConfigError("exec: expected a table")
+        kill_timeout = 5.0
+        for key, value in exec_table.items():
+            if key != "kill-timeout":
+                raise ConfigError(f"exec.{key}: unknown key")
+            try:
+                kill_timeout = parse_duration(value)
+            except ValueError as exc:
+                raise ConfigError(f"exec.kill-timeout: {exc}") from None
+        sched = raw.get("sched", {})
+        if not isinstance(sched, Mapping):
+            raise ConfigError("sched: expected a table")
+        _check_sched(sched)
+        if "resource" in raw and not isinstance(raw["resource"], Mapping):
+            raise ConfigError("resource: expected a table")
+        return cls(text=text, raw=raw, queues=queues, ingest=IngestLimits.from_dict(ingest),
+                   kill_timeout=kill_timeout, sched=dict(sched))
+
+
+def _check_sched(table: Mapping[str, Any]) -> None:
+    for key, value in table.items():
+        if key == "mode":
+            if value not in ("single", "unlimited", "limited"):
+                raise ConfigError(f"sched.mode: expected single, unlimited or limited, "
+                                  f"got {value!r}")
+        elif key == "limit":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"sched.limit: expected a positive integer, got {value!r}")
+        else:
+            raise ConfigError(f"sched.{key}: unknown key")

@@ -1,0 +1,115 @@
+"""Submission checks, pure: a user's request in, jobs ready to store (or errors) out.
+
+The ingest worker (``workers/ingest.py``) reads requests, calls
+:func:`prepare_job` for each jobspec, assigns FLUIDs and commits what this
+module prepared. Nothing here touches Redis, so every rejection path is unit
+tested.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from fluxes.config import InstanceConfig
+from fluxes.errors import JobspecError, PolicyError
+from fluxes.jobspec import Jobspec
+from fluxes.priority import DEFAULT_URGENCY, MAX_URGENCY, MIN_URGENCY
+from fluxes.queues import QueueState
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedJob:
+    """A job that passed every check, ready to be given an id and stored."""
+
+    jobspec: bytes  # as submitted (JSON)
+    jobspec_full: bytes | None  # with defaults applied, when different
+    queue: str | None
+    urgency: int
+    flags: int
+    info: dict[str, Any]  # the journal extras of its submit event
+
+
+def prepare_job(item: Any, userid: int, username: str | None, config: InstanceConfig,
+                queue_states: Mapping[str | None, QueueState] | None = None,
+                is_owner: bool = False) -> PreparedJob:
+    """Check one submission item ``{"jobspec": obj | "yaml": text, "urgency", "flags"}``.
+
+    Raises JobspecError or PolicyError (both ValueError) with one clear line.
+    """
+    if not isinstance(item, Mapping):
+        raise JobspecError("submission item must be an object")
+    limits = config.ingest
+    urgency = item.get("urgency", DEFAULT_URGENCY)
+    if isinstance(urgency, bool) or not isinstance(urgency, int) \
+            or not MIN_URGENCY <= urgency <= MAX_URGENCY:
+        raise PolicyError(f"urgency must be an integer {MIN_URGENCY}-{MAX_URGENCY}")
+    if urgency > DEFAULT_URGENCY and not is_owner:
+        raise PolicyError("only the instance owner can submit with urgency > default")
+    flags = item.get("flags", 0)
+    if isinstance(flags, bool) or not isinstance(flags, int) or flags < 0:
+        raise PolicyError("flags must be a non-negative integer")
+    if "yaml" in item:
+        text = item["yaml"]
+        if not isinstance(text, str | bytes):
+            raise JobspecError("yaml must be a string")
+        spec = Jobspec.from_yaml(text, max_bytes=limits.max_jobspec_bytes)
+        original = orjson.dumps(spec.to_dict())
+    else:
+        obj = item.get("jobspec")
+        if not isinstance(obj, Mapping):
+            raise JobspecError("jobspec must be an object")
+        original = orjson.dumps(obj)
+        if len(original) > limits.max_jobspec_bytes:
+            raise JobspecError(f"jobspec is {len(original)} bytes, the limit is "
+                               f"{limits.max_jobspec_bytes}")
+        spec = Jobspec.from_dict(obj)
+    _check_sizes(spec, config)
+    admission = config.queues.admit(spec, userid, username, (), queue_states)
+    full = admission.jobspec
+    full_json = orjson.dumps(full.to_dict())
+    info: dict[str, Any] = {
+        "name": full.name, "ntasks": _ntasks(full), "nnodes": full.nnodes,
+        "ncores": full.ncores, "ngpus": full.ngpus, "duration": full.duration,
+    }
+    if admission.queue is not None:
+        info["queue"] = admission.queue
+    if full.dependencies:
+        info["dependencies"] = list(full.dependencies)
+    if full.cwd:
+        info["cwd"] = full.cwd
+    return PreparedJob(original, None if full_json == original else full_json,
+                       admission.queue, urgency, flags, info)
+
+
+def _ntasks(spec: Jobspec) -> int:
+    """Total tasks requested (per_slot x slots, or the total count)."""
+    total = 0
+    for task in spec.tasks:
+        count = task.get("count", {})
+        if "total" in count:
+            total += int(count["total"])
+        elif "per_slot" in count:
+            total += int(count["per_slot"]) * max(spec.nslots, 1)
+        else:
+            total += max(spec.nslots, 1)
+    return total
+
+
+def _check_sizes(spec: Jobspec, config: InstanceConfig) -> None:
+    limits = config.ingest
+    ntasks = _ntasks(spec)
+    if ntasks > limits.max_tasks:
+        raise PolicyError(f"job requests {ntasks} tasks, the limit is {limits.max_tasks}")
+    command = spec.command
+    size = sum(len(arg.encode()) + 1 for arg in command) if command else 0
+    if size > limits.max_command_bytes:
+        raise PolicyError(f"command line is {size} bytes, the limit is {limits.max_command_bytes}")
+    env = spec.environment or {}
+    env_size = sum(len(k) + len(v or "") + 2 for k, v in env.items())
+    if env_size > limits.max_environment_bytes:
+        raise PolicyError(f"environment is {env_size} bytes, the limit is "
+                          f"{limits.max_environment_bytes}")

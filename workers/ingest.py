@@ -1,0 +1,298 @@
+"""The ingest worker: the gateway for every user request.
+
+Each user writes requests to their own stream ``{ns}:submit:<user>`` (Redis
+ACLs enforce that in multi-user mode), so who asked is known from the stream,
+never from what the client claims. Requests (field ``d``, JSON):
+
+* ``{"t": "submit", "req": ID, "jobs": [{"jobspec": {...} | "yaml": "...", "urgency": N,
+  "flags": N}, ...]}``: checked (:mod:`fluxes.ingest`), given FLUIDs, stored
+  (job hash, ``submit`` + ``validate`` events, a ``new`` message for the job
+  manager) in one atomic commit per partition; the reply lists an id or one
+  error line per job, and nothing is stored for a rejected job;
+* ``{"t": "cancel" | "urgency" | "raise", "req": ID, ...}``: forwarded to the
+  job manager of each partition involved, with the authenticated userid; the
+  job manager answers the client directly.
+
+Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from fluxes import protocol as proto
+from fluxes.config import InstanceConfig
+from fluxes.errors import FluxesError
+from fluxes.ingest import PreparedJob, prepare_job
+from fluxes.instance import Instance
+from fluxes.job import events as ev
+from fluxes.jobid import MAX_GENERATOR_ID, FluidGenerator
+from fluxes.queues import QueueEvent, QueueState, apply_queue_event
+from fluxes.store.eventstore import Batch, EventStore
+from fluxes.store.groups import ensure_group
+from fluxes.store.keys import GROUP_INGEST
+from workers.base import Worker
+
+READ_COUNT = 500
+BLOCK_MS = 1000
+REPLY_TTL_MS = 60_000
+#: How often the user list, configuration and queue states are re-read.
+REFRESH_S = 1.0
+
+
+class IngestWorker(Worker):
+    """Validates submissions and forwards user requests."""
+
+    kind = "ingest"
+
+    def __init__(self, instance: Instance, name: str | None = None) -> None:
+        super().__init__(instance, name)
+        self.store = EventStore(self.redis, self.keys)
+        self.owner, self.owner_uid = instance.owner()
+        self.users: dict[str, int] = {}
+        self.config = InstanceConfig()
+        self.queue_states: dict[str | None, QueueState] = {}
+        self._queue_pos = "0-0"
+        self._refreshed = 0.0
+        self._config_text: bytes | None = None
+        self.fluids: FluidGenerator | None = None
+        self.submitted = 0
+
+    def setup(self) -> None:
+        """Get a FLUID generator id and read users, configuration and queue states."""
+        gen = int(self.redis.incr(self.keys.fluid_generators)) % (MAX_GENERATOR_ID + 1)
+        self.fluids = FluidGenerator(gen)
+        self.refresh(force=True)
+
+    def status(self) -> dict[str, Any]:
+        """Jobs accepted so far."""
+        return {"submitted": self.submitted}
+
+    # ------------------------------------------------------------ refresh
+
+    def refresh(self, force: bool = False) -> None:
+        """Re-read users, configuration and queue admin states (cheap, once a second)."""
+        now = time.monotonic()
+        if not force and now - self._refreshed < REFRESH_S:
+            return
+        self._refreshed = now
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self.keys.users)
+        pipe.hget(self.keys.instance, "config")
+        pipe.xrange(self.keys.queues, min="(" + self._queue_pos
+                    if self._queue_pos != "0-0" else "-")
+        users_raw, config_text, queue_entries = pipe.execute()
+        users = {self.owner: self.owner_uid}
+        for name, uid in users_raw.items():
+            users[name.decode()] = int(uid)
+        new_users = set(users) - set(self.users)
+        self.users = users
+        for user in new_users:
+            ensure_group(self.redis, self.keys.submit(user), GROUP_INGEST)
+        if config_text != self._config_text:
+            self._config_text = config_text
+            try:
+                self.config = InstanceConfig.from_toml(config_text) if config_text \
+                    else InstanceConfig()
+            except FluxesError as exc:
+                self.log.error("bad configuration kept the old one", extra={"error": str(exc)})
+        for sid, fields in queue_entries:
+            self._queue_pos = sid.decode()
+            try:
+                event = QueueEvent.from_dict(orjson.loads(fields[b"d"]))
+                self.queue_states = apply_queue_event(event, self.queue_states)
+            except (KeyError, ValueError):
+                continue
+
+    # ------------------------------------------------------------ the loop
+
+    def step(self) -> None:
+        """Read a block of requests from every user stream and handle them."""
+        self.refresh()
+        streams = {self.keys.submit(user): ">" for user in self.users}
+        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
+                                      block=BLOCK_MS)
+        if not reply:
+            return
+        self.handle(reply)
+
+    def handle(self, reply: list[Any]) -> None:
+        """Process requests of several users in one pass, one commit per partition."""
+        keys = self.keys
+        batches: dict[int, Batch] = {}
+        later_acks: dict[str, list[bytes]] = {}
+        new_msgs: dict[int, list[dict[str, Any]]] = {}
+        replies: list[tuple[str, bytes]] = []
+        forwards: dict[int, list[dict[str, Any]]] = {}
+        for stream_b, entries in reply:
+            stream = stream_b.decode()
+            user = stream.rsplit(":", 1)[1]
+            uid = self.users.get(user)
+            for msg_id, fields in entries:
+                later_acks.setdefault(stream, []).append(msg_id)
+                if uid is None:
+                    continue  # a user removed meanwhile: nothing to answer to
+                try:
+                    request = orjson.loads(fields[b"d"])
+                    if not isinstance(request, dict) or not isinstance(request.get("req"), str):
+                        raise ValueError("request must be an object with a string 'req'")
+                except (KeyError, ValueError) as exc:
+                    self.dead_letter(stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
+                    continue
+                reply_key = keys.reply(user, request["req"][:64])
+                kind = request.get("t")
+                if kind == "submit":
+                    answer = self._submit(request, user, uid, batches, new_msgs)
+                    replies.append((reply_key, orjson.dumps(answer)))
+                elif kind in ("cancel", "urgency", "raise"):
+                    error = self._forward(request, uid, reply_key, forwards)
+                    if error:
+                        replies.append((reply_key, orjson.dumps({"errors": [error]})))
+                else:
+                    replies.append((reply_key, orjson.dumps(
+                        {"errors": [f"unknown request type {kind!r}"]})))
+        self._commit(batches, new_msgs, replies, forwards, later_acks)
+
+    def _submit(self, request: Mapping[str, Any], user: str, uid: int,
+                batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]]
+                ) -> dict[str, Any]:
+        jobs = request.get("jobs")
+        limits = self.config.ingest
+        if not isinstance(jobs, list) or not jobs:
+            return {"errors": ["submit request has no jobs"]}
+        if len(jobs) > limits.max_jobs_per_request:
+            return {"errors": [f"request has {len(jobs)} jobs, the limit is "
+                               f"{limits.max_jobs_per_request}"]}
+        results: list[dict[str, Any]] = []
+        prepared: list[PreparedJob] = []
+        cache: dict[bytes, PreparedJob | str] = {}
+        for item in jobs:
+            # identical jobspecs in one request (bulk submission) are checked once
+            cache_key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS) \
+                if isinstance(item, dict) else b""
+            found = cache.get(cache_key) if cache_key else None
+            if found is None:
+                try:
+                    found = prepare_job(item, uid, user, self.config, self.queue_states,
+                                        is_owner=uid == self.owner_uid)
+                except (ValueError, FluxesError) as exc:
+                    found = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                if cache_key:
+                    cache[cache_key] = found
+            if isinstance(found, str):
+                results.append({"error": found})
+            else:
+                prepared.append(found)
+                results.append({})
+        assert self.fluids is not None
+        ids = iter(self.fluids.next_n(len(prepared)))
+        now = time.time()
+        keys = self.keys
+        pending = iter(prepared)
+        for result in results:
+            if "error" in result:
+                continue
+            job = next(pending)
+            jobid = next(ids)
+            result["id"] = jobid
+            part = keys.partition_of(jobid)
+            batch = batches.get(part)
+            if batch is None:
+                batch = batches[part] = self.store.batch(part)
+            fields: dict[str, str | bytes | int | float] = {
+                "jobspec": job.jobspec, "owner": uid, "urgency": job.urgency}
+            if job.jobspec_full is not None:
+                fields["jobspec_full"] = job.jobspec_full
+            if job.queue is not None:
+                fields["queue"] = job.queue
+            batch.hset(keys.job(jobid), fields)
+            submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=uid, flags=job.flags)
+            batch.append(keys.eventlog(jobid), jobid, 0, [submit, ev.Validate(timestamp=now)],
+                         [job.info, None])
+            new_msgs.setdefault(part, []).append(
+                {"t": "new", "id": jobid, "userid": uid, "urgency": job.urgency,
+                 "flags": job.flags, "t_submit": now, "info": job.info})
+        self.submitted += len(prepared)
+        return {"jobs": results}
+
+    def _forward(self, request: Mapping[str, Any], uid: int, reply_key: str,
+                 forwards: dict[int, list[dict[str, Any]]]) -> str | None:
+        """Route a control request to the job manager(s); an error line if malformed."""
+        kind = request["t"]
+        keys = self.keys
+        if kind == "urgency":
+            jobid, urgency = request.get("id"), request.get("urgency")
+            if not isinstance(jobid, int) or not isinstance(urgency, int):
+                return "urgency request needs an integer id and urgency"
+            forwards.setdefault(keys.partition_of(jobid), []).append(
+                {"t": "urgency-request", "id": jobid, "urgency": urgency, "userid": uid,
+                 "reply": reply_key})
+            return None
+        ids = request.get("ids")
+        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+            return f"{kind} request needs a list of integer ids"
+        by_part: dict[int, list[int]] = {}
+        for jobid in ids:
+            by_part.setdefault(keys.partition_of(jobid), []).append(jobid)
+        note = request.get("note")
+        for part, part_ids in by_part.items():
+            msg: dict[str, Any] = {"ids": part_ids, "userid": uid, "reply": reply_key,
+                                   "note": note if isinstance(note, str) else ""}
+            if kind == "cancel":
+                msg["t"] = "cancel-request"
+            else:
+                severity = request.get("severity", 0)
+                etype = request.get("type", "exception")
+                if not isinstance(severity, int) or not isinstance(etype, str) or not etype:
+                    return "raise request needs a type and an integer severity"
+                msg.update({"t": "raise", "type": etype, "severity": severity})
+            forwards.setdefault(part, []).append(msg)
+        return None
+
+    def _commit(self, batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]],
+                replies: list[tuple[str, bytes]], forwards: dict[int, list[dict[str, Any]]],
+                acks: dict[str, list[bytes]]) -> None:
+        """One commit per partition; replies and acks join it when they share its slot."""
+        keys = self.keys
+        for part, msgs in new_msgs.items():
+            batches[part].xadd(keys.jm_new(part), proto.encode(msgs))
+        for part, msgs in forwards.items():
+            batch = batches.get(part)
+            if batch is None:
+                batch = batches[part] = self.store.batch(part)
+            batch.xadd(keys.jm_ctl(part), proto.encode(msgs))
+        if not batches:
+            batches[0] = self.store.batch(0)
+        anchor = keys.journal(min(batches))
+        last = batches[min(batches)]
+        leftover_replies = []
+        for key, data in replies:
+            if keys.same_slot(key, anchor):
+                last.push_reply(key, data, REPLY_TTL_MS)
+            else:
+                leftover_replies.append((key, data))
+        leftover_acks: dict[str, list[bytes]] = {}
+        for stream, ids in acks.items():
+            if keys.same_slot(stream, anchor):
+                last.xack(stream, GROUP_INGEST, ids)
+            else:
+                leftover_acks[stream] = ids
+        self.store.commit_many([b for b in batches.values() if b])
+        if leftover_replies or leftover_acks:
+            pipe = self.redis.pipeline(transaction=False)
+            for key, data in leftover_replies:
+                pipe.rpush(key, data)
+                pipe.pexpire(key, REPLY_TTL_MS)
+            for stream, ids in leftover_acks.items():
+                pipe.xack(stream, GROUP_INGEST, *ids)
+            pipe.execute()
+
+
+def main(instance: Instance) -> int:
+    """Run an ingest worker until SIGTERM."""
+    return IngestWorker(instance).run()
+
