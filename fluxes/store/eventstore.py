@@ -9,10 +9,11 @@ together. A stale writer or a conflicting one writes nothing.
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import redis
@@ -48,8 +49,24 @@ def encode_context(ctx: Mapping[str, Any]) -> bytes:
     return orjson.dumps(ctx) if ctx else b""
 
 
+_NO_CONTEXT_EVENTS: dict[bytes, type[ev.Event]] = {
+    cls.name.encode(): cls for cls in (ev.Validate, ev.Invalidate, ev.Depend, ev.FluxRestart,
+                                       ev.Start, ev.Free, ev.Clean, ev.Alloc)
+}
+
+
 def decode_entry(name: bytes, ts: bytes, ctx: bytes | None) -> ev.Event:
     """Rebuild an event from its stream fields (``n``, ``t``, ``c``)."""
+    if not ctx:
+        cls = _NO_CONTEXT_EVENTS.get(name)
+        if cls is not None:
+            # the common case on the replay path: no context to decode or check
+            try:
+                stamp = float(ts)
+            except (TypeError, ValueError):
+                raise ev.EventError(f"{name!r}: bad timestamp {ts!r}") from None
+            if 0 <= stamp < math.inf:
+                return cls(timestamp=stamp)
     try:
         context = orjson.loads(ctx) if ctx else None
     except orjson.JSONDecodeError as exc:
@@ -141,8 +158,7 @@ class CommitResult:
     journal_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class JournalEntry:
+class JournalEntry(NamedTuple):
     """One journal entry: stream id, job, eventlog position, the event and its extras."""
 
     id: str
@@ -165,13 +181,26 @@ class JournalEntry:
         return obj if isinstance(obj, dict) else {}
 
 
-def journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes]) -> JournalEntry:
+def journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes] | list[bytes]
+                  ) -> JournalEntry:
+    """Decode a journal entry's fields (a dict, or the flat list of a raw reply)."""
+    if isinstance(fields, list):
+        # commit.lua always writes j, s, n, t first: read them by position
+        if len(fields) >= 8 and fields[0] == b"j" and fields[2] == b"s" \
+                and fields[4] == b"n" and fields[6] == b"t":
+            ctx = extra = None
+            for i in range(8, len(fields) - 1, 2):
+                if fields[i] == b"c":
+                    ctx = fields[i + 1]
+                elif fields[i] == b"x":
+                    extra = fields[i + 1]
+            return JournalEntry(stream_id.decode(), int(fields[1]), int(fields[3]), fields[5],
+                                fields[7], ctx, extra)
+        fields = dict(zip(fields[::2], fields[1::2], strict=False))
     seq = fields.get(b"s")
     return JournalEntry(
-        id=stream_id.decode(), jobid=int(fields[b"j"]),
-        seq=int(seq) if seq is not None else None,
-        name=fields[b"n"], timestamp=fields[b"t"], context=fields.get(b"c"),
-        extra=fields.get(b"x"),
+        stream_id.decode(), int(fields[b"j"]), int(seq) if seq is not None else None,
+        fields[b"n"], fields[b"t"], fields.get(b"c"), fields.get(b"x"),
     )
 
 
@@ -206,6 +235,11 @@ class EventStore:
         self.redis = client
         self.keys = keys
         self._commit = client.register_script(lua_source("commit"))
+        # A second client on the same connections whose XRANGE replies stay raw
+        # (flat field lists): redis-py's pairs-to-dict conversion cost more than
+        # everything else on the replay path.
+        self._raw = redis.Redis(connection_pool=client.connection_pool)
+        self._raw.set_response_callback("XRANGE", _raw_reply)
 
     def batch(self, partition: int = 0, fence: str | None = None) -> Batch:
         """A new empty batch for ``partition`` (fenced by the job manager's key by default)."""
@@ -268,13 +302,19 @@ class EventStore:
     def iter_journal(self, partition: int, after: str = "0-0", until: str = "+",
                      block: int = READ_BLOCK) -> Iterator[list[JournalEntry]]:
         """Journal entries strictly after ``after`` up to ``until``, in blocks."""
+        for entries in self._iter_raw(partition, after, until, block):
+            yield [journal_entry(sid, fields) for sid, fields in entries]
+
+    def _iter_raw(self, partition: int, after: str = "0-0", until: str = "+",
+                  block: int = READ_BLOCK) -> Iterator[list[tuple[bytes, list[bytes]]]]:
+        """Raw journal entries (id, flat field list) strictly after ``after``."""
         key = self.keys.journal(partition)
         start = "(" + after if after not in ("0-0", "-") else "-"
         while True:
-            entries = self.redis.xrange(key, min=start, max=until, count=block)
+            entries = self._raw.xrange(key, min=start, max=until, count=block)
             if not entries:
                 return
-            yield [journal_entry(sid, fields) for sid, fields in entries]
+            yield entries
             start = "(" + entries[-1][0].decode()
             if len(entries) < block:
                 return
@@ -297,30 +337,64 @@ class EventStore:
         broken: dict[int, str] = {}
         last = start.journal_id if start else "0-0"
         count = 0
-        for block in self.iter_journal(partition, after=last, until=until):
-            for entry in block:
-                if until_time is not None and float(entry.timestamp) > until_time:
+        # With drop_inactive, jobs first seen in this replay are buffered raw
+        # and folded only if they are still active at the end: on a busy
+        # instance most jobs finish, and their events never need decoding.
+        buffered: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}
+        fold = self._fold
+        for block in self._iter_raw(partition, after=last, until=until):
+            for raw in block:
+                fields = raw[1]
+                if until_time is not None and _field(fields, b"t", 7) > until_time:
+                    self._fold_buffered(buffered, records, broken)
                     return ReplayResult(records, last, count, broken)
-                last = entry.id
                 count += 1
+                if drop_inactive:
+                    jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
+                    if int(jobkey) not in records:
+                        name = fields[5] if fields[4] == b"n" else _field_bytes(fields, b"n")
+                        if name == b"submit":
+                            buffered[jobkey] = [raw]
+                        else:
+                            pending = buffered.get(jobkey)
+                            if pending is not None:
+                                if name in _TERMINAL:
+                                    del buffered[jobkey]
+                                else:
+                                    pending.append(raw)
+                        continue
+                entry = journal_entry(raw[0], fields)
                 jobid = entry.jobid
                 if jobid in broken:
                     continue
-                record = records.get(jobid)
-                if record is None and drop_inactive and entry.name != b"submit":
-                    continue  # a job that went inactive before the checkpoint
-                try:
-                    record = apply_record(record, jobid, entry.event(),
-                                          entry.extra_dict() if entry.extra else None)
-                except (ev.EventError, TransitionError, ValueError) as exc:
-                    broken[jobid] = str(exc)
-                    records.pop(jobid, None)
-                    continue
-                if drop_inactive and record.job.state is _INACTIVE:
-                    records.pop(jobid, None)
-                else:
-                    records[jobid] = record
+                fold(records, broken, entry)
+                if drop_inactive and jobid in records and records[jobid].job.state is _INACTIVE:
+                    del records[jobid]
+            if block:
+                last = block[-1][0].decode()
+        self._fold_buffered(buffered, records, broken)
         return ReplayResult(records, last, count, broken)
+
+    @staticmethod
+    def _fold(records: dict[int, JobRecord], broken: dict[int, str],
+              entry: JournalEntry) -> None:
+        jobid = entry.jobid
+        try:
+            records[jobid] = apply_record(records.get(jobid), jobid, entry.event(),
+                                          entry.extra_dict() if entry.extra else None)
+        except (ev.EventError, TransitionError, ValueError) as exc:
+            broken[jobid] = str(exc)
+            records.pop(jobid, None)
+
+    def _fold_buffered(self, buffered: dict[bytes, list[tuple[bytes, list[bytes]]]],
+                       records: dict[int, JobRecord], broken: dict[int, str]) -> None:
+        for raws in buffered.values():
+            for sid, fields in raws:
+                entry = journal_entry(sid, fields)
+                if entry.jobid in broken:
+                    break
+                self._fold(records, broken, entry)
+        buffered.clear()
 
     # ------------------------------------------------------------ checkpoints
 
@@ -366,6 +440,27 @@ class EventStore:
 
 
 _INACTIVE = JobState.INACTIVE
+#: Events after which a job is INACTIVE.
+_TERMINAL = frozenset({b"clean", b"invalidate"})
+
+
+def _raw_reply(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _field_bytes(fields: list[bytes], name: bytes) -> bytes:
+    """A field of a flat field list (KeyError when absent)."""
+    for i in range(0, len(fields) - 1, 2):
+        if fields[i] == name:
+            return fields[i + 1]
+    raise KeyError(name)
+
+
+def _field(fields: list[bytes], name: bytes, hint: int) -> float:
+    """A numeric field, read at its usual position ``hint`` when it is there."""
+    if hint < len(fields) and fields[hint - 1] == name:
+        return float(fields[hint])
+    return float(_field_bytes(fields, name))
 
 
 def _commit_error(exc: redis.ResponseError) -> FluxesError:

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``fluxes bench``: they print figures and never assert."""

@@ -1,0 +1,59 @@
+"""Shared benchmark plumbing: a private redis-server, timers, and figure printing."""
+
+from __future__ import annotations
+
+import contextlib
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from fluxes.store.server import RedisServer
+
+
+@contextlib.contextmanager
+def private_redis(appendfsync: str = "everysec") -> Iterator[tuple[RedisServer, redis.Redis]]:
+    """A throw-away redis-server (AOF on, as an instance runs) and a client."""
+    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
+        server = RedisServer(Path(tmp) / "redis", appendonly=True, appendfsync=appendfsync)
+        server.start()
+        try:
+            yield server, server.client()
+        finally:
+            server.stop()
+
+
+class Stopwatch:
+    """Elapsed seconds since creation (monotonic)."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds so far."""
+        return time.perf_counter() - self.start
+
+
+def used_memory(client: redis.Redis) -> int:
+    """Redis's used_memory in bytes."""
+    return int(client.info("memory")["used_memory"])
+
+
+def report(figures: dict[str, Any], as_json: bool) -> None:
+    """Print the figures as one JSON object, or as aligned lines."""
+    if as_json:
+        import orjson
+
+        print(orjson.dumps(figures).decode())
+        return
+    width = max(len(k) for k in figures)
+    for key, value in figures.items():
+        if isinstance(value, float):
+            text = f"{value:,.3f}" if value < 100 else f"{value:,.0f}"
+        else:
+            text = str(value)
+        print(f"{key:<{width}}  {text}")
