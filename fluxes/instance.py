@@ -17,12 +17,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 import redis
 
 from fluxes.config import InstanceConfig
+from fluxes.env import DEFAULT_NAMESPACE, ENV_REDIS_URL, ENV_URI
 from fluxes.errors import FluxesError
-from fluxes.store.connection import ENV_REDIS_URL, connect
+from fluxes.store.connection import connect
 from fluxes.store.keys import Keys
-
-ENV_URI = "FLUXES_URI"
-DEFAULT_NAMESPACE = "fx"
 
 
 class NoInstanceError(FluxesError):

@@ -489,7 +489,7 @@ class _Walker:
         self.summary = Summary()
         self.labels: dict[str, str] = {}
 
-    def walk(  # noqa: PLR0917 - internal recursion carries the walk state
+    def walk(
         self,
         vertices: list[dict[str, Any]],
         path: str,

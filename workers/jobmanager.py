@@ -118,7 +118,9 @@ class JobManagerWorker(Worker):
         result, _used = self.store.restore(self.partition)
         core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
                               stopped_queues=stopped_queues(self.redis, self.keys.queues))
-        core.load(result.records.values())
+        saved = {int(k): orjson.loads(v) for k, v in
+                 self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
+        core.load(result.records.values(), saved)
         self.core = core
         self._last_journal_id = result.last_id
         self._pending = True
@@ -209,12 +211,9 @@ class JobManagerWorker(Worker):
                     core.on_sched(fx, epoch, msg)
                 fx.acks.append(ack)
             elif stream == keys.exec_events(p):
-                if len(msgs) == 1:
-                    core.on_exec(fx, msgs[0], ack)
-                else:
-                    for msg in msgs:
-                        core.on_exec(fx, msg, None)
-                    fx.acks.append(ack)
+                for msg in msgs:
+                    core.on_exec(fx, msg)
+                fx.acks.append(ack)
             elif stream == keys.jm_new(p):
                 for msg in msgs:
                     core.on_new(fx, msg)
@@ -257,6 +256,12 @@ class JobManagerWorker(Worker):
                 batch.append(log, jobid, seq, run, extras)
         for jobid, fields in fx.hsets.items():
             batch.hset(keys.job(jobid), fields)
+        progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
+        if progress:
+            batch.hset(keys.exec_progress(p), progress)
+        gone = [str(j) for j, v in fx.progress.items() if v is None]
+        if gone:
+            batch.hdel(keys.exec_progress(p), gone)
         core = self.core
         epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
         if fx.sched:

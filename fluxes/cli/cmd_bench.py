@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from fluxes.bench.common import report
 from fluxes.cli.util import add_subcommands, help_with_example
 
 
@@ -29,6 +28,7 @@ def register(subparsers: Any) -> None:
 
 def _eventlog(args: argparse.Namespace) -> int:
     from fluxes.bench import eventlog
+    from fluxes.bench.common import report
 
     report(eventlog.run(jobs=args.jobs, single=args.single), args.json)
     return 0

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fluxes.cli.display import context_text, fmt_id, parse_time, stream_id_for, table, username
 from fluxes.cli.util import add_subcommands, help_with_example, instance, job_id_arg, print_json
-from fluxes.job.events import EventError
-from fluxes.job.model import Job, TransitionError, apply
-from fluxes.store.eventstore import EventStore, JournalEntry, decode_entry, journal_entry
+
+if TYPE_CHECKING:
+    from fluxes.job.model import Job
+    from fluxes.store.eventstore import EventStore, JournalEntry
 
 #: Job eventlogs fetched per round trip by ``check``.
 CHECK_BLOCK = 500
@@ -67,6 +68,8 @@ def register(subparsers: Any) -> None:
 
 
 def _store(args: argparse.Namespace) -> EventStore:
+    from fluxes.store.eventstore import EventStore
+
     inst = instance(args)
     return EventStore(inst.redis, inst.keys)
 
@@ -84,6 +87,8 @@ def _print_entry(entry: JournalEntry, as_json: bool) -> None:
 
 def _journal(args: argparse.Namespace) -> int:
     """Print (and follow) the journal, filtered."""
+    from fluxes.store.eventstore import journal_entry
+
     store = _store(args)
     keys = store.keys
     names = {n.encode() for n in args.name} if args.name else None
@@ -128,6 +133,7 @@ def _job_row(job: Job) -> dict[str, Any]:
 
 def _replay(args: argparse.Namespace) -> int:
     """Fold the journal up to a time and print the jobs as they were."""
+
     store = _store(args)
     until = parse_time(args.until) if args.until else time.time()
     jobs: dict[int, Job] = {}
@@ -180,6 +186,10 @@ def _check(args: argparse.Namespace) -> int:
 
 def _check_one(jobid: int, entries: list[Any], from_journal: Job) -> str | None:
     """Why the job's own eventlog disagrees with the journal, or None."""
+    from fluxes.job.events import EventError
+    from fluxes.job.model import Job, TransitionError, apply
+    from fluxes.store.eventstore import decode_entry
+
     job = Job(jobid)
     try:
         for _sid, fields in entries:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fluxes import jobid
+from fluxes.cli import cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines
 from fluxes.cli.util import (
     add_subcommands,
@@ -19,7 +20,9 @@ from fluxes.cli.util import (
     print_json,
 )
 from fluxes.fsd import parse_duration
-from fluxes.store.eventstore import EventStore, decode_entry
+
+if TYPE_CHECKING:
+    from fluxes.store.eventstore import EventStore
 
 
 def register(subparsers: Any) -> None:
@@ -72,6 +75,7 @@ def register(subparsers: Any) -> None:
     wep.add_argument("id", type=job_id_arg, metavar="ID")
     wep.add_argument("event", metavar="EVENT")
     wep.set_defaults(func=_wait_event)
+    cmd_submit.register_job(sub)
 
 
 def _job_id(args: argparse.Namespace) -> int:
@@ -82,6 +86,8 @@ def _job_id(args: argparse.Namespace) -> int:
 
 
 def _store(args: argparse.Namespace) -> EventStore:
+    from fluxes.store.eventstore import EventStore
+
     inst = instance(args)
     return EventStore(inst.redis, inst.keys)
 
@@ -120,6 +126,8 @@ def _parse_matches(pairs: list[str]) -> dict[str, Any]:
 
 def _wait_event(args: argparse.Namespace) -> int:
     """Block on the job's eventlog until the event (with matching context) appears."""
+    from fluxes.store.eventstore import decode_entry
+
     timeout = parse_duration(args.timeout) if args.timeout is not None else None
     matches = _parse_matches(args.match_context)
     store = _store(args)

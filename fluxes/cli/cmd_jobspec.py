@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from fluxes.cli.util import add_subcommands, help_with_example
-from fluxes.jobspec import Jobspec
 
 
 def register(subparsers: Any) -> None:
@@ -35,6 +34,8 @@ def register(subparsers: Any) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     """Validate each file and report one line per file."""
+    from fluxes.jobspec import Jobspec
+
     failed = 0
     for path in args.files:
         try:

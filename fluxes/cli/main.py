@@ -12,10 +12,18 @@ import sys
 from collections.abc import Sequence
 
 from fluxes import __version__
-from fluxes.cli import cmd_eventlog, cmd_job, cmd_jobspec
+from fluxes.cli import (
+    cmd_bench,
+    cmd_eventlog,
+    cmd_job,
+    cmd_jobs,
+    cmd_jobspec,
+    cmd_start,
+    cmd_submit,
+)
 from fluxes.cli.util import PROG, ArgumentParser, add_subcommands, run_cli
 
-_GROUPS = (cmd_jobspec, cmd_job, cmd_eventlog)
+_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_eventlog, cmd_jobspec, cmd_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,13 +11,15 @@ import errno
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
 
 from fluxes import jobid
 from fluxes.errors import FluxesError
-from fluxes.instance import Instance
+
+if TYPE_CHECKING:
+    from fluxes.instance import Instance
 
 PROG = "fluxes"
 
@@ -115,6 +117,8 @@ def add_subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
 
 def instance(args: argparse.Namespace) -> Instance:
     """The instance named by ``--uri`` or the environment (connected once per command)."""
+    from fluxes.instance import Instance
+
     cached: Instance | None = getattr(args, "_instance", None)
     if cached is None:
         cached = Instance.connect(getattr(args, "uri", None), client_name="fluxes-cli")

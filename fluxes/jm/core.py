@@ -64,7 +64,6 @@ class Active:
     exec_finished: dict[int, int] = field(default_factory=dict)
     exec_released: set[int] = field(default_factory=set)
     exec_error: bool = False
-    exec_acks: list[Ack] = field(default_factory=list)
     deadline: float | None = None
 
     @property
@@ -90,12 +89,15 @@ class Effects:
     exec: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     replies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     hsets: dict[int, dict[str, str]] = field(default_factory=dict)
+    #: exec progress per job not yet told by events (None: forget it), so a
+    #: restarted job manager does not lose which ranks already reported
+    progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
     sched_epoch: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.ops or self.sched or self.exec or self.replies or self.hsets
-                    or self.acks)
+                    or self.progress or self.acks)
 
     @property
     def nevents(self) -> int:
@@ -148,8 +150,9 @@ class JobManagerCore:
 
     # ------------------------------------------------------------ loading
 
-    def load(self, records: Iterable[JobRecord]) -> None:
-        """Take over the active records of a replay (before :meth:`restart`)."""
+    def load(self, records: Iterable[JobRecord],
+             progress: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        """Take over the active records of a replay and the saved exec progress."""
         for rec in records:
             if rec.job.state is _INACTIVE or rec.job.state is JobState.NEW:
                 continue
@@ -157,6 +160,12 @@ class JobManagerCore:
             ranks = rec.info.get("ranks")
             if isinstance(ranks, str) and rec.job.has_resources:
                 act.ranks = IDSet(ranks)
+            saved = (progress or {}).get(rec.id)
+            if saved and act.ranks is not None:
+                act.exec_started = {int(r) for r in saved.get("started", [])}
+                act.exec_finished = {int(r): int(s) for r, s in saved.get("finished", {}).items()}
+                act.exec_released = {int(r) for r in saved.get("released", [])}
+                act.exec_error = bool(saved.get("error"))
             self.jobs[rec.id] = act
 
     def restart(self, fx: Effects) -> None:
@@ -330,9 +339,8 @@ class JobManagerCore:
         result = job.result
         fx.hsets[jobid] = {"result": (result.name or "") if result is not None else "",
                            "t_inactive": repr(job.t_inactive)}
-        if act.exec_acks:
-            fx.acks.extend(act.exec_acks)
-            act.exec_acks.clear()
+        if act.exec_started or act.exec_finished or act.exec_released:
+            fx.progress[jobid] = None
         self.deps.remove(jobid)
         self._queued.discard(jobid)
         del self.jobs[jobid]
@@ -503,14 +511,17 @@ class JobManagerCore:
     # ------------------------------------------------------------ exec messages
 
     def on_exec(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
-        """Per-rank progress from an exec worker (held unacknowledged until it is posted)."""
+        """Per-rank progress from an exec worker.
+
+        Progress that no event records yet (some ranks reported, not all) is
+        saved with the commit (``fx.progress``), so the input can be
+        acknowledged at once and a restarted job manager still knows it.
+        """
+        if ack is not None:
+            fx.acks.append(ack)
         act = self.jobs.get(msg["id"])
         if act is None or act.ranks is None or not act.job.has_resources:
-            if ack is not None:
-                fx.acks.append(ack)  # nothing to do: the job is gone or not running
-            return
-        if ack is not None:
-            act.exec_acks.append(ack)
+            return  # nothing to do: the job is gone or not running
         rank = msg["rank"]
         now = self.clock()
         nranks = len(act.ranks)
@@ -535,12 +546,13 @@ class JobManagerCore:
             self._post(fx, act, ev.Finish(timestamp=now,
                                           status=max(act.exec_finished.values())))
         job = act.job
-        if not job.released and len(act.exec_released) >= nranks and \
-                (job.finished or not job.started):
-            if job.started:
-                self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
-            fx.acks.extend(act.exec_acks)
-            act.exec_acks.clear()
+        if job.finished and not job.released and len(act.exec_released) >= nranks:
+            self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
+        if nranks > 1:
+            fx.progress[act.rec.id] = {
+                "started": sorted(act.exec_started),
+                "finished": {str(r): s for r, s in act.exec_finished.items()},
+                "released": sorted(act.exec_released), "error": act.exec_error}
         self._advance(fx, act)
         self.pump(fx)
 

@@ -228,6 +228,41 @@ class ResourcePool:
         self._reservations_changed()
         return job.R.copy()
 
+    def adopt(self, jobid: int, R: ResourceSet | Mapping[str, Any] | str,  # noqa: N803
+              *, memory: Mapping[int, int] | None = None, exclusive: bool = False,
+              now: float | None = None) -> None:
+        """Mark an allocation made earlier (R as stored) as held by *jobid*.
+
+        This is the RFC 27 hello recovery step: a restarted scheduler
+        re-reads the R of every job holding resources. The end time comes
+        from R's expiration (none: unlimited). *memory* gives bytes held per
+        rank (R does not record memory); *exclusive* marks whole nodes.
+        Raises ValueError when any of it is unknown or already held, so a
+        core is never handed to two jobs.
+        """
+        jobid = _check_jobid(jobid, "adopt")
+        if jobid in self._jobs:
+            raise ValueError(f"adopt: job {jobid} already has an allocation")
+        rset = R if isinstance(R, ResourceSet) else ResourceSet(R)
+        state = self._state
+        parts: dict[int, Part] = {}
+        for r in rset.ranks:
+            cap = self._cap.get(r)
+            if cap is None:
+                raise ValueError(f"adopt: job {jobid}: rank {r} is not in the inventory")
+            cores, gpus = rset.cores(r), rset.gpus(r)
+            if exclusive:
+                cores, gpus = cap.cores, cap.gpus
+            mem = cap.memory if exclusive else int((memory or {}).get(r, 0))
+            if not cores.issubset(state.fc[r]) or not gpus.issubset(state.fg[r]) \
+                    or mem > state.fm[r]:
+                raise ValueError(f"adopt: job {jobid}: rank {r} resources are already held")
+            parts[r] = (cores, gpus, mem)
+        start = rset.starttime if rset.starttime is not None else self._now(now)
+        end = rset.expiration if rset.expiration else _INF
+        job = _Job(jobid, start, end, exclusive, parts, self._make_rset(parts, start, end))
+        self._commit(job)
+
     def _now(self, now: float | None) -> float:
         """*now*, or the clock's time."""
         return self._clock() if now is None else _check_time(now, "now")

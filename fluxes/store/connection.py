@@ -6,8 +6,7 @@ import os
 
 import redis
 
-#: Environment variable naming the Redis server of an instance.
-ENV_REDIS_URL = "FLUXES_REDIS_URL"
+from fluxes.env import ENV_REDIS_URL
 
 
 def connect(url: str | None = None, *, client_name: str | None = None) -> redis.Redis:

@@ -125,6 +125,11 @@ class Batch:
         for field, value in mapping.items():
             self._args += (field, value)
 
+    def hdel(self, key: str, fields: Sequence[str]) -> None:
+        """Delete hash fields."""
+        if fields:
+            self._args += ("D", self._key(key), len(fields), *fields)
+
     def xadd(self, key: str, fields: Mapping[str, str | bytes | int | float]
              | Mapping[bytes, bytes]) -> None:
         """Add a message to a stream."""

@@ -176,6 +176,10 @@ class Keys:
         """Stream: exec workers -> job manager (started, finished, released per rank)."""
         return f"{self.p(partition)}:exec:events"
 
+    def exec_progress(self, partition: int) -> str:
+        """Hash: jobid -> ranks that reported started/finished/released so far (multi-rank)."""
+        return f"{self.p(partition)}:exec:progress"
+
     def request_done(self, partition: int, request: str) -> str:
         """String with TTL: the outcome of an ingest request, so a retry is answered, not redone."""
         return f"{self.p(partition)}:req:{request}"

@@ -174,7 +174,7 @@ def test_rfc25_use_case_2_4_totals() -> None:
         ("rfc25/use_case_2.3.yaml", 0, 10, 20, 10, False),
     ],
 )
-def test_derived_totals(  # noqa: PLR0917 - one parameter per table column
+def test_derived_totals(
     name: str, nnodes: int, nslots: int, ncores: int, ngpus: int, exclusive: bool
 ) -> None:
     jobspec = Jobspec.from_file(SPEC_DATA / name)

@@ -14,6 +14,7 @@
 --        extra goes to the journal entry only (summaries for read models).
 --   J jobid name ts ctx          journal-only entry (e.g. annotations)
 --   H k n {field value}*n        HSET KEYS[k]
+--   D k n {field}*n              HDEL KEYS[k]
 --   X k n {field value}*n        XADD KEYS[k] * (an outbound message)
 --   A k group n {id}*n           XACK KEYS[k] group ids (inputs consumed)
 --   S k ttl value                SET KEYS[k] value (PX ttl when ttl > 0)
@@ -37,6 +38,7 @@ local function skip(i)
   if op == 'J' then return i + 5 end
   if op == 'H' or op == 'X' then return i + 3 + 2 * tonumber(ARGV[i + 2]) end
   if op == 'A' then return i + 4 + tonumber(ARGV[i + 3]) end
+  if op == 'D' then return i + 3 + tonumber(ARGV[i + 2]) end
   if op == 'S' or op == 'L' then return i + 4 end
   error('bad op ' .. tostring(op) .. ' at ARGV[' .. i .. ']')
 end
@@ -103,6 +105,9 @@ while i <= #ARGV do
   elseif op == 'H' then
     local n = tonumber(ARGV[i + 2])
     redis.call('HSET', KEYS[tonumber(ARGV[i + 1])], unpack(ARGV, i + 3, i + 2 + 2 * n))
+  elseif op == 'D' then
+    local n = tonumber(ARGV[i + 2])
+    redis.call('HDEL', KEYS[tonumber(ARGV[i + 1])], unpack(ARGV, i + 3, i + 2 + n))
   elseif op == 'X' then
     local n = tonumber(ARGV[i + 2])
     redis.call('XADD', KEYS[tonumber(ARGV[i + 1])], '*', unpack(ARGV, i + 3, i + 2 + 2 * n))

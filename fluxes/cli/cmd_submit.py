@@ -1,0 +1,267 @@
+"""``fluxes submit``, ``fluxes cancel`` and ``fluxes job urgency``: flux's options and output."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import os
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fluxes.cli.cmd_jobs import select_jobs
+from fluxes.cli.display import fmt_id
+from fluxes.cli.progress import Progress
+from fluxes.cli.util import (
+    die,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
+from fluxes.errors import FluxesError
+from fluxes.idset import IDSet
+from fluxes.priority import parse_urgency
+
+if TYPE_CHECKING:
+    from fluxes.jobspec import Jobspec
+
+
+def add_job_options(parser: argparse.ArgumentParser) -> None:
+    """The resource and attribute options ``submit`` and ``run`` share (flux's names)."""
+    res = parser.add_argument_group("resources")
+    res.add_argument("-N", "--nodes", type=int, metavar="N", help="number of nodes")
+    res.add_argument("-n", "--ntasks", type=int, default=1, metavar="N",
+                     help="number of tasks (default 1)")
+    res.add_argument("-c", "--cores-per-task", type=int, default=1, metavar="N")
+    res.add_argument("-g", "--gpus-per-task", type=int, default=None, metavar="N")
+    res.add_argument("-x", "--exclusive", action="store_true", help="whole nodes")
+    res.add_argument("--requires", action="append", default=[], metavar="EXPR",
+                     help="constraint, e.g. 'gpu', '^login', 'host:node[0-3]' (repeatable)")
+    attrs = parser.add_argument_group("job attributes")
+    attrs.add_argument("-t", "--time-limit", metavar="FSD", help="e.g. 30s, 10m, 2h")
+    attrs.add_argument("-q", "--queue", metavar="QUEUE")
+    attrs.add_argument("--urgency", default="16", metavar="N",
+                       help="0-31, hold, expedite or default (16)")
+    attrs.add_argument("--dependency", action="append", default=[], metavar="DEP",
+                       help="e.g. afterok:ID, afterany:ID, begin-time:+1h (repeatable)")
+    attrs.add_argument("--env", action="append", default=[], metavar="RULE",
+                       help="VAR=VAL sets, VAR copies, -PATTERN removes (default: copy all)")
+    attrs.add_argument("--env-remove", action="append", default=[], metavar="PATTERN")
+    attrs.add_argument("--cwd", metavar="DIR", help="working directory (default: current)")
+    attrs.add_argument("--job-name", metavar="NAME")
+    attrs.add_argument("--output", metavar="TEMPLATE", help="stdout file, e.g. job-{{id}}.out")
+    attrs.add_argument("--error", metavar="TEMPLATE", help="stderr file")
+    attrs.add_argument("--setattr", action="append", default=[], metavar="KEY=VAL",
+                       help="set a jobspec attribute, e.g. system.exec.test.run_duration=1s")
+
+
+def environment_from(rules: list[str], removes: list[str]) -> dict[str, str | None]:
+    """The job environment flux would build: the current one, then --env rules in order."""
+    env: dict[str, str | None] = dict(os.environ)
+    for rule in rules:
+        if rule.startswith("-"):
+            removes = [*removes, rule[1:]]
+            continue
+        name, sep, value = rule.partition("=")
+        if not name:
+            die(f"--env: bad rule {rule!r}")
+        if sep:
+            env[name] = os.path.expandvars(value)
+        elif name in os.environ:
+            env[name] = os.environ[name]
+    for pattern in removes:
+        for name in [n for n in env if fnmatch.fnmatchcase(n, pattern)]:
+            del env[name]
+    return env
+
+
+def _set_attr(attributes: dict[str, Any], text: str) -> None:
+    key, sep, raw = text.partition("=")
+    if not sep or not key:
+        die(f"--setattr: expected KEY=VAL, got {text!r}")
+    if not key.startswith(("system.", "user.")):
+        key = "system." + key
+    value: Any = raw
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        pass
+    node = attributes
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            die(f"--setattr: {key} is inside a value that is not a table")
+    node[parts[-1]] = value
+
+
+def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
+    """The jobspec the options describe (``args.command`` or a jobspec file)."""
+    from fluxes.depend import parse_dependency
+    from fluxes.jobspec import Jobspec
+    from fluxes.requires import parse_requires
+
+    if len(command) == 1 and command[0].endswith((".yaml", ".yml", ".json")) \
+            and os.path.isfile(command[0]):
+        return Jobspec.from_file(command[0])
+    attributes: dict[str, Any] = {}
+    for text in args.setattr:
+        _set_attr(attributes, text)
+    constraints = parse_requires(args.requires) if args.requires else None
+    now = time.time()
+    deps = [parse_dependency(d, now=now) for d in args.dependency]
+    return Jobspec.from_command(
+        command, nnodes=args.nodes, ntasks=args.ntasks, cores_per_task=args.cores_per_task,
+        gpus_per_task=args.gpus_per_task, exclusive=args.exclusive,
+        duration=args.time_limit or 0.0, queue=args.queue, name=args.job_name,
+        cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
+        constraints=constraints, dependencies=deps or None, output=args.output,
+        error=args.error, attributes=attributes or None)
+
+
+def register(subparsers: Any) -> None:
+    """Add ``submit`` and ``cancel``."""
+    sp = subparsers.add_parser("submit", **help_with_example(
+        "Submit a job (or a jobspec file) and print its id.",
+        ["fluxes submit -n4 -c2 ./app --input x", "fluxes submit -N2 -x -t 1h ./mpi_app",
+         "fluxes submit --cc=1-100 --setattr=exec.test.run_duration=1s true",
+         "fluxes submit --dependency=afterok:ƒ2t6V2H ./post.sh", "fluxes submit job.yaml"]))
+    add_job_options(sp)
+    sp.add_argument("--cc", metavar="IDSET", help="submit one copy per id ({cc} in the "
+                                                 "command and output paths is replaced)")
+    sp.add_argument("--progress", action="store_true", help="show a progress bar")
+    sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
+    sp.add_argument("--json", action="store_true", help="print {id, error} objects")
+    sp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
+    sp.set_defaults(func=_submit)
+
+    cp = subparsers.add_parser("cancel", **help_with_example(
+        "Cancel jobs (a 'cancel' exception); users may cancel only their own.",
+        ["fluxes cancel ƒ2t6V2H ƒ2t6V2J", "fluxes cancel --all",
+         "fluxes cancel --all --states=pending -m 'wrong input'"]))
+    cp.add_argument("ids", nargs="*", type=job_id_arg, metavar="ID")
+    cp.add_argument("--all", action="store_true", help="all your active jobs (see --states)")
+    cp.add_argument("-u", "--user", metavar="USER", help="with --all: this user's jobs")
+    cp.add_argument("-S", "--states", default="active", metavar="STATES",
+                    help="with --all: pending, running or active (default)")
+    cp.add_argument("-m", "--message", default="", metavar="NOTE")
+    cp.add_argument("-q", "--quiet", action="store_true")
+    cp.set_defaults(func=_cancel)
+
+
+def register_job(sub: Any) -> None:
+    """Add ``job urgency`` and ``job raise`` under ``fluxes job``."""
+    up = sub.add_parser("urgency", **help_with_example(
+        "Change a pending job's urgency (0 holds, 31 expedites; owner only above 16).",
+        ["fluxes job urgency ƒ2t6V2H 0", "fluxes job urgency ƒ2t6V2H default"]))
+    up.add_argument("-v", "--verbose", action="store_true", help="print the old urgency")
+    up.add_argument("id", type=job_id_arg, metavar="ID")
+    up.add_argument("urgency", metavar="N")
+    up.set_defaults(func=_urgency)
+    rp = sub.add_parser("raise", **help_with_example(
+        "Raise an exception on jobs (severity 0 ends them).",
+        ["fluxes job raise --type=test ƒ2t6V2H", "fluxes job raise -s 3 -m note ƒ2t6V2H"]))
+    rp.add_argument("-s", "--severity", type=int, default=0)
+    rp.add_argument("-t", "--type", default="exception")
+    rp.add_argument("-m", "--message", default="")
+    rp.add_argument("ids", nargs="+", type=job_id_arg, metavar="ID")
+    rp.set_defaults(func=_raise)
+
+
+def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
+    """One jobspec per --cc id, with {cc} substituted where flux substitutes it."""
+    if cc is None:
+        return [spec.to_dict()]
+    try:
+        ids = IDSet(cc)
+    except ValueError as exc:
+        raise FluxesError(f"--cc: {exc}") from None
+    base = spec.to_dict()
+    text = spec.dumps()
+    if "{cc}" not in text:
+        return [base] * len(ids)
+    return [orjson.loads(text.replace("{cc}", str(i))) for i in ids]
+
+
+def _submit(args: argparse.Namespace) -> int:
+    command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] \
+        else list(args.command)
+    if not command:
+        die("submit: no command or jobspec file given")
+    spec = build_jobspec(args, command)
+    urgency = parse_urgency(args.urgency)
+    copies = _cc_copies(spec, args.cc)
+    if args.dry_run:
+        for copy in copies:
+            print_json(copy)
+        return 0
+    from fluxes.client import Client
+
+    client = Client(instance(args))
+    items = [{"jobspec": c, "urgency": urgency} for c in copies]
+    bar = Progress("submit", len(items), enabled=args.progress)
+    results = client.submit(items, progress=bar.update)
+    bar.done()
+    failed = 0
+    for result in results:
+        if isinstance(result, int):
+            if args.json:
+                print_json({"id": result})
+            else:
+                print(fmt_id(result))
+        else:
+            failed += 1
+            if args.json:
+                print_json({"error": result})
+            else:
+                print(f"fluxes: {result}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from fluxes.client import Client
+
+    inst = instance(args)
+    client = Client(inst)
+    ids = list(args.ids)
+    if args.all:
+        ids += [s.id for s in select_jobs(inst, states=args.states, user=args.user or
+                                          client.user)]
+    elif not ids:
+        die("cancel: give job ids, or --all")
+    if not ids:
+        if not args.quiet:
+            print("fluxes: no matching jobs", file=sys.stderr)
+        return 0
+    answer = client.cancel(ids, note=args.message)
+    for line in answer["errors"]:
+        print(f"fluxes: {line}", file=sys.stderr)
+    if args.all and not args.quiet:
+        print(f"fluxes: canceled {len(answer['ok'])} jobs", file=sys.stderr)
+    return 1 if answer["errors"] else 0
+
+
+def _urgency(args: argparse.Namespace) -> int:
+    from fluxes.client import Client
+
+    urgency = parse_urgency(args.urgency)
+    answer = Client(instance(args)).urgency(args.id, urgency)
+    if answer["errors"]:
+        die(str(answer["errors"][0]))
+    if args.verbose:
+        print(f"{fmt_id(args.id)}: urgency changed from {answer.get('old')} to {urgency}")
+    return 0
+
+
+def _raise(args: argparse.Namespace) -> int:
+    from fluxes.client import Client
+
+    answer = Client(instance(args)).raise_exception(args.ids, args.type, args.severity,
+                                                    args.message)
+    for line in answer["errors"]:
+        print(f"fluxes: {line}", file=sys.stderr)
+    return 1 if answer["errors"] else 0
+

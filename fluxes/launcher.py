@@ -1,0 +1,207 @@
+"""``fluxes start``: a private instance on this machine, supervised.
+
+The launcher brings up (unless given an existing Redis) its own
+redis-server on a unix socket with AOF on, records the instance facts and
+configuration in Redis, and runs every worker as a child process: ingest,
+one job manager per partition, the scheduler, the job list, and one exec
+worker per simulated node. A worker that dies is restarted (like systemd's
+``Restart=always``); recovery is the workers' business, not the launcher's.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+
+from fluxes.config import InstanceConfig
+from fluxes.env import DEFAULT_NAMESPACE
+from fluxes.errors import FluxesError
+from fluxes.instance import InstanceURI
+from fluxes.sched.inventory import Inventory
+from fluxes.store.connection import connect
+from fluxes.store.keys import Keys
+from fluxes.store.server import RedisServer
+
+#: Seconds a crashed worker waits before it is started again.
+RESTART_DELAY = 0.5
+
+
+@dataclass
+class WorkerSpec:
+    """One supervised worker process."""
+
+    name: str
+    args: list[str]
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    down_since: float | None = None
+
+
+@dataclass
+class Launcher:
+    """Starts, supervises and stops the processes of one instance."""
+
+    state_dir: Path
+    nodes: int = 1
+    cores_per_node: int = 4
+    gpus_per_node: int = 0
+    config_text: str = ""
+    redis_url: str | None = None
+    namespace: str = DEFAULT_NAMESPACE
+    partitions: int = 1
+    appendfsync: str = "everysec"
+    workers: list[WorkerSpec] = field(default_factory=list)
+    server: RedisServer | None = None
+    uri: InstanceURI | None = None
+
+    def resources(self, config: InstanceConfig) -> dict[str, Any]:
+        """The ``[resource]`` table: from the configuration, else N simulated nodes."""
+        if config.resource:
+            return dict(config.resource)
+        if self.nodes < 1 or self.cores_per_node < 1 or self.gpus_per_node < 0:
+            raise FluxesError("--nodes and --cores-per-node must be >= 1, --gpus-per-node >= 0")
+        entry: dict[str, Any] = {"hosts": f"node[0-{self.nodes - 1}]" if self.nodes > 1
+                                 else "node0", "cores": f"0-{self.cores_per_node - 1}"}
+        if self.gpus_per_node:
+            entry["gpus"] = f"0-{self.gpus_per_node - 1}"
+        return {"config": [entry]}
+
+    def nranks(self, resources: dict[str, Any]) -> int:
+        """How many execution targets the inventory has (one exec worker each)."""
+        return len(Inventory.from_config({"resource": resources}))
+
+    # ------------------------------------------------------------ bring-up
+
+    def start(self) -> InstanceURI:
+        """Start Redis (unless given) and every worker; return the instance URI."""
+        config = InstanceConfig.from_toml(self.config_text)
+        resources = self.resources(config)
+        nranks = self.nranks(resources)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.redis_url is None:
+            self.server = RedisServer(self.state_dir / "redis", appendonly=True,
+                                      appendfsync=self.appendfsync)
+            self.server.start()
+            url = self.server.url
+        else:
+            url = self.redis_url
+        self.uri = InstanceURI(url, self.namespace)
+        client = connect(url)
+        try:
+            self._record(client, config, resources)
+        finally:
+            client.close()
+        self._define_workers(nranks)
+        for spec in self.workers:
+            self._spawn(spec)
+        return self.uri
+
+    def _record(self, client: redis.Redis, config: InstanceConfig,
+                resources: dict[str, Any]) -> None:
+        keys = Keys(self.namespace, self.partitions)
+        existing = client.hget(keys.instance, "partitions")
+        if existing is not None and int(existing) != self.partitions:
+            raise FluxesError(f"this Redis already holds instance {self.namespace!r} with "
+                              f"{int(existing)} partitions")
+        uid = os.getuid()
+        try:
+            owner = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            owner = str(uid)
+        client.hset(keys.instance, mapping={
+            "partitions": self.partitions, "owner": owner, "owner_uid": uid,
+            "config": config.text, "resources": orjson.dumps(resources),
+            "supervisor_pid": os.getpid(), "state_dir": str(self.state_dir),
+            "started": repr(time.time()),
+        })
+        client.hsetnx(keys.instance, "created", repr(time.time()))
+
+    def _define_workers(self, nranks: int) -> None:
+        uri = str(self.uri)
+        base = [sys.executable, "-m", "workers"]
+        specs = [WorkerSpec("ingest", [*base, "ingest", "--uri", uri]),
+                 WorkerSpec("scheduler", [*base, "scheduler", "--uri", uri]),
+                 WorkerSpec("job-list", [*base, "job-list", "--uri", uri])]
+        for p in range(self.partitions):
+            specs.append(WorkerSpec(f"job-manager-{p}", [*base, "job-manager", "--uri", uri,
+                                                         "--partition", str(p)]))
+        exec_dir = self.state_dir / "exec"
+        for rank in range(nranks):
+            specs.append(WorkerSpec(f"exec-{rank}", [*base, "exec", "--uri", uri,
+                                                     "--ranks", str(rank),
+                                                     "--state-dir", str(exec_dir)]))
+        self.workers = specs
+
+    def _spawn(self, spec: WorkerSpec) -> None:
+        logs = self.state_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{spec.name}.log", "ab") as log:
+            env = dict(os.environ, FLUXES_LOG_FORMAT="json")
+            spec.proc = subprocess.Popen(spec.args, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=log, env=env, start_new_session=True)
+        spec.down_since = None
+
+    # ------------------------------------------------------------ supervision
+
+    def supervise_once(self) -> None:
+        """Restart workers that exited (after a short delay)."""
+        now = time.monotonic()
+        for spec in self.workers:
+            if spec.proc is None or spec.proc.poll() is None:
+                continue
+            if spec.down_since is None:
+                spec.down_since = now
+            elif now - spec.down_since >= RESTART_DELAY:
+                spec.restarts += 1
+                self._spawn(spec)
+
+    def worker(self, name: str) -> WorkerSpec:
+        """The supervised worker called ``name`` (e.g. ``scheduler``, ``exec-3``)."""
+        for spec in self.workers:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop every worker (SIGTERM, then SIGKILL) and the private Redis."""
+        for spec in self.workers:
+            if spec.proc is not None and spec.proc.poll() is None:
+                spec.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for spec in self.workers:
+            if spec.proc is None:
+                continue
+            try:
+                spec.proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                spec.proc.kill()
+                spec.proc.wait()
+        if self.server is not None:
+            self.server.stop()
+
+
+def run_command(launcher: Launcher, command: Sequence[str]) -> int:
+    """Run ``command`` inside the started instance; supervise until it exits."""
+    assert launcher.uri is not None
+    env = dict(os.environ, FLUXES_URI=str(launcher.uri))
+    proc = subprocess.Popen(list(command), env=env)
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                launcher.supervise_once()
+    except KeyboardInterrupt:
+        proc.send_signal(signal.SIGINT)
+        return proc.wait()

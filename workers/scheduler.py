@@ -1,0 +1,402 @@
+"""The scheduler worker: RFC 27 over streams, with allocation recovery.
+
+The scheduler is stateless between epochs. Taking the lease of a partition
+bumps that partition's epoch (its fence counter); the scheduler then says
+``hello`` on the partition's response stream, the job manager answers with
+every job holding resources, the scheduler re-reads each job's stored R into
+a fresh pool (:meth:`~fluxes.sched.pool.ResourcePool.adopt`) and says
+``ready``. From then on it answers ``alloc`` (SUCCESS/ANNOTATE/DENY/CANCEL),
+``free``, ``cancel`` and ``prioritize`` requests. R is written to the job
+hash in the same atomic step that makes the SUCCESS response visible, fenced
+by the epoch, so a deposed scheduler can neither write R nor answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from fluxes import protocol as proto
+from fluxes.errors import FluxesError
+from fluxes.instance import Instance
+from fluxes.jobspec import Jobspec
+from fluxes.rset import ResourceSet
+from fluxes.sched.errors import InfeasibleRequest
+from fluxes.sched.inventory import Inventory
+from fluxes.sched.policy import PendingJob, QueuePolicy, Scheduler
+from fluxes.sched.pool import ResourcePool
+from fluxes.sched.request import Request
+from fluxes.store.eventstore import EventStore, FencedError
+from fluxes.store.lease import LEASE_TTL_MS, Lease
+from workers.base import Worker
+
+READ_COUNT = 2000
+BLOCK_MS = 500
+#: Re-plan (start estimates) at least this often while jobs are pending.
+REPLAN_S = 5.0
+
+
+def load_inventory(instance: Instance) -> Inventory:
+    """The instance inventory: the recorded resources, else the configuration's."""
+    raw = instance.redis.hget(instance.keys.instance, "resources")
+    table: Mapping[str, Any] = orjson.loads(raw) if raw else instance.config().resource
+    if not table:
+        raise FluxesError("the instance has no resources configured ([resource] table)")
+    path = table.get("path")
+    if isinstance(path, str):
+        with open(path, "rb") as f:
+            return Inventory.from_rset(f.read())
+    return Inventory.from_config({"resource": dict(table)})
+
+
+class Session:
+    """The RFC 27 session with one partition's job manager."""
+
+    def __init__(self, partition: int, lease: Lease) -> None:
+        self.partition = partition
+        self.lease = lease
+        self.epoch = 0
+        self.pos = "0-0"
+        self.ready = False
+
+
+class SchedulerWorker(Worker):
+    """Leader (or standby) scheduler for every partition."""
+
+    kind = "scheduler"
+
+    def __init__(self, instance: Instance, name: str | None = None,
+                 lease_ttl_ms: int = LEASE_TTL_MS) -> None:
+        super().__init__(instance, name)
+        keys = self.keys
+        self.store = EventStore(self.redis, keys)
+        self.sessions = [Session(p, Lease(self.redis, keys.sched_lease(p), keys.sched_fence(p),
+                                          self.name, lease_ttl_ms))
+                         for p in range(keys.partitions)]
+        self.leader = False
+        self.pool: ResourcePool | None = None
+        self.sched: Scheduler | None = None
+        self.sent: dict[int, dict[str, Any]] = {}
+        self.mode = "unlimited"
+        self.limit = 0
+        self._dirty = False
+        self._planned = 0.0
+        self.allocations = 0
+        self.recovered_in = 0.0
+        self._recover_started = 0.0
+        self._r_writes: dict[int, dict[int, bytes]] = {}
+
+    def status(self) -> dict[str, Any]:
+        """Leadership and load for ``fluxes status``."""
+        return {"leader": self.leader, "pending": len(self.sched.pending) if self.sched else 0,
+                "allocations": self.allocations, "recovery_s": round(self.recovered_in, 3)}
+
+    # ------------------------------------------------------------ leadership
+
+    def reconnected(self) -> None:
+        """After a Redis outage: lead again from scratch (a new epoch per partition)."""
+        self.step_down("redis connection lost")
+
+    def step_down(self, why: str) -> None:
+        """Forget the pool and sessions; wait to lead again."""
+        if self.leader:
+            self.log.warning("stepping down", extra={"why": why})
+        self.leader = False
+        self.pool = None
+        self.sched = None
+        for s in self.sessions:
+            s.lease.token = None
+            s.ready = False
+
+    def _become_leader(self) -> bool:
+        for session in self.sessions:
+            if session.lease.try_acquire() is None:
+                for other in self.sessions:
+                    if other.lease.token is not None:
+                        other.lease.release()
+                return False
+        config = self.instance.config()
+        self.mode = str(config.sched.get("mode", "unlimited"))
+        self.limit = int(config.sched.get("limit", 0))
+        self.pool = ResourcePool(load_inventory(self.instance))
+        self.sched = Scheduler(self.pool, self._queue_policies(config))
+        self.sent = {}
+        self.leader = True
+        self._recover_started = time.monotonic()
+        for session in self.sessions:
+            # a new epoch per partition: every lease acquisition bumps the fence
+            self._hello(session, bump=False)
+        self.log.info("leading", extra={"partitions": len(self.sessions)})
+        return True
+
+    def _queue_policies(self, config: Any) -> dict[str | None, QueuePolicy]:
+        out: dict[str | None, QueuePolicy] = {}
+        queues = config.queues
+        for name in [None, *queues.queue_names]:
+            try:
+                policy = queues.effective_policy(name)
+            except (KeyError, ValueError, FluxesError):
+                continue
+            sp = getattr(policy, "scheduler", None)
+            if sp is None:
+                continue
+            out[name] = QueuePolicy(
+                policy=getattr(sp, "policy", None) or "fcfs",
+                queue_depth=getattr(sp, "queue_depth", None) or 1000,
+                reservation_depth=getattr(sp, "reservation_depth", None) or 16,
+                placement=getattr(sp, "placement", None) or "first-fit")
+        return out
+
+    def _hello(self, session: Session, bump: bool) -> None:
+        """Start a new epoch with the partition's job manager."""
+        keys = self.keys
+        p = session.partition
+        if bump and session.lease.bump() is None:
+            self.step_down("lease lost")
+            return
+        session.epoch = int(session.lease.token or 0)
+        session.ready = False
+        last = self.redis.xrevrange(keys.sched_req(p), count=1)
+        session.pos = last[0][0].decode() if last else "0-0"
+        self.redis.xadd(keys.sched_resp(p), proto.encode([{"t": "hello"}], session.epoch))
+
+    # ------------------------------------------------------------ the loop
+
+    def step(self) -> None:
+        """Lead (or wait to), read requests, schedule, answer."""
+        if not self.leader:
+            if not self._become_leader():
+                time.sleep(0.5)
+            return
+        for session in self.sessions:
+            if not session.lease.renew_if_due():
+                self.step_down("lease lost")
+                return
+        streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
+        block = BLOCK_MS if not self._dirty else 1
+        reply = self.redis.xread(streams, count=READ_COUNT, block=block)
+        out: dict[int, list[dict[str, Any]]] = {}
+        for stream_b, entries in reply or []:
+            session = self._session_of(stream_b.decode())
+            msgs: list[tuple[int, dict[str, Any]]] = []
+            for msg_id, fields in entries:
+                session.pos = msg_id.decode()
+                try:
+                    epoch, batch = proto.decode(fields)
+                except proto.MessageError as exc:
+                    self.dead_letter(stream_b.decode(), msg_id, fields, str(exc))
+                    continue
+                msgs.extend((epoch, m) for m in batch)
+            if not self._handle(session, msgs, out.setdefault(session.partition, [])):
+                return  # deposed while handling
+        now = time.time()
+        sched = self.sched
+        if sched is not None and sched.pending and (
+                self._dirty or now - self._planned > REPLAN_S):
+            self._schedule(now, out)
+        self._flush(out)
+
+    def _session_of(self, stream: str) -> Session:
+        for session in self.sessions:
+            if self.keys.sched_req(session.partition) == stream:
+                return session
+        raise KeyError(stream)
+
+    def _handle(self, session: Session, msgs: list[tuple[int, dict[str, Any]]],
+                out: list[dict[str, Any]]) -> bool:
+        """Apply one partition's requests in order; new allocs are looked up in bulk.
+
+        Returns False when this scheduler lost its lease meanwhile.
+        """
+        sched = self.sched
+        pool = self.pool
+        assert sched is not None and pool is not None
+        allocs: list[dict[str, Any]] = []
+        for epoch, msg in msgs:
+            kind = msg["t"]
+            if kind == "reset":
+                self._reset(session)
+                if self.pool is None:
+                    return False
+                allocs = []
+                out.clear()
+                continue
+            if epoch != session.epoch:
+                continue  # from an older session
+            if kind == "hello-reply":
+                self._recover(session, msg["alloc"], out)
+            elif kind == "alloc":
+                allocs.append(msg)
+            elif kind == "cancel":
+                jobid = msg["id"]
+                before = len(allocs)
+                allocs = [a for a in allocs if a["id"] != jobid]  # not yet queued
+                if sched.remove(jobid) or len(allocs) != before:
+                    out.append({"t": "alloc-response", "id": jobid,
+                                "type": proto.ALLOC_CANCEL})
+                    self.sent.pop(jobid, None)
+                    self._dirty = True
+            elif kind == "prioritize":
+                for pair in msg["jobs"]:
+                    if isinstance(pair, list) and len(pair) == 2:
+                        sched.prioritize(int(pair[0]), int(pair[1]))
+                self._dirty = True
+            elif kind == "free":
+                jobid = msg["id"]
+                try:
+                    pool.free(jobid)
+                except ValueError:
+                    pass  # not held here (freed before a restart): still answer
+                out.append({"t": "free-response", "id": jobid})
+                self._dirty = True
+        if allocs:
+            self._add_allocs(allocs, out)
+        return True
+
+    def _reset(self, session: Session) -> None:
+        """The partition's job manager restarted: forget its jobs, start a new epoch."""
+        sched, pool = self.sched, self.pool
+        assert sched is not None and pool is not None
+        p = session.partition
+        for jobid in [j for j in sched.pending if self.keys.partition_of(j) == p]:
+            sched.remove(jobid)
+        for jobid in [j for j in pool.jobids() if self.keys.partition_of(j) == p]:
+            pool.free(jobid)
+        self._hello(session, bump=True)
+
+    def _recover(self, session: Session, alloc: list[Any], out: list[dict[str, Any]]) -> None:
+        """Hello reply: put every held R back into the pool, then say ready."""
+        pool = self.pool
+        assert pool is not None
+        ids = [int(a["id"]) for a in alloc if isinstance(a, dict) and "id" in a]
+        pipe = self.redis.pipeline(transaction=False)
+        for jobid in ids:
+            pipe.hmget(self.keys.job(jobid), ["R", "jobspec_full", "jobspec"])
+        for jobid, (raw_r, full, orig) in zip(ids, pipe.execute(), strict=True):
+            if not raw_r:
+                self.log.error("job holds resources but has no R", extra={"job": jobid})
+                continue
+            try:
+                rset = ResourceSet(raw_r)
+                request = Request.from_jobspec(orjson.loads(full or orig)) if (full or orig) \
+                    else None
+                memory = _memory_per_rank(rset, request)
+                pool.adopt(jobid, rset, memory=memory,
+                           exclusive=bool(request is not None and request.exclusive))
+            except (ValueError, FluxesError) as exc:
+                self.log.error("cannot recover allocation", extra={"job": jobid,
+                                                                  "error": str(exc)})
+        session.ready = True
+        ready: dict[str, Any] = {"t": "ready", "mode": self.mode}
+        if self.mode == "limited":
+            ready["limit"] = max(self.limit, 1)
+        out.append(ready)
+        self.recovered_in = time.monotonic() - self._recover_started
+        self.log.info("ready", extra={"partition": session.partition, "epoch": session.epoch,
+                                      "recovered": len(ids),
+                                      "recovery_s": round(self.recovered_in, 3)})
+
+    def _add_allocs(self, allocs: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+        """Look up the jobspecs of new alloc requests (one round trip) and queue them."""
+        sched, pool = self.sched, self.pool
+        assert sched is not None and pool is not None
+        pipe = self.redis.pipeline(transaction=False)
+        for msg in allocs:
+            pipe.hmget(self.keys.job(msg["id"]), ["jobspec_full", "jobspec"])
+        for msg, (full, orig) in zip(allocs, pipe.execute(), strict=True):
+            jobid = msg["id"]
+            try:
+                raw = full or orig
+                if not raw:
+                    raise InfeasibleRequest("job has no jobspec")
+                request = _request_of(raw)
+                pool.check(request)
+            except (InfeasibleRequest, ValueError, FluxesError) as exc:
+                out.append({"t": "alloc-response", "id": jobid, "type": proto.ALLOC_DENY,
+                            "note": str(exc)})
+                continue
+            queue = msg.get("queue")
+            sched.add(PendingJob(jobid, int(msg["priority"]), float(msg.get("t_submit", 0.0)),
+                                 int(msg["userid"]), queue if isinstance(queue, str) else None,
+                                 request))
+            self._dirty = True
+
+    def _schedule(self, now: float, out: dict[int, list[dict[str, Any]]]) -> None:
+        sched = self.sched
+        assert sched is not None
+        result = sched.schedule(now)
+        self._dirty = False
+        self._planned = now
+        keys = self.keys
+        for jobid, rset in result.allocated:
+            part = keys.partition_of(jobid)
+            self._r_writes.setdefault(part, {})[jobid] = rset.dumps().encode()
+            ann: dict[str, Any] = {"sched": {"resource_summary": rset.summary(),
+                                             "reason_pending": None, "t_estimate": None}}
+            out.setdefault(part, []).append({
+                "t": "alloc-response", "id": jobid, "type": proto.ALLOC_SUCCESS,
+                "annotations": ann, "ranks": str(rset.ranks), "nodelist": str(rset.hostlist)})
+            self.sent.pop(jobid, None)
+            self.allocations += 1
+        for jobid, note in result.denied:
+            out.setdefault(keys.partition_of(jobid), []).append(
+                {"t": "alloc-response", "id": jobid, "type": proto.ALLOC_DENY, "note": note})
+            self.sent.pop(jobid, None)
+        for jobid, sched_ann in result.annotations.items():
+            if self.sent.get(jobid) == sched_ann:
+                continue  # annotations are sent only when they change
+            old = self.sent.get(jobid, {})
+            delta = {k: v for k, v in sched_ann.items() if old.get(k) != v}
+            delta.update({k: None for k in old if k not in sched_ann})
+            self.sent[jobid] = sched_ann
+            out.setdefault(keys.partition_of(jobid), []).append(
+                {"t": "alloc-response", "id": jobid, "type": proto.ALLOC_ANNOTATE,
+                 "annotations": {"sched": delta}})
+
+    def _flush(self, out: dict[int, list[dict[str, Any]]]) -> None:
+        """Write R and responses per partition, atomically and fenced by the epoch."""
+        writes = self._r_writes
+        for session in self.sessions:
+            p = session.partition
+            msgs = out.get(p)
+            rs = writes.get(p)
+            if not msgs and not rs:
+                continue
+            batch = self.store.batch(p, fence=self.keys.sched_fence(p))
+            for jobid, data in (rs or {}).items():
+                batch.hset(self.keys.job(jobid), {"R": data})
+            if msgs:
+                batch.xadd(self.keys.sched_resp(p), proto.encode(msgs, session.epoch))
+            try:
+                self.store.commit(batch, str(session.epoch))
+            except FencedError as exc:
+                self.step_down(str(exc))
+                return
+        self._r_writes = {}
+
+
+def _request_of(raw: bytes) -> Request:
+    """The Request of a stored jobspec (JSON); InfeasibleRequest when unsupported."""
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise InfeasibleRequest("stored jobspec is not JSON") from None
+    return Request.from_jobspec(Jobspec.from_dict(doc))
+
+
+def _memory_per_rank(rset: ResourceSet, request: Request | None) -> dict[int, int] | None:
+    """Memory a recovered allocation holds per rank (R does not record it)."""
+    if request is None or not request.memory_per_slot:
+        return None
+    per_slot = int(request.memory_per_slot)
+    size = max(int(request.min_cores_per_slot), 1)
+    return {r: per_slot * max(len(rset.cores(r)) // size, 1) for r in rset.ranks}
+
+
+def main(instance: Instance) -> int:
+    """Run a scheduler until SIGTERM."""
+    return SchedulerWorker(instance).run()
+
