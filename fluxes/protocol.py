@@ -19,8 +19,9 @@ RFC 27 names map as follows (the ``t`` values):
 * exec -> job manager: ``exec`` (per job and rank: ``started``, ``status``,
   ``released``, ``error``);
 * ingest -> job manager: ``new`` (jobs created), ``cancel``, ``urgency``,
-  ``raise`` (forwarded user requests, with the authenticated ``userid``), and
-  ``queues`` (queue admin state changed).
+  ``raise`` (forwarded user requests, with the authenticated ``userid``),
+  ``queues`` (queue admin state changed); scheduler -> job manager
+  ``lost-ranks`` (exec workers stopped heart-beating: their jobs fail).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "urgency-request": {"id": _INT, "urgency": _INT, "userid": _INT},
     "raise": {"ids": _LIST, "userid": _INT, "type": _STR, "severity": _INT},
     "queues": {},
+    "lost-ranks": {"ranks": _STR},
 }
 
 

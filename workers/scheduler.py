@@ -21,6 +21,7 @@ import orjson
 
 from fluxes import protocol as proto
 from fluxes.errors import FluxesError
+from fluxes.idset import IDSet
 from fluxes.instance import Instance
 from fluxes.jobspec import Jobspec
 from fluxes.rset import ResourceSet
@@ -37,6 +38,16 @@ READ_COUNT = 2000
 BLOCK_MS = 500
 #: Re-plan (start estimates) at least this often while jobs are pending.
 REPLAN_S = 5.0
+#: An exec worker silent this long is taken for lost: its ranks are drained.
+LOST_AFTER_S = 10.0
+#: How often heartbeats, resource events and the published status are refreshed.
+HOUSEKEEPING_S = 1.0
+
+
+def resource_event(kind: str, ranks: str, reason: str = "", auto: bool = False) -> bytes:
+    """A drain/undrain entry for the resource event stream."""
+    return orjson.dumps({"t": kind, "ranks": ranks, "reason": reason, "auto": auto,
+                         "timestamp": time.time()})
 
 
 def load_inventory(instance: Instance) -> Inventory:
@@ -88,6 +99,10 @@ class SchedulerWorker(Worker):
         self.recovered_in = 0.0
         self._recover_started = 0.0
         self._r_writes: dict[int, dict[int, bytes]] = {}
+        self.drained: dict[int, tuple[str, bool]] = {}  # rank -> (reason, automatic)
+        self._resource_pos = "0-0"
+        self._housekept = 0.0
+        self._lead_since = 0.0
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
@@ -124,6 +139,10 @@ class SchedulerWorker(Worker):
         self.pool = ResourcePool(load_inventory(self.instance))
         self.sched = Scheduler(self.pool, self._queue_policies(config))
         self.sent = {}
+        self.drained = {}
+        self._resource_pos = "0-0"
+        self._read_resource_events()
+        self._lead_since = time.monotonic()
         self.leader = True
         self._recover_started = time.monotonic()
         for session in self.sessions:
@@ -192,12 +211,105 @@ class SchedulerWorker(Worker):
                 msgs.extend((epoch, m) for m in batch)
             if not self._handle(session, msgs, out.setdefault(session.partition, [])):
                 return  # deposed while handling
+        if time.monotonic() - self._housekept >= HOUSEKEEPING_S:
+            self._housekeeping()
         now = time.time()
         sched = self.sched
         if sched is not None and sched.pending and (
                 self._dirty or now - self._planned > REPLAN_S):
             self._schedule(now, out)
         self._flush(out)
+
+    # ------------------------------------------------------------ resources
+
+    def _read_resource_events(self) -> None:
+        """Apply new drain/undrain events to the pool (drained targets get no new work)."""
+        pool = self.pool
+        assert pool is not None
+        start = "(" + self._resource_pos if self._resource_pos != "0-0" else "-"
+        for sid, fields in self.redis.xrange(self.keys.resource_events, min=start):
+            self._resource_pos = sid.decode()
+            try:
+                event = orjson.loads(fields[b"d"])
+                ranks = IDSet(event["ranks"]) & pool.inventory.ranks
+                kind = event["t"]
+            except (KeyError, ValueError, TypeError) as exc:
+                self.dead_letter(self.keys.resource_events, sid, fields, str(exc))
+                continue
+            if not ranks:
+                continue
+            if kind == "drain":
+                pool.mark_down(ranks)
+                for r in ranks:
+                    self.drained[r] = (str(event.get("reason") or ""), bool(event.get("auto")))
+            elif kind == "undrain":
+                pool.mark_up(ranks)
+                for r in ranks:
+                    self.drained.pop(r, None)
+            self._dirty = True
+
+    def _housekeeping(self) -> None:
+        """Drain ranks whose exec worker went silent (and undrain them when it is back);
+        publish the resource summary for ``fluxes resource list``."""
+        self._housekept = time.monotonic()
+        pool = self.pool
+        if pool is None:
+            return
+        self._read_resource_events()
+        now = time.time()
+        seen: dict[int, float] = {}
+        for rank_b, raw in self.redis.hgetall(self.keys.exec_registry).items():
+            try:
+                seen[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        grace_over = time.monotonic() - self._lead_since > LOST_AFTER_S
+        lost = IDSet()
+        back = IDSet()
+        for rank in pool.inventory.ranks:
+            beat = seen.get(rank)
+            silent = (beat is None and grace_over) or (beat is not None
+                                                        and now - beat > LOST_AFTER_S)
+            drained = self.drained.get(rank)
+            if silent and drained is None:
+                lost.add(rank)
+            elif not silent and beat is not None and drained is not None and drained[1]:
+                back.add(rank)
+        pipe = self.redis.pipeline(transaction=False)
+        if lost:
+            self.log.warning("exec workers lost, draining", extra={"ranks": str(lost)})
+            pipe.xadd(self.keys.resource_events, {"d": resource_event(
+                "drain", str(lost), "exec worker not responding", auto=True)})
+            for p in range(self.keys.partitions):
+                pipe.xadd(self.keys.jm_ctl(p), proto.encode([{"t": "lost-ranks",
+                                                              "ranks": str(lost)}]))
+        if back:
+            self.log.info("exec workers back, undraining", extra={"ranks": str(back)})
+            pipe.xadd(self.keys.resource_events, {"d": resource_event("undrain", str(back),
+                                                                      auto=True)})
+        pipe.set(self.keys.sched_status, orjson.dumps(self._summary(now)))
+        pipe.execute()
+        if lost or back:
+            self._read_resource_events()
+
+    def _summary(self, now: float) -> dict[str, Any]:
+        pool = self.pool
+        assert pool is not None
+
+        def part(rset: ResourceSet) -> dict[str, Any]:
+            return {"nnodes": rset.nnodes, "ncores": rset.ncores, "ngpus": rset.ngpus,
+                    "nodelist": str(rset.hostlist) if len(rset.ranks) else "",
+                    "ranks": str(rset.ranks)}
+
+        down = pool.down
+        inventory = pool.inventory.rset()
+        return {"time": now, "scheduler": self.name,
+                "pending": len(self.sched.pending) if self.sched else 0,
+                "free": part(pool.available(include_down=False)),
+                "allocated": part(pool.allocated()),
+                "down": part(inventory.copy_ranks(down)),
+                "drained": {str(r): {"reason": why, "auto": auto}
+                            for r, (why, auto) in sorted(self.drained.items())}}
 
     def _session_of(self, stream: str) -> Session:
         for session in self.sessions:

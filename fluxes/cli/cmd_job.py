@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,97 @@ def register(subparsers: Any) -> None:
     wep.add_argument("event", metavar="EVENT")
     wep.set_defaults(func=_wait_event)
     cmd_submit.register_job(sub)
+
+    ip = sub.add_parser("info", **help_with_example(
+        "Print what is stored for a job: jobspec (as submitted), jobspec_full (defaults\n"
+        "applied), R, eventlog, or (no KEY) every field of the job record.",
+        ["fluxes job info ƒ2t6V2H R", "fluxes job info ƒ2t6V2H jobspec eventlog"]))
+    ip.add_argument("id", type=job_id_arg, metavar="ID")
+    ip.add_argument("keys", nargs="*", metavar="KEY")
+    ip.set_defaults(func=_info)
+
+    wp = sub.add_parser("wait", **help_with_example(
+        "Wait for a job to finish; exit 0 if it completed successfully, else 1.",
+        ["fluxes job wait ƒ2t6V2H", "fluxes job wait -t 10m ƒ2t6V2H"]))
+    wp.add_argument("-t", "--timeout", default=None, metavar="FSD")
+    wp.add_argument("id", type=job_id_arg, metavar="ID")
+    wp.set_defaults(func=_wait)
+
+    ap = sub.add_parser("attach", **help_with_example(
+        "Print a job's output as it runs, until it ends; exit with its exit code.",
+        ["fluxes job attach ƒ2t6V2H", "fluxes job attach -l ƒ2t6V2H  # label lines by task"]))
+    ap.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
+    ap.add_argument("id", type=job_id_arg, metavar="ID")
+    ap.set_defaults(func=_attach)
+
+    op = sub.add_parser("output", **help_with_example(
+        "Print a job's output so far (stdout and stderr), without waiting.",
+        ["fluxes job output ƒ2t6V2H", "fluxes job output -l ƒ2t6V2H"]))
+    op.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
+    op.add_argument("id", type=job_id_arg, metavar="ID")
+    op.set_defaults(func=_output)
+
+
+def _info(args: argparse.Namespace) -> int:
+    """Print stored job data."""
+    from fluxes.cli.attach import job_record
+
+    inst = instance(args)
+    record = job_record(inst, args.id)
+    store = _store(args)
+    if not record and not store.job_exists(args.id):
+        die(f"job {fmt_id(args.id)} not found")
+    if not args.keys:
+        for key, value in sorted(record.items()):
+            print(f"{key}: {value}")
+        return 0
+    for key in args.keys:
+        if key == "eventlog":
+            for event in store.eventlog(args.id):
+                print_json(event.to_rfc18())
+        elif key == "jobspec_full":
+            print(record.get("jobspec_full") or record.get("jobspec", ""))
+        elif key in record:
+            print(record[key])
+        else:
+            die(f"job {fmt_id(args.id)} has no {key!r} (known: eventlog, "
+                f"{', '.join(sorted(record))})")
+    return 0
+
+
+def _wait(args: argparse.Namespace) -> int:
+    """Block until the job is inactive; report failure like flux job wait."""
+    from fluxes.cli.attach import follow
+
+    timeout = parse_duration(args.timeout) if args.timeout else None
+    outcome = follow(instance(args), args.id, output=False, timeout=timeout)
+    message = outcome.message()
+    if message:
+        print(f"fluxes: {message}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _attach(args: argparse.Namespace) -> int:
+    """Stream output until the job ends; exit with its exit code."""
+    from fluxes.cli.attach import follow
+
+    outcome = follow(instance(args), args.id, label=args.label_io)
+    message = outcome.message()
+    if message:
+        print(f"fluxes: {message}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _output(args: argparse.Namespace) -> int:
+    """Print the output stored so far."""
+    from fluxes.cli.attach import print_output
+
+    inst = instance(args)
+    if not inst.redis.exists(inst.keys.eventlog(args.id)):
+        die(f"job {fmt_id(args.id)} not found")
+    print_output(inst, args.id, label=args.label_io)
+    return 0
 
 
 def _job_id(args: argparse.Namespace) -> int:

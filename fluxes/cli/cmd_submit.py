@@ -138,6 +138,14 @@ def register(subparsers: Any) -> None:
     sp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
     sp.set_defaults(func=_submit)
 
+    rp = subparsers.add_parser("run", **help_with_example(
+        "Submit a job, print its output as it runs, exit with its exit code.",
+        ["fluxes run -N2 -n4 hostname", "fluxes run -n1 -t 10s ./app", "fluxes run -l -n4 env"]))
+    add_job_options(rp)
+    rp.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
+    rp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
+    rp.set_defaults(func=_run)
+
     cp = subparsers.add_parser("cancel", **help_with_example(
         "Cancel jobs (a 'cancel' exception); users may cancel only their own.",
         ["fluxes cancel ƒ2t6V2H ƒ2t6V2J", "fluxes cancel --all",
@@ -187,10 +195,7 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    command = [c for c in args.command if c != "--"] if args.command[:1] == ["--"] \
-        else list(args.command)
-    if not command:
-        die("submit: no command or jobspec file given")
+    command = _command(args)
     spec = build_jobspec(args, command)
     urgency = parse_urgency(args.urgency)
     copies = _cc_copies(spec, args.cc)
@@ -219,6 +224,33 @@ def _submit(args: argparse.Namespace) -> int:
             else:
                 print(f"fluxes: {result}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from fluxes.cli.attach import follow
+    from fluxes.client import Client
+
+    command = _command(args)
+    spec = build_jobspec(args, command)
+    inst = instance(args)
+    [result] = Client(inst).submit([{"jobspec": spec.to_dict(),
+                                     "urgency": parse_urgency(args.urgency)}])
+    if not isinstance(result, int):
+        die(result)
+    outcome = follow(inst, result, label=args.label_io)
+    message = outcome.message()
+    if message:
+        print(f"fluxes: {message}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _command(args: argparse.Namespace) -> list[str]:
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        die(f"{args.func.__name__.strip('_')}: no command or jobspec file given")
+    return command
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -18,12 +18,15 @@ from fluxes.cli import (
     cmd_job,
     cmd_jobs,
     cmd_jobspec,
+    cmd_queue,
+    cmd_resource,
     cmd_start,
     cmd_submit,
 )
 from fluxes.cli.util import PROG, ArgumentParser, add_subcommands, run_cli
 
-_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_eventlog, cmd_jobspec, cmd_bench)
+_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
+           cmd_eventlog, cmd_jobspec, cmd_bench)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -572,6 +572,8 @@ class JobManagerCore:
                                       msg["severity"], str(msg.get("note") or ""))
         elif kind == "urgency-request":
             answer = self._urgency(fx, msg["id"], msg["urgency"], msg["userid"])
+        elif kind == "lost-ranks":
+            answer = self._lost_ranks(fx, IDSet(msg["ranks"]))
         elif kind == "queues":
             stopped = msg.get("stopped")
             if isinstance(stopped, list):
@@ -582,6 +584,31 @@ class JobManagerCore:
         if isinstance(reply, str) and reply:
             fx.replies.append((reply, answer))
         self.pump(fx)
+
+    def _lost_ranks(self, fx: Effects, lost: IDSet) -> dict[str, Any]:
+        """Exec workers of ``lost`` are gone: fail their jobs and count those ranks as done.
+
+        No exec worker will ever report on them, so the job manager reports
+        for it (killed, released), which lets the job finish its cleanup.
+        """
+        now = self.clock()
+        failed = []
+        for act in list(self.jobs.values()):
+            if act.ranks is None or not act.job.has_resources or not act.ranks.intersects(lost):
+                continue
+            gone = act.ranks & lost
+            if act.job.fatal is None:
+                self._post(fx, act, ev.JobException(
+                    timestamp=now, type="node-failure", severity=0,
+                    note=f"lost contact with the exec worker of rank(s) {gone}"))
+            for rank in gone:
+                if rank in act.exec_started or act.job.started:
+                    act.exec_started.add(rank)
+                    act.exec_finished.setdefault(rank, 9)  # as if SIGKILLed
+                act.exec_released.add(rank)
+            failed.append(act.rec.id)
+            self.on_exec(fx, {"id": act.rec.id, "rank": next(iter(gone))})
+        return {"ok": failed}
 
     def _raise_many(self, fx: Effects, ids: list[Any], userid: int, kind: str,
                     severity: int, note: str) -> dict[str, Any]:

@@ -112,6 +112,11 @@ class Keys:
         return f"{self.g}:resource:events"
 
     @property
+    def sched_status(self) -> str:
+        """String: the scheduler's latest resource summary (free/allocated/down), JSON."""
+        return f"{self.g}:sched:status"
+
+    @property
     def dead_letters(self) -> str:
         """Stream: malformed messages any worker refused, with the error."""
         return f"{self.g}:deadletters"

@@ -1,0 +1,129 @@
+"""Following a job: its output stream and its eventlog, until it is inactive.
+
+``fluxes job attach``, ``fluxes run`` and ``fluxes job wait`` block on the
+job's streams with XREAD BLOCK (no polling loop) and end once the ``clean``
+event is in and the output written before it has been printed (exec writes a
+rank's output before it reports the rank's status, so everything is in the
+output stream by then).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TYPE_CHECKING, Any, TextIO
+
+from fluxes.cli.display import fmt_id
+
+if TYPE_CHECKING:
+    from fluxes.instance import Instance
+    from fluxes.job.model import Job
+
+
+class Outcome:
+    """How a followed job ended."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+
+    @property
+    def exit_code(self) -> int:
+        """flux's rule: the job's exit code; 1 for a job that never ran its tasks."""
+        code = self.job.exit_code
+        if code is None:
+            return 1 if self.job.fatal is not None else 0
+        return code
+
+    def message(self) -> str | None:
+        """One line explaining a failure (exception or non-zero exit), or None."""
+        job = self.job
+        if job.fatal is not None:
+            note = f" {job.fatal.note}" if job.fatal.note else ""
+            return f"job {fmt_id(job.id)}: exception type={job.fatal.type}{note}"
+        code = job.exit_code
+        if code:
+            return f"job {fmt_id(job.id)}: task(s) exited with exit code {code}"
+        return None
+
+
+def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
+           out: TextIO | None = None, err: TextIO | None = None,
+           timeout: float | None = None) -> Outcome:
+    """Print the job's output (if ``output``) until it is inactive; return how it ended."""
+    from fluxes.job.model import Job, apply
+    from fluxes.job.states import JobState
+    from fluxes.store.eventstore import decode_entry
+
+    stdout = out if out is not None else sys.stdout
+    stderr = err if err is not None else sys.stderr
+    keys = inst.keys
+    log_key = keys.eventlog(jobid)
+    out_key = keys.output(jobid)
+    client = inst.redis
+    if not client.exists(log_key):
+        from fluxes.errors import FluxesError
+
+        raise FluxesError(f"job {fmt_id(jobid)} not found")
+    pos = {log_key: "0-0", out_key: "0-0"}
+    if not output:
+        del pos[out_key]
+    same_slot = keys.same_slot(log_key, out_key)
+    job = Job(jobid)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    done = False
+    while True:
+        block = 0 if not done else None
+        if deadline is not None and not done:
+            block = max(1, int((deadline - time.monotonic()) * 1000))
+            if deadline - time.monotonic() <= 0:
+                from fluxes.errors import FluxesError
+
+                raise FluxesError(f"job {fmt_id(jobid)} did not finish within {timeout:g}s")
+        if same_slot or len(pos) == 1:
+            reply = client.xread(pos, count=1000, block=block)
+        else:
+            # streams in different slots cannot share one XREAD (Redis Cluster):
+            # block briefly on the eventlog, then take what output there is
+            reply = (client.xread({log_key: pos[log_key]}, count=1000,
+                                  block=100 if block is not None else None) or []) + \
+                (client.xread({out_key: pos[out_key]}, count=1000) or [])
+        got = False
+        for stream_b, entries in reply or []:
+            stream = stream_b.decode()
+            for sid, fields in entries:
+                got = True
+                pos[stream] = sid.decode()
+                if stream == log_key:
+                    job = apply(decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c")), job)
+                else:
+                    _print_output(fields, label, stdout, stderr)
+        if done and not got:
+            break
+        if job.state is JobState.INACTIVE:
+            done = True  # one more read for output written before clean
+    stdout.flush()
+    return Outcome(job)
+
+
+def _print_output(fields: dict[bytes, bytes], label: bool, out: TextIO, err: TextIO) -> None:
+    data = fields.get(b"data")
+    if data is None:
+        return  # an eof marker
+    text = data.decode("utf-8", "replace")
+    stream = err if fields.get(b"stream") == b"stderr" else out
+    if label:
+        rank = fields.get(b"rank", b"?").decode()
+        text = "".join(f"{rank}: {line}" for line in text.splitlines(keepends=True))
+    stream.write(text)
+
+
+def print_output(inst: Instance, jobid: int, label: bool = False) -> None:
+    """Print whatever output the job has so far (no waiting)."""
+    for _sid, fields in inst.redis.xrange(inst.keys.output(jobid)):
+        _print_output(fields, label, sys.stdout, sys.stderr)
+
+
+def job_record(inst: Instance, jobid: int) -> dict[str, Any]:
+    """The job hash as text fields (jobspec, R, owner...)."""
+    raw = inst.redis.hgetall(inst.keys.job(jobid))
+    return {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items()}
