@@ -1,0 +1,502 @@
+"""The exec worker against a real redis-server: simulated and real jobs, kills, restarts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from fluxes import jobid as fjobid
+from fluxes import protocol as proto
+from fluxes.instance import Instance, InstanceURI
+from fluxes.jobspec import Jobspec
+from fluxes.rset import ResourceSet
+from fluxes.store.keys import GROUP_EXEC, Keys
+from fluxes.store.server import RedisServer
+from workers.exec import LOST_ERROR, ExecWorker, Outbox
+
+pytestmark = [pytest.mark.system, pytest.mark.redis]
+
+NS = "t"
+KEYS = Keys(NS)
+
+
+class Harness:
+    """Job hashes, requests and reports around one or more exec workers."""
+
+    def __init__(self, server: RedisServer, client: redis.Redis, state: Path) -> None:
+        self.server = server
+        self.client = client
+        self.state = state
+        self.uri = InstanceURI(server.url, NS)
+        self.threads: list[tuple[ExecWorker, threading.Thread]] = []
+
+    # -- workers
+
+    def worker(self, ranks: str = "0", cls: type[ExecWorker] = ExecWorker,
+               **options: Any) -> ExecWorker:
+        """An exec worker running in a thread of the test process."""
+        worker = cls(Instance(self.uri, client=self.server.client()), ranks, self.state,
+                     **options)
+        thread = threading.Thread(target=worker.run, daemon=True)
+        thread.start()
+        self.threads.append((worker, thread))
+        return worker
+
+    def stop(self) -> None:
+        for worker, thread in self.threads:
+            worker.request_stop()
+            thread.join(5)
+        self.threads.clear()
+        # A failed test may leave tasks running: end them (by pid, checking the marker).
+        try:
+            records = [r for key in self.client.scan_iter(match=f"{{{NS}}}:exec:jobs:*")
+                       for r in self.client.hvals(key)]
+        except redis.RedisError:
+            records = []
+        for raw in records:
+            for task in orjson.loads(raw).get("t", []):
+                pid = task[1]
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                        if b"fluxes-task:" not in handle.read():
+                            continue
+                    os.killpg(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+    def subprocess_worker(self, ranks: str = "0", grace: float = 5.0) -> subprocess.Popen[bytes]:
+        code = ("import sys\nfrom fluxes.instance import Instance\nfrom workers.exec import main\n"
+                "sys.exit(main(Instance.connect(sys.argv[1]), sys.argv[2], sys.argv[3], "
+                "kill_grace=float(sys.argv[4])))")
+        return subprocess.Popen([sys.executable, "-c", code, str(self.uri), ranks,
+                                 str(self.state), str(grace)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+    # -- jobs
+
+    def job(self, jobid: int, spec: Jobspec, ranks: Mapping[int, str] | None = None,
+            gpus: Mapping[int, str] | None = None) -> None:
+        ranks = ranks or {0: "0-1"}
+        rset = ResourceSet.from_ranks({r: (c, (gpus or {}).get(r)) for r, c in ranks.items()})
+        self.client.hset(KEYS.job(jobid), mapping={
+            "jobspec_full": spec.dumps(), "R": rset.dumps(), "owner": str(os.getuid())})
+
+    def start(self, jobid: int, ranks: str = "0", rank: int | None = None) -> None:
+        targets = [rank] if rank is not None else [int(r) for r in ranks.split(",")]
+        for r in targets:
+            self.client.xadd(KEYS.exec_rank(r), proto.encode(
+                [{"t": "start", "id": jobid, "ranks": ranks}]))
+
+    def kill(self, jobid: int, sig: int = 15, rank: int = 0) -> None:
+        self.client.xadd(KEYS.exec_rank(rank), proto.encode(
+            [{"t": "kill", "id": jobid, "signal": sig}]))
+
+    # -- reading
+
+    def reports(self, jobid: int, rank: int = 0) -> list[dict[str, Any]]:
+        out = []
+        for _id, fields in self.client.xrange(KEYS.exec_events(0)):
+            _epoch, msgs = proto.decode(fields)
+            out.extend(m for m in msgs if m["id"] == jobid and m["rank"] == rank)
+        return out
+
+    def wait(self, jobid: int, pred: Callable[[dict[str, Any]], bool], rank: int = 0,
+             timeout: float = 10.0) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            reports = self.reports(jobid, rank)
+            for report in reports:
+                if pred(report):
+                    return report
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {jobid} rank {rank}: no matching report in {reports}")
+            time.sleep(0.02)
+
+    def final(self, jobid: int, rank: int = 0, timeout: float = 10.0) -> dict[str, Any]:
+        return self.wait(jobid, lambda m: m["released"], rank, timeout)
+
+    def output(self, jobid: int) -> list[dict[str, str]]:
+        return [{k.decode(): v.decode() for k, v in fields.items()}
+                for _id, fields in self.client.xrange(KEYS.output(jobid))]
+
+    def lines(self, jobid: int) -> list[tuple[str, str, str]]:
+        return [(e["rank"], e["stream"], e["data"]) for e in self.output(jobid) if "data" in e]
+
+
+@pytest.fixture
+def harness(redis_server: RedisServer, real_redis: redis.Redis,
+            tmp_path: Path) -> Iterator[Harness]:
+    h = Harness(redis_server, real_redis, tmp_path / "state")
+    yield h
+    h.stop()
+
+
+def sim(duration: str, **kw: Any) -> Jobspec:
+    return Jobspec.from_command(["true"], attributes={
+        "system": {"exec": {"test": {"run_duration": duration}}}}, **kw)
+
+
+def cmd(*argv: str, **kw: Any) -> Jobspec:
+    return Jobspec.from_command(list(argv), **kw)
+
+
+# ----------------------------------------------------------------------------- simulated
+
+
+def test_simulated_job_starts_at_once_and_ends_after_run_duration(harness: Harness) -> None:
+    harness.worker()
+    harness.job(1, sim("0.3s"))
+    t0 = time.monotonic()
+    harness.start(1)
+    first = harness.wait(1, lambda m: m["started"])
+    final = harness.final(1)
+    assert first["status"] is None and not first["released"]
+    assert final == {"t": "exec", "id": 1, "rank": 0, "started": True, "status": 0,
+                     "released": True, "error": None}
+    assert time.monotonic() - t0 >= 0.3
+    assert harness.output(1) == []  # simulated jobs write no output stream
+
+
+def test_simulated_job_killed_early_reports_the_signal(harness: Harness) -> None:
+    harness.worker()
+    harness.job(2, sim("100s"))
+    harness.start(2)
+    harness.wait(2, lambda m: m["started"])
+    harness.kill(2, signal.SIGTERM)
+    final = harness.final(2)
+    assert final["status"] == signal.SIGTERM and final["started"]
+
+
+def test_many_simulated_jobs_in_one_entry(harness: Harness) -> None:
+    harness.worker()
+    spec = sim("1ms")
+    ids = list(range(100, 400))
+    pipe = harness.client.pipeline()
+    for jobid in ids:
+        pipe.hset(KEYS.job(jobid), mapping={"jobspec_full": spec.dumps(), "R": "{}"})
+    pipe.execute()
+    harness.client.xadd(KEYS.exec_rank(0), proto.encode(
+        [{"t": "start", "id": j, "ranks": "0"} for j in ids]))
+    harness.final(ids[-1])
+    done = {m["id"] for _id, f in harness.client.xrange(KEYS.exec_events(0))
+            for m in proto.decode(f)[1] if m["released"] and m["status"] == 0}
+    assert done == set(ids)
+
+
+# ----------------------------------------------------------------------------- real jobs
+
+
+def test_output_is_labelled_by_task_rank(harness: Harness) -> None:
+    harness.worker()
+    harness.job(3, cmd("sh", "-c", "echo out $FLUXES_TASK_RANK; echo err >&2", ntasks=2))
+    harness.start(3)
+    final = harness.final(3)
+    assert final["started"] and final["status"] == 0 and final["error"] is None
+    assert sorted(harness.lines(3)) == [("0", "stderr", "err\n"), ("0", "stdout", "out 0\n"),
+                                        ("1", "stderr", "err\n"), ("1", "stdout", "out 1\n")]
+    assert harness.output(3)[-1] == {"eof": "1", "rank": "0", "tasks": "0-1"}
+
+
+def test_hostname_output(harness: Harness) -> None:
+    harness.worker()
+    harness.job(4, cmd("hostname", ntasks=2))
+    harness.start(4)
+    assert harness.final(4)["status"] == 0
+    host = socket.gethostname() + "\n"
+    assert sorted(harness.lines(4)) == [("0", "stdout", host), ("1", "stdout", host)]
+
+
+def test_exit_code_is_a_wait_status(harness: Harness) -> None:
+    harness.worker()
+    harness.job(5, cmd("sh", "-c", 'exit "$FLUXES_TASK_RANK"', ntasks=2))
+    harness.job(6, cmd("sh", "-c", "exit 3"))
+    harness.start(5)
+    harness.start(6)
+    assert harness.final(5)["status"] == 1 << 8  # the largest over the tasks
+    assert harness.final(6)["status"] == 768
+
+
+def test_missing_command_is_an_error(harness: Harness) -> None:
+    harness.worker()
+    harness.job(7, cmd("nope-no-such-command"))
+    harness.start(7)
+    final = harness.final(7)
+    assert final == {"t": "exec", "id": 7, "rank": 0, "started": False, "status": None,
+                     "released": True,
+                     "error": "cannot execute 'nope-no-such-command': No such file or directory"}
+
+
+def test_environment_and_cwd(harness: Harness, tmp_path: Path) -> None:
+    harness.worker()
+    script = ('pwd; echo "$FOO"; echo "${HOME-unset}"; '
+              'echo "$FLUXES_JOB_ID $FLUXES_JOB_ID_DEC $FLUXES_TASK_RANK $FLUXES_TASK_LOCAL_ID '
+              '$FLUXES_JOB_SIZE $FLUXES_JOB_NNODES $FLUXES_NODE_RANK $FLUXES_URI"; '
+              'echo "${CUDA_VISIBLE_DEVICES-none}"')
+    harness.job(8, cmd("sh", "-c", script, cwd=str(tmp_path),
+                       environment={"FOO": "bar baz", "HOME": None, "PATH": "/usr/bin:/bin"}))
+    harness.start(8)
+    assert harness.final(8)["status"] == 0
+    out = [data for _r, _s, data in harness.lines(8)]
+    assert out == [f"{tmp_path}\n", "bar baz\n", "unset\n",
+                   f"{fjobid.encode(8, 'f58')} 8 0 0 1 1 0 {harness.uri}\n", "none\n"]
+
+
+def test_gpus_are_visible(harness: Harness) -> None:
+    harness.worker()
+    harness.job(9, cmd("sh", "-c", "echo $CUDA_VISIBLE_DEVICES", ntasks=2, gpus_per_task=1),
+                gpus={0: "2-3"})
+    harness.start(9)
+    assert harness.final(9)["status"] == 0
+    assert [d for _r, _s, d in harness.lines(9)] == ["2,3\n", "2,3\n"]
+
+
+def test_output_file_templates(harness: Harness, tmp_path: Path) -> None:
+    harness.worker()
+    harness.job(10, cmd("sh", "-c", "echo hi; echo oops >&2", cwd=str(tmp_path),
+                        output="out-{{id}}.txt"))
+    harness.job(11, cmd("sh", "-c", "echo task $FLUXES_TASK_RANK; echo e >&2", ntasks=2,
+                        cwd=str(tmp_path), output="{{jobid.dec}}-{{taskid}}.out",
+                        error=str(tmp_path / "err-{{id}}")))
+    harness.start(10)
+    harness.start(11)
+    assert harness.final(10)["status"] == 0
+    assert harness.final(11)["status"] == 0
+    f58 = fjobid.encode(10, "f58")
+    assert sorted((tmp_path / f"out-{f58}.txt").read_text().splitlines()) == ["hi", "oops"]
+    assert harness.lines(10) == []  # the file replaces the output stream
+    assert harness.output(10) == [{"eof": "1", "rank": "0", "tasks": "0"}]
+    assert (tmp_path / "11-0.out").read_text() == "task 0\n"
+    assert (tmp_path / "11-1.out").read_text() == "task 1\n"
+    assert (tmp_path / f"err-{fjobid.encode(11, 'f58')}").read_text() == "e\ne\n"
+
+
+def test_tasks_spread_over_two_ranks(harness: Harness) -> None:
+    harness.worker("0-1")
+    harness.job(12, cmd("sh", "-c", "echo $FLUXES_TASK_RANK $FLUXES_NODE_RANK $FLUXES_EXEC_RANK",
+                        nnodes=2, ntasks=4), ranks={0: "0-1", 1: "0-1"})
+    harness.start(12, "0-1", rank=0)
+    harness.start(12, "0-1", rank=1)
+    assert harness.final(12, rank=0)["status"] == 0
+    assert harness.final(12, rank=1)["status"] == 0
+    assert sorted(harness.lines(12)) == [("0", "stdout", "0 0 0\n"), ("1", "stdout", "1 0 0\n"),
+                                         ("2", "stdout", "2 1 1\n"), ("3", "stdout", "3 1 1\n")]
+    eofs = sorted(e["rank"] + ":" + e["tasks"] for e in harness.output(12) if "eof" in e)
+    assert eofs == ["0:0-1", "1:2-3"]
+
+
+# ----------------------------------------------------------------------------- kill
+
+
+def test_kill_ends_a_sleeping_job(harness: Harness) -> None:
+    harness.worker(kill_grace=5.0)
+    harness.job(13, cmd("sleep", "100"))
+    harness.start(13)
+    harness.wait(13, lambda m: m["started"])
+    harness.kill(13)
+    final = harness.final(13)
+    assert final["status"] == signal.SIGTERM  # SIGTERM did it (SIGKILL would say 9)
+
+
+def test_kill_escalates_to_sigkill(harness: Harness) -> None:
+    harness.worker(kill_grace=0.3)
+    harness.job(14, cmd("sh", "-c", "trap '' TERM; echo ready; sleep 100"))
+    harness.start(14)
+    harness.wait(14, lambda m: m["started"])
+    deadline = time.monotonic() + 5
+    while not harness.lines(14) and time.monotonic() < deadline:
+        time.sleep(0.02)  # the trap is set once "ready" is out
+    harness.kill(14)
+    final = harness.final(14)
+    assert final["status"] == signal.SIGKILL
+
+
+def test_kill_of_unknown_job_answers_released(harness: Harness) -> None:
+    harness.worker()
+    harness.kill(15)
+    final = harness.final(15)
+    assert final == {"t": "exec", "id": 15, "rank": 0, "started": False, "status": None,
+                     "released": True, "error": None}
+
+
+def test_duplicate_start_is_ignored(harness: Harness) -> None:
+    harness.worker()
+    harness.job(16, cmd("sh", "-c", "echo once; sleep 0.3"))
+    harness.start(16)
+    harness.start(16)
+    harness.final(16)
+    harness.start(16)  # after the end: the final state again, nothing rerun
+    deadline = time.monotonic() + 5
+    while sum(m["released"] for m in harness.reports(16)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert harness.lines(16) == [("0", "stdout", "once\n")]
+    assert [m["status"] for m in harness.reports(16) if m["released"]] == [0, 0]
+
+
+def test_malformed_request_goes_to_dead_letters(harness: Harness) -> None:
+    harness.worker()
+    harness.client.xadd(KEYS.exec_rank(0), {"d": b"not json"})
+    harness.client.xadd(KEYS.exec_rank(0), proto.encode([{"t": "alloc", "id": 1}]))
+    harness.kill(17)
+    harness.final(17)
+    letters = harness.client.xrange(KEYS.dead_letters)
+    assert len(letters) == 2
+    assert harness.client.xpending(KEYS.exec_rank(0), GROUP_EXEC)["pending"] == 0
+
+
+def test_registry_heartbeat(harness: Harness) -> None:
+    worker = harness.worker("0-1")
+    deadline = time.monotonic() + 5
+    while harness.client.hlen(KEYS.exec_registry) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    entry = orjson.loads(harness.client.hget(KEYS.exec_registry, "1"))
+    assert entry["hostname"] == socket.gethostname() and entry["worker"] == worker.name
+    first = entry["heartbeat"]
+    time.sleep(1.3)
+    assert orjson.loads(harness.client.hget(KEYS.exec_registry, "1"))["heartbeat"] > first
+
+
+def test_registry_hostnames_from_the_instance_inventory(harness: Harness) -> None:
+    harness.client.hset(KEYS.instance, "resources", orjson.dumps(
+        {"config": [{"hosts": "node[0-3]", "cores": "0-1"}]}))
+    harness.worker("2-3")
+    deadline = time.monotonic() + 5
+    while harness.client.hlen(KEYS.exec_registry) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    hosts = {r.decode(): orjson.loads(v)["hostname"]
+             for r, v in harness.client.hgetall(KEYS.exec_registry).items()}
+    assert hosts == {"2": "node2", "3": "node3"}
+
+
+# ----------------------------------------------------------------------------- restart
+
+
+def _task_pids(client: redis.Redis, jobid: int) -> list[int]:
+    record = orjson.loads(client.hget(KEYS.exec_jobs(0), str(jobid)))
+    return [t[1] for t in record["t"]]
+
+
+def test_restarted_worker_adopts_running_jobs(harness: Harness) -> None:
+    proc = harness.subprocess_worker()
+    chatty = "for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; sleep 0.15; done; exit 5"
+    harness.job(20, cmd("sh", "-c", chatty))
+    harness.job(21, cmd("sleep", "1"))
+    harness.job(22, cmd("sleep", "30"))
+    harness.job(23, cmd("sleep", "30"))
+    for jobid in (20, 21, 22, 23):
+        harness.start(jobid)
+    for jobid in (20, 21, 22, 23):
+        harness.wait(jobid, lambda m: m["started"])
+    deadline = time.monotonic() + 5
+    while len(harness.lines(20)) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    # While no worker runs: job 22's processes vanish without a trace, and a
+    # kill for job 23 is queued.
+    for pid in _task_pids(harness.client, 22):
+        os.killpg(pid, signal.SIGKILL)
+    harness.kill(23)
+    time.sleep(0.3)
+    harness.worker(kill_grace=1.0)
+    final = harness.final(20)
+    assert final["status"] == 5 << 8 and final["error"] is None
+    assert [d for _r, _s, d in harness.lines(20)] == [f"line {i}\n" for i in range(1, 11)]
+    assert harness.output(20)[-1]["eof"] == "1"
+    assert harness.final(21)["status"] == 0
+    lost = harness.final(22)
+    assert lost["error"] == LOST_ERROR and lost["released"]
+    assert harness.final(23)["status"] == signal.SIGTERM
+
+
+def test_restart_after_sigkill_escalation_and_pending_start(harness: Harness) -> None:
+    proc = harness.subprocess_worker(grace=0.2)
+    harness.job(30, cmd("sh", "-c", "trap '' TERM; echo ready; sleep 100"))
+    harness.start(30)
+    deadline = time.monotonic() + 5
+    while not harness.lines(30):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    harness.kill(30)
+    harness.final(30)
+    proc.kill()
+    proc.wait()
+    # A start that arrives while the worker is down is handled by the next one.
+    harness.job(31, cmd("echo", "late"))
+    harness.start(31)
+    harness.worker()
+    assert harness.final(31)["status"] == 0
+    assert harness.lines(31) == [("0", "stdout", "late\n")]
+    assert harness.final(30)["status"] == signal.SIGKILL
+
+
+class FlakyWorker(ExecWorker):
+    """Loses its connection right after spawning a job, before recording it."""
+
+    failed = False
+    adopted = 0
+
+    def _adopt_unrecorded(self, *args: Any) -> Any:
+        job = super()._adopt_unrecorded(*args)
+        FlakyWorker.adopted += job is not None
+        return job
+
+    def _flush(self, box: Outbox) -> None:
+        if not self.failed and any(j is not None and j.kind == "run" and j.tasks
+                                   for j in box.records.values()):
+            FlakyWorker.failed = True
+            raise redis.ConnectionError("injected: lost the connection before the write")
+        super()._flush(box)
+
+
+def test_tasks_spawned_but_not_recorded_are_adopted(harness: Harness) -> None:
+    harness.worker(cls=FlakyWorker)
+    harness.job(40, cmd("sh", "-c", "echo once; sleep 0.3; exit 2"))
+    harness.start(40)
+    final = harness.final(40)
+    assert FlakyWorker.failed and FlakyWorker.adopted == 1
+    assert final["status"] == 2 << 8 and final["error"] is None
+    assert harness.lines(40) == [("0", "stdout", "once\n")]
+    assert [m["started"] for m in harness.reports(40)].count(True) >= 1
+    # The pending entry is done with: new requests are read again.
+    harness.job(41, cmd("echo", "after"))
+    harness.start(41)
+    assert harness.final(41)["status"] == 0
+
+
+def test_redis_outage_while_a_job_runs(tmp_path: Path) -> None:
+    from tests.conftest import _need_redis_server
+
+    _need_redis_server()
+    server = RedisServer(tmp_path / "redis", appendonly=True, appendfsync="always").start()
+    h = Harness(server, server.client(), tmp_path / "state")
+    try:
+        h.worker()
+        h.job(50, cmd("sh", "-c", "echo a; sleep 1; echo b; exit 4"))
+        h.start(50)
+        h.wait(50, lambda m: m["started"])
+        server.kill()
+        time.sleep(0.5)
+        server.start()
+        h.client = server.client()
+        assert h.final(50, timeout=15)["status"] == 4 << 8
+        assert h.lines(50) == [("0", "stdout", "a\n"), ("0", "stdout", "b\n")]
+    finally:
+        h.stop()
+        server.stop()
