@@ -162,11 +162,17 @@ class SchedulerWorker(Worker):
             sp = getattr(policy, "scheduler", None)
             if sp is None:
                 continue
+            defaults = QueuePolicy()
+
+            def pick(attr: str, default: Any, sp: Any = sp) -> Any:
+                value = getattr(sp, attr, None)
+                return default if value is None else value  # 0 is a real setting
+
             out[name] = QueuePolicy(
-                policy=getattr(sp, "policy", None) or "fcfs",
-                queue_depth=getattr(sp, "queue_depth", None) or 1000,
-                reservation_depth=getattr(sp, "reservation_depth", None) or 16,
-                placement=getattr(sp, "placement", None) or "first-fit")
+                policy=pick("policy", defaults.policy),
+                queue_depth=pick("queue_depth", defaults.queue_depth),
+                reservation_depth=pick("reservation_depth", defaults.reservation_depth),
+                placement=pick("placement", defaults.placement))
         return out
 
     def _hello(self, session: Session, bump: bool) -> None:

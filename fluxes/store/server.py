@@ -72,6 +72,9 @@ class RedisServer:
             # size, and most job eventlogs hold only ten short events
             # (measured: 5.1 KB per job at the default 4096, 1.7 KB at 512).
             "--stream-node-max-bytes", "512",
+            # Blocked clients time out only at the server's hz; at the default
+            # 10 a BLOCK 20 returns after ~100 ms, which delays worker timers.
+            "--hz", "100",
             *self.extra,
         ]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
