@@ -195,6 +195,10 @@ def run_command(launcher: Launcher, command: Sequence[str]) -> int:
     """Run ``command`` inside the started instance; supervise until it exits."""
     assert launcher.uri is not None
     env = dict(os.environ, FLUXES_URI=str(launcher.uri))
+    # Commands inside the instance find this fluxes first, as under flux start.
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join([bindir, *[p for p in env.get("PATH", "").split(os.pathsep)
+                                              if p and p != bindir]])
     proc = subprocess.Popen(list(command), env=env)
     try:
         while True:

@@ -25,10 +25,51 @@ def register(subparsers: Any) -> None:
     ep.add_argument("--json", action="store_true")
     ep.set_defaults(func=_eventlog)
 
+    tp = sub.add_parser("throughput", **help_with_example(
+        "flux's throughput test: N one-core jobs through a private instance; prints the\n"
+        "submit rate and the end-to-end rate (first submit to last clean).",
+        ["fluxes bench throughput --jobs 10000",
+         "fluxes bench throughput --jobs 1000 --nodes 16 --cores-per-node 32 --json",
+         "fluxes bench throughput --jobs 1000 --exec  # real 'true' processes"]))
+    tp.add_argument("--jobs", type=int, default=1000)
+    tp.add_argument("--nodes", type=int, default=1)
+    tp.add_argument("--cores-per-node", type=int, default=2)
+    tp.add_argument("--runtime", default="1ms", metavar="FSD",
+                    help="simulated run time (exec.test.run_duration), default 1ms")
+    tp.add_argument("--exec", action="store_true", help="run real 'true' processes")
+    tp.add_argument("--timeout", type=float, default=600.0)
+    tp.add_argument("--json", action="store_true")
+    tp.set_defaults(func=_throughput)
+
+    sp = sub.add_parser("sched", **help_with_example(
+        "Scheduler: allocs/s (1-core on 1024x64, 4-node exclusive on 8192 nodes), EASY\n"
+        "and conservative pass times with 10,000 pending, memory with 1,000,000 pending,\n"
+        "recovery (adopting 10,000 stored allocations).",
+        ["fluxes bench sched", "fluxes bench sched --json"]))
+    sp.add_argument("--json", action="store_true")
+    sp.set_defaults(func=_sched)
+
 
 def _eventlog(args: argparse.Namespace) -> int:
     from fluxes.bench import eventlog
     from fluxes.bench.common import report
 
     report(eventlog.run(jobs=args.jobs, single=args.single), args.json)
+    return 0
+
+
+def _throughput(args: argparse.Namespace) -> int:
+    from fluxes.bench import throughput
+    from fluxes.bench.common import report
+
+    report(throughput.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
+                          runtime=args.runtime, real=args.exec, timeout=args.timeout), args.json)
+    return 0
+
+
+def _sched(args: argparse.Namespace) -> int:
+    from fluxes.bench import sched
+    from fluxes.bench.common import report
+
+    report(sched.run(), args.json)
     return 0

@@ -1,0 +1,77 @@
+"""``fluxes bench throughput``: flux's throughput test on a private instance.
+
+N one-core jobs (simulated with ``exec.test.run_duration``, or real ``true``
+processes with ``--exec``) are submitted in bulk to an instance started just
+for the run; the figures are the submit rate and the end-to-end rate from
+the first submission to the last ``clean`` event, which is counted by
+reading the journal (blocking reads, no polling).
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fluxes.client import Client
+from fluxes.instance import Instance
+from fluxes.jobspec import Jobspec
+from fluxes.launcher import Launcher
+
+
+def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str = "1ms",
+        real: bool = False, timeout: float = 600.0, partitions: int = 1) -> dict[str, Any]:
+    """Start an instance, push ``jobs`` through it, return the figures."""
+    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node,
+                            partitions=partitions)
+        uri = launcher.start()
+        try:
+            return _measure(Instance.connect(str(uri)), jobs, runtime, real, timeout,
+                            nodes, cores_per_node)
+        finally:
+            launcher.stop()
+
+
+def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float,
+             nodes: int, cores: int) -> dict[str, Any]:
+    attributes = None if real else {"system": {"exec": {"test": {"run_duration": runtime}}}}
+    spec = Jobspec.from_command(["true"], attributes=attributes, cwd="/tmp").to_dict()
+    client = Client(inst)
+    # warm up: the first job waits for every worker to be up and the scheduler ready
+    [warm] = client.submit([{"jobspec": spec}], timeout=120)
+    journals = {inst.keys.journal(p): "$" for p in range(inst.keys.partitions)}
+    _wait_cleans(inst, {inst.keys.journal(p): "0-0" for p in range(inst.keys.partitions)},
+                 1, time.monotonic() + 120)
+    for key in journals:
+        last = inst.redis.xrevrange(key, count=1)
+        journals[key] = last[0][0].decode() if last else "0-0"
+    start = time.monotonic()
+    results = client.submit([{"jobspec": spec}] * jobs, timeout=timeout)
+    submitted = time.monotonic()
+    failed = [r for r in results if not isinstance(r, int)]
+    done = _wait_cleans(inst, journals, jobs - len(failed), start + timeout)
+    end = time.monotonic()
+    del warm
+    return {
+        "jobs": jobs, "nodes": nodes, "cores_per_node": cores,
+        "mode": "real" if real else f"simulated {runtime}",
+        "submit_errors": len(failed),
+        "submit_jobs_per_s": jobs / max(submitted - start, 1e-9),
+        "jobs_per_s": done / max(end - start, 1e-9),
+        "completed": done, "elapsed_s": end - start,
+    }
+
+
+def _wait_cleans(inst: Instance, journals: dict[str, str], want: int, deadline: float) -> int:
+    """Count ``clean`` journal entries after the given positions until ``want`` are seen."""
+    seen = 0
+    while seen < want and time.monotonic() < deadline:
+        reply = inst.redis.xread(journals, count=10000, block=1000)
+        for stream, entries in reply or []:
+            journals[stream.decode()] = entries[-1][0].decode()
+            for _sid, fields in entries:
+                if fields.get(b"n") == b"clean":
+                    seen += 1
+    return seen
