@@ -30,8 +30,12 @@ fi
 stamp=.venv/.fluxes-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     echo "setup: installing fluxes and its dependencies into .venv" >&2
-    .venv/bin/python -m pip install -q --upgrade pip >/dev/null
-    .venv/bin/python -m pip install -q -e '.[test]'
+    if ! { .venv/bin/python -m pip install -q --upgrade pip &&
+           .venv/bin/python -m pip install -q -e '.[test]'; } >.venv/install.log 2>&1; then
+        cat .venv/install.log >&2
+        echo "setup: installing the Python packages failed (log above)" >&2
+        exit 1
+    fi
     touch "$stamp"
 fi
 PATH="$PWD/.venv/bin:$PATH"
