@@ -86,11 +86,19 @@ class Worker:
                     self.step()
                     self.heartbeat()
                     backoff = 0.05
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
                     # Redis restarted or the network blinked: wait, then rebuild
                     # what this worker holds in memory from what is stored.
                     self.log.warning("redis unavailable, retrying",
                                      extra={"error": str(exc), "retry_in": backoff})
+                    time.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
+                    self.reconnected()
+                except redis.ResponseError as exc:
+                    if not str(exc).startswith(("BUSY", "LOADING", "MASTERDOWN")):
+                        raise
+                    # Redis is busy (a long script, loading its data): transient
+                    self.log.warning("redis busy, retrying", extra={"error": str(exc)})
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                     self.reconnected()

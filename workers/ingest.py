@@ -40,6 +40,8 @@ from workers.base import Worker
 READ_COUNT = 500
 BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
+#: Events per Lua call at most (two per job): a long script blocks Redis.
+MAX_BATCH_EVENTS = 4000
 #: How often the user list, configuration and queue states are re-read.
 REFRESH_S = 1.0
 
@@ -60,6 +62,7 @@ class IngestWorker(Worker):
         self._refreshed = 0.0
         self._config_text: bytes | None = None
         self.fluids: FluidGenerator | None = None
+        self._full: list[tuple[int, Batch, list[dict[str, Any]]]] = []
         self.submitted = 0
 
     def setup(self) -> None:
@@ -201,7 +204,10 @@ class IngestWorker(Worker):
             result["id"] = jobid
             part = keys.partition_of(jobid)
             batch = batches.get(part)
-            if batch is None:
+            if batch is None or batch.events >= MAX_BATCH_EVENTS:
+                if batch is not None:
+                    # a full batch goes out in its own Lua call: scripts block Redis
+                    self._full.append((part, batch, new_msgs.pop(part, [])))
                 batch = batches[part] = self.store.batch(part)
             fields: dict[str, str | bytes | int | float] = {
                 "jobspec": job.jobspec, "owner": uid, "urgency": job.urgency}
@@ -258,13 +264,19 @@ class IngestWorker(Worker):
                 acks: dict[str, list[bytes]]) -> None:
         """One commit per partition; replies and acks join it when they share its slot."""
         keys = self.keys
+        full = self._full
+        self._full = []
+        for part, done, msgs in full:
+            done.xadd(keys.jm_new(part), proto.encode(msgs))
+        if full:
+            # earlier, full batches first: the replies (in the last batch) come after
+            self.store.commit_many([b for _p, b, _m in full])
         for part, msgs in new_msgs.items():
             batches[part].xadd(keys.jm_new(part), proto.encode(msgs))
         for part, msgs in forwards.items():
-            batch = batches.get(part)
-            if batch is None:
-                batch = batches[part] = self.store.batch(part)
-            batch.xadd(keys.jm_ctl(part), proto.encode(msgs))
+            if part not in batches:
+                batches[part] = self.store.batch(part)
+            batches[part].xadd(keys.jm_ctl(part), proto.encode(msgs))
         if not batches:
             batches[0] = self.store.batch(0)
         anchor = keys.journal(min(batches))

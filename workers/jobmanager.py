@@ -37,10 +37,15 @@ from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker
 
-READ_COUNT = 2000
+#: Stream entries per read (a new-job entry may carry a couple of thousand jobs).
+READ_COUNT = 200
 MAX_BLOCK_MS = 1000
 #: Replies to clients expire if nobody reads them.
 REPLY_TTL_MS = 60_000
+#: Events per commit at most (a Lua call blocks Redis while it runs).
+MAX_COMMIT_EVENTS = 4000
+#: Messages per outbound stream entry (one XADD each).
+MESSAGES_PER_ENTRY = 1000
 #: Events between checkpoints.
 CHECKPOINT_EVERY = 200_000
 #: How often the leader re-reads its pending entries: inputs a deposed leader
@@ -121,6 +126,7 @@ class JobManagerWorker(Worker):
         saved = {int(k): orjson.loads(v) for k, v in
                  self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
         core.load(result.records.values(), saved)
+        self.keepalive()
         self.core = core
         self._last_journal_id = result.last_id
         self._pending = True
@@ -132,6 +138,16 @@ class JobManagerWorker(Worker):
                                         "active_jobs": len(core.jobs),
                                         "replayed_events": result.events,
                                         "restore_s": round(self.restored_in, 3)})
+
+    def _renewed_token(self) -> str | None:
+        """The fencing token after renewing the lease if due (None once deposed)."""
+        self.keepalive()
+        return self.token
+
+    def keepalive(self) -> None:
+        """Renew the lease when due (also called inside long steps); step down if lost."""
+        if self.token is not None and not self.lease.renew_if_due():
+            self.step_down("lease lost")
 
     def step_down(self, why: str) -> None:
         """Forget everything held in memory; another process leads now."""
@@ -165,10 +181,10 @@ class JobManagerWorker(Worker):
             except FencedError:
                 self.step_down("fenced while restoring")
             return
-        if not self.lease.renew_if_due():
-            self.step_down("lease lost")
-            return
+        self.keepalive()
         core = self.core
+        if core is None:
+            return
         assert core is not None
         if time.monotonic() >= self._rescan_at:
             self._pending = True
@@ -187,6 +203,15 @@ class JobManagerWorker(Worker):
             for msg_id, fields in entries:
                 got += 1
                 self.dispatch(fx, core, stream, msg_id, fields)
+                if got % 256 == 0:
+                    self.keepalive()
+                if fx.nevents >= MAX_COMMIT_EVENTS:
+                    # Cut between inputs: each input's effects stay in one commit,
+                    # and no Lua call runs long enough to block Redis.
+                    self.commit(fx)
+                    fx = Effects()
+                    if self.core is None:
+                        return  # deposed by that commit
         if self._pending and got == 0:
             self._pending = False
         core.on_timers(fx)
@@ -232,12 +257,22 @@ class JobManagerWorker(Worker):
 
     # ------------------------------------------------------------ writing
 
-    def build(self, fx: Effects) -> tuple[Batch, dict[str, list[Any]]]:
-        """The atomic batch for ``fx`` and the writes that cannot share its slot."""
+    def build(self, fx: Effects) -> tuple[list[Batch], dict[str, list[Any]]]:
+        """The batches for ``fx`` and the writes that cannot share their slot.
+
+        A normal step fits one batch. A huge one (a restart with many pending
+        jobs) is cut at job boundaries into batches of MAX_COMMIT_EVENTS
+        events, because a Lua call blocks Redis while it runs; the messages,
+        replies and acknowledgements go in the last batch, after all events.
+        """
         keys = self.keys
         p = self.partition
-        batch = self.store.batch(p)
+        batches = [self.store.batch(p)]
+        batch = batches[0]
         for jobid, ops in fx.ops.items():
+            if batch.events >= MAX_COMMIT_EVENTS:
+                batch = self.store.batch(p)
+                batches.append(batch)
             seq = fx.base_seq.get(jobid, 0)
             run: list[ev.Event] = []
             extras: list[Mapping[str, Any] | None] = []
@@ -264,16 +299,18 @@ class JobManagerWorker(Worker):
             batch.hdel(keys.exec_progress(p), gone)
         core = self.core
         epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
-        if fx.sched:
-            batch.xadd(keys.sched_req(p), proto.encode(fx.sched, epoch))
+        for i in range(0, len(fx.sched), MESSAGES_PER_ENTRY):
+            batch.xadd(keys.sched_req(p), proto.encode(fx.sched[i:i + MESSAGES_PER_ENTRY], epoch))
         later: dict[str, list[Any]] = {}
         journal = keys.journal(p)
         for rank, msgs in fx.exec.items():
             key = keys.exec_rank(rank)
-            if keys.same_slot(key, journal):
-                batch.xadd(key, proto.encode(msgs))
-            else:
-                later.setdefault(key, []).append(msgs)
+            for i in range(0, len(msgs), MESSAGES_PER_ENTRY):
+                chunk = msgs[i:i + MESSAGES_PER_ENTRY]
+                if keys.same_slot(key, journal):
+                    batch.xadd(key, proto.encode(chunk))
+                else:
+                    later.setdefault(key, []).append(chunk)
         for key, payload in fx.replies:
             data = orjson.dumps(payload)
             if keys.same_slot(key, journal):
@@ -285,15 +322,20 @@ class JobManagerWorker(Worker):
             by_stream.setdefault(stream, []).append(msg_id)
         for stream, ids in by_stream.items():
             batch.xack(stream, GROUP_JM, ids)
-        return batch, later
+        return batches, later
 
     def commit(self, fx: Effects) -> None:
         """Write ``fx``; on a stale token step down, on a conflict rebuild from storage."""
         if not fx or self.token is None:
             return
-        batch, later = self.build(fx)
+        batches, later = self.build(fx)
         try:
-            result = self.store.commit(batch, self.token)
+            result = self.store.commit(batches[0], self.token)
+            for batch in batches[1:]:
+                token = self._renewed_token()
+                if token is None:
+                    return
+                result = self.store.commit(batch, token)
         except FencedError as exc:
             self.step_down(str(exc))
             return

@@ -34,7 +34,8 @@ from fluxes.store.eventstore import EventStore, FencedError
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker
 
-READ_COUNT = 2000
+#: Stream entries per read; an entry carries up to a thousand messages.
+READ_COUNT = 20
 BLOCK_MS = 500
 #: Re-plan (start estimates) at least this often while jobs are pending.
 REPLAN_S = 5.0
@@ -196,10 +197,8 @@ class SchedulerWorker(Worker):
             if not self._become_leader():
                 time.sleep(0.5)
             return
-        for session in self.sessions:
-            if not session.lease.renew_if_due():
-                self.step_down("lease lost")
-                return
+        if not self.keepalive():
+            return
         streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
         block = BLOCK_MS if not self._dirty else 1
         reply = self.redis.xread(streams, count=READ_COUNT, block=block)
@@ -317,6 +316,16 @@ class SchedulerWorker(Worker):
                 "drained": {str(r): {"reason": why, "auto": auto}
                             for r, (why, auto) in sorted(self.drained.items())}}
 
+    def keepalive(self) -> bool:
+        """Renew every partition lease when due (also inside long work); False if lost."""
+        if not self.leader:
+            return False
+        for session in self.sessions:
+            if not session.lease.renew_if_due():
+                self.step_down("lease lost")
+                return False
+        return True
+
     def _session_of(self, stream: str) -> Session:
         for session in self.sessions:
             if self.keys.sched_req(session.partition) == stream:
@@ -424,7 +433,9 @@ class SchedulerWorker(Worker):
         pipe = self.redis.pipeline(transaction=False)
         for msg in allocs:
             pipe.hmget(self.keys.job(msg["id"]), ["jobspec_full", "jobspec"])
-        for msg, (full, orig) in zip(allocs, pipe.execute(), strict=True):
+        for n, (msg, (full, orig)) in enumerate(zip(allocs, pipe.execute(), strict=True)):
+            if n % 512 == 511:
+                self.keepalive()
             jobid = msg["id"]
             try:
                 raw = full or orig

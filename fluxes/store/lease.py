@@ -15,7 +15,8 @@ import redis
 from fluxes.store.scripts import lua_source
 
 #: Default lease time; a standby takes over within about this long of a leader's death.
-LEASE_TTL_MS = 3000
+#: Long enough that a busy Python leader (GC, a big restore) does not lose it.
+LEASE_TTL_MS = 10_000
 
 
 class Lease:
@@ -60,7 +61,7 @@ class Lease:
         """Renew when a third of the TTL has passed; False once the lease is lost."""
         if self.token is None:
             return False
-        if time.monotonic() - self._renewed < self.ttl_ms / 3000:
+        if time.monotonic() - self._renewed < self.ttl_ms / 5000:
             return True
         if self._call("renew") == 1:
             self._renewed = time.monotonic()

@@ -96,7 +96,7 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         """A new client of this server (bytes responses)."""
-        return redis.Redis(unix_socket_path=str(self.socket))
+        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=None)
 
     def kill(self) -> None:
         """SIGKILL the server (recovery drills)."""

@@ -1,0 +1,1 @@
+"""Recovery drills: kill workers under load, then check the invariants."""

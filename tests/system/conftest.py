@@ -1,0 +1,42 @@
+"""System-test fixtures: a real instance (redis-server + worker processes) per module."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fluxes.launcher import Launcher
+from fluxes.store.server import redis_server_binary
+
+
+def need_redis() -> None:
+    """Skip without redis-server, except under CI where it must be there."""
+    import os
+
+    if redis_server_binary() is None:
+        if os.environ.get("CI"):
+            pytest.fail("redis-server is not installed, and CI is set")
+        pytest.skip("redis-server is not installed")
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    """A private instance: 2 nodes x 4 cores, every worker a real process."""
+    need_redis()
+    with tempfile.TemporaryDirectory(prefix="fluxes-sys-") as tmp:
+        inst = Launcher(state_dir=Path(tmp), nodes=2, cores_per_node=4,
+                        config_text='[exec]\nkill-timeout = "2s"\n')
+        inst.start()
+        try:
+            yield inst
+        finally:
+            inst.stop()
+
+
+@pytest.fixture
+def uri(launcher: Launcher) -> str:
+    """The instance URI for ``fluxes --uri``."""
+    return str(launcher.uri)

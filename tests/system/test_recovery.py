@@ -1,0 +1,136 @@
+"""Recovery with real processes: kill -9 of the job manager and the scheduler under load."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fluxes.client import Client
+from fluxes.drill import collect
+from fluxes.drill.invariants import (
+    allocation_intervals,
+    check_jobs,
+    check_no_double_allocation,
+)
+from fluxes.instance import Instance
+from fluxes.job.states import JobResult
+from fluxes.jobspec import Jobspec
+from fluxes.launcher import Launcher, WorkerSpec
+from tests.system.conftest import need_redis
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture
+def instance() -> Iterator[tuple[Launcher, Instance]]:
+    need_redis()
+    with tempfile.TemporaryDirectory(prefix="fluxes-rec-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=2, cores_per_node=4)
+        uri = launcher.start()
+        try:
+            yield launcher, Instance.connect(str(uri))
+        finally:
+            launcher.stop()
+
+
+def sim(runtime: str = "20ms") -> dict[str, object]:
+    return Jobspec.from_command(["true"], cwd="/tmp", attributes={
+        "system": {"exec": {"test": {"run_duration": runtime}}}}).to_dict()
+
+
+def kill(launcher: Launcher, name: str) -> None:
+    spec = launcher.worker(name)
+    assert spec.proc is not None
+    os.kill(spec.proc.pid, signal.SIGKILL)
+    spec.proc.wait()
+
+
+def wait_all(launcher: Launcher, inst: Instance, ids: list[int], timeout: float = 120.0,
+             chaos: object = None) -> None:
+    """Supervise (restarting killed workers) until every job is inactive."""
+    deadline = time.monotonic() + timeout
+    left = set(ids)
+    while left and time.monotonic() < deadline:
+        launcher.supervise_once()
+        if callable(chaos):
+            chaos()
+        pipe = inst.redis.pipeline(transaction=False)
+        batch = sorted(left)[:2000]
+        for jobid in batch:
+            pipe.hget(inst.keys.job(jobid), "result")
+        for jobid, result in zip(batch, pipe.execute(), strict=True):
+            if result:
+                left.discard(jobid)
+        time.sleep(0.1)
+    assert not left, f"{len(left)} jobs still active"
+
+
+def check(inst: Instance, ids: list[int]) -> None:
+    logs = collect.eventlogs(inst, ids)
+    _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
+    assert report.ok, [str(v) for v in report.violations[:5]]
+    double = check_no_double_allocation(allocation_intervals(logs), collect.rsets(inst, ids))
+    assert not double, [str(v) for v in double[:5]]
+
+
+def test_job_manager_kill9_mid_thousand_jobs(instance: tuple[Launcher, Instance]) -> None:
+    launcher, inst = instance
+    ids = Client(inst).submit([{"jobspec": sim()}] * 1000)
+    assert all(isinstance(i, int) for i in ids)
+    time.sleep(0.5)
+    kill(launcher, "job-manager-0")
+    time.sleep(1.0)
+    kill_again = [True]
+
+    def chaos() -> None:
+        if kill_again and launcher.worker("job-manager-0").proc.poll() is None:  # type: ignore[union-attr]
+            time.sleep(0.3)
+            kill(launcher, "job-manager-0")
+            kill_again.clear()
+
+    wait_all(launcher, inst, [int(i) for i in ids], chaos=chaos)
+    check(inst, [int(i) for i in ids])
+
+
+def test_standby_job_manager_takes_over(instance: tuple[Launcher, Instance]) -> None:
+    launcher, inst = instance
+    spare = WorkerSpec("job-manager-standby", [sys.executable, "-m", "workers", "job-manager",
+                                               "--uri", str(launcher.uri)])
+    launcher.workers.append(spare)
+    launcher._spawn(spare)
+    ids = [int(i) for i in Client(inst).submit([{"jobspec": sim("50ms")}] * 300)]
+    time.sleep(0.5)
+    # kill whichever holds the lease, and keep it dead: the other must finish the work
+    holder = inst.redis.get(inst.keys.jm_lease(0)).decode()
+    victim = next(w for w in launcher.workers
+                  if w.proc is not None and holder.endswith(f"-{w.proc.pid}"))
+    os.kill(victim.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+    launcher.workers.remove(victim)
+    started = time.monotonic()
+    wait_all(launcher, inst, ids)
+    assert time.monotonic() - started < 60
+    check(inst, ids)
+
+
+def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Instance]) -> None:
+    launcher, inst = instance
+    client = Client(inst)
+    ids: list[int] = []
+    for _round in range(20):
+        ids += [int(i) for i in client.submit([{"jobspec": sim("30ms")}] * 50)]
+        time.sleep(0.2)
+        kill(launcher, "scheduler")
+        deadline = time.monotonic() + 10
+        while launcher.worker("scheduler").proc.poll() is not None \
+                and time.monotonic() < deadline:  # type: ignore[union-attr]
+            launcher.supervise_once()
+            time.sleep(0.05)
+    wait_all(launcher, inst, ids)
+    check(inst, ids)
