@@ -144,6 +144,10 @@ class Launcher:
         self.workers = specs
 
     def _spawn(self, spec: WorkerSpec) -> None:
+        # A stable name per slot lets a restarted leader take its own lease back
+        # at once instead of waiting for it to expire.
+        if "--name" not in spec.args:
+            spec.args = [*spec.args, "--name", f"{spec.name}@{os.uname().nodename}"]
         logs = self.state_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{spec.name}.log", "ab") as log:

@@ -13,7 +13,9 @@ from collections.abc import Sequence
 
 from fluxes import __version__
 from fluxes.cli import (
+    cmd_admin,
     cmd_bench,
+    cmd_drill,
     cmd_eventlog,
     cmd_job,
     cmd_jobs,
@@ -21,12 +23,15 @@ from fluxes.cli import (
     cmd_queue,
     cmd_resource,
     cmd_start,
+    cmd_status,
     cmd_submit,
+    cmd_worker,
 )
 from fluxes.cli.util import PROG, ArgumentParser, add_subcommands, run_cli
 
 _GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
-           cmd_eventlog, cmd_jobspec, cmd_bench)
+           cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill,
+           cmd_status, cmd_worker, cmd_admin)
 
 
 def build_parser() -> argparse.ArgumentParser:

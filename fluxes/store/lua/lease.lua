@@ -6,8 +6,8 @@
 -- ARGV[2]  holder name (unique per process)
 -- ARGV[3]  lease time to live in milliseconds
 --
--- acquire: returns the new fencing token when the lease was free, the current
---          token when this holder already has it, or false when another holds it
+-- acquire: returns a new fencing token when the lease was free or already this
+--          holder's (a restarted holder), or false when another holds it
 -- renew:   returns 1 when the lease was extended, 0 when this holder lost it
 -- release: returns 1 when the lease was deleted, 0 when this holder did not have it
 -- bump:    a new epoch for the holder (INCR the fence) or false when it lost the lease
@@ -20,8 +20,10 @@ if op == 'acquire' then
     return redis.call('INCR', KEYS[2])
   end
   if current == holder then
+    -- the same holder name taking the lease again is a new incarnation (a
+    -- supervised restart): a new epoch fences out anything the old one sent
     redis.call('PEXPIRE', KEYS[1], ttl)
-    return tonumber(redis.call('GET', KEYS[2]))
+    return redis.call('INCR', KEYS[2])
   end
   return false
 elseif op == 'renew' then

@@ -1,0 +1,306 @@
+"""``fluxes drill``: kill workers with SIGKILL under load, then check the invariants.
+
+The drill runs a workload of simulated jobs on an instance it starts itself
+(so it can kill and restart any process, Redis included), kills the chosen
+worker kind at random moments, lets the supervisor restart it, and in the
+end checks what must always hold:
+
+* every submitted job reaches INACTIVE exactly once, with the right result;
+* no core or GPU was held by two jobs at any instant (eventlogs + R);
+* every eventlog replays cleanly, and the job-list read model equals a
+  fresh rebuild from the journal;
+* nothing is left allocated: the scheduler's pool equals what the stored R
+  of jobs still holding resources says (none, once all jobs are done);
+* recovery time per kill (from the kill to the next allocation).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fluxes.client import Client
+from fluxes.drill import collect
+from fluxes.drill.invariants import (
+    Violation,
+    allocation_intervals,
+    check_jobs,
+    check_no_double_allocation,
+)
+from fluxes.instance import Instance
+from fluxes.job.states import JobResult
+from fluxes.joblist.model import ReadModel
+from fluxes.joblist.store import JobListStore
+from fluxes.jobspec import Jobspec
+from fluxes.launcher import Launcher
+from fluxes.store.eventstore import EventStore
+
+KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
+
+
+@dataclass
+class DrillResult:
+    """What a drill did and found."""
+
+    jobs: int = 0
+    kills: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    lost_submissions: int = 0
+    elapsed: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """True when every invariant held."""
+        return not self.violations
+
+    def figures(self) -> dict[str, Any]:
+        """A JSON-ready summary."""
+        recov = [k["recovery_s"] for k in self.kills if k.get("recovery_s") is not None]
+        return {
+            "ok": self.ok, "jobs": self.jobs, "kills": len(self.kills),
+            "kills_by_kind": {k: sum(1 for x in self.kills if x["kind"] == k)
+                              for k in sorted({x["kind"] for x in self.kills})},
+            "recovery_median_s": statistics.median(recov) if recov else None,
+            "recovery_max_s": max(recov) if recov else None,
+            "lost_submissions": self.lost_submissions,
+            "elapsed_s": round(self.elapsed, 2),
+            "violations": [str(v) for v in self.violations[:50]],
+        }
+
+
+class Drill:
+    """One drill on a private instance."""
+
+    def __init__(self, jobs: int = 500, kill: str = "any", rounds: int = 5, seed: int = 1,
+                 nodes: int = 2, cores_per_node: int = 4, appendfsync: str = "always",
+                 timeout: float = 300.0) -> None:
+        if kill != "any" and kill not in KINDS:
+            raise ValueError(f"--kill must be one of {', '.join(('any', *KINDS))}")
+        if jobs < 1 or rounds < 0:
+            raise ValueError("--jobs must be >= 1 and --rounds >= 0")
+        self.njobs = jobs
+        self.kill = kill
+        self.rounds = rounds
+        self.rng = random.Random(seed)
+        self.nodes = nodes
+        self.cores = cores_per_node
+        self.appendfsync = appendfsync
+        self.timeout = timeout
+        self.result = DrillResult()
+
+    # ------------------------------------------------------------ running
+
+    def run(self) -> DrillResult:
+        """Start an instance, run the workload with kills, check, stop."""
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="fluxes-drill-") as tmp:
+            launcher = Launcher(state_dir=Path(tmp), nodes=self.nodes,
+                                cores_per_node=self.cores, appendfsync=self.appendfsync)
+            uri = launcher.start()
+            try:
+                self._drive(launcher, Instance.connect(str(uri)))
+            finally:
+                launcher.stop()
+        self.result.elapsed = time.monotonic() - started
+        return self.result
+
+    def _drive(self, launcher: Launcher, inst: Instance) -> None:
+        client = Client(inst)
+        ids: list[int] = []
+        batches = max(self.rounds, 1) * 2
+        per_batch = max(1, self.njobs // batches)
+        kills_at = set(self.rng.sample(range(batches), min(self.rounds, batches)))
+        for batch in range(batches):
+            count = per_batch if batch < batches - 1 else self.njobs - per_batch * (batches - 1)
+            if count > 0:
+                ids += self._submit(client, count)
+            self._supervise(launcher, self.rng.uniform(0.05, 0.4))
+            if batch in kills_at:
+                inst = self._kill_one(launcher, inst)
+                client = Client(inst)
+        self.result.jobs = len(ids)
+        self._wait(launcher, inst, ids)
+        self._check(inst, ids)
+
+    def _submit(self, client: Client, count: int) -> list[int]:
+        specs = []
+        for _ in range(count):
+            runtime = f"{self.rng.randint(5, 60)}ms"
+            specs.append({"jobspec": Jobspec.from_command(["true"], cwd="/tmp", attributes={
+                "system": {"exec": {"test": {"run_duration": runtime}}}}).to_dict()})
+        for attempt in range(50):
+            try:
+                return [int(i) for i in client.submit(specs, timeout=60) if isinstance(i, int)]
+            except Exception:
+                if attempt == 49:
+                    raise
+                time.sleep(0.2)
+        return []
+
+    def _supervise(self, launcher: Launcher, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            launcher.supervise_once()
+            time.sleep(0.02)
+
+    def _kill_one(self, launcher: Launcher, inst: Instance) -> Instance:
+        kind = self.kill if self.kill != "any" else self.rng.choice(KINDS)
+        killed_at = time.time()
+        record: dict[str, Any] = {"kind": kind, "at": killed_at}
+        if kind == "redis":
+            assert launcher.server is not None
+            launcher.server.kill()
+            time.sleep(self.rng.uniform(0.05, 0.3))
+            launcher.server.start()
+            inst = Instance.connect(str(launcher.uri))
+        else:
+            names = [w.name for w in launcher.workers if w.name.startswith(
+                "exec-" if kind == "exec" else "job-manager" if kind == "job-manager" else kind)]
+            name = self.rng.choice(names)
+            record["worker"] = name
+            proc = launcher.worker(name).proc
+            if proc is not None and proc.poll() is None:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+        record["recovery_s"] = self._recovery(launcher, inst, killed_at,
+                                              None if kind == "redis" else kind)
+        self.result.kills.append(record)
+        return inst
+
+    def _replacement_started(self, inst: Instance, kind: str, since: float) -> float | None:
+        """When the restarted worker of ``kind`` started (from the worker registry)."""
+        for raw in inst.redis.hvals(inst.keys.workers):
+            try:
+                rec = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if rec.get("kind") == kind and float(rec.get("started", 0)) >= since:
+                return float(rec["started"])
+        return None
+
+    def _recovery(self, launcher: Launcher, inst: Instance, since: float, kind: str | None,
+                  limit: float = 60.0) -> float | None:
+        """Seconds from the kill to the first allocation made after the worker's replacement
+        started (after Redis came back, for a Redis kill); None when none was needed."""
+        deadline = time.monotonic() + limit
+        replaced = since
+        while kind is not None and time.monotonic() < deadline:
+            launcher.supervise_once()
+            started = self._replacement_started(inst, kind, since)
+            if started is not None:
+                replaced = started
+                break
+            time.sleep(0.02)
+        pos = {inst.keys.journal(p): f"{int(replaced * 1000)}-0"
+               for p in range(inst.keys.partitions)}
+        while time.monotonic() < deadline:
+            launcher.supervise_once()
+            try:
+                reply = inst.redis.xread(pos, count=1000, block=100)
+            except Exception:
+                time.sleep(0.05)
+                continue
+            for stream, entries in reply or []:
+                pos[stream.decode()] = entries[-1][0].decode()
+                for sid, fields in entries:
+                    if fields.get(b"n") == b"alloc":
+                        return int(sid.split(b"-")[0]) / 1000 - since
+            if not self._anything_pending(inst):
+                return None  # nothing left to allocate: recovery is moot
+        return None
+
+    def _anything_pending(self, inst: Instance) -> bool:
+        try:
+            counts = JobListStore(inst.redis, inst.keys).counters()
+        except Exception:
+            return True
+        return any(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
+
+    def _wait(self, launcher: Launcher, inst: Instance, ids: list[int]) -> None:
+        deadline = time.monotonic() + self.timeout
+        left = set(ids)
+        while left and time.monotonic() < deadline:
+            launcher.supervise_once()
+            batch = sorted(left)[:5000]
+            pipe = inst.redis.pipeline(transaction=False)
+            for jobid in batch:
+                pipe.hget(inst.keys.job(jobid), "result")
+            for jobid, result in zip(batch, pipe.execute(), strict=True):
+                if result:
+                    left.discard(jobid)
+            time.sleep(0.1)
+        # let the job list catch up with the journal before comparing
+        while time.monotonic() < deadline and not self._joblist_caught_up(inst):
+            self._supervise(launcher, 0.2)
+
+    def _joblist_caught_up(self, inst: Instance) -> bool:
+        """True when the job list has read and acknowledged every journal entry."""
+        from fluxes.store.keys import GROUP_JOBLIST
+
+        for p in range(inst.keys.partitions):
+            key = inst.keys.journal(p)
+            last = inst.redis.xrevrange(key, count=1)
+            groups = {g["name"]: g for g in inst.redis.xinfo_groups(key)}
+            group = groups.get(GROUP_JOBLIST.encode()) or groups.get(GROUP_JOBLIST)
+            if group is None or group["pending"]:
+                return False
+            if last and group["last-delivered-id"] != last[0][0]:
+                return False
+        return True
+
+    # ------------------------------------------------------------ checks
+
+    def _check(self, inst: Instance, ids: list[int]) -> None:
+        logs = collect.eventlogs(inst, ids)
+        missing = [j for j, log in logs.items() if not log]
+        if missing and self.appendfsync != "always":
+            # the documented loss window of appendfsync everysec: count, do not fail
+            self.result.lost_submissions = len(missing)
+            for jobid in missing:
+                del logs[jobid]
+        _jobs, report = check_jobs(logs, dict.fromkeys(logs, JobResult.COMPLETED))
+        self.result.violations += report.violations
+        self.result.violations += check_no_double_allocation(
+            allocation_intervals(logs), collect.rsets(inst, list(logs)))
+        self.result.violations += self._check_read_model(inst)
+        self.result.violations += self._check_pool(inst)
+
+    def _check_read_model(self, inst: Instance) -> list[Violation]:
+        store = EventStore(inst.redis, inst.keys)
+        fresh = ReadModel()
+        for p in range(inst.keys.partitions):
+            for block in store.iter_journal(p):
+                fresh.feed((e.jobid, e.event(), e.extra_dict()) for e in block)
+        jl = JobListStore(inst.redis, inst.keys)
+        stored = ReadModel(jl.all_summaries(), jl.counters())
+        out = []
+        for jobid in set(fresh.summaries) | set(stored.summaries):
+            if fresh.summaries.get(jobid) != stored.summaries.get(jobid):
+                out.append(Violation("read model equals a rebuild", (jobid,),
+                                     "the job-list summary differs from the journal's"))
+        if +fresh.counters != +stored.counters:
+            out.append(Violation("read model equals a rebuild", (),
+                                 f"counters differ: {dict(+stored.counters)} vs "
+                                 f"{dict(+fresh.counters)}"))
+        return out
+
+    def _check_pool(self, inst: Instance) -> list[Violation]:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            raw = inst.redis.get(inst.keys.sched_status)
+            status = orjson.loads(raw) if raw else None
+            if status and status["allocated"]["ncores"] == 0 and status["pending"] == 0:
+                return []
+            time.sleep(0.5)
+        return [Violation("pool equals stored R", (),
+                          f"scheduler still reports {status['allocated'] if status else '?'} "
+                          "allocated after every job ended")]
