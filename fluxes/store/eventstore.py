@@ -384,8 +384,14 @@ class EventStore:
     def _fold(records: dict[int, JobRecord], broken: dict[int, str],
               entry: JournalEntry) -> None:
         jobid = entry.jobid
+        record = records.get(jobid)
+        if record is not None and entry.seq is not None and entry.seq < record.job.seq:
+            # Already in the record: a checkpoint may claim a position earlier
+            # than some of the events it includes (see the job manager's
+            # checkpoint), so replay skips what it has, by eventlog position.
+            return
         try:
-            records[jobid] = apply_record(records.get(jobid), jobid, entry.event(),
+            records[jobid] = apply_record(record, jobid, entry.event(),
                                           entry.extra_dict() if entry.extra else None)
         except (ev.EventError, TransitionError, ValueError) as exc:
             broken[jobid] = str(exc)
