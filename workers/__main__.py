@@ -13,25 +13,56 @@ from collections.abc import Sequence
 KINDS = ("ingest", "job-manager", "scheduler", "job-list", "exec")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Arguments shared by every worker kind."""
-    parser = argparse.ArgumentParser(prog="python -m workers",
+def metrics_port(text: str) -> int:
+    """argparse type: a TCP port for the metrics server (0: any free port)."""
+    from fluxes.metrics import check_port
+
+    try:
+        return check_port(int(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"metrics port must be an integer from 0 to 65535, got {text!r}") from None
+
+
+def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
+    """Arguments shared by every worker kind.
+
+    ``as_parent``: for embedding in another parser (``fluxes worker``): no
+    ``-h`` of its own, and ``--uri`` sets nothing when absent, so that an
+    outer ``--uri`` given before the subcommand stands.
+    """
+    parser = argparse.ArgumentParser(prog="python -m workers", add_help=not as_parent,
                                      description="Run one fluxes worker process.")
     parser.add_argument("kind", choices=KINDS)
-    parser.add_argument("--uri", default=None, help="instance URI (default $FLUXES_URI)")
+    parser.add_argument("--uri", default=argparse.SUPPRESS if as_parent else None,
+                        help="instance URI (default $FLUXES_URI)")
     parser.add_argument("--name", default=None, help="worker name (default KIND-HOST-PID)")
     parser.add_argument("--partition", type=int, default=0, help="job-manager partition")
     parser.add_argument("--ranks", default=None, help="exec: the ranks served (idset)")
     parser.add_argument("--state-dir", default=None, help="exec: where task files live")
+    parser.add_argument("--metrics-port", type=metrics_port, default=None, metavar="PORT",
+                        help="serve Prometheus metrics on PORT (0: any free port, shown by "
+                             "'fluxes status'); default: no metrics server")
     return parser
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the worker until it is told to stop."""
-    args = build_parser().parse_args(argv)
+    return run_args(build_parser().parse_args(argv))
+
+
+def run_args(args: argparse.Namespace) -> int:
+    """Run the worker that the parsed arguments (:func:`build_parser`) describe."""
+    if args.metrics_port is not None:
+        # before connecting, so a port already taken fails at once
+        from fluxes import metrics
+        from fluxes.logs import setup_logging
+
+        port = metrics.serve(args.metrics_port)
+        setup_logging("fluxes.metrics").info("serving metrics", extra={"port": port})
     from fluxes.instance import Instance
 
-    instance = Instance.connect(args.uri, client_name=f"fluxes-{args.kind}")
+    instance = Instance.connect(getattr(args, "uri", None), client_name=f"fluxes-{args.kind}")
     if args.kind == "ingest":
         from workers.ingest import IngestWorker
         return IngestWorker(instance, args.name).run()

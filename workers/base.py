@@ -12,13 +12,14 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
 import orjson
 import redis
 
+from fluxes import metrics
 from fluxes.instance import Instance
 from fluxes.logs import setup_logging
 
@@ -41,6 +42,7 @@ class Worker:
         self.stopping = False
         self._last_heartbeat = 0.0
         self.started = time.time()
+        metrics.DEAD_LETTERS.labels(worker=self.kind)  # scraped as 0 before the first one
 
     # ------------------------------------------------------------ lifecycle
 
@@ -73,6 +75,20 @@ class Worker:
     def status(self) -> dict[str, Any]:
         """Extra facts for the heartbeat (lag, leadership...)."""
         return {}
+
+    def consumed(self) -> list[tuple[str, str]]:
+        """(stream, consumer group) pairs this worker reads, for the stream lag metrics."""
+        return []
+
+    def collect_metrics(self, record: Mapping[str, Any]) -> None:
+        """Refresh the gauges that describe stored state (only while a metrics server runs)."""
+        if "leader" in record:
+            metrics.LEADER.labels(worker=self.kind).set(1 if record["leader"] else 0)
+        pairs = self.consumed()
+        if pairs:
+            mine = set(pairs)
+            metrics.set_lags(g for g in stream_lags(self.redis, sorted({s for s, _ in pairs}))
+                             if (g.stream, g.group) in mine)
 
     def run(self) -> int:
         """Set up, loop until asked to stop, tear down; return an exit code."""
@@ -118,6 +134,14 @@ class Worker:
         self._last_heartbeat = now
         record = {"kind": self.kind, "pid": os.getpid(), "host": socket.gethostname(),
                   "started": self.started, "heartbeat": now, **self.status()}
+        port = metrics.served_port()
+        if port is not None:
+            record["metrics_port"] = port
+            try:
+                self.collect_metrics(record)
+            except (redis.RedisError, ValueError) as exc:
+                # metrics are best effort: they never stop the work or the heartbeat
+                self.log.debug("metrics not refreshed", extra={"error": str(exc)})
         try:
             self.redis.hset(self.keys.workers, self.name, orjson.dumps(record, default=str))
         except redis.ConnectionError:
@@ -142,8 +166,23 @@ class Worker:
         }
         self.redis.xadd(self.keys.dead_letters, record, maxlen=DEAD_LETTER_MAXLEN,
                         approximate=True)
+        metrics.DEAD_LETTERS.labels(worker=self.kind).inc()
         self.log.warning("dead letter", extra={"stream": stream, "id": record["id"],
                                                "error": error})
+
+
+def stream_lags(client: redis.Redis, streams: Sequence[str]) -> list[metrics.GroupLag]:
+    """Every consumer group of ``streams`` with its pending and undelivered counts
+    (one round trip; a stream that does not exist yet has no groups)."""
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.xinfo_groups(stream)
+    out: list[metrics.GroupLag] = []
+    for stream, reply in zip(streams, pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(reply, redis.ResponseError):
+            continue  # "no such key": nothing was ever written or read there
+        out.extend(metrics.parse_groups(stream, reply))
+    return out
 
 
 def _text(value: Any) -> str:

@@ -48,6 +48,7 @@ from typing import Any
 
 import orjson
 
+from fluxes import metrics
 from fluxes import protocol as proto
 from fluxes.exec.layout import (
     JobLayout,
@@ -361,10 +362,15 @@ class ExecWorker(Worker):
     def status(self) -> dict[str, Any]:
         """Ranks served and jobs running, for ``fluxes status``."""
         return {"ranks": str(IDSet(self.ranks)), "running": len(self.live),
-                "started": self.count_started}
+                "jobs_started": self.count_started}
+
+    def consumed(self) -> list[tuple[str, str]]:
+        """The request streams of the served ranks, read through the ``exec`` group."""
+        return [(stream, GROUP_EXEC) for stream in self.streams.values()]
 
     def setup(self) -> None:
         """Create the groups and rebuild the job table from the records and the state files."""
+        setup_started = time.monotonic()
         self._ready = False
         self._reset()
         for rank in self.ranks:
@@ -393,6 +399,9 @@ class ExecWorker(Worker):
             self._sweep_files(rank)
         self._reap_strays()
         self._ready = True
+        self.log.info("recovered", extra={
+            "ranks": str(IDSet(self.ranks)), "jobs": sum(len(j) for j in self.jobs.values()),
+            "running": len(self.live), "recovery_s": round(time.monotonic() - setup_started, 3)})
 
     def _reap_strays(self) -> None:
         """Reap our children that no restored job claims (their status files stay)."""
@@ -810,6 +819,7 @@ class ExecWorker(Worker):
             raise ValueError("exec: the job's jobspec is not a mapping")
         duration = run_duration(spec)
         self.count_started += 1
+        metrics.EXEC_STARTED.inc()
         if duration is not None:
             job = ExecJob(jobid, rank, "sim", started=True, deadline=now + duration)
             if duration < math.inf:
@@ -878,6 +888,7 @@ class ExecWorker(Worker):
         if job.kind == "done":
             return job
         job.kind = "done"
+        metrics.EXEC_FINISHED.inc()
         if status is not None:
             job.status = status
         if error is not None and job.error is None:

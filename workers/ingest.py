@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 
+from fluxes import metrics
 from fluxes import protocol as proto
 from fluxes.config import InstanceConfig
 from fluxes.errors import FluxesError
@@ -74,6 +75,10 @@ class IngestWorker(Worker):
     def status(self) -> dict[str, Any]:
         """Jobs accepted so far."""
         return {"submitted": self.submitted}
+
+    def consumed(self) -> list[tuple[str, str]]:
+        """Every user's submit stream, read through the ``ingest`` group."""
+        return [(self.keys.submit(user), GROUP_INGEST) for user in self.users]
 
     # ------------------------------------------------------------ refresh
 
@@ -270,7 +275,8 @@ class IngestWorker(Worker):
             done.xadd(keys.jm_new(part), proto.encode(msgs))
         if full:
             # earlier, full batches first: the replies (in the last batch) come after
-            self.store.commit_many([b for _p, b, _m in full])
+            done_results = self.store.commit_many([b for _p, b, _m in full])
+            metrics.EVENTS_INGEST.inc(sum(r.events for r in done_results))
         for part, msgs in new_msgs.items():
             batches[part].xadd(keys.jm_new(part), proto.encode(msgs))
         for part, msgs in forwards.items():
@@ -293,7 +299,8 @@ class IngestWorker(Worker):
                 last.xack(stream, GROUP_INGEST, ids)
             else:
                 leftover_acks[stream] = ids
-        self.store.commit_many([b for b in batches.values() if b])
+        results = self.store.commit_many([b for b in batches.values() if b])
+        metrics.EVENTS_INGEST.inc(sum(r.events for r in results))
         if leftover_replies or leftover_acks:
             pipe = self.redis.pipeline(transaction=False)
             for key, data in leftover_replies:

@@ -9,10 +9,13 @@ written, then carries on with new ones.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis
 
+from fluxes import metrics
 from fluxes.instance import Instance
 from fluxes.job.events import EventError
 from fluxes.job.model import TransitionError
@@ -41,17 +44,28 @@ class JobListWorker(Worker):
         self.cache: dict[int, dict[int, JobSummary]] = {}
         self._pending = True
         self.processed = 0
+        self._caught_up_from = (0.0, 0)  # when and at which count the backlog re-read began
 
     def setup(self) -> None:
         """Create groups and load the active summaries."""
         self.store.ensure_groups()
         self._pending = True
+        self._caught_up_from = (time.monotonic(), self.processed)
         for p in range(self.keys.partitions):
             self.cache[p] = self.store.load_active(p)
 
     def status(self) -> dict[str, Any]:
         """Entries folded so far."""
         return {"processed": self.processed}
+
+    def consumed(self) -> list[tuple[str, str]]:
+        """Every partition journal, read through the ``joblist`` group."""
+        return [(self.keys.journal(p), GROUP_JOBLIST) for p in range(self.keys.partitions)]
+
+    def collect_metrics(self, record: Mapping[str, Any]) -> None:
+        """Lag of the journals, and jobs by state and result from the read model's counters."""
+        super().collect_metrics(record)
+        metrics.set_job_counts(self.store.counters())
 
     def step(self) -> None:
         """Fold one block of journal entries per partition."""
@@ -66,6 +80,9 @@ class JobListWorker(Worker):
                 self.fold(stream.decode(), entries)
         if self._pending and got == 0:
             self._pending = False  # the backlog of the previous incarnation is done
+            began, count = self._caught_up_from
+            self.log.info("caught up", extra={"reread": self.processed - count,
+                                              "recovery_s": round(time.monotonic() - began, 3)})
 
     def fold(self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
         """Apply entries of one partition journal and write them with their acks."""

@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 import redis
 
+from fluxes import metrics
 from fluxes import protocol as proto
 from fluxes.depend import TargetStatus
 from fluxes.instance import Instance
@@ -117,6 +118,10 @@ class JobManagerWorker(Worker):
                 "active_jobs": len(core.jobs) if core else 0,
                 "events": self.events_written, "restore_s": round(self.restored_in, 3)}
 
+    def consumed(self) -> list[tuple[str, str]]:
+        """The partition's input streams, read through the ``jm`` group."""
+        return [(stream, GROUP_JM) for stream in self.inputs]
+
     def become_leader(self) -> None:
         """Replay the partition and take over its jobs."""
         started = time.monotonic()
@@ -134,6 +139,7 @@ class JobManagerWorker(Worker):
         core.restart(fx)
         self.commit(fx)
         self.restored_in = time.monotonic() - started
+        metrics.RECOVERY.labels(worker=self.kind).observe(self.restored_in)
         self.log.info("leading", extra={"partition": self.partition, "token": self.token,
                                         "active_jobs": len(core.jobs),
                                         "replayed_events": result.events,
@@ -203,8 +209,8 @@ class JobManagerWorker(Worker):
             for msg_id, fields in entries:
                 got += 1
                 self.dispatch(fx, core, stream, msg_id, fields)
-                if got % 256 == 0:
-                    self.keepalive()
+                if self._renewed_token() is None:
+                    return  # deposed: another leader has these inputs now
                 if fx.nevents >= MAX_COMMIT_EVENTS:
                     # Cut between inputs: each input's effects stay in one commit,
                     # and no Lua call runs long enough to block Redis.
@@ -331,11 +337,13 @@ class JobManagerWorker(Worker):
         batches, later = self.build(fx)
         try:
             result = self.store.commit(batches[0], self.token)
+            written = result.events
             for batch in batches[1:]:
                 token = self._renewed_token()
                 if token is None:
                     return
                 result = self.store.commit(batch, token)
+                written += result.events
         except FencedError as exc:
             self.step_down(str(exc))
             return
@@ -354,9 +362,10 @@ class JobManagerWorker(Worker):
                     else:
                         pipe.xadd(key, proto.encode(item))
             pipe.execute()
-        if result.events:
-            self.events_written += result.events
-            self._since_checkpoint += result.events
+        if written:
+            metrics.EVENTS_JOB_MANAGER.inc(written)
+            self.events_written += written
+            self._since_checkpoint += written
             self._last_journal_id = result.journal_id
             if self._since_checkpoint >= self.checkpoint_every:
                 self.checkpoint()
@@ -366,11 +375,17 @@ class JobManagerWorker(Worker):
         core = self.core
         if core is None or self.token is None:
             return
-        last = self.store.journal_last_id(self.partition)
-        # Ingest may have appended after our last commit; those jobs are not in
-        # memory yet (their jm:new is unread), so the checkpoint must not claim
-        # them: cover only up to our own last write.
-        position = self._last_journal_id if self._last_journal_id != "0-0" else last
+        # The journal holds the submit events of jobs whose jm:new message this
+        # leader has not processed yet; they are not in memory, so the
+        # checkpoint must sit before them, or a restore would skip their later
+        # events. Records already holding events after that position are fine:
+        # replay skips entries a record has (by eventlog position).
+        position = self._last_journal_id if self._last_journal_id != "0-0" \
+            else self.store.journal_last_id(self.partition)
+        unread = self._oldest_unread_new()
+        if unread is not None and _stream_id_key(unread) <= _stream_id_key(position):
+            ms = int(unread.split("-")[0])
+            position = f"{ms - 1}-{2**64 - 1}" if ms > 0 else "0-0"
         blob = self.store.checkpoint_blob((a.rec for a in core.jobs.values()), position)
         batch = self.store.batch(self.partition)
         batch.set(self.keys.checkpoint(self.partition), blob)
@@ -381,6 +396,22 @@ class JobManagerWorker(Worker):
             return
         self._since_checkpoint = 0
 
+    def _oldest_unread_new(self) -> str | None:
+        """Id of the first jm:new entry this leader has not processed (None: none)."""
+        key = self.keys.jm_new(self.partition)
+        pending = self.redis.xpending(key, GROUP_JM)
+        if pending and pending.get("pending"):
+            low = pending.get("min")
+            return low.decode() if isinstance(low, bytes) else str(low)
+        for group in self.redis.xinfo_groups(key):
+            name = group["name"]
+            if (name.decode() if isinstance(name, bytes) else name) == GROUP_JM:
+                last = group["last-delivered-id"]
+                last = last.decode() if isinstance(last, bytes) else str(last)
+                after = self.redis.xrange(key, min="(" + last, count=1)
+                return after[0][0].decode() if after else None
+        return None
+
     def teardown(self) -> None:
         """Clean stop: checkpoint, then hand the lease over at once."""
         try:
@@ -389,6 +420,11 @@ class JobManagerWorker(Worker):
             self.lease.release()
         except redis.RedisError:
             pass
+
+
+def _stream_id_key(sid: str) -> tuple[int, int]:
+    ms, _, seq = sid.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def main(instance: Instance, partition: int = 0) -> int:

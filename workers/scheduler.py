@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from fluxes import metrics
 from fluxes import protocol as proto
 from fluxes.errors import FluxesError
 from fluxes.idset import IDSet
@@ -104,6 +105,10 @@ class SchedulerWorker(Worker):
         self._resource_pos = "0-0"
         self._housekept = 0.0
         self._lead_since = 0.0
+        # alloc latency: when each queued alloc request arrived, and the arrival
+        # times of allocations made but not yet committed
+        self._alloc_arrived: dict[int, float] = {}
+        self._alloc_done: list[float] = []
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
@@ -123,6 +128,8 @@ class SchedulerWorker(Worker):
         self.leader = False
         self.pool = None
         self.sched = None
+        self._alloc_arrived.clear()
+        self._alloc_done.clear()
         for s in self.sessions:
             s.lease.token = None
             s.ready = False
@@ -361,6 +368,7 @@ class SchedulerWorker(Worker):
                 jobid = msg["id"]
                 before = len(allocs)
                 allocs = [a for a in allocs if a["id"] != jobid]  # not yet queued
+                self._alloc_arrived.pop(jobid, None)
                 if sched.remove(jobid) or len(allocs) != before:
                     out.append({"t": "alloc-response", "id": jobid,
                                 "type": proto.ALLOC_CANCEL})
@@ -390,8 +398,10 @@ class SchedulerWorker(Worker):
         p = session.partition
         for jobid in [j for j in sched.pending if self.keys.partition_of(j) == p]:
             sched.remove(jobid)
+            self._alloc_arrived.pop(jobid, None)
         for jobid in [j for j in pool.jobids() if self.keys.partition_of(j) == p]:
             pool.free(jobid)
+        self._recover_started = time.monotonic()  # recovery_s measures this new epoch
         self._hello(session, bump=True)
 
     def _recover(self, session: Session, alloc: list[Any], out: list[dict[str, Any]]) -> None:
@@ -422,6 +432,7 @@ class SchedulerWorker(Worker):
             ready["limit"] = max(self.limit, 1)
         out.append(ready)
         self.recovered_in = time.monotonic() - self._recover_started
+        metrics.RECOVERY.labels(worker=self.kind).observe(self.recovered_in)
         self.log.info("ready", extra={"partition": session.partition, "epoch": session.epoch,
                                       "recovered": len(ids),
                                       "recovery_s": round(self.recovered_in, 3)})
@@ -430,6 +441,7 @@ class SchedulerWorker(Worker):
         """Look up the jobspecs of new alloc requests (one round trip) and queue them."""
         sched, pool = self.sched, self.pool
         assert sched is not None and pool is not None
+        arrived = time.monotonic()
         pipe = self.redis.pipeline(transaction=False)
         for msg in allocs:
             pipe.hmget(self.keys.job(msg["id"]), ["jobspec_full", "jobspec"])
@@ -451,12 +463,15 @@ class SchedulerWorker(Worker):
             sched.add(PendingJob(jobid, int(msg["priority"]), float(msg.get("t_submit", 0.0)),
                                  int(msg["userid"]), queue if isinstance(queue, str) else None,
                                  request))
+            self._alloc_arrived[jobid] = arrived
             self._dirty = True
 
     def _schedule(self, now: float, out: dict[int, list[dict[str, Any]]]) -> None:
         sched = self.sched
         assert sched is not None
+        pass_started = time.perf_counter()
         result = sched.schedule(now)
+        metrics.SCHED_PASS.observe(time.perf_counter() - pass_started)
         self._dirty = False
         self._planned = now
         keys = self.keys
@@ -470,10 +485,14 @@ class SchedulerWorker(Worker):
                 "annotations": ann, "ranks": str(rset.ranks), "nodelist": str(rset.hostlist)})
             self.sent.pop(jobid, None)
             self.allocations += 1
+            arrival = self._alloc_arrived.pop(jobid, None)
+            if arrival is not None:
+                self._alloc_done.append(arrival)
         for jobid, note in result.denied:
             out.setdefault(keys.partition_of(jobid), []).append(
                 {"t": "alloc-response", "id": jobid, "type": proto.ALLOC_DENY, "note": note})
             self.sent.pop(jobid, None)
+            self._alloc_arrived.pop(jobid, None)
         for jobid, sched_ann in result.annotations.items():
             if self.sent.get(jobid) == sched_ann:
                 continue  # annotations are sent only when they change
@@ -505,6 +524,11 @@ class SchedulerWorker(Worker):
                 self.step_down(str(exc))
                 return
         self._r_writes = {}
+        if self._alloc_done:
+            committed = time.monotonic()
+            for arrival in self._alloc_done:
+                metrics.ALLOC_LATENCY.observe(committed - arrival)
+            self._alloc_done = []
 
 
 def _request_of(raw: bytes) -> Request:

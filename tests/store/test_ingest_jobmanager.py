@@ -210,3 +210,20 @@ def test_leader_restart_continues_and_stale_leader_is_fenced(system: System) -> 
     system.run()
     assert system.events(late)[-1] == "clean"
     assert system.events(late).count("depend") == 1
+
+
+def test_checkpoint_taken_with_unread_new_jobs_loses_nothing(system: System) -> None:
+    system.jm.step()  # leader
+    [first] = system.submit()
+    system.jm.step()  # processes first
+    [second] = system.submit()  # its jm:new is not read yet
+    system.jm.checkpoint()
+    system.jm.step()  # now second gets depend + priority, after the checkpoint
+    assert system.events(second)[-1] == "priority"
+    system.redis.delete(system.keys.jm_lease(0))
+    fresh = JobManagerWorker(system.instance)
+    fresh.setup()
+    fresh.step()
+    assert fresh.core is not None
+    assert second in fresh.core.jobs and first in fresh.core.jobs
+    assert fresh.core.jobs[second].job.seq == len(system.events(second))

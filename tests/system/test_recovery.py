@@ -110,7 +110,7 @@ def test_standby_job_manager_takes_over(instance: tuple[Launcher, Instance]) -> 
     # kill whichever holds the lease, and keep it dead: the other must finish the work
     holder = inst.redis.get(inst.keys.jm_lease(0)).decode()
     victim = next(w for w in launcher.workers
-                  if w.proc is not None and holder.endswith(f"-{w.proc.pid}"))
+                  if w.proc is not None and holder.startswith(f"{w.name}@"))
     os.kill(victim.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
     launcher.workers.remove(victim)
     started = time.monotonic()

@@ -1,0 +1,309 @@
+"""``fluxes status``: one look at an instance: workers, leases, lag, queues, resources, jobs.
+
+Everything comes from what the instance already stores: the worker registry
+(heartbeats every two seconds), the lease keys, ``XINFO GROUPS`` of every
+consumed stream, the queue event stream, the scheduler's published resource
+summary, the job-list counters and the dead-letter stream. The exit code is
+non-zero when no job manager (for some partition) or no scheduler is alive,
+so the command doubles as a health check; the summary is printed either way.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from fluxes.cli.util import PROG, help_with_example, instance, print_json
+
+if TYPE_CHECKING:
+    from fluxes.instance import Instance
+
+#: Heartbeats come every 2 s; a worker silent five times as long is taken for gone
+#: (a long step, such as a big restore, may delay a beat or two).
+STALE_AFTER_S = 10.0
+#: Beyond this many exec workers the human output summarises them on one line.
+EXEC_LIST_MAX = 16
+#: Facts of a registry record shown in their own columns (the rest go to NOTES).
+_COLUMNS = frozenset({"kind", "pid", "host", "started", "heartbeat", "leader",
+                      "metrics_port", "name"})
+
+
+def register(subparsers: Any) -> None:
+    """Add ``status``."""
+    parser = subparsers.add_parser("status", **help_with_example(
+        "Summarise the instance: workers alive, leases, stream lag, queues, resources,\n"
+        "job counts and dead letters. Exits 1 (after printing) when no job manager or\n"
+        "no scheduler is alive.",
+        ["fluxes status", "fluxes status --json | jq .streams"]))
+    parser.add_argument("--json", action="store_true", help="one JSON object")
+    parser.set_defaults(func=_status)
+
+
+# ----------------------------------------------------------------------------- gathering
+
+
+def _workers(inst: Instance, now: float) -> list[dict[str, Any]]:
+    from fluxes.metrics import heartbeat_age
+
+    out = []
+    for name_b, raw in inst.redis.hgetall(inst.keys.workers).items():
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            record = {}
+        if not isinstance(record, dict):
+            record = {}
+        age = heartbeat_age(record, now)
+        role = None
+        if "leader" in record:
+            role = "leader" if record["leader"] else "standby"
+        out.append({**record, "name": name_b.decode("utf-8", "replace"),
+                    "kind": str(record.get("kind", "?")),
+                    "age_s": None if age is None else round(age, 1),
+                    "alive": age is not None and age <= STALE_AFTER_S, "role": role})
+    out.sort(key=lambda w: (w["kind"], w.get("partition", 0), str(w.get("ranks", "")),
+                            w["name"]))
+    return out
+
+
+def _leases(inst: Instance) -> list[dict[str, Any]]:
+    keys = inst.keys
+    wanted = []
+    for p in range(keys.partitions):
+        wanted.append(("job-manager", p, keys.jm_lease(p), keys.jm_fence(p)))
+        wanted.append(("scheduler", p, keys.sched_lease(p), keys.sched_fence(p)))
+    pipe = inst.redis.pipeline(transaction=False)
+    for _kind, _p, lease, fence in wanted:
+        pipe.get(lease)
+        pipe.pttl(lease)
+        pipe.get(fence)
+    replies = pipe.execute()
+    out = []
+    for i, (kind, p, _lease, _fence) in enumerate(wanted):
+        holder, ttl, epoch = replies[3 * i:3 * i + 3]
+        out.append({"lease": kind, "partition": p,
+                    "holder": holder.decode("utf-8", "replace") if holder else None,
+                    "ttl_ms": int(ttl) if holder and int(ttl) >= 0 else None,
+                    "epoch": int(epoch) if epoch else None})
+    return out
+
+
+def _exec_ranks(inst: Instance) -> list[int]:
+    """Ranks with an exec request stream: the inventory's, and any registered worker's."""
+    from fluxes.errors import FluxesError
+    from workers.scheduler import load_inventory
+
+    ranks: set[int] = set()
+    try:
+        ranks.update(t.rank for t in load_inventory(inst))
+    except (FluxesError, ValueError, OSError):
+        pass  # no inventory recorded: the registry still names the ranks served
+    for rank_b in inst.redis.hkeys(inst.keys.exec_registry):
+        if rank_b.isdigit():
+            ranks.add(int(rank_b))
+    return sorted(ranks)
+
+
+def _streams(inst: Instance) -> list[dict[str, Any]]:
+    from workers.base import stream_lags
+
+    keys = inst.keys
+    owner, _uid = inst.owner()
+    users = sorted({owner, *(u.decode() for u in inst.redis.hkeys(keys.users))})
+    streams = [keys.submit(u) for u in users]
+    for p in range(keys.partitions):
+        streams += [keys.jm_new(p), keys.jm_ctl(p), keys.sched_resp(p), keys.exec_events(p),
+                    keys.journal(p)]
+    streams += [keys.exec_rank(r) for r in _exec_ranks(inst)]
+    return [{"stream": g.stream, "group": g.group, "consumers": g.consumers,
+             "pending": g.pending, "undelivered": g.undelivered, "lag": g.lag}
+            for g in stream_lags(inst.redis, streams)]
+
+
+def _queues(inst: Instance) -> list[dict[str, Any]]:
+    from fluxes.cli.cmd_queue import queue_states
+
+    return [{"queue": name, "enabled": state.enabled, "disable_reason": state.enable_reason,
+             "started": state.started, "stop_reason": state.stop_reason}
+            for name, state in queue_states(inst).items()]
+
+
+def _resources(inst: Instance, now: float) -> dict[str, Any] | None:
+    raw = inst.redis.get(inst.keys.sched_status)
+    if not raw:
+        return None
+    summary: dict[str, Any] = orjson.loads(raw)
+    published = summary.get("time")
+    if isinstance(published, int | float):
+        summary["age_s"] = round(max(0.0, now - published), 1)
+    return summary
+
+
+def _jobs(inst: Instance) -> dict[str, Any]:
+    from fluxes.cli.cmd_jobs import stats_line
+    from fluxes.joblist.store import JobListStore
+    from fluxes.metrics import job_counts
+
+    states, results = job_counts(JobListStore(inst.redis, inst.keys).counters())
+    return {"summary": stats_line(inst), "states": states, "results": results}
+
+
+def _dead_letters(inst: Instance) -> dict[str, Any]:
+    key = inst.keys.dead_letters
+    pipe = inst.redis.pipeline(transaction=False)
+    pipe.xlen(key)
+    pipe.xrevrange(key, count=1)
+    count, last = pipe.execute()
+    latest = None
+    if last:
+        fields = {k.decode(): v.decode("utf-8", "replace") for k, v in last[0][1].items()}
+        latest = {k: fields.get(k) for k in ("time", "worker", "stream", "error")}
+    return {"count": int(count), "last": latest}
+
+
+def problems(status: dict[str, Any]) -> list[str]:
+    """What makes the instance unable to run jobs: a partition without a live job
+    manager, or no live scheduler."""
+    alive = [w for w in status["workers"] if w["alive"]]
+    out = []
+    for p in range(status["instance"]["partitions"]):
+        if not any(w["kind"] == "job-manager" and w.get("partition", 0) == p for w in alive):
+            out.append(f"no job manager alive for partition {p}")
+    if not any(w["kind"] == "scheduler" for w in alive):
+        out.append("no scheduler alive")
+    return out
+
+
+def collect(inst: Instance) -> dict[str, Any]:
+    """The whole status as one JSON-ready object."""
+    now = time.time()
+    facts = {k.decode(): v.decode("utf-8", "replace")
+             for k, v in inst.redis.hgetall(inst.keys.instance).items()
+             if k in (b"owner", b"started", b"created")}
+    status: dict[str, Any] = {
+        "instance": {"uri": str(inst.uri), "namespace": inst.keys.ns,
+                     "partitions": inst.keys.partitions, **facts, "time": now},
+        "workers": _workers(inst, now),
+        "leases": _leases(inst),
+        "streams": _streams(inst),
+        "queues": _queues(inst),
+        "resources": _resources(inst, now),
+        "jobs": _jobs(inst),
+        "dead_letters": _dead_letters(inst),
+    }
+    status["problems"] = problems(status)
+    return status
+
+
+# ----------------------------------------------------------------------------- printing
+
+
+def _opt(value: Any, unit: str = "") -> str:
+    return "-" if value is None else f"{value}{unit}"
+
+
+def _worker_notes(worker: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in worker.items()
+                    if k not in _COLUMNS and k not in ("age_s", "alive", "role"))
+
+
+def render(status: dict[str, Any]) -> list[str]:
+    """The human form: a few aligned sections."""
+    from fluxes.cli.display import table
+
+    inst = status["instance"]
+    lines = [f"instance {inst['uri']}  partitions {inst['partitions']}  "
+             f"owner {inst.get('owner', '-')}", ""]
+
+    workers = status["workers"]
+    execs = [w for w in workers if w["kind"] == "exec"]
+    listed = [w for w in workers if w["kind"] != "exec" or len(execs) <= EXEC_LIST_MAX
+              or not w["alive"]]
+    rows = [[w["kind"], w["name"], str(w.get("host", "-")), str(w.get("pid", "-")),
+             _opt(w["age_s"], "s"), "ok" if w["alive"] else "STALE", w["role"] or "-",
+             _opt(w.get("metrics_port")), _worker_notes(w)] for w in listed]
+    lines.append("WORKERS")
+    lines += table(["KIND", "NAME", "HOST", "PID", "BEAT", "STATE", "ROLE", "METRICS",
+                    "NOTES"], rows, right=frozenset({3, 4}))
+    if len(execs) > EXEC_LIST_MAX:
+        alive = sum(1 for w in execs if w["alive"])
+        lines.append(f"(and {alive} live exec workers not listed; --json lists every worker)")
+    lines.append("")
+
+    lines.append("LEASES")
+    lines += table(["LEASE", "PARTITION", "HOLDER", "TTL", "EPOCH"],
+                   [[lease["lease"], str(lease["partition"]), lease["holder"] or "(free)",
+                     "-" if lease["ttl_ms"] is None else f"{lease['ttl_ms'] / 1000:.1f}s",
+                     _opt(lease["epoch"])] for lease in status["leases"]],
+                   right=frozenset({1, 3, 4}))
+    lines.append("")
+
+    lines.append("STREAMS")
+    lines += table(["STREAM", "GROUP", "CONSUMERS", "PENDING", "UNDELIVERED", "LAG"],
+                   _stream_rows(status["streams"]), right=frozenset({2, 3, 4, 5}))
+    lines.append("")
+
+    lines.append("QUEUES")
+    lines += table(["QUEUE", "SUBMISSION", "SCHEDULING"],
+                   [[q["queue"] or "(default)",
+                     "enabled" if q["enabled"] else f"disabled: {q['disable_reason'] or '-'}",
+                     "started" if q["started"] else f"stopped: {q['stop_reason'] or '-'}"]
+                    for q in status["queues"]])
+    lines.append("")
+
+    res = status["resources"]
+    if res is None:
+        lines.append("RESOURCES (no summary published yet: is the scheduler running?)")
+    else:
+        lines.append(f"RESOURCES (published {_opt(res.get('age_s'), 's')} ago by "
+                     f"{res.get('scheduler', '-')}, {res.get('pending', 0)} pending)")
+        lines += table(["STATE", "NNODES", "NCORES", "NGPUS", "NODELIST"],
+                       [[state, str(res[state]["nnodes"]), str(res[state]["ncores"]),
+                         str(res[state]["ngpus"]), res[state]["nodelist"]]
+                        for state in ("free", "allocated", "down") if state in res],
+                       right=frozenset({1, 2, 3}))
+    lines.append("")
+
+    lines.append(f"JOBS  {status['jobs']['summary']}")
+    dead = status["dead_letters"]
+    line = f"DEAD LETTERS  {dead['count']}"
+    if dead["last"]:
+        last = dead["last"]
+        line += f"  (last from {last['worker']} on {last['stream']}: {last['error']})"
+    lines.append(line)
+    return lines
+
+
+def _stream_rows(streams: list[dict[str, Any]]) -> list[list[str]]:
+    """One row per stream and group; exec request streams summed into one row per group."""
+    rows = []
+    summed: dict[str, list[int | None]] = {}
+    for s in streams:
+        if ":exec:rank:" in s["stream"]:
+            total = summed.setdefault(s["group"], [0, 0, 0, 0, 0])
+            total[0] = (total[0] or 0) + 1
+            for i, field in enumerate(("consumers", "pending", "undelivered", "lag"), 1):
+                before, value = total[i], s[field]
+                total[i] = None if before is None or value is None else before + value
+            continue
+        rows.append([s["stream"], s["group"], str(s["consumers"]), str(s["pending"]),
+                     _opt(s["undelivered"]), _opt(s["lag"])])
+    for group, (n, consumers, pending, undelivered, lag) in sorted(summed.items()):
+        rows.append([f"exec:rank:* ({n} streams)", group, _opt(consumers), _opt(pending),
+                     _opt(undelivered), _opt(lag)])
+    return rows
+
+
+def _status(args: argparse.Namespace) -> int:
+    status = collect(instance(args))
+    if args.json:
+        print_json(status)
+    else:
+        print("\n".join(render(status)))
+    for problem in status["problems"]:
+        print(f"{PROG} status: {problem}", file=sys.stderr)
+    return 1 if status["problems"] else 0
