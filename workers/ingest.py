@@ -43,6 +43,9 @@ BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
 #: Events per Lua call at most (two per job): a long script blocks Redis.
 MAX_BATCH_EVENTS = 4000
+#: Requests another ingest worker left unacknowledged this long are taken over.
+CLAIM_IDLE_MS = 10_000
+CLAIM_EVERY_S = 5.0
 #: How often the user list, configuration and queue states are re-read.
 REFRESH_S = 1.0
 
@@ -65,9 +68,12 @@ class IngestWorker(Worker):
         self.fluids: FluidGenerator | None = None
         self._full: list[tuple[int, Batch, list[dict[str, Any]]]] = []
         self.submitted = 0
+        self._pending = True
+        self._claim_at = 0.0
 
     def setup(self) -> None:
         """Get a FLUID generator id and read users, configuration and queue states."""
+        self._pending = True
         gen = int(self.redis.incr(self.keys.fluid_generators)) % (MAX_GENERATOR_ID + 1)
         self.fluids = FluidGenerator(gen)
         self.refresh(force=True)
@@ -119,14 +125,47 @@ class IngestWorker(Worker):
     # ------------------------------------------------------------ the loop
 
     def step(self) -> None:
-        """Read a block of requests from every user stream and handle them."""
+        """Read a block of requests from every user stream and handle them.
+
+        After a (re)start the worker first re-reads requests delivered to it
+        but never acknowledged (a previous incarnation under the same name
+        died before committing them); now and then it also claims requests
+        another ingest worker read and left idle (that worker died).
+        """
         self.refresh()
+        if self._pending:
+            streams = dict.fromkeys((self.keys.submit(u) for u in self.users), "0")
+            reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams,
+                                          count=READ_COUNT)
+            if any(entries for _s, entries in reply or []):
+                self.handle(reply)
+                return
+            self._pending = False
+        if time.monotonic() >= self._claim_at:
+            self._claim_at = time.monotonic() + CLAIM_EVERY_S
+            claimed = self._claim_idle()
+            if claimed:
+                self.handle(claimed)
+                return
         streams = {self.keys.submit(user): ">" for user in self.users}
         reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
                                       block=BLOCK_MS)
         if not reply:
             return
         self.handle(reply)
+
+    def _claim_idle(self) -> list[Any]:
+        """Requests other consumers have held unacknowledged for CLAIM_IDLE_MS."""
+        out = []
+        for user in self.users:
+            stream = self.keys.submit(user)
+            _next, entries, *_ = self.redis.xautoclaim(
+                stream, GROUP_INGEST, self.name, min_idle_time=CLAIM_IDLE_MS,
+                start_id="0-0", count=READ_COUNT)
+            entries = [(sid, fields) for sid, fields in entries if fields]
+            if entries:
+                out.append((stream.encode(), entries))
+        return out
 
     def handle(self, reply: list[Any]) -> None:
         """Process requests of several users in one pass, one commit per partition."""
