@@ -190,7 +190,8 @@ class Drill:
     def _recovery(self, launcher: Launcher, inst: Instance, since: float, kind: str | None,
                   limit: float = 60.0) -> float | None:
         """Seconds from the kill to the first allocation made after the worker's replacement
-        started (after Redis came back, for a Redis kill); None when none was needed."""
+        started (after Redis came back, for a Redis kill); when no job waits, until the
+        replacement started."""
         deadline = time.monotonic() + limit
         replaced = since
         while kind is not None and time.monotonic() < deadline:
@@ -215,7 +216,8 @@ class Drill:
                     if fields.get(b"n") == b"alloc":
                         return int(sid.split(b"-")[0]) / 1000 - since
             if not self._anything_pending(inst):
-                return None  # nothing left to allocate: recovery is moot
+                # nothing to allocate: the replacement being up is the recovery
+                return replaced - since if kind is not None else None
         return None
 
     def _anything_pending(self, inst: Instance) -> bool:
