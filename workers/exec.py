@@ -1240,6 +1240,15 @@ class ExecWorker(Worker):
 # ----------------------------------------------------------------------------- helpers
 
 
+def _pool_for(client: Any, key: str) -> Any:
+    """The connection pool serving ``key``: the client's own, or (Redis Cluster) the
+    pool of the node that holds the key's slot."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return pool
+    return client.get_node_from_key(key).redis_connection.connection_pool
+
+
 class _Waker:
     """A blocking XREAD kept outstanding on a connection of its own.
 
@@ -1249,6 +1258,7 @@ class _Waker:
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.pool: Any = None
         self.conn: Any = None
         self.outstanding = False
 
@@ -1257,7 +1267,8 @@ class _Waker:
         if self.outstanding:
             return
         if self.conn is None:
-            self.conn = self.client.connection_pool.get_connection()
+            self.pool = _pool_for(self.client, next(iter(streams)))
+            self.conn = self.pool.get_connection()
         self.conn.send_command("XREAD", "COUNT", 1, "BLOCK", WAKE_BLOCK_MS, "STREAMS",
                                *streams.keys(), *streams.values())
         self.outstanding = True
@@ -1277,7 +1288,7 @@ class _Waker:
         if self.conn is not None:
             with contextlib.suppress(Exception):
                 self.conn.disconnect()
-                self.client.connection_pool.release(self.conn)
+                self.pool.release(self.conn)
             self.conn = None
         self.outstanding = False
 

@@ -23,6 +23,7 @@ from fluxes.job.states import JobState
 from fluxes.joblist.model import Change, JobSummary, apply_entry
 from fluxes.joblist.store import JobListStore
 from fluxes.store.eventstore import journal_entry
+from fluxes.store.groups import read_streams
 from fluxes.store.keys import GROUP_JOBLIST
 from workers.base import Worker
 
@@ -71,8 +72,8 @@ class JobListWorker(Worker):
         """Fold one block of journal entries per partition."""
         start = "0" if self._pending else ">"
         streams = {self.keys.journal(p): start for p in range(self.keys.partitions)}
-        reply = self.redis.xreadgroup(GROUP_JOBLIST, self.consumer, streams, count=READ_COUNT,
-                                      block=None if self._pending else BLOCK_MS)
+        reply = read_streams(self.redis, streams, READ_COUNT,
+                             None if self._pending else BLOCK_MS, GROUP_JOBLIST, self.consumer)
         got = 0
         for stream, entries in reply or []:
             if entries:

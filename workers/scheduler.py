@@ -32,6 +32,7 @@ from fluxes.sched.policy import PendingJob, QueuePolicy, Scheduler
 from fluxes.sched.pool import ResourcePool
 from fluxes.sched.request import Request
 from fluxes.store.eventstore import EventStore, FencedError
+from fluxes.store.groups import read_streams
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker
 
@@ -208,7 +209,7 @@ class SchedulerWorker(Worker):
             return
         streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
         block = BLOCK_MS if not self._dirty else 1
-        reply = self.redis.xread(streams, count=READ_COUNT, block=block)
+        reply = read_streams(self.redis, streams, READ_COUNT, block)
         out: dict[int, list[dict[str, Any]]] = {}
         for stream_b, entries in reply or []:
             session = self._session_of(stream_b.decode())

@@ -188,25 +188,33 @@ class JournalEntry(NamedTuple):
 
 def journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes] | list[bytes]
                   ) -> JournalEntry:
-    """Decode a journal entry's fields (a dict, or the flat list of a raw reply)."""
-    if isinstance(fields, list):
-        # commit.lua always writes j, s, n, t first: read them by position
-        if len(fields) >= 8 and fields[0] == b"j" and fields[2] == b"s" \
-                and fields[4] == b"n" and fields[6] == b"t":
-            ctx = extra = None
-            for i in range(8, len(fields) - 1, 2):
-                if fields[i] == b"c":
-                    ctx = fields[i + 1]
-                elif fields[i] == b"x":
-                    extra = fields[i + 1]
-            return JournalEntry(stream_id.decode(), int(fields[1]), int(fields[3]), fields[5],
-                                fields[7], ctx, extra)
-        fields = dict(zip(fields[::2], fields[1::2], strict=False))
-    seq = fields.get(b"s")
-    return JournalEntry(
-        stream_id.decode(), int(fields[b"j"]), int(seq) if seq is not None else None,
-        fields[b"n"], fields[b"t"], fields.get(b"c"), fields.get(b"x"),
-    )
+    """Decode a journal entry's fields (a dict, or the flat list of a raw reply).
+
+    Raises ValueError (EventError) when a field is missing or not a number.
+    """
+    try:  # zero-cost until something raises: this is the replay hot path
+        if isinstance(fields, list):
+            # commit.lua always writes j, s, n, t first: read them by position
+            if len(fields) >= 8 and fields[0] == b"j" and fields[2] == b"s" \
+                    and fields[4] == b"n" and fields[6] == b"t":
+                ctx = extra = None
+                for i in range(8, len(fields) - 1, 2):
+                    if fields[i] == b"c":
+                        ctx = fields[i + 1]
+                    elif fields[i] == b"x":
+                        extra = fields[i + 1]
+                return JournalEntry(stream_id.decode(), int(fields[1]), int(fields[3]),
+                                    fields[5], fields[7], ctx, extra)
+            fields = dict(zip(fields[::2], fields[1::2], strict=False))
+        seq = fields.get(b"s")
+        return JournalEntry(
+            stream_id.decode(), int(fields[b"j"]), int(seq) if seq is not None else None,
+            fields[b"n"], fields[b"t"], fields.get(b"c"), fields.get(b"x"),
+        )
+    except KeyError as exc:
+        raise ev.EventError(f"journal entry {stream_id!r:.40}: missing field {exc}") from None
+    except ValueError as exc:
+        raise ev.EventError(f"journal entry {stream_id!r:.40}: {str(exc)[:80]}") from None
 
 
 @dataclass
@@ -243,8 +251,14 @@ class EventStore:
         # A second client on the same connections whose XRANGE replies stay raw
         # (flat field lists): redis-py's pairs-to-dict conversion cost more than
         # everything else on the replay path.
-        self._raw = redis.Redis(connection_pool=client.connection_pool)
-        self._raw.set_response_callback("XRANGE", _raw_reply)
+        pool = getattr(client, "connection_pool", None)
+        self._raw_lists = pool is not None
+        if pool is not None:
+            self._raw = redis.Redis(connection_pool=pool)
+            self._raw.set_response_callback("XRANGE", _raw_reply)
+        else:
+            # a cluster client has no single pool: take its parsed replies
+            self._raw = client
 
     def batch(self, partition: int = 0, fence: str | None = None) -> Batch:
         """A new empty batch for ``partition`` (fenced by the job manager's key by default)."""
@@ -263,8 +277,9 @@ class EventStore:
 
     def commit_many(self, batches: Sequence[Batch], token: str = "") -> list[CommitResult]:
         """Commit several batches in one round trip (each one atomic on its own)."""
-        if len(batches) == 1:
-            return [self.commit(batches[0], token)]
+        if len(batches) == 1 or not self._raw_lists:
+            # (redis-py runs no scripts inside a cluster pipeline: one call each)
+            return [self.commit(batch, token) for batch in batches]
         pipe = self.redis.pipeline(transaction=False)
         for batch in batches:
             keys, args = batch.script_args(token)
@@ -319,6 +334,9 @@ class EventStore:
             entries = self._raw.xrange(key, min=start, max=until, count=block)
             if not entries:
                 return
+            if not self._raw_lists:
+                entries = [(sid, [x for kv in fields.items() for x in kv])
+                           for sid, fields in entries]
             yield entries
             start = "(" + entries[-1][0].decode()
             if len(entries) < block:
