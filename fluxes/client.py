@@ -44,7 +44,9 @@ class Client:
         self.instance = instance
         self.redis = instance.redis
         self.keys = instance.keys
-        self.user = user or current_user()
+        # The user's submit stream: a credentials file's user (its Redis ACL
+        # lets it write only that stream) before the UNIX user name.
+        self.user = user or instance.user or current_user()
 
     def _send(self, requests: Sequence[dict[str, Any]]) -> list[str]:
         """XADD the requests in one pipeline; return their reply keys."""

@@ -8,7 +8,7 @@ tested.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ class PreparedJob:
 
 def prepare_job(item: Any, userid: int, username: str | None, config: InstanceConfig,
                 queue_states: Mapping[str | None, QueueState] | None = None,
-                is_owner: bool = False) -> PreparedJob:
+                is_owner: bool = False, groups: Sequence[str] = ()) -> PreparedJob:
     """Check one submission item ``{"jobspec": obj | "yaml": text, "urgency", "flags"}``.
 
     Raises JobspecError or PolicyError (both ValueError) with one clear line.
@@ -62,13 +62,16 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
         obj = item.get("jobspec")
         if not isinstance(obj, Mapping):
             raise JobspecError("jobspec must be an object")
-        original = orjson.dumps(obj)
+        try:
+            original = orjson.dumps(obj)
+        except orjson.JSONEncodeError as exc:  # a TypeError: not what a JSON request holds
+            raise JobspecError(f"jobspec is not JSON: {exc}") from None
         if len(original) > limits.max_jobspec_bytes:
             raise JobspecError(f"jobspec is {len(original)} bytes, the limit is "
                                f"{limits.max_jobspec_bytes}")
         spec = Jobspec.from_dict(obj)
     _check_sizes(spec, config)
-    admission = config.queues.admit(spec, userid, username, (), queue_states)
+    admission = config.queues.admit(spec, userid, username, groups, queue_states)
     full = admission.jobspec
     full_json = orjson.dumps(full.to_dict())
     info: dict[str, Any] = {
@@ -86,7 +89,7 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
 
 
 def _ntasks(spec: Jobspec) -> int:
-    """Total tasks requested (per_slot x slots, or the total count)."""
+    """Total tasks requested (per_slot x slots, per_resource x resources, or the total)."""
     total = 0
     for task in spec.tasks:
         count = task.get("count", {})
@@ -94,22 +97,43 @@ def _ntasks(spec: Jobspec) -> int:
             total += int(count["total"])
         elif "per_slot" in count:
             total += int(count["per_slot"]) * max(spec.nslots, 1)
+        elif "per_resource" in count:
+            # every resource of that type in the request (an upper bound when the
+            # type also appears outside the slot): a limit must not be bypassed
+            per = count["per_resource"]
+            total += int(per["count"]) * max(spec.resource_counts.get(per["type"], 0), 1)
         else:
             total += max(spec.nslots, 1)
     return total
+
+
+#: Largest resource total a job may request: totals multiply through nested
+#: counts, and past 64 bits they could not even be written to the journal.
+MAX_TOTAL = 2**63 - 1
+
+
+def _amount(n: int) -> str:
+    """``n`` for a message; nested counts can multiply into hundreds of digits."""
+    return str(n) if n <= MAX_TOTAL else "more than 2^63-1"
 
 
 def _check_sizes(spec: Jobspec, config: InstanceConfig) -> None:
     limits = config.ingest
     ntasks = _ntasks(spec)
     if ntasks > limits.max_tasks:
-        raise PolicyError(f"job requests {ntasks} tasks, the limit is {limits.max_tasks}")
-    command = spec.command
-    size = sum(len(arg.encode()) + 1 for arg in command) if command else 0
-    if size > limits.max_command_bytes:
-        raise PolicyError(f"command line is {size} bytes, the limit is {limits.max_command_bytes}")
+        raise PolicyError(f"job requests {_amount(ntasks)} tasks, the limit is "
+                          f"{limits.max_tasks}")
+    for noun, total in (("nodes", spec.nnodes), ("slots", spec.nslots), ("cores", spec.ncores),
+                        ("gpus", spec.ngpus)):
+        if total > MAX_TOTAL:
+            raise PolicyError(f"job requests {_amount(total)} {noun}")
+    for task in spec.tasks:  # every task's command, not just the first one's
+        size = sum(len(arg.encode()) + 1 for arg in task["command"])
+        if size > limits.max_command_bytes:
+            raise PolicyError(f"command line is {size} bytes, the limit is "
+                              f"{limits.max_command_bytes}")
     env = spec.environment or {}
-    env_size = sum(len(k) + len(v or "") + 2 for k, v in env.items())
+    env_size = sum(len(k.encode()) + len((v or "").encode()) + 2 for k, v in env.items())
     if env_size > limits.max_environment_bytes:
         raise PolicyError(f"environment is {env_size} bytes, the limit is "
                           f"{limits.max_environment_bytes}")

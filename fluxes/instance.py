@@ -19,7 +19,13 @@ import redis
 from fluxes.config import InstanceConfig
 from fluxes.env import DEFAULT_NAMESPACE, ENV_REDIS_URL, ENV_URI
 from fluxes.errors import FluxesError
-from fluxes.store.connection import connect
+from fluxes.security import (
+    DEFAULT_CREDENTIALS,
+    ENV_CREDENTIALS,
+    apply_credentials,
+    strip_password,
+)
+from fluxes.store.connection import SCHEMES, connect, redact
 from fluxes.store.keys import Keys
 
 
@@ -38,8 +44,9 @@ class InstanceURI:
     def parse(cls, uri: str) -> InstanceURI:
         """Parse ``uri``; ValueError if it is not a Redis URL."""
         parts = urlsplit(uri)
-        if parts.scheme not in ("redis", "rediss", "unix"):
-            raise ValueError(f"not a fluxes URI (want redis://, rediss:// or unix://): {uri!r}")
+        if parts.scheme not in SCHEMES:
+            raise ValueError(f"not a fluxes URI (want {', '.join(s + '://' for s in SCHEMES)}): "
+                             f"{redact(uri)!r}")
         query = parse_qsl(parts.query, keep_blank_values=True)
         ns = DEFAULT_NAMESPACE
         rest = []
@@ -51,7 +58,7 @@ class InstanceURI:
         # urlunsplit would drop the empty authority of unix:///path
         url = f"{parts.scheme}://{parts.netloc}{parts.path}"
         if rest:
-            url += "?" + urlencode(rest)
+            url += "?" + urlencode(rest, safe="/")
         return cls(url, ns)
 
     def __str__(self) -> str:
@@ -73,15 +80,22 @@ class Instance:
     """A connection to a running instance: Redis client and its key names."""
 
     def __init__(self, uri: InstanceURI, client: redis.Redis | None = None,
-                 client_name: str | None = None) -> None:
+                 client_name: str | None = None, user: str | None = None) -> None:
         self.uri = uri
+        #: The fluxes user a credentials file names (None: the UNIX user).
+        self.user = user
         self.redis = client if client is not None else connect(uri.redis_url,
                                                                client_name=client_name)
         partitions = 1
         try:
             raw = self.redis.hget(Keys(uri.ns).instance, "partitions")
+        except redis.AuthenticationError as exc:
+            raise NoInstanceError(
+                f"the instance at {strip_password(uri.redis_url)} refused to let us in ({exc}); "
+                f"credentials come from ${ENV_CREDENTIALS} or ~/{DEFAULT_CREDENTIALS}") from None
         except redis.ConnectionError as exc:
-            raise NoInstanceError(f"cannot reach the instance at {uri.redis_url}: {exc}") from None
+            raise NoInstanceError(f"cannot reach the instance at "
+                                  f"{strip_password(uri.redis_url)}: {exc}") from None
         if raw:
             partitions = int(raw)
         self.keys = Keys(uri.ns, partitions)
@@ -100,5 +114,12 @@ class Instance:
 
     @classmethod
     def connect(cls, uri: str | None = None, client_name: str | None = None) -> Instance:
-        """Connect to the instance named by ``uri`` or the environment."""
-        return cls(InstanceURI.from_env(uri), client_name=client_name)
+        """Connect to the instance named by ``uri`` or the environment.
+
+        A credentials file ($FLUXES_CREDENTIALS or ~/.config/fluxes/credentials.json,
+        see :mod:`fluxes.security`) supplies the user name and password for its
+        server, and the URI itself when none is given.
+        """
+        text = uri or os.environ.get(ENV_URI) or os.environ.get(ENV_REDIS_URL)
+        text, user = apply_credentials(text)
+        return cls(InstanceURI.from_env(text), client_name=client_name, user=user)

@@ -26,9 +26,23 @@ import redis
 
 from fluxes.config import InstanceConfig
 from fluxes.env import DEFAULT_NAMESPACE
-from fluxes.errors import FluxesError
+from fluxes.errors import ConfigError, FluxesError
 from fluxes.instance import InstanceURI
 from fluxes.sched.inventory import Inventory
+from fluxes.security import (
+    ENV_CREDENTIALS,
+    REDIS_DEFAULT_USER,
+    Credentials,
+    apply_credentials,
+    generate_password,
+    load_credentials,
+    strip_password,
+    url_credentials,
+    with_userinfo,
+    without_default_user,
+    write_credentials,
+)
+from fluxes.store import acl
 from fluxes.store.connection import connect
 from fluxes.store.keys import Keys
 from fluxes.store.server import RedisServer
@@ -64,6 +78,10 @@ class Launcher:
     workers: list[WorkerSpec] = field(default_factory=list)
     server: RedisServer | None = None
     uri: InstanceURI | None = None
+    #: Password-protect the private redis-server and open its socket to other users.
+    require_auth: bool = False
+    #: The owner's credentials file, when Redis needs a password (see start()).
+    credentials: Path | None = None
 
     def resources(self, config: InstanceConfig) -> dict[str, Any]:
         """The ``[resource]`` table: from the configuration, else N simulated nodes."""
@@ -90,13 +108,11 @@ class Launcher:
         nranks = self.nranks(resources)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.redis_url is None:
-            self.server = RedisServer(self.state_dir / "redis", appendonly=True,
-                                      appendfsync=self.appendfsync)
-            self.server.start()
-            url = self.server.url
+            url = self._start_server()
         else:
-            url = self.redis_url
-        self.uri = InstanceURI(url, self.namespace)
+            # the owner's credentials file may hold the shared Redis's password
+            url = apply_credentials(self.redis_url)[0] or self.redis_url
+        self.uri = InstanceURI(self._owner_credentials(url), self.namespace)
         client = connect(url)
         try:
             self._record(client, config, resources)
@@ -106,6 +122,76 @@ class Launcher:
         for spec in self.workers:
             self._spawn(spec)
         return self.uri
+
+    def _start_server(self) -> str:
+        """Start the private redis-server; with ``require_auth``, protect it. Its URL."""
+        redis_dir = self.state_dir / "redis"
+        extra: list[str] = []
+        if self.require_auth:
+            acl_file = self._private_dirs(redis_dir) / "users.acl"
+            # Users added earlier stay; the default user's line goes, so Redis
+            # starts it without a password until we set one again below.
+            old = acl_file.read_text() if acl_file.exists() else ""
+            acl_file.write_text(without_default_user(old))
+            acl_file.chmod(0o600)
+            extra = ["--aclfile", str(acl_file)]
+        self.server = RedisServer(redis_dir, appendonly=True, appendfsync=self.appendfsync,
+                                  extra=extra)
+        # Redis creates its data files with our umask: keep them owner-only
+        # when other users can reach the directory (to get at the socket).
+        mask = os.umask(0o077) if self.require_auth else None
+        try:
+            self.server.start()
+        finally:
+            if mask is not None:
+                os.umask(mask)
+        url = self.server.url
+        if not self.require_auth:
+            return url
+        password = self._owner_password()
+        client = connect(url)  # the socket is still owner-only (mode 0700)
+        try:
+            acl.protect_default_user(client, password)
+            warning = acl.persist(client)
+        finally:
+            client.close()
+        if warning:
+            raise FluxesError(warning)
+        # only now may others reach the socket: every connection must authenticate
+        self.server.socket.chmod(0o777)
+        return with_userinfo(url, REDIS_DEFAULT_USER, password)
+
+    def _private_dirs(self, redis_dir: Path) -> Path:
+        """Directories others may pass through (to the socket) but not list or read."""
+        self.state_dir.chmod(0o711)
+        redis_dir.mkdir(exist_ok=True)
+        redis_dir.chmod(0o711)
+        for name in ("logs", "exec"):
+            (self.state_dir / name).mkdir(mode=0o700, exist_ok=True)
+            (self.state_dir / name).chmod(0o700)
+        return redis_dir
+
+    def _owner_password(self) -> str:
+        """The password of the owner's credentials file from an earlier start, else a new one."""
+        path = self.state_dir / "credentials.json"
+        try:
+            password = url_credentials(load_credentials(path).uri)[1]
+        except (ConfigError, ValueError):
+            password = None
+        return password or generate_password()
+
+    def _owner_credentials(self, url: str) -> str:
+        """Keep a password out of command lines: write it to the owner's credentials file.
+
+        Workers get the URL without the password on their command line (which
+        every local user can read) and the file through $FLUXES_CREDENTIALS.
+        Returns the URL to show.
+        """
+        if url_credentials(url)[1] is None:
+            return url
+        self.credentials = self.state_dir / "credentials.json"
+        write_credentials(self.credentials, Credentials(str(InstanceURI(url, self.namespace))))
+        return strip_password(url)
 
     def _record(self, client: redis.Redis, config: InstanceConfig,
                 resources: dict[str, Any]) -> None:
@@ -152,6 +238,8 @@ class Launcher:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{spec.name}.log", "ab") as log:
             env = dict(os.environ, FLUXES_LOG_FORMAT="json")
+            if self.credentials is not None:
+                env[ENV_CREDENTIALS] = str(self.credentials)
             spec.proc = subprocess.Popen(spec.args, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=log, env=env, start_new_session=True)
         spec.down_since = None
@@ -199,6 +287,8 @@ def run_command(launcher: Launcher, command: Sequence[str]) -> int:
     """Run ``command`` inside the started instance; supervise until it exits."""
     assert launcher.uri is not None
     env = dict(os.environ, FLUXES_URI=str(launcher.uri))
+    if launcher.credentials is not None:
+        env[ENV_CREDENTIALS] = str(launcher.credentials)
     # Commands inside the instance find this fluxes first, as under flux start.
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([bindir, *[p for p in env.get("PATH", "").split(os.pathsep)

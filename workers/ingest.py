@@ -18,6 +18,10 @@ Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs.
 
 from __future__ import annotations
 
+import functools
+import grp
+import os
+import pwd
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -48,6 +52,28 @@ CLAIM_IDLE_MS = 10_000
 CLAIM_EVERY_S = 5.0
 #: How often the user list, configuration and queue states are re-read.
 REFRESH_S = 1.0
+
+
+@functools.lru_cache(maxsize=4096)
+def user_groups(user: str, uid: int) -> tuple[str, ...]:
+    """The UNIX groups of ``user`` on this machine (for RFC 33 allow-group), by name.
+
+    A user unknown here (an ACL-only user) has none: allow-group then
+    cannot admit them, only allow-user can.
+    """
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        return ()
+    if entry.pw_uid != uid:
+        return ()  # a different account with the same name: trust nothing
+    names = []
+    for gid in os.getgrouplist(user, entry.pw_gid):
+        try:
+            names.append(grp.getgrgid(gid).gr_name)
+        except KeyError:
+            continue
+    return tuple(names)
 
 
 class IngestWorker(Worker):
@@ -225,6 +251,7 @@ class IngestWorker(Worker):
             if found is None:
                 try:
                     found = prepare_job(item, uid, user, self.config, self.queue_states,
+                                        groups=user_groups(user, uid),
                                         is_owner=uid == self.owner_uid)
                 except (ValueError, FluxesError) as exc:
                     found = str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -155,8 +155,9 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
     ids = store.list_ids(active=need_active, inactive=need_inactive)
     uid: int | None = None
     if not everyone:
-        who = user or current_user()
-        uid = _uid_of(who)
+        who = user or inst.user or current_user()
+        known = inst.redis.hget(inst.keys.users, who)
+        uid = int(known) if known is not None else _uid_of(who)
     out: list[JobRecord] = []
     chunk = 2000
     for i in range(0, len(ids), chunk):

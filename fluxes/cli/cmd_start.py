@@ -42,6 +42,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="everysec",
                    help="private Redis AOF fsync policy (default everysec)")
     p.add_argument("--detach", action="store_true", help="leave the instance running")
+    p.add_argument("--require-auth", action="store_true",
+                   help="multi-user: the private Redis asks everyone for a password (the "
+                        "owner's is in STATE_DIR/credentials.json); see 'fluxes admin'")
+    p.add_argument("--insecure", action="store_true",
+                   help="allow a remote --redis without a password")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
     p.set_defaults(func=_start)
 
@@ -55,6 +60,8 @@ def register(subparsers: Any) -> None:
 def _launcher(args: argparse.Namespace) -> Launcher:
     from fluxes.launcher import Launcher
 
+    if args.redis:
+        _check_shared_redis(args)
     config_text = ""
     if args.config:
         try:
@@ -67,7 +74,21 @@ def _launcher(args: argparse.Namespace) -> Launcher:
     return Launcher(state_dir=state, nodes=args.nodes, cores_per_node=args.cores_per_node,
                     gpus_per_node=args.gpus_per_node, config_text=config_text,
                     redis_url=args.redis, namespace=args.namespace,
-                    partitions=args.partitions, appendfsync=args.appendfsync)
+                    partitions=args.partitions, appendfsync=args.appendfsync,
+                    require_auth=args.require_auth)
+
+
+def _check_shared_redis(args: argparse.Namespace) -> None:
+    """Refuse a Redis other machines reach when nothing keeps strangers out of it."""
+    from fluxes.security import apply_credentials, shared_redis_problem
+
+    if args.require_auth:
+        die("--require-auth protects the private redis-server; a shared Redis (--redis) "
+            "needs its own ACL users and passwords")
+    url = apply_credentials(args.redis)[0] or args.redis
+    problem = shared_redis_problem(url)
+    if problem and not args.insecure:
+        die(problem)
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -100,8 +121,12 @@ def _detach(launcher: Launcher) -> int:
             message = pipe.read().decode()
         if not message.startswith("ok "):
             die(message.strip() or "the instance failed to start")
-        uri = message[3:].strip()
+        uri, _sep, credentials = message[3:].strip().partition("\n")
         print(f"export {ENV_URI}='{uri}'")
+        if credentials:
+            from fluxes.security import ENV_CREDENTIALS
+
+            print(f"export {ENV_CREDENTIALS}='{credentials}'")
         print(f"# state and logs: {launcher.state_dir}", file=sys.stderr)
         print("# stop it with: fluxes stop", file=sys.stderr)
         return 0
@@ -121,7 +146,8 @@ def _detach(launcher: Launcher) -> int:
     except (FluxesError, OSError, ValueError) as exc:
         os.write(write_fd, str(exc).encode())
         os._exit(1)
-    os.write(write_fd, f"ok {started}".encode())
+    credentials = f"\n{launcher.credentials}" if launcher.credentials is not None else ""
+    os.write(write_fd, f"ok {started}{credentials}".encode())
     os.close(write_fd)
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):

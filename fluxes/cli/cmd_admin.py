@@ -1,0 +1,205 @@
+"""``fluxes admin``: the users of a multi-user instance (Redis ACL users + the users hash).
+
+``adduser`` gives a user a Redis ACL user that may only send requests on its
+own submit stream, read its own replies and read job data (rules from
+:mod:`fluxes.security`), records the user for the ingest, and writes a
+credentials file (mode 0600, owned by the user) holding the instance URI with
+the user's name and password. Only the instance owner (full Redis access)
+can run these commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pwd
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
+
+if TYPE_CHECKING:
+    from fluxes.instance import Instance
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``admin`` command group."""
+    parser = subparsers.add_parser("admin", **help_with_example(
+        "Manage the users of a multi-user instance (instance owner only).",
+        ["fluxes admin adduser alice", "fluxes admin adduser bob --uid 5002 "
+         "--credentials-dir /srv/fluxes/creds", "fluxes admin users",
+         "fluxes admin deluser bob"]))
+    sub = add_subcommands(parser, "admin commands")
+
+    ap = sub.add_parser("adduser", **help_with_example(
+        "Create (or renew the password of) a user: a Redis ACL user allowed only its own\n"
+        "requests and replies and read access to job data, and a credentials file.\n"
+        "The file goes to ~NAME/.config/fluxes/credentials.json (where the client looks)\n"
+        "when NAME is a local user, else to DIR/NAME.json with --credentials-dir.",
+        ["fluxes admin adduser alice",
+         "fluxes admin adduser bob --uid 5002 --credentials-dir /srv/fluxes/creds"]))
+    ap.add_argument("name", metavar="NAME")
+    ap.add_argument("--uid", type=int, default=None, metavar="UID",
+                    help="the user's uid (default: NAME's uid on this machine)")
+    ap.add_argument("--credentials-dir", metavar="DIR", default=None,
+                    help="write DIR/NAME.json instead of into NAME's home")
+    ap.set_defaults(func=_owner_only(_adduser))
+
+    dp = sub.add_parser("deluser", **help_with_example(
+        "Remove a user: its Redis ACL user (and connections) and its entry in the\n"
+        "users hash. Its jobs and its credentials file stay.",
+        ["fluxes admin deluser bob"]))
+    dp.add_argument("name", metavar="NAME")
+    dp.set_defaults(func=_owner_only(_deluser))
+
+    up = sub.add_parser("users", **help_with_example(
+        "List the users the ingest accepts requests from, with their uid and whether\n"
+        "they have a Redis ACL user.",
+        ["fluxes admin users", "fluxes admin users --json"]))
+    up.add_argument("--json", action="store_true")
+    up.set_defaults(func=_owner_only(_users))
+
+
+def _local_user(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def _check_name(inst: Instance, name: str) -> str:
+    from fluxes.security import check_user_name
+
+    check_user_name(name)
+    owner, _uid = inst.owner()
+    if name == owner:
+        die(f"{name} is the instance owner, who has full access already")
+    return name
+
+
+def credentials_target(name: str, credentials_dir: str | None) -> Path:
+    """Where ``adduser`` writes ``name``'s credentials file."""
+    from fluxes.security import DEFAULT_CREDENTIALS
+
+    if credentials_dir is not None:
+        return Path(credentials_dir) / f"{name}.json"
+    local = _local_user(name)
+    if local is None:
+        die(f"{name} is not a user on this machine: give --credentials-dir DIR "
+            "(and --uid UID)")
+    return Path(local.pw_dir) / DEFAULT_CREDENTIALS
+
+
+def _adduser(args: argparse.Namespace) -> int:
+    """Create or renew a user: ACL user, users-hash entry, credentials file."""
+    from fluxes.security import (
+        Credentials,
+        check_uid,
+        generate_password,
+        strip_password,
+        user_acl_rules,
+        with_userinfo,
+        write_credentials,
+    )
+    from fluxes.store import acl
+
+    inst = instance(args)
+    name = _check_name(inst, args.name)
+    local = _local_user(name)
+    if args.uid is not None:
+        uid = check_uid(args.uid)
+    elif local is not None:
+        uid = local.pw_uid
+    else:
+        die(f"{name} is not a user on this machine: give --uid UID")
+    path = credentials_target(name, args.credentials_dir)
+    password = generate_password()
+    rules = user_acl_rules(inst.keys, name, password)
+    uri = with_userinfo(strip_password(str(inst.uri)), name, password)
+    gid = local.pw_gid if local is not None and local.pw_uid == uid else None
+    try:
+        write_credentials(path, Credentials(uri, name), uid, gid)
+    except PermissionError:
+        die(f"cannot write {path} (permission denied): run as root, or use --credentials-dir")
+    try:
+        acl.set_user(inst.redis, name, rules)
+        inst.redis.hset(inst.keys.users, name, uid)
+    except BaseException:
+        path.unlink(missing_ok=True)  # its password works nowhere
+        raise
+    _warn_if_open(inst)
+    _persist(inst)
+    print(f"user {name} (uid {uid}) can use the instance; credentials in {path}")
+    return 0
+
+
+def _deluser(args: argparse.Namespace) -> int:
+    """Remove the ACL user and the users-hash entry."""
+    from fluxes.store import acl
+
+    inst = instance(args)
+    name = _check_name(inst, args.name)
+    had_acl = acl.delete_user(inst.redis, name)
+    had_entry = bool(inst.redis.hdel(inst.keys.users, name))
+    if not had_acl and not had_entry:
+        die(f"no user {name!r}")
+    if had_acl:
+        _persist(inst)
+    print(f"user {name} removed")
+    return 0
+
+
+def _users(args: argparse.Namespace) -> int:
+    """List users: name, uid, ACL user or not."""
+    from fluxes.store import acl
+
+    inst = instance(args)
+    entries = {k.decode(): int(v) for k, v in inst.redis.hgetall(inst.keys.users).items()}
+    acl_users = acl.users(inst.redis)
+    owner, owner_uid = inst.owner()
+    rows = [{"name": owner, "uid": owner_uid, "acl": False, "owner": True}]
+    rows += [{"name": n, "uid": entries[n], "acl": n in acl_users, "owner": False}
+             for n in sorted(entries) if n != owner]
+    if args.json:
+        print_json({"users": rows})
+        return 0
+    print(f"{'NAME':<16} {'UID':>8} ACL")
+    for row in rows:
+        acl_text = "owner" if row["owner"] else "yes" if row["acl"] else "no"
+        print(f"{row['name']:<16} {row['uid']:>8} {acl_text}")
+    return 0
+
+
+def _owner_only(handler: Callable[[argparse.Namespace], int]
+                ) -> Callable[[argparse.Namespace], int]:
+    """``handler``, with Redis's refusal turned into a one-line explanation."""
+
+    def run(args: argparse.Namespace) -> int:
+        import redis
+
+        try:
+            return handler(args)
+        except redis.exceptions.NoPermissionError:
+            die("only the instance owner (full Redis access) can manage users")
+
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def _persist(inst: Instance) -> None:
+    from fluxes.store import acl
+
+    warning = acl.persist(inst.redis)
+    if warning:
+        print(f"fluxes: warning: {warning}", file=sys.stderr)
+
+
+def _warn_if_open(inst: Instance) -> None:
+    """Say so when users are pointless: anyone can connect as the all-powerful default user."""
+    from fluxes.store import acl
+
+    if acl.default_user_is_open(inst.redis):
+        print("fluxes: warning: Redis's default user needs no password, so anyone who can "
+              "connect has full access; start the instance with --require-auth or give "
+              "the default user a password", file=sys.stderr)
