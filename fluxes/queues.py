@@ -114,8 +114,18 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
+def format_key(name: object) -> str:
+    """One component of a config key for a message: as written, or quoted if odd.
+
+    A quoted TOML key may hold anything, newlines included; printing such a
+    key raw would break the one-line error message.
+    """
+    text = str(name)
+    return text if text.isprintable() and len(text) <= 40 else _show(text)
+
+
 def _key(where: str, path: _Path) -> str:
-    return ".".join((where, *path)) if path else where
+    return ".".join((where, *map(format_key, path))) if path else where
 
 
 def _check_queue_name(name: object, where: str) -> str:
@@ -149,9 +159,9 @@ def _check_leaf(kind: str, value: Any, key: str) -> Any:
         lowest = {"size": UNLIMITED, "positive": 1, "non-negative": 0}[kind]
         if value < lowest:
             what = "-1 (unlimited) or >= 0" if kind == "size" else f">= {lowest}"
-            raise ConfigError(f"{key}: must be {what}, got {value}")
+            raise ConfigError(f"{key}: must be {what}, got {_show(value)}")
         if value > 2**63 - 1:
-            raise ConfigError(f"{key}: {value} is too large")
+            raise ConfigError(f"{key}: {_show(value)} is too large")
         return value
     if kind == "names":
         if not isinstance(value, list):
@@ -436,7 +446,8 @@ class QueueConfig:
             raise ConfigError(f"config must be TOML text, got {type(text).__name__}")
         try:
             obj = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except ValueError as exc:
+            # TOMLDecodeError, or plain ValueError for an integer of thousands of digits
             raise ConfigError(f"invalid TOML: {str(exc).splitlines()[0]}") from None
         except RecursionError:
             raise ConfigError("invalid TOML: nested too deeply") from None
@@ -462,13 +473,13 @@ class QueueConfig:
 
         queues: dict[str, _Queue] = {}
         for raw_name, entry in raw_queues.items():
-            name = _check_queue_name(raw_name, f"queues.{raw_name}")
+            name = _check_queue_name(raw_name, _key("queues", (raw_name,)))
             where = f"queues.{name}"
             if not isinstance(entry, Mapping):
                 raise ConfigError(f"{where}: expected a table, got {_kind(entry)}")
             for key in entry:
                 if key not in _QUEUE_KEYS:
-                    raise ConfigError(f"{where}.{key}: unknown key")
+                    raise ConfigError(f"{_key(where, (key,))}: unknown key")
             requires = _check_requires(entry.get("requires", []), f"{where}.requires")
             queue_where = f"{where}.policy"
             queue_flat = _flatten_policy(entry.get("policy", {}), queue_where)
@@ -703,7 +714,7 @@ class QueueEvent:
             raise PolicyError("queue event: give a queue name or all_queues, not both")
         stamp = self.timestamp
         if isinstance(stamp, bool) or not isinstance(stamp, int | float) \
-                or not math.isfinite(stamp) or stamp < 0:
+                or not _finite(stamp) or stamp < 0:
             raise PolicyError(f"queue event: invalid timestamp {_show(stamp)}")
         if self.reason is not None and not isinstance(self.reason, str):
             raise PolicyError(f"queue event: reason must be a string, got {_show(self.reason)}")
@@ -737,6 +748,14 @@ class QueueEvent:
                    reason=obj.get("reason"), all_queues=obj.get("all", False))
 
 
+def _finite(value: float) -> bool:
+    """math.isfinite, but False (not OverflowError) for an int too large for a float."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def initial_states(config: QueueConfig) -> dict[str | None, QueueState]:
     """Every queue of ``config`` enabled and started (key None: the anonymous queue)."""
     return {name: QueueState() for name in config.queue_names}
@@ -750,6 +769,22 @@ def _apply_one(kind: str, reason: str | None, state: QueueState) -> QueueState:
     if kind == "start":
         return QueueState(state.enabled, state.enable_reason, True, None)
     return QueueState(state.enabled, state.enable_reason, False, reason)
+
+
+def fold_queue_events(config: QueueConfig, events: Iterable[Mapping[str, Any]]
+                      ) -> dict[str | None, QueueState]:
+    """Every configured queue's state after the admin ``events`` (dicts as stored).
+
+    Malformed entries are skipped: an admin mistake in the log cannot stop
+    or disable a queue.
+    """
+    states = initial_states(config)
+    for obj in events:
+        try:
+            states = apply_queue_event(QueueEvent.from_dict(obj), states)
+        except (PolicyError, ValueError, TypeError):
+            continue
+    return states
 
 
 def apply_queue_event(

@@ -36,7 +36,7 @@ from fluxes.ingest import PreparedJob, prepare_job
 from fluxes.instance import Instance
 from fluxes.job import events as ev
 from fluxes.jobid import MAX_GENERATOR_ID, FluidGenerator
-from fluxes.queues import QueueEvent, QueueState, apply_queue_event
+from fluxes.queues import QueueState, fold_queue_events
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_INGEST
@@ -89,6 +89,7 @@ class IngestWorker(Worker):
         self.config = InstanceConfig()
         self.queue_states: dict[str | None, QueueState] = {}
         self._queue_pos = "0-0"
+        self._queue_log: list[Any] = []
         self._refreshed = 0.0
         self._config_text: bytes | None = None
         self.fluids: FluidGenerator | None = None
@@ -125,6 +126,7 @@ class IngestWorker(Worker):
         pipe.hget(self.keys.instance, "config")
         pipe.xrange(self.keys.queues, min="(" + self._queue_pos
                     if self._queue_pos != "0-0" else "-")
+        changed = False
         users_raw, config_text, queue_entries = pipe.execute()
         users = {self.owner: self.owner_uid}
         for name, uid in users_raw.items():
@@ -134,6 +136,7 @@ class IngestWorker(Worker):
         for user in new_users:
             ensure_group(self.redis, self.keys.submit(user), GROUP_INGEST)
         if config_text != self._config_text:
+            changed = True
             self._config_text = config_text
             try:
                 self.config = InstanceConfig.from_toml(config_text) if config_text \
@@ -142,11 +145,13 @@ class IngestWorker(Worker):
                 self.log.error("bad configuration kept the old one", extra={"error": str(exc)})
         for sid, fields in queue_entries:
             self._queue_pos = sid.decode()
+            changed = True
             try:
-                event = QueueEvent.from_dict(orjson.loads(fields[b"d"]))
-                self.queue_states = apply_queue_event(event, self.queue_states)
-            except (KeyError, ValueError):
+                self._queue_log.append(orjson.loads(fields[b"d"]))
+            except (KeyError, orjson.JSONDecodeError):
                 continue
+        if changed:
+            self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
 
     # ------------------------------------------------------------ the loop
 

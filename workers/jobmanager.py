@@ -31,7 +31,7 @@ from fluxes.depend import TargetStatus
 from fluxes.instance import Instance
 from fluxes.jm.core import Ack, Effects, JobManagerCore
 from fluxes.job import events as ev
-from fluxes.queues import QueueEvent, QueueState, apply_queue_event
+from fluxes.queues import fold_queue_events
 from fluxes.store.eventstore import Batch, ConflictError, EventStore, FencedError
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_JM
@@ -54,15 +54,15 @@ CHECKPOINT_EVERY = 200_000
 PENDING_RESCAN_S = 2.0
 
 
-def stopped_queues(client: redis.Redis, key: str) -> set[str]:
+def stopped_queues(instance: Instance) -> set[str]:
     """Queues whose admin state says stopped, folded from the queue event stream."""
-    states: dict[str | None, QueueState] = {}
-    for _sid, fields in client.xrange(key):
+    log = []
+    for _sid, fields in instance.redis.xrange(instance.keys.queues):
         try:
-            event = QueueEvent.from_dict(orjson.loads(fields[b"d"]))
-            states = apply_queue_event(event, states)
-        except (KeyError, ValueError):
+            log.append(orjson.loads(fields[b"d"]))
+        except (KeyError, orjson.JSONDecodeError):
             continue  # a malformed admin entry cannot stop a queue
+    states = fold_queue_events(instance.config().queues, log)
     return {q for q, s in states.items() if q is not None and not s.started}
 
 
@@ -127,7 +127,7 @@ class JobManagerWorker(Worker):
         started = time.monotonic()
         result, _used = self.store.restore(self.partition)
         core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
-                              stopped_queues=stopped_queues(self.redis, self.keys.queues))
+                              stopped_queues=stopped_queues(self.instance))
         saved = {int(k): orjson.loads(v) for k, v in
                  self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
         core.load(result.records.values(), saved)
@@ -252,7 +252,7 @@ class JobManagerWorker(Worker):
             else:
                 for msg in msgs:
                     if msg["t"] == "queues":
-                        stopped = sorted(stopped_queues(self.redis, keys.queues))
+                        stopped = sorted(stopped_queues(self.instance))
                         core.on_ctl(fx, {**msg, "stopped": stopped})
                     else:
                         core.on_ctl(fx, msg)

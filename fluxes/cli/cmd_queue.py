@@ -59,15 +59,19 @@ def register(subparsers: Any) -> None:
 
 def queue_states(inst: Instance) -> dict[str | None, QueueState]:
     """Every queue's admin state, folded from the queue event stream."""
-    from fluxes.queues import QueueEvent, apply_queue_event, initial_states
+    from fluxes.queues import fold_queue_events
 
-    states = initial_states(inst.config().queues)
+    return fold_queue_events(inst.config().queues, _queue_log(inst))
+
+
+def _queue_log(inst: Instance) -> list[Any]:
+    out = []
     for _sid, fields in inst.redis.xrange(inst.keys.queues):
         try:
-            states = apply_queue_event(QueueEvent.from_dict(orjson.loads(fields[b"d"])), states)
-        except (KeyError, ValueError):
+            out.append(orjson.loads(fields[b"d"]))
+        except (KeyError, orjson.JSONDecodeError):
             continue
-    return states
+    return out
 
 
 def _list(args: argparse.Namespace) -> int:

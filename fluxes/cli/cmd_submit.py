@@ -33,8 +33,8 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     """The resource and attribute options ``submit`` and ``run`` share (flux's names)."""
     res = parser.add_argument_group("resources")
     res.add_argument("-N", "--nodes", type=int, metavar="N", help="number of nodes")
-    res.add_argument("-n", "--ntasks", type=int, default=1, metavar="N",
-                     help="number of tasks (default 1)")
+    res.add_argument("-n", "--ntasks", type=int, default=None, metavar="N",
+                     help="number of tasks (default 1, or one per node with -N)")
     res.add_argument("-c", "--cores-per-task", type=int, default=1, metavar="N")
     res.add_argument("-g", "--gpus-per-task", type=int, default=None, metavar="N")
     res.add_argument("-x", "--exclusive", action="store_true", help="whole nodes")
@@ -114,7 +114,9 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     now = time.time()
     deps = [parse_dependency(d, now=now) for d in args.dependency]
     return Jobspec.from_command(
-        command, nnodes=args.nodes, ntasks=args.ntasks, cores_per_task=args.cores_per_task,
+        command, nnodes=args.nodes,
+        ntasks=args.ntasks if args.ntasks is not None else (args.nodes or 1),
+        cores_per_task=args.cores_per_task,
         gpus_per_task=args.gpus_per_task, exclusive=args.exclusive,
         duration=args.time_limit or 0.0, queue=args.queue, name=args.job_name,
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
