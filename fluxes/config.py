@@ -9,7 +9,9 @@ configuration from Redis. Top-level tables:
   ``path`` of an RFC 20 R file), read by the scheduler;
 * ``[ingest]``: size limits enforced at submission;
 * ``[exec]``: ``kill-timeout`` (grace before SIGKILL);
-* ``[sched]``: scheduler options (``mode`` of RFC 27 ready, ``limit``).
+* ``[sched]``: scheduler options (``mode`` of RFC 27 ready, ``limit``,
+  ``exec-timeout``: how long an exec worker may be silent before its ranks
+  are drained, default 10s).
 
 A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 from fluxes.errors import ConfigError
 from fluxes.fsd import parse_duration
-from fluxes.queues import QueueConfig
+from fluxes.queues import QueueConfig, format_key
 
 _TOP = ("policy", "queues", "resource", "ingest", "exec", "sched")
 
@@ -52,9 +54,9 @@ class IngestLimits:
         for key, value in obj.items():
             attr = names.get(key)
             if attr is None:
-                raise ConfigError(f"ingest.{key}: unknown key")
+                raise ConfigError(f"ingest.{format_key(key)}: unknown key")
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"ingest.{key}: expected a positive integer, got {value!r}")
+                raise ConfigError(f"ingest.{key}: expected a positive integer, got {value!r:.40}")
             values[attr] = value
         return cls(**values)
 
@@ -86,13 +88,14 @@ class InstanceConfig:
                 raise ConfigError(f"config is not valid UTF-8 (byte {exc.start})") from None
         try:
             raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
+        except ValueError as exc:
+            # TOMLDecodeError, or plain ValueError for an integer of thousands of digits
             raise ConfigError(f"invalid TOML: {str(exc).splitlines()[0]}") from None
         except RecursionError:
             raise ConfigError("invalid TOML: nested too deeply") from None
         for key in raw:
             if key not in _TOP:
-                raise ConfigError(f"{key}: unknown key (known: {', '.join(_TOP)})")
+                raise ConfigError(f"{format_key(key)}: unknown key (known: {', '.join(_TOP)})")
         queues = QueueConfig.from_dict({k: raw[k] for k in ("policy", "queues") if k in raw})
         ingest = raw.get("ingest", {})
         if not isinstance(ingest, Mapping):
@@ -103,7 +106,7 @@ class InstanceConfig:
         kill_timeout = 5.0
         for key, value in exec_table.items():
             if key != "kill-timeout":
-                raise ConfigError(f"exec.{key}: unknown key")
+                raise ConfigError(f"exec.{format_key(key)}: unknown key")
             try:
                 kill_timeout = parse_duration(value)
             except ValueError as exc:
@@ -123,9 +126,15 @@ def _check_sched(table: Mapping[str, Any]) -> None:
         if key == "mode":
             if value not in ("single", "unlimited", "limited"):
                 raise ConfigError(f"sched.mode: expected single, unlimited or limited, "
-                                  f"got {value!r}")
+                                  f"got {value!r:.40}")
+        elif key == "exec-timeout":
+            try:
+                if parse_duration(value) <= 0:
+                    raise ValueError("must be > 0")
+            except ValueError as exc:
+                raise ConfigError(f"sched.exec-timeout: {exc}") from None
         elif key == "limit":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"sched.limit: expected a positive integer, got {value!r}")
+                raise ConfigError(f"sched.limit: expected a positive integer, got {value!r:.40}")
         else:
-            raise ConfigError(f"sched.{key}: unknown key")
+            raise ConfigError(f"sched.{format_key(key)}: unknown key")

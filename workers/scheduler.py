@@ -22,6 +22,7 @@ import orjson
 from fluxes import metrics
 from fluxes import protocol as proto
 from fluxes.errors import FluxesError
+from fluxes.fsd import parse_duration
 from fluxes.idset import IDSet
 from fluxes.instance import Instance
 from fluxes.jobspec import Jobspec
@@ -106,6 +107,7 @@ class SchedulerWorker(Worker):
         self._resource_pos = "0-0"
         self._housekept = 0.0
         self._lead_since = 0.0
+        self.lost_after = LOST_AFTER_S
         # alloc latency: when each queued alloc request arrived, and the arrival
         # times of allocations made but not yet committed
         self._alloc_arrived: dict[int, float] = {}
@@ -144,6 +146,7 @@ class SchedulerWorker(Worker):
                 return False
         config = self.instance.config()
         self.mode = str(config.sched.get("mode", "unlimited"))
+        self.lost_after = parse_duration(config.sched.get("exec-timeout", LOST_AFTER_S))
         self.limit = int(config.sched.get("limit", 0))
         self.pool = ResourcePool(load_inventory(self.instance))
         self.sched = Scheduler(self.pool, self._queue_policies(config))
@@ -276,13 +279,13 @@ class SchedulerWorker(Worker):
                 seen[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
             except (ValueError, KeyError, TypeError):
                 continue
-        grace_over = time.monotonic() - self._lead_since > LOST_AFTER_S
+        grace_over = time.monotonic() - self._lead_since > self.lost_after
         lost = IDSet()
         back = IDSet()
         for rank in pool.inventory.ranks:
             beat = seen.get(rank)
             silent = (beat is None and grace_over) or (beat is not None
-                                                        and now - beat > LOST_AFTER_S)
+                                                        and now - beat > self.lost_after)
             drained = self.drained.get(rank)
             if silent and drained is None:
                 lost.add(rank)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fluxes.cli.util import PROG, help_with_example, instance, print_json
+from fluxes.security import strip_password
 
 if TYPE_CHECKING:
     from fluxes.instance import Instance
@@ -185,7 +186,7 @@ def collect(inst: Instance) -> dict[str, Any]:
              for k, v in inst.redis.hgetall(inst.keys.instance).items()
              if k in (b"owner", b"started", b"created")}
     status: dict[str, Any] = {
-        "instance": {"uri": str(inst.uri), "namespace": inst.keys.ns,
+        "instance": {"uri": strip_password(str(inst.uri)), "namespace": inst.keys.ns,
                      "partitions": inst.keys.partitions, **facts, "time": now},
         "workers": _workers(inst, now),
         "leases": _leases(inst),

@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from fluxes import protocol as proto
 from fluxes.depend import DependencyActions, DependencyIndex, TargetStatus
 from fluxes.errors import PolicyError
@@ -30,6 +32,7 @@ from fluxes.job import events as ev
 from fluxes.job.model import Job, merge_annotations
 from fluxes.job.record import JobRecord, apply_record
 from fluxes.job.states import JobState
+from fluxes.jobid import MAX_ID as MAX_JOBID
 from fluxes.jobid import encode as encode_id
 from fluxes.priority import (
     DefaultPriority,
@@ -38,6 +41,7 @@ from fluxes.priority import (
     check_urgency_change,
     job_priority,
 )
+from fluxes.rset import MAX_RANKS
 
 #: Input reference: (stream key, message id), acknowledged when its effects are written.
 Ack = tuple[str, bytes]
@@ -212,17 +216,29 @@ class JobManagerCore:
     # ------------------------------------------------------------ new jobs
 
     def on_new(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
-        """A job the ingest created (its submit and validate are in the journal)."""
+        """A job the ingest created (its submit and validate are in the journal).
+
+        Raises MessageError, changing nothing, for a message that does not
+        describe a submit the journal could hold.
+        """
+        _expect(msg, "new")
+        jobid = _check_jobid(msg["id"])
+        info = msg.get("info") or {}
+        if not isinstance(info, dict) or not isinstance(info.get("dependencies", []), list):
+            raise proto.MessageError("new: 'info' must be an object with a list of dependencies")
+        try:
+            # the checks replay applies to the submit event the ingest wrote
+            submit = ev.decode("submit", msg["t_submit"], {
+                "urgency": msg["urgency"], "userid": msg["userid"], "flags": msg["flags"],
+                "version": 1})
+        except ev.EventError as exc:
+            raise proto.MessageError(f"new: {exc}") from None
         if ack is not None:
             fx.acks.append(ack)
-        jobid = msg["id"]
         if jobid in self.jobs:
             return  # known from the replay already
-        t = float(msg["t_submit"])
-        info = msg.get("info") or {}
-        rec = apply_record(None, jobid, ev.Submit(
-            timestamp=t, urgency=msg["urgency"], userid=msg["userid"], flags=msg["flags"]),
-            info)
+        t = submit.timestamp
+        rec = apply_record(None, jobid, submit, info)
         rec = apply_record(rec, jobid, ev.Validate(timestamp=t))
         act = Active(rec)
         self.jobs[jobid] = act
@@ -473,24 +489,36 @@ class JobManagerCore:
         if act is None or act.alloc_epoch != epoch:
             return  # not asked for (or already answered)
         kind = msg["type"]
+        ann = msg.get("annotations")
+        if isinstance(ann, dict) and not _encodable(ann):
+            raise proto.MessageError("alloc-response: annotations cannot be stored "
+                                     "(nested too deeply)")
+        ranks = msg.get("ranks")
+        granted: IDSet | None = None
+        if kind == proto.ALLOC_SUCCESS and isinstance(ranks, str):
+            # checked before anything changes: a bad message is refused whole
+            try:
+                granted = IDSet(ranks)
+            except ValueError as exc:
+                raise proto.MessageError(f"alloc-response: {exc}") from None
+            if not granted or len(granted) > MAX_RANKS:
+                raise proto.MessageError(f"alloc-response: ranks {ranks!r:.40} must name "
+                                         f"1 to {MAX_RANKS} ranks")
         now = self.clock()
         if kind == proto.ALLOC_ANNOTATE:
-            ann = msg.get("annotations")
             if isinstance(ann, dict):
                 self._annotate(fx, act, ann)
             return
         act.alloc_epoch = None
         self.session.outstanding = max(0, self.session.outstanding - 1)
         if kind == proto.ALLOC_SUCCESS:
-            ann = msg.get("annotations")
             merged = act.rec.job.annotations
             if isinstance(ann, dict):
                 merged = merge_annotations(merged, ann)
-            ranks = msg.get("ranks")
             extra: dict[str, Any] = {}
-            if isinstance(ranks, str):
+            if granted is not None:
                 extra["ranks"] = ranks
-                act.ranks = IDSet(ranks)
+                act.ranks = granted
             nodelist = msg.get("nodelist")
             if isinstance(nodelist, str):
                 extra["nodelist"] = nodelist
@@ -517,22 +545,31 @@ class JobManagerCore:
         saved with the commit (``fx.progress``), so the input can be
         acknowledged at once and a restarted job manager still knows it.
         """
+        _expect(msg, "exec")
         if ack is not None:
             fx.acks.append(ack)
         act = self.jobs.get(msg["id"])
         if act is None or act.ranks is None or not act.job.has_resources:
             return  # nothing to do: the job is gone or not running
         rank = msg["rank"]
+        if rank not in act.ranks:
+            return  # not one of the job's ranks: it must not count towards them
         now = self.clock()
         nranks = len(act.ranks)
         error = msg.get("error")
+        status = msg.get("status")
+        if isinstance(status, int) and not isinstance(status, bool) \
+                and not 0 <= status <= 0xFFFF:
+            # no wait(2) status: the finish event could not hold it, so fail the job
+            error = error if isinstance(error, str) and error else \
+                f"rank {rank} reported an invalid wait status"
+            status = None
         if isinstance(error, str) and error and not act.exec_error:
             act.exec_error = True
             self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
                                                 note=error))
         if msg.get("started"):
             act.exec_started.add(rank)
-        status = msg.get("status")
         if isinstance(status, int) and not isinstance(status, bool):
             act.exec_finished[rank] = status
         if msg.get("released"):
@@ -560,9 +597,19 @@ class JobManagerCore:
 
     def on_ctl(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
         """A forwarded user request (cancel, urgency, raise) or a queue change."""
+        kind = msg["t"]
+        userid = msg.get("userid")
+        if isinstance(userid, int) and userid < 0:
+            # events record the requester's userid, and replay refuses a negative one
+            raise proto.MessageError(f"{kind}: 'userid' must be >= 0")
+        lost = None
+        if kind == "lost-ranks":
+            try:
+                lost = IDSet(msg["ranks"])
+            except ValueError as exc:
+                raise proto.MessageError(f"lost-ranks: {exc}") from None
         if ack is not None:
             fx.acks.append(ack)
-        kind = msg["t"]
         reply = msg.get("reply")
         if kind == "cancel-request":
             answer = self._raise_many(fx, msg["ids"], msg["userid"], "cancel", 0,
@@ -572,8 +619,8 @@ class JobManagerCore:
                                       msg["severity"], str(msg.get("note") or ""))
         elif kind == "urgency-request":
             answer = self._urgency(fx, msg["id"], msg["urgency"], msg["userid"])
-        elif kind == "lost-ranks":
-            answer = self._lost_ranks(fx, IDSet(msg["ranks"]))
+        elif lost is not None:
+            answer = self._lost_ranks(fx, lost)
         elif kind == "queues":
             stopped = msg.get("stopped")
             if isinstance(stopped, list):
@@ -597,6 +644,12 @@ class JobManagerCore:
             if act.ranks is None or not act.job.has_resources or not act.ranks.intersects(lost):
                 continue
             gone = act.ranks & lost
+            for rank in gone:
+                # Waits in the rank's stream until its exec worker is back, so
+                # tasks still running behind a network partition are stopped
+                # before their cores are handed out again.
+                fx.exec.setdefault(rank, []).append(
+                    {"t": "kill", "id": act.rec.id, "signal": KILL_SIGNAL})
             if act.job.fatal is None:
                 self._post(fx, act, ev.JobException(
                     timestamp=now, type="node-failure", severity=0,
@@ -607,7 +660,7 @@ class JobManagerCore:
                     act.exec_finished.setdefault(rank, 9)  # as if SIGKILLed
                 act.exec_released.add(rank)
             failed.append(act.rec.id)
-            self.on_exec(fx, {"id": act.rec.id, "rank": next(iter(gone))})
+            self.on_exec(fx, {"t": "exec", "id": act.rec.id, "rank": next(iter(gone))})
         return {"ok": failed}
 
     def _raise_many(self, fx: Effects, ids: list[Any], userid: int, kind: str,
@@ -620,13 +673,13 @@ class JobManagerCore:
                 continue
             act = self.jobs.get(jobid)
             if act is None or act.job.state is _INACTIVE:
-                errors.append(f"{encode_id(jobid, 'f58')}: job is inactive or unknown")
+                errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
                 continue
             if userid not in (self.owner_uid, act.job.userid):
-                errors.append(f"{encode_id(jobid, 'f58')}: permission denied")
+                errors.append(f"{_show_id(jobid)}: permission denied")
                 continue
             if not 0 <= severity <= 7:
-                errors.append(f"{encode_id(jobid, 'f58')}: severity must be 0-7")
+                errors.append(f"{_show_id(jobid)}: severity must be 0-7")
                 continue
             context = {} if userid == self.owner_uid else {"userid": userid}
             self._post(fx, act, ev.JobException(
@@ -639,7 +692,7 @@ class JobManagerCore:
     def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> dict[str, Any]:
         act = self.jobs.get(jobid)
         if act is None:
-            return {"errors": [f"{encode_id(jobid, 'f58')}: job is inactive or unknown"]}
+            return {"errors": [f"{_show_id(jobid)}: job is inactive or unknown"]}
         job = act.job
         try:
             check_urgency_change(urgency, userid, job.userid, userid == self.owner_uid,
@@ -647,7 +700,7 @@ class JobManagerCore:
             if not job.state & JobState.PENDING:
                 raise PolicyError("urgency cannot be changed once resources are allocated")
         except PolicyError as exc:
-            return {"errors": [f"{encode_id(jobid, 'f58')}: {exc}"]}
+            return {"errors": [f"{_show_id(jobid)}: {exc}"]}
         old = job.urgency
         self._post(fx, act, ev.Urgency(timestamp=self.clock(), urgency=urgency, userid=userid))
         self._advance(fx, act)
@@ -693,3 +746,30 @@ class JobManagerCore:
             self._advance(fx, act)
         self._dependency_actions(fx, self.deps.due(now))
         self.pump(fx)
+
+
+def _expect(msg: Mapping[str, Any], kind: str) -> None:
+    """MessageError unless ``msg`` is of type ``kind`` (a message on the wrong stream)."""
+    if msg.get("t") != kind:
+        raise proto.MessageError(f"expected a {kind!r} message, got {msg.get('t')!r:.40}")
+
+
+def _check_jobid(jobid: int) -> int:
+    """MessageError unless ``jobid`` is a 64-bit job id."""
+    if not 0 <= jobid <= MAX_JOBID:
+        raise proto.MessageError(f"job id {jobid} is out of range")
+    return jobid
+
+
+def _show_id(jobid: int) -> str:
+    """A job id for a reply: F58 when it is one, else as given (a forged request)."""
+    return encode_id(jobid, "f58") if 0 <= jobid <= MAX_JOBID else str(jobid)
+
+
+def _encodable(value: Any) -> bool:
+    """True if ``value`` can be written as JSON (orjson nests at most 254 levels)."""
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True

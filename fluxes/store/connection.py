@@ -25,7 +25,9 @@ from typing import Any, TypeAlias
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from fluxes.env import ENV_REDIS_URL
@@ -252,10 +254,15 @@ def _client_options(target: RedisTarget, client_name: str | None) -> dict[str, A
     # and the health check (a PING before using a connection idle that long).
     # Responses stay bytes: decoding is left to the caller, who knows which
     # fields are text, and hiredis parses bytes fastest.
+    # No automatic retries: redis-py would silently resend a command whose
+    # reply was lost, which is wrong for what fluxes sends (a MULTI with
+    # HINCRBYs counted twice; an XREADGROUP ">" whose first delivery is then
+    # never seen). Workers handle a connection error themselves: reconnect and
+    # rebuild from what is stored. (Found by the Redis kill drill.)
     options: dict[str, Any] = {
         "decode_responses": False, "client_name": client_name,
         "socket_timeout": None, "socket_connect_timeout": 10.0,
-        "health_check_interval": 30,
+        "health_check_interval": 30, "retry": no_retry(),
     }
     if target.socket_path is None:
         options["socket_keepalive"] = True  # TCP only; unix sockets refuse the option
@@ -268,6 +275,11 @@ def _client_options(target: RedisTarget, client_name: str | None) -> dict[str, A
     options.update((name, value) for name, value in target.options.items()
                    if OPTIONS[name].target == "client")
     return options
+
+
+def no_retry() -> Retry:
+    """A redis-py retry policy that never retries."""
+    return Retry(NoBackoff(), 0)
 
 
 def connect(url: str | None = None, *, client_name: str | None = None) -> RedisClient:

@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 
 from fluxes.errors import FluxesError
+from fluxes.store.connection import no_retry
 
 
 class RedisServerError(FluxesError):
@@ -96,7 +97,8 @@ class RedisServer:
 
     def client(self) -> redis.Redis:
         """A new client of this server (bytes responses)."""
-        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=None)
+        return redis.Redis(unix_socket_path=str(self.socket), socket_timeout=None,
+                           retry=no_retry())
 
     def kill(self) -> None:
         """SIGKILL the server (recovery drills)."""
