@@ -208,7 +208,8 @@ class Launcher:
         client.hset(keys.instance, mapping={
             "partitions": self.partitions, "owner": owner, "owner_uid": uid,
             "config": config.text, "resources": orjson.dumps(resources),
-            "supervisor_pid": os.getpid(), "state_dir": str(self.state_dir),
+            "supervisor_pid": os.getpid(), "supervisor_host": os.uname().nodename,
+            "state_dir": str(self.state_dir),
             "started": repr(time.time()),
         })
         client.hsetnx(keys.instance, "created", repr(time.time()))
@@ -238,6 +239,8 @@ class Launcher:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{spec.name}.log", "ab") as log:
             env = dict(os.environ, FLUXES_LOG_FORMAT="json")
+            if spec.name.startswith("exec-"):
+                env["FLUXES_EXEC_KILL_ON_STOP"] = "1"  # a private instance ends with its jobs
             if self.credentials is not None:
                 env[ENV_CREDENTIALS] = str(self.credentials)
             spec.proc = subprocess.Popen(spec.args, stdin=subprocess.DEVNULL, stdout=log,
@@ -283,6 +286,11 @@ class Launcher:
             self.server.stop()
 
 
+def _exit_code(returncode: int) -> int:
+    """A shell's convention: 128 + N for a command killed by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
 def run_command(launcher: Launcher, command: Sequence[str]) -> int:
     """Run ``command`` inside the started instance; supervise until it exits."""
     assert launcher.uri is not None
@@ -297,9 +305,9 @@ def run_command(launcher: Launcher, command: Sequence[str]) -> int:
     try:
         while True:
             try:
-                return proc.wait(timeout=0.2)
+                return _exit_code(proc.wait(timeout=0.2))
             except subprocess.TimeoutExpired:
                 launcher.supervise_once()
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
-        return proc.wait()
+        return _exit_code(proc.wait())

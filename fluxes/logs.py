@@ -55,5 +55,11 @@ def setup_logging(name: str, level: str | None = None) -> logging.Logger:
         use_json = json_wanted == "json" or (json_wanted != "text" and not sys.stderr.isatty())
         handler.setFormatter(JsonFormatter() if use_json else TextFormatter())
         root.addHandler(handler)
-        root.setLevel((level or os.environ.get("FLUXES_LOG_LEVEL", "INFO")).upper())
+        wanted = (level or os.environ.get("FLUXES_LOG_LEVEL", "INFO")).upper()
+        if wanted not in logging.getLevelNamesMapping():
+            # a typo in the environment must not stop a worker from starting
+            root.setLevel(logging.INFO)
+            root.warning("unknown FLUXES_LOG_LEVEL %r, using INFO", wanted)
+        else:
+            root.setLevel(wanted)
     return logging.getLogger(name)

@@ -429,7 +429,17 @@ class ExecWorker(Worker):
                     self.hostnames[rank] = host
 
     def teardown(self) -> None:
-        """Close the output files; the tasks keep running for the next worker."""
+        """Close the output files; the tasks keep running for the next worker.
+
+        Except when the whole instance is going away (``fluxes start`` ending
+        or ``fluxes stop``: $FLUXES_EXEC_KILL_ON_STOP set): then every task is
+        killed, as flux does, rather than left orphaned.
+        """
+        if os.environ.get("FLUXES_EXEC_KILL_ON_STOP"):
+            for jobs in self.jobs.values():
+                for job in jobs.values():
+                    if job.kind == "run":
+                        self._signal(job, signal.SIGKILL)
         self.waker.close()
         for jobs in self.jobs.values():
             for job in jobs.values():

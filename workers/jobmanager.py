@@ -63,7 +63,8 @@ def stopped_queues(instance: Instance) -> set[str]:
         except (KeyError, orjson.JSONDecodeError):
             continue  # a malformed admin entry cannot stop a queue
     states = fold_queue_events(instance.config().queues, log)
-    return {q for q, s in states.items() if q is not None and not s.started}
+    # the core names the anonymous queue "" (a job record's queue when none is set)
+    return {q or "" for q, s in states.items() if not s.started}
 
 
 class JobManagerWorker(Worker):

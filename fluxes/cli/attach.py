@@ -48,8 +48,12 @@ class Outcome:
 
 def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
            out: TextIO | None = None, err: TextIO | None = None,
-           timeout: float | None = None) -> Outcome:
-    """Print the job's output (if ``output``) until it is inactive; return how it ended."""
+           timeout: float | None = None, state: dict[str, Any] | None = None) -> Outcome:
+    """Print the job's output (if ``output``) until it is inactive; return how it ended.
+
+    ``state`` (a dict the caller keeps) lets a follow interrupted by Ctrl-C
+    resume where it stopped instead of printing the output again.
+    """
     from fluxes.job.model import Job, apply
     from fluxes.job.states import JobState
     from fluxes.store.eventstore import decode_entry
@@ -64,11 +68,12 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
         from fluxes.errors import FluxesError
 
         raise FluxesError(f"job {fmt_id(jobid)} not found")
-    pos = {log_key: "0-0", out_key: "0-0"}
+    saved = state if state is not None else {}
+    pos = saved.setdefault("pos", {log_key: "0-0", out_key: "0-0"})
     if not output:
-        del pos[out_key]
+        pos.pop(out_key, None)
     same_slot = keys.same_slot(log_key, out_key)
-    job = Job(jobid)
+    job = saved.get("job") or Job(jobid)
     deadline = None if timeout is None else time.monotonic() + timeout
     done = False
     while True:
@@ -95,6 +100,7 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
                 pos[stream] = sid.decode()
                 if stream == log_key:
                     job = apply(decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c")), job)
+                    saved["job"] = job
                 else:
                     _print_output(fields, label, stdout, stderr)
         if done and not got:
@@ -127,3 +133,31 @@ def job_record(inst: Instance, jobid: int) -> dict[str, Any]:
     """The job hash as text fields (jobspec, R, owner...)."""
     raw = inst.redis.hgetall(inst.keys.job(jobid))
     return {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items()}
+
+
+def follow_interruptible(inst: Instance, jobid: int, label: bool = False) -> Outcome:
+    """:func:`follow`, where Ctrl-C twice within 2 s cancels the job (as flux).
+
+    The first interrupt only says so; after the cancel the output is still
+    followed to the end; a further interrupt detaches (exit status 130).
+    """
+    from fluxes.client import Client
+
+    last: float | None = None
+    canceled = False
+    state: dict[str, Any] = {}
+    while True:
+        try:
+            return follow(inst, jobid, label=label, state=state)
+        except KeyboardInterrupt:
+            now = time.monotonic()
+            if canceled:
+                raise
+            if last is not None and now - last <= 2.0:
+                Client(inst).cancel([jobid], note="interrupted")
+                print(f"fluxes: job {fmt_id(jobid)}: canceled", file=sys.stderr)
+                canceled = True
+            else:
+                print(f"fluxes: interrupt again within 2s to cancel job {fmt_id(jobid)}",
+                      file=sys.stderr)
+            last = now

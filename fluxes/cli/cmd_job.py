@@ -150,9 +150,9 @@ def _wait(args: argparse.Namespace) -> int:
 
 def _attach(args: argparse.Namespace) -> int:
     """Stream output until the job ends; exit with its exit code."""
-    from fluxes.cli.attach import follow
+    from fluxes.cli.attach import follow_interruptible
 
-    outcome = follow(instance(args), args.id, label=args.label_io)
+    outcome = follow_interruptible(instance(args), args.id, label=args.label_io)
     message = outcome.message()
     if message:
         print(f"fluxes: {message}", file=sys.stderr)

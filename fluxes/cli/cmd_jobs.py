@@ -156,7 +156,10 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
     uid: int | None = None
     if not everyone:
         who = user or inst.user or current_user()
-        known = inst.redis.hget(inst.keys.users, who)
+        try:
+            known = inst.redis.hget(inst.keys.users, who)
+        except Exception:
+            known = None
         uid = int(known) if known is not None else _uid_of(who)
     out: list[JobRecord] = []
     chunk = 2000
@@ -252,7 +255,10 @@ def _check_format(fmt: str) -> None:
         die(f"bad format: {exc}")
     known = set(HEADERS) | {"id", "t_submit", "runtime"}
     for name in fields:
-        if name not in known and name.split(".")[0] != "id":
+        head, _, form = name.partition(".")
+        if head == "id" and form and form not in jobids.FORMS:
+            die(f"unknown id encoding {form!r} in format (known: {', '.join(jobids.FORMS)})")
+        if name not in known and head != "id":
             die(f"unknown field {name!r} in format (known: {', '.join(sorted(HEADERS))})")
 
 

@@ -104,11 +104,18 @@ def _start(args: argparse.Namespace) -> int:
         command = [os.environ.get("SHELL", "/bin/sh")]
     from fluxes.launcher import run_command
 
-    launcher.start()
     try:
-        return run_command(launcher, command)
+        launcher.start()
+        try:
+            return run_command(launcher, command)
+        finally:
+            launcher.stop()
     finally:
-        launcher.stop()
+        if args.state_dir is None:
+            # a temporary instance leaves nothing behind, as flux start does
+            import shutil
+
+            shutil.rmtree(launcher.state_dir, ignore_errors=True)
 
 
 def _detach(launcher: Launcher) -> int:
@@ -161,7 +168,9 @@ def _detach(launcher: Launcher) -> int:
 
 def _stop(args: argparse.Namespace) -> int:
     inst = instance(args)
-    raw = inst.redis.hget(inst.keys.instance, "supervisor_pid")
+    raw, host = inst.redis.hmget(inst.keys.instance, ["supervisor_pid", "supervisor_host"])
+    if host and host.decode() != os.uname().nodename:
+        die(f"the instance's supervisor runs on {host.decode()}: run fluxes stop there")
     if not raw:
         die("this instance has no supervisor to stop (was it started with fluxes start?)")
     pid = int(raw)

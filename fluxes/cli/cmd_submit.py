@@ -41,7 +41,8 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     res.add_argument("--requires", action="append", default=[], metavar="EXPR",
                      help="constraint, e.g. 'gpu', '^login', 'host:node[0-3]' (repeatable)")
     attrs = parser.add_argument_group("job attributes")
-    attrs.add_argument("-t", "--time-limit", metavar="FSD", help="e.g. 30s, 10m, 2h")
+    attrs.add_argument("-t", "--time-limit", metavar="MIN|FSD",
+                       help="minutes, or a duration such as 30s, 10m, 2h")
     attrs.add_argument("-q", "--queue", metavar="QUEUE")
     attrs.add_argument("--urgency", default="16", metavar="N",
                        help="0-31, hold, expedite or default (16)")
@@ -59,23 +60,55 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
 
 
 def environment_from(rules: list[str], removes: list[str]) -> dict[str, str | None]:
-    """The job environment flux would build: the current one, then --env rules in order."""
+    """The job environment flux would build: the current one, minus --env-remove
+    patterns, then each --env rule in order (``-PATTERN`` removes, ``NAME=VALUE``
+    sets with $VAR expansion, ``PATTERN`` copies matching variables)."""
     env: dict[str, str | None] = dict(os.environ)
-    for rule in rules:
+    ordered = [f"-{p}" for p in removes] + list(rules)
+    for rule in ordered:
         if rule.startswith("-"):
-            removes = [*removes, rule[1:]]
+            pattern = rule[1:]
+            if not pattern:
+                die(f"--env: bad rule {rule!r}")
+            for name in [n for n in env if fnmatch.fnmatchcase(n, pattern)]:
+                del env[name]
             continue
         name, sep, value = rule.partition("=")
         if not name:
             die(f"--env: bad rule {rule!r}")
         if sep:
-            env[name] = os.path.expandvars(value)
-        elif name in os.environ:
-            env[name] = os.environ[name]
-    for pattern in removes:
-        for name in [n for n in env if fnmatch.fnmatchcase(n, pattern)]:
-            del env[name]
+            env[name] = _expand(value, env)
+        else:
+            for key, val in os.environ.items():
+                if fnmatch.fnmatchcase(key, name):
+                    env[key] = val
     return env
+
+
+def _expand(value: str, env: dict[str, str | None]) -> str:
+    """$VAR and ${VAR} from the environment being built; an unknown name is an error."""
+    import re
+
+    def sub(match: re.Match[str]) -> str:
+        name = match.group(1) or match.group(2)
+        found = env.get(name)
+        if found is None:
+            die(f"--env: ${name} is not set")
+        return found
+
+    return re.sub(r"\$(?:\{(\w+)\}|(\w+))", sub, value)
+
+
+def _time_limit(text: str | None) -> float:
+    """``-t``: minutes when a bare number (as flux and Slurm), else an RFC 23 duration."""
+    from fluxes.fsd import parse_duration
+
+    if not text:
+        return 0.0
+    try:
+        return float(text) * 60.0
+    except ValueError:
+        return parse_duration(text)
 
 
 def _set_attr(attributes: dict[str, Any], text: str) -> None:
@@ -117,8 +150,10 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         command, nnodes=args.nodes,
         ntasks=args.ntasks if args.ntasks is not None else (args.nodes or 1),
         cores_per_task=args.cores_per_task,
-        gpus_per_task=args.gpus_per_task, exclusive=args.exclusive,
-        duration=args.time_limit or 0.0, queue=args.queue, name=args.job_name,
+        gpus_per_task=args.gpus_per_task,
+        # as in flux: -N without -n asks for whole nodes
+        exclusive=args.exclusive or (args.nodes is not None and args.ntasks is None),
+        duration=_time_limit(args.time_limit), queue=args.queue, name=args.job_name,
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
         constraints=constraints, dependencies=deps or None, output=args.output,
         error=args.error, attributes=attributes or None)
@@ -229,7 +264,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from fluxes.cli.attach import follow
+    from fluxes.cli.attach import follow_interruptible
     from fluxes.client import Client
 
     command = _command(args)
@@ -239,7 +274,7 @@ def _run(args: argparse.Namespace) -> int:
                                      "urgency": parse_urgency(args.urgency)}])
     if not isinstance(result, int):
         die(result)
-    outcome = follow(inst, result, label=args.label_io)
+    outcome = follow_interruptible(inst, result, label=args.label_io)
     message = outcome.message()
     if message:
         print(f"fluxes: {message}", file=sys.stderr)

@@ -56,6 +56,8 @@ def _describe(exc: BaseException) -> str:
     first = text[0] if text else exc.__class__.__name__
     if isinstance(exc, FluxesError | ValueError | KeyError):
         return first
+    if type(exc).__name__ == "NoPermissionError":
+        return f"permission denied by the instance's Redis ACL ({first})"
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"
