@@ -100,14 +100,14 @@ def _diagnose(text: str, body: str, offset: int) -> ValueError:
             return bad("empty element (stray ',')")
         parts = element.split("-")
         if len(parts) > 2:
-            return bad(f"element {element!r} has more than one '-'")
+            return bad(f"element {_show(element)} has more than one '-'")
         if parts[0] == "":
-            return bad(f"element {element!r} has no start (ids cannot be negative)")
+            return bad(f"element {_show(element)} has no start (ids cannot be negative)")
         if parts[-1] == "":
-            return bad(f"range {element!r} has no end")
+            return bad(f"range {_show(element)} has no end")
         for number in parts:
             if len(number) > 1 and number[0] == "0":
-                return bad(f"id {number!r} has a leading zero")
+                return bad(f"id {_show(number)} has a leading zero")
             if len(number) > _MAX_DIGITS:
                 return bad(f"id {number[:20]}{'...' if len(number) > 20 else ''} exceeds "
                            f"the maximum id {MAX_ID}")

@@ -363,20 +363,23 @@ def parse_dependency(text: str) -> dict[str, str]:
     if not isinstance(text, str):
         raise JobspecError(f"dependency: expected a string, got {_kind_name(text)}")
     scheme, sep, rest = text.partition(":")
+    shown = _short(text)
     if not sep or not scheme or not rest:
-        raise JobspecError(f"dependency {text!r}: expected scheme:value[?key=val...]")
+        raise JobspecError(f"dependency {shown}: expected scheme:value[?key=val...]")
     value, _, query = rest.partition("?")
     if not value:
-        raise JobspecError(f"dependency {text!r}: the value is empty")
+        raise JobspecError(f"dependency {shown}: the value is empty")
     dep = {"scheme": scheme, "value": value}
     if query:
         for part in query.replace(";", "&").split("&"):
-            key, eq, val = part.partition("=")
-            if not eq or not key:
-                raise JobspecError(f"dependency {text!r}: expected key=value, got {part!r}")
+            raw_key, eq, val = part.partition("=")
+            if not eq or not raw_key:
+                raise JobspecError(f"dependency {shown}: expected key=value, got {_short(part)}")
+            # Compare decoded keys: "sch%65me=x" must not replace the scheme.
+            key = urllib.parse.unquote(raw_key)
             if key in dep:
-                raise JobspecError(f"dependency {text!r}: key {key!r} given twice")
-            dep[urllib.parse.unquote(key)] = urllib.parse.unquote(val)
+                raise JobspecError(f"dependency {shown}: key {_short(key)} given twice")
+            dep[key] = urllib.parse.unquote(val)
     return dep
 
 

@@ -113,7 +113,12 @@ def format_path(parts: Iterator[str | int] | list[str | int] | tuple[str | int, 
         if _PLAIN_KEY.fullmatch(key):
             out.append(f".{key}" if out else key)
         else:
-            out.append(f"[{json.dumps(key, ensure_ascii=False)}]")
+            quoted = json.dumps(key, ensure_ascii=False)
+            if not quoted.isprintable():
+                # JSON leaves U+2028, U+0085, lone surrogates... raw; they would
+                # break the message line (or its encoding), so escape them too.
+                quoted = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in quoted)
+            out.append(f"[{quoted}]")
     return "".join(out) or "jobspec"
 
 

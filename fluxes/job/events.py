@@ -60,34 +60,56 @@ class Event:
 
 # ---------------------------------------------------------------- context checks
 
+
+def _show(value: object, limit: int = 40) -> str:
+    """repr() of a bad value for a one-line message, shortened."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"a {value.bit_length()}-bit integer"  # str() of it may even be refused
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _int(ctx: Mapping[str, Any], key: str, lo: int | None = None, hi: int | None = None) -> int:
     value = ctx.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise EventError(f"context.{key}: expected an integer, got {value!r}")
+        raise EventError(f"context.{key}: expected an integer, got {_show(value)}")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise EventError(f"context.{key}: {value} is out of range {lo}..{hi}")
+        raise EventError(f"context.{key}: {_show(value)} is out of range {lo}..{hi}")
     return value
 
 
 def _str(ctx: Mapping[str, Any], key: str) -> str:
     value = ctx.get(key)
     if not isinstance(value, str):
-        raise EventError(f"context.{key}: expected a string, got {value!r}")
+        raise EventError(f"context.{key}: expected a string, got {_show(value)}")
     return value
 
 
 def _bool(ctx: Mapping[str, Any], key: str) -> bool:
     value = ctx.get(key)
     if not isinstance(value, bool):
-        raise EventError(f"context.{key}: expected true or false, got {value!r}")
+        raise EventError(f"context.{key}: expected true or false, got {_show(value)}")
     return value
 
 
 def _dict(ctx: Mapping[str, Any], key: str) -> dict[str, Any]:
     value = ctx.get(key)
     if not isinstance(value, dict):
-        raise EventError(f"context.{key}: expected an object, got {value!r}")
+        raise EventError(f"context.{key}: expected an object, got {_show(value)}")
     return value
+
+
+def _label(name: str) -> str:
+    """An event name for a message: unknown names may be long or hold newlines."""
+    return name if len(name) <= 40 and name.isprintable() else _show(name)
+
+
+def _float_ok(value: float) -> bool:
+    """True unless ``value`` is NaN or an int too large for a float."""
+    try:
+        return not math.isnan(value)
+    except OverflowError:
+        return False
 
 
 def _extra(ctx: Mapping[str, Any], *defined: str) -> Mapping[str, Any]:
@@ -197,7 +219,8 @@ class JobspecUpdate(Event):
             raise EventError("jobspec-update: context must contain at least one key")
         for key in ctx:
             if not key.startswith("attributes."):
-                raise EventError(f"jobspec-update: key {key!r} does not start with 'attributes.'")
+                raise EventError(f"jobspec-update: key {_show(key)} does not start with "
+                                 "'attributes.'")
         return cls(timestamp=ts, updates=dict(ctx))
 
 
@@ -218,8 +241,8 @@ class ResourceUpdate(Event):
             raise EventError("resource-update: context must contain at least one key")
         exp = ctx.get("expiration")
         if exp is not None and (isinstance(exp, bool) or not isinstance(exp, int | float)
-                                or exp < 0 or math.isnan(exp)):
-            raise EventError(f"context.expiration: expected a number >= 0, got {exp!r}")
+                                or exp < 0 or not _float_ok(exp)):
+            raise EventError(f"context.expiration: expected a number >= 0, got {_show(exp)}")
         return cls(timestamp=ts, expiration=None if exp is None else float(exp),
                    extra=_extra(ctx, "expiration"))
 
@@ -239,7 +262,7 @@ class SetFlags(Event):
         """Decode; ``flags`` is a list of strings."""
         flags = ctx.get("flags")
         if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags):
-            raise EventError(f"context.flags: expected a list of strings, got {flags!r}")
+            raise EventError(f"context.flags: expected a list of strings, got {_show(flags)}")
         return cls(timestamp=ts, flags=tuple(flags), extra=_extra(ctx, "flags"))
 
 
@@ -463,7 +486,7 @@ class Annotations(Event):
         """Decode; ``annotations`` is an object (or null to clear)."""
         ann = ctx.get("annotations")
         if ann is not None and not isinstance(ann, dict):
-            raise EventError(f"context.annotations: expected an object, got {ann!r}")
+            raise EventError(f"context.annotations: expected an object, got {_show(ann)}")
         return cls(timestamp=ts, annotations=ann)
 
 
@@ -518,17 +541,23 @@ _NUMBER = (int, float)
 def decode(name: str, timestamp: float, context: Mapping[str, Any] | None = None) -> Event:
     """Build the event named ``name``; raise EventError if its context breaks RFC 21."""
     if name.__class__ is not str or not name:
-        raise EventError(f"event name must be a non-empty string, got {name!r}")
+        raise EventError(f"event name must be a non-empty string, got {_show(name)}")
     if timestamp.__class__ is not float:
         if isinstance(timestamp, bool) or not isinstance(timestamp, _NUMBER):
-            raise EventError(f"{name}: timestamp must be a number, got {timestamp!r}")
-        timestamp = float(timestamp)
+            raise EventError(f"{_label(name)}: timestamp must be a number, "
+                             f"got {_show(timestamp)}")
+        try:
+            timestamp = float(timestamp)
+        except OverflowError:
+            raise EventError(f"{_label(name)}: timestamp is too large") from None
     if not 0 <= timestamp < math.inf:  # also false for NaN
-        raise EventError(f"{name}: timestamp must be a finite number >= 0, got {timestamp!r}")
+        raise EventError(f"{_label(name)}: timestamp must be a finite number >= 0, "
+                         f"got {_show(timestamp)}")
     if context is None:
         context = NO_CONTEXT
     elif context.__class__ is not dict and not isinstance(context, Mapping):
-        raise EventError(f"{name}: context must be an object, got {type(context).__name__}")
+        raise EventError(f"{_label(name)}: context must be an object, "
+                         f"got {type(context).__name__}")
     decoder = _DECODERS.get(name)
     if decoder is not None:
         try:

@@ -28,6 +28,7 @@ from fluxes.rset import MAX_RANKS, ResourceSet, check_property_name
 
 __all__ = [
     "CONFIG_KEYS",
+    "MAX_SOCKETS",
     "Inventory",
     "Target",
     "format_size",
@@ -43,6 +44,9 @@ _MULTIPLIER: Final = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 <<
                       "p": 1 << 50}
 #: Largest memory size accepted (1 EiB), so that a typo cannot make a huge int.
 MAX_SIZE: Final = 1 << 60
+#: Most sockets one host may be split into: each is an IDSet, so a typo such
+#: as ``sockets = 2147483647`` must not build billions of them.
+MAX_SOCKETS: Final = 1024
 
 _EMPTY = IDSet()
 
@@ -126,9 +130,22 @@ def _split_sockets(cores: IDSet, nsockets: int,
     key = (cores.encode(), nsockets)
     made = memo.get(key)
     if made is None:
+        # Cut the runs, never the expanded ids: "0-4294967293" is one run.
         size = len(cores) // nsockets
-        ids = list(cores)
-        made = tuple(IDSet(ids[i * size:(i + 1) * size]) for i in range(nsockets))
+        parts: list[IDSet] = []
+        current: list[tuple[int, int]] = []
+        need = size
+        for first, hi in cores.ranges():
+            lo = first
+            while lo <= hi:
+                take = min(need, hi - lo + 1)
+                current.append((lo, lo + take - 1))
+                lo += take
+                need -= take
+                if need == 0:
+                    parts.append(IDSet.from_ranges(current))
+                    current, need = [], size
+        made = tuple(parts)
         memo[key] = made
     return made
 
@@ -182,8 +199,11 @@ class Inventory:
         """Parse TOML text holding ``[[resource.config]]`` entries (see :meth:`from_config`)."""
         try:
             config = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"invalid TOML: {exc}") from None
+        except ValueError as exc:
+            # TOMLDecodeError, or plain ValueError for an integer of thousands of digits
+            raise ConfigError(f"invalid TOML: {str(exc).splitlines()[0]}") from None
+        except RecursionError:
+            raise ConfigError("invalid TOML: nested too deeply") from None
         return cls.from_config(config)
 
     @classmethod
@@ -530,6 +550,9 @@ def _parse_entry(entry: object, where: str) -> _Entry:
         if isinstance(nsockets, bool) or not isinstance(nsockets, int) or nsockets < 1:
             raise ConfigError(f"{where}.sockets: expected a positive integer, "
                               f"got {_show(nsockets)}")
+        if nsockets > MAX_SOCKETS:
+            raise ConfigError(f"{where}.sockets: {_show(nsockets)} is more than "
+                              f"{MAX_SOCKETS} sockets")
     return _Entry(hosts, core_ids, gpu_ids, names, mem, nsockets)
 
 

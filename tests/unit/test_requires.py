@@ -33,5 +33,5 @@ def test_several_options_are_anded() -> None:
 @pytest.mark.parametrize("bad", ["", "gpu and", "(gpu", "gpu )", "or gpu", "zone:x",
                                  "host:n[", "bad name!"])
 def test_bad_expressions_are_value_errors(bad: str) -> None:
-    with pytest.raises(ValueError, match="--requires|property|hostlist|invalid"):
+    with pytest.raises(ValueError, match=r"--requires|property|hostlist|invalid"):
         parse_requires([bad])
