@@ -1,7 +1,9 @@
 """Finding and describing a fluxes instance: its Redis URL, namespace and partitions.
 
 An instance is named by a URI: a Redis URL (``redis://``, ``rediss://``,
-``unix://``) with an optional ``ns`` query parameter for the namespace, e.g.
+``unix://``, ``redis+sentinel://``, ``redis+cluster://`` and their TLS forms;
+see ``fluxes.store.connection.SCHEMES``) with an optional ``ns`` query
+parameter for the namespace, e.g.
 ``unix:///tmp/fluxes-1/redis.sock?ns=fx``. Clients find it in ``$FLUXES_URI``
 (set by ``fluxes start`` for the command it runs), else ``$FLUXES_REDIS_URL``.
 The number of partitions is a fact of the instance, stored in Redis.
