@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import os
 import pwd
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
+import orjson
 import redis
 
 from fluxes.config import InstanceConfig
@@ -76,6 +80,43 @@ class InstanceURI:
                 f"no fluxes instance: set {ENV_URI} (printed by 'fluxes start --detach'), "
                 "or run the command under 'fluxes start -- COMMAND'")
         return cls.parse(text)
+
+
+def record_instance(client: redis.Redis, namespace: str, partitions: int,
+                    config: InstanceConfig, resources: Mapping[str, Any],
+                    owner: tuple[str, int], extra: Mapping[str, str | int] | None = None,
+                    ) -> bool:
+    """Record an instance in Redis: partitions, owner, configuration, resources.
+
+    Workers read these before their first step, so this runs before any worker
+    starts (``fluxes start`` and ``fluxes admin init``). The number of
+    partitions can never change: jobs are already keyed by it, so a different
+    number raises FluxesError and stores nothing. Returns True when the
+    instance was new.
+    """
+    keys = Keys(namespace, partitions)
+    existing = client.hget(keys.instance, "partitions")
+    if existing is not None and int(existing) != partitions:
+        raise FluxesError(f"this Redis already holds instance {namespace!r} with "
+                          f"{int(existing)} partitions")
+    fields: dict[str, str | int | bytes] = {
+        "partitions": partitions, "owner": owner[0], "owner_uid": owner[1],
+        "config": config.text, "resources": orjson.dumps(dict(resources)),
+        "started": repr(time.time()), **(extra or {})}
+    pipe = client.pipeline(transaction=True)
+    pipe.hset(keys.instance, mapping=fields)
+    pipe.hsetnx(keys.instance, "created", repr(time.time()))
+    pipe.execute()
+    return existing is None
+
+
+def current_user() -> tuple[str, int]:
+    """This process's user name and uid (the uid as the name when it has none)."""
+    uid = os.getuid()
+    try:
+        return pwd.getpwuid(uid).pw_name, uid
+    except KeyError:
+        return str(uid), uid
 
 
 class Instance:

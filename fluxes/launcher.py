@@ -11,7 +11,6 @@ worker per simulated node. A worker that dies is restarted (like systemd's
 from __future__ import annotations
 
 import os
-import pwd
 import signal
 import subprocess
 import sys
@@ -21,13 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
 import redis
 
 from fluxes.config import InstanceConfig
 from fluxes.env import DEFAULT_NAMESPACE
 from fluxes.errors import ConfigError, FluxesError
-from fluxes.instance import InstanceURI
+from fluxes.instance import InstanceURI, current_user, record_instance
 from fluxes.sched.inventory import Inventory
 from fluxes.security import (
     ENV_CREDENTIALS,
@@ -44,7 +42,6 @@ from fluxes.security import (
 )
 from fluxes.store import acl
 from fluxes.store.connection import connect
-from fluxes.store.keys import Keys
 from fluxes.store.server import RedisServer
 
 #: Seconds a crashed worker waits before it is started again.
@@ -195,24 +192,10 @@ class Launcher:
 
     def _record(self, client: redis.Redis, config: InstanceConfig,
                 resources: dict[str, Any]) -> None:
-        keys = Keys(self.namespace, self.partitions)
-        existing = client.hget(keys.instance, "partitions")
-        if existing is not None and int(existing) != self.partitions:
-            raise FluxesError(f"this Redis already holds instance {self.namespace!r} with "
-                              f"{int(existing)} partitions")
-        uid = os.getuid()
-        try:
-            owner = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            owner = str(uid)
-        client.hset(keys.instance, mapping={
-            "partitions": self.partitions, "owner": owner, "owner_uid": uid,
-            "config": config.text, "resources": orjson.dumps(resources),
-            "supervisor_pid": os.getpid(), "supervisor_host": os.uname().nodename,
-            "state_dir": str(self.state_dir),
-            "started": repr(time.time()),
-        })
-        client.hsetnx(keys.instance, "created", repr(time.time()))
+        record_instance(client, self.namespace, self.partitions, config, resources,
+                        current_user(), {"supervisor_pid": os.getpid(),
+                                         "supervisor_host": os.uname().nodename,
+                                         "state_dir": str(self.state_dir)})
 
     def _define_workers(self, nranks: int) -> None:
         uri = str(self.uri)

@@ -1,4 +1,8 @@
-"""``fluxes admin``: the users of a multi-user instance (Redis ACL users + the users hash).
+"""``fluxes admin``: set up an instance on your own Redis, and manage its users.
+
+``init`` records an instance on a Redis that ``fluxes start`` did not bring
+up (a deployment's): the configuration, checked first so that a typo never
+reaches the workers, the number of partitions and the owner.
 
 ``adduser`` gives a user a Redis ACL user that may only send requests on its
 own submit stream, read its own replies and read job data (rules from
@@ -32,6 +36,27 @@ def register(subparsers: Any) -> None:
          "fluxes admin deluser bob"]))
     sub = add_subcommands(parser, "admin commands")
 
+    ip = sub.add_parser("init", **help_with_example(
+        "Record an instance on your own Redis before its workers start: check the\n"
+        "configuration (the same checks as 'fluxes start --config'), then store it with\n"
+        "the number of partitions and the owner. Run it again to replace the\n"
+        "configuration; restart the workers to pick it up. The partitions can never\n"
+        "change once jobs exist, so a different number is refused.",
+        ["fluxes admin init --uri redis://10.0.0.5:6379?ns=fx --config /etc/fluxes/instance.toml",
+         "fluxes admin init --config instance.toml --partitions 4 --owner fluxes --owner-uid 990"]))
+    ip.add_argument("--uri", default=None, metavar="URI",
+                    help="the Redis to record the instance in (default $FLUXES_URI)")
+    ip.add_argument("--config", required=True, metavar="FILE",
+                    help="instance configuration (TOML), with its [[resource.config]] entries")
+    ip.add_argument("--partitions", type=int, default=1, metavar="N",
+                    help="job-manager partitions (default 1)")
+    ip.add_argument("--owner", default=None, metavar="NAME",
+                    help="the instance owner (default: you)")
+    ip.add_argument("--owner-uid", type=int, default=None, metavar="UID",
+                    help="the owner's uid (default: NAME's uid on this machine)")
+    ip.add_argument("--json", action="store_true")
+    ip.set_defaults(func=_init)
+
     ap = sub.add_parser("adduser", **help_with_example(
         "Create (or renew the password of) a user: a Redis ACL user allowed only its own\n"
         "requests and replies and read access to job data, and a credentials file.\n"
@@ -59,6 +84,62 @@ def register(subparsers: Any) -> None:
         ["fluxes admin users", "fluxes admin users --json"]))
     up.add_argument("--json", action="store_true")
     up.set_defaults(func=_owner_only(_users))
+
+
+def _init(args: argparse.Namespace) -> int:
+    """Check a configuration and record the instance in Redis."""
+    import redis
+
+    from fluxes.config import InstanceConfig
+    from fluxes.errors import ConfigError
+    from fluxes.instance import InstanceURI, current_user, record_instance
+    from fluxes.sched.inventory import Inventory
+    from fluxes.security import apply_credentials, strip_password
+    from fluxes.store.connection import connect
+
+    try:
+        text = Path(args.config).read_bytes()
+    except OSError as exc:
+        die(f"cannot read {args.config}: {exc.strerror}")
+    config = InstanceConfig.from_toml(text)
+    if not config.resource:
+        die(f"{args.config}: no [[resource.config]] entries: the scheduler would have "
+            "nothing to allocate")
+    try:
+        nranks = len(Inventory.from_config({"resource": config.resource}))
+    except ConfigError as exc:
+        die(f"{args.config}: {exc}")
+    if not 1 <= args.partitions <= 1024:
+        die("--partitions: expected 1..1024")
+    owner = current_user()
+    if args.owner is not None:
+        uid = args.owner_uid
+        if uid is None:
+            found = _local_user(args.owner)
+            if found is None:
+                die(f"--owner {args.owner}: no such local user; give --owner-uid")
+            uid = found.pw_uid
+        owner = (args.owner, uid)
+    elif args.owner_uid is not None:
+        die("--owner-uid needs --owner")
+    text_uri, _user = apply_credentials(args.uri)
+    uri = InstanceURI.from_env(text_uri)
+    client = connect(uri.redis_url, client_name="fluxes-admin-init")
+    try:
+        new = record_instance(client, uri.ns, args.partitions, config,
+                              config.resource, owner)
+    except redis.exceptions.NoPermissionError:
+        die("recording an instance needs full Redis access")
+    except redis.ConnectionError as exc:
+        die(f"cannot reach Redis: {exc}")
+    if args.json:
+        print_json({"uri": strip_password(str(uri)), "new": new, "partitions": args.partitions,
+                    "owner": owner[0], "owner_uid": owner[1], "ranks": nranks})
+    else:
+        what = "recorded" if new else "updated the configuration of"
+        print(f"{what} instance {uri.ns!r}: {args.partitions} partition(s), {nranks} "
+              f"rank(s), owner {owner[0]} ({owner[1]})")
+    return 0
 
 
 def _local_user(name: str) -> pwd.struct_passwd | None:

@@ -47,7 +47,9 @@ import orjson
 import pytest
 import redis
 
+from fluxes import instance
 from fluxes.client import Client
+from fluxes.config import InstanceConfig
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
     allocation_intervals,
@@ -63,7 +65,6 @@ from fluxes.requires import parse_requires
 from fluxes.rset import ResourceSet
 from fluxes.security import Credentials, write_credentials
 from fluxes.store import acl
-from fluxes.store.keys import Keys
 from fluxes.store.server import RedisServer, redis_server_binary
 from tests.system import netns
 from tests.system.conftest import need_redis
@@ -282,10 +283,9 @@ class Cluster:
 
 
 def record_instance(client: redis.Redis) -> None:
-    """What ``fluxes start`` or the deploy recipe records before the first worker starts."""
-    client.hset(Keys(NS).instance, mapping={
-        "partitions": 1, "owner": "root", "owner_uid": os.getuid(), "config": CONFIG,
-        "resources": orjson.dumps(RESOURCES), "created": repr(time.time())})
+    """What ``fluxes admin init`` records before the first worker starts."""
+    instance.record_instance(client, NS, 1, InstanceConfig.from_toml(CONFIG), RESOURCES,
+                             ("root", os.getuid()))
 
 
 def start_redis(net: netns.Network, host: netns.Host, directory: Path,
