@@ -38,6 +38,7 @@ __all__ = [
     "MAX_BULK",
     "MAX_GENERATOR_ID",
     "MAX_ID",
+    "OUTPUT_FORMS",
     "SEQUENCE_BITS",
     "TIMESTAMP_BITS",
     "FluidGenerator",
@@ -50,6 +51,8 @@ __all__ = [
 
 #: The encodings ``encode`` produces and ``parse`` recognises.
 FORMS: tuple[str, ...] = ("dec", "hex", "dothex", "kvs", "f58", "words")
+#: The encodings ``encode`` produces: FORMS and flux's ASCII-only ``f58plain``.
+OUTPUT_FORMS: tuple[str, ...] = (*FORMS, "f58plain")
 
 TIMESTAMP_BITS = 40
 GENERATOR_BITS = 14

@@ -41,7 +41,7 @@ def register(subparsers: Any) -> None:
             ["fluxes job id --to=f58 1234567890", "fluxes job id --to=dec ƒ2t6V2H"],
         ),
     )
-    idp.add_argument("--to", choices=jobid.FORMS, default="dec",
+    idp.add_argument("--to", choices=jobid.OUTPUT_FORMS, default="dec",
                      help="output encoding (default dec)")
     idp.add_argument("ids", nargs="+", metavar="ID")
     idp.set_defaults(func=_job_id)

@@ -44,7 +44,7 @@ class JobId(int):
     """A job id that formats in any encoding: ``{id.f58}``, ``{id.dec}``, ``{id.words}``."""
 
     def __getattr__(self, form: str) -> str:
-        if form in jobids.FORMS:
+        if form in jobids.OUTPUT_FORMS:
             return jobids.encode(int(self), form)
         raise AttributeError(form)
 
@@ -256,8 +256,8 @@ def _check_format(fmt: str) -> None:
     known = set(HEADERS) | {"id", "t_submit", "runtime"}
     for name in fields:
         head, _, form = name.partition(".")
-        if head == "id" and form and form not in jobids.FORMS:
-            die(f"unknown id encoding {form!r} in format (known: {', '.join(jobids.FORMS)})")
+        if head == "id" and form and form not in jobids.OUTPUT_FORMS:
+            die(f"unknown id encoding {form!r} in format (known: {', '.join(jobids.OUTPUT_FORMS)})")
         if name not in known and head != "id":
             die(f"unknown field {name!r} in format (known: {', '.join(sorted(HEADERS))})")
 

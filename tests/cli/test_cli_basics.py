@@ -53,6 +53,7 @@ def test_jobspec_validate_v1_refuses_canonical_only(capsys: pytest.CaptureFixtur
 @pytest.mark.parametrize(("form", "expected"), [
     ("dec", "6787342413402046"), ("hex", "0x181d0d4d850fbe"),
     ("dothex", "0018.1d0d.4d85.0fbe"), ("kvs", "job.0018.1d0d.4d85.0fbe"), ("f58", "ƒuzzybunny"),
+    ("f58plain", "fuzzybunny"),
 ])
 def test_job_id_conversions(form: str, expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["job", "id", f"--to={form}", "ƒuzzybunny"]) == 0
@@ -63,3 +64,10 @@ def test_job_id_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["job", "id", "not-an-id!"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("fluxes: ") and err.count("\n") == 1
+
+
+def test_jobs_format_knows_every_output_encoding() -> None:
+    from fluxes.cli.cmd_jobs import JobId, _check_format
+
+    _check_format("{id.f58plain} {id.words} {id.kvs}")
+    assert JobId(6787342413402046).f58plain == "fuzzybunny"
