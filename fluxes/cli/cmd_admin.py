@@ -44,7 +44,7 @@ def register(subparsers: Any) -> None:
         "change once jobs exist, so a different number is refused.",
         ["fluxes admin init --uri redis://10.0.0.5:6379?ns=fx --config /etc/fluxes/instance.toml",
          "fluxes admin init --config instance.toml --partitions 4 --owner fluxes --owner-uid 990"]))
-    ip.add_argument("--uri", default=None, metavar="URI",
+    ip.add_argument("--uri", default=argparse.SUPPRESS, metavar="URI",
                     help="the Redis to record the instance in (default $FLUXES_URI)")
     ip.add_argument("--config", required=True, metavar="FILE",
                     help="instance configuration (TOML), with its [[resource.config]] entries")
@@ -122,7 +122,7 @@ def _init(args: argparse.Namespace) -> int:
         owner = (args.owner, uid)
     elif args.owner_uid is not None:
         die("--owner-uid needs --owner")
-    text_uri, _user = apply_credentials(args.uri)
+    text_uri, _user = apply_credentials(getattr(args, "uri", None))
     uri = InstanceURI.from_env(text_uri)
     client = connect(uri.redis_url, client_name="fluxes-admin-init")
     try:

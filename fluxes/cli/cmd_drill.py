@@ -11,13 +11,18 @@ from fluxes.cli.util import help_with_example, print_json
 def register(subparsers: Any) -> None:
     """Add ``drill``."""
     p = subparsers.add_parser("drill", **help_with_example(
-        "Run a workload on a private instance, SIGKILL workers at random moments (the\n"
-        "supervisor restarts them), then check the invariants: every job inactive exactly\n"
+        "Run a workload on a private instance (or, with --uri, on a running one: its\n"
+        "workers on this host are killed and its own supervisor restarts them), SIGKILL\n"
+        "workers at random moments, then check the invariants: every job inactive exactly\n"
         "once with the right result, no core held by two jobs, eventlogs replay, the job\n"
         "list equals a rebuild, nothing left allocated. Prints recovery times.\n"
         "Exit status 1 when an invariant fails.",
         ["fluxes drill --kill scheduler --rounds 5", "fluxes drill --kill any --rounds 100 --json",
-         "fluxes drill --kill redis --appendfsync everysec"]))
+         "fluxes drill --kill redis --appendfsync everysec",
+         "fluxes drill --uri \"$FLUXES_URI\" --kill job-manager --rounds 3"]))
+    p.add_argument("--uri", default=argparse.SUPPRESS, metavar="URI",
+                   help="drill the running instance at URI instead of a private one "
+                        "(never Redis; --nodes, --cores-per-node, --appendfsync do not apply)")
     p.add_argument("--jobs", type=int, default=500, help="jobs in the workload (default 500)")
     p.add_argument("--kill", default="any",
                    choices=("any", "scheduler", "job-manager", "exec", "ingest", "job-list",
@@ -39,7 +44,8 @@ def _drill(args: argparse.Namespace) -> int:
 
     drill = Drill(jobs=args.jobs, kill=args.kill, rounds=args.rounds, seed=args.seed,
                   nodes=args.nodes, cores_per_node=args.cores_per_node,
-                  appendfsync=args.appendfsync, timeout=args.timeout)
+                  appendfsync=args.appendfsync, timeout=args.timeout,
+                  uri=getattr(args, "uri", None))
     result = drill.run()
     figures = result.figures()
     if args.json:
@@ -53,6 +59,8 @@ def _drill(args: argparse.Namespace) -> int:
         if figures["lost_submissions"]:
             print(f"lost acknowledged submissions: {figures['lost_submissions']} "
                   "(appendfsync everysec loss window)")
+        for line in figures["notes"]:
+            print(f"note: {line}")
         for line in figures["violations"]:
             print(f"VIOLATION {line}")
         print("all invariants hold" if result.ok else "INVARIANTS BROKEN")
