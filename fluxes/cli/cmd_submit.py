@@ -139,7 +139,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
 
     if len(command) == 1 and command[0].endswith((".yaml", ".yml", ".json")) \
             and os.path.isfile(command[0]):
-        return Jobspec.from_file(command[0])
+        return _from_file(args, command[0])
     attributes: dict[str, Any] = {}
     for text in args.setattr:
         _set_attr(attributes, text)
@@ -157,6 +157,51 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
         constraints=constraints, dependencies=deps or None, output=args.output,
         error=args.error, attributes=attributes or None)
+
+
+#: Options that shape the tasks and resources a jobspec file already describes:
+#: (argparse dest, flag, default).
+_SHAPE_OPTIONS: tuple[tuple[str, str, object], ...] = (
+    ("nodes", "-N", None), ("ntasks", "-n", None), ("cores_per_task", "-c", 1),
+    ("gpus_per_task", "-g", None), ("exclusive", "-x", False), ("requires", "--requires", []),
+    ("env", "--env", []), ("env_remove", "--env-remove", []), ("cwd", "--cwd", None),
+    ("output", "--output", None), ("error", "--error", None),
+)
+
+
+def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
+    """A jobspec file, with the attribute options (-t, -q, --job-name, --dependency,
+    --setattr) applied on top; options that would reshape it are refused."""
+    from fluxes.depend import parse_dependency
+    from fluxes.jobspec import Jobspec
+
+    given = [flag for dest, flag, default in _SHAPE_OPTIONS
+             if getattr(args, dest, default) != default]
+    if given:
+        die(f"{path}: {', '.join(given)} cannot change a jobspec file (edit the file; "
+            "-t, -q, --job-name, --dependency, --setattr, --urgency and --cc apply)")
+    spec = Jobspec.from_file(path)
+    if not (args.time_limit or args.queue or args.job_name or args.dependency
+            or args.setattr):
+        return spec
+    doc = spec.to_dict()
+    attributes = doc.setdefault("attributes", {})
+    for text in args.setattr:
+        _set_attr(attributes, text)
+    system = attributes.setdefault("system", {})
+    if args.time_limit:
+        system["duration"] = _time_limit(args.time_limit)
+    if args.queue:
+        system["queue"] = args.queue
+    if args.job_name:
+        if not isinstance(system.get("job"), dict):
+            system["job"] = {}
+        system["job"]["name"] = args.job_name
+    if args.dependency:
+        now = time.time()
+        system["dependencies"] = [*(system.get("dependencies") or []),
+                                  *(parse_dependency(d, now=now) for d in args.dependency)]
+    return Jobspec.from_dict(doc)
 
 
 def register(subparsers: Any) -> None:

@@ -71,3 +71,28 @@ def test_jobs_format_knows_every_output_encoding() -> None:
 
     _check_format("{id.f58plain} {id.words} {id.kvs}")
     assert JobId(6787342413402046).f58plain == "fuzzybunny"
+
+
+def test_submit_file_takes_attribute_options(capsys: pytest.CaptureFixture[str]) -> None:
+    import orjson
+
+    path = str(SPEC / "rfc14" / "example1.yaml")
+    assert main(["submit", "--dry-run", "-t", "5", "-q", "batch", "--job-name", "hi",
+                 "--dependency", "afterok:123", "--setattr", "user.x=1", path]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    system = doc["attributes"]["system"]
+    assert system["duration"] == 300.0 and system["queue"] == "batch"
+    assert system["job"]["name"] == "hi"
+    assert system["dependencies"] == [{"scheme": "afterok", "value": "123"}]
+    assert doc["attributes"]["user"] == {"x": 1}
+    assert doc["resources"][0]["count"] == 4  # the file's shape is kept
+
+
+@pytest.mark.parametrize("option", [["-N2"], ["-n", "3"], ["--cwd", "/"], ["-x"],
+                                    ["--requires", "gpu"], ["--output", "o.txt"]])
+def test_submit_file_refuses_reshaping_options(option: list[str],
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(SPEC / "rfc14" / "example1.yaml")
+    assert main(["submit", "--dry-run", *option, path]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot change a jobspec file" in err
