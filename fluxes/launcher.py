@@ -26,6 +26,7 @@ from fluxes.config import InstanceConfig
 from fluxes.env import DEFAULT_NAMESPACE
 from fluxes.errors import ConfigError, FluxesError
 from fluxes.instance import InstanceURI, current_user, record_instance
+from fluxes.lifetime import die_with_parent
 from fluxes.sched.inventory import Inventory
 from fluxes.security import (
     ENV_CREDENTIALS,
@@ -226,8 +227,11 @@ class Launcher:
                 env["FLUXES_EXEC_KILL_ON_STOP"] = "1"  # a private instance ends with its jobs
             if self.credentials is not None:
                 env[ENV_CREDENTIALS] = str(self.credentials)
+            # A worker stops (SIGTERM, cleanly) when its supervisor dies: nobody
+            # would restart it, and `fluxes stop` could not find it.
             spec.proc = subprocess.Popen(spec.args, stdin=subprocess.DEVNULL, stdout=log,
-                                         stderr=log, env=env, start_new_session=True)
+                                         stderr=log, env=env, start_new_session=True,
+                                         preexec_fn=die_with_parent())  # noqa: PLW1509
         spec.down_since = None
 
     # ------------------------------------------------------------ supervision

@@ -17,6 +17,7 @@ from pathlib import Path
 import redis
 
 from fluxes.errors import FluxesError
+from fluxes.lifetime import die_with_parent
 from fluxes.store.connection import no_retry
 
 
@@ -78,9 +79,12 @@ class RedisServer:
             "--hz", "100",
             *self.extra,
         ]
+        # SIGTERM when its starter dies: redis-server then shuts down cleanly
+        # (an AOF is fsynced), rather than lingering as an orphan.
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                     start_new_session=True)
+                                     start_new_session=True,
+                                     preexec_fn=die_with_parent())  # noqa: PLW1509
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -7,7 +7,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
+import orjson
 import pytest
 
 from fluxes.cli.main import main
@@ -104,3 +106,54 @@ def test_exec_worker_killed_during_job_then_restarted(uri: str, launcher: Launch
     capsys.readouterr()
     assert cli(uri, "job", "output", str(jobid)) == 0
     assert "survived" in capsys.readouterr().out
+
+
+def test_a_killed_fluxes_start_takes_its_redis_and_workers_with_it(tmp_path: Path) -> None:
+    from tests.system.conftest import need_redis
+
+    need_redis()
+    exe = os.path.join(os.path.dirname(sys.executable), "fluxes")
+    marker = tmp_path / "uri"
+    proc = subprocess.Popen([exe, "start", "--nodes", "2", "--state-dir", str(tmp_path / "s"),
+                             "--", "sh", "-c",
+                             f'echo $$ > {marker}.pid; echo "$FLUXES_URI" > {marker}; '
+                             'exec sleep 60'],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists() or not marker.read_text().strip():
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        inst = Instance.connect(marker.read_text().strip())
+        while len(inst.redis.hkeys(inst.keys.workers)) < 6:  # ingest, jm, sched, jl, 2 exec
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        pids = [int(orjson.loads(v)["pid"]) for v in inst.redis.hvals(inst.keys.workers)]
+        pids.append(int(inst.redis.info("server")["process_id"]))
+        inst.redis.close()
+        proc.kill()  # SIGKILL: the launcher gets no chance to stop anything
+        proc.wait()
+        deadline = time.monotonic() + 20
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            alive = [p for p in alive if _running(p)]
+            time.sleep(0.1)
+        assert not alive, f"still running after their supervisor died: {alive}"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        pidfile = Path(f"{marker}.pid")
+        if pidfile.exists():  # the command, which is not the instance's to stop
+            try:
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
+            except (ProcessLookupError, ValueError):
+                pass
+
+
+def _running(pid: int) -> bool:
+    """True if ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
