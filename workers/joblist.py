@@ -92,7 +92,10 @@ class JobListWorker(Worker):
         cache = self.cache[partition]
         changes: list[Change] = []
         acks: list[bytes] = []
-        missing = {int(f[b"j"]) for _, f in entries if f.get(b"j", b"").isdigit()} - cache.keys()
+        # A comprehension, not "set - cache.keys()": that copies and walks every cached
+        # job (tens of thousands pending), once per block.
+        missing = {jobid for jobid in {int(f[b"j"]) for _, f in entries
+                                       if f.get(b"j", b"").isdigit()} if jobid not in cache}
         if missing:
             for jobid, summary in zip(sorted(missing),
                                       self.store.get_many(sorted(missing)), strict=True):

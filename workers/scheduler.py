@@ -42,6 +42,9 @@ READ_COUNT = 20
 BLOCK_MS = 500
 #: Re-plan (start estimates) at least this often while jobs are pending.
 REPLAN_S = 5.0
+#: Most seconds between full passes (which refresh every considered job's
+#: annotations); the passes in between stop once nothing more can start.
+FULL_PASS_S = 1.0
 #: An exec worker silent this long is taken for lost: its ranks are drained.
 LOST_AFTER_S = 10.0
 #: How often heartbeats, resource events and the published status are refreshed.
@@ -99,6 +102,8 @@ class SchedulerWorker(Worker):
         self.limit = 0
         self._dirty = False
         self._planned = 0.0
+        self._full_pass = 0.0
+        self._owe_full = False
         self.allocations = 0
         self.recovered_in = 0.0
         self._recover_started = 0.0
@@ -232,7 +237,8 @@ class SchedulerWorker(Worker):
         now = time.time()
         sched = self.sched
         if sched is not None and sched.pending and (
-                self._dirty or now - self._planned > REPLAN_S):
+                self._dirty or now - self._planned > REPLAN_S
+                or (self._owe_full and now - self._full_pass >= FULL_PASS_S)):
             self._schedule(now, out)
         self._flush(out)
 
@@ -474,7 +480,12 @@ class SchedulerWorker(Worker):
         sched = self.sched
         assert sched is not None
         pass_started = time.perf_counter()
-        result = sched.schedule(now)
+        full = now - self._full_pass >= FULL_PASS_S
+        if full:
+            self._full_pass = now
+        # a quick pass leaves some jobs' annotations stale: owe them a full one
+        self._owe_full = not full
+        result = sched.schedule(now, full=full)
         metrics.SCHED_PASS.observe(time.perf_counter() - pass_started)
         self._dirty = False
         self._planned = now

@@ -320,13 +320,21 @@ class Scheduler:
 
     # -- a pass ----------------------------------------------------------------------
 
-    def schedule(self, now: float) -> PassResult:
+    def schedule(self, now: float, full: bool = True) -> PassResult:
         """One pass at time *now* (see the module docstring and the policies' guide).
 
         Reservations of the previous pass are dropped and rebuilt.  Returns
         the jobs started (with R), those denied (never possible, with the
         pool's note) and the annotations of the jobs considered that stay
         pending.
+
+        A pass that is not *full* stops as soon as no job it has not looked at
+        can start: the pool has no free core or GPU left, or every queue is
+        blocked (fcfs).  It starts the same jobs as a full pass but refreshes
+        the annotations of only the jobs it looked at; the caller runs full
+        passes now and then to keep the others' estimates current.  With
+        thousands of jobs pending on a full machine this turns the pass after
+        each free from O(queue depth) into O(jobs started).
         """
         result = PassResult()
         planner = PassPlanner(self.pool, now)
@@ -342,7 +350,11 @@ class Scheduler:
         try:
             # The queues' runs merge into one priority order: the highest-priority
             # head goes first, whatever its queue (ids make the order total).
+            has_free = self.pool.has_free
             for job in heapq.merge(*(jobs for _, jobs in taken), key=_key):
+                if not full and (not has_free()
+                                 or all(st.blocked for st in states.values())):
+                    break
                 result.considered += 1
                 state = states[job.queue]
                 if state.blocked:
@@ -374,6 +386,9 @@ class Scheduler:
         # Jobs considered by the previous pass but not by this one: replace
         # what they were told (a start estimate that nobody maintains now)
         # with why they were not looked at.  Told once: the worker keeps it.
+        if not full:
+            self._annotated.update(annotations)
+            return result
         dropped = self._annotated.difference(annotations)
         self._annotated = set(annotations)
         for jobid in dropped:

@@ -721,6 +721,11 @@ class ResourcePool:
             ranks = self._match(constraint)
         return self._inv.rset().copy_ranks(ranks)
 
+    def has_free(self) -> bool:
+        """True when an up rank has a free core or GPU; when False, no request can start."""
+        st = self._state
+        return st.tfc > 0 or st.tfg > 0
+
     def counts(self) -> dict[str, int]:
         """Totals for monitoring: nodes, down, idle, cores, free_cores, gpus, free_gpus.
 

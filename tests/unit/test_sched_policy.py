@@ -688,3 +688,44 @@ def test_a_pass_matches_the_plain_algorithm(state: tuple[list[tuple[Request, flo
     assert [(j, r.dumps()) for j, r in result.allocated] == started
     assert result.reserved == reserved
     assert pools[0].reservations() == pools[1].reservations()
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(busy_states(), st.sampled_from(["fcfs", "easy", "conservative"]),
+       st.integers(0, 6))
+def test_a_quick_pass_starts_what_a_full_pass_starts(
+        state: tuple[list[tuple[Request, float]], list[Request]], policy: str,
+        depth: int) -> None:
+    running, pending = state
+    scheds = []
+    for _ in range(2):
+        pool = pool_of(NODES, CORES)
+        for i, (req, start) in enumerate(running):
+            try:
+                pool.alloc(req, 1000 + i, now=start)
+            except InsufficientResources:
+                pass
+        sched = Scheduler(pool, default=QueuePolicy(policy, reservation_depth=depth))
+        for i, req in enumerate(pending):
+            sched.add(job(i, req))
+        scheds.append(sched)
+    full, quick = scheds[0].schedule(0.0), scheds[1].schedule(0.0, full=False)
+    assert [(j, r.dumps()) for j, r in quick.allocated] == \
+        [(j, r.dumps()) for j, r in full.allocated]
+    assert quick.considered <= full.considered
+    assert set(scheds[0].pending) == set(scheds[1].pending)
+
+
+def test_a_quick_pass_on_a_full_machine_looks_at_nothing() -> None:
+    pool = pool_of(1, 2)
+    sched = sched_of(pool, "easy")
+    for i in range(1, 1001):
+        sched.add(job(i, cores(1)))
+    assert started(sched.schedule(0.0, full=False)) == [1, 2]
+    result = sched.schedule(0.0, full=False)
+    assert result.considered == 0 and not result.annotations
+    pool.free(1)
+    result = sched.schedule(0.0, full=False)
+    assert started(result) == [3] and result.considered == 1
+    result = sched.schedule(0.0)  # a full pass annotates every job it considers
+    assert result.considered == 997 and len(result.annotations) == 997
