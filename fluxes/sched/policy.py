@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -164,8 +164,19 @@ class _Order:
 
     def take(self, n: int, pending: Mapping[int, PendingJob]) -> list[PendingJob]:
         """Pop the first *n* live jobs, in order (give back the rest with :meth:`put_back`)."""
-        heap = self.heap
         out: list[PendingJob] = []
+        for _ in self.popping(n, pending, out):
+            pass
+        return out
+
+    def popping(self, n: int, pending: Mapping[int, PendingJob],
+                out: list[PendingJob]) -> Iterator[PendingJob]:
+        """Pop up to *n* live jobs lazily, in order, each also appended to *out*.
+
+        Lazy so that a pass that stops early pops (and later puts back) only
+        the jobs it looked at, not the whole queue depth.
+        """
+        heap = self.heap
         seen: set[int] = set()
         pop = heapq.heappop
         while heap and len(out) < n:
@@ -174,8 +185,9 @@ class _Order:
             if jobid in seen or not self._live(entry, pending):
                 continue  # stale, or a duplicate left by a re-add at the same priority
             seen.add(jobid)
-            out.append(pending[jobid])
-        return out
+            job = pending[jobid]
+            out.append(job)
+            yield job
 
     def put_back(self, jobs: Iterable[PendingJob]) -> None:
         """Push entries for *jobs* again (those still pending after a pass)."""
@@ -339,10 +351,12 @@ class Scheduler:
         result = PassResult()
         planner = PassPlanner(self.pool, now)
         taken: list[tuple[_Order, list[PendingJob]]] = []
+        runs: list[Iterator[PendingJob]] = []
         states: dict[str | None, _QueuePass] = {}
         for name, order in self._orders.items():
             policy = self.policy_of(name)
-            jobs = order.take(policy.queue_depth, self.pending)
+            jobs: list[PendingJob] = []
+            runs.append(order.popping(policy.queue_depth, self.pending, jobs))
             taken.append((order, jobs))
             states[name] = _QueuePass(policy)
         done: list[PendingJob] = []
@@ -351,7 +365,7 @@ class Scheduler:
             # The queues' runs merge into one priority order: the highest-priority
             # head goes first, whatever its queue (ids make the order total).
             has_free = self.pool.has_free
-            for job in heapq.merge(*(jobs for _, jobs in taken), key=_key):
+            for job in heapq.merge(*runs, key=_key):
                 if not full and (not has_free()
                                  or all(st.blocked for st in states.values())):
                     break
