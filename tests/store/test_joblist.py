@@ -92,6 +92,8 @@ class JobListContract:
         store = EventStore(client, KEYS)
         _write_workload(store, client, 40, seed=seed)
         monkeypatch.setattr(joblist_worker, "READ_COUNT", 7)
+        # once caught up every step blocks for new entries: keep that short
+        monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
         rng = random.Random(seed)
         for _ in range(30):
             worker = JobListWorker(instance)
