@@ -20,6 +20,12 @@ KEYS = Keys("t")
 T = 1000.0
 
 
+@pytest.fixture(autouse=True)
+def _short_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once caught up, every step blocks waiting for new entries: keep that short."""
+    monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
+
+
 def _submit(jobid: int, queue: str = "batch") -> tuple[list[ev.Event], dict[str, object]]:
     return ([ev.decode("submit", T + jobid, {"urgency": 16, "userid": 1000 + jobid % 3,
                                             "flags": 0, "version": 1}),
@@ -92,8 +98,6 @@ class JobListContract:
         store = EventStore(client, KEYS)
         _write_workload(store, client, 40, seed=seed)
         monkeypatch.setattr(joblist_worker, "READ_COUNT", 7)
-        # once caught up every step blocks for new entries: keep that short
-        monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
         rng = random.Random(seed)
         for _ in range(30):
             worker = JobListWorker(instance)
