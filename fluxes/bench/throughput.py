@@ -18,6 +18,7 @@ from fluxes.client import Client
 from fluxes.instance import Instance
 from fluxes.jobspec import Jobspec
 from fluxes.launcher import Launcher
+from fluxes.store.groups import read_streams
 
 
 def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str = "1ms",
@@ -68,7 +69,7 @@ def _wait_cleans(inst: Instance, journals: dict[str, str], want: int, deadline: 
     """Count ``clean`` journal entries after the given positions until ``want`` are seen."""
     seen = 0
     while seen < want and time.monotonic() < deadline:
-        reply = inst.redis.xread(journals, count=10000, block=1000)
+        reply = read_streams(inst.redis, journals, 10000, 1000)
         for stream, entries in reply or []:
             journals[stream.decode()] = entries[-1][0].decode()
             for _sid, fields in entries:

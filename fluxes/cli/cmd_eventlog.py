@@ -88,6 +88,7 @@ def _print_entry(entry: JournalEntry, as_json: bool) -> None:
 def _journal(args: argparse.Namespace) -> int:
     """Print (and follow) the journal, filtered."""
     from fluxes.store.eventstore import journal_entry
+    from fluxes.store.groups import read_streams
 
     store = _store(args)
     keys = store.keys
@@ -112,8 +113,9 @@ def _journal(args: argparse.Namespace) -> int:
     if not args.follow:
         return 0
     while True:
-        reply = store.redis.xread({keys.journal(p): last[p] for p in partitions},
-                                  block=0, count=1000)
+        # one read per hash slot (Redis Cluster), each waiting up to a second
+        reply = read_streams(store.redis, {keys.journal(p): last[p] for p in partitions},
+                             1000, 1000)
         for stream, entries in reply or []:
             p = next(q for q in partitions if keys.journal(q) == stream.decode())
             for sid, fields in entries:

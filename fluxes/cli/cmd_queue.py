@@ -155,6 +155,7 @@ def _admin(args: argparse.Namespace) -> int:
 def _wait(args: argparse.Namespace) -> int:
     """Block (on the journals, no polling) until the queue is empty or idle."""
     from fluxes.joblist.store import JobListStore
+    from fluxes.store.groups import read_streams
 
     inst = instance(args)
     timeout = parse_duration(args.timeout) if args.timeout else None
@@ -178,6 +179,6 @@ def _wait(args: argparse.Namespace) -> int:
                 die(f"queue {args.kind}: timeout with {left} jobs left")
             block = max(1, min(1000, int(remaining * 1000)))
         # any journal entry (or a second) means the counters may have moved
-        reply = inst.redis.xread(journals, count=1000, block=block)
+        reply = read_streams(inst.redis, journals, 1000, block)
         for stream, entries in reply or []:
             journals[stream.decode()] = entries[-1][0].decode()

@@ -41,6 +41,7 @@ from fluxes.joblist.model import ReadModel
 from fluxes.joblist.store import JobListStore
 from fluxes.jobspec import Jobspec
 from fluxes.store.eventstore import EventStore
+from fluxes.store.groups import read_streams
 
 KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
 
@@ -205,7 +206,7 @@ class Drill:
         while time.monotonic() < deadline:
             target.supervise()
             try:
-                reply = inst.redis.xread(pos, count=1000, block=100)
+                reply = read_streams(inst.redis, pos, 1000, 100)
             except Exception:
                 time.sleep(0.05)
                 continue

@@ -617,3 +617,22 @@ def test_event_store_on_a_cluster_commits_replays_and_batches(cluster: str) -> N
     assert [r.events for r in results] == [1, 1]
     replayed = store.replay(0)
     assert sorted(replayed.records) == [1, 2]
+
+
+@system
+def test_reading_every_partition_journal_on_a_cluster(cluster: str) -> None:
+    # What `eventlog journal --follow`, `queue drain|idle`, bench and drill do:
+    # one read per slot, never one XREAD across slots (which a cluster refuses).
+    from fluxes.store.groups import read_streams
+
+    client = connect(cluster)
+    keys = Keys("rs", 4)
+    for p in range(4):
+        client.xadd(keys.journal(p), {"j": str(p), "n": "submit"})
+    streams = {keys.journal(p): "0-0" for p in range(4)}
+    with pytest.raises(redis.RedisClusterException):
+        client.xread(streams, count=10)
+    reply = read_streams(client, streams, 10, 100)
+    assert sorted(s.decode() if isinstance(s, bytes) else s for s, _e in reply) == \
+        sorted(streams)
+    client.close()
