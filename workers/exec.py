@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import redis
 
 from fluxes import metrics
 from fluxes import protocol as proto
@@ -73,6 +74,7 @@ from fluxes.idset import IDSet
 from fluxes.instance import Instance
 from fluxes.rset import ResourceSet
 from fluxes.sched.inventory import Inventory
+from fluxes.store.direct import Direct, execute_grouped, stream_entries
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_EXEC
 from workers.base import Worker
@@ -85,6 +87,10 @@ WAKE_BLOCK_MS = 1000
 POLL_MS = 25
 #: After a task exit wakes the loop, how long it waits for other exits to batch them.
 EXIT_LINGER_MS = 2
+#: How long a write holding nothing urgent (started reports, records, acks,
+#: output lines) may wait for company: a short job's "started" and "finished"
+#: then travel in one write, which the job manager handles in one step.
+FLUSH_LINGER_S = 0.005
 #: Time spent handling requests per iteration before the rest of the loop runs.
 STEP_BUDGET_S = 0.1
 #: Registry heartbeat period; the job manager drains ranks silent for a few seconds.
@@ -243,6 +249,11 @@ class Outbox:
     def __bool__(self) -> bool:
         return bool(self.records or self.reports or self.acks or self.output or self.registry)
 
+    def urgent(self) -> bool:
+        """True when the job manager waits on this write: a job finished, released or failed."""
+        return bool(self.finished) or any(job.kind == "done" or job.error
+                                          for job in self.reports.values())
+
 
 # ----------------------------------------------------------------------------- the worker
 
@@ -289,6 +300,9 @@ class ExecWorker(Worker):
         self.cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else frozenset()
         self.streams = {r: self.keys.exec_rank(r) for r in self.ranks}
+        # One rank: the waker's blocking read is the group read of that rank.
+        self._consumer = f"rank{self.ranks[0]}" if len(self.ranks) == 1 else None
+        self.direct = Direct(self.redis, self.keys.exec_registry)  # the global slot
         # Process facts outlive a reload of the state (after a Redis outage):
         # which wrappers are our own children, and the statuses already reaped.
         self.children: set[int] = set()
@@ -332,6 +346,7 @@ class ExecWorker(Worker):
         self.pending = dict.fromkeys(self.ranks, True)
         self.last_ids: dict[int, bytes | str] = dict.fromkeys(self.ranks, "$")
         self.box = Outbox()
+        self._flush_after: float | None = None  # when a lingering write is due
         self._listings: dict[int, dict[tuple[int, int], int]] = {}
         self._next_registry = 0.0
         self._next_prune = time.monotonic() + PRUNE_INTERVAL_S
@@ -435,6 +450,11 @@ class ExecWorker(Worker):
         or ``fluxes stop``: $FLUXES_EXEC_KILL_ON_STOP set): then every task is
         killed, as flux does, rather than left orphaned.
         """
+        if self.box:
+            try:
+                self._flush(self.box)  # what lingered (started reports, output lines)
+            except redis.RedisError:
+                pass  # redelivered to the next worker, which adopts the jobs
         if os.environ.get("FLUXES_EXEC_KILL_ON_STOP"):
             for jobs in self.jobs.values():
                 for job in jobs.values():
@@ -644,10 +664,18 @@ class ExecWorker(Worker):
         if now >= self._next_prune:
             self._next_prune = now + PRUNE_INTERVAL_S
             self._prune(box)
-        self._flush(box)
+        if not box:
+            self._flush_after = None
+            self._finish_cleanup(box)
+        elif box.urgent() or self.stopping:
+            self._flush(box)
+        elif self._flush_after is None:
+            self._flush_after = now + FLUSH_LINGER_S
+        elif now >= self._flush_after:
+            self._flush(box)
 
-    def _wait_ms(self) -> int | None:
-        """How long to wait for something to happen: None (not at all) when work is waiting."""
+    def _wait_ms(self) -> float | None:
+        """How long to wait for something to happen (ms, maybe fractional); None: not at all."""
         if any(self.pending.values()) or self._maybe_new:
             return None
         now = time.monotonic()
@@ -656,11 +684,11 @@ class ExecWorker(Worker):
             ms = min(ms, (self.timers[0][0] - now) * 1000)
         if self.live:  # output files do not announce new data: read them now and then
             ms = min(ms, (self._next_output - now) * 1000)
-        if ms < 1:
-            return None
-        return int(ms)
+        if self._flush_after is not None:
+            ms = min(ms, (self._flush_after - now) * 1000)
+        return max(ms, 0.0)
 
-    def _wait(self, timeout_ms: int | None) -> None:
+    def _wait(self, timeout_ms: float | None) -> None:
         """Wait up to ``timeout_ms`` for a new request, a task's exit or nothing.
 
         Redis answers a blocking read's *timeout* only at its cron rate (every
@@ -672,11 +700,18 @@ class ExecWorker(Worker):
         """
         waker = self.waker
         if timeout_ms is not None:
-            waker.arm({self.streams[r]: self.last_ids[r] for r in self.ranks})
+            waker.arm({self.streams[r]: self.last_ids[r] for r in self.ranks},
+                      self._consumer)
             if self._waker_fd is None:
                 self._waker_fd = waker.fileno()
                 self.poller.register(self._waker_fd, select.POLLIN)
-        events = self.poller.poll(timeout_ms or 0)
+        if timeout_ms is not None and timeout_ms < 1:
+            # poll() counts whole milliseconds, rounding up: a simulated job
+            # due in 0.3 ms would end up to a millisecond late (or, waiting 0,
+            # the loop would spin until it is due). Sleep the fraction instead.
+            time.sleep(timeout_ms / 1000)
+            timeout_ms = 0
+        events = self.poller.poll(int(timeout_ms or 0))
         if events and self.pidfds and all(fd in self.pidfds for fd, _e in events):
             # Tasks of a job tend to end together: a moment's wait lets one
             # iteration (one write, one report entry) take them all.
@@ -691,21 +726,34 @@ class ExecWorker(Worker):
             elif fd == self._waker_fd and self._waker_fd is not None:
                 self.poller.unregister(fd)
                 self._waker_fd = None
-                if waker.consume():
-                    self._maybe_new = True
+                reply = waker.consume()
+                if self._consumer is None:
+                    self._maybe_new = bool(reply)
+                elif reply:
+                    entries = _entries(stream_entries(reply))
+                    # a full read may have left more behind: read on at once
+                    self._maybe_new = len(entries) >= READ_COUNT
+                    self._take({self.ranks[0]: entries})
 
     def _read(self) -> None:
         """Read new (or, after a restart, pending) requests and fetch what their starts need."""
-        pipe = self.redis.pipeline(transaction=False)
-        for rank in self.ranks:
-            start = "0" if self.pending[rank] else ">"
-            pipe.xreadgroup(GROUP_EXEC, f"rank{rank}", {self.streams[rank]: start},
-                            count=READ_COUNT)
-        got = {rank: _entries(reply) for rank, reply in zip(self.ranks, pipe.execute(),
-                                                            strict=True)}
+        # every rank's request stream is in the global slot: one round trip
+        commands = [("XREADGROUP", "GROUP", GROUP_EXEC, f"rank{rank}", "COUNT", READ_COUNT,
+                     "STREAMS", self.streams[rank], "0" if self.pending[rank] else ">")
+                    for rank in self.ranks]
+        replies = self.direct.execute(commands)
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        got = {rank: _entries(stream_entries(reply))
+               for rank, reply in zip(self.ranks, replies, strict=True)}
         # A full read may have left more behind; otherwise only the waker's
         # signal (or a restart) says there is something new.
         self._maybe_new = any(len(entries) >= READ_COUNT for entries in got.values())
+        self._take(got)
+
+    def _take(self, got: Mapping[int, list[tuple[bytes, Any]]]) -> None:
+        """Queue the request entries read per rank; fetch what their starts need."""
         new_starts: list[int] = []
         for rank, entries in got.items():
             redelivered = self.pending[rank]
@@ -745,11 +793,15 @@ class ExecWorker(Worker):
 
     def _fetch(self, jobids: Sequence[int]) -> None:
         """Job hash fields of every new start, in one round trip."""
-        pipe = self.redis.pipeline(transaction=False)
         unique = list(dict.fromkeys(jobids))
-        for jobid in unique:
-            pipe.hmget(self.keys.job(jobid), "jobspec_full", "jobspec", "R", "owner", "result")
-        for jobid, (full, submitted, r_raw, owner, result) in zip(unique, pipe.execute(),
+        keys = [self.keys.job(jobid) for jobid in unique]
+        replies = execute_grouped(self.redis, [
+            (key, ("HMGET", key, "jobspec_full", "jobspec", "R", "owner", "result"))
+            for key in keys])
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply
+        for jobid, (full, submitted, r_raw, owner, result) in zip(unique, replies,
                                                                   strict=True):
             # The ingest stores jobspec_full only when defaults changed the jobspec.
             self.fetched[jobid] = (full if full is not None else submitted, r_raw, owner,
@@ -1190,16 +1242,18 @@ class ExecWorker(Worker):
 
     def _flush(self, box: Outbox) -> None:
         """Write the iteration's effects: one MULTI for the global slot, then other slots."""
+        self._flush_after = None
         if not box:
             self._finish_cleanup(box)
             return
         keys = self.keys
-        pipe = self.redis.pipeline(transaction=True)
-        later = None
+        tx: list[tuple[Any, ...]] = []
+        later: list[tuple[str, tuple[Any, ...]]] = []
+        maxlen = self.output_maxlen
         for jobid, entries in box.output.items():
             key = keys.output(jobid)
             for fields in entries:
-                pipe.xadd(key, fields, maxlen=self.output_maxlen, approximate=True)
+                tx.append(_xadd(key, fields, maxlen))
         sets: dict[int, dict[str, bytes]] = {}
         dels: dict[int, list[str]] = {}
         for (rank, jobid), job in box.records.items():
@@ -1208,30 +1262,31 @@ class ExecWorker(Worker):
             else:
                 sets.setdefault(rank, {})[str(jobid)] = job.record()
         for rank, mapping in sets.items():
-            pipe.hset(keys.exec_jobs(rank), mapping=mapping)
+            tx.append(("HSET", keys.exec_jobs(rank), *_flat(mapping)))
         for rank, names in dels.items():
-            pipe.hdel(keys.exec_jobs(rank), *names)
+            tx.append(("HDEL", keys.exec_jobs(rank), *names))
         for rank, ids in box.acks.items():
-            pipe.xack(self.streams[rank], GROUP_EXEC, *ids)
+            tx.append(("XACK", self.streams[rank], GROUP_EXEC, *ids))
         if box.registry:
-            pipe.hset(keys.exec_registry, mapping=box.registry)
+            tx.append(("HSET", keys.exec_registry, *_flat(box.registry)))
         by_partition: dict[int, list[dict[str, Any]]] = {}
         for job in box.reports.values():
             by_partition.setdefault(keys.partition_of(job.id), []).append(job.report())
         anchor = keys.exec_registry
         for partition, msgs in by_partition.items():
             stream = keys.exec_events(partition)
-            if keys.same_slot(stream, anchor):
-                target = pipe
-            else:
-                if later is None:
-                    later = self.redis.pipeline(transaction=False)
-                target = later
             for i in range(0, len(msgs), REPORT_CHUNK):
-                target.xadd(stream, proto.encode(msgs[i:i + REPORT_CHUNK]))
-        pipe.execute()
-        if later is not None:
-            later.execute()
+                command = _xadd(stream, proto.encode(msgs[i:i + REPORT_CHUNK]))
+                if keys.same_slot(stream, anchor):
+                    tx.append(command)
+                else:
+                    later.append((stream, command))
+        if tx:
+            self.direct.transaction(tx)
+        if later:
+            for reply in execute_grouped(self.redis, later):
+                if isinstance(reply, redis.ResponseError):
+                    raise reply
         self._finish_cleanup(box)
 
     def _finish_cleanup(self, box: Outbox) -> None:
@@ -1260,11 +1315,7 @@ def _pool_for(client: Any, key: str) -> Any:
 
 
 class _Waker:
-    """A blocking XREAD kept outstanding on a connection of its own.
-
-    Its answer means "a request stream has something new"; the loop reads
-    the entries themselves through the consumer group.
-    """
+    """A blocking read kept outstanding on a connection of its own (see :meth:`arm`)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
@@ -1272,26 +1323,37 @@ class _Waker:
         self.conn: Any = None
         self.outstanding = False
 
-    def arm(self, streams: Mapping[str, bytes | str]) -> None:
-        """Send the XREAD (from the last delivered ids) unless one is already out."""
+    def arm(self, streams: Mapping[str, bytes | str], consumer: str | None = None) -> None:
+        """Send the blocking read unless one is already out.
+
+        With ``consumer`` (a worker serving one rank) it is the consumer
+        group read itself, so its answer carries the new entries and saves a
+        round trip per wake-up; otherwise an XREAD from the last delivered ids
+        only signals that the per-rank group reads have something to take.
+        """
         if self.outstanding:
             return
         if self.conn is None:
             self.pool = _pool_for(self.client, next(iter(streams)))
             self.conn = self.pool.get_connection()
-        self.conn.send_command("XREAD", "COUNT", 1, "BLOCK", WAKE_BLOCK_MS, "STREAMS",
-                               *streams.keys(), *streams.values())
+        if consumer is not None:
+            self.conn.send_command("XREADGROUP", "GROUP", GROUP_EXEC, consumer, "COUNT",
+                                   READ_COUNT, "BLOCK", WAKE_BLOCK_MS, "STREAMS",
+                                   *streams.keys(), *(">" for _ in streams))
+        else:
+            self.conn.send_command("XREAD", "COUNT", 1, "BLOCK", WAKE_BLOCK_MS, "STREAMS",
+                                   *streams.keys(), *streams.values())
         self.outstanding = True
 
     def fileno(self) -> int:
         """The connection's socket, to poll() on."""
         return int(self.conn._sock.fileno())  # redis-py keeps no public accessor
 
-    def consume(self) -> bool:
-        """Read the answer; True when it carried entries (False: it timed out)."""
+    def consume(self) -> Any:
+        """Read the answer: the raw stream reply (None when the read timed out)."""
         reply = self.conn.read_response()
         self.outstanding = False
-        return bool(reply)
+        return reply
 
     def close(self) -> None:
         """Drop the connection (an answer still out would confuse its next user)."""
@@ -1390,6 +1452,20 @@ def _split_long(line: bytes) -> list[bytes]:
     if len(line) <= MAX_LINE:
         return [line]
     return [line[i:i + MAX_LINE] for i in range(0, len(line), MAX_LINE)]
+
+
+def _xadd(key: str, fields: Mapping[Any, Any], maxlen: int | None = None) -> tuple[Any, ...]:
+    """An XADD command (trimmed approximately to ``maxlen`` entries when given)."""
+    trim = ("MAXLEN", "~", maxlen) if maxlen is not None else ()
+    return ("XADD", key, *trim, "*", *_flat(fields))
+
+
+def _flat(mapping: Mapping[Any, Any]) -> list[Any]:
+    """A mapping as the field/value list of HSET or XADD."""
+    out: list[Any] = []
+    for field_, value in mapping.items():
+        out += (field_, value)
+    return out
 
 
 def _entries(reply: Any) -> list[tuple[bytes, Any]]:

@@ -33,7 +33,7 @@ from fluxes.jm.core import Ack, Effects, JobManagerCore
 from fluxes.job import events as ev
 from fluxes.queues import fold_queue_events
 from fluxes.store.eventstore import Batch, ConflictError, EventStore, FencedError
-from fluxes.store.groups import ensure_group
+from fluxes.store.groups import ensure_group, read_streams
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker
@@ -202,7 +202,7 @@ class JobManagerWorker(Worker):
         else:
             streams = dict.fromkeys(self.inputs, ">")
             block = self._block_ms(core)
-        reply = self.redis.xreadgroup(GROUP_JM, "jm", streams, count=READ_COUNT, block=block)
+        reply = read_streams(self.redis, streams, READ_COUNT, block, GROUP_JM, "jm")
         fx = Effects()
         got = 0
         for stream_b, entries in reply or []:

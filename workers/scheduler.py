@@ -32,6 +32,7 @@ from fluxes.sched.inventory import Inventory
 from fluxes.sched.policy import PendingJob, QueuePolicy, Scheduler
 from fluxes.sched.pool import ResourcePool
 from fluxes.sched.request import Request
+from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import EventStore, FencedError
 from fluxes.store.groups import read_streams
 from fluxes.store.lease import LEASE_TTL_MS, Lease
@@ -371,7 +372,8 @@ class SchedulerWorker(Worker):
             if epoch != session.epoch:
                 continue  # from an older session
             if kind == "hello-reply":
-                self._recover(session, msg["alloc"], out)
+                if not session.ready:  # a repeated answer to this epoch's hello: done
+                    self._recover(session, msg["alloc"], out)
             elif kind == "alloc":
                 allocs.append(msg)
             elif kind == "cancel":
@@ -419,10 +421,8 @@ class SchedulerWorker(Worker):
         pool = self.pool
         assert pool is not None
         ids = [int(a["id"]) for a in alloc if isinstance(a, dict) and "id" in a]
-        pipe = self.redis.pipeline(transaction=False)
-        for jobid in ids:
-            pipe.hmget(self.keys.job(jobid), ["R", "jobspec_full", "jobspec"])
-        for jobid, (raw_r, full, orig) in zip(ids, pipe.execute(), strict=True):
+        for jobid, (raw_r, full, orig) in zip(ids, self._job_fields(
+                ids, ("R", "jobspec_full", "jobspec")), strict=True):
             if not raw_r:
                 self.log.error("job holds resources but has no R", extra={"job": jobid})
                 continue
@@ -452,10 +452,8 @@ class SchedulerWorker(Worker):
         sched, pool = self.sched, self.pool
         assert sched is not None and pool is not None
         arrived = time.monotonic()
-        pipe = self.redis.pipeline(transaction=False)
-        for msg in allocs:
-            pipe.hmget(self.keys.job(msg["id"]), ["jobspec_full", "jobspec"])
-        for n, (msg, (full, orig)) in enumerate(zip(allocs, pipe.execute(), strict=True)):
+        fields = self._job_fields([msg["id"] for msg in allocs], ("jobspec_full", "jobspec"))
+        for n, (msg, (full, orig)) in enumerate(zip(allocs, fields, strict=True)):
             if n % 512 == 511:
                 self.keepalive()
             jobid = msg["id"]
@@ -475,6 +473,15 @@ class SchedulerWorker(Worker):
                                  request))
             self._alloc_arrived[jobid] = arrived
             self._dirty = True
+
+    def _job_fields(self, jobids: list[int], names: tuple[str, ...]) -> list[list[Any]]:
+        """Fields of each job's hash, in one round trip (one per slot on a cluster)."""
+        keys = [self.keys.job(jobid) for jobid in jobids]
+        replies = execute_grouped(self.redis, [(key, ("HMGET", key, *names)) for key in keys])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
 
     def _schedule(self, now: float, out: dict[int, list[dict[str, Any]]]) -> None:
         sched = self.sched

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 import redis
 
 from fluxes.job.states import JobState
 from fluxes.joblist.model import Change, JobSummary
+from fluxes.store.direct import Direct
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_JOBLIST, Keys
 
@@ -70,24 +72,28 @@ class JobListStore:
             totals.update(change.counters)
             if change.became_inactive:
                 became_inactive.add(change.summary.id)
-        tx = pipe if pipe is not None else self.redis.pipeline(transaction=True)
+        commands: list[tuple[Any, ...]] = []
         if latest:
-            tx.hset(jobs_key, mapping={j: c.summary.to_json() for j, c in latest.items()})
-            actives = {j: c.summary.job.t_submit for j, c in latest.items()
-                       if c.summary.job.state is not JobState.INACTIVE}
+            commands.append(("HSET", jobs_key, *_flat((j, c.summary.to_json())
+                                                      for j, c in latest.items())))
+            actives = [(c.summary.job.t_submit, j) for j, c in latest.items()
+                       if c.summary.job.state is not JobState.INACTIVE]
             if actives:
-                tx.zadd(active, actives)
+                commands.append(("ZADD", active, *_flat(actives)))
         if became_inactive:
-            tx.zrem(active, *became_inactive)
-            tx.zadd(inactive, {j: latest[j].summary.job.t_inactive or 0.0
-                               for j in became_inactive})
+            commands.append(("ZREM", active, *became_inactive))
+            commands.append(("ZADD", inactive, *_flat(
+                (latest[j].summary.job.t_inactive or 0.0, j) for j in became_inactive)))
         for key, delta in totals.items():
             if delta:
-                tx.hincrby(counts, key, delta)
+                commands.append(("HINCRBY", counts, key, delta))
         if ack_ids:
-            tx.xack(keys.journal(partition), GROUP_JOBLIST, *ack_ids)
-        if pipe is None:
-            tx.execute()
+            commands.append(("XACK", keys.journal(partition), GROUP_JOBLIST, *ack_ids))
+        if pipe is not None:
+            for command in commands:
+                pipe.execute_command(*command)
+        elif commands:
+            Direct(self.redis, jobs_key).transaction(commands)
 
     def counters(self) -> Counter[str]:
         """Counters summed over partitions (zero counts left out)."""
@@ -129,3 +135,11 @@ class JobListStore:
             more.sort()
             out += [j for _, j in more]
         return out if limit is None else out[:limit]
+
+
+def _flat(pairs: Iterable[tuple[Any, Any]]) -> list[Any]:
+    """Pairs as one flat argument list (HSET field value ..., ZADD score member ...)."""
+    out: list[Any] = []
+    for a, b in pairs:
+        out += (a, b)
+    return out

@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import orjson
 import redis
+from redis.exceptions import NoScriptError
 
 from fluxes.errors import FluxesError
 from fluxes.job import events as ev
@@ -24,6 +25,7 @@ from fluxes.job.codec import CODEC_VERSION
 from fluxes.job.model import Job, TransitionError, apply
 from fluxes.job.record import JobRecord, apply_record
 from fluxes.job.states import JobState
+from fluxes.store.direct import Direct
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
 
@@ -248,6 +250,7 @@ class EventStore:
         self.redis = client
         self.keys = keys
         self._commit = client.register_script(lua_source("commit"))
+        self._direct: dict[str, Direct] = {}
         # A second client on the same connections whose XRANGE replies stay raw
         # (flat field lists): redis-py's pairs-to-dict conversion cost more than
         # everything else on the replay path.
@@ -266,25 +269,40 @@ class EventStore:
 
     # ------------------------------------------------------------ writes
 
+    def direct(self, anchor: str) -> Direct:
+        """Hot-path calls for the slot of ``anchor`` (one per partition, kept)."""
+        found = self._direct.get(anchor)
+        if found is None:
+            found = self._direct[anchor] = Direct(self.redis, anchor)
+        return found
+
     def commit(self, batch: Batch, token: str = "") -> CommitResult:
         """Write ``batch`` atomically; raise FencedError / ConflictError and write nothing."""
         keys, args = batch.script_args(token)
+        script = self._commit
         try:
-            result = self._commit(keys=keys, args=args)
+            # keys[1] is the partition journal: every key of a batch is in its slot
+            result = self.direct(keys[1]).evalsha(script.sha, script.script, keys, args)
         except redis.ResponseError as exc:
             raise _commit_error(exc) from None
         return _commit_result(result)
 
     def commit_many(self, batches: Sequence[Batch], token: str = "") -> list[CommitResult]:
         """Commit several batches in one round trip (each one atomic on its own)."""
-        if len(batches) == 1 or not self._raw_lists:
-            # (redis-py runs no scripts inside a cluster pipeline: one call each)
+        anchors = {batch.script_args(token)[0][1] for batch in batches}
+        if len(batches) == 1 or len(anchors) != 1:
+            # batches of several partitions (maybe on several cluster nodes): one call each
             return [self.commit(batch, token) for batch in batches]
-        pipe = self.redis.pipeline(transaction=False)
+        script = self._commit
+        direct = self.direct(anchors.pop())
+        commands = []
         for batch in batches:
             keys, args = batch.script_args(token)
-            self._commit(keys=keys, args=args, client=pipe)
-        results = pipe.execute(raise_on_error=False)
+            commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+        results = direct.execute(commands)
+        if any(isinstance(r, NoScriptError) for r in results):
+            direct.call("SCRIPT", "LOAD", script.script)
+            results = direct.execute(commands)
         out = []
         for result in results:
             if isinstance(result, redis.ResponseError):

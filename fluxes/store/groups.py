@@ -6,6 +6,8 @@ from typing import Any
 
 import redis
 
+from fluxes.store.direct import Direct, slot_tag, stream_entries
+
 
 def ensure_group(client: redis.Redis, stream: str, group: str, start: str = "0") -> None:
     """Create consumer group ``group`` on ``stream`` (and the stream) unless it exists."""
@@ -14,12 +16,6 @@ def ensure_group(client: redis.Redis, stream: str, group: str, start: str = "0")
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
-
-
-def _tag(key: str) -> str:
-    """The hash-tag part of a key (``{fx:p1}``), which decides its Cluster slot."""
-    end = key.find("}")
-    return key[: end + 1] if key.startswith("{") and end > 0 else key
 
 
 def read_streams(client: redis.Redis, streams: dict[str, str], count: int,
@@ -32,15 +28,17 @@ def read_streams(client: redis.Redis, streams: dict[str, str], count: int,
     """
     by_tag: dict[str, dict[str, str]] = {}
     for key, pos in streams.items():
-        by_tag.setdefault(_tag(key), {})[key] = pos
+        by_tag.setdefault(slot_tag(key), {})[key] = pos
     parts = list(by_tag.values())
     out: list[Any] = []
     share = None if block is None else max(1, block // len(parts))
     for part in parts:
         wait = None if out else share  # block only while nothing has arrived yet
-        if group is not None:
-            reply = client.xreadgroup(group, consumer or "", part, count=count, block=wait)
-        else:
-            reply = client.xread(part, count=count, block=wait)
-        out.extend(reply or [])
+        command: list[Any] = ["XREAD"] if group is None else \
+            ["XREADGROUP", "GROUP", group, consumer or ""]
+        command += ["COUNT", count]
+        if wait is not None:
+            command += ["BLOCK", wait]
+        command += ["STREAMS", *part.keys(), *part.values()]
+        out.extend(stream_entries(Direct(client, next(iter(part))).call(*command)))
     return out

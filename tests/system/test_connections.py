@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -28,6 +27,7 @@ import redis
 from redis.crc import key_slot
 
 from fluxes.client import Client
+from fluxes.errors import FluxesError
 from fluxes.instance import Instance, InstanceURI
 from fluxes.job import events as ev
 from fluxes.jobspec import Jobspec
@@ -35,7 +35,6 @@ from fluxes.launcher import Launcher
 from fluxes.store.connection import connect, parse_redis_url, redact
 from fluxes.store.eventstore import Batch, CommitResult, EventStore, FencedError
 from fluxes.store.keys import Keys
-from fluxes.store.scripts import lua_source
 from tests.system.conftest import need_redis
 
 T = 1_700_000_000.0
@@ -523,14 +522,8 @@ def cluster(servers: Servers) -> str:
 
 
 def commit_on(client: Any, batch: Batch, token: str = "") -> CommitResult:
-    """``EventStore.commit`` exactly as written, on a client EventStore cannot wrap yet.
-
-    EventStore.__init__ needs ``client.connection_pool``, which a RedisCluster
-    lacks (see the strict xfail below); its commit method only needs the
-    registered script, so it runs here with that alone.
-    """
-    stand_in = SimpleNamespace(_commit=client.register_script(lua_source("commit")))
-    return EventStore.commit(cast(EventStore, stand_in), batch, token)
+    """``EventStore.commit`` on a cluster client (hot-path calls go to the slot's node)."""
+    return EventStore(client, Keys("unused", 1)).commit(batch, token)
 
 
 @system
@@ -601,7 +594,8 @@ def test_cluster_client_refuses_a_step_across_slots(cluster: str) -> None:
     keys = Keys("x", 4)
     batch = job_batch(keys, 0, 4, 0, ["submit"])
     batch.push_reply(keys.reply("alice", "r"), b"ok", 1000)  # global slot, not partition 0
-    with pytest.raises(redis.RedisClusterException, match="same key slot"):
+    # the server refuses it (CROSSSLOT) before running anything
+    with pytest.raises(FluxesError, match="same slot"):
         commit_on(client, batch)
     assert client.xlen(keys.eventlog(4)) == 0
     client.close()

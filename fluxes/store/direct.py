@@ -1,0 +1,169 @@
+"""Hot-path Redis calls: commands written straight to a pooled connection.
+
+redis-py's command layer costs about 40 us of Python per call (argument
+filtering, retry and telemetry wrappers, connection bookkeeping, reply
+callbacks), more than Redis itself spends on most commands fluxes sends, and
+a worker's loop sends a few per step. :class:`Direct` packs a step's
+commands with redis-py's own packer, writes them on a connection taken from
+the client's own pool, and returns hiredis' replies as they are. Because the
+connection and pool are redis-py's, TLS, authentication, health checks,
+Sentinel failover and a cluster's per-node pools all still apply; only the
+per-command wrappers are skipped. Measured with ``fluxes bench throughput``
+(see docs/operations.md, "Throughput").
+
+Replies are raw: a stream read is a map (RESP3) or a flat list (RESP2);
+:func:`stream_entries` turns either into redis-py's familiar shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import redis
+from redis.exceptions import AskError, MovedError, NoScriptError
+
+#: Cluster redirections (redis-py strips the MOVED/ASK prefix into these types).
+_REDIRECTS = (MovedError, AskError)
+#: One command: its name and arguments, e.g. ("XACK", stream, group, id).
+Command = Sequence[Any]
+
+
+class Direct:
+    """Send commands for keys of one hash slot in one round trip.
+
+    ``anchor`` is any key of the slot the commands touch: on a Redis Cluster
+    it picks the node whose pool is used (the slot map is looked up on every
+    call, so it follows resharding); elsewhere the client's pool serves all.
+    """
+
+    __slots__ = ("_anchor", "_client", "_pool")
+
+    def __init__(self, client: Any, anchor: str) -> None:
+        self._client = client
+        self._anchor = anchor
+        self._pool = getattr(client, "connection_pool", None)
+
+    def _pool_now(self) -> Any:
+        if self._pool is not None:
+            return self._pool
+        return self._client.get_node_from_key(self._anchor).redis_connection.connection_pool
+
+    def execute(self, commands: Iterable[Command]) -> list[Any]:
+        """Send ``commands`` in one write and return every reply, in order.
+
+        An error reply comes back as a ``redis.ResponseError`` in its place
+        (the other commands still ran, as in a pipeline); a connection error
+        is raised, after dropping the connection. A cluster redirect
+        (MOVED/ASK: the slot moved) refreshes the slot map and is raised as a
+        ``redis.ConnectionError``, which workers treat like any outage:
+        reconnect and rebuild from what is stored.
+        """
+        commands = list(commands)
+        if not commands:
+            return []
+        pool = self._pool_now()
+        conn = pool.get_connection()
+        try:
+            conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(conn.read_response())
+                except redis.ResponseError as exc:
+                    replies.append(exc)
+        except BaseException:
+            # a reply may be half read: the connection cannot be reused
+            conn.disconnect()
+            raise
+        finally:
+            pool.release(conn)
+        for reply in replies:
+            if isinstance(reply, _REDIRECTS):
+                manager = getattr(self._client, "nodes_manager", None)
+                if manager is not None:
+                    manager.initialize()
+                raise redis.ConnectionError(f"cluster slot moved: {reply}")
+        return replies
+
+    def call(self, *command: Any) -> Any:
+        """One command; its error reply is raised."""
+        reply = self.execute([command])[0]
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+        return reply
+
+    def transaction(self, commands: Iterable[Command]) -> list[Any]:
+        """Run ``commands`` in MULTI/EXEC (one round trip); raise the first error."""
+        commands = list(commands)
+        replies = self.execute([("MULTI",), *commands, ("EXEC",)])
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):
+                raise reply  # EXECABORT, or a command refused while queueing
+        results = replies[-1]
+        if results is None:
+            raise redis.WatchError("transaction aborted")
+        for result in results:
+            if isinstance(result, redis.ResponseError):
+                raise result
+        return list(results)
+
+    def evalsha(self, sha: str, source: str | bytes, keys: Sequence[Any],
+                args: Sequence[Any]) -> Any:
+        """Run a script by its SHA1, loading it first when the server does not know it
+        (a restarted Redis, a failover to a replica that never saw it)."""
+        command = ("EVALSHA", sha, len(keys), *keys, *args)
+        reply = self.execute([command])[0]
+        if isinstance(reply, NoScriptError):
+            self.call("SCRIPT", "LOAD", source)
+            reply = self.execute([command])[0]
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+        return reply
+
+
+def stream_entries(reply: Any) -> list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]:
+    """An XREAD/XREADGROUP reply as ``[(stream, [(id, {field: value}), ...]), ...]``.
+
+    Accepts the RESP3 map and the RESP2 list forms; a timed-out read (nil)
+    gives []. An entry deleted from the stream while pending has no fields
+    (``{}``).
+    """
+    if not reply:
+        return []
+    pairs = reply.items() if isinstance(reply, dict) else reply
+    out = []
+    for stream, entries in pairs:
+        decoded = []
+        for msg_id, fields in entries:
+            if fields:
+                it = iter(fields)
+                decoded.append((msg_id, dict(zip(it, it, strict=True))))
+            else:
+                decoded.append((msg_id, {}))
+        out.append((stream, decoded))
+    return out
+
+
+def slot_tag(key: str) -> str:
+    """The hash-tag part of a key (``{fx:p1}``), which decides its Cluster slot."""
+    end = key.find("}")
+    return key[: end + 1] if key.startswith("{") and end > 0 else key
+
+
+def execute_grouped(client: Any, commands: Sequence[tuple[str, Command]]) -> list[Any]:
+    """Run ``(anchor key, command)`` pairs, one round trip per hash slot on a cluster and
+    one in all elsewhere; replies (errors in place) come back in the given order."""
+    if getattr(client, "connection_pool", None) is not None or not commands:
+        return Direct(client, commands[0][0] if commands else "").execute(
+            [command for _anchor, command in commands])
+    by_tag: dict[str, list[int]] = {}
+    for i, (anchor, _command) in enumerate(commands):
+        by_tag.setdefault(slot_tag(anchor), []).append(i)
+    replies: list[Any] = [None] * len(commands)
+    for indexes in by_tag.values():
+        got = Direct(client, commands[indexes[0]][0]).execute(
+            [commands[i][1] for i in indexes])
+        for i, reply in zip(indexes, got, strict=True):
+            replies[i] = reply
+    return replies
