@@ -43,10 +43,13 @@ from fluxes.security import (
 )
 from fluxes.store import acl
 from fluxes.store.connection import connect
+from fluxes.store.keys import Keys
 from fluxes.store.server import RedisServer
 
 #: Seconds a crashed worker waits before it is started again.
 RESTART_DELAY = 0.5
+#: Longest wait for a new instance to be usable before its command runs.
+READY_TIMEOUT_S = 30.0
 
 
 @dataclass
@@ -84,7 +87,12 @@ class Launcher:
     def resources(self, config: InstanceConfig) -> dict[str, Any]:
         """The ``[resource]`` table: from the configuration, else N simulated nodes."""
         if config.resource:
-            return dict(config.resource)
+            table = dict(config.resource)
+            path = table.get("path")
+            if isinstance(path, str) and path:
+                # recorded for workers that may run in another directory
+                table["path"] = os.path.abspath(path)
+            return table
         if self.nodes < 1 or self.cores_per_node < 1 or self.gpus_per_node < 0:
             raise FluxesError("--nodes and --cores-per-node must be >= 1, --gpus-per-node >= 0")
         entry: dict[str, Any] = {"hosts": f"node[0-{self.nodes - 1}]" if self.nodes > 1
@@ -95,7 +103,7 @@ class Launcher:
 
     def nranks(self, resources: dict[str, Any]) -> int:
         """How many execution targets the inventory has (one exec worker each)."""
-        return len(Inventory.from_config({"resource": resources}))
+        return len(Inventory.from_table(resources))
 
     # ------------------------------------------------------------ bring-up
 
@@ -119,7 +127,31 @@ class Launcher:
         self._define_workers(nranks)
         for spec in self.workers:
             self._spawn(spec)
+        self._wait_ready(url, nranks)
         return self.uri
+
+    def _wait_ready(self, url: str, nranks: int, timeout: float = READY_TIMEOUT_S) -> None:
+        """Wait until the instance is usable: the scheduler has published its view of
+        the resources and every exec worker has registered (as ``flux start`` runs
+        its command only once the broker's modules are loaded). A worker that dies
+        meanwhile, or the timeout, ends the wait: the supervisor and the command
+        then see the instance as it is."""
+        keys = Keys(self.namespace, self.partitions)
+        client = connect(url)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if any(w.proc is not None and w.proc.poll() is not None for w in self.workers):
+                    return
+                pipe = client.pipeline(transaction=False)
+                pipe.exists(keys.sched_status)
+                pipe.hlen(keys.exec_registry)
+                published, registered = pipe.execute()
+                if published and registered >= nranks:
+                    return
+                time.sleep(0.05)
+        finally:
+            client.close()
 
     def _start_server(self) -> str:
         """Start the private redis-server; with ``require_auth``, protect it. Its URL."""

@@ -140,6 +140,15 @@ _STREAMS = (("o", "stdout", "out", 1), ("e", "stderr", "err", 2))
 # ----------------------------------------------------------------------------- state
 
 
+class StartFailed(ValueError):
+    """The job's command cannot be executed: the tasks end with exit ``code`` at once."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+
 class Stream:
     """A task's forwarded output file: what was forwarded (``offset``) and the partial line."""
 
@@ -434,7 +443,7 @@ class ExecWorker(Worker):
         if not raw:
             return
         try:
-            inventory = Inventory.from_config({"resource": orjson.loads(raw)})
+            inventory = Inventory.from_table(orjson.loads(raw))
         except ValueError:
             return  # a bad inventory is the scheduler's problem; keep what we have
         for rank in self.ranks:
@@ -851,6 +860,11 @@ class ExecWorker(Worker):
         now = time.time()
         try:
             job = self._start(box, rank, jobid, data, now, redelivered)
+        except StartFailed as exc:
+            # the job started and its tasks could not: it fails with their exit code
+            job = self._done(ExecJob(jobid, rank, "run", started=True), now,
+                             status=wait_status(exc.code), error=str(exc))
+            self._eof(box, job)
         except ValueError as exc:
             job = self._done(ExecJob(jobid, rank, "run"), now, error=str(exc))
             self._eof(box, job)
@@ -994,7 +1008,9 @@ class ExecWorker(Worker):
         env = job_environment(self.base_env, environment_overlay(spec))
         problem = self._command_error(argv[0], env.get("PATH"), cwd)
         if problem:
-            raise ValueError(problem)
+            # as a shell (and flux's job shell) would: 127 not found, 126 not executable
+            raise StartFailed(problem, 127 if problem.endswith(os.strerror(errno.ENOENT))
+                              else 126)
         job = ExecJob(jobid, rank, "run", started=True, forward=forward)
         if share.ntasks == 0:
             self._done(job, now, status=0)

@@ -13,6 +13,7 @@ by the epoch, so a deposed scheduler can neither write R nor answer.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -64,11 +65,7 @@ def load_inventory(instance: Instance) -> Inventory:
     table: Mapping[str, Any] = orjson.loads(raw) if raw else instance.config().resource
     if not table:
         raise FluxesError("the instance has no resources configured ([resource] table)")
-    path = table.get("path")
-    if isinstance(path, str):
-        with open(path, "rb") as f:
-            return Inventory.from_rset(f.read())
-    return Inventory.from_config({"resource": dict(table)})
+    return Inventory.from_table(table)
 
 
 class Session:
@@ -110,6 +107,10 @@ class SchedulerWorker(Worker):
         self._recover_started = 0.0
         self._r_writes: dict[int, dict[int, bytes]] = {}
         self.drained: dict[int, tuple[str, bool]] = {}  # rank -> (reason, automatic)
+        #: ranks drained for a job whose allocation hello could not recover
+        self._quarantined: dict[int, IDSet] = {}
+        raw_uid = self.redis.hget(self.keys.instance, "owner_uid")
+        self.owner_uid = int(raw_uid) if raw_uid else os.getuid()
         self._resource_pos = "0-0"
         self._housekept = 0.0
         self._lead_since = 0.0
@@ -158,6 +159,7 @@ class SchedulerWorker(Worker):
         self.sched = Scheduler(self.pool, self._queue_policies(config))
         self.sent = {}
         self.drained = {}
+        self._quarantined = {}
         self._resource_pos = "0-0"
         self._read_resource_events()
         self._lead_since = time.monotonic()
@@ -397,6 +399,11 @@ class SchedulerWorker(Worker):
                     pool.free(jobid)
                 except ValueError:
                     pass  # not held here (freed before a restart): still answer
+                quarantined = self._quarantined.pop(jobid, None)
+                if quarantined:
+                    self.redis.xadd(self.keys.resource_events, {"d": resource_event(
+                        "undrain", str(quarantined))})
+                    self._read_resource_events()
                 out.append({"t": "free-response", "id": jobid})
                 self._dirty = True
         if allocs:
@@ -420,11 +427,13 @@ class SchedulerWorker(Worker):
         """Hello reply: put every held R back into the pool, then say ready."""
         pool = self.pool
         assert pool is not None
-        ids = [int(a["id"]) for a in alloc if isinstance(a, dict) and "id" in a]
+        held = {int(a["id"]): a.get("ranks") for a in alloc if isinstance(a, dict) and "id" in a}
+        ids = list(held)
+        lost: list[tuple[int, str]] = []
         for jobid, (raw_r, full, orig) in zip(ids, self._job_fields(
                 ids, ("R", "jobspec_full", "jobspec")), strict=True):
             if not raw_r:
-                self.log.error("job holds resources but has no R", extra={"job": jobid})
+                lost.append((jobid, "the job holds resources but has no R"))
                 continue
             try:
                 rset = ResourceSet(raw_r)
@@ -434,8 +443,9 @@ class SchedulerWorker(Worker):
                 pool.adopt(jobid, rset, memory=memory,
                            exclusive=bool(request is not None and request.exclusive))
             except (ValueError, FluxesError) as exc:
-                self.log.error("cannot recover allocation", extra={"job": jobid,
-                                                                  "error": str(exc)})
+                lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
+        if lost:
+            self._unrecoverable(session, lost, held)
         session.ready = True
         ready: dict[str, Any] = {"t": "ready", "mode": self.mode}
         if self.mode == "limited":
@@ -446,6 +456,41 @@ class SchedulerWorker(Worker):
         self.log.info("ready", extra={"partition": session.partition, "epoch": session.epoch,
                                       "recovered": len(ids),
                                       "recovery_s": round(self.recovered_in, 3)})
+
+    def _unrecoverable(self, session: Session, lost: list[tuple[int, str]],
+                       held: Mapping[int, Any]) -> None:
+        """Jobs whose allocation hello could not put back into the pool.
+
+        As flux's schedulers do, such a job gets a fatal exception (through
+        the job manager's raise request, as the instance owner). Its cores
+        are not in the pool, so nothing stops them from being handed out
+        while its tasks may still run: the ranks it holds are drained until
+        its free arrives.
+        """
+        pool = self.pool
+        assert pool is not None
+        pipe = self.redis.pipeline(transaction=False)
+        for jobid, why in lost:
+            self.log.error("allocation not recovered", extra={"job": jobid, "error": why})
+            pipe.xadd(self.keys.jm_ctl(session.partition), proto.encode([{
+                "t": "raise", "ids": [jobid], "userid": self.owner_uid, "type": "scheduler",
+                "severity": 0, "note": f"scheduler restart: {why}"}]))
+            try:
+                ranks = IDSet(str(held.get(jobid) or "")) & pool.inventory.ranks
+            except ValueError:
+                ranks = IDSet()
+            reason = f"allocation of job {jobid} not recovered"
+            # ranks drained for another reason stay as they are (and are not
+            # undrained with this job); ours may be drained already by an
+            # earlier scheduler that met the same job
+            mine = IDSet(r for r in ranks
+                         if r not in self.drained or self.drained[r][0] == reason)
+            if mine:
+                self._quarantined[jobid] = mine
+                pipe.xadd(self.keys.resource_events, {"d": resource_event(
+                    "drain", str(mine), reason)})
+        pipe.execute()
+        self._read_resource_events()
 
     def _add_allocs(self, allocs: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
         """Look up the jobspecs of new alloc requests (one round trip) and queue them."""

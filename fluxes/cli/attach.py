@@ -28,10 +28,11 @@ class Outcome:
 
     @property
     def exit_code(self) -> int:
-        """flux's rule: the job's exit code; 1 for a job that never ran its tasks."""
-        code = self.job.exit_code
-        if code is None:
-            return 1 if self.job.fatal is not None else 0
+        """flux's rule: the job's exit code, but 1 when a fatal exception ended a job
+        whose tasks exited 0 (a time limit or cancel the tasks survived) or never ran."""
+        code = self.job.exit_code or 0
+        if code == 0 and self.job.fatal is not None:
+            return 1
         return code
 
     def message(self) -> str | None:

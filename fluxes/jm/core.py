@@ -51,6 +51,8 @@ _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
 
 #: Signal sent to cancel or time out a running job (exec escalates to SIGKILL).
 KILL_SIGNAL = 15
+#: Wait status recorded for a rank whose tasks were lost: "killed by SIGKILL".
+LOST_WAIT_STATUS = 9
 
 
 @dataclass(slots=True)
@@ -475,8 +477,13 @@ class JobManagerCore:
             act.free_sent = False
             job = act.job
             if job.has_resources:
-                alloc.append({"id": act.rec.id, "priority": job.priority or 0,
-                              "userid": job.userid})
+                held: dict[str, Any] = {"id": act.rec.id, "priority": job.priority or 0,
+                                        "userid": job.userid}
+                if act.ranks is not None:
+                    # lets the scheduler keep these ranks out of use should the
+                    # job's stored R be unreadable
+                    held["ranks"] = str(act.ranks)
+                alloc.append(held)
         fx.sched.append({"t": "hello-reply", "alloc": alloc})
         fx.sched_epoch = epoch
         # jobs canceled while their request was with the old scheduler can finish now
@@ -564,20 +571,28 @@ class JobManagerCore:
             error = error if isinstance(error, str) and error else \
                 f"rank {rank} reported an invalid wait status"
             status = None
-        if isinstance(error, str) and error and not act.exec_error:
-            act.exec_error = True
-            self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
-                                                note=error))
+        # an error earlier than this report stops the start; one in this
+        # report comes after it (as flux's shell: start, then "start failed")
+        error_before = act.exec_error
         if msg.get("started"):
             act.exec_started.add(rank)
         if isinstance(status, int) and not isinstance(status, bool):
             act.exec_finished[rank] = status
         if msg.get("released"):
             act.exec_released.add(rank)
+            if rank in act.exec_started and rank not in act.exec_finished:
+                # It ran but its status is lost (its processes died with the
+                # exec worker): count it as killed, so finish, release and
+                # free can follow instead of the job waiting forever.
+                act.exec_finished[rank] = LOST_WAIT_STATUS
         job = act.job
-        if (not job.started and len(act.exec_started) >= nranks and not act.exec_error
+        if (not job.started and len(act.exec_started) >= nranks and not error_before
                 and job.state & JobState.RUNNING):
             self._post(fx, act, ev.Start(timestamp=now))
+        if isinstance(error, str) and error and not act.exec_error:
+            act.exec_error = True
+            self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
+                                                note=error))
         job = act.job
         if job.started and not job.finished and len(act.exec_finished) >= nranks:
             self._post(fx, act, ev.Finish(timestamp=now,
@@ -657,7 +672,7 @@ class JobManagerCore:
             for rank in gone:
                 if rank in act.exec_started or act.job.started:
                     act.exec_started.add(rank)
-                    act.exec_finished.setdefault(rank, 9)  # as if SIGKILLed
+                    act.exec_finished.setdefault(rank, LOST_WAIT_STATUS)
                 act.exec_released.add(rank)
             failed.append(act.rec.id)
             self.on_exec(fx, {"t": "exec", "id": act.rec.id, "rank": next(iter(gone))})

@@ -275,6 +275,26 @@ class Inventory:
         return cls(targets)
 
     @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> Inventory:
+        """The inventory of a ``[resource]`` table: its ``path`` (an RFC 20 R file) when
+        given, else its ``config`` entries. ConfigError names the key at fault."""
+        path = table.get("path")
+        if path is None:
+            return cls.from_config({"resource": dict(table)})
+        if not isinstance(path, str) or not path:
+            raise ConfigError("resource.path: must be the path of an R file")
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as exc:
+            raise ConfigError(f"resource.path: cannot read {path}: "
+                              f"{exc.strerror or exc}") from None
+        try:
+            return cls.from_rset(data)
+        except ConfigError as exc:
+            raise ConfigError(f"resource.path: {path}: {exc}") from None
+
+    @classmethod
     def from_rset(cls, R: ResourceSet | Mapping[str, Any] | str | bytes) -> Inventory:  # noqa: N803
         """The inventory described by an RFC 20 R (memory and sockets unknown)."""
         if not isinstance(R, ResourceSet):

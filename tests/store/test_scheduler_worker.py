@@ -158,3 +158,39 @@ def test_scheduler_replaced_recovers_allocations(system: System) -> None:
     assert system.events(c)[-1] == "priority"  # still no free core
     held = [ResourceSet(system.redis.hget(system.keys.job(j), "R")) for j in (a, b)]
     assert held[0].ranks != held[1].ranks
+
+
+def test_allocation_that_cannot_be_recovered_fails_the_job_and_keeps_its_ranks(
+        system: System) -> None:
+    # As flux's schedulers do: a job whose allocation hello cannot put back
+    # gets a fatal exception, and its node stays out of use until it is freed
+    # (its tasks may still run there).
+    for fake in system.execs.values():
+        fake.hold = set()
+    [a] = system.submit(spec(nnodes=1, ntasks=2, exclusive=True))
+    for fake in system.execs.values():
+        fake.hold.add(a)
+    system.run(4)
+    assert system.events(a)[-1] == "start"
+    rank = ResourceSet(system.redis.hget(system.keys.job(a), "R")).ranks.first()
+    system.redis.hset(system.keys.job(a), "R", b"{not R")  # e.g. a corrupted hash
+    system.redis.delete(system.keys.sched_lease(0))
+    system.sched = SchedulerWorker(system.instance)
+    system.run(3, exec_too=False)
+    exc = [e for e in system.store.eventlog(a) if e.event_name == "exception"]
+    assert exc and exc[0].context()["type"] == "scheduler"
+    assert exc[0].context()["severity"] == 0
+    assert system.sched.drained.get(rank, ("", False))[0] == f"allocation of job {a} not recovered"
+    # meanwhile a job wanting that node's cores waits: only the other node is usable
+    [b] = system.submit(spec(nnodes=2, ntasks=2))
+    system.run(2, exec_too=False)
+    assert system.events(b)[-1] == "priority"
+    # the job's tasks end (the kill of its cleanup): free returns the node
+    system.redis.xadd(system.keys.exec_events(0), {"d": orjson.dumps({"e": 0, "m": [
+        {"t": "exec", "id": a, "rank": rank, "status": 9, "released": True}]})})
+    for fake in system.execs.values():
+        fake.hold = set()
+    system.run(6)
+    assert system.events(a)[-1] == "clean"
+    assert rank not in system.sched.drained
+    assert system.events(b)[-1] == "clean"

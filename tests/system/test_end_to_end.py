@@ -48,6 +48,27 @@ def test_fluxes_start_runs_a_command_and_tears_down(tmp_path: object) -> None:
     assert len(proc.stdout.splitlines()) == 4
 
 
+def test_fluxes_start_on_an_R_file_answers_resource_list_at_once(tmp_path: Path) -> None:
+    # [resource] path = an RFC 20 R file; COMMAND runs only once the instance
+    # is usable, so its first `resource list` already sees every node online
+    from tests.system.conftest import need_redis
+
+    need_redis()
+    r_file = tmp_path / "R.json"
+    r_file.write_bytes(orjson.dumps({"version": 1, "execution": {
+        "R_lite": [{"rank": "0-1", "children": {"core": "0-3"}}],
+        "nodelist": ["rnode[0-1]"], "starttime": 0, "expiration": 0}}))
+    config = tmp_path / "instance.toml"
+    config.write_text('[resource]\npath = "R.json"\n')
+    exe = os.path.join(os.path.dirname(sys.executable), "fluxes")
+    proc = subprocess.run([exe, "start", "--config", str(config), "--", "fluxes", "resource",
+                           "list", "--json"], capture_output=True, text=True, timeout=120,
+                          check=False, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    free = orjson.loads(proc.stdout)["free"]
+    assert free["nodelist"] == "rnode[0-1]" and free["ncores"] == 8
+
+
 def test_run_prints_labelled_output_and_exit_code(uri: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(uri, "run", "-N2", "-n4", "-l", "sh", "-c", "echo task $FLUXES_TASK_RANK") == 0
@@ -66,14 +87,31 @@ def test_output_is_complete_after_the_job_ends(uri: str,
     assert capsys.readouterr().out.split() == [str(i) for i in range(1, 2001)]
 
 
+def _task_pids(uri: str, jobid: int) -> list[int]:
+    """The pids of the job's task wrappers, from the exec worker's record."""
+    inst = Instance.connect(uri)
+    rank = ResourceSet(inst.redis.hget(inst.keys.job(jobid), "R")).ranks.first()
+    record = orjson.loads(inst.redis.hget(inst.keys.exec_jobs(rank), str(jobid)))
+    return [int(task[1]) for task in record["t"]]
+
+
+def _finish_status(launcher: Launcher, jobid: int) -> int:
+    inst = Instance.connect(str(launcher.uri))
+    finish = next(e for e in EventStore(inst.redis, inst.keys).eventlog(jobid)
+                  if e.event_name == "finish")
+    return int(finish.context()["status"])
+
+
 def test_cancel_of_running_sleep_ends_within_grace(uri: str, launcher: Launcher,
                                                    capsys: pytest.CaptureFixture[str]) -> None:
     jobid = submit(uri, capsys, "sleep", "100")
     assert cli(uri, "job", "wait-event", "-t", "30s", str(jobid), "start") == 0
-    started = time.monotonic()
+    pids = _task_pids(uri, jobid)
     assert cli(uri, "cancel", str(jobid)) == 0
     assert cli(uri, "job", "wait-event", "-t", "30s", str(jobid), "clean") == 0
-    assert time.monotonic() - started < 10
+    # SIGTERM ended it: no SIGKILL was needed after the grace period
+    assert _finish_status(launcher, jobid) == signal.SIGTERM
+    assert pids and not any(_running(pid) for pid in pids)
     capsys.readouterr()
     assert cli(uri, "jobs", "-a", "-o", "{id.dec} {result}", "-n") == 0
     assert f"{jobid} CANCELED" in capsys.readouterr().out
@@ -85,6 +123,22 @@ def test_time_limit_raises_timelimit_exception(uri: str, launcher: Launcher,
     assert cli(uri, "job", "wait-event", "-t", "30s", "--match-context=type=timelimit",
                str(jobid), "exception") == 0
     assert cli(uri, "job", "wait-event", "-t", "30s", str(jobid), "clean") == 0
+    assert _finish_status(launcher, jobid) == signal.SIGTERM
+
+
+def test_run_exit_codes_follow_flux(uri: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # a task that survives its time limit's SIGTERM and exits 0: the job still
+    # failed, so run exits 1 (flux's attach rule), after printing the exception
+    assert cli(uri, "run", "-t", "1s", "sh", "-c", 'trap "exit 0" TERM; sleep 30 & wait') == 1
+    assert "exception type=timelimit" in capsys.readouterr().err
+    # a command that cannot be executed: 127 not found, 126 not executable (as flux)
+    assert cli(uri, "run", "nosuchcommand-fluxes") == 127
+    err = capsys.readouterr().err
+    assert "exception type=exec" in err and "No such file or directory" in err
+    (tmp_path / "adirectory").mkdir()
+    assert cli(uri, "run", "--cwd", str(tmp_path), "./adirectory") == 126
+    assert "Permission denied" in capsys.readouterr().err
 
 
 def test_exec_worker_killed_during_job_then_restarted(uri: str, launcher: Launcher,
@@ -106,6 +160,33 @@ def test_exec_worker_killed_during_job_then_restarted(uri: str, launcher: Launch
     capsys.readouterr()
     assert cli(uri, "job", "output", str(jobid)) == 0
     assert "survived" in capsys.readouterr().out
+
+
+def test_job_whose_tasks_died_with_the_exec_worker_still_ends(
+        uri: str, launcher: Launcher, capsys: pytest.CaptureFixture[str]) -> None:
+    # The worker and every process of the job are gone (a node reboot, an OOM
+    # kill): the restarted worker cannot adopt anything, so the job must fail
+    # and release its resources, never hang in RUN/CLEANUP.
+    jobid = submit(uri, capsys, "-N1", "sleep", "300")
+    assert cli(uri, "job", "wait-event", "-t", "30s", str(jobid), "start") == 0
+    inst = Instance.connect(uri)
+    rank = ResourceSet(inst.redis.hget(inst.keys.job(jobid), "R")).ranks.first()
+    record = orjson.loads(inst.redis.hget(inst.keys.exec_jobs(rank), str(jobid)))
+    task_pids = [int(task[1]) for task in record["t"]]
+    worker = launcher.worker(f"exec-{rank}")
+    assert worker.proc is not None and task_pids
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    for pid in task_pids:
+        os.killpg(pid, signal.SIGKILL)  # the wrapper and its task: all of the job
+    worker.proc.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and worker.proc.poll() is not None:
+        launcher.supervise_once()
+        time.sleep(0.1)
+    assert cli(uri, "job", "wait-event", "-t", "60s", str(jobid), "clean") == 0
+    names = events(launcher, jobid)
+    assert names[-4:] == ["finish", "release", "free", "clean"]
+    assert "exception" in names
 
 
 def test_a_killed_fluxes_start_takes_its_redis_and_workers_with_it(tmp_path: Path) -> None:

@@ -397,6 +397,25 @@ def test_exec_error_fails_the_job() -> None:
     assert job.result == JobResult.FAILED and job.fatal is not None and job.fatal.type == "exec"
 
 
+def test_started_job_whose_tasks_were_lost_finishes_as_killed() -> None:
+    # the restarted exec worker found neither the tasks nor their status: it
+    # reports started + released + an error and no wait status
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.grant(1, "0-1")
+    h.exec_report(1, 0, started=True)
+    h.exec_report(1, 1, started=True)
+    h.exec_report(1, 0, status=0, released=True)
+    h.exec_report(1, 1, started=True, released=True,
+                  error="exec: lost the job's processes (exec worker restarted)")
+    h.free_responses()
+    assert h.log[1][-5:] == ["exception", "finish", "release", "free", "clean"]
+    job = h.replica[1].job
+    assert job.wait_status == 9 and job.result == JobResult.FAILED
+
+
 def test_annotations_are_journal_only_and_kept_on_success() -> None:
     h = Harness()
     h.submit(1)
