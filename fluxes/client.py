@@ -37,6 +37,23 @@ def current_user() -> str:
         return str(os.getuid())
 
 
+def _submission_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    """``item`` as the ingest reads it: a Jobspec becomes its document and lends
+    its urgency when the item names none; a None urgency is left out, so that
+    the instance's default applies."""
+    from fluxes.jobspec import Jobspec  # not at import: it loads yaml and jsonschema
+
+    out = dict(item)
+    spec = out.get("jobspec")
+    if isinstance(spec, Jobspec):
+        out["jobspec"] = spec.to_dict()
+        if out.get("urgency") is None:
+            out["urgency"] = spec.urgency
+    if "urgency" in out and out["urgency"] is None:
+        del out["urgency"]
+    return out
+
+
 class Client:
     """Sends requests to an instance as one user."""
 
@@ -77,8 +94,13 @@ class Client:
                progress: Callable[[int], None] | None = None) -> list[int | str]:
         """Submit jobs (``{"jobspec": ..., "urgency": ..., "flags": ...}`` each).
 
-        Returns, in order, each job's id or the one-line reason it was refused.
+        ``jobspec`` is a document or a :class:`~fluxes.jobspec.Jobspec`.  An
+        item whose ``urgency`` is missing or None takes the Jobspec's own
+        :attr:`~fluxes.jobspec.Jobspec.urgency`; with neither, the instance
+        applies its default (16).  Returns, in order, each job's id or the
+        one-line reason it was refused.
         """
+        items = [_submission_item(item) for item in items]
         chunks = [list(items[i:i + CHUNK]) for i in range(0, len(items), CHUNK)]
         reply_keys = self._send([{"t": "submit", "jobs": chunk} for chunk in chunks])
         out: list[int | str] = []

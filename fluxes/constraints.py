@@ -32,6 +32,11 @@ OPERATORS = ("properties", "hostlist", "ranks", "and", "or", "not")
 
 _LOGICAL = ("and", "or", "not")
 
+# A path in a message keeps its first and last few levels around "...":
+# 64 levels written out would fill several screen lines.
+_PATH_HEAD = 3
+_PATH_TAIL = 4
+
 
 def _show(value: object, limit: int = 40) -> str:
     """repr() of *value*, shortened so error messages stay on one line."""
@@ -205,58 +210,78 @@ def parse(obj: Mapping[str, Any] | str | bytes | Constraint) -> Constraint:
             value = orjson.loads(obj)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"constraint: invalid JSON: {exc}") from None
-    return _parse(value, "constraint", 1)
+    return _parse(value, ("constraint",), 1)
 
 
-def _parse(obj: object, where: str, depth: int) -> Constraint:
-    """Parse one constraint object found at *where*, *depth* levels down."""
+def _path(segments: tuple[str, ...]) -> str:
+    """``("constraint", ".and[0]", ".not[1]")`` -> ``"constraint.and[0].not[1]"``.
+
+    A deep path keeps its first and last levels with ``...`` between
+    (``constraint.not[0].not[0]...not[0].properties[0]``), so that a message
+    stays one readable line; the tail still names the exact place.
+    """
+    if len(segments) <= _PATH_HEAD + _PATH_TAIL + 1:
+        return "".join(segments)
+    head = "".join(segments[:_PATH_HEAD])
+    tail = "".join(segments[-_PATH_TAIL:])
+    return f"{head}...{tail.removeprefix('.')}"
+
+
+def _parse(obj: object, segments: tuple[str, ...], depth: int) -> Constraint:
+    """Parse one constraint object found at path *segments*, *depth* levels down."""
     if depth > MAX_DEPTH:
-        raise ValueError(f"{where}: constraints nested more than {MAX_DEPTH} levels deep")
+        raise ValueError(f"{_path(segments)}: constraints nested more than {MAX_DEPTH} "
+                         "levels deep")
     if not isinstance(obj, Mapping):
-        raise ValueError(f"{where}: expected an object, got {type(obj).__name__}")
+        raise ValueError(f"{_path(segments)}: expected an object, got {type(obj).__name__}")
     if not obj:
         return Constraint("and", ())
     if len(obj) > 1:
         names = ", ".join(_show(k, 20) for k in obj)
-        raise ValueError(f"{where}: expected exactly one operator, got {len(obj)} ({names})")
+        raise ValueError(f"{_path(segments)}: expected exactly one operator, "
+                         f"got {len(obj)} ({names})")
     ((op, values),) = obj.items()
     if op not in OPERATORS:
-        raise ValueError(f"{where}: unknown operator {_show(op)} "
+        raise ValueError(f"{_path(segments)}: unknown operator {_show(op)} "
                          f"(expected one of {', '.join(OPERATORS)})")
     if not isinstance(values, list | tuple):
-        raise ValueError(f"{where}: value of {op!r} must be a list, got {type(values).__name__}")
-    here = f"{where}.{op}"
+        raise ValueError(f"{_path(segments)}: value of {op!r} must be a list, "
+                         f"got {type(values).__name__}")
+
+    def item(i: int) -> tuple[str, ...]:
+        return (*segments, f".{op}[{i}]")
+
     if op == "properties":
         props: set[tuple[str, bool]] = set()
         for i, value in enumerate(values):
-            props.add(_parse_property(value, f"{here}[{i}]"))
+            props.add(_parse_property(value, _path(item(i))))
         return Constraint(op, tuple(sorted(props)))
     if op == "ranks":
         ids = IDSet()
         for i, value in enumerate(values):
             if not isinstance(value, str):
-                raise ValueError(f"{here}[{i}]: expected an idset string, "
+                raise ValueError(f"{_path(item(i))}: expected an idset string, "
                                  f"got {type(value).__name__}")
             try:
                 ids |= IDSet(value)
             except ValueError as exc:
-                raise ValueError(f"{here}[{i}]: {exc}") from None
+                raise ValueError(f"{_path(item(i))}: {exc}") from None
         return Constraint(op, (ids.encode(),), ids=ids)
     if op == "hostlist":
         parts: list[str] = []
         for i, value in enumerate(values):
             if not isinstance(value, str):
-                raise ValueError(f"{here}[{i}]: expected a hostlist string, "
+                raise ValueError(f"{_path(item(i))}: expected a hostlist string, "
                                  f"got {type(value).__name__}")
             try:
                 text = str(Hostlist(value))
             except ValueError as exc:
-                raise ValueError(f"{here}[{i}]: {exc}") from None
+                raise ValueError(f"{_path(item(i))}: {exc}") from None
             if text:
                 parts.append(text)
         hosts = Hostlist(",".join(parts))
         return Constraint(op, (str(hosts),), hosts=hosts)
-    children = tuple(_parse(value, f"{here}[{i}]", depth + 1) for i, value in enumerate(values))
+    children = tuple(_parse(value, item(i), depth + 1) for i, value in enumerate(values))
     return Constraint(op, children)
 
 

@@ -212,6 +212,70 @@ def _lopsided(n_short: int, n_long: int) -> bool:
     return n_short * _SPLICE_RATIO < n_long
 
 
+# In-place union and difference with a small right-hand side splice each of
+# its runs into the range lists (a bisection and a slice assignment) instead
+# of building new lists: growing a fragmented set one id at a time would
+# otherwise copy and re-count every run on each step.  Each splice moves the
+# list tail in C (like add() and discard()), so past a few dozen runs one
+# rebuild is cheaper than many splices.
+_SPLICE_IN_PLACE_MAX = 32
+
+
+def _splice_in_place(n_other: int, n_self: int) -> bool:
+    """Whether an in-place union/difference should splice rather than rebuild."""
+    return n_other <= _SPLICE_IN_PLACE_MAX and _lopsided(n_other, n_self)
+
+
+def _union_into(lo: list[int], hi: list[int], blo: list[int], bhi: list[int]) -> int:
+    """Add the runs of b to the range lists ``lo``/``hi`` in place; return the ids added."""
+    added = 0
+    pos = 0
+    for b_lo, b_hi in zip(blo, bhi, strict=True):
+        # Runs i..j-1 overlap or touch [b_lo, b_hi]; they collapse into one.
+        i = bisect_left(hi, b_lo - 1, pos)
+        j = bisect_right(lo, b_hi + 1, i)
+        if j > i:
+            new_lo = min(b_lo, lo[i])
+            new_hi = max(b_hi, hi[j - 1])
+            added -= sum(hi[i:j]) - sum(lo[i:j]) + (j - i)
+        else:
+            new_lo, new_hi = b_lo, b_hi
+        added += new_hi - new_lo + 1
+        lo[i:j] = (new_lo,)
+        hi[i:j] = (new_hi,)
+        # The merged run may reach into the next run of b: search from it.
+        pos = i
+    return added
+
+
+def _difference_into(lo: list[int], hi: list[int], blo: list[int], bhi: list[int]) -> int:
+    """Remove the runs of b from the range lists ``lo``/``hi`` in place; return the ids removed."""
+    removed = 0
+    pos = 0
+    for b_lo, b_hi in zip(blo, bhi, strict=True):
+        i = bisect_left(hi, b_lo, pos)  # first run ending at or after b_lo
+        j = bisect_right(lo, b_hi, i)  # runs i..j-1 start at or before b_hi
+        pos = i
+        if j == i:
+            continue  # this run of b lies in a gap
+        first_lo = lo[i]
+        last_hi = hi[j - 1]
+        removed += sum(hi[i:j]) - sum(lo[i:j]) + (j - i)
+        keep_lo: list[int] = []
+        keep_hi: list[int] = []
+        if first_lo < b_lo:
+            keep_lo.append(first_lo)
+            keep_hi.append(b_lo - 1)
+            removed -= b_lo - first_lo
+        if last_hi > b_hi:
+            keep_lo.append(b_hi + 1)
+            keep_hi.append(last_hi)
+            removed -= last_hi - b_hi
+        lo[i:j] = keep_lo
+        hi[i:j] = keep_hi
+    return removed
+
+
 def _union(alo: list[int], ahi: list[int], blo: list[int],
            bhi: list[int]) -> tuple[list[int], list[int]]:
     """Runs covering the ids of both inputs."""
@@ -395,7 +459,9 @@ class IDSet:
     Members are kept as sorted, disjoint, non-adjacent inclusive ranges, so
     size and speed depend on the number of runs, not the number of ids:
     ``len`` is O(1), membership O(log r), set algebra at most O(r + s) and
-    O(s log r) plus a list copy when one side has far fewer runs.
+    O(s log r) plus a list copy when one side has far fewer runs; ``|=`` and
+    ``-=`` with a few runs on the right edit the lists in place, O(s log r)
+    steps and no copy.
 
     Operators and set methods also accept a string or an iterable of ids as
     the other operand.  ``==`` is only true between IDSets.
@@ -701,8 +767,16 @@ class IDSet:
         return IDSet._make(*_union(a[0], a[1], b[0], b[1]))
 
     def update(self, other: IDSetLike) -> None:
-        """Add every id of *other* to this set."""
+        """Add every id of *other* to this set.
+
+        A few runs in *other* are spliced into this set's range lists, so
+        that costs O(runs of other x log runs of self) steps, not a rebuild.
+        """
         o = self._coerce(other)
+        if o is not self and _splice_in_place(len(o._lo), len(self._lo)):
+            self._count += _union_into(self._lo, self._hi, o._lo, o._hi)
+            self._cum = None
+            return
         self._replace(_union(self._lo, self._hi, o._lo, o._hi))
 
     def intersection_update(self, other: IDSetLike) -> None:
@@ -711,8 +785,15 @@ class IDSet:
         self._replace(_intersection(self._lo, self._hi, o._lo, o._hi))
 
     def difference_update(self, other: IDSetLike) -> None:
-        """Remove every id of *other* from this set."""
+        """Remove every id of *other* from this set.
+
+        As with :meth:`update`, a few runs in *other* are spliced out in place.
+        """
         o = self._coerce(other)
+        if o is not self and _splice_in_place(len(o._lo), len(self._lo)):
+            self._count -= _difference_into(self._lo, self._hi, o._lo, o._hi)
+            self._cum = None
+            return
         self._replace(_difference(self._lo, self._hi, o._lo, o._hi))
 
     def symmetric_difference_update(self, other: IDSetLike) -> None:

@@ -31,6 +31,7 @@ from fluxes import constraints as _constraints
 from fluxes import fsd
 from fluxes.errors import JobspecError
 from fluxes.jobspec_rules import Summary, format_path, validate
+from fluxes.priority import MAX_URGENCY, MIN_URGENCY
 
 __all__ = [
     "MAX_DEPTH",
@@ -393,6 +394,16 @@ def _positive_int(name: str, value: object, minimum: int = 1) -> int:
     return value
 
 
+def _check_urgency(value: object) -> int:
+    """Check a from_command urgency (RFC 21: 0 holds, 16 is the default, 31 expedites)."""
+    if isinstance(value, bool) or not isinstance(value, int) \
+            or not MIN_URGENCY <= value <= MAX_URGENCY:
+        raise JobspecError(
+            f"urgency: must be an integer {MIN_URGENCY}-{MAX_URGENCY}, got {value!r}"
+        )
+    return value
+
+
 def _set_tree(root: dict[str, Any], keys: Sequence[str], value: Any) -> None:
     """root[k0][k1]...[kn] = value, creating mappings on the way."""
     node = root
@@ -426,18 +437,21 @@ class Jobspec:
     ``warnings`` lists unknown system attributes and unused slots.
     """
 
-    __slots__ = ("_doc", "_summary", "_v1", "warnings")
+    __slots__ = ("_doc", "_summary", "_urgency", "_v1", "warnings")
 
     _doc: dict[str, Any]
     _summary: Summary
+    _urgency: int | None
     _v1: bool
     warnings: list[str]
 
-    def __init__(self, doc: dict[str, Any], summary: Summary, v1: bool) -> None:
+    def __init__(self, doc: dict[str, Any], summary: Summary, v1: bool,
+                 urgency: int | None = None) -> None:
         """Internal: use the ``from_*`` constructors, which validate."""
         self._doc = doc
         self._summary = summary
         self._v1 = v1
+        self._urgency = urgency
         self.warnings = list(summary.warnings)
 
     # -- constructors ------------------------------------------------------
@@ -468,23 +482,26 @@ class Jobspec:
         """Read, parse and validate the jobspec file at ``path``.
 
         Only ``max_bytes + 1`` bytes are ever read, so a huge file is refused
-        without loading it.  An unreadable file is a JobspecError too.
+        without loading it.  An unreadable file is a JobspecError too; its
+        message names the file (``job.yaml: No such file or directory``) and
+        its ``__cause__`` is the OSError, so that a caller that prefixes its
+        own lines with the file name can tell and not name it twice.
         """
         try:
             with open(path, "rb") as handle:
                 data = handle.read(max_bytes + 1)
         except OSError as exc:
-            raise JobspecError(f"{os.fspath(path)}: {exc.strerror or exc}") from None
+            raise JobspecError(f"{os.fspath(path)}: {exc.strerror or exc}") from exc
         return cls.from_yaml(data, v1=v1, max_bytes=max_bytes)
 
     @classmethod
-    def _from_plain(cls, doc: dict[str, Any], v1: bool) -> Jobspec:
+    def _from_plain(cls, doc: dict[str, Any], v1: bool, urgency: int | None = None) -> Jobspec:
         """Validate a fresh JSON-typed dict that nobody else holds."""
         try:
             summary = validate(doc, v1=v1)
         except RecursionError:
             raise JobspecError(f"jobspec is nested more than {MAX_DEPTH} levels deep") from None
-        return cls(doc, summary, v1)
+        return cls(doc, summary, v1, urgency)
 
     @classmethod
     def from_command(
@@ -506,6 +523,7 @@ class Jobspec:
         output: str | None = None,
         error: str | None = None,
         attributes: Mapping[str, Any] | None = None,
+        urgency: int | None = None,
     ) -> Jobspec:
         """Build the V1 jobspec that runs ``command`` as ``ntasks`` tasks.
 
@@ -522,6 +540,10 @@ class Jobspec:
         strings.  ``output``/``error`` set shell file output.  ``attributes``
         (``{"system": ..., "user": ...}``) is deep-merged first, so explicit
         arguments win (except a 0 duration and None, which mean "not given").
+        ``urgency`` (0-31) is not part of the document: RFC 14 has no such
+        attribute, it is a submission option (the RFC 21 ``submit`` event
+        carries it).  It is kept as :attr:`urgency`, the default a client
+        submits the jobspec with.
         """
         if isinstance(command, str) or not isinstance(command, Sequence) or not command:
             raise JobspecError("command: expected a non-empty list of strings")
@@ -534,6 +556,8 @@ class Jobspec:
         gpus = 0 if gpus_per_task is None else _positive_int("gpus_per_task", gpus_per_task, 0)
         if not isinstance(exclusive, bool):
             raise JobspecError(f"exclusive: expected true or false, got {exclusive!r}")
+        if urgency is not None:
+            urgency = _check_urgency(urgency)
 
         slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores_per_task}]
         if gpus:
@@ -610,7 +634,7 @@ class Jobspec:
             "attributes": attrs,
             "version": 1,
         }
-        return cls.from_dict(doc, v1=True)
+        return cls._from_plain(_plain_copy(doc), True, urgency)
 
     # -- output --------------------------------------------------------------
 
@@ -649,7 +673,8 @@ class Jobspec:
         doc = self.to_dict()
         if system or "system" in doc["attributes"]:
             doc["attributes"]["system"] = system
-        return Jobspec._from_plain(_plain_copy(doc), self._v1)
+        # The submission default travels with the document it was given for.
+        return Jobspec._from_plain(_plain_copy(doc), self._v1, self._urgency)
 
     def with_system_defaults(
         self, duration: float | None = None, queue: str | None = None
@@ -794,6 +819,15 @@ class Jobspec:
         if not isinstance(value, list):
             return []
         return cast(list[dict[str, Any]], orjson.loads(orjson.dumps(value)))
+
+    @property
+    def urgency(self) -> int | None:
+        """The urgency to submit with when the submitter names none (None: not given).
+
+        Set by :meth:`from_command`; it is not part of the document, so
+        :meth:`to_dict` and ``==`` ignore it.
+        """
+        return self._urgency
 
     @property
     def is_v1(self) -> bool:

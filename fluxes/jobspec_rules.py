@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources as _resources
 from typing import Any, Final
@@ -38,6 +38,7 @@ __all__ = [
     "Summary",
     "check_schema",
     "format_path",
+    "join_path",
     "validate",
 ]
 
@@ -98,11 +99,33 @@ _VALIDATOR: Final[Any] = _Draft(SCHEMA)
 # -- messages ---------------------------------------------------------------------
 
 
+# A deep path in a message keeps this many pieces (``.key`` or ``[i]``) at
+# each end around "...": thirty levels of ``.with[0]`` would fill the screen.
+_PATH_HEAD = 4
+_PATH_TAIL = 7
+
+
+def join_path(pieces: Sequence[str]) -> str:
+    """Join path pieces (``"resources"``, ``"[0]"``, ``".with"``...) into one string.
+
+    A path of more than a dozen pieces keeps the first and last few with
+    ``...`` between (``resources[0].with[0]...with[0].with[0].count``), so
+    the message stays one readable line and still ends at the exact place.
+    """
+    if len(pieces) <= _PATH_HEAD + _PATH_TAIL + 1:
+        return "".join(pieces)
+    start = len(pieces) - _PATH_TAIL
+    if pieces[start].startswith("["):
+        start -= 1  # keep an index with its key: "...with[0]", not "...[0]"
+    return "".join(pieces[:_PATH_HEAD]) + "..." + "".join(pieces[start:]).removeprefix(".")
+
+
 def format_path(parts: Iterator[str | int] | list[str | int] | tuple[str | int, ...]) -> str:
     """``["resources", 0, "with", 1]`` -> ``"resources[0].with[1]"``.
 
     Keys that are not plain words are JSON-quoted (``job["a.b"]``); very
-    long keys are shortened so that a message stays one readable line.
+    long keys and very deep paths are shortened (see :func:`join_path`) so
+    that a message stays one readable line.
     """
     out: list[str] = []
     for part in parts:
@@ -119,7 +142,7 @@ def format_path(parts: Iterator[str | int] | list[str | int] | tuple[str | int, 
                 # break the message line (or its encoding), so escape them too.
                 quoted = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in quoted)
             out.append(f"[{quoted}]")
-    return "".join(out) or "jobspec"
+    return join_path(out) or "jobspec"
 
 
 def _show(value: object, limit: int = 40) -> str:
@@ -468,8 +491,9 @@ class Summary:
         return max((s.gpus for s in self.slots.values()), default=0)
 
 
-def _decode_count(value: object, where: str) -> Count:
-    """Count.decode with the place prefixed to its message.
+def _decode_count(value: object, where: str | tuple[str, ...]) -> Count:
+    """Count.decode with the place (a string, or pieces for :func:`join_path`)
+    prefixed to its message.
 
     RFC 14 (current text and schema) wants ``max``, ``operator`` and
     ``operand`` together or not at all; fluxes.counts is more lenient for
@@ -479,12 +503,17 @@ def _decode_count(value: object, where: str) -> Count:
         present = [k for k in ("max", "operator", "operand") if k in value]
         if present and len(present) != 3:
             missing = ", ".join(k for k in ("max", "operator", "operand") if k not in value)
-            raise JobspecError(f"{where}: max, operator and operand must be given together "
-                               f"(missing {missing})")
+            raise JobspecError(f"{_place(where)}: max, operator and operand must be given "
+                               f"together (missing {missing})")
     try:
         return Count.decode(value)
     except ValueError as exc:
-        raise JobspecError(f"{where}: {exc}") from None
+        raise JobspecError(f"{_place(where)}: {exc}") from None
+
+
+def _place(where: str | tuple[str, ...]) -> str:
+    """A message's place from a string or path pieces (joined only when needed)."""
+    return where if isinstance(where, str) else join_path(where)
 
 
 class _Walker:
@@ -497,21 +526,22 @@ class _Walker:
     def walk(
         self,
         vertices: list[dict[str, Any]],
-        path: str,
+        path: tuple[str, ...],
         mult: int,
         slot: SlotInfo | None,
         rel: int,
         in_node: bool,
     ) -> None:
-        """Visit ``vertices`` found at ``path``.
+        """Visit ``vertices`` found at ``path`` (pieces for :func:`join_path`).
 
         ``mult`` is the product of the enclosing minimum counts; inside a slot
         ``rel`` is the same product counted from the slot down.
         """
         s = self.summary
         for i, vertex in enumerate(vertices):
-            here = f"{path}[{i}]"
-            count = _decode_count(vertex["count"], f"{here}.count").min
+            # Pieces, joined only for a message: a deep path is shortened then.
+            here = (*path, f"[{i}]")
+            count = _decode_count(vertex["count"], (*here, ".count")).min
             total = mult * count
             kind = vertex["type"]
             s.counts[kind] = s.counts.get(kind, 0) + total
@@ -519,17 +549,18 @@ class _Walker:
             if label is not None:
                 if label in self.labels:
                     raise JobspecError(
-                        f"{here}.label: duplicate label {_show(label)} "
+                        f"{join_path((*here, '.label'))}: duplicate label {_show(label)} "
                         f"(first used at {self.labels[label]})"
                     )
-                self.labels[label] = here
+                self.labels[label] = join_path(here)
             inner_slot, inner_rel = slot, rel * count
             if kind == "slot":
                 if slot is not None:
                     raise JobspecError(
-                        f"{here}: a slot cannot be nested inside another slot ({slot.path})"
+                        f"{join_path(here)}: a slot cannot be nested inside another slot "
+                        f"({slot.path})"
                     )
-                inner_slot = SlotInfo(label=str(label), path=here, count=total)
+                inner_slot = SlotInfo(label=str(label), path=join_path(here), count=total)
                 s.slots[inner_slot.label] = inner_slot
                 s.nslots += total
                 inner_rel = 1
@@ -553,7 +584,7 @@ class _Walker:
             if children:
                 self.walk(
                     children,
-                    f"{here}.with",
+                    (*here, ".with"),
                     total,
                     inner_slot,
                     inner_rel,
@@ -708,7 +739,7 @@ def validate(obj: Any, v1: bool = False) -> Summary:
     """
     check_schema(obj)
     walker = _Walker()
-    walker.walk(obj["resources"], "resources", 1, None, 1, False)
+    walker.walk(obj["resources"], ("resources",), 1, None, 1, False)
     summary = walker.summary
     _check_tasks(obj, summary, walker.labels)
     system = obj["attributes"].get("system")

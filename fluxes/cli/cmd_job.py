@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -37,13 +38,15 @@ def register(subparsers: Any) -> None:
     idp = sub.add_parser(
         "id", **help_with_example(
             "Convert job ids between encodings, like 'flux job id'.\n"
-            "Any encoding is accepted as input.",
-            ["fluxes job id --to=f58 1234567890", "fluxes job id --to=dec ƒ2t6V2H"],
+            "Any encoding is accepted as input; with no ID, ids are read from\n"
+            "stdin, one per line.",
+            ["fluxes job id --to=f58 1234567890", "fluxes job id --to=dec ƒ2t6V2H",
+             "fluxes jobs -o ids | fluxes job id --to=words"],
         ),
     )
     idp.add_argument("--to", choices=jobid.OUTPUT_FORMS, default="dec",
                      help="output encoding (default dec)")
-    idp.add_argument("ids", nargs="+", metavar="ID")
+    idp.add_argument("ids", nargs="*", metavar="ID", help="(default: read from stdin)")
     idp.set_defaults(func=_job_id)
 
     evp = sub.add_parser(
@@ -171,10 +174,47 @@ def _output(args: argparse.Namespace) -> int:
 
 
 def _job_id(args: argparse.Namespace) -> int:
-    """Print each id in the requested encoding; stop at the first bad one."""
-    for text in args.ids:
-        print(jobid.encode(jobid.parse(text), args.to))
+    """Print each id (from the arguments, else stdin) in the requested encoding.
+
+    Stops at the first bad one.  F58 falls back to the ASCII ``f`` prefix when
+    stdout cannot encode ``ƒ``, as flux does outside a UTF-8 locale.
+    """
+    form = args.to
+    if form == "f58" and not _can_encode(sys.stdout, jobid.encode(0, "f58")):
+        form = "f58plain"
+    for text in args.ids if args.ids else _stdin_ids():
+        print(jobid.encode(jobid.parse(text), form))
     return 0
+
+
+def _can_encode(stream: Any, text: str) -> bool:
+    """Whether ``stream`` can write ``text`` (a stream without an encoding is taken as able)."""
+    encoding = getattr(stream, "encoding", None)
+    if not encoding:
+        return True
+    try:
+        text.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return False
+    return True
+
+
+def _stdin_ids() -> Iterator[str]:
+    """Ids from stdin, one per line; blank lines are skipped.
+
+    The bytes are read as UTF-8 whatever the locale says: ids are ASCII
+    except the ``ƒ`` prefix, which flux writes in UTF-8, so
+    ``PYTHONIOENCODING=ascii`` must not make ``ƒ...`` ids unreadable.
+    """
+    binary = getattr(sys.stdin, "buffer", None)
+    lines: Iterable[str] = (
+        (raw.decode("utf-8", errors="replace") for raw in binary)
+        if binary is not None else sys.stdin
+    )
+    for line in lines:
+        text = line.strip()
+        if text:
+            yield text
 
 
 def _store(args: argparse.Namespace) -> EventStore:

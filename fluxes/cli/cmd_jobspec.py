@@ -40,13 +40,11 @@ def _validate(args: argparse.Namespace) -> int:
     for path in args.files:
         try:
             spec = Jobspec.from_file(path, v1=args.v1)
-        except OSError as exc:
-            failed += 1
-            print(f"{path}: {exc.strerror or exc}", file=sys.stderr)
-            continue
         except ValueError as exc:
             failed += 1
-            print(f"{path}: {exc}", file=sys.stderr)
+            # An unreadable file's message already starts with the path.
+            line = str(exc) if isinstance(exc.__cause__, OSError) else f"{path}: {exc}"
+            print(line, file=sys.stderr)
             continue
         for warning in spec.warnings:
             print(f"{path}: warning: {warning}", file=sys.stderr)

@@ -44,7 +44,9 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     attrs.add_argument("-t", "--time-limit", metavar="MIN|FSD",
                        help="minutes, or a duration such as 30s, 10m, 2h")
     attrs.add_argument("-q", "--queue", metavar="QUEUE")
-    attrs.add_argument("--urgency", default="16", metavar="N",
+    # No default here: without --urgency the client submits with the jobspec's
+    # own urgency, and the instance applies its default when there is none.
+    attrs.add_argument("--urgency", default=None, metavar="N",
                        help="0-31, hold, expedite or default (16)")
     attrs.add_argument("--dependency", action="append", default=[], metavar="DEP",
                        help="e.g. afterok:ID, afterany:ID, begin-time:+1h (repeatable)")
@@ -132,7 +134,12 @@ def _set_attr(attributes: dict[str, Any], text: str) -> None:
 
 
 def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
-    """The jobspec the options describe (``args.command`` or a jobspec file)."""
+    """The jobspec the options describe (``args.command`` or a jobspec file).
+
+    ``--urgency`` goes into a command's Jobspec as its submission default; a
+    jobspec file cannot hold one (RFC 14 has no urgency), so for a file the
+    caller must send it with the submission.
+    """
     from fluxes.depend import parse_dependency
     from fluxes.jobspec import Jobspec
     from fluxes.requires import parse_requires
@@ -146,6 +153,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     constraints = parse_requires(args.requires) if args.requires else None
     now = time.time()
     deps = [parse_dependency(d, now=now) for d in args.dependency]
+    urgency = None if args.urgency is None else parse_urgency(args.urgency)
     return Jobspec.from_command(
         command, nnodes=args.nodes,
         ntasks=args.ntasks if args.ntasks is not None else (args.nodes or 1),
@@ -156,7 +164,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         duration=_time_limit(args.time_limit), queue=args.queue, name=args.job_name,
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
         constraints=constraints, dependencies=deps or None, output=args.output,
-        error=args.error, attributes=attributes or None)
+        error=args.error, attributes=attributes or None, urgency=urgency)
 
 
 #: Options that shape the tasks and resources a jobspec file already describes:
@@ -278,17 +286,21 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
 
 def _submit(args: argparse.Namespace) -> int:
     command = _command(args)
+    urgency = None if args.urgency is None else parse_urgency(args.urgency)
     spec = build_jobspec(args, command)
-    urgency = parse_urgency(args.urgency)
-    copies = _cc_copies(spec, args.cc)
     if args.dry_run:
-        for copy in copies:
+        for copy in _cc_copies(spec, args.cc):
             print_json(copy)
         return 0
     from fluxes.client import Client
 
     client = Client(instance(args))
-    items = [{"jobspec": c, "urgency": urgency} for c in copies]
+    # None (no --urgency) lets the client fall back to the Jobspec's urgency.
+    if args.cc is None:
+        items: list[dict[str, Any]] = [{"jobspec": spec, "urgency": urgency}]
+    else:
+        fallback = urgency if urgency is not None else spec.urgency
+        items = [{"jobspec": c, "urgency": fallback} for c in _cc_copies(spec, args.cc)]
     bar = Progress("submit", len(items), enabled=args.progress)
     results = client.submit(items, progress=bar.update)
     bar.done()
@@ -315,8 +327,8 @@ def _run(args: argparse.Namespace) -> int:
     command = _command(args)
     spec = build_jobspec(args, command)
     inst = instance(args)
-    [result] = Client(inst).submit([{"jobspec": spec.to_dict(),
-                                     "urgency": parse_urgency(args.urgency)}])
+    urgency = None if args.urgency is None else parse_urgency(args.urgency)
+    [result] = Client(inst).submit([{"jobspec": spec, "urgency": urgency}])
     if not isinstance(result, int):
         die(result)
     outcome = follow_interruptible(inst, result, label=args.label_io)

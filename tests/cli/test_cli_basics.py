@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import io
+import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -46,6 +50,16 @@ def test_jobspec_validate_reports_each_invalid_file(tmp_path: Path,
     assert err[0].startswith(f"{bad}: ") and err[1].startswith(f"{missing}: ")
 
 
+def test_jobspec_validate_names_an_unreadable_file_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nonexist.yaml"
+    assert main(["jobspec", "validate", str(missing), str(tmp_path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{missing}: No such file or directory",
+        f"{tmp_path}: Is a directory",
+    ]
+
+
 def test_jobspec_validate_v1_refuses_canonical_only(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["jobspec", "validate", "--v1", str(SPEC / "rfc14" / "example2.yaml")]) == 1
 
@@ -58,6 +72,72 @@ def test_jobspec_validate_v1_refuses_canonical_only(capsys: pytest.CaptureFixtur
 def test_job_id_conversions(form: str, expected: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["job", "id", f"--to={form}", "ƒuzzybunny"]) == 0
     assert capsys.readouterr().out.strip() == expected
+
+
+def _stdin(monkeypatch: pytest.MonkeyPatch, data: bytes, encoding: str = "utf-8") -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding=encoding))
+
+
+def test_job_id_reads_stdin_without_ids(monkeypatch: pytest.MonkeyPatch,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    _stdin(monkeypatch, "ƒuzzybunny\n\n  0x181d0d4d850fbe \n"
+                        "job.0018.1d0d.4d85.0fbe\n123".encode())
+    assert main(["job", "id"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["6787342413402046"] * 3 + ["123"]
+    _stdin(monkeypatch, b"")
+    assert main(["job", "id", "--to=f58"]) == 0
+    assert capsys.readouterr().out == ""
+
+
+def test_job_id_stdin_stops_at_the_first_bad_line(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _stdin(monkeypatch, b"1\nnot-an-id!\n2\n")
+    assert main(["job", "id", "--to=hex"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "0x1\n"
+    assert captured.err.startswith("fluxes: ") and captured.err.count("\n") == 1
+
+
+def test_job_id_arguments_win_over_stdin(monkeypatch: pytest.MonkeyPatch,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    _stdin(monkeypatch, b"1\n")
+    assert main(["job", "id", "2"]) == 0
+    assert capsys.readouterr().out == "2\n"
+
+
+def _ascii_stdout(monkeypatch: pytest.MonkeyPatch) -> io.TextIOWrapper:
+    """What stdout is under PYTHONIOENCODING=ascii."""
+    out = io.TextIOWrapper(io.BytesIO(), encoding="ascii")
+    monkeypatch.setattr(sys, "stdout", out)
+    return out
+
+
+def _written(out: io.TextIOWrapper) -> str:
+    out.flush()
+    buffer = out.buffer
+    assert isinstance(buffer, io.BytesIO)
+    return buffer.getvalue().decode("ascii")
+
+
+def test_job_id_f58_falls_back_to_ascii_f(monkeypatch: pytest.MonkeyPatch) -> None:
+    out = _ascii_stdout(monkeypatch)
+    assert main(["job", "id", "--to=f58", "6787342413402046", "ƒuzzybunny"]) == 0
+    assert _written(out) == "fuzzybunny\nfuzzybunny\n"
+    # stdin is read as UTF-8 whatever the locale, so ƒ ids still come in
+    out = _ascii_stdout(monkeypatch)
+    _stdin(monkeypatch, "ƒuzzybunny\n".encode(), encoding="ascii")
+    assert main(["job", "id", "--to=f58"]) == 0
+    assert _written(out) == "fuzzybunny\n"
+
+
+def test_job_id_f58_keeps_the_real_prefix_when_stdout_can_write_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    out = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["job", "id", "--to=f58", "6787342413402046"]) == 0
+    out.flush()
+    assert isinstance(out.buffer, io.BytesIO)
+    assert out.buffer.getvalue().decode() == "ƒuzzybunny\n"
 
 
 def test_job_id_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,3 +176,49 @@ def test_submit_file_refuses_reshaping_options(option: list[str],
     assert main(["submit", "--dry-run", *option, path]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot change a jobspec file" in err
+
+
+def _submitted(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[dict[str, Any]]:
+    """Run ``fluxes submit ARGV``; return the job items the client put on the wire."""
+    from fluxes.cli import cmd_submit
+    from fluxes.client import Client
+
+    sent: list[dict[str, Any]] = []
+
+    def send(self: Client, requests: list[dict[str, Any]]) -> list[str]:
+        sent.extend(requests)
+        return [str(len(sent) - len(requests) + i) for i in range(len(requests))]
+
+    def wait(self: Client, key: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
+        return [{"jobs": [{"id": 1 + i} for i in range(len(sent[int(key)]["jobs"]))]}]
+
+    instance = SimpleNamespace(redis=None, keys=None, user="alice")
+    monkeypatch.setattr(cmd_submit, "instance", lambda args: instance)
+    monkeypatch.setattr(Client, "_send", send)
+    monkeypatch.setattr(Client, "_wait", wait)
+    assert main(["submit", *argv]) == 0
+    return [job for request in sent for job in request["jobs"]]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    ([], None),  # no --urgency: the instance's default applies
+    (["--urgency", "5"], 5),
+    (["--urgency", "hold"], 0),
+    (["--urgency=default"], 16),
+    (["--urgency", "7", "--cc", "1-3"], 7),
+    (["--cc", "1-2"], None),
+])
+def test_submit_urgency_reaches_the_client(argv: list[str], expected: int | None,
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    jobs = _submitted(monkeypatch, [*argv, "true"])
+    assert jobs and all(job.get("urgency") == expected for job in jobs)
+    assert all(isinstance(job["jobspec"], dict) for job in jobs)
+    assert ("urgency" in jobs[0]) == (expected is not None)
+
+
+def test_submit_file_urgency(monkeypatch: pytest.MonkeyPatch,
+                             capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(SPEC / "rfc14" / "example1.yaml")
+    assert _submitted(monkeypatch, ["--urgency", "4", path])[0]["urgency"] == 4
+    assert "urgency" not in _submitted(monkeypatch, [path])[0]

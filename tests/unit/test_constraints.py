@@ -238,6 +238,44 @@ def test_depth_limit() -> None:
         parse(json.dumps(nested(MAX_DEPTH + 1)))
 
 
+def test_deep_error_paths_are_shortened() -> None:
+    # Sixty levels written out would be a ~500-character path; the message
+    # keeps the first and last levels, which still name the exact place.
+    obj: dict[str, Any] = {"properties": ["ssd", 1]}
+    for _ in range(60):
+        obj = {"not": [obj]}
+    with pytest.raises(ValueError) as info:
+        parse(obj)
+    assert str(info.value) == (
+        "constraint.not[0].not[0]...not[0].not[0].not[0].properties[1]: "
+        "property name must be a string, got int"
+    )
+    with pytest.raises(ValueError) as info:
+        parse(nested(MAX_DEPTH + 1))
+    message = str(info.value)
+    assert message.startswith("constraint.or[0].or[0]...or[0].or[0].or[0].or[0]: ")
+    assert message.endswith("constraints nested more than 64 levels deep")
+    assert len(message) < 120
+    # The omitted levels are the middle ones: the last index is kept exactly.
+    mixed: dict[str, Any] = {"hostlist": ["n[1-"]}
+    for i in range(20):
+        mixed = {"and": [{}] * (i % 3) + [mixed]}
+    with pytest.raises(ValueError) as info:
+        parse(mixed)
+    assert str(info.value).startswith("constraint.and[1].and[0]...and[2].and[1].and[0].hostlist[0]: ")
+
+
+def test_shallow_error_paths_are_written_out() -> None:
+    obj: dict[str, Any] = {"properties": [1]}
+    for op in ("not", "or", "and", "or", "not", "and"):
+        obj = {op: [{}, obj]}
+    with pytest.raises(ValueError) as info:
+        parse(obj)
+    assert str(info.value).startswith(
+        "constraint.and[1].not[1].or[1].and[1].or[1].not[1].properties[0]: "
+    )
+
+
 def test_very_deep_json_text() -> None:
     text = '{"and":[' * 5000 + "{}" + "]}" * 5000
     with pytest.raises(ValueError, match="constraint"):

@@ -582,6 +582,68 @@ def check_in_place(a: set[int], b: set[int], op: str) -> None:
     assert set(y) == b
 
 
+@contextmanager
+def splice_in_place_max(limit: int) -> Iterator[None]:
+    """Move the run count up to which in-place union/difference splice instead of rebuild."""
+    saved = idset_module._SPLICE_IN_PLACE_MAX
+    idset_module._SPLICE_IN_PLACE_MAX = limit
+    try:
+        yield
+    finally:
+        idset_module._SPLICE_IN_PLACE_MAX = saved
+
+
+# Runs of a few ids scattered over a wide range: a fragmented "pool" and a
+# handful of runs to add or take away, as an allocator does.
+fragmented_ids = st.sets(st.integers(min_value=0, max_value=400), max_size=300)
+few_runs = st.lists(st.tuples(st.integers(min_value=0, max_value=402),
+                              st.integers(min_value=0, max_value=4)), max_size=8)
+
+
+@given(fragmented_ids, few_runs, STRATEGIES, st.sampled_from([0, 1, 4, 32, 10**9]))
+def test_in_place_union_and_difference_equal_out_of_place(
+    a: set[int], runs: list[tuple[int, int]], ratio: int, limit: int
+) -> None:
+    y = IDSet.from_ranges((lo, lo + width) for lo, width in runs)
+    with splice_ratio(ratio), splice_in_place_max(limit):
+        for op in ("|=", "-="):
+            x = IDSet(a)
+            lists = (x._lo, x._hi)
+            expected = x | y if op == "|=" else x - y
+            if op == "|=":
+                x |= y
+            else:
+                x -= y
+            assert x == expected
+            assert len(x) == len(expected)
+            assert list(x) == list(expected)
+            # the canonical form is kept: sorted, disjoint, non-adjacent runs
+            assert all(b_lo > a_hi + 1 for (_, a_hi), (b_lo, _) in
+                       itertools.pairwise(x.ranges()))
+            if ratio == 0 and len(list(y.ranges())) <= limit and a:
+                # spliced, not rebuilt: the same range lists were edited
+                assert x._lo is lists[0] and x._hi is lists[1]
+            assert set(y) == {n for lo, w in runs for n in range(lo, lo + w + 1)}
+
+
+@given(fragmented_ids, few_runs)
+def test_in_place_ops_chain_like_out_of_place(a: set[int], runs: list[tuple[int, int]]) -> None:
+    # One id or run at a time, alternating, as a pool that grows and shrinks.
+    x = IDSet(a)
+    y = IDSet(a)
+    for k, (lo, width) in enumerate(runs):
+        piece = IDSet.from_range(lo, lo + width)
+        if k % 2:
+            x -= piece
+            y = y - piece
+        else:
+            x |= piece
+            y = y | piece
+        assert x == y and len(x) == len(y)
+        # nth() reads a cache that every change must drop
+        assert (x.nth(-1) == y.nth(-1)) if y else not x
+
+
 @given(st.lists(st.tuples(st.booleans(), st.integers(min_value=0, max_value=40)),
                 max_size=60))
 def test_add_discard_match_python_set(ops: list[tuple[bool, int]]) -> None:
@@ -653,3 +715,32 @@ def test_million_ids() -> None:
     flat = big.encode(ranges=False)
     assert flat.count(",") == n - 1
     assert IDSet(flat) == big
+
+
+def test_fragmented_million_grows_and_shrinks_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A million separate runs; 2,000 single-id |= and -= must each be spliced
+    # into the range lists, never rebuilt (a rebuild copies and re-counts every
+    # run, which made growing such a set one id at a time quadratic).
+    n = 1_000_000
+    pool = IDSet(range(0, 2 * n, 2))
+    lo, hi = pool._lo, pool._hi
+
+    def no_rebuild(*args: object) -> None:
+        raise AssertionError("in-place operation rebuilt the range lists")
+
+    for name in ("_union", "_union_splice", "_difference", "_difference_few_b"):
+        monkeypatch.setattr(idset_module, name, no_rebuild)
+    for k in range(1, 2001, 2):  # 1,000 odd ids: each joins two runs into one
+        pool |= IDSet([k])
+    for k in range(10_000, 12_000, 2):  # 1,000 even ids: each removes a run
+        pool -= IDSet([k])
+    pool |= IDSet([2 * n + 5])  # a new run at the end
+    pool -= IDSet([0])  # cuts the head of the first run
+    monkeypatch.undo()
+
+    assert pool._lo is lo and pool._hi is hi
+    expected = (IDSet.from_range(1, 2000) | IDSet(range(2002, 2 * n, 2))
+                | IDSet([2 * n + 5])) - IDSet(range(10_000, 12_000, 2))
+    assert pool == expected
+    assert len(pool) == len(expected) == n + 1000 - 1000 + 1 - 1
+    assert len(lo) == n - 1000 - 1000 + 1

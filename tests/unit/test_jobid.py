@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import threading
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -537,6 +539,49 @@ def test_generator_thread_safe() -> None:
     assert len(set(everything)) == len(everything) == 4 * 200 * 8
     for r in results:
         assert r == sorted(r)
+
+
+def _issue_ids(generator_id: int, count: int, start: Any, out: Any) -> None:
+    """Child process: wait for the others, then issue ``count`` ids and send them back."""
+    gen = FluidGenerator(generator_id)
+    start.wait(timeout=60)
+    ids = []
+    for k in range(count):
+        ids.append(gen.next())
+        if k % 500 == 0:
+            # A bulk request larger than one millisecond's 1024 sequence
+            # numbers makes the generator borrow ahead of the clock.
+            ids.extend(gen.next_n(1500))
+    out.put((generator_id, ids))
+
+
+def test_distinct_generators_in_real_processes_never_collide() -> None:
+    # Real processes, started together, each with its own generator id: the
+    # ids they issue in the same milliseconds differ only by generator id.
+    ctx = multiprocessing.get_context("spawn")  # no fork of pytest's threads
+    generator_ids = [1, 2, 77, jobid.MAX_GENERATOR_ID]
+    count = 3000
+    start = ctx.Barrier(len(generator_ids))
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_issue_ids, args=(g, count, start, out))
+             for g in generator_ids]
+    for proc in procs:
+        proc.start()
+    try:
+        # Drain before joining: a child cannot exit while its data is unread.
+        results = dict(out.get(timeout=120) for _ in procs)
+    finally:
+        for proc in procs:
+            proc.join(timeout=60)
+    assert [proc.exitcode for proc in procs] == [0] * len(procs)
+    assert sorted(results) == sorted(generator_ids)
+    everything = [i for ids in results.values() for i in ids]
+    per_process = count + 1500 * len(range(0, count, 500))
+    assert len(everything) == len(set(everything)) == per_process * len(generator_ids)
+    for generator_id, ids in results.items():
+        assert len(ids) == per_process
+        assert all(a < b for a, b in itertools.pairwise(ids)), generator_id
+        assert {fluid_generator(i) for i in ids} == {generator_id}
 
 
 def test_module_exports() -> None:

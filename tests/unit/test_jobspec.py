@@ -277,6 +277,10 @@ DIFFERENCES: list[tuple[str, Callable[[dict[str, Any]], None], bool, bool, bool]
     # Count relations only the text states.
     ("rfc14-count-max-below-min", _set("resources.0.count", {"min": 4, "max": 2, "operator": "+", "operand": 1}), False, True, False),
     ("rfc14-count-power-min-1", _set("resources.0.count", {"min": 1, "max": 8, "operator": "^", "operand": 2}), False, True, False),
+    # Not a difference: the current text and the schema both want max, operator
+    # and operand together (the spec-data README quotes an older text).
+    ("rfc14-count-min-max-only", _set("resources.0.count", {"min": 4, "max": 6}), False, False, False),
+    ("rfc14-count-min-operator-operand", _set("resources.0.count", {"min": 2, "operator": "*", "operand": 2}), False, False, False),
     # RFC 14 text: attributes is a dictionary (the schema also allows null).
     ("rfc14-attributes-null", _set("attributes", None), False, True, False),
     # RFC 14 text: task attributes are free-form (the schema wants string values).
@@ -327,6 +331,17 @@ def test_known_differences_from_published_schemas(
     validator = THEIRS25 if v1 else THEIRS14
     assert validator.is_valid(doc) is theirs
     assert ours_ok(doc, v1=v1) is ours
+
+
+def test_count_min_max_without_operator_is_refused_as_the_docs_say() -> None:
+    doc = _example()
+    doc["resources"][0]["count"] = {"min": 4, "max": 6}
+    assert error_of(doc) == (
+        "resources[0].count: max, operator and operand must be given together "
+        "(missing operator, operand)"
+    )
+    doc["resources"][0]["count"] = "4-6"  # what the docs suggest instead
+    assert Jobspec.from_dict(doc).resource_counts[doc["resources"][0]["type"]] == 4
 
 
 def test_with_as_a_single_mapping_is_refused() -> None:
@@ -470,8 +485,13 @@ def test_node_budget() -> None:
 
 
 def test_unreadable_file(tmp_path: Path) -> None:
-    with pytest.raises(JobspecError, match=r"missing\.yaml"):
-        Jobspec.from_file(tmp_path / "missing.yaml")
+    missing = tmp_path / "missing.yaml"
+    with pytest.raises(JobspecError, match=r"missing\.yaml") as info:
+        Jobspec.from_file(missing)
+    # The message names the file once; the OSError is kept as the cause so
+    # that callers printing "FILE: reason" can avoid naming it twice.
+    assert str(info.value) == f"{missing}: No such file or directory"
+    assert isinstance(info.value.__cause__, FileNotFoundError)
     with pytest.raises(JobspecError):
         Jobspec.from_file(tmp_path)
 
@@ -803,6 +823,83 @@ def test_parse_dependency() -> None:
             continue
         with pytest.raises(JobspecError):
             parse_dependency(bad)
+
+
+def test_from_command_urgency_is_a_submission_default() -> None:
+    plain = Jobspec.from_command(["app"])
+    assert plain.urgency is None
+    held = Jobspec.from_command(["app"], urgency=0)
+    assert held.urgency == 0
+    js = Jobspec.from_command(["app"], urgency=31, duration=60)
+    assert js.urgency == 31
+    # Not an RFC 14 attribute: the document is the same with or without it.
+    assert js.to_dict() == Jobspec.from_command(["app"], duration=60).to_dict()
+    assert "urgency" not in js.dumps()
+    assert js == Jobspec.from_command(["app"], duration=60)
+    assert js.is_v1
+    # Derived copies keep it.
+    assert js.with_system_defaults(duration=5, queue="batch").urgency == 31
+    assert js.add_required_properties(["ssd"]).urgency == 31
+    assert Jobspec.from_dict(js.to_dict()).urgency is None
+
+
+@pytest.mark.parametrize("bad", [-1, 32, 100, True, False, 1.0, "5", [5]])
+def test_from_command_urgency_bad(bad: object) -> None:
+    with pytest.raises(JobspecError, match=r"^urgency: must be an integer 0-31, got "):
+        Jobspec.from_command(["app"], urgency=bad)  # type: ignore[arg-type]
+
+
+def test_urgency_property_is_read_only() -> None:
+    js = Jobspec.from_command(["app"], urgency=3)
+    with pytest.raises(AttributeError):
+        js.urgency = 4  # type: ignore[misc]
+
+
+def test_deep_paths_are_shortened_in_messages() -> None:
+    # Thirty levels of resources and a bad count at the bottom: the message
+    # keeps the head and the exact place, on one readable line.
+    vertex: dict[str, Any] = {"type": "core", "count": 0}
+    for _ in range(28):
+        vertex = {"type": "x", "count": 1, "with": [vertex]}
+    doc = _example()
+    doc["resources"][0]["with"][0]["with"] = [vertex]
+    message = error_of(doc)
+    assert message == "resources[0].with[0]...with[0].with[0].with[0].count: must be >= 1, got 0"
+    vertex = {"type": "core", "count": {"min": 3, "max": 2, "operator": "+", "operand": 1}}
+    for _ in range(28):
+        vertex = {"type": "x", "count": 1, "with": [vertex]}
+    doc["resources"][0]["with"][0]["with"] = [vertex]
+    assert error_of(doc) == (
+        "resources[0].with[0]...with[0].with[0].with[0].count: max (2) is less than min (3)"
+    )
+    # Shallow paths are written out in full.
+    doc = _example()
+    doc["resources"][0]["with"][0]["with"][0]["count"] = 0
+    assert error_of(doc).startswith("resources[0].with[0].with[0].count: ")
+
+
+def test_deep_constraint_path_is_shortened_in_a_jobspec() -> None:
+    constraint: dict[str, Any] = {"properties": ["ok", "a&b"]}
+    for _ in range(25):
+        constraint = {"not": [constraint]}
+    message = error_of({**_example(), "attributes": {"system": {"constraints": constraint}}})
+    assert message.startswith("attributes.system.constraints.not[0].not[0]...not[0]")
+    assert ".properties[1]: invalid character '&'" in message
+    assert len(message) < 150 and "\n" not in message
+
+
+def test_format_path_shortens_deep_paths() -> None:
+    from fluxes.jobspec_rules import format_path, join_path
+
+    assert format_path(["resources", 0, "with", 1]) == "resources[0].with[1]"
+    deep: list[str | int] = ["resources", 0]
+    for _ in range(20):
+        deep += ["with", 0]
+    assert format_path([*deep, "count"]) == "resources[0].with[0]...with[0].with[0].with[0].count"
+    # an index is never separated from its key
+    assert format_path(deep) == "resources[0].with[0]...with[0].with[0].with[0].with[0]"
+    pieces = ["a", *(f".k{i}" for i in range(30))]
+    assert join_path(pieces) == "a.k0.k1.k2...k23.k24.k25.k26.k27.k28.k29"
 
 
 # -- helpers for ingest --------------------------------------------------------------------------
