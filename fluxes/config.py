@@ -8,7 +8,8 @@ configuration from Redis. Top-level tables:
 * ``[resource]``: the inventory (``[[resource.config]]`` entries, or
   ``path`` of an RFC 20 R file), read by the scheduler;
 * ``[ingest]``: size limits enforced at submission;
-* ``[exec]``: ``kill-timeout`` (grace before SIGKILL);
+* ``[exec]``: ``kill-timeout`` (grace before SIGKILL), ``output-limit`` (bytes of
+  output forwarded per job and rank, default 100M, 0 unlimited);
 * ``[sched]``: scheduler options (``mode`` of RFC 27 ready, ``limit``,
   ``exec-timeout``: how long an exec worker may be silent before its ranks
   are drained, default 10s).
@@ -27,6 +28,8 @@ from fluxes.errors import ConfigError
 from fluxes.fsd import parse_duration
 from fluxes.queues import QueueConfig, format_key
 
+#: Default ``[exec] output-limit``: bytes of output forwarded per job and rank.
+DEFAULT_OUTPUT_LIMIT = 100 << 20
 _TOP = ("policy", "queues", "resource", "ingest", "exec", "sched")
 
 
@@ -70,6 +73,8 @@ class InstanceConfig:
     queues: QueueConfig = field(default_factory=lambda: QueueConfig.from_dict({}))
     ingest: IngestLimits = field(default_factory=IngestLimits)
     kill_timeout: float = 5.0
+    #: bytes of output forwarded per job and rank (0: unlimited)
+    output_limit: int = 100 << 20
     sched: Mapping[str, Any] = field(default_factory=dict)
 
     @property
@@ -104,13 +109,23 @@ class InstanceConfig:
         if not isinstance(exec_table, Mapping):
             raise ConfigError("exec: expected a table")
         kill_timeout = 5.0
+        output_limit = DEFAULT_OUTPUT_LIMIT
         for key, value in exec_table.items():
-            if key != "kill-timeout":
-                raise ConfigError(f"exec.{format_key(key)}: unknown key")
-            try:
-                kill_timeout = parse_duration(value)
-            except ValueError as exc:
-                raise ConfigError(f"exec.kill-timeout: {exc}") from None
+            if key == "kill-timeout":
+                try:
+                    kill_timeout = parse_duration(value)
+                except ValueError as exc:
+                    raise ConfigError(f"exec.kill-timeout: {exc}") from None
+            elif key == "output-limit":
+                from fluxes.sched.inventory import parse_size
+
+                try:
+                    output_limit = parse_size(value, "exec.output-limit")
+                except ValueError as exc:
+                    raise ConfigError(str(exc)) from None
+            else:
+                raise ConfigError(f"exec.{format_key(key)}: unknown key "
+                                  "(known: kill-timeout, output-limit)")
         sched = raw.get("sched", {})
         if not isinstance(sched, Mapping):
             raise ConfigError("sched: expected a table")
@@ -118,7 +133,7 @@ class InstanceConfig:
         if "resource" in raw and not isinstance(raw["resource"], Mapping):
             raise ConfigError("resource: expected a table")
         return cls(text=text, raw=raw, queues=queues, ingest=IngestLimits.from_dict(ingest),
-                   kill_timeout=kill_timeout, sched=dict(sched))
+                   kill_timeout=kill_timeout, output_limit=output_limit, sched=dict(sched))
 
 
 def _check_sched(table: Mapping[str, Any]) -> None:

@@ -51,6 +51,7 @@ import redis
 
 from fluxes import metrics
 from fluxes import protocol as proto
+from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.exec.layout import (
     JobLayout,
     OutputSpec,
@@ -73,7 +74,7 @@ from fluxes.exec.layout import (
 from fluxes.idset import IDSet
 from fluxes.instance import Instance
 from fluxes.rset import ResourceSet
-from fluxes.sched.inventory import Inventory
+from fluxes.sched.inventory import Inventory, format_size
 from fluxes.store.direct import Direct, execute_grouped, stream_entries
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_EXEC
@@ -97,8 +98,10 @@ STEP_BUDGET_S = 0.1
 REGISTRY_INTERVAL_S = 1.0
 #: Default delay between the kill signal and SIGKILL.
 KILL_GRACE_S = 5.0
-#: Entries kept per job output stream (approximate trim; oldest lines go first).
-OUTPUT_MAXLEN = 100_000
+#: The line that replaces a job's output past the limit (``[exec] output-limit``).
+TRUNCATED_PREFIX = b"fluxes: output limit"
+TRUNCATED_NOTE = ("fluxes: output limit of {limit} reached on rank {rank}: "
+                  "further output dropped (use --output/--error files for more)\n")
 #: Longest line forwarded as one entry; longer lines are split.
 MAX_LINE = 64 * 1024
 #: Bytes read per output file and iteration.
@@ -210,6 +213,8 @@ class ExecJob:
     kill_time: float = 0.0
     escalated: bool = False
     done_time: float = 0.0
+    forwarded: int = 0  # output bytes forwarded (the output limit counts them)
+    truncated: bool = False  # the output limit was reached: the rest is dropped
 
     def record(self) -> bytes:
         """The JSON kept in ``exec:jobs:<rank>`` so a restarted worker can carry on."""
@@ -225,7 +230,7 @@ class ExecJob:
                           t.status, t.lost, t.code])
         return orjson.dumps({"k": "run", "s": self.started, "t": tasks, "fw": self.forward,
                              "e": self.error, "ks": self.kill_signal, "kt": self.kill_time,
-                             "x": self.escalated})
+                             "x": self.escalated, "ob": self.forwarded, "tr": self.truncated})
 
     def report(self) -> dict[str, Any]:
         """The cumulative ``exec`` message for the job manager."""
@@ -272,7 +277,9 @@ class ExecWorker(Worker):
 
     ``kill_grace`` is the delay before SIGKILL follows a kill signal;
     ``hostnames`` (rank -> name) is what the registry shows (default: this
-    machine's name); ``output_maxlen`` caps each job's output stream;
+    machine's name); ``output_limit`` is the bytes of output forwarded per job
+    on each rank (0 unlimited); both default to the instance configuration
+    (``[exec] kill-timeout``, ``output-limit``);
     ``done_retention`` is how long a finished job's record is kept at least;
     ``poll_ms`` how often running tasks are checked.  A fast (tmpfs) state
     directory matters: every task creates and removes three small files.
@@ -281,20 +288,22 @@ class ExecWorker(Worker):
     kind = "exec"
 
     def __init__(self, instance: Instance, ranks: Iterable[int] | str,
-                 state_dir: str | os.PathLike[str], *, kill_grace: float = KILL_GRACE_S,
+                 state_dir: str | os.PathLike[str], *, kill_grace: float | None = None,
                  hostnames: Mapping[int, str] | None = None, name: str | None = None,
-                 output_maxlen: int = OUTPUT_MAXLEN, done_retention: float = DONE_RETENTION_S,
+                 output_limit: int | None = None, done_retention: float = DONE_RETENTION_S,
                  poll_ms: int = POLL_MS) -> None:
         super().__init__(instance, name)
         self.ranks = sorted(IDSet(ranks)) if isinstance(ranks, str) else sorted(set(ranks))
         if not self.ranks:
             raise ValueError("exec worker: no ranks to serve")
-        if kill_grace < 0 or not math.isfinite(kill_grace):
+        if kill_grace is not None and (kill_grace < 0 or not math.isfinite(kill_grace)):
             raise ValueError(f"kill grace must be a finite number >= 0, got {kill_grace}")
         self.state_dir = os.fspath(state_dir)
         self.rank_dirs = {r: os.path.join(self.state_dir, f"rank{r}") for r in self.ranks}
-        self.kill_grace = kill_grace
-        self.output_maxlen = output_maxlen
+        self._given_grace = kill_grace
+        self.kill_grace = KILL_GRACE_S if kill_grace is None else kill_grace
+        self._given_limit = output_limit
+        self.output_limit = DEFAULT_OUTPUT_LIMIT if output_limit is None else output_limit
         self.done_retention = done_retention
         self.poll_ms = poll_ms
         # Hostnames: given, else the instance's resource inventory (read at
@@ -397,6 +406,11 @@ class ExecWorker(Worker):
         setup_started = time.monotonic()
         self._ready = False
         self._reset()
+        config = self.instance.config()
+        if self._given_grace is None:
+            self.kill_grace = config.kill_timeout
+        if self._given_limit is None:
+            self.output_limit = config.output_limit
         for rank in self.ranks:
             os.makedirs(self.rank_dirs[rank], mode=0o700, exist_ok=True)
             ensure_group(self.redis, self.streams[rank], GROUP_EXEC)
@@ -553,7 +567,8 @@ class ExecWorker(Worker):
             return job
         job = ExecJob(jobid, rank, "run", started=bool(rec.get("s")), error=rec.get("e"),
                       forward=str(rec.get("fw", "")), kill_signal=int(rec.get("ks", 0)),
-                      kill_time=float(rec.get("kt", 0.0)), escalated=bool(rec.get("x")))
+                      kill_time=float(rec.get("kt", 0.0)), escalated=bool(rec.get("x")),
+                      forwarded=int(rec.get("ob", 0)), truncated=bool(rec.get("tr")))
         for task_rank, pid, out_off, err_off, status, lost, code in rec.get("t", []):
             task = TaskProc(int(task_rank), int(pid), False, status)
             task.lost = bool(lost)
@@ -1167,12 +1182,16 @@ class ExecWorker(Worker):
                 for stream in task.streams:
                     if not stream.done and budget.left():
                         got = _pump(stream, task.ended, budget)
+                        if got and self.output_limit:
+                            got = self._within_limit(job, task, got)
                         if got:
                             if lines is None:
                                 lines = box.output.setdefault(job.id, [])
                             label = str(task.rank)
                             lines.extend({"rank": label, "stream": stream.name, "data": data}
                                          for data in got)
+                            if job.truncated and got[-1].startswith(TRUNCATED_PREFIX):
+                                lines[-1]["stream"] = "stderr"
                             changed = True
             if all(t.ended for t in job.tasks) and \
                     all(s.done for t in job.tasks for s in t.streams):
@@ -1183,6 +1202,27 @@ class ExecWorker(Worker):
                 self._touch(box, job)
             elif changed:
                 self._touch(box, job, report=False)
+
+    def _within_limit(self, job: ExecJob, task: TaskProc, got: list[bytes]) -> list[bytes]:
+        """The lines of ``got`` that fit the job's output limit on this rank.
+
+        The first line past the limit is replaced by one stderr line saying
+        so (as flux's shell does), and everything after is read and dropped,
+        so a job cannot fill Redis with output; complete output of any size
+        goes to files (``--output``/``--error``).
+        """
+        if job.truncated:
+            return []
+        kept: list[bytes] = []
+        for data in got:
+            if job.forwarded + len(data) > self.output_limit:
+                job.truncated = True
+                kept.append(TRUNCATED_NOTE.format(
+                    limit=format_size(self.output_limit), rank=job.rank).encode())
+                break
+            job.forwarded += len(data)
+            kept.append(data)
+        return kept
 
     def _poll(self, box: Outbox, job: ExecJob, task: TaskProc) -> bool:
         """Check whether ``task`` ended; True when something changed."""
@@ -1265,11 +1305,10 @@ class ExecWorker(Worker):
         keys = self.keys
         tx: list[tuple[Any, ...]] = []
         later: list[tuple[str, tuple[Any, ...]]] = []
-        maxlen = self.output_maxlen
         for jobid, entries in box.output.items():
             key = keys.output(jobid)
             for fields in entries:
-                tx.append(_xadd(key, fields, maxlen))
+                tx.append(_xadd(key, fields))
         sets: dict[int, dict[str, bytes]] = {}
         dels: dict[int, list[str]] = {}
         for (rank, jobid), job in box.records.items():
@@ -1555,7 +1594,7 @@ def default_state_dir() -> str:
 
 
 def main(instance: Instance, ranks: Iterable[int] | str, state_dir: str | os.PathLike[str],
-         *, kill_grace: float = KILL_GRACE_S, hostnames: Mapping[int, str] | None = None,
+         *, kill_grace: float | None = None, hostnames: Mapping[int, str] | None = None,
          name: str | None = None) -> int:
     """Run an exec worker for ``ranks`` (e.g. ``[3]`` or ``"0-3"``) until SIGTERM."""
     return ExecWorker(instance, ranks, state_dir, kill_grace=kill_grace, hostnames=hostnames,

@@ -398,21 +398,7 @@ class Placer:
                 return iter(self._sorted(st, plan.static, plan, policy, by_gpu))
         if by_gpu:
             return iter(self._sorted(st, st.gfree, plan, policy, True))
-        if policy in ("lonode", "hinode"):
-            return self._idle_first(st, k, order == "desc")
         return st.at_least(k, order)
-
-    @staticmethod
-    def _idle_first(st: FreeState, k: int, desc: bool) -> Iterator[int]:
-        """Idle ranks by rank, then partly used ones by rank (lonode/hinode)."""
-        idle = st.idle
-        cap = st.cap
-        for r in reversed_ids(idle) if desc else iter(idle):
-            if cap[r].ncores >= k:
-                yield r
-        for r in st.at_least(k, "desc" if desc else "asc"):
-            if r not in idle:
-                yield r
 
     @staticmethod
     def _sorted(st: FreeState, ranks: IDSet, plan: Plan, policy: str,
@@ -423,10 +409,7 @@ class Placer:
         need = max(plan.need_g if by_gpu else plan.need_c, 1)
         found = [r for r in ranks if free[r] >= need and r not in down]
         order = _ORDER[policy]
-        if policy in ("lonode", "hinode"):
-            idle = st.idle
-            found.sort(key=lambda r: (r not in idle, -r if order == "desc" else r))
-        elif order == "desc":
+        if order == "desc":
             found.reverse()
         elif order == "few":
             found.sort(key=lambda r: (free[r], r))

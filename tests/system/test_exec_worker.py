@@ -501,3 +501,39 @@ def test_redis_outage_while_a_job_runs(tmp_path: Path) -> None:
     finally:
         h.stop()
         server.stop()
+
+
+def test_output_is_complete_past_a_hundred_thousand_lines(harness: Harness) -> None:
+    # (the output stream used to be trimmed to ~100,000 entries, dropping the
+    # oldest lines silently)
+    harness.worker()
+    harness.job(40, cmd("seq", "1", "150000"), ranks={0: "0"})
+    harness.start(40)
+    assert harness.final(40, timeout=60)["status"] == 0
+    lines = [data for _rank, stream, data in harness.lines(40) if stream == "stdout"]
+    assert lines == [f"{i}\n" for i in range(1, 150001)]
+
+
+def test_output_past_the_limit_is_dropped_with_a_note(harness: Harness) -> None:
+    harness.worker(output_limit=1000)
+    harness.job(41, cmd("sh", "-c", "seq 100000 100299; echo done >&2"), ranks={0: "0"})
+    harness.start(41)
+    assert harness.final(41, timeout=30)["status"] == 0
+    lines = harness.lines(41)
+    stdout = [data for _r, stream, data in lines if stream == "stdout"]
+    stderr = [data for _r, stream, data in lines if stream == "stderr"]
+    assert stdout == [f"{i}\n" for i in range(100000, 100000 + 1000 // 7)]  # 7 bytes a line
+    assert stderr == ["fluxes: output limit of 1000 reached on rank 0: further output dropped "
+                      "(use --output/--error files for more)\n"]
+    assert any("eof" in e for e in harness.output(41))  # readers still see the end
+
+
+def test_kill_grace_comes_from_the_instance_configuration(harness: Harness) -> None:
+    harness.client.hset(KEYS.instance, "config", '[exec]\nkill-timeout = "0.2s"\n')
+    worker = harness.worker()
+    harness.job(42, cmd("sh", "-c", 'trap "" TERM; sleep 30'), ranks={0: "0"})
+    harness.start(42)
+    harness.wait(42, lambda m: m["started"])
+    assert worker.kill_grace == 0.2
+    harness.kill(42)
+    assert harness.final(42, timeout=20)["status"] == 9  # SIGKILL after 0.2 s, not 5 s

@@ -312,8 +312,8 @@ def test_policies_are_listed() -> None:
     ("first-fit", {0: ("1-2", "")}),        # lowest rank where it fits
     ("best-fit", {3: ("2-3", "")}),         # fewest free cores that fit
     ("worst-fit", {2: ("0-1", "")}),        # most free cores
-    ("lonode", {2: ("0-1", "")}),           # idle nodes first, lowest first
-    ("hinode", {4: ("0-1", "")}),           # idle nodes first, highest first
+    ("lonode", {0: ("1-2", "")}),           # lowest node id where it fits
+    ("hinode", {4: ("0-1", "")}),           # highest node id where it fits
 ])
 def test_policy_one_slot(policy: str, expected: dict[int, tuple[str, str]]) -> None:
     pool = shaped([3, 1, 4, 2, 4])
@@ -324,8 +324,8 @@ def test_policy_one_slot(policy: str, expected: dict[int, tuple[str, str]]) -> N
     ("first-fit", {0: ("1-3", ""), 1: ("3", ""), 2: ("0", "")}),
     ("best-fit", {1: ("3", ""), 3: ("2-3", ""), 0: ("1-2", "")}),
     ("worst-fit", {2: ("0-1", ""), 4: ("0-1", ""), 0: ("1", "")}),
-    ("lonode", {2: ("0-3", ""), 4: ("0", "")}),
-    ("hinode", {4: ("0-3", ""), 2: ("0", "")}),
+    ("lonode", {0: ("1-3", ""), 1: ("3", ""), 2: ("0", "")}),
+    ("hinode", {4: ("0-3", ""), 3: ("2", "")}),
 ])
 def test_policy_five_one_core_slots(policy: str, expected: dict[int, tuple[str, str]]) -> None:
     pool = shaped([3, 1, 4, 2, 4])
@@ -336,8 +336,8 @@ def test_policy_five_one_core_slots(policy: str, expected: dict[int, tuple[str, 
     ("first-fit", "0,2"),
     ("best-fit", "0,3"),    # 3 and 2 free cores: the tightest two
     ("worst-fit", "2,4"),
-    ("lonode", "2,4"),
-    ("hinode", "2,4"),
+    ("lonode", "0,2"),
+    ("hinode", "3-4"),
 ])
 def test_policy_shared_nodes(policy: str, ranks: str) -> None:
     pool = shaped([3, 1, 4, 2, 4])
