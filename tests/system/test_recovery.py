@@ -80,6 +80,17 @@ def check(inst: Instance, ids: list[int]) -> None:
     assert not double, [str(v) for v in double[:5]]
 
 
+def alloc_order(inst: Instance, ids: list[int]) -> list[int]:
+    """The jobs of ``ids`` in the order their alloc events were written (journal order)."""
+    wanted = set(ids)
+    order = []
+    for p in range(inst.keys.partitions):
+        for _sid, fields in inst.redis.xrange(inst.keys.journal(p)):
+            if fields.get(b"n") == b"alloc" and int(fields[b"j"]) in wanted:
+                order.append(int(fields[b"j"]))
+    return order
+
+
 def test_job_manager_kill9_mid_thousand_jobs(instance: tuple[Launcher, Instance]) -> None:
     launcher, inst = instance
     ids = Client(inst).submit([{"jobspec": sim()}] * 1000)
@@ -134,3 +145,6 @@ def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Inst
             time.sleep(0.05)
     wait_all(launcher, inst, ids)
     check(inst, ids)
+    # each new scheduler resumed with the pending jobs in the same order: equal
+    # priority, so first come first served, whatever the kills interrupted
+    assert alloc_order(inst, ids) == sorted(ids)
