@@ -172,7 +172,11 @@ def merge_annotations(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
                       ) -> Mapping[str, Any] | None:
     """Merge RFC 27 annotations: recurse into dicts, null deletes, otherwise replace.
 
-    Returns None when nothing remains, so "no annotations" has one representation.
+    A null never lands in the result, at any depth: RFC 27 gives null the
+    meaning "remove this key", so a null under a key that is new (or that was
+    not a dict) is dropped rather than stored, and an object left empty is
+    dropped too. Returns None when nothing remains, so "no annotations" has
+    one representation.
     """
     if new is None:
         return None
@@ -183,14 +187,16 @@ def merge_annotations(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
 def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(old)
     for key, value in new.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            sub = _merge(out[key], value)
+        if isinstance(value, Mapping):
+            current = out.get(key)
+            # merging into an empty dict is how a new object loses its nulls
+            sub = _merge(current if isinstance(current, Mapping) else _EMPTY, value)
             if sub:
                 out[key] = sub
             else:
                 out.pop(key, None)
+        elif value is None:
+            out.pop(key, None)
         else:
             out[key] = value
     return out
@@ -353,8 +359,9 @@ def _alloc(event: ev.Alloc, job: Job) -> _Changes:
         raise _refuse(job, event, "but resources were already allocated")
     if job.state == JobState.CLEANUP:
         return dict(has_resources=True, was_allocated=True)
+    # the snapshot follows the merge rules too: an old eventlog's nulls are not kept
     return dict(state=JobState.RUN, has_resources=True, was_allocated=True,
-                   t_run=event.timestamp, annotations=event.annotations or None)
+                   t_run=event.timestamp, annotations=merge_annotations(None, event.annotations))
 
 
 @_transition.register
@@ -407,7 +414,9 @@ def _start(event: ev.Start, job: Job) -> _Changes:
 
 @_transition.register
 def _release(event: ev.Release, job: Job) -> _Changes:
-    _require(job, event, _IN_RUNNING)
+    # RFC 21 logs release in CLEANUP: exec gives resources back once the shells are
+    # gone, and their exit (finish) or a fatal exception has moved the job there.
+    _require(job, event, _IN_CLEANUP)
     if not job.has_resources:
         raise _refuse(job, event, "while the job holds no resources")
     if job.released:

@@ -32,6 +32,12 @@ from fluxes.store.scripts import lua_source
 #: Entries fetched per XRANGE/XREAD round trip when scanning streams.
 READ_BLOCK = 10_000
 
+#: Time travel (``replay(until_time=...)``) reads the journal on for this many
+#: seconds of Redis' clock (stream ids) past the first entry stamped later than
+#: the moment asked for. It must cover how far the writers' clocks may differ
+#: plus how long after stamping an event a writer may commit it.
+UNTIL_MARGIN_S = 60.0
+
 
 class FencedError(FluxesError):
     """The writer's fencing token is stale: another leader took over. Nothing was written."""
@@ -44,6 +50,19 @@ class ConflictError(FluxesError):
         self.conflicts = conflicts
         shown = ", ".join(f"{j} has {n} events" for j, n in list(conflicts.items())[:5])
         super().__init__(f"eventlog conflict: {shown}")
+
+
+class KeyTypeError(FluxesError):
+    """A key the batch writes holds another type (a foreign write?). Nothing was written."""
+
+
+class BadBatchError(FluxesError, ValueError):
+    """``commit.lua`` refused a malformed op (a bug in the writer). Nothing was written."""
+
+
+#: Most fields of one outbound message (``Batch.xadd``): one XADD from Lua
+#: cannot take more values than commit.lua unpacks per call.
+MAX_MESSAGE_FIELDS = 500
 
 
 def encode_context(ctx: Mapping[str, Any]) -> bytes:
@@ -134,7 +153,10 @@ class Batch:
 
     def xadd(self, key: str, fields: Mapping[str, str | bytes | int | float]
              | Mapping[bytes, bytes]) -> None:
-        """Add a message to a stream."""
+        """Add a message to a stream (1 to ``MAX_MESSAGE_FIELDS`` fields; ValueError otherwise)."""
+        if not fields or len(fields) > MAX_MESSAGE_FIELDS:
+            raise ValueError(f"a message needs 1 to {MAX_MESSAGE_FIELDS} fields, "
+                             f"got {len(fields)}")
         self._args += ("X", self._key(key), len(fields))
         for field, value in fields.items():
             self._args += (field, value)
@@ -366,18 +388,28 @@ class EventStore:
         return last[0][0].decode() if last else "0-0"
 
     def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",
-               until_time: float | None = None, drop_inactive: bool = False) -> ReplayResult:
+               until_time: float | None = None, drop_inactive: bool = False,
+               until_margin: float = UNTIL_MARGIN_S) -> ReplayResult:
         """Fold the journal (after ``start``, if given) into job records.
 
-        ``until_time`` stops at events later than that UNIX time (time travel).
-        ``drop_inactive`` forgets jobs once they are INACTIVE (what a job
-        manager needs). A job whose events do not apply is reported in
-        ``broken`` with the reason, and its later events are skipped.
+        ``until_time`` gives every job as it was at that UNIX time (time
+        travel): each job's entries are folded up to, not including, its first
+        one stamped later than ``until_time``. Writers on several hosts need
+        not stamp in journal order, so reading does not stop at the first
+        later stamp but goes on for ``until_margin`` seconds (by stream id,
+        Redis' clock) past that entry. ``drop_inactive`` forgets jobs once
+        they are INACTIVE (what a job manager needs). A job whose events do
+        not apply is reported in ``broken`` with the reason, and its later
+        events are skipped.
         """
         records: dict[int, JobRecord] = dict(start.records) if start else {}
         broken: dict[int, str] = {}
         last = start.journal_id if start else "0-0"
         count = 0
+        # jobs that reached an entry stamped after until_time: their later
+        # entries are skipped too, since a job's state is a fold of a prefix
+        frozen: set[bytes] = set()
+        stop_ms: int | None = None  # read no entry Redis stamped after this
         # With drop_inactive, jobs first seen in this replay are buffered raw
         # and folded only if they are still active at the end: on a busy
         # instance most jobs finish, and their events never need decoding.
@@ -386,9 +418,18 @@ class EventStore:
         for block in self._iter_raw(partition, after=last, until=until):
             for raw in block:
                 fields = raw[1]
-                if until_time is not None and _field(fields, b"t", 7) > until_time:
-                    self._fold_buffered(buffered, records, broken)
-                    return ReplayResult(records, last, count, broken)
+                if until_time is not None:
+                    if stop_ms is not None and _id_ms(raw[0]) > stop_ms:
+                        self._fold_buffered(buffered, records, broken)
+                        return ReplayResult(records, last, count, broken)
+                    jobkey, stamp = _job_and_stamp(raw)
+                    if jobkey in frozen:
+                        continue
+                    if stamp > until_time:
+                        frozen.add(jobkey)
+                        if stop_ms is None:
+                            stop_ms = _id_ms(raw[0]) + math.ceil(until_margin * 1000)
+                        continue
                 count += 1
                 if drop_inactive:
                     jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
@@ -510,12 +551,32 @@ def _field(fields: list[bytes], name: bytes, hint: int) -> float:
     return float(_field_bytes(fields, name))
 
 
+def _job_and_stamp(raw: tuple[bytes, list[bytes]]) -> tuple[bytes, float]:
+    """A raw journal entry's job id (as stored) and timestamp; EventError if missing."""
+    fields = raw[1]
+    try:
+        jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
+        return jobkey, _field(fields, b"t", 7)
+    except (KeyError, ValueError, IndexError):
+        raise ev.EventError(f"journal entry {raw[0]!r:.40}: no job id or timestamp") from None
+
+
+def _id_ms(stream_id: bytes) -> int:
+    """The milliseconds part of a stream id (Redis' clock when it was added)."""
+    return int(stream_id.partition(b"-")[0])
+
+
 def _commit_error(exc: redis.ResponseError) -> FluxesError:
+    """The FluxesError for an error reply of ``commit.lua`` (see its header)."""
     text = str(exc)
     if text.startswith("FENCED unfenced"):
         return FencedError(text[7:])
     if text.startswith("FENCED"):
         return FencedError(f"stale writer refused (current epoch {text[7:] or 'none'})")
+    if text.startswith("KEYTYPE "):
+        return KeyTypeError(f"commit refused, nothing written: {text[8:]}")
+    if text.startswith("BADOP "):
+        return BadBatchError(f"commit refused, nothing written: malformed op {text[6:]}")
     if text.startswith("CONFLICT "):
         conflicts = {}
         for item in text[9:].split(","):

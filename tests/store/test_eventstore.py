@@ -10,8 +10,19 @@ from hypothesis import strategies as st
 from fluxes.job import events as ev
 from fluxes.job.model import Job, apply, replay
 from fluxes.job.states import JobState
-from fluxes.store.eventstore import ConflictError, EventStore, FencedError
+from fluxes.store.eventstore import (
+    MAX_MESSAGE_FIELDS,
+    BadBatchError,
+    Batch,
+    ConflictError,
+    EventStore,
+    FencedError,
+    KeyTypeError,
+    _commit_error,
+    encode_context,
+)
 from fluxes.store.keys import Keys
+from fluxes.store.scripts import lua_source
 from tests.strategies import SUBMIT, T, histories
 
 KEYS = Keys("t")
@@ -196,8 +207,195 @@ class EventStoreContract:
         assert store.replay(0, until_time=T + 5).jobs[1].state == JobState.NEW
         assert store.replay(0).jobs[1].state == JobState.DEPEND
 
+    # ------------------------------------------------ nothing is half-written
 
-def _create(store: EventStore, jobid: int) -> object:
+    @pytest.mark.parametrize("case", [
+        "job hash holds a string", "eventlog holds a hash", "journal holds a list",
+        "message stream holds a hash", "acknowledged stream holds a string",
+        "checkpoint holds a hash", "reply list holds a string", "hdel key holds a list",
+        "fence holds a hash", "two ops disagree on a new key"])
+    def test_key_of_the_wrong_type_refuses_the_commit_and_writes_nothing(
+            self, store: EventStore, client: redis.Redis, case: str) -> None:
+        token = _token(client)
+        msg = _pending_input(client)
+        store.commit(_create(store, 1))
+        corrupt = {
+            "job hash holds a string": lambda: client.set(KEYS.job(1), "x"),
+            "eventlog holds a hash": lambda: client.hset(KEYS.eventlog(2), "n", "submit"),
+            "journal holds a list": lambda: (client.delete(KEYS.journal(0)),
+                                             client.rpush(KEYS.journal(0), "x")),
+            "message stream holds a hash": lambda: client.hset("t:out", "d", "x"),
+            "acknowledged stream holds a string": lambda: (client.delete("t:in"),
+                                                           client.set("t:in", "x")),
+            "checkpoint holds a hash": lambda: client.hset(KEYS.checkpoint(0), "a", "b"),
+            "reply list holds a string": lambda: client.set("t:reply", "x"),
+            "hdel key holds a list": lambda: client.rpush("t:old", "x"),
+            "fence holds a hash": lambda: (client.delete(KEYS.jm_fence(0)),
+                                           client.hset(KEYS.jm_fence(0), "a", "b")),
+            "two ops disagree on a new key": lambda: None,
+        }[case]
+        corrupt()
+        # every kind of op, the one meeting the wrong type as late as possible
+        batch = store.batch()
+        batch.append(KEYS.eventlog(1), 1, 1, events("validate"))
+        batch.journal_only(1, ev.decode("annotations", T, {"annotations": {"a": 1}}))
+        batch.xadd("t:out", {"d": "hello"})
+        batch.xack("t:in", "g", [msg])
+        batch.set(KEYS.checkpoint(0), b"blob")
+        batch.push_reply("t:reply", b"answer", 60_000)
+        batch.hdel("t:old", ["f"])
+        if case == "two ops disagree on a new key":
+            batch.hset("t:new", {"f": "v"})
+            batch.xadd("t:new", {"d": "x"})
+        batch.append(KEYS.eventlog(2), 2, 0, events("submit"))
+        batch.hset(KEYS.job(1), {"R": "{}"})
+        before = _snapshot(client)
+        with pytest.raises(KeyTypeError, match=r"nothing written: \w+ needs a \w+ but \S+ holds a \w+$"):
+            store.commit(batch, token=token)
+        assert _snapshot(client) == before
+
+    @pytest.mark.parametrize(("case", "fragment"), [
+        ("bad stream id", "bad stream id"),
+        ("unknown op", "unknown op"),
+        ("no such key", "no such key index"),
+        ("arguments missing", "arguments missing"),
+        ("message too large", f"at most {MAX_MESSAGE_FIELDS} fields"),
+        ("bad ttl", "bad ttl"),
+        ("empty hset", "bad count"),
+    ])
+    def test_malformed_op_refuses_the_commit_and_writes_nothing(
+            self, store: EventStore, client: redis.Redis, case: str, fragment: str) -> None:
+        store.commit(_create(store, 1))
+        # a journal entry and a message first: ops pass 2 would have written
+        ok = ["J", "1", "annotations", repr(T), "", "X", "3", "1", "d", "x"]
+        bad: list[str | int] = {
+            "bad stream id": ["A", "3", "g", "2", "1-1", "1-x"],
+            "unknown op": ["Q", "3"],
+            "no such key": ["H", "9", "1", "f", "v"],
+            "arguments missing": ["H", "3", "2", "f", "v"],
+            "message too large": ["X", "3", MAX_MESSAGE_FIELDS + 1,
+                                  *["f", "v"] * (MAX_MESSAGE_FIELDS + 1)],
+            "bad ttl": ["S", "4", "-5", "v"],
+            "empty hset": ["H", "4", "0"],
+        }[case]
+        keys = [KEYS.jm_fence(0), KEYS.journal(0), "t:out", "t:other"]
+        before = _snapshot(client)
+        with pytest.raises(redis.ResponseError) as info:
+            client.eval(lua_source("commit"), len(keys), *keys, "", *ok, *bad)
+        error = _commit_error(info.value)
+        assert isinstance(error, BadBatchError) and fragment in str(error)
+        assert _snapshot(client) == before
+
+    def test_batch_refuses_a_bad_ack_id_and_writes_nothing(self, store: EventStore,
+                                                         client: redis.Redis) -> None:
+        msg = _pending_input(client)
+        batch = store.batch()
+        batch.append(KEYS.eventlog(1), 1, 0, events("submit"))
+        batch.xack("t:in", "g", [msg, "not-an-id"])
+        before = _snapshot(client)
+        with pytest.raises(BadBatchError, match="bad stream id not-an-id"):
+            store.commit(batch)
+        assert _snapshot(client) == before
+
+    def test_message_size_is_checked_when_added(self, store: EventStore) -> None:
+        batch = store.batch()
+        with pytest.raises(ValueError, match="1 to 500 fields, got 501"):
+            batch.xadd("t:out", {f"f{i}": i for i in range(501)})
+        with pytest.raises(ValueError, match="got 0"):
+            batch.xadd("t:out", {})
+        assert not batch
+
+    def test_large_acks_and_hashes_commit_in_one_step(self, store: EventStore,
+                                                      client: redis.Redis) -> None:
+        # far more values than Lua can unpack into one call
+        client.xgroup_create("t:in", "g", id="0", mkstream=True)
+        pipe = client.pipeline(transaction=False)
+        for i in range(20_000):
+            pipe.xadd("t:in", {"d": i})
+        ids = pipe.execute()
+        client.xreadgroup("g", "c", {"t:in": ">"}, count=20_000)
+        assert client.xpending("t:in", "g")["pending"] == 20_000
+        batch = store.batch()
+        batch.append(KEYS.eventlog(1), 1, 0, events("submit"))
+        batch.hset(KEYS.job(1), {f"f{i}": i for i in range(10_000)})
+        batch.hset(KEYS.job(2), {f"g{i}": i for i in range(10_000)})
+        batch.hdel(KEYS.job(2), [f"g{i}" for i in range(9_999)])
+        batch.xack("t:in", "g", ids)
+        result = store.commit(batch)
+        assert result.events == 1
+        assert client.xpending("t:in", "g")["pending"] == 0
+        assert client.hlen(KEYS.job(1)) == 10_000 and client.hget(KEYS.job(1), "f9999") == b"9999"
+        assert client.hgetall(KEYS.job(2)) == {b"g9999": b"9999"}
+
+    # ------------------------------------------------ time travel
+
+    def test_time_travel_with_writers_whose_clocks_disagree(self, store: EventStore,
+                                                            client: redis.Redis) -> None:
+        # Two writers: A stamps by Redis' clock, B 20 s behind it. The journal
+        # (stream ids: Redis' clock, in ms) is in commit order, not stamp order.
+        journal = KEYS.journal(0)
+        submit = encode_context(SUBMIT.context())
+
+        def entry(redis_s: float, jobid: int, seq: int, name: str, t: float) -> None:
+            fields: dict[str, bytes | str | int] = {"j": jobid, "s": seq, "n": name, "t": repr(t)}
+            if name == "submit":
+                fields["c"] = submit
+            client.xadd(journal, fields, id=f"{round(redis_s * 1000)}-{jobid}")
+
+        entry(100.0, 1, 0, "submit", 100.0)   # A
+        entry(100.1, 2, 0, "submit", 80.1)    # B
+        entry(100.2, 1, 1, "validate", 100.2)  # A
+        entry(100.3, 2, 1, "validate", 80.3)  # B
+        entry(100.4, 5, 0, "submit", 98.0)    # A
+        entry(100.5, 5, 1, "validate", 99.5)  # A: after the moment asked for...
+        entry(100.6, 5, 2, "depend", 80.6)    # B: ...so this one is not folded either
+        entry(150.0, 3, 0, "submit", 95.0)    # B, committed late but within the margin
+        entry(150.1, 3, 1, "validate", 130.0)  # B
+        entry(170.0, 4, 0, "submit", 90.0)    # B, committed later than the margin
+        result = store.replay(0, until_time=99.0, until_margin=60.0)
+        assert {jobid: job.state for jobid, job in result.jobs.items()} == {
+            2: JobState.DEPEND, 3: JobState.NEW, 5: JobState.NEW}
+        assert result.broken == {}
+        assert result.jobs[5].seq == 1  # folded up to its first later stamp only
+        # further back, B's jobs are gone too; further on, everything is in
+        assert store.replay(0, until_time=80.2).jobs.keys() == {2}
+        late = store.replay(0, until_time=1000.0, until_margin=60.0)
+        assert {jobid: job.state for jobid, job in late.jobs.items()} == {
+            1: JobState.DEPEND, 2: JobState.DEPEND, 3: JobState.DEPEND,
+            4: JobState.NEW, 5: JobState.PRIORITY}
+        # a job manager's replay (drop_inactive) follows the same rule
+        assert store.replay(0, until_time=99.0, drop_inactive=True).jobs.keys() == {2, 3, 5}
+
+
+def _pending_input(client: redis.Redis) -> bytes:
+    """One message of ``t:in`` delivered to group ``g`` and not yet acknowledged."""
+    client.xgroup_create("t:in", "g", id="0", mkstream=True)
+    msg: bytes = client.xadd("t:in", {"d": "x"})
+    client.xreadgroup("g", "c", {"t:in": ">"})
+    return msg
+
+
+def _snapshot(client: redis.Redis) -> dict[bytes, object]:
+    """Every key's type and content (and each stream's consumer groups)."""
+    out: dict[bytes, object] = {}
+    for key in sorted(client.keys("*")):
+        kind = client.type(key)
+        value: object = None
+        if kind == b"string":
+            value = client.get(key)
+        elif kind == b"hash":
+            value = client.hgetall(key)
+        elif kind == b"list":
+            value = client.lrange(key, 0, -1)
+        elif kind == b"stream":
+            groups = [(g["name"], client.xpending(key, g["name"])["pending"])
+                      for g in client.xinfo_groups(key)]
+            value = (client.xrange(key), groups)
+        out[key] = (kind, value)
+    return out
+
+
+def _create(store: EventStore, jobid: int) -> Batch:
     batch = store.batch()
     batch.append(KEYS.eventlog(jobid), jobid, 0, [SUBMIT])
     return batch

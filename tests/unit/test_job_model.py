@@ -207,6 +207,43 @@ def test_annotations_merge_and_alloc_snapshot() -> None:
     assert job.annotations == {"sched": {"resource_summary": "rank0/core0"}}
 
 
+@pytest.mark.parametrize(("old", "new", "merged"), [
+    # a new key: its nulls are dropped, at every depth (RFC 27: null removes a key)
+    (None, {"sched": {"resource_summary": "x", "reason_pending": None}},
+     {"sched": {"resource_summary": "x"}}),
+    (None, {"sched": {"reason_pending": None, "t_estimate": None}}, None),
+    (None, {"a": None}, None),
+    (None, {"user": {"x": {"y": None, "z": 1}, "w": {"v": None}}}, {"user": {"x": {"z": 1}}}),
+    ({"sched": {"queue": "q"}}, {"user": {"n": None}}, {"sched": {"queue": "q"}}),
+    # an existing key that is not an object is replaced by the object, without its nulls
+    ({"sched": "s"}, {"sched": {"a": 1, "b": None}}, {"sched": {"a": 1}}),
+    ({"sched": "s"}, {"sched": {"b": None}}, None),
+    # existing objects: merged recursively, null removes, an emptied object goes too
+    ({"sched": {"a": 1, "b": 2}}, {"sched": {"a": None, "c": 3}}, {"sched": {"b": 2, "c": 3}}),
+    ({"sched": {"a": 1}, "user": {"u": 1}}, {"sched": {"a": None}}, {"user": {"u": 1}}),
+    ({"sched": {"a": {"b": 1}}}, {"sched": {"a": {"b": None, "c": None}}}, None),
+    # other values replace, lists and all
+    ({"sched": {"a": 1}}, {"sched": {"a": [1, None]}}, {"sched": {"a": [1, None]}}),
+    ({"sched": {"a": {"b": 1}}}, {"sched": {"a": 5}}, {"sched": {"a": 5}}),
+    ({"sched": {"a": 1}}, None, None),
+])
+def test_annotations_merge_drops_nulls_everywhere(
+        old: dict[str, object] | None, new: dict[str, object] | None,
+        merged: dict[str, object] | None) -> None:
+    assert merge_annotations(old, new) == merged
+
+
+def test_alloc_snapshot_keeps_no_nulls() -> None:
+    # an eventlog written before nulls were dropped still gives a clean record
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=1),
+              e("alloc", annotations={"sched": {"resource_summary": "r", "t_estimate": None,
+                                                "reason_pending": None}}))
+    assert job.annotations == {"sched": {"resource_summary": "r"}}
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=1),
+              e("alloc", annotations={"sched": {"t_estimate": None}}))
+    assert job.annotations is None
+
+
 def test_memo_merge() -> None:
     job = run(SUBMIT, e("memo", a=1, b=2), e("memo", a=None, c=3))
     assert job.memo == {"b": 2, "c": 3}

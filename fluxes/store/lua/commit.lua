@@ -13,82 +13,212 @@
 --        must hold exactly `expected` entries first. ctx/extra "" = none;
 --        extra goes to the journal entry only (summaries for read models).
 --   J jobid name ts ctx          journal-only entry (e.g. annotations)
---   H k n {field value}*n        HSET KEYS[k]
---   D k n {field}*n              HDEL KEYS[k]
---   X k n {field value}*n        XADD KEYS[k] * (an outbound message)
+--   H k n {field value}*n        HSET KEYS[k] (n >= 1)
+--   D k n {field}*n              HDEL KEYS[k] (n >= 1)
+--   X k n {field value}*n        XADD KEYS[k] * (an outbound message; 1 <= n <= 500)
 --   A k group n {id}*n           XACK KEYS[k] group ids (inputs consumed)
 --   S k ttl value                SET KEYS[k] value (PX ttl when ttl > 0)
 --   L k ttl value                RPUSH KEYS[k] value, PEXPIRE ttl (a reply a client BLPOPs)
 --
--- Returns {events appended, last journal id or ""}, or an error reply:
---   "FENCED <current>"              the token is stale: nothing was written
---   "CONFLICT jobid:len,..."        eventlogs not at the expected length: nothing written
+-- Returns {events appended, last journal id or ""}, or one of these error
+-- replies, after which nothing at all was written:
+--   "FENCED <current>"                       the token is stale
+--   "CONFLICT jobid:len,..."                 eventlogs not at the expected length
+--   "KEYTYPE <command> needs a <type> but <key> holds a <type>"
+--   "BADOP <what is wrong>"                  a malformed op (a bug in the writer)
+--
+-- Redis does not undo the writes of a script that fails half way, so pass 1
+-- checks everything a write of pass 2 could fail on and pass 2 only writes
+-- (docs/eventlog.md, "What commit.lua guarantees", lists what remains).
+
+-- Lua refuses to unpack more than ~8,000 values (LUAI_MAXCSTACK): no redis.call
+-- gets more than CHUNK values from unpack, so HSET/HDEL/XACK go in chunks and an
+-- outbound message, one XADD that cannot be split, is limited to CHUNK/2 fields.
+local CHUNK = 1000
+local MAX_MESSAGE_FIELDS = CHUNK / 2
+-- Larger TTLs make SET PX / PEXPIRE fail with "invalid expire time".
+local MAX_TTL_DIGITS = 15
+-- Stream id parts are unsigned 64-bit integers.
+local MAX_ID_PART = '18446744073709551615'
+
+local COMMAND = {E = 'XADD', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
+                 A = 'XACK', S = 'SET', L = 'RPUSH'}
+
+local nargv = #ARGV
+
+local function badop(i, why)
+  return redis.error_reply('BADOP ' .. tostring(ARGV[i]) .. ' at ARGV[' .. i .. ']: ' .. why)
+end
+
+-- A count argument: a small non-negative integer, or nil.
+local function count(i)
+  local v = ARGV[i]
+  if v == nil or #v > 9 or not string.match(v, '^%d+$') then return nil end
+  return tonumber(v)
+end
+
+local function id_part_ok(part)
+  return #part < 20 or (#part == 20 and part <= MAX_ID_PART)
+end
+
+-- XACK refuses an ill-formed id with an error, so ids are checked in pass 1.
+local function stream_id_ok(id)
+  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  if ms == nil then
+    ms = string.match(id, '^%d+$')
+    seq = '0'
+  end
+  return ms ~= nil and id_part_ok(ms) and id_part_ok(seq)
+end
+
+-- The type each key has at this point of the batch: TYPE on first sight, then
+-- what the batch's own writes turn a missing key into, so that two ops of one
+-- batch cannot disagree on a key's type either.
+local kind = {}
+
+-- nil when `key` may take `cmd` (wanting type `want`; `creates` when the
+-- command makes a missing key), else the KEYTYPE error reply.
+local function need(key, want, creates, cmd)
+  local have = kind[key]
+  if have == nil then
+    have = redis.call('TYPE', key).ok
+  end
+  if have == 'none' then
+    if creates then have = want end
+  elseif have ~= want then
+    return redis.error_reply('KEYTYPE ' .. cmd .. ' needs a ' .. want .. ' but ' .. key
+                             .. ' holds a ' .. have)
+  end
+  kind[key] = have
+  return nil
+end
 
 local token = ARGV[1]
 if token ~= "" then
-  local current = redis.call('GET', KEYS[1])
+  local current = redis.pcall('GET', KEYS[1])
+  if type(current) == 'table' and current.err then
+    return redis.error_reply('KEYTYPE GET needs a string but ' .. KEYS[1] .. ' holds a '
+                             .. redis.call('TYPE', KEYS[1]).ok)
+  end
   if current ~= token then
     return redis.error_reply('FENCED ' .. tostring(current))
   end
 end
 
-local function skip(i)
-  local op = ARGV[i]
-  if op == 'E' then return i + 5 + 4 * tonumber(ARGV[i + 4]) end
-  if op == 'J' then return i + 5 end
-  if op == 'H' or op == 'X' then return i + 3 + 2 * tonumber(ARGV[i + 2]) end
-  if op == 'A' then return i + 4 + tonumber(ARGV[i + 3]) end
-  if op == 'D' then return i + 3 + tonumber(ARGV[i + 2]) end
-  if op == 'S' or op == 'L' then return i + 4 end
-  error('bad op ' .. tostring(op) .. ' at ARGV[' .. i .. ']')
-end
-
--- Pass 1: every expectation holds, or nothing is written. Several E ops may
--- name the same eventlog, so lengths are tracked as the batch would leave them.
+-- Pass 1: parse every op, check its arguments and the types of the keys it
+-- writes, and check every expected eventlog length. Several E ops may name the
+-- same eventlog, so lengths are tracked as the batch would leave them.
+local plan = {}     -- {op, index in ARGV of its first value, key, n}
 local conflicts = {}
 local length = {}
+local journal = KEYS[2]
 local i = 2
-while i <= #ARGV do
-  if ARGV[i] == 'E' then
-    local key = KEYS[tonumber(ARGV[i + 1])]
-    local expected = tonumber(ARGV[i + 3])
-    if token == "" and length[key] == nil and expected ~= 0 then
-      return redis.error_reply('FENCED unfenced writers may only create jobs')
+while i <= nargv do
+  local op = ARGV[i]
+  local cmd = COMMAND[op]
+  if cmd == nil then return badop(i, 'unknown op') end
+  local key, n, first, nxt, err
+  if op == 'J' then
+    first, nxt = i + 1, i + 5
+    err = need(journal, 'stream', true, cmd)
+  else
+    local k = count(i + 1)
+    if k == nil or k < 1 or k > #KEYS then return badop(i, 'no such key index') end
+    key = KEYS[k]
+    if op == 'E' then
+      n = count(i + 4)
+      local expected = count(i + 3)
+      if n == nil or expected == nil then return badop(i, 'bad count') end
+      first, nxt = i + 5, i + 5 + 4 * n
+      err = need(key, 'stream', n > 0, cmd)
+      if err == nil and n > 0 then err = need(journal, 'stream', true, cmd) end
+      if err == nil then
+        if token == "" and length[key] == nil and expected ~= 0 then
+          return redis.error_reply('FENCED unfenced writers may only create jobs')
+        end
+        local actual = length[key]
+        if actual == nil then
+          actual = 0
+          if kind[key] == 'stream' then actual = redis.call('XLEN', key) end
+        end
+        if actual ~= expected then
+          conflicts[#conflicts + 1] = ARGV[i + 2] .. ':' .. actual
+        end
+        length[key] = expected + n
+      end
+    elseif op == 'H' or op == 'X' or op == 'D' then
+      n = count(i + 2)
+      if n == nil or n < 1 then return badop(i, 'bad count') end
+      if op == 'X' and n > MAX_MESSAGE_FIELDS then
+        return badop(i, 'a message may have at most ' .. MAX_MESSAGE_FIELDS .. ' fields')
+      end
+      local width = 2
+      if op == 'D' then width = 1 end
+      first, nxt = i + 3, i + 3 + width * n
+      if op == 'X' then
+        err = need(key, 'stream', true, cmd)
+      else
+        err = need(key, 'hash', op == 'H', cmd)
+      end
+    elseif op == 'A' then
+      n = count(i + 3)
+      if n == nil or ARGV[i + 2] == nil then return badop(i, 'bad count') end
+      first, nxt = i + 4, i + 4 + n
+      if nxt - 1 > nargv then return badop(i, 'arguments missing') end
+      for j = first, nxt - 1 do
+        if not stream_id_ok(ARGV[j]) then return badop(i, 'bad stream id ' .. ARGV[j]) end
+      end
+      err = need(key, 'stream', false, cmd)
+    else -- S or L
+      local ttl = ARGV[i + 2]
+      if ttl == nil or #ttl > MAX_TTL_DIGITS or not string.match(ttl, '^%d+$') then
+        return badop(i, 'bad ttl')
+      end
+      first, nxt = i + 3, i + 4
+      if op == 'S' then
+        err = need(key, 'string', true, cmd)
+      else
+        err = need(key, 'list', true, cmd)
+      end
     end
-    local actual = length[key]
-    if actual == nil then
-      actual = redis.call('XLEN', key)
-    end
-    if actual ~= expected then
-      conflicts[#conflicts + 1] = ARGV[i + 2] .. ':' .. actual
-    end
-    length[key] = expected + tonumber(ARGV[i + 4])
   end
-  i = skip(i)
+  if nxt - 1 > nargv then return badop(i, 'arguments missing') end
+  if err ~= nil then return err end
+  plan[#plan + 1] = {op, first, key, n}
+  i = nxt
 end
 if #conflicts > 0 then
   return redis.error_reply('CONFLICT ' .. table.concat(conflicts, ','))
 end
 
+-- redis.call(cmd, key, [group,] ARGV[first..last]), at most CHUNK values per call
+-- (CHUNK is even, so HSET field/value pairs are never split).
+local function chunked(cmd, key, group, first, last)
+  while first <= last do
+    local stop = math.min(first + CHUNK - 1, last)
+    if group then
+      redis.call(cmd, key, group, unpack(ARGV, first, stop))
+    else
+      redis.call(cmd, key, unpack(ARGV, first, stop))
+    end
+    first = stop + 1
+  end
+end
+
 -- Pass 2: write.
-local journal = KEYS[2]
 local appended = 0
 local last = ""
-i = 2
-while i <= #ARGV do
-  local op = ARGV[i]
+for _, step in ipairs(plan) do
+  local op, j, key, n = step[1], step[2], step[3], step[4]
   if op == 'E' then
-    local log = KEYS[tonumber(ARGV[i + 1])]
-    local jobid = ARGV[i + 2]
-    local seq = tonumber(ARGV[i + 3])
-    local n = tonumber(ARGV[i + 4])
-    local j = i + 5
+    local jobid = ARGV[j - 3]
+    local seq = tonumber(ARGV[j - 2])
     for _ = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
       if ctx == "" then
-        redis.call('XADD', log, '*', 'n', name, 't', ts)
+        redis.call('XADD', key, '*', 'n', name, 't', ts)
       else
-        redis.call('XADD', log, '*', 'n', name, 't', ts, 'c', ctx)
+        redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
       end
       local fields = {'j', jobid, 's', seq, 'n', name, 't', ts}
       if ctx ~= "" then fields[#fields + 1] = 'c'; fields[#fields + 1] = ctx end
@@ -99,34 +229,27 @@ while i <= #ARGV do
       j = j + 4
     end
   elseif op == 'J' then
-    local fields = {'j', ARGV[i + 1], 'n', ARGV[i + 2], 't', ARGV[i + 3]}
-    if ARGV[i + 4] ~= "" then fields[#fields + 1] = 'c'; fields[#fields + 1] = ARGV[i + 4] end
+    local fields = {'j', ARGV[j], 'n', ARGV[j + 1], 't', ARGV[j + 2]}
+    if ARGV[j + 3] ~= "" then fields[#fields + 1] = 'c'; fields[#fields + 1] = ARGV[j + 3] end
     last = redis.call('XADD', journal, '*', unpack(fields))
   elseif op == 'H' then
-    local n = tonumber(ARGV[i + 2])
-    redis.call('HSET', KEYS[tonumber(ARGV[i + 1])], unpack(ARGV, i + 3, i + 2 + 2 * n))
+    chunked('HSET', key, nil, j, j + 2 * n - 1)
   elseif op == 'D' then
-    local n = tonumber(ARGV[i + 2])
-    redis.call('HDEL', KEYS[tonumber(ARGV[i + 1])], unpack(ARGV, i + 3, i + 2 + n))
+    chunked('HDEL', key, nil, j, j + n - 1)
   elseif op == 'X' then
-    local n = tonumber(ARGV[i + 2])
-    redis.call('XADD', KEYS[tonumber(ARGV[i + 1])], '*', unpack(ARGV, i + 3, i + 2 + 2 * n))
+    redis.call('XADD', key, '*', unpack(ARGV, j, j + 2 * n - 1))
   elseif op == 'A' then
-    local n = tonumber(ARGV[i + 3])
-    if n > 0 then
-      redis.call('XACK', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 2], unpack(ARGV, i + 4, i + 3 + n))
-    end
+    chunked('XACK', key, ARGV[j - 2], j, j + n - 1)
   elseif op == 'L' then
-    redis.call('RPUSH', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3])
-    redis.call('PEXPIRE', KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2]))
+    redis.call('RPUSH', key, ARGV[j])
+    redis.call('PEXPIRE', key, tonumber(ARGV[j - 1]))
   elseif op == 'S' then
-    local ttl = tonumber(ARGV[i + 2])
+    local ttl = tonumber(ARGV[j - 1])
     if ttl > 0 then
-      redis.call('SET', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3], 'PX', ttl)
+      redis.call('SET', key, ARGV[j], 'PX', ttl)
     else
-      redis.call('SET', KEYS[tonumber(ARGV[i + 1])], ARGV[i + 3])
+      redis.call('SET', key, ARGV[j])
     end
   end
-  i = skip(i)
 end
 return {appended, last}
