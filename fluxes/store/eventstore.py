@@ -22,6 +22,7 @@ from redis.exceptions import NoScriptError
 from fluxes.errors import FluxesError
 from fluxes.job import events as ev
 from fluxes.job.codec import CODEC_VERSION
+from fluxes.job.fastfold import fold_common
 from fluxes.job.model import Job, TransitionError, apply
 from fluxes.job.record import JobRecord, apply_record
 from fluxes.job.states import JobState
@@ -414,6 +415,10 @@ class EventStore:
         # and folded only if they are still active at the end: on a busy
         # instance most jobs finish, and their events never need decoding.
         buffered: dict[bytes, list[tuple[bytes, list[bytes]]]] = {}
+        # Without either, jobs first seen here are buffered too, and folded
+        # whole when they end: most have the common history, which
+        # fold_common folds in one step (docs/eventlog.md, "Figures").
+        whole_jobs = until_time is None and not drop_inactive
         fold = self._fold
         for block in self._iter_raw(partition, after=last, until=until):
             for raw in block:
@@ -431,6 +436,22 @@ class EventStore:
                             stop_ms = _id_ms(raw[0]) + math.ceil(until_margin * 1000)
                         continue
                 count += 1
+                if whole_jobs:
+                    # jobs first seen here are buffered until their end and folded
+                    # whole (in one step when their history is the common one)
+                    jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
+                    pending = buffered.get(jobkey)
+                    name = _entry_name(fields)
+                    if pending is not None:
+                        pending.append(raw)
+                        if name in _TERMINAL:
+                            del buffered[jobkey]
+                            self._fold_whole(int(jobkey), pending, records, broken)
+                        continue
+                    if name == b"submit" and jobkey.isdigit() and int(jobkey) not in records \
+                            and int(jobkey) not in broken:
+                        buffered[jobkey] = [raw]
+                        continue
                 if drop_inactive:
                     jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
                     if int(jobkey) not in records:
@@ -473,6 +494,20 @@ class EventStore:
         except (ev.EventError, TransitionError, ValueError) as exc:
             broken[jobid] = str(exc)
             records.pop(jobid, None)
+
+    def _fold_whole(self, jobid: int, raws: list[tuple[bytes, list[bytes]]],
+                    records: dict[int, JobRecord], broken: dict[int, str]) -> None:
+        """Fold a whole job (from its submit to its end): in one step when its
+        history is the common one, else entry by entry."""
+        record = fold_common(jobid, [fields for _sid, fields in raws])
+        if record is not None:
+            records[jobid] = record
+            return
+        for sid, fields in raws:
+            entry = journal_entry(sid, fields)
+            if entry.jobid in broken:
+                break
+            self._fold(records, broken, entry)
 
     def _fold_buffered(self, buffered: dict[bytes, list[tuple[bytes, list[bytes]]]],
                        records: dict[int, JobRecord], broken: dict[int, str]) -> None:
@@ -534,6 +569,18 @@ _TERMINAL = frozenset({b"clean", b"invalidate"})
 
 def _raw_reply(response: Any, **options: Any) -> Any:
     return response
+
+
+def _entry_name(fields: list[bytes]) -> bytes:
+    """The event name of a journal entry (eventlog entries have ``s`` before ``n``)."""
+    if len(fields) > 5 and fields[4] == b"n":
+        return fields[5]
+    if len(fields) > 3 and fields[2] == b"n":
+        return fields[3]
+    try:
+        return _field_bytes(fields, b"n")
+    except KeyError:
+        return b""
 
 
 def _field_bytes(fields: list[bytes], name: bytes) -> bytes:
