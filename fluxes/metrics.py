@@ -66,7 +66,8 @@ SCHED_PASS = Histogram(
 RECOVERY = Histogram(
     "fluxes_recovery_seconds",
     "Recoveries by worker: a job manager's restore on taking the lead (checkpoint + journal "
-    "replay), a scheduler's from taking the lead to ready; _count is the number of recoveries.",
+    "replay), a scheduler's from taking the lead to ready, a job list's load of a partition's "
+    "active jobs on taking its lease; _count is the number of recoveries.",
     ["worker"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
              math.inf))
@@ -77,7 +78,8 @@ EXEC_FINISHED = Counter("fluxes_exec_jobs_finished", "Exec: job shares that ende
 DEAD_LETTERS = Counter("fluxes_dead_letters", "Malformed messages a worker parked in the "
                        "dead-letter stream, by worker kind.", ["worker"])
 LEADER = Gauge("fluxes_leader", "1 while this worker leads (job manager of its partition, "
-               "scheduler), 0 while it stands by.", ["worker"])
+               "scheduler, job list of at least one partition), 0 while it stands by.",
+               ["worker"])
 
 # Bound children for the hot paths: ``labels()`` is a dict lookup under a lock,
 # an increment on a bound child is only the latter.

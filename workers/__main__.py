@@ -2,26 +2,36 @@
 
 This is what ``fluxes start``, the systemd units and the Kubernetes
 manifests run; ``fluxes worker KIND`` is the same thing through the CLI.
+
+Whatever stops a worker is reported on one line of stderr, with a non-zero
+exit status: plain text on a terminal, a JSON log record otherwise (see
+:mod:`fluxes.logs`), like every other line the worker logs.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 KINDS = ("ingest", "job-manager", "scheduler", "job-list", "exec")
 
 
-def metrics_port(text: str) -> int:
-    """argparse type: a TCP port for the metrics server (0: any free port)."""
+#: ``--metrics-port`` values that mean "no metrics server" (a unit's default can be turned off).
+METRICS_OFF = ("off", "none")
+
+
+def metrics_port(text: str) -> int | None:
+    """argparse type: a TCP port for the metrics server (0: any free port; off: none)."""
     from fluxes.metrics import check_port
 
+    if text.strip().lower() in METRICS_OFF:
+        return None
     try:
         return check_port(int(text))
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"metrics port must be an integer from 0 to 65535, got {text!r}") from None
+            f"metrics port must be an integer from 0 to 65535 or 'off', got {text!r}") from None
 
 
 def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
@@ -31,8 +41,12 @@ def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
     ``-h`` of its own, and ``--uri`` sets nothing when absent, so that an
     outer ``--uri`` given before the subcommand stands.
     """
-    parser = argparse.ArgumentParser(prog="python -m workers", add_help=not as_parent,
-                                     description="Run one fluxes worker process.")
+    from fluxes.cli.util import ArgumentParser
+
+    # standalone, usage errors are one line (raised, then reported like any error)
+    parser_class = argparse.ArgumentParser if as_parent else ArgumentParser
+    parser = parser_class(prog="python -m workers", add_help=not as_parent,
+                          description="Run one fluxes worker process.")
     parser.add_argument("kind", choices=KINDS)
     parser.add_argument("--uri", default=argparse.SUPPRESS if as_parent else None,
                         help="instance URI (default $FLUXES_URI)")
@@ -42,7 +56,7 @@ def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--state-dir", default=None, help="exec: where task files live")
     parser.add_argument("--metrics-port", type=metrics_port, default=None, metavar="PORT",
                         help="serve Prometheus metrics on PORT (0: any free port, shown by "
-                             "'fluxes status'); default: no metrics server")
+                             "'fluxes status'; off: none, the default)")
     return parser
 
 
@@ -79,11 +93,24 @@ def run_args(args: argparse.Namespace) -> int:
     return run_from_args(instance, args)
 
 
-def main() -> None:
-    """Console entry point with the CLI's error wrapper (one line, no traceback)."""
+def guarded(func: Callable[[], int], kind: str | None) -> int:
+    """Run ``func`` with the CLI's error wrapper (one line, no traceback, an exit code),
+    the line going to :func:`fluxes.logs.error_stream` of the worker's logger."""
     from fluxes.cli.util import run_cli
+    from fluxes.logs import error_stream
 
-    sys.exit(run_cli(lambda: run(sys.argv[1:])))
+    stream = error_stream(f"fluxes.{kind or 'workers'}")
+    try:
+        return run_cli(func, stderr=stream)
+    finally:
+        stream.flush()
+
+
+def main() -> None:
+    """Console entry point: run the worker; report what stopped it on one line."""
+    argv = sys.argv[1:]
+    kind = next((a for a in argv if a in KINDS), None)
+    sys.exit(guarded(lambda: run(argv), kind))
 
 
 if __name__ == "__main__":

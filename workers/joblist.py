@@ -1,10 +1,13 @@
 """The job-list worker: keeps the read model in step with the journal.
 
-It reads each partition's journal through the ``joblist`` consumer group,
-folds entries into summaries (:mod:`fluxes.joblist.model`) and writes them
-with the acknowledgement in one MULTI/EXEC (:mod:`fluxes.joblist.store`).
-After a crash it first re-reads its pending entries, whose effects were never
-written, then carries on with new ones.
+Each partition's journal is folded by one job-list worker at a time, the
+holder of the partition's job-list lease; other job-list workers stand by
+and take a partition over within the lease time when its holder dies (at
+once when it stops cleanly). The holder reads the journal after the folded
+position, folds entries into summaries (:mod:`fluxes.joblist.model`) and
+writes each block with the new position in one fenced step
+(:mod:`fluxes.joblist.store`), so a new holder goes on exactly where the
+last write left off, and a deposed one writes nothing.
 """
 
 from __future__ import annotations
@@ -13,18 +16,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-import redis
-
 from fluxes import metrics
 from fluxes.instance import Instance
-from fluxes.job.events import EventError
-from fluxes.job.model import TransitionError
-from fluxes.job.states import JobState
-from fluxes.joblist.model import Change, JobSummary, apply_entry
+from fluxes.joblist.folder import PartitionFolder
 from fluxes.joblist.store import JobListStore
-from fluxes.store.eventstore import journal_entry
+from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import read_streams
 from fluxes.store.keys import GROUP_JOBLIST
+from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker
 
 READ_COUNT = 2000
@@ -35,39 +34,47 @@ BLOCK_MS = 1000
 LINGER_S = 0.02
 #: A read of fewer entries than this counts as small.
 SMALL_READ = 200
+#: How often a worker tries to take the leases of partitions it does not fold.
+ACQUIRE_EVERY_S = 0.5
 
 
 class JobListWorker(Worker):
-    """Folds journal entries into the job-list read model."""
+    """Folds journal entries into the job-list read model (or stands by)."""
 
     kind = "job-list"
 
-    def __init__(self, instance: Instance, name: str | None = None) -> None:
+    def __init__(self, instance: Instance, name: str | None = None,
+                 lease_ttl_ms: int = LEASE_TTL_MS) -> None:
         super().__init__(instance, name)
         self.store = JobListStore(self.redis, self.keys)
-        # One consumer name per partition, stable across restarts, so a
-        # restarted worker finds the pending entries of the one that died.
-        self.consumer = "joblist"
-        self.cache: dict[int, dict[int, JobSummary]] = {}
-        self._pending = True
+        keys = self.keys
+        # The holder is the worker's name: a supervised restart under the same
+        # name takes its own lease back at once (with a new fencing token).
+        self.leases = [Lease(self.redis, keys.joblist_lease(p), keys.joblist_fence(p),
+                             self.name, lease_ttl_ms) for p in range(keys.partitions)]
+        self.folders: dict[int, PartitionFolder] = {}
+        self._partition_of = {keys.journal(p): p for p in range(keys.partitions)}
+        self._catching_up: dict[int, float] = {}  # partition -> when this worker took it
         self.processed = 0
-        self._caught_up_from = (0.0, 0)  # when and at which count the backlog re-read began
         self._linger_until = 0.0
+        self._acquire_at = 0.0
 
     def setup(self) -> None:
-        """Create groups and load the active summaries."""
+        """Create the groups that keep the folded positions (leadership comes in ``step``)."""
         self.store.ensure_groups()
-        self._pending = True
-        self._caught_up_from = (time.monotonic(), self.processed)
-        for p in range(self.keys.partitions):
-            self.cache[p] = self.store.load_active(p)
+
+    def reconnected(self) -> None:
+        """After a Redis outage: forget what is in memory; lead again from storage."""
+        self.step_down_all("redis unavailable")
+        super().reconnected()
 
     def status(self) -> dict[str, Any]:
-        """Entries folded so far."""
-        return {"processed": self.processed}
+        """Leadership and entries folded, for ``fluxes status``."""
+        return {"leader": bool(self.folders), "partitions": sorted(self.folders),
+                "processed": self.processed}
 
     def consumed(self) -> list[tuple[str, str]]:
-        """Every partition journal, read through the ``joblist`` group."""
+        """Every partition journal, whose ``joblist`` group holds the folded position."""
         return [(self.keys.journal(p), GROUP_JOBLIST) for p in range(self.keys.partitions)]
 
     def collect_metrics(self, record: Mapping[str, Any]) -> None:
@@ -75,66 +82,90 @@ class JobListWorker(Worker):
         super().collect_metrics(record)
         metrics.set_job_counts(self.store.counters())
 
+    # ------------------------------------------------------------ leadership
+
+    def lead(self) -> None:
+        """Renew the leases held (dropping lost ones); now and then try to take the others."""
+        for p in list(self.folders):
+            if not self.leases[p].renew_if_due():
+                self.step_down(p, "lease lost")
+        now = time.monotonic()
+        if len(self.folders) == len(self.leases) or now < self._acquire_at:
+            return
+        self._acquire_at = now + ACQUIRE_EVERY_S
+        for p, lease in enumerate(self.leases):
+            if p in self.folders:
+                continue
+            token = lease.try_acquire()
+            if token is None:
+                continue
+            started = time.monotonic()
+            folder = PartitionFolder(self.store, p, token, self.dead_letter)
+            self.folders[p] = folder
+            self._catching_up[p] = started
+            restore = time.monotonic() - started
+            metrics.RECOVERY.labels(worker=self.kind).observe(restore)
+            self.log.info("leading", extra={"partition": p, "token": token,
+                                            "position": folder.position,
+                                            "active_jobs": len(folder.cache),
+                                            "restore_s": round(restore, 3)})
+
+    def step_down(self, partition: int, why: str) -> None:
+        """Stop folding ``partition``: another holder folds it now (or will)."""
+        self.folders.pop(partition, None)
+        self._catching_up.pop(partition, None)
+        self.leases[partition].token = None
+        self.log.warning("stepping down", extra={"partition": partition, "why": why})
+
+    def step_down_all(self, why: str) -> None:
+        """Stop folding every partition (what is in memory may be ahead of the store)."""
+        for p in list(self.folders):
+            self.step_down(p, why)
+
+    def teardown(self) -> None:
+        """Clean stop: hand the leases over at once."""
+        for lease in self.leases:
+            lease.release()
+
+    # ------------------------------------------------------------ the loop
+
     def step(self) -> None:
-        """Fold one block of journal entries per partition."""
+        """Lead (or wait to), then fold one block of journal entries per partition led."""
+        self.lead()
+        if not self.folders:
+            time.sleep(min(ACQUIRE_EVERY_S, self.leases[0].ttl_ms / 3000))
+            return
         wait = self._linger_until - time.monotonic()
         if wait > 0 and not self.stopping:
             time.sleep(wait)
-        start = "0" if self._pending else ">"
-        streams = {self.keys.journal(p): start for p in range(self.keys.partitions)}
-        reply = read_streams(self.redis, streams, READ_COUNT,
-                             None if self._pending else BLOCK_MS, GROUP_JOBLIST, self.consumer)
-        got = 0
+        streams = {f.stream: f.position for f in self.folders.values()}
+        # A partition still catching up has entries waiting: do not block on the others.
+        block = None if self._catching_up else BLOCK_MS
+        reply = read_streams(self.redis, streams, READ_COUNT, block)
+        got: dict[int, int] = {}
         for stream, entries in reply or []:
-            if entries:
-                got += len(entries)
-                self.fold(stream.decode(), entries)
-        if 0 < got < SMALL_READ:
-            self._linger_until = time.monotonic() + LINGER_S
-        if self._pending and got == 0:
-            self._pending = False  # the backlog of the previous incarnation is done
-            began, count = self._caught_up_from
-            self.log.info("caught up", extra={"reread": self.processed - count,
-                                              "recovery_s": round(time.monotonic() - began, 3)})
-
-    def fold(self, stream: str, entries: list[tuple[bytes, dict[bytes, bytes]]]) -> None:
-        """Apply entries of one partition journal and write them with their acks."""
-        partition = next(p for p in range(self.keys.partitions)
-                         if self.keys.journal(p) == stream)
-        cache = self.cache[partition]
-        changes: list[Change] = []
-        acks: list[bytes] = []
-        # A comprehension, not "set - cache.keys()": that copies and walks every cached
-        # job (tens of thousands pending), once per block.
-        missing = {jobid for jobid in {int(f[b"j"]) for _, f in entries
-                                       if f.get(b"j", b"").isdigit()} if jobid not in cache}
-        if missing:
-            for jobid, summary in zip(sorted(missing),
-                                      self.store.get_many(sorted(missing)), strict=True):
-                if summary is not None:
-                    cache[jobid] = summary
-        for msg_id, fields in entries:
-            acks.append(msg_id)
-            try:
-                entry = journal_entry(msg_id, fields)
-                change = apply_entry(cache.get(entry.jobid), entry.jobid, entry.event(),
-                                     entry.extra_dict())
-            except (KeyError, ValueError, EventError, TransitionError) as exc:
-                self.dead_letter(stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
+            p = self._partition_of[stream.decode()]
+            folder = self.folders.get(p)
+            if folder is None or not entries:
                 continue
-            changes.append(change)
-            if change.summary.job.state is JobState.INACTIVE:
-                cache.pop(entry.jobid, None)
-            else:
-                cache[entry.jobid] = change.summary
-        try:
-            self.store.write(partition, changes, acks)
-        except redis.ConnectionError:
-            # Nothing was written: drop the cache so it is reloaded from what is stored.
-            self.cache[partition] = {}
-            self._pending = True
-            raise
-        self.processed += len(acks)
+            got[p] = len(entries)
+            try:
+                folder.fold(entries)
+            except FencedError as exc:
+                self.step_down(p, str(exc))
+                continue
+            self.processed += len(entries)
+        total = sum(got.values())
+        if 0 < total < SMALL_READ:
+            self._linger_until = time.monotonic() + LINGER_S
+        for p, began in list(self._catching_up.items()):
+            if got.get(p, 0) < READ_COUNT and p in self.folders:
+                # this read reached the end of the journal: the backlog is folded
+                del self._catching_up[p]
+                self.log.info("caught up", extra={"partition": p,
+                                                  "folded": self.folders[p].folded,
+                                                  "recovery_s": round(time.monotonic() - began,
+                                                                      3)})
 
 
 def main(instance: Instance) -> int:

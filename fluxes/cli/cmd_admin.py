@@ -10,6 +10,10 @@ own submit stream, read its own replies and read job data (rules from
 credentials file (mode 0600, owned by the user) holding the instance URI with
 the user's name and password. Only the instance owner (full Redis access)
 can run these commands.
+
+``rebuild-joblist`` refolds the job-list read model from the journals
+(:mod:`fluxes.joblist.rebuild`), taking the partitions over from the running
+job-list workers for the time it takes.
 """
 
 from __future__ import annotations
@@ -30,10 +34,11 @@ if TYPE_CHECKING:
 def register(subparsers: Any) -> None:
     """Add the ``admin`` command group."""
     parser = subparsers.add_parser("admin", **help_with_example(
-        "Manage the users of a multi-user instance (instance owner only).",
+        "Set up an instance, manage the users of a multi-user instance, rebuild the job\n"
+        "list (instance owner only).",
         ["fluxes admin adduser alice", "fluxes admin adduser bob --uid 5002 "
          "--credentials-dir /srv/fluxes/creds", "fluxes admin users",
-         "fluxes admin deluser bob"]))
+         "fluxes admin deluser bob", "fluxes admin rebuild-joblist"]))
     sub = add_subcommands(parser, "admin commands")
 
     ip = sub.add_parser("init", **help_with_example(
@@ -85,6 +90,16 @@ def register(subparsers: Any) -> None:
     up.add_argument("--json", action="store_true")
     up.set_defaults(func=_owner_only(_users))
 
+    rp = sub.add_parser("rebuild-joblist", **help_with_example(
+        "Rebuild the job-list read model (what 'fluxes jobs' shows) from the journals.\n"
+        "For each partition it takes the job-list lease from the worker folding it (that\n"
+        "worker's writes are refused from then on and it stands by), empties the read\n"
+        "model, refolds the whole journal and hands the lease back; the workers then go\n"
+        "on from there. 'fluxes jobs' shows a partial list while it runs.",
+        ["fluxes admin rebuild-joblist", "fluxes admin rebuild-joblist --json"]))
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=_owner_only(_rebuild_joblist))
+
 
 def _init(args: argparse.Namespace) -> int:
     """Check a configuration and record the instance in Redis."""
@@ -106,7 +121,7 @@ def _init(args: argparse.Namespace) -> int:
         die(f"{args.config}: no [[resource.config]] entries: the scheduler would have "
             "nothing to allocate")
     try:
-        nranks = len(Inventory.from_config({"resource": config.resource}))
+        nranks = len(Inventory.from_table(config.resource))
     except ConfigError as exc:
         die(f"{args.config}: {exc}")
     if not 1 <= args.partitions <= 1024:
@@ -252,6 +267,27 @@ def _users(args: argparse.Namespace) -> int:
     return 0
 
 
+def _rebuild_joblist(args: argparse.Namespace) -> int:
+    """Refold every partition's read model from its journal."""
+    from fluxes.joblist.rebuild import rebuild
+
+    inst = instance(args)
+    done = rebuild(inst.redis, inst.keys)
+    if args.json:
+        print_json({"partitions": [vars(r) for r in done]})
+        return 0
+    for r in done:
+        print(f"partition {r.partition}: folded {r.entries} journal entries into {r.jobs} "
+              f"jobs, up to {r.position}")
+        if r.skipped:
+            print(f"partition {r.partition}: passed over {r.skipped} entries that cannot be "
+                  "folded (see 'fluxes eventlog dead-letters')")
+        if r.took_over_from:
+            print(f"partition {r.partition}: took the job list over from {r.took_over_from}; "
+                  "a running job-list worker takes it back within a second")
+    return 0
+
+
 def _owner_only(handler: Callable[[argparse.Namespace], int]
                 ) -> Callable[[argparse.Namespace], int]:
     """``handler``, with Redis's refusal turned into a one-line explanation."""
@@ -262,7 +298,7 @@ def _owner_only(handler: Callable[[argparse.Namespace], int]
         try:
             return handler(args)
         except redis.exceptions.NoPermissionError:
-            die("only the instance owner (full Redis access) can manage users")
+            die("only the instance owner (full Redis access) can do this")
 
     run.__doc__ = handler.__doc__
     return run

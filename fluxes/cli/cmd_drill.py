@@ -15,10 +15,12 @@ def register(subparsers: Any) -> None:
         "workers on this host are killed and its own supervisor restarts them), SIGKILL\n"
         "workers at random moments, then check the invariants: every job inactive exactly\n"
         "once with the right result, no core held by two jobs, eventlogs replay, the job\n"
-        "list equals a rebuild, nothing left allocated. Prints recovery times.\n"
-        "Exit status 1 when an invariant fails.",
+        "list equals a rebuild, the scheduler's pool recovered after a restart equals the\n"
+        "stored R, nothing left allocated. Prints recovery times. Every wait ends at the\n"
+        "--timeout deadline. Exit status 1 when an invariant fails or time runs out.",
         ["fluxes drill --kill scheduler --rounds 5", "fluxes drill --kill any --rounds 100 --json",
          "fluxes drill --kill redis --appendfsync everysec",
+         "fluxes drill --kill redis --appendfsync everysec --lose-writes 0.5 --rounds 2",
          "fluxes drill --uri \"$FLUXES_URI\" --kill job-manager --rounds 3"]))
     p.add_argument("--uri", default=argparse.SUPPRESS, metavar="URI",
                    help="drill the running instance at URI instead of a private one "
@@ -34,7 +36,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--appendfsync", choices=("always", "everysec"), default="always",
                    help="the private Redis' AOF policy (default always)")
     p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds to wait for the workload to finish")
+                   help="seconds the whole drill may take; when they are up it stops waiting "
+                        "and reports what is down (default 300)")
+    p.add_argument("--lose-writes", type=float, default=None, metavar="SECONDS",
+                   help="with --kill redis --appendfsync everysec: restart Redis on a copy of "
+                        "its AOF taken SECONDS before the kill, so that the writes (and "
+                        "submissions) acknowledged since are lost, as in a machine crash "
+                        "inside the fsync window")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_drill)
 
@@ -45,7 +53,7 @@ def _drill(args: argparse.Namespace) -> int:
     drill = Drill(jobs=args.jobs, kill=args.kill, rounds=args.rounds, seed=args.seed,
                   nodes=args.nodes, cores_per_node=args.cores_per_node,
                   appendfsync=args.appendfsync, timeout=args.timeout,
-                  uri=getattr(args, "uri", None))
+                  uri=getattr(args, "uri", None), lose_writes=args.lose_writes)
     result = drill.run()
     figures = result.figures()
     if args.json:
@@ -56,9 +64,12 @@ def _drill(args: argparse.Namespace) -> int:
         if figures["recovery_median_s"] is not None:
             print(f"recovery (kill to next allocation): median "
                   f"{figures['recovery_median_s']:.3f} s, max {figures['recovery_max_s']:.3f} s")
+        print(f"scheduler pool vs stored R: {figures['pool_check']}")
         if figures["lost_submissions"]:
             print(f"lost acknowledged submissions: {figures['lost_submissions']} "
                   "(appendfsync everysec loss window)")
+        if figures["rejected_submissions"]:
+            print(f"refused submissions: {figures['rejected_submissions']}")
         for line in figures["notes"]:
             print(f"note: {line}")
         for line in figures["violations"]:

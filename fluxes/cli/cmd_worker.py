@@ -23,6 +23,7 @@ def register(subparsers: Any) -> None:
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from workers.__main__ import run_args
+    from workers.__main__ import guarded, run_args
 
-    return run_args(args)
+    # reported here, not by the CLI's wrapper, so that off a terminal it is JSON
+    return guarded(lambda: run_args(args), args.kind)

@@ -1,19 +1,29 @@
-"""The invariants a recovery drill checks, as pure functions over eventlogs and R.
+"""The invariants a recovery drill checks, as pure functions over eventlogs, R and read models.
 
-* every submitted job reaches INACTIVE exactly once, with the right result;
+* every submission is accepted, and every submitted job reaches INACTIVE
+  exactly once, with the right result;
 * no core or GPU is held by two jobs at any instant (allocation intervals
   from the ``alloc`` and ``free`` events, resources from R);
-* every eventlog replays cleanly.
+* every eventlog decodes and replays cleanly;
+* the job-list read model equals a fresh fold of the journal;
+* the scheduler's pool, as it publishes it, holds what the stored R of the
+  jobs holding resources says.
+
+Each function returns the violations it found (an empty list when the
+invariant holds), naming the jobs and the events involved.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+from fluxes.idset import IDSet
 from fluxes.job import events as ev
 from fluxes.job.model import Job, TransitionError, apply
 from fluxes.job.states import JobResult, JobState
+from fluxes.joblist.model import ReadModel
 from fluxes.rset import ResourceSet
 
 
@@ -43,18 +53,39 @@ class Report:
         return not self.violations
 
 
+def check_submissions(rejections: Sequence[str]) -> list[Violation]:
+    """Every submission of the drill's (valid) workload must be accepted: one violation per
+    distinct refusal, with how many submissions it refused."""
+    counts: dict[str, int] = {}
+    for reason in rejections:
+        counts[reason] = counts.get(reason, 0) + 1
+    return [Violation("every submission accepted", (), f"{n} refused: {reason}")
+            for reason, n in counts.items()]
+
+
 def check_jobs(eventlogs: Mapping[int, Sequence[ev.Event]],
-               expected: Mapping[int, JobResult] | None = None) -> tuple[dict[int, Job], Report]:
-    """Replay each eventlog; every job must be INACTIVE once, with the expected result."""
-    report = Report(jobs=len(eventlogs))
+               expected: Mapping[int, JobResult] | None = None,
+               broken: Mapping[int, str] | None = None) -> tuple[dict[int, Job], Report]:
+    """Replay each eventlog; every job must be INACTIVE once, with the expected result.
+
+    ``broken`` maps jobs whose eventlog could not even be decoded to why; each
+    is a "replays cleanly" violation.
+    """
+    report = Report(jobs=len(eventlogs) + len(broken or {}))
+    for jobid, why in (broken or {}).items():
+        report.violations.append(Violation("replays cleanly", (jobid,), why))
     jobs: dict[int, Job] = {}
     for jobid, log in eventlogs.items():
         job = Job(jobid)
-        try:
-            for event in log:
+        bad = None
+        for i, event in enumerate(log):
+            try:
                 job = apply(event, job)
-        except (TransitionError, ev.EventError) as exc:
-            report.violations.append(Violation("replays cleanly", (jobid,), str(exc)))
+            except (TransitionError, ev.EventError) as exc:
+                bad = f"event {i} ({event.event_name}): {exc}"
+                break
+        if bad is not None:
+            report.violations.append(Violation("replays cleanly", (jobid,), bad))
             continue
         jobs[jobid] = job
         cleans = sum(1 for e in log if e.event_name == "clean")
@@ -88,12 +119,22 @@ def allocation_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
     return out
 
 
+def holding(eventlogs: Mapping[int, Sequence[ev.Event]]) -> list[int]:
+    """The jobs whose eventlog has an ``alloc`` and no ``free`` yet: they hold resources."""
+    return sorted(j for j, (_start, end) in allocation_intervals(eventlogs).items()
+                  if end == float("inf"))
+
+
 def check_no_double_allocation(intervals: Mapping[int, tuple[float, float]],
                                rsets: Mapping[int, ResourceSet]) -> list[Violation]:
-    """No (rank, core) or (rank, gpu) in two jobs' R while their intervals overlap."""
-    # sweep in time order; each unit remembers which job holds it until when
-    holder: dict[tuple[int, str, int], tuple[int, float]] = {}
-    found: list[Violation] = []
+    """No (rank, core) or (rank, gpu) in two jobs' R while their intervals overlap.
+
+    Every overlapping pair is reported once, with the units both held.
+    """
+    # per unit, the intervals that are still open at the start of the next one
+    # (all of them, not only the latest: a long job overlaps every later one)
+    open_on: dict[tuple[int, str, int], list[tuple[int, float]]] = {}
+    clashes: dict[tuple[int, int], list[tuple[int, str, int]]] = {}
     for jobid, (start, end) in sorted(intervals.items(), key=lambda kv: (kv[1][0], kv[0])):
         rset = rsets.get(jobid)
         if rset is None:
@@ -102,14 +143,75 @@ def check_no_double_allocation(intervals: Mapping[int, tuple[float, float]],
             for kind, ids in (("core", rset.cores(rank)), ("gpu", rset.gpus(rank))):
                 for unit in ids:
                     key = (rank, kind, unit)
-                    prev = holder.get(key)
-                    if prev is not None and prev[1] > start:
-                        found.append(Violation(
-                            "no unit held twice", (prev[0], jobid),
-                            f"rank {rank} {kind} {unit} held by both "
-                            f"(first until {prev[1]:.6f}, second from {start:.6f})"))
-                    holder[key] = (jobid, end)
+                    still = [(j, e) for j, e in open_on.get(key, []) if e > start]
+                    for other, _end in still:
+                        clashes.setdefault((other, jobid), []).append(key)
+                    still.append((jobid, end))
+                    open_on[key] = still
+    found = []
+    for (first, second), units in clashes.items():
+        where = ", ".join(f"rank {r} {kind} {u}" for r, kind, u in units[:8])
+        more = f" and {len(units) - 8} more" if len(units) > 8 else ""
+        a, b = intervals[first], intervals[second]
+        found.append(Violation(
+            "no unit held twice", (first, second),
+            f"{where}{more} held by both (first [{a[0]:.6f}, {a[1]:.6f}), "
+            f"second [{b[0]:.6f}, {b[1]:.6f}))"))
     return found
+
+
+def pool_summary(rsets: Iterable[ResourceSet]) -> dict[str, Any]:
+    """What a pool holding ``rsets`` allocates: cores, GPUs, nodes and ranks (the figures
+    the scheduler publishes for its allocated resources in ``sched:status``)."""
+    ranks = IDSet()
+    ncores = ngpus = 0
+    for rset in rsets:
+        ranks |= rset.ranks
+        ncores += rset.ncores
+        ngpus += rset.ngpus
+    return {"ncores": ncores, "ngpus": ngpus, "nnodes": len(ranks), "ranks": str(ranks)}
+
+
+def check_pool(published: Mapping[str, Any], rsets: Mapping[int, ResourceSet]) -> list[Violation]:
+    """The scheduler's published allocated resources equal the union of the stored R of the
+    jobs holding resources (``rsets``): core and GPU counts, node count and ranks."""
+    want = pool_summary(rsets.values())
+    try:
+        got = {"ncores": int(published["ncores"]), "ngpus": int(published["ngpus"]),
+               "nnodes": int(published["nnodes"]), "ranks": str(IDSet(published["ranks"]))}
+    except (KeyError, TypeError, ValueError) as exc:
+        return [Violation("pool equals stored R", tuple(sorted(rsets)),
+                          f"the scheduler's published pool is malformed: {exc!r}")]
+    if got == want:
+        return []
+    diff = ", ".join(f"{k} {got[k]} (stored R: {want[k]})" for k in want if got[k] != want[k])
+    return [Violation("pool equals stored R", tuple(sorted(rsets)),
+                      f"the scheduler's pool allocates {diff}")]
+
+
+def check_read_model(fresh: ReadModel, stored: ReadModel) -> list[Violation]:
+    """The job-list read model (``stored``) equals a fresh fold of the journal (``fresh``)."""
+    out = []
+    for jobid in sorted(set(fresh.summaries) | set(stored.summaries)):
+        want, got = fresh.summaries.get(jobid), stored.summaries.get(jobid)
+        if want == got:
+            continue
+        if got is None or want is None:
+            detail = "missing from the read model" if got is None else \
+                "in the read model but not in the journal"
+        else:
+            detail = (f"the job-list summary ({got.job.state.name}, {got.job.seq} events) "
+                      f"differs from the journal's ({want.job.state.name}, "
+                      f"{want.job.seq} events)")
+        out.append(Violation("read model equals a rebuild", (jobid,), detail))
+    if +fresh.counters != +stored.counters:
+        diff = {k: (stored.counters.get(k, 0), fresh.counters.get(k, 0))
+                for k in set(fresh.counters) | set(stored.counters)
+                if stored.counters.get(k, 0) != fresh.counters.get(k, 0)}
+        out.append(Violation("read model equals a rebuild", (),
+                             "counters differ (stored, rebuilt): "
+                             + ", ".join(f"{k} {a} vs {b}" for k, (a, b) in sorted(diff.items()))))
+    return out
 
 
 def summarize(violations: Iterable[Violation], limit: int = 20) -> list[str]:

@@ -6,44 +6,69 @@ The drill runs a workload of simulated jobs on an instance it starts itself
 instance's own supervisor restarts them), kills the chosen worker kind at
 random moments, and in the end checks what must always hold:
 
-* every submitted job reaches INACTIVE exactly once, with the right result;
+* every submission is accepted, and every submitted job reaches INACTIVE
+  exactly once, with the right result;
 * no core or GPU was held by two jobs at any instant (eventlogs + R);
-* every eventlog replays cleanly, and the job-list read model equals a
-  fresh rebuild from the journal;
-* nothing is left allocated: the scheduler's pool equals what the stored R
-  of jobs still holding resources says (none, once all jobs are done);
+* every eventlog decodes and replays cleanly, and the job-list read model
+  equals a fresh fold of the journal;
+* the scheduler's pool equals the stored R: with jobs holding resources,
+  the scheduler is SIGKILLed once more and what its replacement recovered
+  and publishes must equal the stored R of those jobs; and nothing is left
+  allocated once every job ended;
 * recovery time per kill (from the kill to the next allocation).
+
+Every wait is bounded by the drill's deadline (``--timeout``); a drill that
+cannot finish in time ends with a violation naming the workers that are down
+or died besides the planned kills, instead of hanging.
 """
 
 from __future__ import annotations
 
 import random
 import statistics
+import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import redis
 
-from fluxes.client import Client
+from fluxes.client import Client, RequestTimeout
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
     Violation,
     allocation_intervals,
     check_jobs,
     check_no_double_allocation,
+    check_pool,
+    check_read_model,
+    check_submissions,
+    holding,
+    pool_summary,
 )
 from fluxes.drill.targets import OwnInstance, RunningInstance, Target
 from fluxes.errors import FluxesError
 from fluxes.instance import Instance
 from fluxes.job.states import JobResult
-from fluxes.joblist.model import ReadModel
 from fluxes.joblist.store import JobListStore
 from fluxes.jobspec import Jobspec
-from fluxes.store.eventstore import EventStore
 from fluxes.store.groups import read_streams
 
 KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
+#: Transient Redis errors a submission is retried after (Redis restarting).
+_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+#: Jobs that hold resources during the pool check; long enough never to end by themselves.
+HOLD_DURATION = "1h"
+
+#: Publications of the scheduler's pool, in a row and alike, after which a pool
+#: that differs from the stored R is reported without waiting longer.
+SETTLED = 3
+
+
+class DrillTimeout(FluxesError):
+    """The drill could not finish before its deadline (``--timeout``)."""
 
 
 @dataclass
@@ -54,7 +79,10 @@ class DrillResult:
     kills: list[dict[str, Any]] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
     lost_submissions: int = 0
+    rejected_submissions: int = 0
     elapsed: float = 0.0
+    #: how the scheduler's pool was compared with the stored R
+    pool_check: str = "not run"
     #: Checks that were skipped, and why.
     notes: list[str] = field(default_factory=list)
 
@@ -73,6 +101,8 @@ class DrillResult:
             "recovery_median_s": statistics.median(recov) if recov else None,
             "recovery_max_s": max(recov) if recov else None,
             "lost_submissions": self.lost_submissions,
+            "rejected_submissions": self.rejected_submissions,
+            "pool_check": self.pool_check,
             "elapsed_s": round(self.elapsed, 2),
             "violations": [str(v) for v in self.violations[:50]],
             "notes": self.notes,
@@ -84,13 +114,22 @@ class Drill:
 
     def __init__(self, jobs: int = 500, kill: str = "any", rounds: int = 5, seed: int = 1,
                  nodes: int = 2, cores_per_node: int = 4, appendfsync: str = "always",
-                 timeout: float = 300.0, uri: str | None = None) -> None:
+                 timeout: float = 300.0, uri: str | None = None,
+                 lose_writes: float | None = None) -> None:
         if kill != "any" and kill not in KINDS:
             raise ValueError(f"--kill must be one of {', '.join(('any', *KINDS))}")
         if jobs < 1 or rounds < 0:
             raise ValueError("--jobs must be >= 1 and --rounds >= 0")
+        if not timeout > 0:
+            raise ValueError(f"--timeout must be > 0 seconds, got {timeout:g}")
         if uri is not None and kill == "redis":
             raise ValueError("--kill redis needs the drill's own instance (drop --uri)")
+        if lose_writes is not None:
+            if kill != "redis" or appendfsync != "everysec":
+                raise ValueError("--lose-writes needs --kill redis --appendfsync everysec")
+            if not 0 < lose_writes <= 5:
+                raise ValueError(f"--lose-writes must be > 0 and <= 5 seconds, "
+                                 f"got {lose_writes:g}")
         self.uri = uri
         self.njobs = jobs
         self.kill = kill
@@ -100,24 +139,51 @@ class Drill:
         self.cores = cores_per_node
         self.appendfsync = appendfsync
         self.timeout = timeout
+        self.lose_writes = lose_writes
         self.result = DrillResult()
+        self.deadline = float("inf")
+        #: planned kills per worker name, to tell them from unplanned deaths
+        self.planned: Counter[str] = Counter()
+        #: jobs submitted inside a simulated loss window (--lose-writes), and those of
+        #: them whose submission was acknowledged and then lost with Redis's writes
+        self.window_ids: list[int] = []
+        self.lost_ids: set[int] = set()
+        #: why the instance refused submissions, one line per refused job
+        self.rejections: list[str] = []
 
     # ------------------------------------------------------------ running
 
     def run(self) -> DrillResult:
         """Run the workload with kills on the instance, check, stop what the drill started."""
         started = time.monotonic()
+        self.deadline = started + self.timeout
         target: Target = (RunningInstance(self.uri) if self.uri is not None
                           else OwnInstance(self.nodes, self.cores, self.appendfsync))
         try:
             self._drive(target)
+        except DrillTimeout as exc:
+            self.result.violations.append(Violation("finishes within --timeout", (), str(exc)))
         finally:
             target.close()
         self.result.elapsed = time.monotonic() - started
         return self.result
 
+    def _left(self, limit: float = float("inf")) -> float:
+        """Seconds to wait at most: ``limit``, or less when the deadline is nearer."""
+        return max(0.0, min(limit, self.deadline - time.monotonic()))
+
+    def _why(self, target: Target) -> str:
+        """What is wrong with the instance's workers, for a timeout message."""
+        try:
+            found = target.problems(self.planned)
+        except redis.RedisError as exc:
+            found = [f"Redis does not answer ({exc})"]
+        return "; ".join(found) if found else "every worker is running"
+
+    def _timeout(self, target: Target, what: str) -> DrillTimeout:
+        return DrillTimeout(f"{what} within --timeout {self.timeout:g} s: {self._why(target)}")
+
     def _drive(self, target: Target) -> None:
-        client = Client(target.inst)
         ids: list[int] = []
         batches = max(self.rounds, 1) * 2
         per_batch = max(1, self.njobs // batches)
@@ -125,55 +191,133 @@ class Drill:
         for batch in range(batches):
             count = per_batch if batch < batches - 1 else self.njobs - per_batch * (batches - 1)
             if count > 0:
-                ids += self._submit(client, count)
+                ids += self._submit(target, self._workload(count))
             self._supervise(target, self.rng.uniform(0.05, 0.4))
             if batch in kills_at:
                 self._kill_one(target)
-                client = Client(target.inst)
+        ids += self.window_ids
         self.result.jobs = len(ids)
         self._wait(target, ids)
-        self._check(target, ids)
+        expected = dict.fromkeys(ids, JobResult.COMPLETED)
+        expected.update(self._pool_check(target, ids))
+        self._check(target, expected)
 
-    def _submit(self, client: Client, count: int) -> list[int]:
-        specs = []
-        for _ in range(count):
-            runtime = f"{self.rng.randint(5, 60)}ms"
-            specs.append({"jobspec": Jobspec.from_command(["true"], cwd="/tmp", attributes={
-                "system": {"exec": {"test": {"run_duration": runtime}}}}).to_dict()})
-        for attempt in range(50):
+    def _workload(self, count: int) -> list[dict[str, Any]]:
+        return [{"jobspec": simulated_job(f"{self.rng.randint(5, 60)}ms")} for _ in range(count)]
+
+    def _submit(self, target: Target, specs: list[dict[str, Any]]) -> list[int]:
+        """Submit ``specs`` once, supervising meanwhile; the ids of the accepted ones.
+
+        The request is not sent again after a timeout (the ingest answers it when
+        it is back; sending it twice would submit the jobs twice), only after a
+        Redis error while Redis restarts. Refusals are counted and reported.
+        """
+        while True:
+            box = self._submit_once(target, specs)
+            error = box.get("error")
+            if error is None:
+                break
+            if isinstance(error, RequestTimeout):
+                raise self._timeout(target, f"no answer to a submission of {len(specs)} jobs")
+            if not isinstance(error, _TRANSIENT):
+                raise error
+            if self._left() == 0:
+                raise self._timeout(target, f"Redis did not come back ({error})")
+            time.sleep(0.2)
+        answers = box["answers"]
+        self.rejections += [str(a) for a in answers if not isinstance(a, int)]
+        self.result.rejected_submissions = len(self.rejections)
+        return [a for a in answers if isinstance(a, int)]
+
+    def _submit_once(self, target: Target, specs: list[dict[str, Any]]) -> dict[str, Any]:
+        """One submission, waited for in a thread so that the drill keeps supervising (a
+        dead ingest is restarted meanwhile); ``{"answers": ...}`` or ``{"error": ...}``."""
+        box: dict[str, Any] = {}
+
+        def send() -> None:
             try:
-                return [int(i) for i in client.submit(specs, timeout=60) if isinstance(i, int)]
-            except Exception:
-                if attempt == 49:
-                    raise
-                time.sleep(0.2)
-        return []
+                box["answers"] = Client(target.inst).submit(specs,
+                                                            timeout=max(self._left(), 0.1))
+            except Exception as exc:  # handed over to the drill's thread
+                box["error"] = exc
+
+        sender = threading.Thread(target=send, name="drill-submit", daemon=True)
+        sender.start()
+        while sender.is_alive():
+            if self._left() == 0:
+                raise self._timeout(target, f"no answer to a submission of {len(specs)} jobs")
+            target.supervise()
+            sender.join(0.05)
+        return box
 
     def _supervise(self, target: Target, seconds: float) -> None:
-        end = time.monotonic() + seconds
+        end = time.monotonic() + self._left(seconds)
         while time.monotonic() < end:
             target.supervise()
             time.sleep(0.02)
+
+    def _killable(self, target: Target, kind: str) -> list[str]:
+        """Live workers of ``kind``; waits (supervising) for one while none runs."""
+        wait_until = time.monotonic() + self._left(10.0)
+        while True:
+            names = target.killable(kind)
+            if names or time.monotonic() >= wait_until:
+                break
+            target.supervise()
+            time.sleep(0.05)
+        if not names and isinstance(target, RunningInstance):
+            raise FluxesError(f"no {kind} worker of this instance runs on this host")
+        if not names:
+            raise self._timeout(target, f"no {kind} worker running to kill")
+        return names
 
     def _kill_one(self, target: Target) -> None:
         kinds = KINDS if target.owns_redis else tuple(k for k in KINDS if k != "redis")
         kind = self.kill if self.kill != "any" else self.rng.choice(kinds)
         record: dict[str, Any] = {"kind": kind}
         if kind == "redis":
-            killed_at = time.time()
-            target.kill_redis(self.rng.uniform(0.05, 0.3))
+            if self.lose_writes is not None:
+                killed_at, lost = self._kill_redis_losing(target)
+                record["lost_ids"] = lost
+            else:
+                killed_at = time.time()
+                target.kill_redis(self.rng.uniform(0.05, 0.3))
         else:
-            names = target.killable(kind)
-            if not names:
-                raise FluxesError(f"no {kind} worker of this instance runs on this host")
-            name = self.rng.choice(names)
+            name = self.rng.choice(self._killable(target, kind))
             record["worker"] = name
             killed_at = time.time()
             target.kill_worker(name)
+            self.planned[name] += 1
         record["at"] = killed_at
         record["recovery_s"] = self._recovery(target, killed_at,
                                               None if kind == "redis" else kind)
         self.result.kills.append(record)
+
+    def _kill_redis_losing(self, target: Target) -> tuple[float, list[int]]:
+        """Simulate a crash inside ``appendfsync everysec``'s window: copy the AOF, let
+        ``lose_writes`` seconds of work be acknowledged (submissions among it), then kill
+        Redis and restart it on the copy. When Redis was killed, and the ids of the
+        submissions that were acknowledged and are gone."""
+        assert isinstance(target, OwnInstance) and self.lose_writes is not None
+        # Redis write()s each command to the AOF before it replies, so a copy of the
+        # files is a prefix of what was acknowledged (a command cut in the middle
+        # is dropped when Redis loads it, as after a crash).
+        snapshot = target.snapshot_aof()
+        end = time.monotonic() + self.lose_writes
+        acknowledged: list[int] = []
+        while time.monotonic() < end:
+            acknowledged += self._submit(target, self._workload(3))
+            self._supervise(target, 0.05)
+        killed_at = time.time()
+        inst = target.kill_redis_losing(snapshot)
+        # submissions acknowledged while the copy was being made may be in it
+        pipe = inst.redis.pipeline(transaction=False)
+        for jobid in acknowledged:
+            pipe.exists(inst.keys.eventlog(jobid))
+        lost = [j for j, found in zip(acknowledged, pipe.execute(), strict=True) if not found]
+        self.window_ids += acknowledged
+        self.lost_ids.update(lost)
+        return killed_at, lost
 
     def _replacement_started(self, inst: Instance, kind: str, since: float) -> float | None:
         """When the restarted worker of ``kind`` started (from the worker registry)."""
@@ -192,7 +336,7 @@ class Drill:
         started (after Redis came back, for a Redis kill); when no job waits, until the
         replacement started."""
         inst = target.inst
-        deadline = time.monotonic() + limit
+        deadline = time.monotonic() + self._left(limit)
         replaced = since
         while kind is not None and time.monotonic() < deadline:
             target.supervise()
@@ -207,7 +351,7 @@ class Drill:
             target.supervise()
             try:
                 reply = read_streams(inst.redis, pos, 1000, 100)
-            except Exception:
+            except redis.RedisError:
                 time.sleep(0.05)
                 continue
             for stream, entries in reply or []:
@@ -223,15 +367,17 @@ class Drill:
     def _anything_pending(self, inst: Instance) -> bool:
         try:
             counts = JobListStore(inst.redis, inst.keys).counters()
-        except Exception:
+        except redis.RedisError:
             return True
         return any(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
 
-    def _wait(self, target: Target, ids: list[int]) -> None:
+    def _wait_results(self, target: Target, ids: list[int], limit: float) -> set[int]:
+        """Supervise until every job of ``ids`` has a result (or ``limit`` / the deadline);
+        the jobs still without one."""
         inst = target.inst
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + self._left(limit)
         left = set(ids)
-        while left and time.monotonic() < deadline:
+        while left:
             target.supervise()
             batch = sorted(left)[:5000]
             pipe = inst.redis.pipeline(transaction=False)
@@ -240,79 +386,187 @@ class Drill:
             for jobid, result in zip(batch, pipe.execute(), strict=True):
                 if result:
                     left.discard(jobid)
+            if not left or time.monotonic() >= deadline:
+                break
             time.sleep(0.1)
-        # let the job list catch up with the journal before comparing
-        while time.monotonic() < deadline and not self._joblist_caught_up(inst):
+        return left
+
+    def _wait(self, target: Target, ids: list[int]) -> None:
+        known = [j for j in ids if j not in self.lost_ids]
+        left = self._wait_results(target, known, float("inf"))
+        if left:
+            self.result.violations.append(Violation(
+                "finishes within --timeout", tuple(sorted(left)[:10]),
+                f"{len(left)} job(s) still active when the time was up: {self._why(target)}"))
+        self._joblist_catch_up(target)
+
+    def _joblist_catch_up(self, target: Target) -> None:
+        """Let the job list fold every journal entry before comparing it with a rebuild."""
+        while not collect.joblist_caught_up(target.inst):
+            if self._left() == 0:
+                self.result.violations.append(Violation(
+                    "finishes within --timeout", (),
+                    f"the job list did not catch up with the journal: {self._why(target)}"))
+                return
             self._supervise(target, 0.2)
 
-    def _joblist_caught_up(self, inst: Instance) -> bool:
-        """True when the job list has read and acknowledged every journal entry."""
-        from fluxes.store.keys import GROUP_JOBLIST
+    # ------------------------------------------------------------ the pool check
 
-        for p in range(inst.keys.partitions):
-            key = inst.keys.journal(p)
-            last = inst.redis.xrevrange(key, count=1)
-            groups = {g["name"]: g for g in inst.redis.xinfo_groups(key)}
-            group = groups.get(GROUP_JOBLIST.encode()) or groups.get(GROUP_JOBLIST)
-            if group is None or group["pending"]:
-                return False
-            if last and group["last-delivered-id"] != last[0][0]:
-                return False
-        return True
+    def _pool_check(self, target: Target, ids: list[int]) -> dict[int, JobResult]:
+        """Compare the scheduler's recovered pool with the stored R while jobs hold resources.
+
+        Submits jobs that hold resources until canceled, SIGKILLs the scheduler
+        (when the drill can: on a running instance only when it runs on this
+        host), and waits until the replacement publishes a pool equal to the
+        stored R of every job holding resources; then cancels them. Returns the
+        results those jobs must end with.
+        """
+        inst = target.inst
+        if not target.owns_redis and self._others_active(inst):
+            self.result.pool_check = "skipped: other jobs are active on the instance"
+            return {}
+        holders = self._submit(target, [{"jobspec": simulated_job(HOLD_DURATION)}
+                                        for _ in range(self.nodes + 1)])
+        deadline = time.monotonic() + self._left(60.0)
+        while time.monotonic() < deadline:
+            target.supervise()
+            logs = collect.read_eventlogs(inst, holders)
+            if all(any(e.event_name == "start" for e in logs.logs.get(j, []))
+                   for j in holders):
+                break
+            time.sleep(0.1)
+        # nothing is allocated any more but to these, and to jobs holding resources now
+        candidates = holding(collect.read_eventlogs(inst, ids + holders).logs)
+        since = time.time()
+        # a running instance's scheduler may run on another host: compare without a restart
+        schedulers = target.killable("scheduler") if isinstance(target, RunningInstance) \
+            else self._killable(target, "scheduler")
+        if schedulers:
+            name = schedulers[0]
+            target.kill_worker(name)
+            self.planned[name] += 1
+            how = f"after a scheduler restart, {len(holders)} jobs holding resources"
+        else:
+            how = (f"without a restart (no scheduler on this host), {len(holders)} jobs "
+                   "holding resources")
+        violations = self._compare_pool(target, candidates, since)
+        self.result.violations += violations
+        self.result.pool_check = ("differs " if violations else "equal ") + how
+        Client(inst).cancel(holders, note="drill pool check done")
+        left = self._wait_results(target, holders, 60.0)
+        if left:
+            self.result.violations.append(Violation(
+                "finishes within --timeout", tuple(sorted(left)),
+                f"canceled jobs still active: {self._why(target)}"))
+        return dict.fromkeys(holders, JobResult.CANCELED)
+
+    def _compare_pool(self, target: Target, ids: list[int], since: float) -> list[Violation]:
+        """Poll the pool the scheduler publishes (after ``since``) until it equals the stored
+        R of the jobs of ``ids`` holding resources; the difference when it never does."""
+        inst = target.inst
+        deadline = time.monotonic() + self._left(30.0)
+        found: list[Violation] = [Violation("pool equals stored R", (),
+                                            "the scheduler published no pool after its restart")]
+        # the scheduler publishes its pool every second; the same differing pool
+        # in SETTLED publications in a row will not become right by waiting
+        seen: list[tuple[float, Any]] = []
+        while True:
+            target.supervise()
+            status = collect.published_pool(inst)
+            if status is not None and float(status.get("time", 0)) > since:
+                logs = collect.read_eventlogs(inst, ids)
+                rsets, broken = collect.read_rsets(inst, holding(logs.logs))
+                allocated = status.get("allocated") or {}
+                found = check_pool(allocated, rsets)
+                found += [Violation("pool equals stored R", (j,), why)
+                          for j, why in broken.items()]
+                if not found:
+                    return []
+                stamp = float(status.get("time", 0))
+                if not seen or seen[-1][0] != stamp:
+                    seen.append((stamp, allocated))
+                if len(seen) >= SETTLED and all(a == allocated for _t, a in seen[-SETTLED:]):
+                    return found
+            if time.monotonic() >= deadline:
+                return found
+            time.sleep(0.2)
 
     # ------------------------------------------------------------ checks
 
-    def _check(self, target: Target, ids: list[int]) -> None:
+    def _check(self, target: Target, expected: dict[int, JobResult]) -> None:
         inst = target.inst
-        logs = collect.eventlogs(inst, ids)
+        ids = sorted(expected)
+        self.result.violations += check_submissions(self.rejections)
+        got = collect.read_eventlogs(inst, ids)
+        logs, broken = got.logs, got.broken
         missing = [j for j, log in logs.items() if not log]
         if missing and self.appendfsync != "always":
             # the documented loss window of appendfsync everysec: count, do not fail
             self.result.lost_submissions = len(missing)
             for jobid in missing:
                 del logs[jobid]
-        _jobs, report = check_jobs(logs, dict.fromkeys(logs, JobResult.COMPLETED))
+        if self.lose_writes is not None:
+            self.result.notes.append(
+                f"{len(self.window_ids)} submissions were acknowledged inside the simulated "
+                f"loss windows; {len(self.lost_ids)} of them were gone after Redis restarted")
+            unexpected = sorted(set(missing) - self.lost_ids)
+            if unexpected:
+                self.result.violations.append(Violation(
+                    "nothing lost outside the window", tuple(unexpected[:10]),
+                    f"{len(unexpected)} jobs acknowledged outside the loss windows are gone"))
+            self.result.violations += self._check_lost(inst, sorted(self.lost_ids))
+        _jobs, report = check_jobs(logs, expected, broken)
         self.result.violations += report.violations
-        self.result.violations += check_no_double_allocation(
-            allocation_intervals(logs), collect.rsets(inst, list(logs)))
-        self.result.violations += self._check_read_model(inst)
+        rsets, bad_r = collect.read_rsets(inst, list(logs))
+        self.result.violations += [Violation("replays cleanly", (j,), why)
+                                   for j, why in bad_r.items()]
+        self.result.violations += check_no_double_allocation(allocation_intervals(logs), rsets)
+        fresh, stored = collect.read_models(inst)
+        self.result.violations += check_read_model(fresh, stored)
         if target.owns_redis or not self._others_active(inst):
-            self.result.violations += self._check_pool(inst)
+            self.result.violations += self._check_nothing_allocated(target)
         else:
-            self.result.notes.append("pool check skipped: other jobs are active on the "
+            self.result.notes.append("empty-pool check skipped: other jobs are active on the "
                                      "instance, so its pool is not expected to be empty")
 
-    def _check_read_model(self, inst: Instance) -> list[Violation]:
-        store = EventStore(inst.redis, inst.keys)
-        fresh = ReadModel()
-        for p in range(inst.keys.partitions):
-            for block in store.iter_journal(p):
-                fresh.feed((e.jobid, e.event(), e.extra_dict()) for e in block)
-        jl = JobListStore(inst.redis, inst.keys)
-        stored = ReadModel(jl.all_summaries(), jl.counters())
+    def _check_lost(self, inst: Instance, lost: list[int]) -> list[Violation]:
+        """Jobs lost with Redis's writes stay unknown everywhere: no eventlog, job hash or
+        job-list entry (a client asking about them is told the job is unknown)."""
         out = []
-        for jobid in set(fresh.summaries) | set(stored.summaries):
-            if fresh.summaries.get(jobid) != stored.summaries.get(jobid):
-                out.append(Violation("read model equals a rebuild", (jobid,),
-                                     "the job-list summary differs from the journal's"))
-        if +fresh.counters != +stored.counters:
-            out.append(Violation("read model equals a rebuild", (),
-                                 f"counters differ: {dict(+stored.counters)} vs "
-                                 f"{dict(+fresh.counters)}"))
+        jl = JobListStore(inst.redis, inst.keys)
+        for jobid, summary in zip(lost, jl.get_many(lost), strict=True):
+            left = [what for what, there in (
+                ("eventlog", inst.redis.exists(inst.keys.eventlog(jobid))),
+                ("job hash", inst.redis.exists(inst.keys.job(jobid))),
+                ("job-list entry", summary is not None)) if there]
+            if left:
+                out.append(Violation("lost jobs are unknown", (jobid,),
+                                     f"lost with Redis's writes, yet its {', '.join(left)} "
+                                     "came back"))
         return out
 
     def _others_active(self, inst: Instance) -> bool:
         counts = JobListStore(inst.redis, inst.keys).counters()
         return any(counts.get(f"state:{s}", 0) for s in ("RUN", "CLEANUP"))
 
-    def _check_pool(self, inst: Instance) -> list[Violation]:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            raw = inst.redis.get(inst.keys.sched_status)
-            status = orjson.loads(raw) if raw else None
-            if status and status["allocated"]["ncores"] == 0 and status["pending"] == 0:
+    def _check_nothing_allocated(self, target: Target) -> list[Violation]:
+        deadline = time.monotonic() + self._left(10.0)
+        status = None
+        while True:
+            target.supervise()
+            status = collect.published_pool(target.inst) or {}
+            allocated = status.get("allocated") or {}
+            if allocated.get("ncores") == 0 and status.get("pending") == 0:
                 return []
+            if time.monotonic() >= deadline:
+                break
             time.sleep(0.5)
         return [Violation("pool equals stored R", (),
-                          f"scheduler still reports {status['allocated'] if status else '?'} "
-                          "allocated after every job ended")]
+                          f"scheduler still reports {allocated or '?'} allocated after every "
+                          f"job ended (stored R: {pool_summary([])})")]
+
+
+def simulated_job(runtime: str) -> dict[str, Any]:
+    """A simulated one-core job of ``runtime``."""
+    return Jobspec.from_command(["true"], cwd="/tmp", attributes={
+        "system": {"exec": {"test": {"run_duration": runtime}}}}).to_dict()

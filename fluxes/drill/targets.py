@@ -9,10 +9,12 @@ start --detach``, systemd or Kubernetes).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +23,9 @@ import orjson
 from fluxes.errors import FluxesError
 from fluxes.instance import Instance
 from fluxes.launcher import Launcher
+
+#: A heartbeat older than this means the worker is gone (workers beat every 2 s).
+STALE_S = 10.0
 
 
 def _prefix(kind: str) -> str:
@@ -45,6 +50,10 @@ class Target(Protocol):
 
     def kill_redis(self, down: float) -> Instance:
         """SIGKILL redis-server, restart it after ``down`` seconds; a new connection."""
+
+    def problems(self, planned: Mapping[str, int]) -> list[str]:
+        """Workers that are down or died more often than the drill killed them
+        (``planned``: kills per worker name), one line each."""
 
     def close(self) -> None:
         """Stop what the drill started."""
@@ -87,9 +96,63 @@ class OwnInstance:
         assert self.launcher.server is not None
         self.launcher.server.kill()
         time.sleep(down)
+        return self._restart_redis()
+
+    def _restart_redis(self) -> Instance:
+        assert self.launcher.server is not None
         self.launcher.server.start()
         self.inst = Instance.connect(str(self.launcher.uri))
         return self.inst
+
+    def snapshot_aof(self) -> Path:
+        """Copy the private Redis's AOF directory as it is now (what a machine crash
+        under ``appendfsync everysec`` could leave on disk); where the copy is."""
+        assert self.launcher.server is not None
+        source = self.launcher.server.dir / "appendonlydir"
+        copy = Path(self._tmp.name) / "aof-snapshot"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(source, copy)
+        return copy
+
+    def kill_redis_losing(self, snapshot: Path) -> Instance:
+        """SIGKILL redis-server and restart it on the AOF ``snapshot`` taken earlier: every
+        write acknowledged since is gone, as after a crash inside the fsync window."""
+        assert self.launcher.server is not None
+        self.launcher.server.kill()
+        target = self.launcher.server.dir / "appendonlydir"
+        shutil.rmtree(target)
+        shutil.copytree(snapshot, target)
+        return self._restart_redis()
+
+    def problems(self, planned: Mapping[str, int]) -> list[str]:
+        """Launcher workers (and Redis) that are not running, or restarted more often than
+        the drill killed them."""
+        out = []
+        server = self.launcher.server
+        if server is not None and (server.proc is None or server.proc.poll() is not None):
+            out.append("redis-server is not running")
+        for spec in self.launcher.workers:
+            code = spec.proc.poll() if spec.proc is not None else None
+            unplanned = spec.restarts - planned.get(spec.name, 0)
+            if spec.proc is None or code is not None:
+                out.append(f"worker {spec.name} is not running (exit status {code}"
+                           f"{self._last_words(spec.name)})")
+            elif unplanned > 0:
+                out.append(f"worker {spec.name} died {unplanned} time(s) besides the "
+                           f"drill's kills{self._last_words(spec.name)}")
+        return out
+
+    def _last_words(self, name: str) -> str:
+        """The last line of a worker's log, as ``; last log line: ...`` ("" if none): the
+        drill removes the logs with its instance, so a report has to carry it."""
+        try:
+            with open(self.launcher.state_dir / "logs" / f"{name}.log", "rb") as log:
+                log.seek(0, os.SEEK_END)
+                log.seek(max(0, log.tell() - 4096))
+                lines = log.read().decode("utf-8", "replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f"; last log line: {lines[-1][-300:]}" if lines else ""
 
     def close(self) -> None:
         """Stop the instance and remove its directory."""
@@ -150,6 +213,26 @@ class RunningInstance:
     def kill_redis(self, down: float) -> Instance:
         """Refused: the drill did not start this Redis and could not restart it."""
         raise FluxesError("--kill redis needs the drill's own instance (drop --uri)")
+
+    def problems(self, planned: Mapping[str, int]) -> list[str]:
+        """Registered workers whose heartbeat is stale (any host), and kinds with none."""
+        now = time.time()
+        out = []
+        kinds = set()
+        for name, rec in sorted(self._registry().items()):
+            kind = rec.get("kind")
+            beat = rec.get("heartbeat")
+            if not isinstance(beat, int | float):
+                continue
+            if now - beat <= STALE_S:
+                kinds.add(kind)
+            else:
+                out.append(f"worker {name} ({kind} on {rec.get('host')}, pid {rec.get('pid')}) "
+                           f"sent no heartbeat for {now - beat:.0f} s")
+        for kind in ("ingest", "job-manager", "scheduler", "job-list", "exec"):
+            if kind not in kinds:
+                out.append(f"no {kind} worker has a fresh heartbeat")
+        return out
 
     def close(self) -> None:
         """Nothing to stop: the instance is not the drill's."""

@@ -186,7 +186,9 @@ class Keys:
         return f"{self.p(partition)}:exec:progress"
 
     def request_done(self, partition: int, request: str) -> str:
-        """String with TTL: the outcome of an ingest request, so a retry is answered, not redone."""
+        """List with TTL (``request`` is ``<user>:<req>``): progress records of an ingest
+        request (which of its jobs got which ids), so a redelivered request
+        creates only the jobs still missing and is answered with all ids."""
         return f"{self.p(partition)}:req:{request}"
 
     def joblist_jobs(self, partition: int) -> str:
@@ -204,3 +206,13 @@ class Keys:
     def joblist_counts(self, partition: int) -> str:
         """Hash: counters by state, result, user and queue."""
         return f"{self.p(partition)}:jl:counts"
+
+    def joblist_lease(self, partition: int) -> str:
+        """String with TTL: the job-list worker that folds this partition's journal (one at a
+        time, so entries are folded in order; the others stand by)."""
+        return f"{self.p(partition)}:joblist:lease"
+
+    def joblist_fence(self, partition: int) -> str:
+        """Counter: the epoch of the partition's job-list lease; read-model writes carry it as
+        their fencing token, so a deposed job-list worker writes nothing."""
+        return f"{self.p(partition)}:joblist:fence"

@@ -58,7 +58,7 @@ class Lease:
         return self.token
 
     def renew_if_due(self) -> bool:
-        """Renew when a third of the TTL has passed; False once the lease is lost."""
+        """Renew when a fifth of the TTL has passed; False once the lease is lost."""
         if self.token is None:
             return False
         if time.monotonic() - self._renewed < self.ttl_ms / 5000:

@@ -107,7 +107,7 @@ class JobListContract:
             if rng.random() < 0.5:
                 # killed after reading a block but before writing it: the entries
                 # stay pending for the next incarnation
-                client.xreadgroup(GROUP_JOBLIST, worker.consumer,
+                client.xreadgroup(GROUP_JOBLIST, "joblist",
                                   {KEYS.journal(0): ">"}, count=5)
         worker = JobListWorker(instance)
         worker.setup()

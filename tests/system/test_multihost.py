@@ -23,8 +23,8 @@ The tests share one instance and run in order:
 After each phase every job must be INACTIVE exactly once with the
 expected result, no core may have been held by two jobs at once
 (``fluxes.drill.invariants``), and no worker may have parked a message as
-a dead letter. A last test, an expected failure, records a known bug: the
-tasks of a job that ran only on the cut-off host outlive the job.
+a dead letter. A last test checks that the cut-off host, once back, kills
+the tasks of a job that ran only there and failed while it was away.
 """
 
 from __future__ import annotations

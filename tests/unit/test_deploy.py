@@ -14,7 +14,6 @@ from __future__ import annotations
 import configparser
 import contextlib
 import inspect
-import io
 import os
 import re
 import shlex
@@ -37,6 +36,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from fluxes.cli.main import build_parser as fluxes_parser
+from fluxes.cli.util import UsageError
 from fluxes.config import InstanceConfig
 from fluxes.errors import FluxesError
 from fluxes.idset import IDSet
@@ -144,13 +144,10 @@ def parse_script(text: str, samples: dict[str, str]) -> Script:
 
 def check_worker(argv: list[str], where: str) -> None:
     """``python -m workers ARGS``: ARGS parse, and mean something for their kind."""
-    err = io.StringIO()
     try:
-        with contextlib.redirect_stderr(err):
-            args = workers_parser().parse_args(argv)
-    except SystemExit:
-        pytest.fail(f"{where}: python -m workers {shlex.join(argv)}: "
-                    f"{err.getvalue().strip().splitlines()[-1]}")
+        args = workers_parser().parse_args(argv)
+    except UsageError as exc:
+        pytest.fail(f"{where}: python -m workers {shlex.join(argv)}: {exc}")
     if args.uri is not None:
         parse_redis_url(InstanceURI.parse(args.uri).redis_url)
     if args.kind == "exec":
@@ -427,9 +424,7 @@ def test_k8s_manifests_are_consistent_and_run_valid_commands() -> None:
     assert workers == set(KINDS)
     # leaders and standbys: the lease makes one of two the leader
     assert replicas["fluxes-job-manager"] == 2 and replicas["fluxes-scheduler"] == 2
-    assert replicas["fluxes-job-list"] == 1
-    job_list = next(d for _p, d in objects if d.get("metadata", {}).get("name") == "fluxes-job-list")
-    assert job_list["spec"]["strategy"]["type"] == "Recreate"  # never two at once
+    assert replicas["fluxes-job-list"] == 2  # one folds, one stands by (job-list lease)
 
 
 def test_k8s_kustomization_lists_every_manifest_but_the_secrets() -> None:
@@ -511,11 +506,26 @@ def exec_start_argv(value: str, env: dict[str, str]) -> list[str]:
     return argv
 
 
+def unit_environment(unit: dict[str, dict[str, list[str]]], env: dict[str, str]
+                     ) -> dict[str, str]:
+    """A unit's environment: its Environment= defaults (specifiers expanded), overridden by
+    the EnvironmentFile's ``env`` (systemd's rule, whatever the order of the two)."""
+    out: dict[str, str] = {}
+    for assignment in unit["Service"].get("Environment", []):
+        for word in shlex.split(assignment):
+            expanded = word
+            for spec, sample in SPECIFIERS.items():
+                expanded = expanded.replace(spec, sample)
+            key, _eq, value = expanded.partition("=")
+            out[key] = value
+    return {**out, **env}
+
+
 def test_systemd_units_restart_read_the_env_file_and_run_valid_workers() -> None:
-    env = env_file(SYSTEMD / "fluxes.env.example")
     ran: dict[str, str] = {}
     for path in deploy_files("*.service"):
         unit = read_unit(path)
+        env = unit_environment(unit, env_file(SYSTEMD / "fluxes.env.example"))
         assert set(unit) == {"Unit", "Service", "Install"}, path.name
         service = unit["Service"]
         assert service["Restart"] == ["always"] and service["RestartSec"], path.name
@@ -534,12 +544,52 @@ def test_systemd_units_restart_read_the_env_file_and_run_valid_workers() -> None
     assert target["Install"]["WantedBy"] == ["multi-user.target"]
 
 
+def metrics_ports(env: dict[str, str]) -> dict[str, int | None]:
+    """Unit file name -> the metrics port its worker serves on with ``env`` as the file."""
+    from workers.__main__ import build_parser as parser
+
+    ports = {}
+    for path in deploy_files("*.service"):
+        unit = read_unit(path)
+        [start] = unit["Service"]["ExecStart"]
+        argv = exec_start_argv(start, unit_environment(unit, env))
+        ports[path.name] = parser().parse_args(argv[argv.index("workers") + 1:]).metrics_port
+    return ports
+
+
+def test_systemd_units_of_one_machine_never_share_a_metrics_port() -> None:
+    """Every unit reads the same environment file, so a port set there for all would make
+    every unit but the first on a machine die with 'Address already in use'."""
+    text = (SYSTEMD / "fluxes.env.example").read_text()
+    assert "--metrics-port" not in env_file(SYSTEMD / "fluxes.env.example")["FLUXES_WORKER_OPTS"]
+    assert not re.search(r"FLUXES_WORKER_OPTS.*--metrics-port", text)
+    # the example as shipped, and with every commented-out port setting switched on
+    shipped = env_file(SYSTEMD / "fluxes.env.example")
+    enabled = dict(shipped, **dict(re.findall(r"^#(FLUXES_\w+_METRICS_PORT)=(\S+)$", text,
+                                              flags=re.M)))
+    assert len(enabled) > len(shipped) + 3
+    for env in (shipped, enabled):
+        ports = metrics_ports(env)
+        assert all(port is not None for port in ports.values()), ports
+        # templates may run several instances on one machine: any free port there,
+        # fixed ports for the others, all different
+        assert ports["fluxes-job-manager@.service"] == 0
+        fixed = [port for port in ports.values() if port]
+        assert len(fixed) == len(set(fixed)) == len(ports) - 1, ports
+    # and each can be turned off from the file
+    off = {key: "off" for path in deploy_files("*.service")
+           for key in unit_environment(read_unit(path), {}) if key.endswith("_METRICS_PORT")}
+    assert set(metrics_ports(dict(shipped, **off)).values()) == {None}
+
+
 def test_systemd_exec_units_keep_tasks_and_their_state_across_restarts() -> None:
-    service = read_unit(SYSTEMD / "fluxes-exec@.service")["Service"]
+    unit = read_unit(SYSTEMD / "fluxes-exec@.service")
+    service = unit["Service"]
     assert service["KillMode"] == ["process"]
     assert service["RuntimeDirectoryPreserve"] == ["yes"]
     [start] = service["ExecStart"]
-    state = exec_start_argv(start, env_file(SYSTEMD / "fluxes.env.example"))
+    state = exec_start_argv(start, unit_environment(unit, env_file(
+        SYSTEMD / "fluxes.env.example")))
     directory = state[state.index("--state-dir") + 1]
     assert directory == "/run/" + service["RuntimeDirectory"][0].replace("%i", "3")
 

@@ -134,11 +134,14 @@ def test_stop_forgets_the_port(server: int) -> None:
 
 
 def test_metrics_port_option_of_python_m_workers() -> None:
+    from fluxes.cli.util import UsageError
     from workers.__main__ import build_parser
 
     assert build_parser().parse_args(["ingest"]).metrics_port is None
     assert build_parser().parse_args(["ingest", "--metrics-port", "0"]).metrics_port == 0
-    with pytest.raises(SystemExit):
+    # "off" turns a default given on the command line (a systemd unit's) off
+    assert build_parser().parse_args(["ingest", "--metrics-port", "off"]).metrics_port is None
+    with pytest.raises(UsageError, match="from 0 to 65535 or 'off'"):  # one line, no usage
         build_parser().parse_args(["ingest", "--metrics-port", "65536"])
 
 
