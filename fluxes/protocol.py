@@ -11,7 +11,10 @@ RFC 27 names map as follows (the ``t`` values):
 * scheduler -> job manager: ``hello`` (a new scheduler epoch), ``ready``
   (``mode``: single | unlimited | limited, ``limit``), ``alloc`` (response:
   ``type`` 0 SUCCESS, 1 ANNOTATE, 2 DENY, 3 CANCEL; ``annotations``, ``note``,
-  and on SUCCESS the ``R`` it stored), ``free`` (response);
+  and on SUCCESS the ``R`` it stored), ``free`` (response), ``error`` (RFC 27's
+  error response and ``disconnect``: the scheduler cannot go on; optional
+  ``note`` text and the ``id`` of the job whose request failed), after which
+  the job manager suspends scheduling until the next ``hello``;
 * job manager -> scheduler: ``hello-reply`` (``alloc``: jobs holding
   resources), ``alloc``, ``cancel``, ``prioritize`` (``jobs``: [[id, priority]]),
   ``free``, ``reset`` (ask the scheduler to start a new epoch);
@@ -58,6 +61,7 @@ SCHEMA: dict[str, dict[str, tuple[type, ...]]] = {
     "ready": {"mode": _STR},
     "alloc-response": {"id": _INT, "type": _INT},
     "free-response": {"id": _INT},
+    "error": {},
     # job manager -> scheduler
     "hello-reply": {"alloc": _LIST},
     "alloc": {"id": _INT, "priority": _INT, "userid": _INT},

@@ -14,6 +14,18 @@ never from what the client claims. Requests (field ``d``, JSON):
   job manager answers the client directly.
 
 Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs.
+
+A request is acknowledged only with (or after) the last commit of its
+effects; a request the worker read but never acknowledged (it died) is
+delivered again. Every commit that creates some of a request's jobs but does
+not also acknowledge the request records them under
+``{p}:req:<user>:<req>`` (:mod:`fluxes.request_progress`), in the same atomic
+step, so a redelivered request creates only the jobs not yet recorded and is
+answered with every id.
+
+Queue admin events (``{ns}:queues``) are read before each block of requests
+is handled, so a submission never meets queue states older than an
+enable/disable written before it.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ from typing import Any
 
 import orjson
 
-from fluxes import metrics
+from fluxes import metrics, request_progress
 from fluxes import protocol as proto
 from fluxes.config import InstanceConfig
 from fluxes.errors import FluxesError
@@ -50,8 +62,12 @@ MAX_BATCH_EVENTS = 4000
 #: Requests another ingest worker left unacknowledged this long are taken over.
 CLAIM_IDLE_MS = 10_000
 CLAIM_EVERY_S = 5.0
-#: How often the user list, configuration and queue states are re-read.
+#: How often the user list and configuration are re-read (queue states: every block).
 REFRESH_S = 1.0
+#: How long a request's progress record is kept: a request left unacknowledged
+#: by a dead ingest is redelivered when another ingest claims it (seconds) or
+#: the ingest restarts, which should happen well within this.
+PROGRESS_TTL_MS = 24 * 3600 * 1000
 
 
 @functools.lru_cache(maxsize=4096)
@@ -94,6 +110,9 @@ class IngestWorker(Worker):
         self._config_text: bytes | None = None
         self.fluids: FluidGenerator | None = None
         self._full: list[tuple[int, Batch, list[dict[str, Any]]]] = []
+        #: per partition, the jobs each request has in the open batch, by record
+        #: key: (the request's stream, [(index in the request, job id)])
+        self._progress: dict[int, dict[str, tuple[str, list[request_progress.Pair]]]] = {}
         self.submitted = 0
         self._pending = True
         self._claim_at = 0.0
@@ -104,6 +123,7 @@ class IngestWorker(Worker):
         gen = int(self.redis.incr(self.keys.fluid_generators)) % (MAX_GENERATOR_ID + 1)
         self.fluids = FluidGenerator(gen)
         self.refresh(force=True)
+        self.sync_queues()
 
     def status(self) -> dict[str, Any]:
         """Jobs accepted so far."""
@@ -116,7 +136,7 @@ class IngestWorker(Worker):
     # ------------------------------------------------------------ refresh
 
     def refresh(self, force: bool = False) -> None:
-        """Re-read users, configuration and queue admin states (cheap, once a second)."""
+        """Re-read users and configuration (cheap, once a second)."""
         now = time.monotonic()
         if not force and now - self._refreshed < REFRESH_S:
             return
@@ -124,10 +144,8 @@ class IngestWorker(Worker):
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.users)
         pipe.hget(self.keys.instance, "config")
-        pipe.xrange(self.keys.queues, min="(" + self._queue_pos
-                    if self._queue_pos != "0-0" else "-")
         changed = False
-        users_raw, config_text, queue_entries = pipe.execute()
+        users_raw, config_text = pipe.execute()
         users = {self.owner: self.owner_uid}
         for name, uid in users_raw.items():
             users[name.decode()] = int(uid)
@@ -143,15 +161,26 @@ class IngestWorker(Worker):
                     else InstanceConfig()
             except FluxesError as exc:
                 self.log.error("bad configuration kept the old one", extra={"error": str(exc)})
-        for sid, fields in queue_entries:
+        if changed:
+            self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
+
+    def sync_queues(self) -> None:
+        """Apply the queue admin events written since the last call (one XRANGE, usually empty).
+
+        Called after requests are read and before they are handled: every
+        admin event written before a request is then applied to it.
+        """
+        start = "(" + self._queue_pos if self._queue_pos != "0-0" else "-"
+        entries = self.redis.xrange(self.keys.queues, min=start)
+        if not entries:
+            return
+        for sid, fields in entries:
             self._queue_pos = sid.decode()
-            changed = True
             try:
                 self._queue_log.append(orjson.loads(fields[b"d"]))
             except (KeyError, orjson.JSONDecodeError):
-                continue
-        if changed:
-            self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
+                continue  # a malformed admin entry changes no state
+        self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
 
     # ------------------------------------------------------------ the loop
 
@@ -169,14 +198,14 @@ class IngestWorker(Worker):
             reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams,
                                           count=READ_COUNT)
             if any(entries for _s, entries in reply or []):
-                self.handle(reply)
+                self.handle(reply, redelivered=True)
                 return
             self._pending = False
         if time.monotonic() >= self._claim_at:
             self._claim_at = time.monotonic() + CLAIM_EVERY_S
             claimed = self._claim_idle()
             if claimed:
-                self.handle(claimed)
+                self.handle(claimed, redelivered=True)
                 return
         streams = {self.keys.submit(user): ">" for user in self.users}
         reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
@@ -198,14 +227,23 @@ class IngestWorker(Worker):
                 out.append((stream.encode(), entries))
         return out
 
-    def handle(self, reply: list[Any]) -> None:
-        """Process requests of several users in one pass, one commit per partition."""
+    def handle(self, reply: list[Any], redelivered: bool = False) -> None:
+        """Process requests of several users in one pass, one commit per partition.
+
+        ``redelivered`` requests were read before (by a worker that died
+        before acknowledging them): their progress records are read first, so
+        jobs already created are answered, not created again.
+        """
         keys = self.keys
+        self.sync_queues()
+        self._full = []
+        self._progress = {}
         batches: dict[int, Batch] = {}
         later_acks: dict[str, list[bytes]] = {}
         new_msgs: dict[int, list[dict[str, Any]]] = {}
         replies: list[tuple[str, bytes]] = []
         forwards: dict[int, list[dict[str, Any]]] = {}
+        requests: list[tuple[str, int, dict[str, Any]]] = []
         for stream_b, entries in reply:
             stream = stream_b.decode()
             user = stream.rsplit(":", 1)[1]
@@ -221,34 +259,78 @@ class IngestWorker(Worker):
                 except (KeyError, ValueError) as exc:
                     self.dead_letter(stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
                     continue
-                reply_key = keys.reply(user, request["req"][:64])
-                kind = request.get("t")
-                if kind == "submit":
-                    answer = self._submit(request, user, uid, batches, new_msgs)
-                    replies.append((reply_key, orjson.dumps(answer)))
-                elif kind in ("cancel", "urgency", "raise"):
-                    error = self._forward(request, uid, reply_key, forwards)
-                    if error:
-                        replies.append((reply_key, orjson.dumps({"errors": [error]})))
-                else:
-                    replies.append((reply_key, orjson.dumps(
-                        {"errors": [f"unknown request type {kind!r}"]})))
+                requests.append((user, uid, request))
+        recorded = self._recorded(requests) if redelivered else {}
+        for n, (user, uid, request) in enumerate(requests):
+            reply_key = keys.reply(user, request["req"][:64])
+            kind = request.get("t")
+            if kind == "submit":
+                answer = self._submit(request, user, uid, batches, new_msgs, recorded.get(n))
+                replies.append((reply_key, orjson.dumps(answer)))
+            elif kind in ("cancel", "urgency", "raise"):
+                error = self._forward(request, uid, reply_key, forwards)
+                if error:
+                    replies.append((reply_key, orjson.dumps({"errors": [error]})))
+            else:
+                replies.append((reply_key, orjson.dumps(
+                    {"errors": [f"unknown request type {kind!r}"]})))
         self._commit(batches, new_msgs, replies, forwards, later_acks)
 
+    def _recorded(self, requests: list[tuple[str, int, dict[str, Any]]]
+                  ) -> dict[int, dict[int, int]]:
+        """Jobs already created for redelivered submit requests: request number -> index -> id.
+
+        One pipelined LRANGE per request and partition (each partition's
+        commits record that partition's jobs).
+        """
+        keys = self.keys
+        wanted: list[tuple[int, int]] = []
+        pipe = self.redis.pipeline(transaction=False)
+        for n, (user, _uid, request) in enumerate(requests):
+            jobs = request.get("jobs")
+            if request.get("t") != "submit" or not isinstance(jobs, list):
+                continue
+            wanted.append((n, len(jobs)))
+            name = _record_name(user, request)
+            for part in range(keys.partitions):
+                pipe.lrange(keys.request_done(part, name), 0, -1)
+        if not wanted:
+            return {}
+        results = pipe.execute()
+        out: dict[int, dict[int, int]] = {}
+        for k, (n, njobs) in enumerate(wanted):
+            blobs = results[k * keys.partitions:(k + 1) * keys.partitions]
+            try:
+                done = request_progress.merge((b for lst in blobs for b in lst), njobs)
+            except ValueError as exc:
+                # only the ingest writes these: say so loudly, and create the
+                # jobs again rather than never answer the request
+                self.log.error("unreadable progress record", extra={"error": str(exc)})
+                continue
+            if done:
+                out[n] = done
+        return out
+
     def _submit(self, request: Mapping[str, Any], user: str, uid: int,
-                batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]]
-                ) -> dict[str, Any]:
+                batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]],
+                done: Mapping[int, int] | None = None) -> dict[str, Any]:
+        """Check and create a request's jobs; jobs in ``done`` (index -> id) exist already."""
+        done = done or {}
         jobs = request.get("jobs")
         limits = self.config.ingest
         if not isinstance(jobs, list) or not jobs:
             return {"errors": ["submit request has no jobs"]}
-        if len(jobs) > limits.max_jobs_per_request:
+        if len(jobs) > limits.max_jobs_per_request and not done:
             return {"errors": [f"request has {len(jobs)} jobs, the limit is "
                                f"{limits.max_jobs_per_request}"]}
         results: list[dict[str, Any]] = []
         prepared: list[PreparedJob] = []
         cache: dict[bytes, PreparedJob | str] = {}
-        for item in jobs:
+        for index, item in enumerate(jobs):
+            created = done.get(index)
+            if created is not None:
+                results.append({"id": created})
+                continue
             # identical jobspecs in one request (bulk submission) are checked once
             cache_key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS) \
                 if isinstance(item, dict) else b""
@@ -272,9 +354,10 @@ class IngestWorker(Worker):
         now = time.time()
         keys = self.keys
         pending = iter(prepared)
-        for result in results:
-            if "error" in result:
-                continue
+        stream, name = keys.submit(user), _record_name(user, request)
+        for index, result in enumerate(results):
+            if result:
+                continue  # refused, or created before
             job = next(pending)
             jobid = next(ids)
             result["id"] = jobid
@@ -283,8 +366,14 @@ class IngestWorker(Worker):
             if batch is None or batch.events >= MAX_BATCH_EVENTS:
                 if batch is not None:
                     # a full batch goes out in its own Lua call: scripts block Redis
+                    self._record_progress(part, batch)
                     self._full.append((part, batch, new_msgs.pop(part, [])))
                 batch = batches[part] = self.store.batch(part)
+            progress = self._progress.setdefault(part, {})
+            entry = progress.get(name)
+            if entry is None:
+                entry = progress[name] = (stream, [])
+            entry[1].append((index, jobid))
             fields: dict[str, str | bytes | int | float] = {
                 "jobspec": job.jobspec, "owner": uid, "urgency": job.urgency}
             if job.jobspec_full is not None:
@@ -300,6 +389,20 @@ class IngestWorker(Worker):
                  "flags": job.flags, "t_submit": now, "info": job.info})
         self.submitted += len(prepared)
         return {"jobs": results}
+
+    def _record_progress(self, part: int, batch: Batch, acked_with: str | None = None) -> None:
+        """Add to ``batch`` the records of the jobs it creates, per request.
+
+        A request acknowledged in this very batch (its stream is in the slot
+        ``acked_with``) needs none: the batch commits its jobs and its
+        acknowledgement together, so it is never delivered again.
+        """
+        keys = self.keys
+        for name, (stream, pairs) in self._progress.pop(part, {}).items():
+            if acked_with is not None and keys.same_slot(stream, acked_with):
+                continue
+            batch.push_reply(keys.request_done(part, name), request_progress.encode(pairs),
+                             PROGRESS_TTL_MS)
 
     def _forward(self, request: Mapping[str, Any], uid: int, reply_key: str,
                  forwards: dict[int, list[dict[str, Any]]]) -> str | None:
@@ -358,6 +461,9 @@ class IngestWorker(Worker):
             batches[0] = self.store.batch(0)
         anchor = keys.journal(min(batches))
         last = batches[min(batches)]
+        for part in list(self._progress):
+            self._record_progress(part, batches[part],
+                                  anchor if batches[part] is last else None)
         leftover_replies = []
         for key, data in replies:
             if keys.same_slot(key, anchor):
@@ -380,6 +486,11 @@ class IngestWorker(Worker):
             for stream, ids in leftover_acks.items():
                 pipe.xack(stream, GROUP_INGEST, *ids)
             pipe.execute()
+
+
+def _record_name(user: str, request: Mapping[str, Any]) -> str:
+    """The name of a request's progress records: request ids are only unique per user."""
+    return f"{user}:{str(request['req'])[:64]}"
 
 
 def main(instance: Instance) -> int:

@@ -6,7 +6,9 @@ lease the worker rebuilds the partition from checkpoint + journal, posts
 then loops:
 
 1. read a block of inputs (pending ones first after a restart) from the
-   new-job, scheduler-response, exec-event and control streams;
+   new-job, scheduler-response, exec-event and control streams (about once a
+   second it also checks that the scheduler of the RFC 27 session still holds
+   its lease, and suspends scheduling when it does not);
 2. hand each message to :class:`~fluxes.jm.core.JobManagerCore`;
 3. commit the resulting events, outbound messages and input
    acknowledgements in one Lua call, fenced by the leader's token.
@@ -52,6 +54,10 @@ CHECKPOINT_EVERY = 200_000
 #: How often the leader re-reads its pending entries: inputs a deposed leader
 #: read but could not commit stay pending under the shared consumer name.
 PENDING_RESCAN_S = 2.0
+#: How often the leader checks that its session's scheduler still holds the
+#: scheduler lease (one round trip). A dead scheduler is noticed this long
+#: after its lease expires.
+SCHED_CHECK_S = 1.0
 
 
 def stopped_queues(instance: Instance) -> set[str]:
@@ -93,6 +99,7 @@ class JobManagerWorker(Worker):
         self.events_written = 0
         self.restored_in = 0.0
         self._rescan_at = 0.0
+        self._sched_check_at = 0.0
 
     def _instance_owner(self) -> int:
         raw = self.redis.hget(self.keys.instance, "owner_uid")
@@ -115,9 +122,13 @@ class JobManagerWorker(Worker):
     def status(self) -> dict[str, Any]:
         """Leadership and progress for ``fluxes status``."""
         core = self.core
-        return {"partition": self.partition, "leader": self.token is not None,
-                "active_jobs": len(core.jobs) if core else 0,
-                "events": self.events_written, "restore_s": round(self.restored_in, 3)}
+        out: dict[str, Any] = {
+            "partition": self.partition, "leader": self.token is not None,
+            "active_jobs": len(core.jobs) if core else 0,
+            "events": self.events_written, "restore_s": round(self.restored_in, 3)}
+        if core is not None and core.session.suspended is not None:
+            out["sched_suspended"] = core.session.suspended
+        return out
 
     def consumed(self) -> list[tuple[str, str]]:
         """The partition's input streams, read through the ``jm`` group."""
@@ -196,6 +207,7 @@ class JobManagerWorker(Worker):
         if time.monotonic() >= self._rescan_at:
             self._pending = True
             self._rescan_at = time.monotonic() + PENDING_RESCAN_S
+        self.check_scheduler(core)
         if self._pending:
             streams = dict.fromkeys(self.inputs, "0")
             block = None
@@ -224,6 +236,28 @@ class JobManagerWorker(Worker):
         core.on_timers(fx)
         self.commit(fx)
 
+    def check_scheduler(self, core: JobManagerCore) -> None:
+        """Suspend scheduling if the session's scheduler lost its lease (at most once a second).
+
+        The lease key expires when the scheduler stops renewing it (dead,
+        hung, cut off); the fence counter is the epoch of whoever holds it.
+        """
+        now = time.monotonic()
+        if now < self._sched_check_at:
+            return
+        self._sched_check_at = now + SCHED_CHECK_S
+        session = core.session
+        if session.epoch is None or session.suspended is not None:
+            return  # no session to watch: the next hello starts one
+        p = self.partition
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.exists(self.keys.sched_lease(p))
+        pipe.get(self.keys.sched_fence(p))
+        held, fence = pipe.execute()
+        why = core.check_scheduler(int(fence) if held and fence else None)
+        if why:
+            self.log.warning("scheduling suspended", extra={"partition": p, "why": why})
+
     def _block_ms(self, core: JobManagerCore) -> int:
         due = core.next_timer()
         if due is None:
@@ -240,7 +274,11 @@ class JobManagerWorker(Worker):
             epoch, msgs = proto.decode(fields)
             if stream == keys.sched_resp(p):
                 for msg in msgs:
+                    suspended = core.session.suspended
                     core.on_sched(fx, epoch, msg)
+                    if core.session.suspended is not None and suspended is None:
+                        self.log.warning("scheduling suspended", extra={
+                            "partition": p, "why": core.session.suspended})
                 fx.acks.append(ack)
             elif stream == keys.exec_events(p):
                 for msg in msgs:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
+import redis
 
 from fluxes import metrics
 from fluxes import protocol as proto
@@ -124,6 +125,28 @@ class SchedulerWorker(Worker):
         """Leadership and load for ``fluxes status``."""
         return {"leader": self.leader, "pending": len(self.sched.pending) if self.sched else 0,
                 "allocations": self.allocations, "recovery_s": round(self.recovered_in, 3)}
+
+    def teardown(self) -> None:
+        """Clean stop: tell each job manager (scheduling suspends at once rather than
+        when the lease lapses) and hand the leases over, so a standby leads at once."""
+        if not self.leader:
+            return
+        try:
+            for session in self.sessions:
+                if session.lease.token is None:
+                    continue
+                batch = self.store.batch(session.partition,
+                                         fence=self.keys.sched_fence(session.partition))
+                batch.xadd(self.keys.sched_resp(session.partition), proto.encode(
+                    [{"t": "error", "note": "scheduler stopping"}], session.epoch))
+                try:
+                    self.store.commit(batch, str(session.epoch))
+                except FencedError:
+                    pass  # a newer scheduler already leads this partition
+                session.lease.release()
+        except redis.RedisError:
+            pass  # the leases lapse by themselves
+        self.leader = False
 
     # ------------------------------------------------------------ leadership
 

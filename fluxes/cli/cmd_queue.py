@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from fluxes.queues import QueueState
 
 
+#: Pause between looks at the job list's position while it catches up with the journals.
+CATCH_UP_PAUSE_S = 0.02
+
+
 def register(subparsers: Any) -> None:
     """Add ``queue`` and its subcommands."""
     parser = subparsers.add_parser("queue", **help_with_example(
@@ -106,13 +110,18 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _known(name: str | None, states: dict[str | None, QueueState]) -> None:
+    """Stop with the one-line "unknown queue" error unless ``name`` is a configured queue."""
+    if name not in states:
+        die(f"unknown queue {name!r}")
+
+
 def _status(args: argparse.Namespace) -> int:
     inst = instance(args)
     states = queue_states(inst)
     names = [args.queue] if args.queue else list(states)
     for name in names:
-        if name not in states:
-            die(f"unknown queue {name!r}")
+        _known(name, states)
         state = states[name]
         label = f"{name}: " if name else ""
         enabled = "enabled" if state.enabled else \
@@ -153,11 +162,20 @@ def _admin(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    """Block (on the journals, no polling) until the queue is empty or idle."""
+    """Block (on the journals) until the queue is empty or idle.
+
+    Counters come from the job-list read model; "empty" counts only once the
+    read model includes every journal entry written before the command
+    started, so a job submitted just before is waited for.
+    """
     from fluxes.joblist.store import JobListStore
     from fluxes.store.groups import read_streams
 
     inst = instance(args)
+    if args.queue:
+        # counters of a queue that does not exist stay at 0: without this
+        # check a typo would "drain" at once and exit 0
+        _known(args.queue, queue_states(inst))
     timeout = parse_duration(args.timeout) if args.timeout else None
     deadline = None if timeout is None else time.monotonic() + timeout
     store = JobListStore(inst.redis, inst.keys)
@@ -165,11 +183,26 @@ def _wait(args: argparse.Namespace) -> int:
         ("DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP", "NEW")
     prefix = f"queue:{args.queue}:state:" if args.queue else "state:"
     journals = {inst.keys.journal(p): "$" for p in range(inst.keys.partitions)}
+    # the journals' ends now: a job submitted just before this command is in
+    # the counters only once the read model has folded that far
+    marks = {key: _last_id(inst, key) for key in journals}
+    shown: int | None = None
     while True:
+        if marks:
+            # the position first: counters read after it include everything before it
+            marks = {key: mark for key, mark in marks.items() if not _folded(inst, key, mark)}
         counts = store.counters()
         left = sum(counts.get(prefix + s, 0) for s in states)
-        if args.progress:
+        if left == 0 and marks:
+            if deadline is not None and time.monotonic() >= deadline:
+                die(f"queue {args.kind}: timeout: the job list has not caught up "
+                    f"with the journal")
+            # the read model lags by milliseconds: a short pause, not a stream wait
+            time.sleep(CATCH_UP_PAUSE_S)
+            continue
+        if args.progress and left != shown:  # a line per change, not per wake-up
             print(f"{args.kind}: {left} jobs left", file=sys.stderr)
+            shown = left
         if left == 0:
             return 0
         block = 1000
@@ -182,3 +215,45 @@ def _wait(args: argparse.Namespace) -> int:
         reply = read_streams(inst.redis, journals, 1000, block)
         for stream, entries in reply or []:
             journals[stream.decode()] = entries[-1][0].decode()
+
+
+def _last_id(inst: Instance, journal: str) -> str:
+    last = inst.redis.xrevrange(journal, count=1)
+    return str(last[0][0].decode()) if last else "0-0"
+
+
+def _stream_id(sid: str) -> tuple[int, int]:
+    ms, _, seq = sid.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def _folded(inst: Instance, journal: str, mark: str) -> bool:
+    """True once the job-list read model includes the journal up to entry ``mark``.
+
+    The ``joblist`` consumer group of the journal holds the folded position:
+    its last-delivered id, less any entry still pending (read, not written).
+    """
+    import redis
+
+    from fluxes.store.keys import GROUP_JOBLIST
+
+    if mark == "0-0":
+        return True
+    try:
+        groups = inst.redis.xinfo_groups(journal)
+    except redis.ResponseError:
+        return False  # no journal yet: nothing was folded
+    for group in groups:
+        name = group["name"]
+        if (name.decode() if isinstance(name, bytes) else str(name)) != GROUP_JOBLIST:
+            continue
+        last = group["last-delivered-id"]
+        last = last.decode() if isinstance(last, bytes) else str(last)
+        if _stream_id(last) < _stream_id(mark):
+            return False
+        if group["pending"]:
+            oldest = inst.redis.xpending(journal, GROUP_JOBLIST)["min"]
+            oldest = oldest.decode() if isinstance(oldest, bytes) else str(oldest)
+            return _stream_id(oldest) > _stream_id(mark)
+        return True
+    return False

@@ -120,6 +120,8 @@ class SchedSession:
     mode: str = "unlimited"
     limit: int = 0
     outstanding: int = 0
+    #: why scheduling is suspended until the next hello (None: it is not)
+    suspended: str | None = None
 
     def may_send(self) -> bool:
         """True when another alloc request may go out under the ready mode."""
@@ -376,7 +378,7 @@ class JobManagerCore:
     def pump(self, fx: Effects) -> None:
         """Send alloc requests for waiting jobs, best first, as the ready mode allows."""
         session = self.session
-        if self._prioritize:
+        if self._prioritize and session.ready:
             fx.sched.append({"t": "prioritize",
                              "jobs": [[j, p] for j, p in self._prioritize.items()]})
             self._prioritize = {}
@@ -406,7 +408,9 @@ class JobManagerCore:
                              "queue": queue or None})
 
     def _send_cancel(self, fx: Effects, act: Active) -> None:
-        if act.alloc_epoch is not None and not act.cancel_sent:
+        # Not while suspended: the next hello forgets every outstanding
+        # request, which settles the job as a CANCEL response would.
+        if act.alloc_epoch is not None and not act.cancel_sent and self.session.ready:
             act.cancel_sent = True
             fx.sched.append({"t": "cancel", "id": act.rec.id})
 
@@ -440,7 +444,14 @@ class JobManagerCore:
             return
         if epoch != session.epoch:
             return  # an older scheduler's message: ignored (RFC 27 epochs)
-        if kind == "ready":
+        if kind == "error":
+            note = msg.get("note")
+            what = f" (job {_show_id(msg['id'])})" if isinstance(msg.get("id"), int) else ""
+            self.suspend(f"scheduler error{what}: {note[:200]}"
+                         if isinstance(note, str) and note else f"scheduler error{what}")
+        elif kind == "ready":
+            if session.suspended is not None:
+                return  # RFC 27: only a new hello (a new epoch) resumes scheduling
             mode = msg.get("mode")
             if mode not in proto.MODES:
                 return
@@ -460,11 +471,47 @@ class JobManagerCore:
                 self._advance(fx, act)
                 self.pump(fx)  # the freed job may have released dependents
 
+    def suspend(self, why: str) -> bool:
+        """Stop talking to the scheduler until the next hello (RFC 27 "Finalization").
+
+        No alloc, free, cancel or prioritize goes out; responses of the
+        session's epoch are still taken (they tell what the scheduler did).
+        Nothing is lost: the next hello forgets the outstanding requests and
+        sends them again after ready, as after any scheduler restart.
+        Returns False when there is no live session to suspend.
+        """
+        session = self.session
+        if session.epoch is None or session.suspended is not None:
+            return False
+        session.ready = False
+        session.suspended = why
+        return True
+
+    def check_scheduler(self, lease_epoch: int | None) -> str | None:
+        """Suspend the session if its scheduler no longer leads; return why, or None.
+
+        ``lease_epoch`` is the epoch of the scheduler holding the partition's
+        scheduler lease, None when nobody holds it (the scheduler died, or
+        stopped, and its lease expired). Another epoch than the session's
+        means a newer scheduler took over; its hello resumes scheduling.
+        """
+        session = self.session
+        if session.epoch is None or session.suspended is not None:
+            return None
+        if lease_epoch is None:
+            why = f"scheduler of epoch {session.epoch} went away (its lease expired)"
+        elif lease_epoch != session.epoch:
+            why = f"scheduler of epoch {session.epoch} was replaced (epoch {lease_epoch})"
+        else:
+            return None
+        return why if self.suspend(why) else None
+
     def _on_hello(self, fx: Effects, epoch: int) -> None:
         """A scheduler (re)started: forget the old session, answer with held resources."""
         session = self.session
         session.epoch = epoch
         session.ready = False
+        session.suspended = None
         session.outstanding = 0
         self._prioritize = {}
         alloc = []

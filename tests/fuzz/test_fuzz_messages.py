@@ -104,6 +104,7 @@ SCHED_MSGS = st.one_of(
          {"annotations": JSON, "ranks": st.one_of(RANKS_TEXT, JSON),
           "nodelist": st.one_of(TEXT, JSON), "note": st.one_of(TEXT, JSON)}),
     _msg("free-response", {"id": IDS}),
+    _msg("error", {}, {"note": TEXT, "id": IDS}),
 )
 EXEC_MSGS = _msg("exec", {"id": IDS, "rank": st.one_of(st.integers(-2, 5), JSON_INTS)},
                  {"started": st.one_of(st.booleans(), JSON),

@@ -46,6 +46,7 @@ class FakeScheduler:
         self.redis.xadd(self.keys.sched_resp(0), proto.encode(msgs, self.epoch))
 
     def step(self) -> None:
+        self.lease.renew_if_due()  # a scheduler whose lease lapses is taken for gone
         entries = self.redis.xread({self.keys.sched_req(0): self.pos}, count=1000)
         out: list[dict[str, Any]] = []
         for _stream, items in entries or []:

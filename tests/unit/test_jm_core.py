@@ -427,3 +427,94 @@ def test_annotations_are_journal_only_and_kept_on_success() -> None:
     h.respond(1, proto.ALLOC_SUCCESS, ranks="0",
               annotations={"sched": {"reason_pending": None, "resource_summary": "rank0/core0"}})
     assert h.replica[1].job.annotations == {"sched": {"resource_summary": "rank0/core0"}}
+
+
+# ------------------------------------------------------------ RFC 27 suspension
+
+def test_scheduler_error_suspends_scheduling_until_the_next_hello() -> None:
+    h = Harness()
+    for jobid in (1, 2, 3):
+        h.submit(jobid)
+    h.hello("limited", 2)
+    assert h.allocs() == [1, 2]
+    h.step(h.core.on_sched, h.epoch, {"t": "error", "id": 1, "note": "ENOSYS"})
+    assert h.core.session.suspended == "scheduler error (job ƒ2): ENOSYS"
+    assert not h.core.session.ready
+    # answers of the session's epoch still count: they say what the scheduler did
+    h.grant(1)
+    assert h.state(1) == JobState.RUN
+    assert h.allocs() == []  # a slot is free, but nothing goes out
+    h.step(h.core.on_sched, h.epoch, {"t": "ready", "mode": "unlimited"})
+    assert h.allocs() == []  # only a new hello resumes (RFC 27)
+    h.exec_report(1, 0, started=True, status=0, released=True)
+    h.step(h.core.on_ctl, {"t": "cancel-request", "ids": [2], "userid": OWNER})
+    h.step(h.core.on_ctl, {"t": "urgency-request", "id": 3, "urgency": 20, "userid": OWNER})
+    assert [m["t"] for m in h.sched if m["t"] not in ("hello-reply",)] == []
+    assert h.state(1) == JobState.CLEANUP and h.state(2) == JobState.CLEANUP
+    h.sched.clear()
+    h.hello()  # a new scheduler: everything owed is sent again
+    reply = next(m for m in h.sched if m["t"] == "hello-reply")
+    assert [a["id"] for a in reply["alloc"]] == [1]
+    assert h.state(2) == JobState.INACTIVE  # its request died with the old session
+    assert h.allocs() == [3]
+    assert {"t": "free", "id": 1} in h.sched
+    h.free_responses()
+    assert h.state(1) == JobState.INACTIVE
+    assert h.core.session.suspended is None and h.core.session.ready
+
+
+def test_error_of_another_epoch_is_ignored() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.step(h.core.on_sched, h.epoch - 1, {"t": "error"})
+    assert h.core.session.ready and h.core.session.suspended is None
+    h.step(h.core.on_sched, h.epoch, {"t": "error"})
+    assert h.core.session.suspended == "scheduler error"
+
+
+def test_scheduler_without_lease_suspends_and_nothing_is_lost() -> None:
+    h = Harness()
+    assert h.core.check_scheduler(None) is None  # no session yet: nothing to watch
+    h.submit(1)
+    h.hello("single")
+    assert h.allocs() == [1]
+    assert h.core.check_scheduler(h.epoch) is None  # its scheduler still leads
+    why = h.core.check_scheduler(None)
+    assert why is not None and "went away" in why
+    assert h.core.check_scheduler(None) is None  # already suspended: said once
+    h.submit(2)
+    assert h.allocs() == []
+    h.hello("unlimited")
+    assert h.allocs() == [1, 2]  # the lost request is sent again
+
+
+def test_replaced_scheduler_suspends_until_its_hello() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    why = h.core.check_scheduler(h.epoch + 1)
+    assert why is not None and "replaced" in why
+    h.submit(2)
+    assert h.allocs() == []
+    h.hello()
+    assert h.allocs() == [1, 2]
+
+
+def test_cancel_in_priority_state() -> None:
+    # PRIORITY is left in the commit that enters it; a record caught there
+    # (as replay would hand one over) is still canceled cleanly
+    h = Harness()
+    t = h.clock()
+    rec = apply_record(None, 1, ev.Submit(timestamp=t, urgency=16, userid=OWNER), {})
+    for event in (ev.Validate(timestamp=t), ev.Depend(timestamp=t)):
+        rec = apply_record(rec, 1, event)
+    assert rec.job.state == JobState.PRIORITY
+    h.replica[1] = rec
+    h.log[1] = ["submit", "validate", "depend"]
+    h.core.load([rec])
+    h.step(h.core.on_ctl, {"t": "cancel-request", "ids": [1], "userid": OWNER, "reply": "r"})
+    assert h.log[1][-2:] == ["exception", "clean"]
+    assert h.replica[1].job.result == JobResult.CANCELED
+    assert h.replies == [{"ok": [1], "errors": []}]

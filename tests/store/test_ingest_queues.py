@@ -1,0 +1,87 @@
+"""The ingest applies every queue admin event written before a submission it handles.
+
+Runs against fakeredis and a real redis-server. The ingest re-reads users
+and configuration once a second, but queue states before every block of
+requests, so no test here waits.
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+import redis
+
+from fluxes.client import Client
+from fluxes.instance import Instance, InstanceURI
+from fluxes.jobspec import Jobspec
+from fluxes.queues import QueueEvent
+from fluxes.store.keys import Keys
+from workers.ingest import IngestWorker
+
+NS = "t"
+CONFIG = """
+[policy.jobspec.defaults.system]
+queue = "batch"
+
+[queues.batch]
+
+[queues.debug]
+"""
+
+
+def admin(instance: Instance, kind: str, queue: str, reason: str | None = None) -> None:
+    event = QueueEvent(kind=kind, queue=queue, timestamp=time.time(), reason=reason)
+    instance.redis.xadd(instance.keys.queues, {"d": orjson.dumps(event.to_dict())})
+
+
+def submit(instance: Instance, worker: IngestWorker, queue: str) -> dict[str, object]:
+    spec = Jobspec.from_command(["true"], queue=queue).to_dict()
+    client = Client(instance, user="me")
+    [key] = client._send([{"t": "submit", "jobs": [{"jobspec": spec}]}])
+    worker.step()
+    [answer] = client._wait(key, 1.0)
+    result: dict[str, object] = answer["jobs"][0]
+    return result
+
+
+class QueueStateContract:
+    """Subclasses provide ``client``."""
+
+    @pytest.fixture
+    def instance(self, client: redis.Redis) -> Instance:
+        client.hset(Keys(NS).instance, mapping={"partitions": 1, "owner": "me",
+                                                "owner_uid": 1000, "config": CONFIG})
+        return Instance(InstanceURI("redis://unused", NS), client=client)
+
+    def test_disable_then_submit_is_refused_and_enable_then_submit_accepted(
+            self, instance: Instance) -> None:
+        worker = IngestWorker(instance, name="ingest-a")
+        worker.setup()
+        assert "id" in submit(instance, worker, "debug")
+        admin(instance, "disable", "debug", "maintenance")
+        assert submit(instance, worker, "debug") == {
+            "error": "queue debug is disabled: maintenance"}
+        assert "id" in submit(instance, worker, "batch")
+        admin(instance, "enable", "debug")
+        assert "id" in submit(instance, worker, "debug")
+
+    def test_malformed_admin_entry_changes_nothing(self, instance: Instance) -> None:
+        worker = IngestWorker(instance, name="ingest-a")
+        worker.setup()
+        instance.redis.xadd(instance.keys.queues, {"d": b"not json"})
+        admin(instance, "disable", "debug", "later")
+        assert submit(instance, worker, "debug") == {"error": "queue debug is disabled: later"}
+
+
+class TestFakeRedis(QueueStateContract):
+    @pytest.fixture
+    def client(self, fake_redis: redis.Redis) -> redis.Redis:
+        return fake_redis
+
+
+class TestRealRedis(QueueStateContract):
+    @pytest.fixture
+    def client(self, real_redis: redis.Redis) -> redis.Redis:
+        return real_redis
