@@ -512,6 +512,7 @@ class Jobspec:
         ntasks: int = 1,
         cores_per_task: int = 1,
         gpus_per_task: int | None = None,
+        gpus_per_node: int | None = None,
         exclusive: bool = False,
         duration: float | str = 0.0,
         queue: str | None = None,
@@ -533,7 +534,10 @@ class Jobspec:
         top-level resource with count ``ntasks``.  With ``nnodes`` a node
         vertex (``exclusive: true`` if asked) holds ``ceil(ntasks / nnodes)``
         slots per node, and the task count is ``per_slot: 1`` when ``ntasks``
-        divides evenly, else ``total: ntasks``.  ``duration`` is seconds or
+        divides evenly, else ``total: ntasks``.  ``gpus_per_node`` (with
+        ``nnodes``, not with ``gpus_per_task``) is flux's per-node request: one
+        task per node, its slot holding the node's ``gpus_per_node`` gpus.
+        ``duration`` is seconds or
         an RFC 23 string (0 = unset).  ``environment`` defaults to empty (the
         caller's environment is not captured: pass ``dict(os.environ)``).
         ``dependencies`` holds RFC 26 objects or ``scheme:value?key=val``
@@ -554,6 +558,17 @@ class Jobspec:
         ntasks = _positive_int("ntasks", ntasks)
         cores_per_task = _positive_int("cores_per_task", cores_per_task)
         gpus = 0 if gpus_per_task is None else _positive_int("gpus_per_task", gpus_per_task, 0)
+        if gpus_per_node is not None:
+            # flux builds the same shape: nnodes x one slot holding the node's gpus
+            gpus_per_node = _positive_int("gpus_per_node", gpus_per_node, 0)
+            if nnodes is None:
+                raise JobspecError("gpus_per_node: needs nnodes")
+            if gpus_per_task is not None:
+                raise JobspecError("gpus_per_node: cannot be combined with gpus_per_task")
+            if ntasks != nnodes:
+                raise JobspecError(f"gpus_per_node: runs one task per node, got ntasks "
+                                   f"{ntasks} for {nnodes} nodes")
+            gpus = gpus_per_node
         if not isinstance(exclusive, bool):
             raise JobspecError(f"exclusive: expected true or false, got {exclusive!r}")
         if urgency is not None:

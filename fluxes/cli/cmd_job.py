@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -13,7 +14,9 @@ import orjson
 from fluxes import jobid
 from fluxes.cli import cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines
+from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
+    UsageError,
     add_subcommands,
     die,
     help_with_example,
@@ -24,6 +27,7 @@ from fluxes.cli.util import (
 from fluxes.fsd import parse_duration
 
 if TYPE_CHECKING:
+    from fluxes.cli.attach import Outcome
     from fluxes.store.eventstore import EventStore
 
 
@@ -65,7 +69,8 @@ def register(subparsers: Any) -> None:
     wep = sub.add_parser(
         "wait-event", **help_with_example(
             "Wait until EVENT appears in a job's eventlog, then print it.\n"
-            "Blocks on the eventlog stream (no polling). Exit 1 on timeout.",
+            "Blocks on the eventlog stream (no polling). Exit 1 on timeout, and when the\n"
+            "eventlog ends (the job is inactive) without the event.",
             ["fluxes job wait-event ƒ2t6V2H clean",
              "fluxes job wait-event -t 10s --match-context=type=cancel ƒ2t6V2H exception"],
         ),
@@ -77,7 +82,7 @@ def register(subparsers: Any) -> None:
     wep.add_argument("-q", "--quiet", action="store_true", help="print nothing")
     wep.add_argument("--format", choices=("text", "json"), default="text")
     wep.add_argument("id", type=job_id_arg, metavar="ID")
-    wep.add_argument("event", metavar="EVENT")
+    wep.add_argument("event", type=_event_name, metavar="EVENT")
     wep.set_defaults(func=_wait_event)
     cmd_submit.register_job(sub)
 
@@ -90,10 +95,19 @@ def register(subparsers: Any) -> None:
     ip.set_defaults(func=_info)
 
     wp = sub.add_parser("wait", **help_with_example(
-        "Wait for a job to finish; exit 0 if it completed successfully, else 1.",
-        ["fluxes job wait ƒ2t6V2H", "fluxes job wait -t 10m ƒ2t6V2H"]))
-    wp.add_argument("-t", "--timeout", default=None, metavar="FSD")
-    wp.add_argument("id", type=job_id_arg, metavar="ID")
+        "Wait for jobs to finish; exit 0 if every one completed successfully, else 1\n"
+        "(each failure is explained on stderr). --all waits for all your active jobs.",
+        ["fluxes job wait ƒ2t6V2H", "fluxes job wait -t 10m ƒ2t6V2H ƒ2t6V2J",
+         "fluxes job wait --all --progress", "fluxes job wait --all -v"]))
+    wp.add_argument("-t", "--timeout", default=None, metavar="FSD",
+                    help="give up (exit 1) after this long")
+    wp.add_argument("-a", "--all", action="store_true",
+                    help="every active job of yours (none: exit 0 at once)")
+    wp.add_argument("-v", "--verbose", action="store_true",
+                    help="also say when a job completed successfully")
+    wp.add_argument("--progress", action="store_true",
+                    help="a progress bar on a terminal, a line a second otherwise")
+    wp.add_argument("ids", nargs="*", type=job_id_arg, metavar="ID")
     wp.set_defaults(func=_wait)
 
     ap = sub.add_parser("attach", **help_with_example(
@@ -139,16 +153,43 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    """Block until the job is inactive; report failure like flux job wait."""
+    """Block until the jobs are inactive; report failures like flux job wait."""
     from fluxes.cli.attach import follow
+    from fluxes.cli.waitjobs import active_jobs_of, wait_jobs
 
     timeout = parse_duration(args.timeout) if args.timeout else None
-    outcome = follow(instance(args), args.id, output=False, timeout=timeout)
-    message = outcome.message()
-    if message:
-        print(f"fluxes: {message}", file=sys.stderr)
-        return 1
-    return 0
+    if args.all and args.ids:
+        raise UsageError("fluxes job wait: give job ids or --all, not both")
+    if not args.all and not args.ids:
+        raise UsageError("fluxes job wait: give job ids, or --all")
+    inst = instance(args)
+    if len(args.ids) == 1 and not args.progress:
+        outcome = follow(inst, args.ids[0], output=False, timeout=timeout)
+        message = outcome.message()
+        if message:
+            print(f"fluxes: {message}", file=sys.stderr)
+            return 1
+        if args.verbose:
+            print(f"fluxes: job {fmt_id(args.ids[0])}: completed successfully", file=sys.stderr)
+        return 0
+    ids = list(dict.fromkeys(args.ids)) if args.ids else active_jobs_of(inst)
+    bar = Progress("wait", len(ids), enabled=args.progress)
+    failed = 0
+
+    def report(outcome: Outcome) -> None:
+        nonlocal failed
+        message = outcome.message()
+        if message:
+            failed += 1
+            bar.message(f"fluxes: {message}")
+        elif args.verbose:
+            bar.message(f"fluxes: job {fmt_id(outcome.job.id)}: completed successfully")
+
+    try:
+        wait_jobs(inst, ids, report, progress=bar.update, timeout=timeout)
+    finally:
+        bar.done()
+    return 1 if failed else 0
 
 
 def _attach(args: argparse.Namespace) -> int:
@@ -163,14 +204,51 @@ def _attach(args: argparse.Namespace) -> int:
 
 
 def _output(args: argparse.Namespace) -> int:
-    """Print the output stored so far."""
-    from fluxes.cli.attach import print_output
+    """Print the output stored so far, and where output sent to files went."""
+    from fluxes.cli.attach import job_record, print_output
 
     inst = instance(args)
     if not inst.redis.exists(inst.keys.eventlog(args.id)):
         die(f"job {fmt_id(args.id)} not found")
     print_output(inst, args.id, label=args.label_io)
+    sys.stdout.flush()
+    record = job_record(inst, args.id)
+    for stream, path in _redirections(args.id, record.get("jobspec_full")
+                                      or record.get("jobspec")):
+        # as flux's attach does: the stream holds nothing of it, so say where it is
+        print(f"fluxes: job {fmt_id(args.id)}: {stream} redirected to {path}", file=sys.stderr)
     return 0
+
+
+def _redirections(jobid: int, jobspec_text: str | None) -> list[tuple[str, str]]:
+    """(stream, file) for each output stream the jobspec sends to a file.
+
+    Paths are expanded as the exec worker expands them; a template naming a
+    task or rank (one file per task) is shown as written.
+    """
+    from fluxes.exec.layout import expand_template, job_name, output_spec
+
+    if not jobspec_text:
+        return []
+    try:
+        spec = orjson.loads(jobspec_text)
+        outputs = output_spec(spec)
+    except (orjson.JSONDecodeError, ValueError):
+        return []
+    system = (spec.get("attributes") or {}).get("system") or {}
+    cwd = system.get("cwd") if isinstance(system, dict) else None
+    out = []
+    for stream, template in (("stdout", outputs.stdout), ("stderr", outputs.stderr)):
+        if template is None:
+            continue
+        try:
+            path = expand_template(template, jobid=jobid, name=job_name(spec))
+        except ValueError:
+            path = template
+        if isinstance(cwd, str) and cwd:
+            path = os.path.join(cwd, path)
+        out.append((stream, path))
+    return out
 
 
 def _job_id(args: argparse.Namespace) -> int:
@@ -256,8 +334,23 @@ def _parse_matches(pairs: list[str]) -> dict[str, Any]:
     return out
 
 
+def _event_name(text: str) -> str:
+    """argparse type of EVENT: a non-empty event name."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an event name cannot be empty")
+    return text
+
+
+#: Events after which nothing more is appended to a job's eventlog.
+_LAST_EVENTS = frozenset({"clean", "invalidate"})
+
+
 def _wait_event(args: argparse.Namespace) -> int:
-    """Block on the job's eventlog until the event (with matching context) appears."""
+    """Block on the job's eventlog until the event (with matching context) appears.
+
+    Once the eventlog has ended (``clean``, ``invalidate``) without it, the
+    event can never come: that is an error, as in flux, not a wait forever.
+    """
     from fluxes.store.eventstore import decode_entry
 
     timeout = parse_duration(args.timeout) if args.timeout is not None else None
@@ -281,14 +374,18 @@ def _wait_event(args: argparse.Namespace) -> int:
             for sid, fields in entries:
                 last = sid.decode()
                 event = decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c"))
-                if event.event_name != args.event:
-                    continue
-                ctx = event.context()
-                if any(ctx.get(k) != v for k, v in matches.items()):
-                    continue
-                if not args.quiet:
-                    if args.format == "json":
-                        print_json(event.to_rfc18())
-                    else:
-                        print(event_line(event.timestamp, event.event_name, ctx))
-                return 0
+                if event.event_name == args.event and _context_matches(event.context(),
+                                                                       matches):
+                    if not args.quiet:
+                        if args.format == "json":
+                            print_json(event.to_rfc18())
+                        else:
+                            print(event_line(event.timestamp, event.event_name,
+                                             event.context()))
+                    return 0
+                if event.event_name in _LAST_EVENTS:
+                    die(f"event '{args.event}' never received")
+
+
+def _context_matches(ctx: dict[str, Any], matches: dict[str, Any]) -> bool:
+    return all(ctx.get(k) == v for k, v in matches.items())

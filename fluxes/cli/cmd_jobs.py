@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import pwd
-import string
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from fluxes import jobid as jobids
 from fluxes.cli.display import username
+from fluxes.cli.jobformat import FormatError, JobFormat
 from fluxes.cli.util import die, help_with_example, instance, print_json
 from fluxes.fsd import format_duration
 from fluxes.hostlist import Hostlist
@@ -20,25 +20,17 @@ if TYPE_CHECKING:
     from fluxes.instance import Instance
     from fluxes.job.record import JobRecord
 
+#: Named formats. ``?:`` hides the queue column when no listed job has a queue, as
+#: flux does (an instance without named queues never shows it).
 FORMATS = {
-    "default": "{id.f58:>12} {queue:<8.8} {username:<8.8} {name:<10.10} {status_abbrev:>2.2} "
-               "{ntasks:>6} {nnodes:>6} {contextual_time:>8} {contextual_info}",
-    "long": "{id.f58:>12} {queue:<8.8} {username:<8.8} {name:<10.10} {status:<9} "
+    "default": "{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} "
+               "{status_abbrev:>2.2} {ntasks:>6} {nnodes:>6} {contextual_time:>8} "
+               "{contextual_info}",
+    "long": "{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} {status:<9} "
             "{ntasks:>6} {nnodes:>6} {priority:>10} {runtime_text:>8} {result:<9} "
             "{contextual_info}",
     "ids": "{id.f58}",
 }
-
-HEADERS = {
-    "id": "JOBID", "id.f58": "JOBID", "id.dec": "JOBID", "id.hex": "JOBID", "queue": "QUEUE",
-    "username": "USER", "userid": "UID", "name": "NAME", "status_abbrev": "ST",
-    "status": "STATUS", "state": "STATE", "result": "RESULT", "ntasks": "NTASKS",
-    "nnodes": "NNODES", "ncores": "NCORES", "contextual_time": "TIME",
-    "contextual_info": "INFO", "priority": "PRI", "urgency": "URG",
-    "runtime_text": "RUNTIME", "nodelist": "NODELIST", "exit_code": "EXIT",
-    "duration_text": "LIMIT", "t_submit_text": "SUBMITTED",
-}
-
 
 class JobId(int):
     """A job id that formats in any encoding: ``{id.f58}``, ``{id.dec}``, ``{id.words}``."""
@@ -75,7 +67,13 @@ class Row:
         self.exit_code = job.exit_code if job.exit_code is not None else ""
         self.duration_text = format_duration(float(info["duration"])) \
             if info.get("duration") else ""
+        self.duration = float(info["duration"]) if info.get("duration") else None
         self.t_submit = job.t_submit
+        self.t_depend = job.t_depend
+        self.t_run = job.t_run
+        self.t_cleanup = job.t_cleanup
+        self.t_inactive = job.t_inactive
+        self.annotations: dict[str, Any] = dict(job.annotations or {})
         self.t_submit_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.t_submit))
         end = job.t_cleanup or (now if job.state & JobState.RUNNING else None)
         self.runtime = (end - job.t_run) if job.t_run is not None and end is not None else 0.0
@@ -87,8 +85,9 @@ class Row:
         self.contextual_info = _info(rec, now)
 
     def as_dict(self) -> dict[str, Any]:
-        """JSON form (``--json``)."""
-        out = {k: v for k, v in vars(self).items() if not k.endswith("_text")}
+        """JSON form (``--json``): every field; times a job has not reached are left out."""
+        out = {k: v for k, v in vars(self).items()
+               if not k.endswith("_text") and v is not None}
         out["id"] = int(self.id)
         return out
 
@@ -148,19 +147,11 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
         want_states, want_results = parsed, JobResult(0)
     need_inactive = bool(want_results) or bool(want_states & JobState.INACTIVE)
     need_active = bool(want_states & JobState.ACTIVE)
-    from fluxes.client import current_user
     from fluxes.joblist.store import JobListStore
 
     store = JobListStore(inst.redis, inst.keys)
     ids = store.list_ids(active=need_active, inactive=need_inactive)
-    uid: int | None = None
-    if not everyone:
-        who = user or inst.user or current_user()
-        try:
-            known = inst.redis.hget(inst.keys.users, who)
-        except Exception:
-            known = None
-        uid = int(known) if known is not None else _uid_of(who)
+    uid = None if everyone else user_id(inst, user)
     out: list[JobRecord] = []
     chunk = 2000
     for i in range(0, len(ids), chunk):
@@ -176,9 +167,21 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
             if not (job.state & want_states or (result is not None and result & want_results)):
                 continue
             out.append(rec)
-            if limit is not None and len(out) >= limit:
+            if limit and len(out) >= limit:
                 return out
     return out
+
+
+def user_id(inst: Instance, user: str | None = None) -> int:
+    """The uid of ``user`` (a name or uid; default: you, as the instance knows you)."""
+    from fluxes.client import current_user
+
+    who = user or inst.user or current_user()
+    try:
+        known = inst.redis.hget(inst.keys.users, who)
+    except Exception:
+        known = None  # a user without access to the users table is looked up locally
+    return int(known) if known is not None else _uid_of(who)
 
 
 def _uid_of(user: str) -> int:
@@ -195,7 +198,8 @@ def register(subparsers: Any) -> None:
     p = subparsers.add_parser("jobs", **help_with_example(
         "List jobs (default: your active ones), like 'flux jobs'.",
         ["fluxes jobs", "fluxes jobs -a", "fluxes jobs -A -f running",
-         "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only"]))
+         "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
+         "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'"]))
     p.add_argument("-a", action="store_true", help="include inactive jobs")
     p.add_argument("-A", action="store_true", help="every user's jobs")
     p.add_argument("-u", "--user", metavar="USER")
@@ -203,9 +207,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("-f", "--filter", metavar="STATES|RESULTS",
                    help="e.g. pending,running or completed,failed")
     p.add_argument("-o", "--format", default="default", metavar="FORMAT",
-                   help=f"a name ({', '.join(FORMATS)}) or a format string")
+                   help=f"a name ({', '.join(FORMATS)}) or a format string: fields such "
+                        "as {id.f58} {name} {t_run!D} {runtime!H} {sched.reason_pending}")
     p.add_argument("-n", "--no-header", action="store_true")
-    p.add_argument("-c", "--count", type=int, metavar="N", help="at most N jobs")
+    p.add_argument("-c", "--count", type=_count, metavar="N",
+                   help="at most N jobs (0: no limit)")
     p.add_argument("--json", action="store_true")
     p.add_argument("--stats", action="store_true", help="print job counts first")
     p.add_argument("--stats-only", action="store_true", help="print only job counts")
@@ -225,52 +231,57 @@ def stats_line(inst: Instance) -> str:
             f"{counts.get('result:TIMEOUT', 0)} timeout, {pending} pending")
 
 
+def _count(text: str) -> int:
+    """argparse type of ``-c``: a number of jobs, 0 meaning all of them."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid count {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"count must be >= 0, got {value}")
+    return value
+
+
 def _jobs(args: argparse.Namespace) -> int:
+    if args.stats_only:
+        print(stats_line(instance(args)))
+        return 0
+    fmt = None if args.json else _format(FORMATS.get(args.format, args.format))
     inst = instance(args)
-    if args.stats or args.stats_only:
-        print(stats_line(inst))
-        if args.stats_only:
-            return 0
     states = args.filter or ("active,inactive" if args.a else "active")
     records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
-                          everyone=args.A, limit=args.count)
+                          everyone=args.A, limit=args.count or None)
     now = time.time()
     rows = [Row(rec, now) for rec in records]
-    if args.json:
+    if fmt is None:
+        if args.stats:
+            print(stats_line(inst))
         print_json({"jobs": [r.as_dict() for r in rows]})
         return 0
-    fmt = FORMATS.get(args.format, args.format)
-    _check_format(fmt)
+    try:
+        header, lines = fmt.render(vars(row) for row in rows)
+    except FormatError as exc:
+        die(str(exc))
+    # only now that every line formatted: a bad format prints nothing but its error
+    if args.stats:
+        print(stats_line(inst))
     if not args.no_header:
-        print(_header(fmt))
-    for row in rows:
-        print(fmt.format_map(vars(row)).rstrip())
+        print(header)
+    for line in lines:
+        print(line)
     return 0
 
 
-def _check_format(fmt: str) -> None:
+def _format(fmt: str) -> JobFormat:
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(fmt) if f]
-    except ValueError as exc:
-        die(f"bad format: {exc}")
-    known = set(HEADERS) | {"id", "t_submit", "runtime"}
-    for name in fields:
-        head, _, form = name.partition(".")
-        if head == "id" and form and form not in jobids.OUTPUT_FORMS:
-            die(f"unknown id encoding {form!r} in format (known: {', '.join(jobids.OUTPUT_FORMS)})")
-        if name not in known and head != "id":
-            die(f"unknown field {name!r} in format (known: {', '.join(sorted(HEADERS))})")
+        return JobFormat(fmt)
+    except FormatError as exc:
+        die(str(exc))
 
 
-def _header(fmt: str) -> str:
-    out = []
-    for literal, field, spec, _conv in string.Formatter().parse(fmt):
-        out.append(literal)
-        if field:
-            title = HEADERS.get(field, field.upper())
-            width = (spec or "").split(".")[0]
-            out.append(format(title, width) if width else title)
-    return "".join(out).rstrip()
+def _check_format(fmt: str) -> None:
+    """Die with one line unless ``fmt`` is a usable format."""
+    _format(fmt)
 
 
 def iter_rows(records: Iterable[JobRecord]) -> list[Row]:

@@ -38,7 +38,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE, metavar="NS")
     p.add_argument("--partitions", type=int, default=1, metavar="P",
                    help="job-manager partitions (one leader each)")
-    p.add_argument("--state-dir", metavar="DIR", help="where Redis data and logs go")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where Redis data and logs go, kept afterwards (default: a temporary "
+                        "directory, removed when the instance stops, also by 'fluxes stop')")
     p.add_argument("--appendfsync", choices=("always", "everysec", "no"), default="everysec",
                    help="private Redis AOF fsync policy (default everysec)")
     p.add_argument("--detach", action="store_true", help="leave the instance running")
@@ -51,7 +53,8 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_start)
 
     s = subparsers.add_parser("stop", **help_with_example(
-        "Stop an instance started with 'fluxes start --detach' (checkpoints written).",
+        "Stop an instance started with 'fluxes start --detach' (checkpoints written;\n"
+        "running tasks are killed; a temporary state directory is removed).",
         ["fluxes stop", "fluxes --uri unix:///tmp/fluxes-x/redis/redis.sock?ns=fx stop"]))
     s.add_argument("--timeout", type=float, default=30.0, metavar="SECONDS")
     s.set_defaults(func=_stop)
@@ -99,7 +102,7 @@ def _start(args: argparse.Namespace) -> int:
     if args.detach:
         if command:
             die("start: --detach takes no COMMAND")
-        return _detach(launcher)
+        return _detach(launcher, temporary=args.state_dir is None)
     if not command:
         command = [os.environ.get("SHELL", "/bin/sh")]
     from fluxes.launcher import run_command
@@ -118,8 +121,13 @@ def _start(args: argparse.Namespace) -> int:
             shutil.rmtree(launcher.state_dir, ignore_errors=True)
 
 
-def _detach(launcher: Launcher) -> int:
-    """Fork a supervisor that outlives this command; print how to reach it."""
+def _detach(launcher: Launcher, temporary: bool) -> int:
+    """Fork a supervisor that outlives this command; print how to reach it.
+
+    A ``temporary`` state directory (one this command made, not ``--state-dir``)
+    is removed when the supervisor ends (``fluxes stop``), as after
+    ``fluxes start -- COMMAND``.
+    """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid:
@@ -134,7 +142,8 @@ def _detach(launcher: Launcher) -> int:
             from fluxes.security import ENV_CREDENTIALS
 
             print(f"export {ENV_CREDENTIALS}='{credentials}'")
-        print(f"# state and logs: {launcher.state_dir}", file=sys.stderr)
+        print(f"# state and logs: {launcher.state_dir}"
+              + (" (removed by fluxes stop)" if temporary else ""), file=sys.stderr)
         print("# stop it with: fluxes stop", file=sys.stderr)
         return 0
     os.close(read_fd)
@@ -152,6 +161,7 @@ def _detach(launcher: Launcher) -> int:
         started = launcher.start()
     except (FluxesError, OSError, ValueError) as exc:
         os.write(write_fd, str(exc).encode())
+        _remove_state(launcher, temporary)
         os._exit(1)
     credentials = f"\n{launcher.credentials}" if launcher.credentials is not None else ""
     os.write(write_fd, f"ok {started}{credentials}".encode())
@@ -163,7 +173,17 @@ def _detach(launcher: Launcher) -> int:
         launcher.supervise_once()
         time.sleep(0.2)
     launcher.stop()
+    # before exiting: `fluxes stop` returns once this process is gone, and the
+    # directory must be gone by then
+    _remove_state(launcher, temporary)
     os._exit(0)
+
+
+def _remove_state(launcher: Launcher, temporary: bool) -> None:
+    if temporary:
+        import shutil
+
+        shutil.rmtree(launcher.state_dir, ignore_errors=True)
 
 
 def _stop(args: argparse.Namespace) -> int:

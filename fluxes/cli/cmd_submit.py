@@ -35,8 +35,12 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     res.add_argument("-N", "--nodes", type=int, metavar="N", help="number of nodes")
     res.add_argument("-n", "--ntasks", type=int, default=None, metavar="N",
                      help="number of tasks (default 1, or one per node with -N)")
-    res.add_argument("-c", "--cores-per-task", type=int, default=1, metavar="N")
+    res.add_argument("-c", "--cores-per-task", type=int, default=None, metavar="N",
+                     help="cores per task (default 1)")
     res.add_argument("-g", "--gpus-per-task", type=int, default=None, metavar="N")
+    res.add_argument("--gpus-per-node", type=int, default=None, metavar="N",
+                     help="with -N: N GPUs on each node, one task per node (not with -n, -c, "
+                          "-g)")
     res.add_argument("-x", "--exclusive", action="store_true", help="whole nodes")
     res.add_argument("--requires", action="append", default=[], metavar="EXPR",
                      help="constraint, e.g. 'gpu', '^login', 'host:node[0-3]' (repeatable)")
@@ -154,11 +158,20 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     now = time.time()
     deps = [parse_dependency(d, now=now) for d in args.dependency]
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
+    if args.gpus_per_node is not None:
+        # flux's per-resource request: it sizes the job per node, not per task
+        if args.nodes is None:
+            die("--gpus-per-node requires -N/--nodes")
+        given = [flag for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
+                                          ("-g", args.gpus_per_task)) if value is not None]
+        if given:
+            die(f"--gpus-per-node cannot be combined with {', '.join(given)} (it runs one "
+                "task per node)")
     return Jobspec.from_command(
         command, nnodes=args.nodes,
         ntasks=args.ntasks if args.ntasks is not None else (args.nodes or 1),
-        cores_per_task=args.cores_per_task,
-        gpus_per_task=args.gpus_per_task,
+        cores_per_task=args.cores_per_task if args.cores_per_task is not None else 1,
+        gpus_per_task=args.gpus_per_task, gpus_per_node=args.gpus_per_node,
         # as in flux: -N without -n asks for whole nodes
         exclusive=args.exclusive or (args.nodes is not None and args.ntasks is None),
         duration=_time_limit(args.time_limit), queue=args.queue, name=args.job_name,
@@ -170,8 +183,9 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
 #: Options that shape the tasks and resources a jobspec file already describes:
 #: (argparse dest, flag, default).
 _SHAPE_OPTIONS: tuple[tuple[str, str, object], ...] = (
-    ("nodes", "-N", None), ("ntasks", "-n", None), ("cores_per_task", "-c", 1),
-    ("gpus_per_task", "-g", None), ("exclusive", "-x", False), ("requires", "--requires", []),
+    ("nodes", "-N", None), ("ntasks", "-n", None), ("cores_per_task", "-c", None),
+    ("gpus_per_task", "-g", None), ("gpus_per_node", "--gpus-per-node", None),
+    ("exclusive", "-x", False), ("requires", "--requires", []),
     ("env", "--env", []), ("env_remove", "--env-remove", []), ("cwd", "--cwd", None),
     ("output", "--output", None), ("error", "--error", None),
 )
@@ -217,6 +231,7 @@ def register(subparsers: Any) -> None:
     sp = subparsers.add_parser("submit", **help_with_example(
         "Submit a job (or a jobspec file) and print its id.",
         ["fluxes submit -n4 -c2 ./app --input x", "fluxes submit -N2 -x -t 1h ./mpi_app",
+         "fluxes submit -N2 --gpus-per-node=2 ./gpu_app",
          "fluxes submit --cc=1-100 --setattr=exec.test.run_duration=1s true",
          "fluxes submit --dependency=afterok:ƒ2t6V2H ./post.sh", "fluxes submit job.yaml"]))
     add_job_options(sp)
@@ -230,7 +245,8 @@ def register(subparsers: Any) -> None:
 
     rp = subparsers.add_parser("run", **help_with_example(
         "Submit a job, print its output as it runs, exit with its exit code.",
-        ["fluxes run -N2 -n4 hostname", "fluxes run -n1 -t 10s ./app", "fluxes run -l -n4 env"]))
+        ["fluxes run -N2 -n4 hostname", "fluxes run -n1 -t 10s ./app", "fluxes run -l -n4 env",
+         "fluxes run -N2 --gpus-per-node=1 -l printenv CUDA_VISIBLE_DEVICES"]))
     add_job_options(rp)
     rp.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
     rp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")

@@ -33,13 +33,25 @@ _GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
            cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill,
            cmd_status, cmd_worker, cmd_admin)
 
+#: What a first session looks like: start an instance, run and watch jobs.
+_EXAMPLES = (
+    "fluxes start -- fluxes run -N2 -n4 hostname   # a private instance for one command",
+    "eval \"$(fluxes start --detach --nodes 2)\"      # one that stays up",
+    "fluxes submit -n4 -t 10m ./app                 # prints the job id",
+    "fluxes jobs -a                                 # your jobs, finished ones too",
+    "fluxes job attach ƒ2t6V2H                      # its output, then its exit code",
+    "fluxes stop",
+)
+
 
 def build_parser() -> argparse.ArgumentParser:
     """Build the full ``fluxes`` argument parser."""
     parser = ArgumentParser(
         prog=PROG,
         description="fluxes: an event-sourced batch job manager and scheduler on Redis streams.",
-        epilog="Run 'fluxes COMMAND --help' for the options of a command.",
+        epilog="examples:\n" + "\n".join(f"  {line}" for line in _EXAMPLES)
+               + "\n\nRun 'fluxes COMMAND --help' for the options and examples of a command.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("--uri", metavar="URI", default=None,

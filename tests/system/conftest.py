@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,18 +24,27 @@ def need_redis() -> None:
         pytest.skip("redis-server is not installed")
 
 
-@pytest.fixture(scope="module")
-def launcher() -> Iterator[Launcher]:
-    """A private instance: 2 nodes x 4 cores, every worker a real process."""
+@contextlib.contextmanager
+def running_instance(**options: Any) -> Iterator[Launcher]:
+    """A private instance (2 nodes x 4 cores unless ``options`` say otherwise, a 2 s
+    kill grace), every worker a real process; stopped and removed afterwards."""
     need_redis()
+    settings: dict[str, Any] = {"nodes": 2, "cores_per_node": 4,
+                                "config_text": '[exec]\nkill-timeout = "2s"\n', **options}
     with tempfile.TemporaryDirectory(prefix="fluxes-sys-") as tmp:
-        inst = Launcher(state_dir=Path(tmp), nodes=2, cores_per_node=4,
-                        config_text='[exec]\nkill-timeout = "2s"\n')
+        inst = Launcher(state_dir=Path(tmp), **settings)
         inst.start()
         try:
             yield inst
         finally:
             inst.stop()
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    """A private instance: 2 nodes x 4 cores, every worker a real process."""
+    with running_instance() as inst:
+        yield inst
 
 
 @pytest.fixture

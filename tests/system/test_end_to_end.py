@@ -238,3 +238,61 @@ def _running(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except (FileNotFoundError, ProcessLookupError, IndexError):
         return False
+
+
+def test_the_readme_demo_workload_ends_with_the_finished_jobs(tmp_path: Path) -> None:
+    # The README's first command is scripts/demo: setup, then this workload
+    # inside `fluxes start`. The setup (venv, apt) is the machine's business;
+    # the workload is run here exactly as the demo runs it.
+    from tests.system.conftest import need_redis
+
+    need_redis()
+    repo = Path(__file__).resolve().parents[2]
+    demo = (repo / "scripts" / "demo").read_text()
+    assert "scripts/demo-workload.sh" in demo
+    exe = os.path.join(os.path.dirname(sys.executable), "fluxes")
+    proc = subprocess.run([exe, "start", "--nodes", "2", "--cores-per-node", "4", "--",
+                           "sh", str(repo / "scripts" / "demo-workload.sh")],
+                          capture_output=True, text=True, timeout=300, check=False,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    last_section = max(i for i, line in enumerate(lines) if line.startswith("== "))
+    assert lines[last_section] == "== fluxes jobs -a --stats"
+    stats, header, *jobs = lines[last_section + 1:]
+    assert stats.startswith("0 running, ") and stats.endswith(", 0 pending")
+    assert header.split() == ["JOBID", "USER", "NAME", "ST", "NTASKS", "NNODES", "TIME", "INFO"]
+    assert len(jobs) == 12
+    # finished jobs only: every one has a result (CD completed, F, CA, TO)
+    assert all(job.split()[3] in ("CD", "F", "CA", "TO") for job in jobs), jobs
+
+
+def _detach(*args: str) -> tuple[str, Path]:
+    """``fluxes start --detach ARGS``: the instance URI and its state directory."""
+    exe = os.path.join(os.path.dirname(sys.executable), "fluxes")
+    proc = subprocess.run([exe, "start", "--detach", "--nodes", "1", *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    uri = proc.stdout.split("FLUXES_URI='", 1)[1].split("'", 1)[0]
+    state = proc.stderr.split("# state and logs: ", 1)[1].splitlines()[0]
+    return uri, Path(state.split(" (", 1)[0])
+
+
+def test_stop_removes_the_state_directory_detach_made(tmp_path: Path) -> None:
+    from tests.system.conftest import need_redis
+
+    need_redis()
+    exe = os.path.join(os.path.dirname(sys.executable), "fluxes")
+    made_uri, made = _detach()
+    try:
+        given_uri, given = _detach("--state-dir", str(tmp_path / "given"))
+        try:
+            assert made.is_dir() and given.is_dir()
+        finally:
+            assert subprocess.run([exe, "--uri", given_uri, "stop"], timeout=120,
+                                  check=False).returncode == 0
+    finally:
+        assert subprocess.run([exe, "--uri", made_uri, "stop"], timeout=120,
+                              check=False).returncode == 0
+    assert not made.exists(), "the temporary state directory outlived fluxes stop"
+    assert (given / "logs").is_dir(), "a --state-dir directory is the user's: kept"
