@@ -320,7 +320,7 @@ class ExecWorker(Worker):
         self.streams = {r: self.keys.exec_rank(r) for r in self.ranks}
         # One rank: the waker's blocking read is the group read of that rank.
         self._consumer = f"rank{self.ranks[0]}" if len(self.ranks) == 1 else None
-        self.direct = Direct(self.redis, self.keys.exec_registry)  # the global slot
+        self.direct = Direct(self.redis, self.keys.exec_registry)  # its own: the global slot
         # Process facts outlive a reload of the state (after a Redis outage):
         # which wrappers are our own children, and the statuses already reaped.
         self.children: set[int] = set()

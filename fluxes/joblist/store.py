@@ -93,7 +93,7 @@ class JobListStore:
             args += (name, key, len(rest), *rest)
         keys = self._keys(partition)
         try:
-            Direct(self.redis, keys[0]).evalsha(_WRITE_SHA, WRITE_LUA, keys, args)
+            Direct.of(self.redis, keys[0]).evalsha(_WRITE_SHA, WRITE_LUA, keys, args)
         except redis.ResponseError as exc:
             if str(exc).startswith("FENCED"):
                 raise FencedError(f"job list of partition {partition}: token {token} is "

@@ -17,16 +17,22 @@ Replies are raw: a stream read is a map (RESP3) or a flat list (RESP2);
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import redis
+from hiredis import pack_command
 from redis.exceptions import AskError, MovedError, NoScriptError
 
 #: Cluster redirections (redis-py strips the MOVED/ASK prefix into these types).
 _REDIRECTS = (MovedError, AskError)
 #: One command: its name and arguments, e.g. ("XACK", stream, group, id).
 Command = Sequence[Any]
+#: The shared Directs of each client (see Direct.of), dropped with the client.
+_SHARED: weakref.WeakKeyDictionary[Any, dict[tuple[int, str], Direct]] = \
+    weakref.WeakKeyDictionary()
 
 
 class Direct:
@@ -37,17 +43,57 @@ class Direct:
     call, so it follows resharding); elsewhere the client's pool serves all.
     """
 
-    __slots__ = ("_anchor", "_client", "_pool")
+    __slots__ = ("_anchor", "_client", "_conn", "_conn_pool", "_pool")
 
     def __init__(self, client: Any, anchor: str) -> None:
         self._client = client
         self._anchor = anchor
         self._pool = getattr(client, "connection_pool", None)
+        # One connection is kept for this object's calls (a worker loop is one
+        # thread): taking it from the pool and giving it back cost as much as
+        # the command. Any error drops it, so a failover or a reconnect gets
+        # a fresh one from the pool (Sentinel's pool finds the new primary).
+        self._conn: Any = None
+        self._conn_pool: Any = None
+
+    @classmethod
+    def of(cls, client: Any, anchor: str) -> Direct:
+        """The shared Direct of ``client`` for ``anchor``'s slot, in this thread.
+
+        One per client and thread (one per slot on a cluster), so a worker keeps
+        one connection for all its hot-path calls, and no connection is ever
+        used by two threads at once.
+        """
+        per_client = _SHARED.get(client)
+        if per_client is None:
+            per_client = _SHARED[client] = {}
+        slot = "" if getattr(client, "connection_pool", None) is not None else slot_tag(anchor)
+        key = (threading.get_ident(), slot)
+        found = per_client.get(key)
+        if found is None:
+            found = per_client[key] = cls(client, anchor)
+        return found
 
     def _pool_now(self) -> Any:
         if self._pool is not None:
             return self._pool
         return self._client.get_node_from_key(self._anchor).redis_connection.connection_pool
+
+    def _connection(self) -> tuple[Any, Any]:
+        pool = self._pool_now()
+        conn = self._conn
+        if conn is not None and self._conn_pool is pool:
+            return pool, conn
+        self.close()
+        conn = pool.get_connection()
+        self._conn, self._conn_pool = conn, pool
+        return pool, conn
+
+    def close(self) -> None:
+        """Give the kept connection back to its pool."""
+        if self._conn is not None:
+            self._conn_pool.release(self._conn)
+            self._conn = self._conn_pool = None
 
     def execute(self, commands: Iterable[Command]) -> list[Any]:
         """Send ``commands`` in one write and return every reply, in order.
@@ -62,10 +108,9 @@ class Direct:
         commands = list(commands)
         if not commands:
             return []
-        pool = self._pool_now()
-        conn = pool.get_connection()
+        _pool, conn = self._connection()
         try:
-            conn.send_packed_command(conn.pack_commands(commands))
+            conn.send_packed_command(_pack(conn, commands))
             replies: list[Any] = []
             for _ in commands:
                 try:
@@ -75,9 +120,8 @@ class Direct:
         except BaseException:
             # a reply may be half read: the connection cannot be reused
             conn.disconnect()
+            self.close()
             raise
-        finally:
-            pool.release(conn)
         for reply in replies:
             if isinstance(reply, _REDIRECTS):
                 manager = getattr(self._client, "nodes_manager", None)
@@ -122,6 +166,16 @@ class Direct:
         return reply
 
 
+def _pack(conn: Any, commands: list[Command]) -> list[bytes]:
+    """The commands in the wire format, as the chunk list send_packed_command takes:
+    hiredis' packer (a few us a command, where redis-py's wrapper around it costs
+    ~10), redis-py's for an argument type hiredis does not take."""
+    try:
+        return [b"".join([pack_command(tuple(command)) for command in commands])]
+    except TypeError:
+        return conn.pack_commands(commands)  # type: ignore[no-any-return]
+
+
 def stream_entries(reply: Any) -> list[tuple[bytes, list[tuple[bytes, dict[bytes, bytes]]]]]:
     """An XREAD/XREADGROUP reply as ``[(stream, [(id, {field: value}), ...]), ...]``.
 
@@ -155,14 +209,14 @@ def execute_grouped(client: Any, commands: Sequence[tuple[str, Command]]) -> lis
     """Run ``(anchor key, command)`` pairs, one round trip per hash slot on a cluster and
     one in all elsewhere; replies (errors in place) come back in the given order."""
     if getattr(client, "connection_pool", None) is not None or not commands:
-        return Direct(client, commands[0][0] if commands else "").execute(
+        return Direct.of(client, commands[0][0] if commands else "").execute(
             [command for _anchor, command in commands])
     by_tag: dict[str, list[int]] = {}
     for i, (anchor, _command) in enumerate(commands):
         by_tag.setdefault(slot_tag(anchor), []).append(i)
     replies: list[Any] = [None] * len(commands)
     for indexes in by_tag.values():
-        got = Direct(client, commands[indexes[0]][0]).execute(
+        got = Direct.of(client, commands[indexes[0]][0]).execute(
             [commands[i][1] for i in indexes])
         for i, reply in zip(indexes, got, strict=True):
             replies[i] = reply

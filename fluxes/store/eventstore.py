@@ -273,7 +273,6 @@ class EventStore:
         self.redis = client
         self.keys = keys
         self._commit = client.register_script(lua_source("commit"))
-        self._direct: dict[str, Direct] = {}
         # A second client on the same connections whose XRANGE replies stay raw
         # (flat field lists): redis-py's pairs-to-dict conversion cost more than
         # everything else on the replay path.
@@ -293,11 +292,9 @@ class EventStore:
     # ------------------------------------------------------------ writes
 
     def direct(self, anchor: str) -> Direct:
-        """Hot-path calls for the slot of ``anchor`` (one per partition, kept)."""
-        found = self._direct.get(anchor)
-        if found is None:
-            found = self._direct[anchor] = Direct(self.redis, anchor)
-        return found
+        """Hot-path calls for the slot of ``anchor`` (the client's shared Direct in this
+        thread)."""
+        return Direct.of(self.redis, anchor)
 
     def commit(self, batch: Batch, token: str = "") -> CommitResult:
         """Write ``batch`` atomically; raise FencedError / ConflictError and write nothing."""

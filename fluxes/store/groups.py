@@ -40,5 +40,5 @@ def read_streams(client: redis.Redis, streams: dict[str, str], count: int,
         if wait is not None:
             command += ["BLOCK", wait]
         command += ["STREAMS", *part.keys(), *part.values()]
-        out.extend(stream_entries(Direct(client, next(iter(part))).call(*command)))
+        out.extend(stream_entries(Direct.of(client, next(iter(part))).call(*command)))
     return out
