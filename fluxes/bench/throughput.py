@@ -9,6 +9,7 @@ reading the journal (blocking reads, no polling).
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -29,10 +30,48 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str 
                             partitions=partitions)
         uri = launcher.start()
         try:
-            return _measure(Instance.connect(str(uri)), jobs, runtime, real, timeout,
-                            nodes, cores_per_node)
+            inst = Instance.connect(str(uri))
+            before = process_cpu(launcher)
+            figures = _measure(inst, jobs, runtime, real, timeout, nodes, cores_per_node)
+            used = process_cpu(launcher)
+            done = max(figures["completed"], 1)
+            # CPU per job of each process kind: where a job's cost goes, independent
+            # of the machine's load (the wall-clock rate is not)
+            figures["cpu_us_per_job"] = {
+                kind: round(1e6 * (used[kind] - before.get(kind, 0.0)) / done)
+                for kind in sorted(used)}
+            figures["cpu_us_per_job"]["total"] = sum(figures["cpu_us_per_job"].values())
+            return figures
         finally:
             launcher.stop()
+
+
+def process_cpu(launcher: Launcher) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each kind of the instance's processes
+    (exec workers summed; ``redis`` for the private redis-server), from /proc."""
+    procs: list[tuple[str, Any]] = [(_kind(spec.name), spec.proc) for spec in launcher.workers]
+    if launcher.server is not None:
+        procs.append(("redis", launcher.server.proc))
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for kind, proc in procs:
+        if proc is None:
+            continue
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # not Linux, or the process is gone
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
+def _kind(name: str) -> str:
+    """A worker's kind from its launcher name (``exec-3`` -> ``exec``)."""
+    for kind in ("exec", "job-manager"):
+        if name.startswith(kind + "-"):
+            return kind
+    return name
 
 
 def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float,
