@@ -561,7 +561,8 @@ class SchedulerWorker(Worker):
         # a quick pass leaves some jobs' annotations stale: owe them a full one
         self._owe_full = not full
         result = sched.schedule(now, full=full)
-        metrics.SCHED_PASS.observe(time.perf_counter() - pass_started)
+        if metrics.served_port() is not None:
+            metrics.SCHED_PASS.observe(time.perf_counter() - pass_started)
         self._dirty = False
         self._planned = now
         keys = self.keys
@@ -615,9 +616,10 @@ class SchedulerWorker(Worker):
                 return
         self._r_writes = {}
         if self._alloc_done:
-            committed = time.monotonic()
-            for arrival in self._alloc_done:
-                metrics.ALLOC_LATENCY.observe(committed - arrival)
+            if metrics.served_port() is not None:  # nobody scrapes them otherwise
+                committed = time.monotonic()
+                for arrival in self._alloc_done:
+                    metrics.ALLOC_LATENCY.observe(committed - arrival)
             self._alloc_done = []
 
 
