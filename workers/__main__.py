@@ -108,6 +108,9 @@ def guarded(func: Callable[[], int], kind: str | None) -> int:
 
 def main() -> None:
     """Console entry point: run the worker; report what stopped it on one line."""
+    from fluxes.gcpolicy import tune
+
+    tune()
     argv = sys.argv[1:]
     kind = next((a for a in argv if a in KINDS), None)
     sys.exit(guarded(lambda: run(argv), kind))

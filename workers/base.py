@@ -20,6 +20,7 @@ import orjson
 import redis
 
 from fluxes import metrics
+from fluxes.gcpolicy import freeze
 from fluxes.instance import Instance
 from fluxes.logs import setup_logging
 
@@ -94,6 +95,7 @@ class Worker:
         """Set up, loop until asked to stop, tear down; return an exit code."""
         self.install_signals()
         self.setup()
+        freeze()  # what setup loaded lives as long as the process (fluxes/gcpolicy.py)
         self.log.info("started", extra={"worker": self.name})
         backoff = 0.05
         try:

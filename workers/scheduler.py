@@ -453,6 +453,8 @@ class SchedulerWorker(Worker):
         held = {int(a["id"]): a.get("ranks") for a in alloc if isinstance(a, dict) and "id" in a}
         ids = list(held)
         lost: list[tuple[int, str]] = []
+        # jobs submitted together (--cc, arrays) share a jobspec: parse each once
+        requests: dict[bytes, Request] = {}
         for jobid, (raw_r, full, orig) in zip(ids, self._job_fields(
                 ids, ("R", "jobspec_full", "jobspec")), strict=True):
             if not raw_r:
@@ -460,8 +462,13 @@ class SchedulerWorker(Worker):
                 continue
             try:
                 rset = ResourceSet(raw_r)
-                request = Request.from_jobspec(orjson.loads(full or orig)) if (full or orig) \
-                    else None
+                raw_spec = full or orig
+                request = None
+                if raw_spec:
+                    request = requests.get(raw_spec)
+                    if request is None:
+                        request = requests[raw_spec] = Request.from_jobspec(
+                            orjson.loads(raw_spec))
                 memory = _memory_per_rank(rset, request)
                 pool.adopt(jobid, rset, memory=memory,
                            exclusive=bool(request is not None and request.exclusive))

@@ -125,6 +125,7 @@ def _read_model(client: redis.Redis, keys: Keys) -> dict[str, Any]:
     client.hset(keys.instance, "partitions", 1)
     instance = Instance(InstanceURI("redis://unused", NS), client=client)
     worker = JobListWorker(instance)
+    worker.log.setLevel("WARNING")  # its info lines would mix with the figures
     worker.setup()
     before = used_memory(client)
     watch = Stopwatch()

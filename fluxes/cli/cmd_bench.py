@@ -41,6 +41,16 @@ def register(subparsers: Any) -> None:
     tp.add_argument("--json", action="store_true")
     tp.set_defaults(func=_throughput)
 
+    rp = sub.add_parser("recovery", **help_with_example(
+        "Scheduler recovery on a real instance: N simulated jobs running on 16 nodes,\n"
+        "kill -9 of the scheduler; the new one's hello->ready time and kill to the next\n"
+        "allocation.",
+        ["fluxes bench recovery", "fluxes bench recovery --jobs 1000 --json"]))
+    rp.add_argument("--jobs", type=int, default=10_000, help="running jobs (default 10000)")
+    rp.add_argument("--timeout", type=float, default=600.0)
+    rp.add_argument("--json", action="store_true")
+    rp.set_defaults(func=_recovery)
+
     sp = sub.add_parser("sched", **help_with_example(
         "Scheduler: allocs/s (1-core on 1024x64, 4-node exclusive on 8192 nodes), EASY\n"
         "and conservative pass times with 10,000 pending, memory with 1,000,000 pending,\n"
@@ -64,6 +74,16 @@ def _throughput(args: argparse.Namespace) -> int:
 
     report(throughput.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
                           runtime=args.runtime, real=args.exec, timeout=args.timeout), args.json)
+    return 0
+
+
+def _recovery(args: argparse.Namespace) -> int:
+    from fluxes.bench import recovery
+    from fluxes.bench.common import report
+
+    if args.jobs < 1:
+        raise ValueError("--jobs must be >= 1")
+    report(recovery.run(jobs=args.jobs, timeout=args.timeout), args.json)
     return 0
 
 

@@ -73,7 +73,9 @@ class _Job:
     end: float
     exclusive: bool
     parts: dict[int, Part]
-    R: ResourceSet
+    #: built when first asked for (:meth:`ResourcePool._rset_of`): a scheduler
+    #: recovering thousands of allocations never needs most of them
+    R: ResourceSet | None
     ncores: int = 0
     ngpus: int = 0
 
@@ -214,7 +216,7 @@ class ResourcePool:
                 self._reservations_changed()
             job = self._record(jobid, begin, end, plan, parts)
             self._commit(job)
-            return job.R.copy()
+            return self._rset_of(job).copy()
         begin = _check_time(start, "alloc: start")
         end = begin + length
         state = self._state_at(begin, plan.mode == MODE_EXCLUSIVE)
@@ -226,7 +228,7 @@ class ResourcePool:
         self._reserved.pop(jobid, None)
         self._reserved[jobid] = job
         self._reservations_changed()
-        return job.R.copy()
+        return self._rset_of(job).copy()
 
     def adopt(self, jobid: int, R: ResourceSet | Mapping[str, Any] | str,  # noqa: N803
               *, memory: Mapping[int, int] | None = None, exclusive: bool = False,
@@ -260,8 +262,13 @@ class ResourcePool:
             parts[r] = (cores, gpus, mem)
         start = rset.starttime if rset.starttime is not None else self._now(now)
         end = rset.expiration if rset.expiration else _INF
-        job = _Job(jobid, start, end, exclusive, parts, self._make_rset(parts, start, end))
-        self._commit(job)
+        self._commit(_Job(jobid, start, end, exclusive, parts, None))
+
+    def _rset_of(self, job: _Job) -> ResourceSet:
+        """The R of *job*'s parts, built now if it was not yet."""
+        if job.R is None:
+            job.R = self._make_rset(job.parts, job.start, job.end)
+        return job.R
 
     def _now(self, now: float | None) -> float:
         """*now*, or the clock's time."""
@@ -674,7 +681,7 @@ class ResourcePool:
         job = self._jobs.get(jobid) or self._reserved.get(jobid)
         if job is None:
             raise ValueError(f"allocation_of: job {jobid} has no allocation")
-        return job.R.copy()
+        return self._rset_of(job).copy()
 
     def jobids(self) -> list[int]:
         """Ids of the jobs holding allocations now, in allocation order."""
@@ -772,13 +779,12 @@ class ResourcePool:
 
     # -- persistence ---------------------------------------------------------------------------
 
-    @staticmethod
-    def _job_dict(job: _Job) -> dict[str, Any]:
+    def _job_dict(self, job: _Job) -> dict[str, Any]:
         """A job record as JSON-ready data."""
         memory = {str(r): p[2] for r, p in job.parts.items() if p[2]}
         return {"jobid": job.jobid, "start": job.start,
                 "end": None if job.end == _INF else job.end,
-                "exclusive": job.exclusive, "R": job.R.encode(), "memory": memory}
+                "exclusive": job.exclusive, "R": self._rset_of(job).encode(), "memory": memory}
 
     def save(self) -> dict[str, Any]:
         """The whole pool as JSON-ready data; :meth:`load` restores it exactly."""
