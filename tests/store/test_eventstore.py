@@ -23,6 +23,7 @@ from fluxes.store.eventstore import (
 )
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
+from tests.backends import OnFakeRedis, OnRealRedis
 from tests.strategies import SUBMIT, T, histories
 
 KEYS = Keys("t")
@@ -409,16 +410,12 @@ def _token(client: redis.Redis) -> str:
     return str(token.decode())
 
 
-class TestFakeRedis(EventStoreContract):
-    @pytest.fixture
-    def client(self, fake_redis: redis.Redis) -> redis.Redis:
-        return fake_redis
+class TestFakeRedis(EventStoreContract, OnFakeRedis):
+    """The contract on fakeredis."""
 
 
-class TestRealRedis(EventStoreContract):
-    @pytest.fixture
-    def client(self, real_redis: redis.Redis) -> redis.Redis:
-        return real_redis
+class TestRealRedis(EventStoreContract, OnRealRedis):
+    """The contract on a private redis-server."""
 
 
 def test_replay_matches_pure_replay() -> None:

@@ -10,7 +10,7 @@ Runs against fakeredis and a real redis-server.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -23,6 +23,7 @@ from fluxes.instance import Instance, InstanceURI
 from fluxes.jobspec import Jobspec
 from fluxes.store.eventstore import Batch, CommitResult, EventStore
 from fluxes.store.keys import Keys
+from tests.backends import OnFakeRedis, OnRealRedis
 from workers import ingest as ingest_mod
 from workers.ingest import IngestWorker
 
@@ -216,16 +217,12 @@ class ProgressContract:
         assert 0 < client.pttl(key) <= ingest_mod.PROGRESS_TTL_MS
 
 
-class TestFakeRedis(ProgressContract):
-    @pytest.fixture
-    def client(self, fake_redis: redis.Redis) -> redis.Redis:
-        return fake_redis
+class TestFakeRedis(ProgressContract, OnFakeRedis):
+    """The contract on fakeredis."""
 
 
-class TestRealRedis(ProgressContract):
-    @pytest.fixture
-    def client(self, real_redis: redis.Redis) -> Iterator[redis.Redis]:
-        yield real_redis
+class TestRealRedis(ProgressContract, OnRealRedis):
+    """The contract on a private redis-server."""
 
 
 def test_audit_case_5000_jobs_killed_before_the_last_commit(real_redis: redis.Redis) -> None:

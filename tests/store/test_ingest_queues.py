@@ -18,6 +18,7 @@ from fluxes.instance import Instance, InstanceURI
 from fluxes.jobspec import Jobspec
 from fluxes.queues import QueueEvent
 from fluxes.store.keys import Keys
+from tests.backends import OnFakeRedis, OnRealRedis
 from workers.ingest import IngestWorker
 
 NS = "t"
@@ -75,13 +76,9 @@ class QueueStateContract:
         assert submit(instance, worker, "debug") == {"error": "queue debug is disabled: later"}
 
 
-class TestFakeRedis(QueueStateContract):
-    @pytest.fixture
-    def client(self, fake_redis: redis.Redis) -> redis.Redis:
-        return fake_redis
+class TestFakeRedis(QueueStateContract, OnFakeRedis):
+    """The contract on fakeredis."""
 
 
-class TestRealRedis(QueueStateContract):
-    @pytest.fixture
-    def client(self, real_redis: redis.Redis) -> redis.Redis:
-        return real_redis
+class TestRealRedis(QueueStateContract, OnRealRedis):
+    """The contract on a private redis-server."""

@@ -13,6 +13,7 @@ from fluxes.joblist.model import ReadModel
 from fluxes.joblist.store import JobListStore
 from fluxes.store.eventstore import EventStore
 from fluxes.store.keys import GROUP_JOBLIST, Keys
+from tests.backends import OnFakeRedis, OnRealRedis
 from workers import joblist as joblist_worker
 from workers.joblist import JobListWorker
 
@@ -131,13 +132,9 @@ class JobListContract:
         assert client.xpending(KEYS.journal(0), GROUP_JOBLIST)["pending"] == 0
 
 
-class TestFakeRedis(JobListContract):
-    @pytest.fixture
-    def client(self, fake_redis: redis.Redis) -> redis.Redis:
-        return fake_redis
+class TestFakeRedis(JobListContract, OnFakeRedis):
+    """The contract on fakeredis."""
 
 
-class TestRealRedis(JobListContract):
-    @pytest.fixture
-    def client(self, real_redis: redis.Redis) -> redis.Redis:
-        return real_redis
+class TestRealRedis(JobListContract, OnRealRedis):
+    """The contract on a private redis-server."""

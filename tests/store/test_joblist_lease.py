@@ -15,6 +15,7 @@ from fluxes.joblist.model import ReadModel
 from fluxes.joblist.rebuild import rebuild
 from fluxes.joblist.store import JobListStore, id_before
 from fluxes.store.eventstore import EventStore, FencedError, journal_entry
+from tests.backends import OnFakeRedis, OnRealRedis
 from tests.store.test_joblist import KEYS, LIFE, T, _expected, _redis_model, _submit
 from workers import joblist as joblist_worker
 from workers.joblist import JobListWorker
@@ -255,13 +256,9 @@ def test_id_before() -> None:
     assert id_before("0-0") == "0-0"
 
 
-class TestFakeRedis(LeaseContract):
-    @pytest.fixture
-    def client(self, fake_redis: redis.Redis) -> redis.Redis:
-        return fake_redis
+class TestFakeRedis(LeaseContract, OnFakeRedis):
+    """The contract on fakeredis."""
 
 
-class TestRealRedis(LeaseContract):
-    @pytest.fixture
-    def client(self, real_redis: redis.Redis) -> redis.Redis:
-        return real_redis
+class TestRealRedis(LeaseContract, OnRealRedis):
+    """The contract on a private redis-server."""
