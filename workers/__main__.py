@@ -11,10 +11,13 @@ exit status: plain text on a terminal, a JSON log record otherwise (see
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 KINDS = ("ingest", "job-manager", "scheduler", "job-list", "exec")
+#: Set to 1 by a launcher that was told --insecure, for the workers it starts.
+ENV_INSECURE = "FLUXES_INSECURE"
 
 
 #: ``--metrics-port`` values that mean "no metrics server" (a unit's default can be turned off).
@@ -54,6 +57,9 @@ def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
     parser.add_argument("--partition", type=int, default=0, help="job-manager partition")
     parser.add_argument("--ranks", default=None, help="exec: the ranks served (idset)")
     parser.add_argument("--state-dir", default=None, help="exec: where task files live")
+    parser.add_argument("--insecure", action="store_true",
+                        help="accept a Redis other machines reach without a password or ACL "
+                             f"user (also ${ENV_INSECURE}=1)")
     parser.add_argument("--metrics-port", type=metrics_port, default=None, metavar="PORT",
                         help="serve Prometheus metrics on PORT (0: any free port, shown by "
                              "'fluxes status'; off: none, the default)")
@@ -63,6 +69,21 @@ def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the worker until it is told to stop."""
     return run_args(build_parser().parse_args(argv))
+
+
+def refuse_open_redis(uri: str | None) -> None:
+    """FluxesError when ``uri`` (or the environment's) is a Redis other machines reach
+    with no password or ACL user, as ``fluxes start --redis`` refuses: anyone on the
+    network could write to it and run jobs as the instance owner."""
+    from fluxes.env import ENV_REDIS_URL, ENV_URI
+    from fluxes.errors import FluxesError
+    from fluxes.security import apply_credentials, shared_redis_problem
+
+    text = uri or os.environ.get(ENV_URI) or os.environ.get(ENV_REDIS_URL)
+    url = apply_credentials(text)[0]
+    problem = shared_redis_problem(url) if url else None
+    if problem:
+        raise FluxesError(problem)
 
 
 def run_args(args: argparse.Namespace) -> int:
@@ -76,7 +97,10 @@ def run_args(args: argparse.Namespace) -> int:
         setup_logging("fluxes.metrics").info("serving metrics", extra={"port": port})
     from fluxes.instance import Instance
 
-    instance = Instance.connect(getattr(args, "uri", None), client_name=f"fluxes-{args.kind}")
+    uri = getattr(args, "uri", None)
+    if not (args.insecure or os.environ.get(ENV_INSECURE) == "1"):
+        refuse_open_redis(uri)
+    instance = Instance.connect(uri, client_name=f"fluxes-{args.kind}")
     if args.kind == "ingest":
         from workers.ingest import IngestWorker
         return IngestWorker(instance, args.name).run()

@@ -92,6 +92,9 @@ def _check_shared_redis(args: argparse.Namespace) -> None:
     problem = shared_redis_problem(url)
     if problem and not args.insecure:
         die(problem)
+    if problem:
+        # the workers this start runs make the same check: tell them it was waived
+        os.environ["FLUXES_INSECURE"] = "1"
 
 
 def _start(args: argparse.Namespace) -> int:

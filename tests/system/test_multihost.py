@@ -145,7 +145,8 @@ class Cluster:
 
     def add_worker(self, name: str, host: netns.Host, kind: str, *args: str) -> None:
         """Define and start ``python -m workers KIND`` on ``host``."""
-        argv = [sys.executable, "-m", "workers", kind, "--uri", self.uri, "--name",
+        # the test network's Redis has no password: --insecure (a private netns)
+        argv = [sys.executable, "-m", "workers", kind, "--insecure", "--uri", self.uri, "--name",
                 f"{name}@{host.name}", *args]
         self.workers[name] = Worker(name, host, argv)
         self.start(name)

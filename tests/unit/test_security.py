@@ -283,3 +283,21 @@ def test_write_credentials_chowns_only_as_root(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
     write_credentials(path, Credentials("redis://h", "x"), uid=12345, gid=None)
     assert path.stat().st_uid == (12345 if os.geteuid() == 0 else os.geteuid())
+
+
+def test_workers_refuse_a_shared_redis_without_a_password(monkeypatch: pytest.MonkeyPatch,
+                                                          tmp_path: Path) -> None:
+    # the same rule as fluxes start --redis, checked before connecting
+    from fluxes.errors import FluxesError
+    from workers.__main__ import build_parser, refuse_open_redis
+
+    monkeypatch.setenv("FLUXES_CREDENTIALS", "")
+    with pytest.raises(FluxesError, match="a password or ACL user is required"):
+        refuse_open_redis("redis://10.255.0.1:6379?ns=fx")
+    monkeypatch.setenv("FLUXES_URI", "redis://10.255.0.1:6379?ns=fx")
+    with pytest.raises(FluxesError, match=r"10\.255\.0\.1"):
+        refuse_open_redis(None)
+    for fine in ("redis://:pw@10.255.0.1:6379?ns=fx", "redis://127.0.0.1:6379?ns=fx",
+                 f"unix://{tmp_path}/redis.sock?ns=fx"):
+        refuse_open_redis(fine)
+    assert build_parser().parse_args(["ingest", "--insecure"]).insecure
