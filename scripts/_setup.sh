@@ -1,5 +1,6 @@
 # Sourced by scripts/demo and scripts/test: makes a fresh Debian machine ready.
-# - installs redis-server from the OS packages when it is missing (needs root or sudo)
+# - installs redis-server and iproute2 (the multi-host test's network namespaces)
+#   from the OS packages when they are missing (needs root or sudo)
 # - creates .venv and installs fluxes (editable) with its test extras
 # Re-running is cheap: the pip step is skipped while pyproject.toml is unchanged.
 set -eu
@@ -19,6 +20,12 @@ apt_install() {
 if ! command -v redis-server >/dev/null 2>&1; then
     echo "setup: installing redis-server from the OS packages" >&2
     apt_install redis-server || echo "setup: could not install redis-server (not root?); tests that need it will skip" >&2
+fi
+
+if ! command -v ip >/dev/null 2>&1; then
+    # the multi-host system test builds hosts from network namespaces
+    echo "setup: installing iproute2 from the OS packages" >&2
+    apt_install iproute2 || echo "setup: could not install iproute2 (not root?); the multi-host test will skip" >&2
 fi
 
 PY=${PYTHON:-python3}
