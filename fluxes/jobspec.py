@@ -28,7 +28,7 @@ from yaml.constructor import SafeConstructor
 from yaml.resolver import Resolver
 
 from fluxes import constraints as _constraints
-from fluxes import fsd
+from fluxes import fsd, yamlguard
 from fluxes.errors import JobspecError
 from fluxes.jobspec_rules import Summary, format_path, validate
 from fluxes.priority import MAX_URGENCY, MIN_URGENCY
@@ -148,6 +148,16 @@ def _load_yaml(text: str) -> Any:
     nested input recursively in C and would crash on a few hundred thousand
     levels, and takes quadratic time long before that.
     """
+    # Our limits first, whatever the YAML library: its own (libyaml's nesting
+    # limit) may stop the text with another message before the first event.
+    found = yamlguard.scan(text, MAX_DEPTH)
+    if found.depth > MAX_DEPTH:
+        raise JobspecError(f"jobspec is nested more than {MAX_DEPTH} levels deep")
+    if found.alias is not None:
+        line, column, name = found.alias
+        raise JobspecError(
+            f"YAML line {line}, column {column}: aliases (*{name}) are not allowed in a jobspec"
+        )
     stack: list[tuple[dict[str, Any] | list[Any], list[str | int]]] = []
     keys: list[str | None] = []
     result: Any = None
@@ -490,6 +500,11 @@ class Jobspec:
         try:
             with open(path, "rb") as handle:
                 data = handle.read(max_bytes + 1)
+                if len(data) > max_bytes:
+                    # only max_bytes + 1 were read: the message must give the file's size
+                    size = os.fstat(handle.fileno()).st_size
+                    raise JobspecError(f"jobspec is larger than {max_bytes} bytes"
+                                       + (f" ({size})" if size > max_bytes else ""))
         except OSError as exc:
             raise JobspecError(f"{os.fspath(path)}: {exc.strerror or exc}") from exc
         return cls.from_yaml(data, v1=v1, max_bytes=max_bytes)

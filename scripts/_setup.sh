@@ -1,8 +1,9 @@
 # Sourced by scripts/demo and scripts/test: makes a fresh Debian machine ready.
 # - installs redis-server and iproute2 (the multi-host test's network namespaces)
 #   from the OS packages when they are missing (needs root or sudo)
-# - creates .venv and installs fluxes (editable) with its test extras
-# Re-running is cheap: the pip step is skipped while pyproject.toml is unchanged.
+# - creates .venv and installs the locked dependencies (requirements.lock, with
+#   hashes) and fluxes itself (editable)
+# Re-running is cheap: the pip step is skipped while the lock and pyproject.toml are unchanged.
 set -eu
 cd "$(dirname "$0")/.."
 
@@ -34,16 +35,20 @@ if [ ! -x .venv/bin/python ]; then
     "$PY" -m venv .venv 2>/dev/null || { apt_install python3-venv && "$PY" -m venv .venv; }
 fi
 
+# Exactly the versions CI tested: requirements.lock (hashes checked), then the
+# project itself without resolving anything (scripts/lock refreshes the lock).
+# The stamp holds the checksum of both files, so any change to either re-installs.
 stamp=.venv/.fluxes-installed
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "setup: installing fluxes and its dependencies into .venv" >&2
-    if ! { .venv/bin/python -m pip install -q --upgrade pip &&
-           .venv/bin/python -m pip install -q -e '.[test]'; } >.venv/install.log 2>&1; then
+want=$(cat requirements.lock pyproject.toml | cksum)
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+    echo "setup: installing fluxes and its locked dependencies into .venv" >&2
+    if ! { .venv/bin/python -m pip install -q --require-hashes -r requirements.lock &&
+           .venv/bin/python -m pip install -q --no-deps --no-build-isolation -e .; } >.venv/install.log 2>&1; then
         cat .venv/install.log >&2
         echo "setup: installing the Python packages failed (log above)" >&2
         exit 1
     fi
-    touch "$stamp"
+    echo "$want" >"$stamp"
 fi
 PATH="$PWD/.venv/bin:$PATH"
 export PATH
