@@ -3,7 +3,9 @@
 The ingest worker (``workers/ingest.py``) reads requests, calls
 :func:`prepare_job` for each jobspec, assigns FLUIDs and commits what this
 module prepared. Nothing here touches Redis, so every rejection path is unit
-tested.
+tested. A job no configured node could ever run is refused here with the
+scheduler's note (:class:`fluxes.feasibility.Feasibility`); the job ids its
+dependencies name are returned for the worker to look up.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from typing import Any
 import orjson
 
 from fluxes.config import InstanceConfig
+from fluxes.depend import Dependency
 from fluxes.errors import JobspecError, PolicyError
+from fluxes.feasibility import Feasibility, dependency_targets
 from fluxes.jobspec import Jobspec
 from fluxes.priority import DEFAULT_URGENCY, MAX_URGENCY, MIN_URGENCY
 from fluxes.queues import QueueState
@@ -31,14 +35,19 @@ class PreparedJob:
     urgency: int
     flags: int
     info: dict[str, Any]  # the journal extras of its submit event
+    #: its dependencies that name a job: each target must exist (the worker looks)
+    targets: tuple[Dependency, ...] = ()
 
 
 def prepare_job(item: Any, userid: int, username: str | None, config: InstanceConfig,
                 queue_states: Mapping[str | None, QueueState] | None = None,
-                is_owner: bool = False, groups: Sequence[str] = ()) -> PreparedJob:
+                is_owner: bool = False, groups: Sequence[str] = (),
+                feasibility: Feasibility | None = None) -> PreparedJob:
     """Check one submission item ``{"jobspec": obj | "yaml": text, "urgency", "flags"}``.
 
-    Raises JobspecError or PolicyError (both ValueError) with one clear line.
+    Raises JobspecError or PolicyError (both ValueError) with one clear line,
+    or InfeasibleRequest with the scheduler's note when ``feasibility`` (the
+    instance's inventory) says no node could ever run the job.
     """
     if not isinstance(item, Mapping):
         raise JobspecError("submission item must be an object")
@@ -73,6 +82,8 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
     _check_sizes(spec, config)
     admission = config.queues.admit(spec, userid, username, groups, queue_states)
     full = admission.jobspec
+    if feasibility is not None:
+        feasibility.check(full)  # with the queue's requires and defaults, as scheduled
     full_json = orjson.dumps(full.to_dict())
     info: dict[str, Any] = {
         "name": full.name, "ntasks": _ntasks(full), "nnodes": full.nnodes,
@@ -85,7 +96,7 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
     if full.cwd:
         info["cwd"] = full.cwd
     return PreparedJob(original, None if full_json == original else full_json,
-                       admission.queue, urgency, flags, info)
+                       admission.queue, urgency, flags, info, dependency_targets(full))
 
 
 def _ntasks(spec: Jobspec) -> int:

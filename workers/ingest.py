@@ -8,7 +8,11 @@ never from what the client claims. Requests (field ``d``, JSON):
   "flags": N}, ...]}``: checked (:mod:`fluxes.ingest`), given FLUIDs, stored
   (job hash, ``submit`` + ``validate`` events, a ``new`` message for the job
   manager) in one atomic commit per partition; the reply lists an id or one
-  error line per job, and nothing is stored for a rejected job;
+  error line per job, and nothing is stored for a rejected job. A job no
+  configured node could ever run is rejected with the scheduler's note
+  (:mod:`fluxes.feasibility`, against the inventory the scheduler loads), and
+  so is one whose ``after*`` dependency names a job that does not exist (one
+  pipelined EXISTS per distinct target and block of requests);
 * ``{"t": "cancel" | "urgency" | "raise", "req": ID, ...}``: forwarded to the
   job manager of each partition involved, with the authenticated userid; the
   job manager answers the client directly.
@@ -35,7 +39,8 @@ import grp
 import os
 import pwd
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -44,11 +49,13 @@ from fluxes import metrics, request_progress
 from fluxes import protocol as proto
 from fluxes.config import InstanceConfig
 from fluxes.errors import FluxesError
+from fluxes.feasibility import Feasibility, load_inventory, unknown_target
 from fluxes.ingest import PreparedJob, prepare_job
 from fluxes.instance import Instance
 from fluxes.job import events as ev
 from fluxes.jobid import MAX_GENERATOR_ID, FluidGenerator
 from fluxes.queues import QueueState, fold_queue_events
+from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_INGEST
@@ -62,7 +69,8 @@ MAX_BATCH_EVENTS = 4000
 #: Requests another ingest worker left unacknowledged this long are taken over.
 CLAIM_IDLE_MS = 10_000
 CLAIM_EVERY_S = 5.0
-#: How often the user list and configuration are re-read (queue states: every block).
+#: How often the user list, configuration and resources are re-read (queue states:
+#: every block).
 REFRESH_S = 1.0
 #: How long a request's progress record is kept: a request left unacknowledged
 #: by a dead ingest is redelivered when another ingest claims it (seconds) or
@@ -108,6 +116,10 @@ class IngestWorker(Worker):
         self._queue_log: list[Any] = []
         self._refreshed = 0.0
         self._config_text: bytes | None = None
+        #: the recorded resources and configuration the inventory was loaded from
+        self._inventory_source: tuple[bytes | None, bytes | None] | None = None
+        #: None when the inventory cannot be loaded: the scheduler then judges alone
+        self.feasibility: Feasibility | None = None
         self.fluids: FluidGenerator | None = None
         self._full: list[tuple[int, Batch, list[dict[str, Any]]]] = []
         #: per partition, the jobs each request has in the open batch, by record
@@ -136,7 +148,7 @@ class IngestWorker(Worker):
     # ------------------------------------------------------------ refresh
 
     def refresh(self, force: bool = False) -> None:
-        """Re-read users and configuration (cheap, once a second)."""
+        """Re-read users, configuration and resources (cheap, once a second)."""
         now = time.monotonic()
         if not force and now - self._refreshed < REFRESH_S:
             return
@@ -144,8 +156,9 @@ class IngestWorker(Worker):
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.users)
         pipe.hget(self.keys.instance, "config")
+        pipe.hget(self.keys.instance, "resources")
         changed = False
-        users_raw, config_text = pipe.execute()
+        users_raw, config_text, resources = pipe.execute()
         users = {self.owner: self.owner_uid}
         for name, uid in users_raw.items():
             users[name.decode()] = int(uid)
@@ -163,6 +176,23 @@ class IngestWorker(Worker):
                 self.log.error("bad configuration kept the old one", extra={"error": str(exc)})
         if changed:
             self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
+        if (resources, config_text) != self._inventory_source:
+            self._inventory_source = (resources, config_text)
+            self._load_inventory(resources)
+
+    def _load_inventory(self, resources: bytes | None) -> None:
+        """Build the feasibility check from the inventory the scheduler loads.
+
+        Resources that cannot be read here (a ``resource.path`` file missing on
+        this host, none configured) turn the check off rather than refuse
+        every job: the scheduler still denies what it cannot run.
+        """
+        try:
+            self.feasibility = Feasibility(load_inventory(resources, self.config))
+        except (ValueError, FluxesError) as exc:
+            self.feasibility = None
+            self.log.warning("jobs are not checked against the resources at submission",
+                             extra={"error": str(exc)})
 
     def sync_queues(self) -> None:
         """Apply the queue admin events written since the last call (one XRANGE, usually empty).
@@ -261,11 +291,18 @@ class IngestWorker(Worker):
                     continue
                 requests.append((user, uid, request))
         recorded = self._recorded(requests) if redelivered else {}
+        # every job of the block is checked first, so that the dependency
+        # targets of all of them are looked up in one round trip
+        checked = {n: self._check_jobs(request, user, uid, recorded.get(n))
+                   for n, (user, uid, request) in enumerate(requests)
+                   if request.get("t") == "submit"}
+        existing = self._existing_targets(checked.values())
         for n, (user, uid, request) in enumerate(requests):
             reply_key = keys.reply(user, request["req"][:64])
             kind = request.get("t")
             if kind == "submit":
-                answer = self._submit(request, user, uid, batches, new_msgs, recorded.get(n))
+                answer = self._create(request, user, uid, checked[n], existing, batches,
+                                      new_msgs)
                 replies.append((reply_key, orjson.dumps(answer)))
             elif kind in ("cancel", "urgency", "raise"):
                 error = self._forward(request, uid, reply_key, forwards)
@@ -314,22 +351,28 @@ class IngestWorker(Worker):
     def _submit(self, request: Mapping[str, Any], user: str, uid: int,
                 batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]],
                 done: Mapping[int, int] | None = None) -> dict[str, Any]:
-        """Check and create a request's jobs; jobs in ``done`` (index -> id) exist already."""
+        """Check and create one request's jobs; jobs in ``done`` (index -> id) exist already."""
+        checked = self._check_jobs(request, user, uid, done)
+        return self._create(request, user, uid, checked, self._existing_targets([checked]),
+                            batches, new_msgs)
+
+    def _check_jobs(self, request: Mapping[str, Any], user: str, uid: int,
+                    done: Mapping[int, int] | None = None) -> _Checked:
+        """Check a request's jobs (no Redis); jobs in ``done`` (index -> id) exist already."""
         done = done or {}
         jobs = request.get("jobs")
         limits = self.config.ingest
         if not isinstance(jobs, list) or not jobs:
-            return {"errors": ["submit request has no jobs"]}
+            return _Checked({"errors": ["submit request has no jobs"]})
         if len(jobs) > limits.max_jobs_per_request and not done:
-            return {"errors": [f"request has {len(jobs)} jobs, the limit is "
-                               f"{limits.max_jobs_per_request}"]}
-        results: list[dict[str, Any]] = []
-        prepared: list[PreparedJob] = []
+            return _Checked({"errors": [f"request has {len(jobs)} jobs, the limit is "
+                                        f"{limits.max_jobs_per_request}"]})
+        out = _Checked()
         cache: dict[bytes, PreparedJob | str] = {}
         for index, item in enumerate(jobs):
             created = done.get(index)
             if created is not None:
-                results.append({"id": created})
+                out.results.append({"id": created})
                 continue
             # identical jobspecs in one request (bulk submission) are checked once
             cache_key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS) \
@@ -339,16 +382,55 @@ class IngestWorker(Worker):
                 try:
                     found = prepare_job(item, uid, user, self.config, self.queue_states,
                                         groups=user_groups(user, uid),
-                                        is_owner=uid == self.owner_uid)
+                                        is_owner=uid == self.owner_uid,
+                                        feasibility=self.feasibility)
                 except (ValueError, FluxesError) as exc:
                     found = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 if cache_key:
                     cache[cache_key] = found
             if isinstance(found, str):
-                results.append({"error": found})
+                out.results.append({"error": found})
             else:
-                prepared.append(found)
-                results.append({})
+                out.prepared.append((index, found))
+                out.results.append({})
+        return out
+
+    def _existing_targets(self, checked: Iterable[_Checked]) -> set[int]:
+        """Which of the jobs named by the checked jobs' dependencies exist.
+
+        One pipelined EXISTS per distinct target, each on the target's job
+        hash (in its own partition), in one round trip (one per slot on a
+        cluster); none at all when no job names another.
+        """
+        targets = sorted({dep.target for c in checked for _i, job in c.prepared
+                          for dep in job.targets if dep.target is not None})
+        if not targets:
+            return set()
+        keys = [self.keys.job(target) for target in targets]
+        replies = execute_grouped(self.redis, [(key, ("EXISTS", key)) for key in keys])
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return {target for target, found in zip(targets, replies, strict=True) if found}
+
+    def _create(self, request: Mapping[str, Any], user: str, uid: int, checked: _Checked,
+                existing: set[int], batches: dict[int, Batch],
+                new_msgs: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+        """Give the checked jobs ids and add them to the batches; the request's answer.
+
+        A job whose dependency names a job not in ``existing`` is refused
+        here, and nothing is stored for it.
+        """
+        if checked.answer is not None:
+            return checked.answer
+        results = checked.results
+        prepared: list[PreparedJob] = []
+        for index, job in checked.prepared:
+            missing = unknown_target(job.targets, existing) if job.targets else None
+            if missing is not None:
+                results[index] = {"error": missing}
+            else:
+                prepared.append(job)
         assert self.fluids is not None
         ids = iter(self.fluids.next_n(len(prepared)))
         now = time.time()
@@ -486,6 +568,17 @@ class IngestWorker(Worker):
             for stream, ids in leftover_acks.items():
                 pipe.xack(stream, GROUP_INGEST, *ids)
             pipe.execute()
+
+
+@dataclass(slots=True)
+class _Checked:
+    """A submit request after its jobs were checked: a request-wide refusal
+    (``answer``), or per job a placeholder or its answer (``results``) and the
+    jobs that passed, by index (``prepared``)."""
+
+    answer: dict[str, Any] | None = None
+    results: list[dict[str, Any]] = field(default_factory=list)
+    prepared: list[tuple[int, PreparedJob]] = field(default_factory=list)
 
 
 def _record_name(user: str, request: Mapping[str, Any]) -> str:

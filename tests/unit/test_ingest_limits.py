@@ -209,3 +209,39 @@ def test_jobs_per_request_default() -> None:
     request = {"t": "submit", "req": "r1", "jobs": [{}] * 10_001}
     answer = worker._submit(request, "owner", OWNER, {}, {})
     assert answer == {"errors": ["request has 10001 jobs, the limit is 10000"]}
+
+
+# -- a jobspec file over the limit (read by the client, only max_bytes + 1 of it) ------------
+
+
+@pytest.mark.parametrize("size", [10 << 20, (1 << 20) + 1])
+def test_jobspec_file_over_the_limit_gives_its_real_size(tmp_path: Any, size: int) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_bytes(b"x: " + b"a" * (size - 3))
+    with pytest.raises(JobspecError) as info:
+        Jobspec.from_file(path)
+    assert str(info.value) == f"jobspec is larger than 1048576 bytes ({size})"
+
+
+def test_jobspec_stream_over_the_limit_does_not_guess_its_size(tmp_path: Any) -> None:
+    import os
+    import threading
+
+    fifo = tmp_path / "spec.fifo"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as out:
+            try:
+                out.write(b"x: " + b"a" * (2 << 20))
+            except BrokenPipeError:
+                pass  # the reader stops after the limit
+
+    writer = threading.Thread(target=feed)
+    writer.start()
+    try:
+        with pytest.raises(JobspecError) as info:
+            Jobspec.from_file(fifo)
+    finally:
+        writer.join()
+    assert str(info.value) == "jobspec is larger than 1048576 bytes"
