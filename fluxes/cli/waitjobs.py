@@ -30,40 +30,43 @@ _CHUNK = 1000
 def active_jobs_of(inst: Instance, user: str | None = None) -> list[int]:
     """The active jobs of ``user`` (default: you), oldest first.
 
-    The job list is read first; the journal entries it has not folded yet
-    are read too, so a job submitted just before is never missed.
+    The job list's folded positions are read first, then the job list, then
+    the journal entries after those positions: the job list read second
+    includes at least everything up to the positions, and the journal holds
+    the rest, so a job folded while this runs is in one or the other (read
+    the other way round, it could be in neither).
     """
     from fluxes.cli.cmd_jobs import select_jobs, user_id
+    from fluxes.joblist.store import JobListStore
 
     uid = user_id(inst, user)
+    lists = JobListStore(inst.redis, inst.keys)
+    positions = {p: lists.folded_position(p) for p in range(inst.keys.partitions)}
     ids = [rec.id for rec in select_jobs(inst, states="active", user=str(uid))]
     ids.reverse()
     seen = set(ids)
-    for jobid in _unfolded_submissions(inst, uid):
+    for jobid in _unfolded_submissions(inst, uid, positions):
         if jobid not in seen:
             seen.add(jobid)
             ids.append(jobid)
     return ids
 
 
-def _unfolded_submissions(inst: Instance, uid: int) -> Iterable[int]:
-    """Jobs of ``uid`` submitted in journal entries the job list has not folded yet.
+def _unfolded_submissions(inst: Instance, uid: int,
+                          positions: dict[int, str | None]) -> Iterable[int]:
+    """Jobs of ``uid`` submitted in journal entries after ``positions`` (partition ->
+    folded position).
 
     Users without the right to read the job list's position (``XINFO``) get
     none: for them the job list alone answers, a few milliseconds behind.
     """
     import orjson
-    import redis
 
-    from fluxes.joblist.store import JobListStore
     from fluxes.store.eventstore import EventStore
 
-    lists = JobListStore(inst.redis, inst.keys)
     events = EventStore(inst.redis, inst.keys)
-    for partition in range(inst.keys.partitions):
-        try:
-            position, _read = lists.position(partition)
-        except redis.RedisError:
+    for partition, position in positions.items():
+        if position is None:
             continue
         for entries in events.iter_journal(partition, after=position):
             for entry in entries:

@@ -21,6 +21,7 @@ the group's pending list, out of the new folder's sight.
 from __future__ import annotations
 
 import hashlib
+import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -165,6 +166,60 @@ class JobListStore:
                 entries_read = None  # the group's count was off: let Redis estimate
         return id_before(oldest), entries_read
 
+    def folded_position(self, partition: int) -> str | None:
+        """The folded position, read without writing anything (:meth:`position` may
+        create the group): "0-0" before anything was folded, None when a user's ACL
+        does not allow reading it."""
+        journal = self.keys.journal(partition)
+        try:
+            groups = self.redis.xinfo_groups(journal)
+        except redis.exceptions.NoPermissionError:
+            return None
+        except redis.ResponseError:
+            return "0-0"  # no journal yet
+        for group in groups:
+            if _text(group["name"]) != GROUP_JOBLIST:
+                continue
+            last = _text(group["last-delivered-id"])
+            if group["pending"]:
+                # read by an older folder and never written: not folded
+                last = id_before(_text(self.redis.xpending(journal, GROUP_JOBLIST)["min"]))
+            return last
+        return "0-0"
+
+    def journal_marks(self) -> dict[int, str]:
+        """The id of the newest entry of every partition's journal ("0-0" when empty):
+        what a reader must see folded to see every job written before it asked."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.keys.partitions):
+            pipe.xrevrange(self.keys.journal(p), count=1)
+        return {p: (_text(last[0][0]) if last else "0-0")
+                for p, last in enumerate(pipe.execute())}
+
+    def behind(self, marks: dict[int, str]) -> dict[int, str]:
+        """Those of ``marks`` (partition -> journal id) the read model has not folded
+        up to yet. A partition whose position cannot be read counts as caught up:
+        a reader without the right to see it gets the read model as it is."""
+        out = {}
+        for partition, mark in marks.items():
+            if mark == "0-0":
+                continue
+            folded = self.folded_position(partition)
+            if folded is not None and stream_id_key(folded) < stream_id_key(mark):
+                out[partition] = mark
+        return out
+
+    def catch_up(self, timeout: float, pause: float = 0.02) -> dict[int, str]:
+        """Wait (up to ``timeout`` seconds) until the read model includes every journal
+        entry written before this call: read-your-writes for a reader that then reads
+        the model. Returns the partitions still behind (empty once caught up)."""
+        left = self.behind(self.journal_marks())
+        deadline = time.monotonic() + timeout
+        while left and time.monotonic() < deadline:
+            time.sleep(pause)
+            left = self.behind(left)
+        return left
+
     def take_over(self, partition: int, holder: str, ttl_ms: int) -> str:
         """Take the partition's job-list lease whoever holds it; the new fencing token.
 
@@ -245,6 +300,12 @@ def _position(position: str, entries_read: int | None) -> tuple[Any, ...]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def stream_id_key(stream_id: str) -> tuple[int, int]:
+    """A stream id as a pair of numbers, for comparing ids in order."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def id_before(stream_id: str) -> str:

@@ -132,6 +132,51 @@ class JobListContract:
         assert client.xpending(KEYS.journal(0), GROUP_JOBLIST)["pending"] == 0
 
 
+    def test_wait_all_sees_a_job_folded_while_it_reads(
+            self, instance: Instance, client: redis.Redis,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """``job wait --all`` must not miss a job the job list folds between its reads
+        of the job list and of the journal (it used to be in neither)."""
+        from fluxes.cli import cmd_jobs, waitjobs
+
+        store = EventStore(client, KEYS)
+        client.set(KEYS.jm_fence(0), "1")
+        worker = JobListWorker(instance)
+        worker.setup()
+        for jobid in (3, 6):  # both of user 1000
+            events, extra = _submit(jobid)
+            batch = store.batch()
+            batch.append(KEYS.eventlog(jobid), jobid, 0, events, [extra, None])
+            store.commit(batch)
+        real_select = cmd_jobs.select_jobs
+
+        def select_then_fold(*args: object, **kwargs: object) -> object:
+            found = real_select(*args, **kwargs)  # type: ignore[arg-type]
+            worker.step()  # the job-list worker folds both jobs right after the read
+            return found
+
+        monkeypatch.setattr(cmd_jobs, "select_jobs", select_then_fold)
+        monkeypatch.setattr(cmd_jobs, "user_id", lambda inst, user=None: 1000)
+        assert waitjobs.active_jobs_of(instance) == [3, 6]
+
+    def test_catch_up_waits_for_what_was_written_before(
+            self, instance: Instance, client: redis.Redis) -> None:
+        store = EventStore(client, KEYS)
+        lists = JobListStore(client, KEYS)
+        worker = JobListWorker(instance)
+        worker.setup()
+        assert lists.catch_up(timeout=0) == {}
+        events, extra = _submit(1)
+        batch = store.batch()
+        batch.append(KEYS.eventlog(1), 1, 0, events, [extra, None])
+        store.commit(batch)
+        mark = lists.journal_marks()[0]
+        assert lists.catch_up(timeout=0.05) == {0: mark}
+        worker.step()
+        assert lists.catch_up(timeout=0) == {}
+        assert lists.folded_position(0) == mark
+
+
 class TestFakeRedis(JobListContract, OnFakeRedis):
     """The contract on fakeredis."""
 
