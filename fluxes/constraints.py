@@ -163,10 +163,11 @@ class Constraint:
             for name, negated in self.args:
                 if not result:
                     break
+                having = rset.ranks_with_property(name) | _ranks_named(rset, name)
                 if negated:
-                    result -= rset.ranks_with_property(name)
+                    result -= having
                 else:
-                    result &= rset.ranks_with_property(name)
+                    result &= having
             return result
         if op == "ranks" and self._ids is not None:
             return every & self._ids
@@ -190,6 +191,22 @@ class Constraint:
                 break
             result &= child._eval(rset, every)
         return every - result if op == "not" else result
+
+
+def _ranks_named(rset: ResourceSet, name: str) -> IDSet:
+    """Ranks whose hostname is exactly *name*: a host's name is one of its properties.
+
+    flux-core matches ``{"properties": ["foo5"]}`` on host foo5 (and
+    ``^foo5`` on every other host), so fluxes does too.  A name that cannot
+    be a single hostname (``n[1-2]``, ``a,b``) names no host.
+    """
+    if not rset.has_hostnames:
+        return IDSet()
+    try:
+        host = Hostlist([name])
+    except ValueError:
+        return IDSet()
+    return rset.ranks_for_hosts(host, ignore_unknown=True)
 
 
 # -- parsing -----------------------------------------------------------------------

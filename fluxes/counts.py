@@ -6,7 +6,7 @@ A count says how many of a resource a job accepts.  Jobspec may write it as
 * an RFC 22 idset string: exactly one of the listed numbers (``"1,3,5-7"``);
 * an RFC 45 range string: ``min-max[:operand[:operator]]`` or
   ``min+[:operand[:operator]]``, optionally in brackets (``"2-8:2:*"``);
-* a mapping ``{min, max, operator, operand}`` (``max`` optional).
+* a mapping ``{min, max, operator, operand}`` (all but ``min`` optional).
 
 :class:`Count` holds any of these, checks the RFC rules, answers membership
 and "largest accepted value not above n" questions for the scheduler, and
@@ -26,17 +26,23 @@ from fluxes.idset import MAX_ID, IDSet
 
 __all__ = ["MAX_COUNT", "OPERATORS", "Count"]
 
-#: Largest count accepted in any form.  Idset counts are limited to this by
-#: RFC 22 decoding anyway, and flux-core stores counts as C ``unsigned int``;
-#: one bound for every form keeps "1-N" and "[1-N]"-as-idset consistent.
-MAX_COUNT: Final = MAX_ID
+#: Largest count accepted in any form: flux-core stores counts as C
+#: ``unsigned int`` and keeps ``UINT_MAX`` for "no upper bound".  Idset
+#: counts are also limited by RFC 22 decoding (``fluxes.idset.MAX_ID``, which
+#: is smaller); a lone number or ``lo-hi`` above that is read as a range, as
+#: flux-core does, so "1-N" means the same however it is read.
+MAX_COUNT: Final = 2**32 - 2
 
 #: The RFC 14 operators: the next accepted value after ``v`` is ``v + operand``,
 #: ``v * operand`` or ``v ** operand`` respectively.
 OPERATORS: Final = ("+", "*", "^")
 
 _MAX_DIGITS = len(str(MAX_COUNT))
+_MAX_ID_DIGITS = len(str(MAX_ID))
 _DICT_KEYS = ("min", "max", "operator", "operand")
+
+# A count string that is one number or one "lo-hi" run (no leading zeros).
+_SIMPLE_RUN = re.compile(r"([1-9][0-9]*)(?:-([1-9][0-9]*))?")
 
 # Loose on purpose: the numbers and operator are checked one by one afterwards
 # so that the message can name the offending field.
@@ -109,9 +115,10 @@ class Count:
     ``ValueError`` whose message names the field, e.g.
     ``"max (2) is less than min (4)"``.
 
-    Iterating a count yields its accepted values in ascending order; iterating
-    an unbounded count raises ``ValueError`` (use :meth:`values` with a limit
-    or :meth:`largest_at_most` instead).
+    Iterating a count yields its accepted values in ascending order.  An
+    unbounded count stops at ``MAX_COUNT``, the largest count there is (as
+    flux-core's iteration stops at its ``COUNT_MAX``), so ``2+:2:*`` yields
+    2, 4, ..., 2**31; :meth:`values` with a limit stops earlier.
     """
 
     min: int
@@ -150,9 +157,10 @@ class Count:
 
         ``value`` is a positive int (not a bool), an RFC 22 idset string, an
         RFC 45 range string or a mapping with ``min`` and optionally ``max``,
-        ``operator`` and ``operand`` (the last two together; defaults ``+``
-        and 1).  A ``Count`` is returned unchanged.  Raises ``ValueError``
-        naming the problem for anything else.
+        ``operator`` and ``operand`` (each optional on its own, as in
+        flux-core: defaults no upper bound, ``+`` and 1).  A ``Count`` is
+        returned unchanged.  Raises ``ValueError`` naming the problem for
+        anything else.
         """
         if isinstance(value, Count):
             return value
@@ -183,6 +191,16 @@ class Count:
             )
         if "+" in body or ":" in body:
             return cls._decode_range(text, body)
+        simple = _SIMPLE_RUN.fullmatch(body)
+        if simple is not None:
+            last = simple[2] or simple[1]
+            if len(last) > _MAX_ID_DIGITS or int(last) > MAX_ID:
+                # Too large for an idset but fine as a range: flux-core's
+                # count_decode() falls back to the range reading the same way.
+                if simple[2] is None:
+                    n = _number("count", simple[1], text)
+                    return cls(n, n)
+                return cls(_number("min", simple[1], text), _number("max", simple[2], text))
         # IDSet names the problem itself ("invalid idset '1-': ...").
         ids = IDSet(text)
         if not ids:
@@ -217,11 +235,9 @@ class Count:
                 raise ValueError(f"unknown key {shown} (expected min, max, operator, operand)")
         if "min" not in mapping:
             raise ValueError("missing required key 'min'")
-        if ("operator" in mapping) != ("operand" in mapping):
-            given, missing = ("operator", "operand")
-            if "operand" in mapping:
-                given, missing = missing, given
-            raise ValueError(f"{given} is given without {missing}; give both or neither")
+        # flux-core's count_create() defaults operator and operand one by one
+        # ({min: 1, max: 3, operand: 2} is 1, 3), so fluxes does too; the
+        # rules below still refuse '*' or '^' without an operand of 2 or more.
         low = _check_int("min", mapping["min"])
         high = _check_int("max", mapping["max"]) if "max" in mapping else None
         operator = mapping.get("operator", "+")
@@ -318,15 +334,12 @@ class Count:
     def values(self, limit: int | None = None) -> Iterator[int]:
         """Accepted values in ascending order, stopping after ``limit`` if given.
 
-        Raises ``ValueError`` (at once, not on the first ``next``) when the
-        count is unbounded and no ``limit`` is given, or ``limit`` is not an int.
+        Without a limit, an unbounded count stops at ``MAX_COUNT``.  The
+        values come lazily, one at a time.  Raises ``ValueError`` (at once,
+        not on the first ``next``) if ``limit`` is not an int.
         """
         if limit is None:
-            if self.max is None:
-                raise ValueError(
-                    f"cannot list the values of unbounded count {self.encode()!r}; give a limit"
-                )
-            limit = self.max
+            limit = MAX_COUNT if self.max is None else self.max
         elif isinstance(limit, bool) or not isinstance(limit, int):
             raise ValueError(f"limit must be an integer, not {type(limit).__name__}")
         elif self.max is not None:
@@ -354,7 +367,7 @@ class Count:
                 value = _next_power(value, self.operand, limit)
 
     def __iter__(self) -> Iterator[int]:
-        """Accepted values in ascending order; ``ValueError`` if the count is unbounded."""
+        """Accepted values in ascending order, up to ``MAX_COUNT`` if unbounded."""
         return self.values()
 
     # -- encoding ------------------------------------------------------------

@@ -137,7 +137,8 @@ def format_duration(seconds: float, precision: int = _DEFAULT_PRECISION) -> str:
     value, else ``s``; values below 0.1 s (but not zero) use ``ms``.  The
     number has at most ``precision`` significant digits, written like C's
     ``%g`` (trailing zeros dropped): ``0.001 -> "1ms"``, ``90 -> "1.5m"``,
-    ``3600 -> "1h"``, ``0 -> "0s"``, ``inf -> "inf"``.  With the default
+    ``3600 -> "1h"``, ``0 -> "0s"``, ``inf -> "infinity"`` (as flux-core's
+    ``fsd_format_duration``; both ``inf`` and ``infinity`` parse back).  With the default
     precision of 6, ``parse_duration`` of the result is within a relative
     error of 5e-6 of ``seconds``.  Raises ``ValueError`` if ``seconds`` is
     negative, NaN, not a number, or ``precision`` is not in 1..17.
@@ -152,7 +153,7 @@ def format_duration(seconds: float, precision: int = _DEFAULT_PRECISION) -> str:
         seconds = _int_to_float(seconds)
     value = _check_number(seconds, repr(seconds))
     if math.isinf(value):
-        return "inf"
+        return "infinity"
     if 0 < value < 0.1:
         # 12.3ms reads better than 0.0123s, and 1.23e-05ms is still parseable.
         return f"{value * 1000.0:.{precision}g}ms"

@@ -6,7 +6,9 @@ A hostlist string is a comma separated list of expressions
 
 :class:`Hostlist` stores its hosts as *runs*: a prefix, a suffix and a range
 of consecutive numbers printed with a minimum width, so ``node[0-99999]`` is
-one small tuple, not 100,000 strings.  See ``docs/formats/hostlist.md``.
+one small tuple, not 100,000 strings.  The encoding follows flux-core: only a
+trailing number is written in brackets (``foo[1,3]-bar`` is written back as
+``foo1-bar,foo3-bar``).  See ``docs/formats/hostlist.md``.
 """
 
 from __future__ import annotations
@@ -159,11 +161,28 @@ def _default_run(host: str) -> _Run:
     return _literal(host)
 
 
+def _trailing_run(host: str) -> _Run:
+    """Run for *host* as flux-core writes it: only a trailing digit run is a number.
+
+    ``foo12`` is ``foo`` + 12; ``foo1-bar`` and ``foo`` have no number and
+    are written as they are, never inside brackets.
+    """
+    end = len(host)
+    start = end
+    while start > 0 and host[start - 1].isdigit():
+        start -= 1
+    if start == end or end - start > MAX_DIGITS:
+        return _literal(host)
+    digits = host[start:]
+    return _make_run(host[:start], "", int(digits), int(digits), _width_of(digits))
+
+
 def _shared_frame(first: str, second: str) -> tuple[str, str, str, str] | None:
     """Split two hosts that differ in exactly one digit run around that run.
 
     Returns ``(prefix, suffix, first_digits, second_digits)`` so that, e.g.,
-    ``foo0-eth2`` and ``foo1-eth2`` can share the run ``foo[0-1]-eth2``.
+    ``foo0-eth2`` and ``foo1-eth2`` can share one run in memory (the encoding
+    still writes them one by one, as flux-core does: see ``_flux_runs``).
     """
     a = _DIGITS.split(first)
     b = _DIGITS.split(second)
@@ -208,20 +227,22 @@ def _same_group(first: str, run: _Run, other: _Run) -> bool:
 
 
 def _natural_key(host: str) -> str:
-    """Sort key: text compared as text, digit runs by value, then by length.
+    """Sort key: text compared as text, digit runs by printed length, then value.
 
-    ``n9`` sorts before ``n10``, and ``n1`` before ``n01`` before ``n2``.  The
+    ``n9`` sorts before ``n10``, and ``n1``, ``n2`` before ``n01``: as in
+    flux-core, a zero-padded number sorts by its width first, after every
+    number written with fewer digits (``[0-20],015`` sorts to ``0..20,015``).
+    Without leading zeros, length-then-value is plain numeric order.  The
     key is one string so that sorting compares in C: a text token ends with
     ``\x00`` (lower than any hostname character, so ``a`` < ``ab``); a digit
-    token is ``chr(1 + significant digits) + those digits + chr(1 + length)``,
-    which orders by value without int(), cheap even for very long digit runs.
-    Both kinds delimit themselves, so tokens of two keys always line up.
+    token is ``chr(1 + length) + digits``, which orders as above without
+    int(), cheap even for very long digit runs.  Both kinds delimit
+    themselves, so tokens of two keys always line up.
     """
     parts = _DIGITS.split(host)
     for i in range(1, len(parts), 2):
         digits = parts[i]
-        stripped = digits.lstrip("0")
-        parts[i] = f"{chr(1 + len(stripped))}{stripped}{chr(1 + len(digits))}"
+        parts[i] = f"{chr(1 + len(digits))}{digits}"
     for i in range(0, len(parts), 2):
         parts[i] += "\x00"
     return "".join(parts)
@@ -451,10 +472,29 @@ class Hostlist:
             self._encoded = self._encode()
         return self._encoded
 
+    def _flux_runs(self) -> list[_Run]:
+        """The runs as flux-core frames the hosts: the number is a trailing digit run.
+
+        Runs with a suffix (``foo[1-3]-bar``, kept so decoding stays small)
+        are split host by host, so ``foo1-bar`` is written as it is and
+        ``a1b2,a2b2,a2b3`` as ``a1b2,a2b[2-3]``, which is what flux-core writes.
+        """
+        runs = self._runs
+        if all(run.width == 0 or not run.suffix for run in runs):
+            return runs
+        framed = Hostlist()
+        for run in runs:
+            if run.width and run.suffix:
+                for host in _iter_run(run):
+                    framed._add(_trailing_run(host))
+            else:
+                framed._add(run)
+        return framed._runs
+
     def _encode(self) -> str:
         """Build the encoding: neighbouring runs of one frame share a ``[...]``."""
         out: list[str] = []
-        runs = self._runs
+        runs = self._flux_runs()
         i = 0
         while i < len(runs):
             run = runs[i]
@@ -726,7 +766,8 @@ class Hostlist:
     def sort(self) -> None:
         """Sort in natural order: text by text, numbers by value (``n9`` before ``n10``).
 
-        Among equal numbers the shorter spelling comes first (``n1``, ``n01``).
+        As in flux-core, a zero-padded number sorts after every number written
+        with fewer digits: ``n1``, ``n2``, ``n01``.
         """
         self._sorted(unique=False)
 

@@ -20,10 +20,11 @@ from typing import Self, TypeAlias, cast
 
 __all__ = ["MAX_ID", "IDSet", "IDSetLike"]
 
-#: Largest id accepted.  RFC 22 sets no bound; flux-core stores ids as C
-#: ``unsigned int`` and reserves ``UINT_MAX`` as "invalid", so anything above
-#: this could not be read back by flux itself.
-MAX_ID = 2**32 - 2
+#: Largest id accepted.  RFC 22 sets no bound, but flux-core's idsets keep
+#: their universe size (a power of two) in a C ``unsigned int``, so no id at
+#: or past 2**31 can be stored there: flux itself refuses such ids, and so
+#: does fluxes, at every entry point.
+MAX_ID = 2**31 - 1
 
 _MAX_DIGITS = len(str(MAX_ID))
 
@@ -60,7 +61,7 @@ def _check_id(value: object, what: str) -> int:
     if n < 0:
         raise ValueError(f"{what}: id {n} is negative")
     if n > MAX_ID:
-        raise ValueError(f"{what}: id {n} exceeds the maximum id {MAX_ID}")
+        raise ValueError(f"{what}: id {n} is out of range 0-{MAX_ID}")
     return n
 
 
@@ -109,8 +110,8 @@ def _diagnose(text: str, body: str, offset: int) -> ValueError:
             if len(number) > 1 and number[0] == "0":
                 return bad(f"id {_show(number)} has a leading zero")
             if len(number) > _MAX_DIGITS:
-                return bad(f"id {number[:20]}{'...' if len(number) > 20 else ''} exceeds "
-                           f"the maximum id {MAX_ID}")
+                return bad(f"id {number[:20]}{'...' if len(number) > 20 else ''} is out "
+                           f"of range 0-{MAX_ID}")
     return bad("malformed")  # pragma: no cover - every failing case is named above
 
 
@@ -145,8 +146,8 @@ def _decode(text: str) -> tuple[list[int], list[int], int]:
             raise ValueError(f"invalid idset {_show(text)}: range '{first}-{last}' is "
                              "descending")
         if hi > MAX_ID:
-            raise ValueError(f"invalid idset {_show(text)}: id {hi} exceeds the maximum "
-                             f"id {MAX_ID}")
+            raise ValueError(f"invalid idset {_show(text)}: id {hi} is out of range "
+                             f"0-{MAX_ID}")
         if lo <= prev_hi:
             element = f"{first}-{last}" if last else first
             if lo < prev_lo:

@@ -271,10 +271,15 @@ def _number_ge0(value: object) -> bool:
     return type(value) in (int, float) and value >= 0  # type: ignore[operator]
 
 
-def _fast_count(count: object) -> bool:
-    """A schema-valid resource count."""
+#: Vertex types whose integer count must be at least 1; any other type may
+#: ask for 0 (flux-core's validator agrees: ``gpu: 0`` is a valid request).
+_POSITIVE_TYPES: Final = ("node", "slot", "core")
+
+
+def _fast_count(count: object, zero_ok: bool = False) -> bool:
+    """A schema-valid resource count (an integer 0 only if ``zero_ok``)."""
     if type(count) is int:
-        return count >= 1
+        return count >= (0 if zero_ok else 1)
     if type(count) is str:
         return len(count) > 0
     if type(count) is not dict or "min" not in count or not count.keys() <= _COUNT_KEYS:
@@ -293,7 +298,9 @@ def _fast_vertices(vertices: object) -> bool:
         if type(v) is not dict or not v.keys() <= _VERTEX_KEYS:
             return False
         kind = v.get("type")
-        if not _nonempty_str(kind) or "count" not in v or not _fast_count(v["count"]):
+        if not _nonempty_str(kind) or "count" not in v:
+            return False
+        if not _fast_count(v["count"], zero_ok=kind not in _POSITIVE_TYPES):
             return False
         if "unit" in v and type(v["unit"]) is not str:
             return False
@@ -456,7 +463,9 @@ class SlotInfo:
     ``count`` is the minimum number of such slots in the whole request (the
     slot's own count multiplied by those of enclosing vertices); ``cores`` and
     ``gpus`` are the minimum per slot; ``types`` are the resource types
-    declared inside the slot (for ``per_resource``).
+    declared inside the slot (for ``per_resource``).  A slot that holds
+    another slot further down (``slot > node > slot``) counts what that inner
+    slot holds too.
     """
 
     label: str
@@ -522,28 +531,38 @@ class _Walker:
     def __init__(self) -> None:
         self.summary = Summary()
         self.labels: dict[str, str] = {}
+        # Labels of slots that hold another slot deeper down (not task slots).
+        self.outer_slots: set[str] = set()
 
     def walk(
         self,
         vertices: list[dict[str, Any]],
         path: tuple[str, ...],
         mult: int,
-        slot: SlotInfo | None,
-        rel: int,
+        slots: tuple[tuple[SlotInfo, int], ...],
+        parent: str | None,
         in_node: bool,
     ) -> None:
         """Visit ``vertices`` found at ``path`` (pieces for :func:`join_path`).
 
-        ``mult`` is the product of the enclosing minimum counts; inside a slot
-        ``rel`` is the same product counted from the slot down.
+        ``mult`` is the product of the enclosing minimum counts.  ``slots``
+        are the enclosing slots, innermost last, each with the product of the
+        counts from that slot down to here; ``parent`` is the type of the
+        vertex that holds ``vertices`` (None at the top).
         """
         s = self.summary
         for i, vertex in enumerate(vertices):
             # Pieces, joined only for a message: a deep path is shortened then.
             here = (*path, f"[{i}]")
-            count = _decode_count(vertex["count"], (*here, ".count")).min
-            total = mult * count
             kind = vertex["type"]
+            raw = vertex["count"]
+            if type(raw) is int and raw == 0:
+                # Only types outside _POSITIVE_TYPES get here (the schema
+                # refuses 0 for the others): "none of these", e.g. gpu: 0.
+                count = 0
+            else:
+                count = _decode_count(raw, (*here, ".count")).min
+            total = mult * count
             s.counts[kind] = s.counts.get(kind, 0) + total
             label = vertex.get("label")
             if label is not None:
@@ -553,47 +572,64 @@ class _Walker:
                         f"(first used at {self.labels[label]})"
                     )
                 self.labels[label] = join_path(here)
-            inner_slot, inner_rel = slot, rel * count
+            inner = tuple((info, rel * count) for info, rel in slots)
             if kind == "slot":
-                if slot is not None:
+                if parent == "slot":
+                    # flux-core accepts a slot deeper inside another slot
+                    # (RFC 14 / flux-core use case 1.10: slot > node > slot),
+                    # but one directly inside another groups nothing.
                     raise JobspecError(
-                        f"{join_path(here)}: a slot cannot be nested inside another slot "
-                        f"({slot.path})"
+                        f"{join_path(here)}: a slot cannot be directly inside another slot "
+                        f"({slots[-1][0].path}); put a resource such as a node between them"
                     )
-                inner_slot = SlotInfo(label=str(label), path=join_path(here), count=total)
-                s.slots[inner_slot.label] = inner_slot
-                s.nslots += total
-                inner_rel = 1
-            elif slot is not None:
-                slot.types.add(kind)
+                for info, _ in slots:
+                    self.outer_slots.add(info.label)
+                new_slot = SlotInfo(label=str(label), path=join_path(here), count=total)
+                s.slots[new_slot.label] = new_slot
+                inner = (*inner, (new_slot, 1))
+            else:
+                for info, rel in slots:
+                    info.types.add(kind)
+                    if kind == "core":
+                        info.cores += rel * count
+                    elif kind == "gpu":
+                        info.gpus += rel * count
             if kind == "node":
                 if not in_node:
                     s.nnodes += total
                 # RFC 14: resources in a slot default to exclusive.
-                if vertex.get("exclusive", slot is not None):
+                if vertex.get("exclusive", bool(slots)):
                     s.exclusive = True
             elif kind == "core":
                 s.ncores += total
-                if slot is not None:
-                    slot.cores += inner_rel
             elif kind == "gpu":
                 s.ngpus += total
-                if slot is not None:
-                    slot.gpus += inner_rel
             children = vertex.get("with")
             if children:
                 self.walk(
                     children,
                     (*here, ".with"),
                     total,
-                    inner_slot,
-                    inner_rel,
+                    inner,
+                    kind,
                     in_node or kind == "node",
                 )
 
+    def finish(self) -> Summary:
+        """The summary; ``nslots`` counts task slots (slots holding no other slot)."""
+        s = self.summary
+        s.nslots = sum(
+            info.count for label, info in s.slots.items() if label not in self.outer_slots
+        )
+        return s
 
-def _check_tasks(obj: Mapping[str, Any], summary: Summary, labels: dict[str, str]) -> None:
-    """Each task names a slot and counts tasks per slot, per resource or in total."""
+
+def _check_tasks(obj: Mapping[str, Any], summary: Summary, labels: dict[str, str],
+                 outer: set[str]) -> None:
+    """Each task names a slot and counts tasks per slot, per resource or in total.
+
+    A slot in ``outer`` holds other slots; it is not expected to run tasks itself.
+    """
     used: set[str] = set()
     for i, task in enumerate(obj["tasks"]):
         here = f"tasks[{i}]"
@@ -621,7 +657,7 @@ def _check_tasks(obj: Mapping[str, Any], summary: Summary, labels: dict[str, str
                     f"declared inside slot {_show(name)} (declared: {declared})"
                 )
     for label, slot in summary.slots.items():
-        if label not in used:
+        if label not in used and label not in outer:
             summary.warnings.append(f"{slot.path}: slot {_show(label)} is not used by any task")
 
 
@@ -739,9 +775,9 @@ def validate(obj: Any, v1: bool = False) -> Summary:
     """
     check_schema(obj)
     walker = _Walker()
-    walker.walk(obj["resources"], ("resources",), 1, None, 1, False)
-    summary = walker.summary
-    _check_tasks(obj, summary, walker.labels)
+    walker.walk(obj["resources"], ("resources",), 1, (), None, False)
+    summary = walker.finish()
+    _check_tasks(obj, summary, walker.labels, walker.outer_slots)
     system = obj["attributes"].get("system")
     if system is not None:
         _check_system(system, summary)

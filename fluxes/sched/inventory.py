@@ -441,6 +441,10 @@ class Inventory:
         """Property name -> ranks having it (new IDSets, names sorted)."""
         return {name: ids.copy() for name, ids in self._props.items()}
 
+    def without(self, ranks: IDSet) -> Inventory:
+        """A new inventory without the targets of *ranks* (unknown ranks are ignored)."""
+        return Inventory(t for r, t in self._targets.items() if r not in ranks)
+
     def property_ranks(self) -> Mapping[str, IDSet]:
         """Like :attr:`properties` without copying (callers must not modify the sets)."""
         return self._props

@@ -13,12 +13,14 @@ answers the scheduler's questions:
   :meth:`~ResourcePool.allocation_of`;
 * :meth:`~ResourcePool.earliest_start` for backfilling;
 * :meth:`~ResourcePool.mark_down` / :meth:`~ResourcePool.mark_up` (drain);
+* :meth:`~ResourcePool.remove_ranks` (the instance shrinks);
 * :meth:`~ResourcePool.save` / :meth:`ResourcePool.load`.
 
 RFC 16 rules hold at all times: no core or gpu is held by two records whose
 time windows overlap, memory held on a node never exceeds its size, a job
-holding a node exclusively holds all of it, and allocated plus available is
-the inventory.  See ``docs/scheduler-pool.md``.
+holding a node exclusively holds all of it, and allocated plus available
+plus the idle resources of drained ranks is the inventory (available, as in
+flux, never counts drained ranks).  See ``docs/scheduler-pool.md``.
 """
 
 from __future__ import annotations
@@ -141,6 +143,9 @@ class ResourcePool:
         # (live serial, live version, releases replayed, state): the last
         # future state built, see _state_at.
         self._future: tuple[int, int, int, FreeState] | None = None
+        # Ranks taken out by remove_ranks: frees and drains naming them are
+        # ignored, as flux's pool does after a shrink.
+        self._removed = IDSet()
 
     # -- inventory and plans -------------------------------------------------------
 
@@ -639,6 +644,8 @@ class ResourcePool:
         """Partial release: see :meth:`free`."""
         changes: list[tuple[_Job, int, IDSet, IDSet]] = []
         for r in R.ranks:
+            if r in self._removed:
+                continue  # gone with remove_ranks: nothing to give back
             want_c = R.cores(r)
             want_g = R.gpus(r)
             for jobid in sorted(self._owners.get(r, ())):
@@ -707,11 +714,13 @@ class ResourcePool:
         cap, st = self._cap, self._state
         return self._rset_from(lambda r: (cap[r].cores - st.fc[r], cap[r].gpus - st.fg[r]))
 
-    def available(self, include_down: bool = True) -> ResourceSet:
-        """Everything not allocated now: ``allocated() | available() == inventory``.
+    def available(self, include_down: bool = False) -> ResourceSet:
+        """What new work may use now: the free resources of the ranks that are up.
 
-        Drained ranks count as available, as RFC 16 defines it; pass
-        ``include_down=False`` for what new work may use.
+        As in flux, drained (down) ranks are never available: a pool whose
+        every rank is down has nothing available.  ``include_down=True``
+        adds the free resources of drained ranks, so that
+        ``allocated() | available(include_down=True)`` is the inventory.
         """
         st = self._state
         down = st.down if not include_down else ()
@@ -762,15 +771,57 @@ class ResourcePool:
             raise ValueError(f"{where}: unknown rank(s) {unknown}")
         return ids
 
+    def _known_ranks(self, ranks: IDSet | str | Iterable[int], where: str) -> IDSet:
+        """*ranks* less those removed earlier; ValueError names ranks never known."""
+        try:
+            ids = ranks if isinstance(ranks, IDSet) else IDSet(ranks)
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        return self._ranks_arg(ids - self._removed if self._removed else ids, where)
+
     def mark_down(self, ranks: IDSet | str | Iterable[int]) -> None:
-        """Drain *ranks*: no new work goes there; work running there stays."""
-        for r in self._ranks_arg(ranks, "mark_down"):
+        """Drain *ranks*: no new work goes there; work running there stays.
+
+        Ranks taken out by :meth:`remove_ranks` are ignored.
+        """
+        for r in self._known_ranks(ranks, "mark_down"):
             self._state.set_down(r)
 
     def mark_up(self, ranks: IDSet | str | Iterable[int]) -> None:
-        """Undrain *ranks*."""
-        for r in self._ranks_arg(ranks, "mark_up"):
+        """Undrain *ranks* (ranks taken out by :meth:`remove_ranks` are ignored)."""
+        for r in self._known_ranks(ranks, "mark_up"):
             self._state.set_up(r)
+
+    def remove_ranks(self, ranks: IDSet | str | Iterable[int]) -> None:
+        """Take *ranks* out of the pool entirely: the instance shrinks (flux's
+        ``remove_ranks``).
+
+        The targets leave the inventory, so no new work, drain, plan or
+        constraint sees them again.  Allocations holding resources there are
+        not refused (flux's pool does not refuse either): they keep what they
+        hold on the other ranks, lose the removed ranks' parts (those
+        resources no longer exist), and ``free(jobid)`` still works, even
+        for a job left with nothing.  ``free(R)`` and drains that name
+        removed ranks ignore them.  Reservations that planned on a removed
+        rank are dropped (the scheduler plans again).  Removing a rank twice
+        does nothing; a rank the pool never had raises ValueError.
+        """
+        gone = self._known_ranks(ranks, "remove_ranks")
+        if not gone:
+            return
+        fresh = ResourcePool(self._inv.without(gone), clock=self._clock)
+        fresh.mark_down(IDSet(self._state.down) - gone)
+        for job in self._jobs.values():
+            parts = {r: p for r, p in job.parts.items() if r not in gone}
+            kept = job.R if len(parts) == len(job.parts) else None
+            fresh._commit(_Job(job.jobid, job.start, job.end, job.exclusive, parts, kept))
+        for jobid, job in self._reserved.items():
+            if not any(r in gone for r in job.parts):
+                fresh._reserved[jobid] = job
+        fresh._removed = self._removed | gone
+        # Rebuilding is simpler and safer than editing every index in place
+        # (free state, owners, plans, overlays); a shrink is rare.
+        vars(self).update(vars(fresh))
 
     @property
     def down(self) -> IDSet:
@@ -788,13 +839,16 @@ class ResourcePool:
 
     def save(self) -> dict[str, Any]:
         """The whole pool as JSON-ready data; :meth:`load` restores it exactly."""
-        return {
+        data: dict[str, Any] = {
             "version": 1,
             "inventory": self._inv.to_dict(),
             "down": IDSet(self._state.down).encode(),
             "allocations": [self._job_dict(job) for job in self._jobs.values()],
             "reservations": [self._job_dict(job) for job in self._reserved.values()],
         }
+        if self._removed:
+            data["removed"] = self._removed.encode()
+        return data
 
     @classmethod
     def load(cls, obj: Mapping[str, Any], clock: Callable[[], float] = time.time
@@ -806,6 +860,11 @@ class ResourcePool:
         if not isinstance(obj, Mapping) or obj.get("version") != 1:
             raise ValueError("pool: expected an object with version 1")
         pool = cls(Inventory.from_dict(obj.get("inventory", {})), clock=clock)
+        removed = _text(obj.get("removed", ""), "pool.removed")
+        try:
+            pool._removed = IDSet(removed)
+        except ValueError as exc:
+            raise ValueError(f"pool.removed: {exc}") from None
         pool.mark_down(_text(obj.get("down", ""), "pool.down"))
         for key in ("allocations", "reservations"):
             items = obj.get(key, [])

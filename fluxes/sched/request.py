@@ -463,7 +463,9 @@ def _slot_content(children: list[Any], path: str, whole_node: bool = False) -> d
         if kind == "core":
             cores = _count(child, where)
         elif kind == "gpu":
-            gpus = _count(child, where)
+            # gpu: 0 is a valid jobspec (RFC 25 / flux-core): no gpus.
+            zero = type(child.get("count")) is int and child["count"] == 0
+            gpus = 0 if zero else _count(child, where)
         elif kind == "memory":
             memory = _memory(child, where)
         elif kind == "socket":

@@ -675,9 +675,9 @@ def test_error_types_are_value_errors() -> None:
 
 def test_sockets_split_runs_not_expanded_ids() -> None:
     """A host with billions of core ids split into sockets (was a MemoryError)."""
-    inv = Inventory.from_toml('[[resource.config]]\nhosts = "n0"\ncores = "0-4294967293"\n'
+    inv = Inventory.from_toml('[[resource.config]]\nhosts = "n0"\ncores = "0-2147483645"\n'
                               "sockets = 2\n")
-    assert inv[0].sockets == (IDSet("0-2147483646"), IDSet("2147483647-4294967293"))
+    assert inv[0].sockets == (IDSet("0-1073741822"), IDSet("1073741823-2147483645"))
     inv = Inventory.from_toml('[[resource.config]]\nhosts = "n0"\ncores = "0,2,4,6,8,10"\n'
                               "sockets = 3\n")
     assert inv[0].sockets == (IDSet("0,2"), IDSet("4,6"), IDSet("8,10"))
@@ -687,7 +687,7 @@ def test_sockets_are_bounded() -> None:
     """sockets = 2147483647 would build that many IDSets (a hang)."""
     with pytest.raises(ConfigError, match=r"^resource.config\[0\].sockets: 2147483647 is more "
                                           r"than 1024 sockets$"):
-        Inventory.from_toml('[[resource.config]]\nhosts = "n0"\ncores = "0-4294967293"\n'
+        Inventory.from_toml('[[resource.config]]\nhosts = "n0"\ncores = "0-2147483645"\n'
                             "sockets = 2147483647\n")
 
 

@@ -37,12 +37,17 @@ INVALID = sorted((CASES / "invalid").glob("*.json"))
 
 
 def holds(c: dict[str, Any], rank: int, rs: ResourceSet) -> bool:
-    """Does *rank* of *rs* satisfy constraint object *c* (read straight from the RFC)?"""
+    """Does *rank* of *rs* satisfy constraint object *c* (read straight from the RFC)?
+
+    As in flux-core, a rank's hostname counts as one of its properties.
+    """
     if not c:
         return True
     ((op, values),) = c.items()
     if op == "properties":
         have = {name for name, ids in rs.properties.items() if rank in ids}
+        if rs.hostname(rank) is not None:
+            have.add(str(rs.hostname(rank)))
         return all((v[1:] not in have) if v.startswith("^") else (v in have) for v in values)
     if op == "hostlist":
         host = rs.hostname(rank)
@@ -130,6 +135,35 @@ RFC31_EXAMPLES = [
      "hostlist=host[0-1]&[ssd]"),
     ({"ranks": ["0"]}, "0", "ranks=0"),
 ]
+
+
+# flux-core: a host's name is an implicit property of its rank.
+HOSTNAME_PROPERTIES = [
+    ({"properties": ["host2"]}, "2"),
+    ({"properties": ["^host2"]}, "0-1,3"),
+    ({"properties": ["host1", "ssd"]}, "1"),
+    ({"properties": ["host2", "ssd"]}, ""),
+    ({"properties": ["^host0", "ssd"]}, "1"),
+    ({"or": [{"properties": ["host0"]}, {"properties": ["host3"]}]}, "0,3"),
+    ({"not": [{"properties": ["host3"]}]}, "0-2"),
+    ({"properties": ["host9"]}, ""),  # no such host
+    ({"properties": ["host[0-1]"]}, ""),  # a property name, not a hostlist
+    ({"properties": ["host02"]}, ""),  # names must match exactly
+]
+
+
+@pytest.mark.parametrize(("obj", "match"), HOSTNAME_PROPERTIES)
+def test_hostnames_are_properties(obj: dict[str, Any], match: str) -> None:
+    c = parse(obj)
+    assert c.match_ranks(RSET) == IDSet(match)
+    assert brute(obj, RSET) == IDSet(match)
+
+
+def test_hostname_property_without_nodelist() -> None:
+    rs = ResourceSet({"version": 1, "execution": {
+        "R_lite": [{"rank": "0-1", "children": {"core": "0"}}]}})
+    assert parse({"properties": ["host0"]}).match_ranks(rs) == IDSet()
+    assert parse({"properties": ["^host0"]}).match_ranks(rs) == IDSet("0-1")
 
 
 @pytest.mark.parametrize(("obj", "match", "text"), RFC31_EXAMPLES)
@@ -361,7 +395,8 @@ PROPS = ["a", "b", "c"]
 
 leaves: st.SearchStrategy[dict[str, Any]] = (
     st.builds(lambda v: {"properties": v},
-              st.lists(st.sampled_from(["a", "b", "c", "^a", "^b", "^d"]), max_size=3))
+              st.lists(st.sampled_from(["a", "b", "c", "^a", "^b", "^d", "h3", "^h2", "h[0-3]"]),
+                       max_size=3))
     | st.builds(lambda v: {"hostlist": v},
                 st.lists(st.sampled_from(["h[0-3]", "h5", "h[6-9]", "x", "", "h[2,11]"]),
                          max_size=2))

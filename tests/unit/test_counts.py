@@ -14,6 +14,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from fluxes.counts import MAX_COUNT, OPERATORS, Count
+from fluxes.idset import MAX_ID
 
 SPEC_DATA = Path(__file__).resolve().parents[1] / "spec-data"
 
@@ -149,6 +150,11 @@ def test_rfc45_values() -> None:
         ({"min": 2, "max": 64, "operator": "*", "operand": 2}, Count(2, 64, "*", 2)),
         ({"min": 2, "operator": "^", "operand": 2}, Count(2, None, "^", 2)),
         ({"min": 5, "max": 5}, Count(5, 5)),
+        # flux-core's count_create(): operator and operand default one by one
+        ({"min": 2, "max": 5, "operand": 3}, Count(2, 5, "+", 3)),
+        ({"min": 1, "max": 3, "operand": 2}, Count(1, 3, "+", 2)),
+        ({"min": 1, "max": 4, "operator": "+"}, Count(1, 4)),
+        ({"min": 2, "operand": 3}, Count(2, None, "+", 3)),
     ],
 )
 def test_mapping(mapping: dict[str, Any], expected: Count) -> None:
@@ -209,8 +215,8 @@ def test_repr_is_evaluable() -> None:
             {"min": 1, "max": 4, "operator": "^", "operand": 2},
             r"min \(1\) must be >= 2 for operator '\^'",
         ),
-        ({"min": 1, "max": 4, "operator": "+"}, "operator is given without operand"),
-        ({"min": 1, "max": 4, "operand": 2}, "operand is given without operator"),
+        ({"min": 2, "max": 4, "operator": "*"}, r"operand \(1\) must be >= 2 for operator '\*'"),
+        ({"min": 2, "operator": "^"}, r"operand \(1\) must be >= 2 for operator '\^'"),
         ({"max": 4}, "missing required key 'min'"),
         ({}, "missing required key 'min'"),
         ({"min": 1, "step": 2}, "unknown key 'step'"),
@@ -292,15 +298,45 @@ def test_messages_are_one_line_and_short() -> None:
 # -- queries --------------------------------------------------------------------
 
 
-def test_unbounded_iteration_raises_value_error() -> None:
+def test_unbounded_iteration_stops_at_max_count() -> None:
+    # As flux-core's count_first/count_next: an unbounded count runs up to
+    # the largest count, lazily.
     count = Count.decode("2+")
-    with pytest.raises(ValueError, match="unbounded"):
-        iter(count)
-    with pytest.raises(ValueError, match="unbounded"):
-        list(count)
+    values = iter(count)
+    assert [next(values) for _ in range(4)] == [2, 3, 4, 5]
     assert list(count.values(5)) == [2, 3, 4, 5]
     assert not count.is_bounded
     assert count.largest_at_most(10**30) == 10**30
+    assert list(Count.decode("2+:2:*")) == [2**k for k in range(1, 32)]
+    assert list(Count.decode({"min": 3, "operator": "*", "operand": 4})) == [
+        3 * 4**k for k in range(16)
+    ]
+    assert list(Count.decode("2+:2:^")) == [2, 4, 16, 256, 65536]
+    assert list(Count.decode("3+:3:^")) == [3, 27, 19683]
+    assert list(Count.decode(f"{MAX_COUNT - 2}+:2")) == [MAX_COUNT - 2, MAX_COUNT]
+
+
+@pytest.mark.parametrize(
+    ("value", "values"),
+    [
+        # flux-core's count iteration vectors
+        (1, [1]),
+        ("13", [13]),
+        ("5,7,13", [5, 7, 13]),
+        ({"min": 4, "max": 6}, [4, 5, 6]),
+        ({"min": 4, "max": 6, "operand": 1, "operator": "+"}, [4, 5, 6]),
+        ({"min": 1, "max": 3, "operand": 2}, [1, 3]),
+        ({"min": 1, "max": 3, "operand": 2, "operator": "+"}, [1, 3]),
+        ({"min": 2, "max": 16, "operand": 2, "operator": "*"}, [2, 4, 8, 16]),
+        ({"min": 2, "max": 16, "operand": 2, "operator": "^"}, [2, 4, 16]),
+        # values stop at the last one not above max
+        ("1-10:4", [1, 5, 9]),
+        ("3-47:2:*", [3, 6, 12, 24]),
+        ("2-255:2:^", [2, 4, 16]),
+    ],
+)
+def test_iteration(value: object, values: list[int]) -> None:
+    assert list(Count.decode(value)) == values
 
 
 def test_values_limit() -> None:
@@ -347,10 +383,24 @@ def test_huge_ranges_stay_cheap() -> None:
     assert count.largest_at_most(10**12) == MAX_COUNT
     assert MAX_COUNT - 1 in count
     assert next(iter(count)) == 1
-    sparse = Count.decode(f"1-{MAX_COUNT - 5},{MAX_COUNT}")
+    sparse = Count.decode(f"1-{MAX_ID - 5},{MAX_ID}")
     assert sparse.runs is not None
-    assert sparse.largest_at_most(MAX_COUNT - 1) == MAX_COUNT - 5
-    assert MAX_COUNT in sparse
+    assert sparse.largest_at_most(MAX_ID - 1) == MAX_ID - 5
+    assert MAX_ID in sparse
+
+
+def test_counts_beyond_the_idset_limit() -> None:
+    # Idsets stop at MAX_ID (2**31 - 1), counts at MAX_COUNT (2**32 - 2): a
+    # lone number or run above MAX_ID is read as a range, as flux-core does.
+    assert MAX_ID == 2**31 - 1 and MAX_COUNT == 2**32 - 2
+    assert Count.decode(f"{MAX_ID + 1}") == Count(MAX_ID + 1, MAX_ID + 1)
+    assert Count.decode(f"1-{MAX_COUNT}") == Count(1, MAX_COUNT)
+    assert Count.decode(f"[2-{MAX_ID + 1}]") == Count(2, MAX_ID + 1)
+    assert Count.decode(MAX_COUNT) == Count(MAX_COUNT, MAX_COUNT)
+    with pytest.raises(ValueError, match="out of range"):
+        Count.decode(f"1,{MAX_ID + 1}")
+    with pytest.raises(ValueError, match=r"max \(4294967295\) exceeds the maximum count"):
+        Count.decode("1-4294967295")
 
 
 @given(range_params(), st.integers(0, 2000))
@@ -476,7 +526,6 @@ def test_mapping_rules(mapping: dict[str, Any]) -> None:
     valid = (
         low >= 1
         and (high is None or high >= low)
-        and ("operator" in mapping) == ("operand" in mapping)
         and operator in OPERATORS
         and operand >= 1
         and (operator == "+" or operand >= 2)

@@ -173,7 +173,14 @@ def test_parse_bad_types(value: object) -> None:
         (86400, "1d"),
         (86400 * 365, "365d"),
         (1e300, "1.15741e+295d"),
-        (math.inf, "inf"),
+        # flux-core's fsd_format_duration vectors
+        (math.inf, "infinity"),
+        (0.001, "1ms"),
+        (5.0, "5s"),
+        (5.1, "5.1s"),
+        (62.0, "1.03333m"),
+        (4500.0, "1.25h"),
+        (103680.0, "1.2d"),
     ],
 )
 def test_format(seconds: float, text: str) -> None:
@@ -214,6 +221,13 @@ def test_format_invalid(value: float) -> None:
 
 def test_units_table() -> None:
     assert UNITS == {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def test_infinity_round_trips() -> None:
+    assert format_duration(math.inf) == "infinity"
+    assert format_duration(float("inf"), precision=1) == "infinity"
+    assert parse_duration(format_duration(math.inf)) == math.inf
+    assert parse_duration("inf") == parse_duration("infinity") == math.inf
 
 
 @given(st.floats(min_value=0.0, allow_nan=False, allow_infinity=True))

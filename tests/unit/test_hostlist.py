@@ -34,11 +34,11 @@ def expand(prefix: str, ids: list[tuple[str, str | None]], suffix: str) -> list[
     return hosts
 
 
-def natural_key(host: str) -> list[tuple[int, str, int] | tuple[int, str]]:
-    """The documented sort order: text as text, numbers by value, then by length."""
-    key: list[tuple[int, str, int] | tuple[int, str]] = []
+def natural_key(host: str) -> list[tuple[int, int] | tuple[int, str]]:
+    """The documented sort order: text as text, numbers by printed length, then value."""
+    key: list[tuple[int, int] | tuple[int, str]] = []
     for i, part in enumerate(re.split(r"([0-9]+)", host)):
-        key.append((int(part), "", len(part)) if i % 2 else (-1, part))
+        key.append((len(part), int(part)) if i % 2 else (-1, part))
     return key
 
 
@@ -233,9 +233,12 @@ ENCODE = [
     (["foo1", "foo1", "foo1"], "foo[1,1,1]"),
     (["foo1", "fooi", "foo2", "foo3"], "foo1,fooi,foo[2-3]"),
     (["foo1", "foo2", "foo3", "fooi"], "foo[1-3],fooi"),
-    (["foo0-eth2", "foo1-eth2", "foo2-eth2"], "foo[0-2]-eth2"),
+    # as flux-core: only a trailing number goes in brackets
+    (["foo0-eth2", "foo1-eth2", "foo2-eth2"], "foo0-eth2,foo1-eth2,foo2-eth2"),
     (["foo0-eth2", "foo0-eth3"], "foo0-eth[2-3]"),
-    (["a1b2", "a2b2", "a2b3"], "a[1-2]b2,a2b3"),
+    (["a1b2", "a2b2", "a2b3"], "a1b2,a2b[2-3]"),
+    (["foo1-bar", "foo3-bar"], "foo1-bar,foo3-bar"),
+    (["13", "23"], "[13,23]"),
     (["n1", "m1", "n2"], "n1,m1,n2"),
     (["login0", "node1", "node2", "node3", "node5"], "login0,node[1-3,5]"),
 ]
@@ -255,12 +258,17 @@ def test_encode(hosts: list[str], encoded: str) -> None:
         ("foo[1-2],foo3", "foo[1-3]"),
         ("foo[12,4,1-2]", "foo[12,4,1-2]"),
         ("[00-2]", "[00-02]"),
-        ("p[00-3]p", "p[00-03]p"),
+        # flux-core's codec vectors: text after ']' means no brackets on output
+        ("p[00-3]p", "p00p,p01p,p02p,p03p"),
+        ("[00-03]p", "00p,01p,02p,03p"),
+        ("foo[1,3]-bar", "foo1-bar,foo3-bar"),
+        ("foo[0-2]-eth2,foo3-eth2", "foo0-eth2,foo1-eth2,foo2-eth2,foo3-eth2"),
+        ("[1-2]3", "[13,23]"),
+        ("[01-02]3,x[1-2]y5,x2y[6-7]", "[013,023],x1y5,x2y[5-7]"),
         ("h[005,4,11-13]", "h[005,004,011-013]"),
         ("n[1-010]", "n[1-10]"),
         (",1,2,3,4,5,9,", "[1-5,9]"),
         ("[0-12,12-20,45,015]", "[0-12,12-20,45,015]"),
-        ("foo[1,3]-bar", "foo[1,3]-bar"),
     ],
 )
 def test_reencode(text: str, encoded: str) -> None:
@@ -473,7 +481,9 @@ def test_index() -> None:
         ("foo[2-5],fooi", "foo3", 1, "foo[2,4-5],fooi"),
         ("foo[2-5],fooi", "foo[1-2]", 1, "foo[3-5],fooi"),
         ("foo[0-7]", "foo[1,0,2-7]", 8, ""),
-        ("foo[2-4]-eth2", "foo3-eth2", 1, "foo[2,4]-eth2"),
+        ("foo[2-4]-eth2", "foo3-eth2", 1, "foo2-eth2,foo4-eth2"),
+        ("p[00-3]p", "p01p", 1, "p00p,p02p,p03p"),
+        ("[00-03]p,n[1-2]", "02p,n1", 2, "00p,01p,03p,n2"),
         # every occurrence goes
         ("n[1-3],n2,n[2-3]", "n2", 3, "n[1,3,3]"),
         ("a,b,a,c,a", "a", 3, "b,c"),
@@ -505,12 +515,12 @@ def test_delete_accepts_lists_and_hostlists() -> None:
 # --------------------------------------------------------------------------
 
 SORT_UNIQ = [
-    # flux-core's examples; "015" sorts by value here, see the docs
+    # flux-core's examples
     ("foo,f,bar,baz", "bar,baz,f,foo", "bar,baz,f,foo"),
     ("[5-6],[3-4],[1-2,0]", "[0-6]", "[0-6]"),
     ("[0-20],12,15", "[0-12,12-15,15-20]", "[0-20]"),
     ("0,1,2,3,4,5,1,5", "[0-1,1-5,5]", "[0-5]"),
-    ("[0-20],45,12,015", "[0-12,12-15,015,16-20,45]", "[0-15,015,16-20,45]"),
+    ("[0-20],45,12,015", "[0-12,12-20,45,015]", "[0-20,45,015]"),
     ("bar1,bar2,foo1,foo,foo", "bar[1-2],foo,foo,foo1", "bar[1-2],foo,foo1"),
     ("foo[5-6],foo3,foo4", "foo[3-6]", "foo[3-6]"),
     ("foo[5-6],foo[4-7]", "foo[4-5,5-6,6-7]", "foo[4-7]"),
@@ -519,10 +529,15 @@ SORT_UNIQ = [
     # natural order
     ("n10,n9,n1", "n[1,9-10]", "n[1,9-10]"),
     ("n[10-12],n[01-09]", "n[01-12]", "n[01-12]"),
-    ("n2,n01,n1", "n[1,01,2]", "n[1,01,2]"),
+    # zero-padded numbers sort by width first, as in flux-core
+    ("n2,n01,n1", "n[1-2,01]", "n[1-2,01]"),
+    ("n[001-002],n010,n[01-02],n100,n3", "n[3,01-02,001-002,010,100]",
+     "n[3,01-02,001-002,010,100]"),
     ("b,a10,a9,a", "a,a[9-10],b", "a,a[9-10],b"),
     ("rack2-n1,rack10-n1,rack2-n0", "rack2-n[0-1],rack10-n1", "rack2-n[0-1],rack10-n1"),
-    ("x[3-4]-eth0,x[1-2]-eth0", "x[1-4]-eth0", "x[1-4]-eth0"),
+    ("x[3-4]-eth0,x[1-2]-eth0", "x1-eth0,x2-eth0,x3-eth0,x4-eth0",
+     "x1-eth0,x2-eth0,x3-eth0,x4-eth0"),
+    ("p[00-3]p,p[00-1]p", "p00p,p00p,p01p,p01p,p02p,p03p", "p00p,p01p,p02p,p03p"),
     ("", "", ""),
 ]
 
@@ -583,6 +598,8 @@ def test_roundtrip(names: list[str]) -> None:
     assert list(Hostlist(encoded)) == names
     assert str(Hostlist(encoded)) == encoded
     assert Hostlist(",".join(names)) == x
+    # As flux-core writes: nothing follows a ']' but a ',' or the end.
+    assert re.search(r"\][^,]", encoded) is None
 
 
 @given(any_lists, st.integers(min_value=-45, max_value=45))

@@ -114,10 +114,15 @@ INVALID = [
     ("1-5,5-7", "repeats"),
     ("1-3,2-4", "repeats"),
     # too large
-    (str(MAX_ID + 1), "exceeds the maximum"),
-    (f"0-{MAX_ID + 1}", "exceeds the maximum"),
-    ("99999999999999999999", "exceeds the maximum"),
-    ("1" * 5000, "exceeds the maximum"),
+    (str(MAX_ID + 1), "out of range"),
+    (f"0-{MAX_ID + 1}", "out of range"),
+    ("99999999999999999999", "out of range"),
+    ("1" * 5000, "out of range"),
+    # flux-core's idsets hold no id at or past 2**31
+    ("2147483648", "id 2147483648 is out of range 0-2147483647"),
+    ("0-2147483648", "id 2147483648 is out of range"),
+    ("1,2147483648", "id 2147483648 is out of range"),
+    ("[5,4294967294]", "id 4294967294 is out of range"),
 ]
 
 
@@ -268,10 +273,36 @@ def test_from_range() -> None:
         IDSet.from_range(5, 3)
     with pytest.raises(ValueError, match="negative"):
         IDSet.from_range(-1, 3)
-    with pytest.raises(ValueError, match="maximum"):
+    with pytest.raises(ValueError, match="out of range"):
         IDSet.from_range(0, MAX_ID + 1)
     with pytest.raises(ValueError):
         IDSet.from_range("0", 3)  # type: ignore[arg-type]
+
+
+def test_ids_at_or_past_2_31_are_refused_everywhere() -> None:
+    # flux-core's IDSET limit: its universe size is a C unsigned int.
+    assert MAX_ID == 2**31 - 1
+    assert IDSet(str(2**31 - 1)).last() == 2**31 - 1
+    assert IDSet([2**31 - 1]) == IDSet.from_range(2**31 - 1, 2**31 - 1)
+    too_big = 2**31
+    calls = [
+        lambda: IDSet(str(too_big)),
+        lambda: IDSet(f"[0-{too_big}]"),
+        lambda: IDSet([0, too_big]),
+        lambda: IDSet(iter([too_big])),
+        lambda: IDSet.from_range(0, too_big),
+        lambda: IDSet.from_range(too_big, too_big),
+        lambda: IDSet.from_ranges([(0, 1), (5, too_big)]),
+        lambda: IDSet("1").add(too_big),
+        lambda: IDSet("1").discard(too_big),
+        lambda: IDSet("1").update([too_big]),
+        lambda: IDSet("1") | [too_big],
+        lambda: IDSet("1").union(str(too_big)),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"{too_big} is out of range 0-{MAX_ID}"):
+            call()
+    assert too_big not in IDSet(f"0-{MAX_ID}")
 
 
 def test_from_ranges() -> None:

@@ -25,6 +25,7 @@ from fluxes import jobspec_rules
 from fluxes.counts import Count
 from fluxes.errors import JobspecError
 from fluxes.jobspec import MAX_DEPTH, MAX_JOBSPEC_BYTES, Jobspec, parse_dependency
+from fluxes.sched.request import Request
 
 TESTS = Path(__file__).resolve().parents[1]
 SPEC_DATA = TESTS / "spec-data"
@@ -303,6 +304,12 @@ DIFFERENCES: list[tuple[str, Callable[[dict[str, Any]], None], bool, bool, bool]
     ("fluxes-version-0", _set("version", 0), False, True, False),
     ("fluxes-top-level-extra", _set("extra", 1), False, True, False),
     ("fluxes-nested-slot", _set("resources.0.with.0.with.0", {"type": "slot", "label": "x", "count": 1, "with": [{"type": "core", "count": 1}]}), False, True, False),
+    # Not a difference: a slot deeper inside a slot (slot > node > slot) is valid, as flux-core says.
+    ("rfc14-slot-node-slot", _set("resources.0.with.0.with", [{"type": "node", "count": 1, "with": [{"type": "slot", "label": "x", "count": 1, "with": [{"type": "core", "count": 1}]}]}]), False, True, True),
+    # flux-core: an integer count of 0 is fine for types other than node, slot and core.
+    ("flux-gpu-count-zero", _set("resources.0.with.0.with", [{"type": "core", "count": 1}, {"type": "gpu", "count": 0}]), False, False, True),
+    ("flux-gpu-count-zero-v1", _set("resources.0.with.0.with", [{"type": "core", "count": 1}, {"type": "gpu", "count": 0}]), True, False, True),
+    ("flux-core-count-zero", _set("resources.0.with.0.with.0.count", 0), False, False, False),
     # RFC 25 text: duration is required.
     ("rfc25-duration-required", _delete("attributes.system.duration"), True, True, False),
     # RFC 25 text: command is a list as in RFC 14 (the V1 schema allows a string).
@@ -332,6 +339,50 @@ def test_known_differences_from_published_schemas(
     validator = THEIRS25 if v1 else THEIRS14
     assert validator.is_valid(doc) is theirs
     assert ours_ok(doc, v1=v1) is ours
+
+
+def test_slot_inside_a_node_inside_a_slot() -> None:
+    # flux-core's use cases 1.10/1.11 shape: an outer slot (ssd + node) whose
+    # node holds the task slot.
+    spec = Jobspec.from_file(CASES / "valid" / "slot_in_node_in_slot.yaml")
+    assert spec.warnings == []
+    assert spec.nnodes == 3 * 2
+    assert spec.nslots == 3 * 2 * 4  # task slots only, not the outer bb slots
+    assert spec.ncores == 3 * 2 * 4 * 3
+    assert spec.slot_size == 4 * 3  # an outer slot holds its inner slots' cores
+    assert spec.resource_counts["slot"] == 3 * 2 + 3 * 2 * 4
+    assert spec.exclusive
+
+
+def test_slot_directly_inside_a_slot_is_still_refused() -> None:
+    doc = _example()
+    doc["resources"][0]["with"][0]["with"] = [
+        {"type": "slot", "label": "inner", "count": 1, "with": [{"type": "core", "count": 1}]}]
+    assert error_of(doc) == (
+        "resources[0].with[0].with[0]: a slot cannot be directly inside another slot "
+        "(resources[0].with[0]); put a resource such as a node between them"
+    )
+
+
+@pytest.mark.parametrize(("kind", "ok"), [("gpu", True), ("ssd", True), ("memory", True),
+                                          ("core", False)])
+def test_count_zero_only_outside_node_slot_core(kind: str, ok: bool) -> None:
+    doc = _example()
+    doc["resources"][0]["with"][0]["with"] = [
+        {"type": "core", "count": 2}, {"type": kind, "count": 0}]
+    assert ours_ok(doc) is ok
+    assert ours_ok(doc, v1=True) is (kind == "gpu")
+    if ok:
+        spec = Jobspec.from_dict(doc)
+        assert spec.resource_counts[kind] == 0
+
+
+def test_v1_gpu_count_zero_reaches_the_scheduler_as_no_gpus() -> None:
+    spec = Jobspec.from_file(CASES / "valid" / "gpu_count_zero_v1.yaml", v1=True)
+    assert spec.ngpus == 0 and spec.gpus_per_slot == 0
+    request = Request.from_jobspec(spec)
+    assert (request.nnodes, request.nslots, request.slot_size, request.gpu_per_slot) == (
+        2, 1, 4, 0)
 
 
 def test_count_min_max_without_operator_is_refused_as_the_docs_say() -> None:

@@ -277,10 +277,86 @@ def test_drain_keeps_running_work() -> None:
     assert pool.counts()["free_cores"] == 4
     pool.free(1)
     assert pool.counts()["free_cores"] == 4  # rank 0 is down
-    assert pool.available().ncores == 8
+    assert pool.available().ranks == IDSet("1")  # drained ranks are never available
     assert pool.available(include_down=False).ranks == IDSet("1")
+    assert pool.available(include_down=True).ncores == 8
     pool.mark_up("0")
     assert pool.counts()["free_cores"] == 8
+    assert pool.available().ncores == 8
+
+
+def test_hostname_is_a_property_for_placement() -> None:
+    # As in flux: {"properties": ["n2"]} matches host n2, "^n2" every other host.
+    pool = pool_of(nodes(4))
+    R = pool.alloc(Request(nnodes=1, constraint=parse({"properties": ["n2"]})), 1)  # noqa: N806
+    assert list(R.hostlist) == ["n2"]
+    R = pool.alloc(Request(nnodes=3, exclusive=True,  # noqa: N806
+                           constraint=parse({"properties": ["^n2"]})), 2)
+    assert list(R.hostlist) == ["n0", "n1", "n3"]
+    assert pool.find({"properties": ["n3"]}).ranks == IDSet("3")
+    with pytest.raises(InfeasibleRequest, match=re.escape("no node matches [n9]")):
+        pool.alloc(Request(constraint=parse({"properties": ["n9"]})), 3)
+
+
+def test_available_never_counts_down_ranks() -> None:
+    # As in flux: a pool whose every rank is down has nothing available.
+    pool = pool_of(nodes(4))
+    assert pool.available().ncores == 16
+    pool.mark_down("0-3")
+    assert pool.available().ncores == 0
+    assert pool.available().is_empty()
+    pool.mark_up("0-1")
+    assert pool.available().ncores == 8
+    assert pool.available().ranks == IDSet("0-1")
+    pool.alloc(Request(nslots=3), 1)
+    assert pool.available().ncores == 5
+    assert pool.available(include_down=True).ncores == 13
+
+
+def test_remove_ranks_shrinks_the_pool() -> None:
+    pool = pool_of(nodes(4), {"hosts": "g0", "cores": "0-3", "gpus": "0", "properties": ["gpu"]})
+    pool.alloc(Request(nnodes=2, exclusive=True), 1)  # ranks 0-1
+    on_2 = parse({"ranks": ["2"]})
+    pool.alloc(Request(nslots=2, constraint=on_2), 2, duration=10.0)
+    pool.alloc(Request(nnodes=1, exclusive=True, constraint=on_2), 3, start=50.0, duration=10.0)
+    assert pool.allocation_of(3).ranks == IDSet("2")
+    pool.mark_down("3")
+    pool.remove_ranks("1-2,4")
+    assert pool.inventory.ranks == IDSet("0,3")
+    assert pool.down == IDSet("3")
+    assert pool.counts()["nodes"] == 2
+    # Allocations are kept on the ranks that remain; job 2 held only rank 2.
+    assert pool.allocation_of(1).ranks == IDSet("0")
+    assert pool.allocation_of(2).is_empty()
+    assert pool.jobids() == [1, 2]
+    assert pool.reservations() == {}  # it planned on a removed rank
+    assert pool.find({"properties": ["gpu"]}).is_empty()
+    with pytest.raises(InfeasibleRequest):
+        pool.alloc(Request(nnodes=3), 4)
+    # Frees and drains naming removed ranks ignore them; removing again is a no-op.
+    pool.free(ResourceSet.from_ranks({1: ("0-3", None)}))
+    pool.mark_down("1")
+    pool.mark_up("1,3")
+    pool.remove_ranks("2")
+    pool.free(2)
+    pool.free(1)
+    assert pool.jobids() == []
+    assert pool.available().ranks == IDSet("0,3")
+    with pytest.raises(ValueError, match=re.escape("remove_ranks: unknown rank(s) 9")):
+        pool.remove_ranks("9")
+    with pytest.raises(ValueError, match="remove_ranks: invalid idset"):
+        pool.remove_ranks("x")
+    data = pool.save()
+    assert data["removed"] == "1-2,4"
+    assert ResourcePool.load(data).save() == data
+
+
+def test_removed_ranks_cannot_be_adopted() -> None:
+    # flux's register_alloc refuses an R naming ranks the pool no longer has.
+    pool = pool_of(nodes(2))
+    pool.remove_ranks([1])
+    with pytest.raises(ValueError, match="rank 1 is not in the inventory"):
+        pool.adopt(5, ResourceSet.from_ranks({1: ("0", None)}))
 
 
 def test_mark_down_unknown_rank() -> None:
@@ -686,6 +762,7 @@ operations = st.lists(st.one_of(
     st.tuples(st.just("free_part"), st.integers(0, 50)),
     st.tuples(st.just("down"), st.integers(0, 4)),
     st.tuples(st.just("up"), st.integers(0, 4)),
+    st.tuples(st.just("remove"), st.integers(0, 4)),
     st.tuples(st.just("tick"), st.floats(0, 10)),
     st.tuples(st.just("clear"), st.none()),
 ), max_size=40)
@@ -705,9 +782,11 @@ def check_invariants(pool: ResourcePool) -> None:
     """RFC 16 rules, checked from the outside."""
     inventory_r = pool.inventory.to_rset()
     allocated = pool.allocated()
-    available = pool.available()
+    available = pool.available(include_down=True)
     assert (allocated | available) == inventory_r
     assert allocated.intersection(available).is_empty()
+    # What new work may use: never a drained rank.
+    assert pool.available() == available.copy_ranks(available.ranks - pool.down)
     held = ResourceSet()
     for jobid in pool.jobids():
         held = held | pool.allocation_of(jobid)
@@ -791,14 +870,19 @@ def test_random_operations_keep_invariants(ops: list[tuple[str, Any, Any] | tupl
         elif kind == "free_part":
             jobs = pool.jobids()
             if jobs:
-                R = pool.allocation_of(jobs[op[1] % len(jobs)])  # noqa: N806
+                jobid = jobs[op[1] % len(jobs)]
+                R = pool.allocation_of(jobid)  # noqa: N806
                 first = R.ranks.first()
-                assert first is not None
-                pool.free(R.copy_ranks([first]))
+                if first is None:  # all its ranks were removed
+                    pool.free(jobid)
+                else:
+                    pool.free(R.copy_ranks([first]))
         elif kind == "down":
             pool.mark_down([op[1]])
         elif kind == "up":
             pool.mark_up([op[1]])
+        elif kind == "remove":
+            pool.remove_ranks([op[1]])
         elif kind == "tick":
             now[0] += op[1]
         else:
