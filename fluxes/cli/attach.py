@@ -9,11 +9,14 @@ output stream by then).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from fluxes.cli.display import fmt_id
+import orjson
+
+from fluxes.cli.display import fmt_id, shown_id
 
 if TYPE_CHECKING:
     from fluxes.instance import Instance
@@ -68,7 +71,7 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     if not client.exists(log_key):
         from fluxes.errors import FluxesError
 
-        raise FluxesError(f"job {fmt_id(jobid)} not found")
+        raise FluxesError(f"job {shown_id(jobid)} not found")
     saved = state if state is not None else {}
     pos = saved.setdefault("pos", {log_key: "0-0", out_key: "0-0"})
     if not output:
@@ -130,6 +133,50 @@ def print_output(inst: Instance, jobid: int, label: bool = False) -> None:
         _print_output(fields, label, sys.stdout, sys.stderr)
 
 
+def redirections(jobid: int, jobspec_text: str | None) -> list[tuple[str, str]]:
+    """(stream, file) for each output stream the jobspec sends to a file.
+
+    Paths are expanded as the exec worker expands them; a template naming a
+    task or rank (one file per task) is shown as written.
+    """
+    from fluxes.exec.layout import expand_template, job_name, output_spec
+
+    if not jobspec_text:
+        return []
+    try:
+        spec = orjson.loads(jobspec_text)
+        outputs = output_spec(spec)
+    except (orjson.JSONDecodeError, ValueError):
+        return []
+    system = (spec.get("attributes") or {}).get("system") or {}
+    cwd = system.get("cwd") if isinstance(system, dict) else None
+    out = []
+    for stream, template in (("stdout", outputs.stdout), ("stderr", outputs.stderr)):
+        if template is None:
+            continue
+        try:
+            path = expand_template(template, jobid=jobid, name=job_name(spec))
+        except ValueError:
+            path = template
+        if isinstance(cwd, str) and cwd:
+            path = os.path.join(cwd, path)
+        out.append((stream, path))
+    return out
+
+
+def print_redirections(inst: Instance, jobid: int, err: TextIO | None = None) -> None:
+    """Say on stderr where each stream the job sends to a file goes.
+
+    The output stream holds nothing of such a stream, so without this
+    ``job attach`` and ``job output`` would print nothing and leave the user
+    wondering (flux's attach says it too).
+    """
+    stream_err = err if err is not None else sys.stderr
+    record = job_record(inst, jobid)
+    for stream, path in redirections(jobid, record.get("jobspec_full") or record.get("jobspec")):
+        print(f"fluxes: job {fmt_id(jobid)}: {stream} redirected to {path}", file=stream_err)
+
+
 def job_record(inst: Instance, jobid: int) -> dict[str, Any]:
     """The job hash as text fields (jobspec, R, owner...)."""
     raw = inst.redis.hgetall(inst.keys.job(jobid))
@@ -141,9 +188,12 @@ def follow_interruptible(inst: Instance, jobid: int, label: bool = False) -> Out
 
     The first interrupt only says so; after the cancel the output is still
     followed to the end; a further interrupt detaches (exit status 130).
+    Streams sent to files are named first (:func:`print_redirections`).
     """
     from fluxes.client import Client
 
+    if inst.redis.exists(inst.keys.eventlog(jobid)):
+        print_redirections(inst, jobid)
     last: float | None = None
     canceled = False
     state: dict[str, Any] = {}

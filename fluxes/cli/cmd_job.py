@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -13,7 +12,7 @@ import orjson
 
 from fluxes import jobid
 from fluxes.cli import cmd_submit
-from fluxes.cli.display import event_line, fmt_id, human_event_lines
+from fluxes.cli.display import event_line, fmt_id, human_event_lines, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
     UsageError,
@@ -28,6 +27,7 @@ from fluxes.fsd import parse_duration
 
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
+    from fluxes.instance import Instance
     from fluxes.store.eventstore import EventStore
 
 
@@ -133,7 +133,7 @@ def _info(args: argparse.Namespace) -> int:
     record = job_record(inst, args.id)
     store = _store(args)
     if not record and not store.job_exists(args.id):
-        die(f"job {fmt_id(args.id)} not found")
+        die(f"job {shown_id(args.id)} not found")
     if not args.keys:
         for key, value in sorted(record.items()):
             print(f"{key}: {value}")
@@ -147,7 +147,7 @@ def _info(args: argparse.Namespace) -> int:
         elif key in record:
             print(record[key])
         else:
-            die(f"job {fmt_id(args.id)} has no {key!r} (known: eventlog, "
+            die(f"job {shown_id(args.id)} has no {key!r} (known: eventlog, "
                 f"{', '.join(sorted(record))})")
     return 0
 
@@ -163,6 +163,7 @@ def _wait(args: argparse.Namespace) -> int:
     if not args.all and not args.ids:
         raise UsageError("fluxes job wait: give job ids, or --all")
     inst = instance(args)
+    _check_exist(inst, args.ids)
     if len(args.ids) == 1 and not args.progress:
         outcome = follow(inst, args.ids[0], output=False, timeout=timeout)
         message = outcome.message()
@@ -192,6 +193,18 @@ def _wait(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _check_exist(inst: Instance, ids: list[int]) -> None:
+    """Die naming the first of ``ids`` (as typed) that is no job, before waiting on any."""
+    if not ids:
+        return
+    pipe = inst.redis.pipeline(transaction=False)
+    for one in ids:
+        pipe.exists(inst.keys.eventlog(one))
+    for one, found in zip(ids, pipe.execute(), strict=True):
+        if not found:
+            die(f"job {shown_id(one)} not found")
+
+
 def _attach(args: argparse.Namespace) -> int:
     """Stream output until the job ends; exit with its exit code."""
     from fluxes.cli.attach import follow_interruptible
@@ -205,50 +218,15 @@ def _attach(args: argparse.Namespace) -> int:
 
 def _output(args: argparse.Namespace) -> int:
     """Print the output stored so far, and where output sent to files went."""
-    from fluxes.cli.attach import job_record, print_output
+    from fluxes.cli.attach import print_output, print_redirections
 
     inst = instance(args)
     if not inst.redis.exists(inst.keys.eventlog(args.id)):
-        die(f"job {fmt_id(args.id)} not found")
+        die(f"job {shown_id(args.id)} not found")
     print_output(inst, args.id, label=args.label_io)
     sys.stdout.flush()
-    record = job_record(inst, args.id)
-    for stream, path in _redirections(args.id, record.get("jobspec_full")
-                                      or record.get("jobspec")):
-        # as flux's attach does: the stream holds nothing of it, so say where it is
-        print(f"fluxes: job {fmt_id(args.id)}: {stream} redirected to {path}", file=sys.stderr)
+    print_redirections(inst, args.id)
     return 0
-
-
-def _redirections(jobid: int, jobspec_text: str | None) -> list[tuple[str, str]]:
-    """(stream, file) for each output stream the jobspec sends to a file.
-
-    Paths are expanded as the exec worker expands them; a template naming a
-    task or rank (one file per task) is shown as written.
-    """
-    from fluxes.exec.layout import expand_template, job_name, output_spec
-
-    if not jobspec_text:
-        return []
-    try:
-        spec = orjson.loads(jobspec_text)
-        outputs = output_spec(spec)
-    except (orjson.JSONDecodeError, ValueError):
-        return []
-    system = (spec.get("attributes") or {}).get("system") or {}
-    cwd = system.get("cwd") if isinstance(system, dict) else None
-    out = []
-    for stream, template in (("stdout", outputs.stdout), ("stderr", outputs.stderr)):
-        if template is None:
-            continue
-        try:
-            path = expand_template(template, jobid=jobid, name=job_name(spec))
-        except ValueError:
-            path = template
-        if isinstance(cwd, str) and cwd:
-            path = os.path.join(cwd, path)
-        out.append((stream, path))
-    return out
 
 
 def _job_id(args: argparse.Namespace) -> int:
@@ -307,7 +285,7 @@ def _eventlog(args: argparse.Namespace) -> int:
     store = _store(args)
     events = store.eventlog(args.id)
     if not events:
-        die(f"job {fmt_id(args.id)} not found")
+        die(f"job {shown_id(args.id)} not found")
     if args.format == "json":
         for event in events:
             print_json(event.to_rfc18())
@@ -358,7 +336,7 @@ def _wait_event(args: argparse.Namespace) -> int:
     store = _store(args)
     key = store.keys.eventlog(args.id)
     if not store.job_exists(args.id):
-        die(f"job {fmt_id(args.id)} not found")
+        die(f"job {shown_id(args.id)} not found")
     deadline = None if timeout is None else time.monotonic() + timeout
     last = "0-0"
     while True:

@@ -4,21 +4,33 @@ from __future__ import annotations
 
 import argparse
 import pwd
+import sys
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from fluxes import jobid as jobids
-from fluxes.cli.display import username
+from fluxes.cli.cmd_queue import known_queue, queue_states
+from fluxes.cli.display import shown_id, username
 from fluxes.cli.jobformat import FormatError, JobFormat
-from fluxes.cli.util import die, help_with_example, instance, print_json
+from fluxes.cli.util import die, help_with_example, instance, job_id_arg, print_json
 from fluxes.fsd import format_duration
 from fluxes.hostlist import Hostlist
 from fluxes.job.states import JobResult, JobState, parse_states
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from fluxes.instance import Instance
+    from fluxes.job.model import Job
     from fluxes.job.record import JobRecord
+    from fluxes.joblist.store import JobListStore
+    from fluxes.queues import QueueState
+
+#: Pause between looks at the job list while it folds a job just submitted.
+CATCH_UP_PAUSE_S = 0.02
+#: How long ``fluxes jobs ID`` waits for the job list to fold a job whose eventlog exists.
+CATCH_UP_S = 5.0
 
 #: Named formats. ``?:`` hides the queue column when no listed job has a queue, as
 #: flux does (an instance without named queues never shows it).
@@ -44,7 +56,8 @@ class JobId(int):
 class Row:
     """The fields a format string may name, computed from a job record."""
 
-    def __init__(self, rec: JobRecord, now: float) -> None:
+    def __init__(self, rec: JobRecord, now: float,
+                 queues: Mapping[str | None, QueueState] | None = None) -> None:
         job = rec.job
         info = rec.info
         self.id = JobId(rec.id)
@@ -65,6 +78,8 @@ class Row:
         self.urgency = job.urgency
         self.nodelist = str(info.get("nodelist") or "")
         self.exit_code = job.exit_code if job.exit_code is not None else ""
+        self.waitstatus = job.wait_status
+        self.returncode = returncode(job)
         self.duration_text = format_duration(float(info["duration"])) \
             if info.get("duration") else ""
         self.duration = float(info["duration"]) if info.get("duration") else None
@@ -82,7 +97,7 @@ class Row:
             self.contextual_time = _fmt_seconds(now - job.t_submit)
         else:
             self.contextual_time = self.runtime_text
-        self.contextual_info = _info(rec, now)
+        self.contextual_info = _info(rec, now, _stopped(rec, queues))
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``--json``): every field; times a job has not reached are left out."""
@@ -111,7 +126,33 @@ def _fmt_seconds(seconds: float) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def _info(rec: JobRecord, now: float) -> str:
+def returncode(job: Job) -> int | None:
+    """flux's ``returncode``: the exit code, or minus the signal that killed the job;
+    -128 for a job canceled before it ran; None while active or when nothing ran.
+
+    fluxes records the tasks' own wait status (there is no job shell in between
+    to turn a signal into 128 + N), so a task killed by signal N gives -N.
+    """
+    status = job.wait_status
+    if status is not None:
+        signo = status & 0x7F
+        return -signo if signo else (status >> 8) & 0xFF
+    if job.result is JobResult.CANCELED:
+        return -128
+    return None
+
+
+def _stopped(rec: JobRecord, queues: Mapping[str | None, QueueState] | None) -> str | None:
+    """Why the job's queue is stopped ("" without a reason), or None if it is not."""
+    if not queues:
+        return None
+    state = queues.get(rec.queue or None)
+    if state is None or state.started:
+        return None
+    return state.stop_reason or ""
+
+
+def _info(rec: JobRecord, now: float, stopped: str | None = None) -> str:
     job = rec.job
     state = job.state
     if state is JobState.DEPEND:
@@ -122,6 +163,9 @@ def _info(rec: JobRecord, now: float) -> str:
     if state is JobState.SCHED:
         if job.priority == 0:
             return "held"
+        if stopped is not None:
+            # nothing is scheduled from a stopped queue: no estimate or reason is coming
+            return f"queue stopped: {stopped}" if stopped else "queue stopped"
         sched = (job.annotations or {}).get("sched") or {}
         estimate = sched.get("t_estimate") if isinstance(sched, dict) else None
         if isinstance(estimate, int | float):
@@ -130,26 +174,51 @@ def _info(rec: JobRecord, now: float) -> str:
         return str(reason) if reason else ""
     if (state is JobState.INACTIVE and job.fatal is not None
             and job.result != JobResult.COMPLETED and not rec.info.get("nodelist")):
-        return f"{job.fatal.type}: {job.fatal.note}"[:60]
+        note = job.fatal.note
+        # dependency notes name their type already ("dependency: afterok: ...")
+        text = note if note.startswith(f"{job.fatal.type}:") else \
+            f"{job.fatal.type}: {note}" if note else job.fatal.type
+        return text[:60]
     return str(rec.info.get("nodelist") or "")
+
+
+def _wanted(states: str) -> tuple[JobState, JobResult]:
+    """The states and results a ``-f`` text names."""
+    parsed = parse_states(states)
+    if isinstance(parsed, tuple):
+        return parsed
+    if isinstance(parsed, JobResult):
+        return JobState(0), parsed
+    return parsed, JobResult(0)
+
+
+def caught_up(inst: Instance, timeout: float = CATCH_UP_S) -> JobListStore:
+    """The job list, once it includes every journal entry written before this call.
+
+    Read-your-writes: once ``job wait`` or ``wait-event ... clean`` has returned,
+    the job's final record is listed. The job list folds within milliseconds;
+    if it has not caught up within ``timeout`` (its worker is down), say so on
+    stderr and read it as it is.
+    """
+    from fluxes.joblist.store import JobListStore
+
+    store = JobListStore(inst.redis, inst.keys)
+    behind = store.catch_up(timeout, CATCH_UP_PAUSE_S)
+    if behind:
+        print(f"fluxes: warning: the job list has not folded the newest journal entries "
+              f"of partition(s) {', '.join(map(str, sorted(behind)))} (is a job-list "
+              "worker running?); showing it as it is", file=sys.stderr)
+    return store
 
 
 def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
                 queue: str | None = None, everyone: bool = False,
                 limit: int | None = None) -> list[JobRecord]:
     """Job records matching the filters, newest first (active jobs before inactive)."""
-    parsed = parse_states(states)
-    if isinstance(parsed, tuple):
-        want_states, want_results = parsed
-    elif isinstance(parsed, JobResult):
-        want_states, want_results = JobState(0), parsed
-    else:
-        want_states, want_results = parsed, JobResult(0)
+    want_states, want_results = _wanted(states)
     need_inactive = bool(want_results) or bool(want_states & JobState.INACTIVE)
     need_active = bool(want_states & JobState.ACTIVE)
-    from fluxes.joblist.store import JobListStore
-
-    store = JobListStore(inst.redis, inst.keys)
+    store = caught_up(inst)
     ids = store.list_ids(active=need_active, inactive=need_inactive)
     uid = None if everyone else user_id(inst, user)
     out: list[JobRecord] = []
@@ -196,10 +265,16 @@ def _uid_of(user: str) -> int:
 def register(subparsers: Any) -> None:
     """Add ``jobs``."""
     p = subparsers.add_parser("jobs", **help_with_example(
-        "List jobs (default: your active ones), like 'flux jobs'.",
-        ["fluxes jobs", "fluxes jobs -a", "fluxes jobs -A -f running",
+        "List jobs (default: your active ones), like 'flux jobs'.\n"
+        "With JOBIDs, just those jobs, whatever their state or owner (-f, -q, -u\n"
+        "still narrow the list when given); an unknown one is an error.",
+        ["fluxes jobs", "fluxes jobs -a", "fluxes jobs ƒ2t6V2H ƒ2t6V2J",
+         "fluxes jobs -A -f running",
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
-         "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'"]))
+         "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
+         "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'"]))
+    p.add_argument("ids", nargs="*", type=job_id_arg, metavar="JOBID",
+                   help="list just these jobs")
     p.add_argument("-a", action="store_true", help="include inactive jobs")
     p.add_argument("-A", action="store_true", help="every user's jobs")
     p.add_argument("-u", "--user", metavar="USER")
@@ -218,11 +293,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_jobs)
 
 
-def stats_line(inst: Instance) -> str:
-    """flux's ``--stats`` summary from the read model's counters."""
-    from fluxes.joblist.store import JobListStore
-
-    counts = JobListStore(inst.redis, inst.keys).counters()
+def stats_line(inst: Instance, store: JobListStore | None = None) -> str:
+    """flux's ``--stats`` summary from the read model's counters (of ``store``, a
+    job list already caught up, or one caught up now)."""
+    counts = (store or caught_up(inst)).counters()
     running = counts.get("state:RUN", 0) + counts.get("state:CLEANUP", 0)
     pending = sum(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
     return (f"{running} running, {counts.get('result:COMPLETED', 0)} completed, "
@@ -248,16 +322,30 @@ def _jobs(args: argparse.Namespace) -> int:
         return 0
     fmt = None if args.json else _format(FORMATS.get(args.format, args.format))
     inst = instance(args)
-    states = args.filter or ("active,inactive" if args.a else "active")
-    records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
-                          everyone=args.A, limit=args.count or None)
+    queues: dict[str | None, QueueState] | None = None
+    if args.queue is not None:
+        # an unknown queue has no jobs: without this a typo would list nothing, quietly
+        queues = queue_states(inst)
+        known_queue(args.queue, queues)
+    missing: list[int] = []
+    if args.ids:
+        records, missing = jobs_by_id(inst, args.ids)
+        records = _narrow(inst, records, args)
+        if args.count:
+            records = records[:args.count]
+    else:
+        states = args.filter or ("active,inactive" if args.a else "active")
+        records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
+                              everyone=args.A, limit=args.count or None)
+    if queues is None and any(rec.job.state is JobState.SCHED for rec in records):
+        queues = queue_states(inst)
     now = time.time()
-    rows = [Row(rec, now) for rec in records]
+    rows = [Row(rec, now, queues) for rec in records]
     if fmt is None:
         if args.stats:
             print(stats_line(inst))
         print_json({"jobs": [r.as_dict() for r in rows]})
-        return 0
+        return _report_missing(missing)
     try:
         header, lines = fmt.render(vars(row) for row in rows)
     except FormatError as exc:
@@ -269,7 +357,59 @@ def _jobs(args: argparse.Namespace) -> int:
         print(header)
     for line in lines:
         print(line)
-    return 0
+    return _report_missing(missing)
+
+
+def _report_missing(missing: list[int]) -> int:
+    """One line per job id that named no job (as typed); exit code 1 if any."""
+    sys.stdout.flush()
+    for jobid in missing:
+        print(f"fluxes: job {shown_id(jobid)} not found", file=sys.stderr)
+    return 1 if missing else 0
+
+
+def jobs_by_id(inst: Instance, ids: Iterable[int]) -> tuple[list[JobRecord], list[int]]:
+    """The records of ``ids`` in the order given (repeats dropped), and the ids of no job.
+
+    A job whose eventlog exists but which the job list has not folded yet (it
+    lags by milliseconds) is waited for, up to :data:`CATCH_UP_S`, and so is
+    the newest record of one it has (read-your-writes, :func:`caught_up`).
+    """
+    store = caught_up(inst)
+    wanted = list(dict.fromkeys(ids))
+    found: dict[int, JobRecord] = {}
+    deadline = time.monotonic() + CATCH_UP_S
+    todo = [int(j) for j in wanted]
+    while True:
+        for jobid, rec in zip(todo, store.get_many(todo), strict=True):
+            if rec is not None:
+                found[jobid] = rec
+        todo = [j for j in todo if j not in found]
+        if todo:
+            pipe = inst.redis.pipeline(transaction=False)
+            for jobid in todo:
+                pipe.exists(inst.keys.eventlog(jobid))
+            todo = [j for j, exists in zip(todo, pipe.execute(), strict=True) if exists]
+        if not todo or time.monotonic() >= deadline:
+            break
+        time.sleep(CATCH_UP_PAUSE_S)
+    return [found[j] for j in wanted if j in found], [j for j in wanted if j not in found]
+
+
+def _narrow(inst: Instance, records: list[JobRecord],
+            args: argparse.Namespace) -> list[JobRecord]:
+    """Records of jobs named by id that pass the filters given explicitly (-f, -u, -q)."""
+    out = records
+    if args.filter:
+        want_states, want_results = _wanted(args.filter)
+        out = [r for r in out if r.job.state & want_states
+               or (r.job.result is not None and r.job.result & want_results)]
+    if args.user:
+        uid = user_id(inst, args.user)
+        out = [r for r in out if r.job.userid == uid]
+    if args.queue is not None:
+        out = [r for r in out if r.queue == args.queue]
+    return out
 
 
 def _format(fmt: str) -> JobFormat:

@@ -89,7 +89,8 @@ def _list(args: argparse.Namespace) -> int:
         limit = policy.max_duration
         rows.append({
             "queue": name or "(default)",
-            "default": name is not None and name == config.default_queue,
+            # the anonymous queue is the one jobs go to: it is the default
+            "default": name == config.default_queue,
             "enabled": bool(state.enabled) if state else True,
             "started": bool(state.started) if state else True,
             "time_limit": format_duration(limit) if limit else "inf",
@@ -103,14 +104,15 @@ def _list(args: argparse.Namespace) -> int:
     for row in rows:
         nodes = "inf" if row["max_nodes"] < 0 else str(row["max_nodes"])
         cores = "inf" if row["max_ncores"] < 0 else str(row["max_ncores"])
-        star = "*" if row["default"] else ""
+        # "(default)*" would say it twice
+        star = "*" if row["default"] and config.queue_names != (None,) else ""
         print(f"{row['queue'] + star:<12} {'✔' if row['enabled'] else '✗':>2} "
               f"{'✔' if row['started'] else '✗':>2} {row['time_limit']:>8} {nodes:>8} "
               f"{cores:>8} {','.join(row['requires'])}")
     return 0
 
 
-def _known(name: str | None, states: dict[str | None, QueueState]) -> None:
+def known_queue(name: str | None, states: dict[str | None, QueueState]) -> None:
     """Stop with the one-line "unknown queue" error unless ``name`` is a configured queue."""
     if name not in states:
         die(f"unknown queue {name!r}")
@@ -121,7 +123,7 @@ def _status(args: argparse.Namespace) -> int:
     states = queue_states(inst)
     names = [args.queue] if args.queue else list(states)
     for name in names:
-        _known(name, states)
+        known_queue(name, states)
         state = states[name]
         label = f"{name}: " if name else ""
         enabled = "enabled" if state.enabled else \
@@ -175,7 +177,7 @@ def _wait(args: argparse.Namespace) -> int:
     if args.queue:
         # counters of a queue that does not exist stay at 0: without this
         # check a typo would "drain" at once and exit 0
-        _known(args.queue, queue_states(inst))
+        known_queue(args.queue, queue_states(inst))
     timeout = parse_duration(args.timeout) if args.timeout else None
     deadline = None if timeout is None else time.monotonic() + timeout
     store = JobListStore(inst.redis, inst.keys)
@@ -185,12 +187,12 @@ def _wait(args: argparse.Namespace) -> int:
     journals = {inst.keys.journal(p): "$" for p in range(inst.keys.partitions)}
     # the journals' ends now: a job submitted just before this command is in
     # the counters only once the read model has folded that far
-    marks = {key: _last_id(inst, key) for key in journals}
+    marks = store.journal_marks()
     shown: int | None = None
     while True:
         if marks:
             # the position first: counters read after it include everything before it
-            marks = {key: mark for key, mark in marks.items() if not _folded(inst, key, mark)}
+            marks = store.behind(marks)
         counts = store.counters()
         left = sum(counts.get(prefix + s, 0) for s in states)
         if left == 0 and marks:
@@ -215,45 +217,3 @@ def _wait(args: argparse.Namespace) -> int:
         reply = read_streams(inst.redis, journals, 1000, block)
         for stream, entries in reply or []:
             journals[stream.decode()] = entries[-1][0].decode()
-
-
-def _last_id(inst: Instance, journal: str) -> str:
-    last = inst.redis.xrevrange(journal, count=1)
-    return str(last[0][0].decode()) if last else "0-0"
-
-
-def _stream_id(sid: str) -> tuple[int, int]:
-    ms, _, seq = sid.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def _folded(inst: Instance, journal: str, mark: str) -> bool:
-    """True once the job-list read model includes the journal up to entry ``mark``.
-
-    The ``joblist`` consumer group of the journal holds the folded position:
-    its last-delivered id, less any entry still pending (read, not written).
-    """
-    import redis
-
-    from fluxes.store.keys import GROUP_JOBLIST
-
-    if mark == "0-0":
-        return True
-    try:
-        groups = inst.redis.xinfo_groups(journal)
-    except redis.ResponseError:
-        return False  # no journal yet: nothing was folded
-    for group in groups:
-        name = group["name"]
-        if (name.decode() if isinstance(name, bytes) else str(name)) != GROUP_JOBLIST:
-            continue
-        last = group["last-delivered-id"]
-        last = last.decode() if isinstance(last, bytes) else str(last)
-        if _stream_id(last) < _stream_id(mark):
-            return False
-        if group["pending"]:
-            oldest = inst.redis.xpending(journal, GROUP_JOBLIST)["min"]
-            oldest = oldest.decode() if isinstance(oldest, bytes) else str(oldest)
-            return _stream_id(oldest) > _stream_id(mark)
-        return True
-    return False

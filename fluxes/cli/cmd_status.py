@@ -146,12 +146,13 @@ def _resources(inst: Instance, now: float) -> dict[str, Any] | None:
 
 
 def _jobs(inst: Instance) -> dict[str, Any]:
-    from fluxes.cli.cmd_jobs import stats_line
-    from fluxes.joblist.store import JobListStore
+    from fluxes.cli.cmd_jobs import caught_up, stats_line
     from fluxes.metrics import job_counts
 
-    states, results = job_counts(JobListStore(inst.redis, inst.keys).counters())
-    return {"summary": stats_line(inst), "states": states, "results": results}
+    # a status must come back even when the job-list worker is down: wait briefly
+    store = caught_up(inst, timeout=1.0)
+    states, results = job_counts(store.counters())
+    return {"summary": stats_line(inst, store), "states": states, "results": results}
 
 
 def _dead_letters(inst: Instance) -> dict[str, Any]:

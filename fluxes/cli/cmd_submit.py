@@ -12,14 +12,16 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fluxes.cli.cmd_jobs import select_jobs
-from fluxes.cli.display import fmt_id
+from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
+    UsageError,
     die,
     help_with_example,
     instance,
     job_id_arg,
     print_json,
+    time_limit_arg,
 )
 from fluxes.errors import FluxesError
 from fluxes.idset import IDSet
@@ -45,8 +47,10 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     res.add_argument("--requires", action="append", default=[], metavar="EXPR",
                      help="constraint, e.g. 'gpu', '^login', 'host:node[0-3]' (repeatable)")
     attrs = parser.add_argument_group("job attributes")
-    attrs.add_argument("-t", "--time-limit", metavar="MIN|FSD",
-                       help="minutes, or a duration such as 30s, 10m, 2h")
+    attrs.add_argument("-t", "--time-limit", metavar="MIN|FSD|[D-]H:M:S", type=time_limit_arg,
+                       default=None,
+                       help="minutes, a duration such as 30s, 10m, 2h, or Slurm's M:S, "
+                            "H:M:S, D-H, D-H:M, D-H:M:S")
     attrs.add_argument("-q", "--queue", metavar="QUEUE")
     # No default here: without --urgency the client submits with the jobspec's
     # own urgency, and the instance applies its default when there is none.
@@ -105,18 +109,6 @@ def _expand(value: str, env: dict[str, str | None]) -> str:
     return re.sub(r"\$(?:\{(\w+)\}|(\w+))", sub, value)
 
 
-def _time_limit(text: str | None) -> float:
-    """``-t``: minutes when a bare number (as flux and Slurm), else an RFC 23 duration."""
-    from fluxes.fsd import parse_duration
-
-    if not text:
-        return 0.0
-    try:
-        return float(text) * 60.0
-    except ValueError:
-        return parse_duration(text)
-
-
 def _set_attr(attributes: dict[str, Any], text: str) -> None:
     key, sep, raw = text.partition("=")
     if not sep or not key:
@@ -167,14 +159,16 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         if given:
             die(f"--gpus-per-node cannot be combined with {', '.join(given)} (it runs one "
                 "task per node)")
+    # -N without -n runs a task per node; a bad -N must not be blamed on ntasks
+    nodes_ok = args.nodes is not None and not isinstance(args.nodes, bool) and args.nodes >= 1
     return Jobspec.from_command(
         command, nnodes=args.nodes,
-        ntasks=args.ntasks if args.ntasks is not None else (args.nodes or 1),
+        ntasks=args.ntasks if args.ntasks is not None else (args.nodes if nodes_ok else 1),
         cores_per_task=args.cores_per_task if args.cores_per_task is not None else 1,
         gpus_per_task=args.gpus_per_task, gpus_per_node=args.gpus_per_node,
         # as in flux: -N without -n asks for whole nodes
         exclusive=args.exclusive or (args.nodes is not None and args.ntasks is None),
-        duration=_time_limit(args.time_limit), queue=args.queue, name=args.job_name,
+        duration=args.time_limit or 0.0, queue=args.queue, name=args.job_name,
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
         constraints=constraints, dependencies=deps or None, output=args.output,
         error=args.error, attributes=attributes or None, urgency=urgency)
@@ -212,7 +206,7 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
         _set_attr(attributes, text)
     system = attributes.setdefault("system", {})
     if args.time_limit:
-        system["duration"] = _time_limit(args.time_limit)
+        system["duration"] = args.time_limit
     if args.queue:
         system["queue"] = args.queue
     if args.job_name:
@@ -285,6 +279,10 @@ def register_job(sub: Any) -> None:
     rp.set_defaults(func=_raise)
 
 
+#: The most copies one ``submit --cc`` makes.
+MAX_CC = 1_000_000
+
+
 def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
     """One jobspec per --cc id, with {cc} substituted where flux substitutes it."""
     if cc is None:
@@ -293,6 +291,11 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
         ids = IDSet(cc)
     except ValueError as exc:
         raise FluxesError(f"--cc: {exc}") from None
+    if not ids:
+        raise FluxesError(f"--cc: {cc!r} names no id (e.g. --cc=1-10)")
+    if len(ids) > MAX_CC:
+        # a typo such as 1-1000000000 would build copies until memory runs out
+        raise FluxesError(f"--cc: {cc!r} is {len(ids)} copies, at most {MAX_CC} per submit")
     base = spec.to_dict()
     text = spec.dumps()
     if "{cc}" not in text:
@@ -359,7 +362,11 @@ def _command(args: argparse.Namespace) -> list[str]:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        die(f"{args.func.__name__.strip('_')}: no command or jobspec file given")
+        # a usage error, as flux's "job command and arguments are missing"
+        prog = getattr(args, "_prog", "fluxes")
+        raise UsageError(f"{prog}: no command or jobspec file given "
+                         f"(usage: {prog} [OPTIONS] COMMAND... or FILE.yaml|.json; "
+                         f"see {prog} --help)")
     return command
 
 
@@ -378,9 +385,9 @@ def _cancel(args: argparse.Namespace) -> int:
         if not args.quiet:
             print("fluxes: no matching jobs", file=sys.stderr)
         return 0
-    answer = client.cancel(ids, note=args.message)
+    answer = client.cancel([int(i) for i in ids], note=args.message)
     for line in answer["errors"]:
-        print(f"fluxes: {line}", file=sys.stderr)
+        print(f"fluxes: {as_typed(line, ids)}", file=sys.stderr)
     if args.all and not args.quiet:
         print(f"fluxes: canceled {len(answer['ok'])} jobs", file=sys.stderr)
     return 1 if answer["errors"] else 0
@@ -390,9 +397,9 @@ def _urgency(args: argparse.Namespace) -> int:
     from fluxes.client import Client
 
     urgency = parse_urgency(args.urgency)
-    answer = Client(instance(args)).urgency(args.id, urgency)
+    answer = Client(instance(args)).urgency(int(args.id), urgency)
     if answer["errors"]:
-        die(str(answer["errors"][0]))
+        die(as_typed(str(answer["errors"][0]), [args.id]))
     if args.verbose:
         print(f"{fmt_id(args.id)}: urgency changed from {answer.get('old')} to {urgency}")
     return 0
@@ -401,9 +408,19 @@ def _urgency(args: argparse.Namespace) -> int:
 def _raise(args: argparse.Namespace) -> int:
     from fluxes.client import Client
 
-    answer = Client(instance(args)).raise_exception(args.ids, args.type, args.severity,
-                                                    args.message)
+    answer = Client(instance(args)).raise_exception([int(i) for i in args.ids], args.type,
+                                                    args.severity, args.message)
     for line in answer["errors"]:
-        print(f"fluxes: {line}", file=sys.stderr)
+        print(f"fluxes: {as_typed(line, args.ids)}", file=sys.stderr)
     return 1 if answer["errors"] else 0
 
+
+def as_typed(line: str, ids: list[int]) -> str:
+    """An error line of the job manager (``ƒXYZ: job is inactive or unknown``) with
+    the id it starts with shown as the user typed it."""
+    head, sep, rest = line.partition(": ")
+    if sep:
+        for jobid in ids:
+            if head == fmt_id(jobid):
+                return f"{shown_id(jobid)}: {rest}"
+    return line

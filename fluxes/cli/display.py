@@ -21,6 +21,16 @@ def fmt_id(jobid: int, form: str = "f58") -> str:
     return jobids.encode(jobid, form)
 
 
+def shown_id(jobid: int) -> str:
+    """A job id as the user typed it on the command line, else in F58.
+
+    For messages about the id itself (``job 12345 not found``): echoing a
+    form the user never wrote would make them wonder which job is meant.
+    """
+    typed = getattr(jobid, "typed", None)
+    return typed if isinstance(typed, str) else fmt_id(jobid)
+
+
 @cache
 def username(uid: int) -> str:
     """The user name of ``uid`` (the number itself when unknown)."""

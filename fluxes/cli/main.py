@@ -27,7 +27,16 @@ from fluxes.cli import (
     cmd_submit,
     cmd_worker,
 )
-from fluxes.cli.util import PROG, ArgumentParser, add_subcommands, run_cli
+from fluxes.cli.util import (
+    EXIT_ERROR,
+    PROG,
+    ArgumentParser,
+    UsageError,
+    add_subcommands,
+    help_with_example,
+    parse_command_line,
+    run_cli,
+)
 
 _GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
            cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill,
@@ -59,7 +68,37 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = add_subcommands(parser, "commands")
     for group in _GROUPS:
         group.register(subparsers)
+    hp = subparsers.add_parser("help", **help_with_example(
+        "Print the help of fluxes, or of a command or subcommand (as COMMAND --help).",
+        ["fluxes help", "fluxes help submit", "fluxes help job attach"]))
+    hp.add_argument("topic", nargs="*", metavar="COMMAND")
+    hp.set_defaults(func=_help)
     return parser
+
+
+def _help(args: argparse.Namespace) -> int:
+    """``fluxes help [COMMAND [SUBCOMMAND]]``: that parser's help on stdout."""
+    parser: argparse.ArgumentParser = build_parser()
+    path = [PROG]
+    for word in args.topic:
+        choices = _subcommands(parser)
+        if word not in choices:
+            where = " ".join(path)
+            known = ", ".join(sorted(choices)) if choices else "none"
+            raise UsageError(f"{PROG} help: {where} has no command {word!r} "
+                             f"(commands: {known})")
+        parser = choices[word]
+        path.append(word)
+    parser.print_help()
+    return 0
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    """The subcommand parsers of ``parser`` by name (empty for a leaf command)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,7 +110,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
 
     def dispatch() -> int:
-        args = build_parser().parse_args(args_list)
+        parser = build_parser()
+        if not args_list:
+            # as flux: no command prints the usage and the commands, and fails
+            parser.print_help(sys.stderr)
+            return EXIT_ERROR
+        args = parse_command_line(parser, args_list)
         code: int = args.func(args)
         return code
 

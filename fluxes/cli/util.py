@@ -40,9 +40,30 @@ class ArgumentParser(argparse.ArgumentParser):
     exactly like other errors.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """argparse's parser, remembering its command name in the parsed namespace."""
+        super().__init__(*args, **kwargs)
+        # The innermost command parsed leaves its name here (a subcommand's defaults
+        # overwrite its parent's), so leftovers can be blamed on the right command.
+        self.set_defaults(_prog=self.prog)
+
     def error(self, message: str) -> NoReturn:
         """Report a usage error as one line (argparse prints usage; we do not)."""
         raise UsageError(f"{self.prog}: {message}")
+
+
+def parse_command_line(parser: argparse.ArgumentParser,
+                       argv: Sequence[str]) -> argparse.Namespace:
+    """Parse ``argv``; arguments no command takes are a usage error of the command given.
+
+    argparse reports them as the top parser's (``fluxes: unrecognized
+    arguments``), which hides which command refused them.
+    """
+    args, extras = parser.parse_known_args(list(argv))
+    if extras:
+        prog = getattr(args, "_prog", parser.prog)
+        raise UsageError(f"{prog}: unrecognized arguments: {' '.join(extras)}")
+    return args
 
 
 def die(message: str) -> NoReturn:
@@ -128,10 +149,37 @@ def instance(args: argparse.Namespace) -> Instance:
     return cached
 
 
+class TypedJobId(int):
+    """A job id given on the command line, remembering how it was typed.
+
+    Messages about a job that cannot be found echo :attr:`typed` (see
+    :func:`fluxes.cli.display.shown_id`): ``job 12345 not found``, not the F58
+    form of a number the user never wrote.
+    """
+
+    typed: str
+
+    def __new__(cls, value: int, typed: str) -> TypedJobId:
+        """The id ``value``, typed as ``typed``."""
+        self = super().__new__(cls, value)
+        self.typed = typed
+        return self
+
+
 def job_id_arg(text: str) -> int:
-    """argparse type: a job id in any encoding."""
+    """argparse type: a job id in any encoding (a :class:`TypedJobId`)."""
     try:
-        return jobid.parse(text)
+        return TypedJobId(jobid.parse(text), text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def time_limit_arg(text: str) -> float:
+    """argparse type of ``-t``: seconds of a time limit (see :mod:`fluxes.timelimit`)."""
+    from fluxes.timelimit import parse_time_limit
+
+    try:
+        return parse_time_limit(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

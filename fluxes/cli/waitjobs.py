@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from fluxes.cli.attach import Outcome
-from fluxes.cli.display import fmt_id
+from fluxes.cli.display import shown_id
 from fluxes.errors import FluxesError
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ def _ended(inst: Instance, ids: list[int]) -> list[int]:
             pipe.xrevrange(inst.keys.eventlog(jobid), count=1)
         for jobid, last in zip(chunk, pipe.execute(), strict=True):
             if not last:
-                raise FluxesError(f"job {fmt_id(jobid)} not found")
+                raise FluxesError(f"job {shown_id(jobid)} not found")
             if last[0][1].get(b"n") in _LAST:
                 ended.append(jobid)
     return ended

@@ -58,10 +58,17 @@ def test_eventlog_text_json_and_human(store: EventStore, uri: str,
     assert human[1] == "[  +0.500000] validate"
 
 
-def test_unknown_job_is_one_line_error(store: EventStore, uri: str,
-                                       capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--uri", uri, "job", "eventlog", "99"]) == 1
-    assert capsys.readouterr().err.strip() == f"fluxes: job {encode(99, 'f58')} not found"
+@pytest.mark.parametrize("command", [
+    ["job", "eventlog"], ["job", "info"], ["job", "output"], ["job", "attach"],
+    ["job", "wait"], ["job", "wait-event", "-t", "1s", "{id}", "clean"], ["jobs"]])
+@pytest.mark.parametrize("typed", ["99", "0x63", encode(99, "words")])
+def test_unknown_job_is_named_as_typed(store: EventStore, uri: str, command: list[str],
+                                       typed: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [typed if word == "{id}" else word for word in command]
+    if "{id}" not in command:
+        argv.append(typed)
+    assert main(["--uri", uri, *argv]) == 1
+    assert capsys.readouterr().err == f"fluxes: job {typed} not found\n"
 
 
 def test_wait_event_blocks_until_the_event(store: EventStore, uri: str,

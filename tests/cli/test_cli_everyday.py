@@ -16,6 +16,7 @@ from fluxes.cli.main import main
 from fluxes.job.model import Job
 from fluxes.job.record import JobRecord
 from fluxes.job.states import JobState
+from fluxes.queues import QueueState
 
 NOW = time.time()
 
@@ -99,10 +100,19 @@ def _record(jobid: int, state: JobState = JobState.RUN, queue: str | None = None
 
 
 @pytest.fixture
-def listed(monkeypatch: pytest.MonkeyPatch) -> list[JobRecord]:
+def queues() -> dict[str | None, QueueState]:
+    """The queue states ``fluxes jobs`` sees (the anonymous queue, started, unless a test
+    changes them)."""
+    return {None: QueueState()}
+
+
+@pytest.fixture
+def listed(monkeypatch: pytest.MonkeyPatch,
+           queues: dict[str | None, QueueState]) -> list[JobRecord]:
     """The records ``fluxes jobs`` lists (no instance needed)."""
     from fluxes.cli import cmd_jobs
 
+    monkeypatch.setattr(cmd_jobs, "queue_states", lambda inst: queues)
     records: list[JobRecord] = []
     asked: list[int | None] = []
 

@@ -177,6 +177,53 @@ class JobListContract:
         assert lists.folded_position(0) == mark
 
 
+    def test_jobs_reads_its_own_writes(self, instance: Instance, client: redis.Redis,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+        """``fluxes jobs`` run after a job's end was written lists its final record,
+        even when the job list folds it only a moment later."""
+        import threading
+
+        from fluxes.cli import cmd_jobs
+
+        store = EventStore(client, KEYS)
+        client.set(KEYS.jm_fence(0), "1")
+        worker = JobListWorker(instance)
+        worker.setup()
+        events, extra = _submit(3)
+        batch = store.batch()
+        batch.append(KEYS.eventlog(3), 3, 0, events, [extra, None])
+        store.commit(batch)
+        worker.step()
+        for seq, (name, ctx) in enumerate(LIFE, 2):  # the job runs to its end...
+            batch = store.batch()
+            batch.append(KEYS.eventlog(3), 3, seq, [ev.decode(name, T + seq, ctx)])
+            store.commit(batch, token="1")
+        # ...and the job list folds that only a little later
+        folder = threading.Timer(0.2, worker.step)
+        folder.start()
+        try:
+            found = cmd_jobs.select_jobs(instance, states="active,inactive", everyone=True)
+        finally:
+            folder.join()
+        assert [(r.id, r.job.state.name) for r in found] == [(3, "INACTIVE")]
+        assert capsys.readouterr().err == ""
+
+    def test_jobs_says_when_the_job_list_is_behind(
+            self, instance: Instance, client: redis.Redis,
+            capsys: pytest.CaptureFixture[str]) -> None:
+        from fluxes.cli import cmd_jobs
+
+        store = EventStore(client, KEYS)
+        JobListWorker(instance).setup()  # a group, but nobody folding
+        events, extra = _submit(1)
+        batch = store.batch()
+        batch.append(KEYS.eventlog(1), 1, 0, events, [extra, None])
+        store.commit(batch)
+        cmd_jobs.caught_up(instance, timeout=0.05)
+        assert "the job list has not folded the newest journal entries of partition(s) 0" \
+            in capsys.readouterr().err
+
+
 class TestFakeRedis(JobListContract, OnFakeRedis):
     """The contract on fakeredis."""
 
