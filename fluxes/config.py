@@ -4,7 +4,7 @@
 instance hash, so every worker (here or on another machine) reads the same
 configuration from Redis. Top-level tables:
 
-* ``[policy]`` and ``[queues.NAME]``: RFC 33 queues (:mod:`fluxes.queues`);
+* ``[policy]`` and ``[queues.NAME]``: RFC 33 queues (:mod:`fluxes.domain.jm.queues`);
 * ``[resource]``: the inventory (``[[resource.config]]`` entries, or
   ``path`` of an RFC 20 R file), read by the scheduler;
 * ``[ingest]``: size limits enforced at submission;
@@ -24,9 +24,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fluxes.domain.jm.queues import QueueConfig, format_key
 from fluxes.errors import ConfigError
-from fluxes.fsd import parse_duration
-from fluxes.queues import QueueConfig, format_key
+from fluxes.formats.fsd import parse_duration
 
 #: Default ``[exec] output-limit``: bytes of output forwarded per job and rank.
 DEFAULT_OUTPUT_LIMIT = 100 << 20
@@ -117,7 +117,7 @@ class InstanceConfig:
                 except ValueError as exc:
                     raise ConfigError(f"exec.kill-timeout: {exc}") from None
             elif key == "output-limit":
-                from fluxes.sched.inventory import parse_size
+                from fluxes.domain.sched.inventory import parse_size
 
                 try:
                     output_limit = parse_size(value, "exec.output-limit")

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from fluxes.store.server import RedisServer, redis_server_binary
+from fluxes.proc.redis_server import RedisServer, redis_server_binary
 
 
 def _need_redis_server() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from fluxes.job import events as ev
-from fluxes.job.model import Job, TransitionError, apply
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job, TransitionError, apply
 
 T = 1000.0
 SUBMIT = ev.decode("submit", T, {"urgency": 16, "userid": 1000, "flags": 0, "version": 1})

@@ -5,7 +5,7 @@ manifests run; ``fluxes worker KIND`` is the same thing through the CLI.
 
 Whatever stops a worker is reported on one line of stderr, with a non-zero
 exit status: plain text on a terminal, a JSON log record otherwise (see
-:mod:`fluxes.logs`), like every other line the worker logs.
+:mod:`fluxes.proc.logs`), like every other line the worker logs.
 """
 
 from __future__ import annotations
@@ -15,55 +15,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-KINDS = ("ingest", "job-manager", "scheduler", "job-list", "exec")
-#: Set to 1 by a launcher that was told --insecure, for the workers it starts.
-ENV_INSECURE = "FLUXES_INSECURE"
-
-
-#: ``--metrics-port`` values that mean "no metrics server" (a unit's default can be turned off).
-METRICS_OFF = ("off", "none")
-
-
-def metrics_port(text: str) -> int | None:
-    """argparse type: a TCP port for the metrics server (0: any free port; off: none)."""
-    from fluxes.metrics import check_port
-
-    if text.strip().lower() in METRICS_OFF:
-        return None
-    try:
-        return check_port(int(text))
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"metrics port must be an integer from 0 to 65535 or 'off', got {text!r}") from None
-
-
-def build_parser(as_parent: bool = False) -> argparse.ArgumentParser:
-    """Arguments shared by every worker kind.
-
-    ``as_parent``: for embedding in another parser (``fluxes worker``): no
-    ``-h`` of its own, and ``--uri`` sets nothing when absent, so that an
-    outer ``--uri`` given before the subcommand stands.
-    """
-    from fluxes.cli.util import ArgumentParser
-
-    # standalone, usage errors are one line (raised, then reported like any error)
-    parser_class = argparse.ArgumentParser if as_parent else ArgumentParser
-    parser = parser_class(prog="python -m workers", add_help=not as_parent,
-                          description="Run one fluxes worker process.")
-    parser.add_argument("kind", choices=KINDS)
-    parser.add_argument("--uri", default=argparse.SUPPRESS if as_parent else None,
-                        help="instance URI (default $FLUXES_URI)")
-    parser.add_argument("--name", default=None, help="worker name (default KIND-HOST-PID)")
-    parser.add_argument("--partition", type=int, default=0, help="job-manager partition")
-    parser.add_argument("--ranks", default=None, help="exec: the ranks served (idset)")
-    parser.add_argument("--state-dir", default=None, help="exec: where task files live")
-    parser.add_argument("--insecure", action="store_true",
-                        help="accept a Redis other machines reach without a password or ACL "
-                             f"user (also ${ENV_INSECURE}=1)")
-    parser.add_argument("--metrics-port", type=metrics_port, default=None, metavar="PORT",
-                        help="serve Prometheus metrics on PORT (0: any free port, shown by "
-                             "'fluxes status'; off: none, the default)")
-    return parser
+from fluxes.cli.worker_args import ENV_INSECURE, KINDS, build_parser
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -77,7 +29,7 @@ def refuse_open_redis(uri: str | None) -> None:
     network could write to it and run jobs as the instance owner."""
     from fluxes.env import ENV_REDIS_URL, ENV_URI
     from fluxes.errors import FluxesError
-    from fluxes.security import apply_credentials, shared_redis_problem
+    from fluxes.store.security import apply_credentials, shared_redis_problem
 
     text = uri or os.environ.get(ENV_URI) or os.environ.get(ENV_REDIS_URL)
     url = apply_credentials(text)[0]
@@ -90,12 +42,12 @@ def run_args(args: argparse.Namespace) -> int:
     """Run the worker that the parsed arguments (:func:`build_parser`) describe."""
     if args.metrics_port is not None:
         # before connecting, so a port already taken fails at once
-        from fluxes import metrics
-        from fluxes.logs import setup_logging
+        from fluxes.proc import metrics
+        from fluxes.proc.logs import setup_logging
 
         port = metrics.serve(args.metrics_port)
         setup_logging("fluxes.metrics").info("serving metrics", extra={"port": port})
-    from fluxes.instance import Instance
+    from fluxes.store.instance import Instance
 
     uri = getattr(args, "uri", None)
     if not (args.insecure or os.environ.get(ENV_INSECURE) == "1"):
@@ -119,9 +71,9 @@ def run_args(args: argparse.Namespace) -> int:
 
 def guarded(func: Callable[[], int], kind: str | None) -> int:
     """Run ``func`` with the CLI's error wrapper (one line, no traceback, an exit code),
-    the line going to :func:`fluxes.logs.error_stream` of the worker's logger."""
+    the line going to :func:`fluxes.proc.logs.error_stream` of the worker's logger."""
     from fluxes.cli.util import run_cli
-    from fluxes.logs import error_stream
+    from fluxes.proc.logs import error_stream
 
     stream = error_stream(f"fluxes.{kind or 'workers'}")
     try:
@@ -132,7 +84,7 @@ def guarded(func: Callable[[], int], kind: str | None) -> int:
 
 def main() -> None:
     """Console entry point: run the worker; report what stopped it on one line."""
-    from fluxes.gcpolicy import tune
+    from fluxes.proc.gcpolicy import tune
 
     tune()
     argv = sys.argv[1:]

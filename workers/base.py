@@ -12,17 +12,18 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import FrameType
 from typing import Any
 
 import orjson
 import redis
 
-from fluxes import metrics
-from fluxes.gcpolicy import freeze
-from fluxes.instance import Instance
-from fluxes.logs import setup_logging
+from fluxes.proc import metrics
+from fluxes.proc.gcpolicy import freeze
+from fluxes.proc.logs import setup_logging
+from fluxes.store.groups import stream_lags
+from fluxes.store.instance import Instance
 
 HEARTBEAT_INTERVAL = 2.0
 #: Entries kept in the dead-letter stream (approximate trim).
@@ -95,7 +96,7 @@ class Worker:
         """Set up, loop until asked to stop, tear down; return an exit code."""
         self.install_signals()
         self.setup()
-        freeze()  # what setup loaded lives as long as the process (fluxes/gcpolicy.py)
+        freeze()  # what setup loaded lives as long as the process (fluxes/proc/gcpolicy.py)
         self.log.info("started", extra={"worker": self.name})
         backoff = 0.05
         try:
@@ -171,20 +172,6 @@ class Worker:
         metrics.DEAD_LETTERS.labels(worker=self.kind).inc()
         self.log.warning("dead letter", extra={"stream": stream, "id": record["id"],
                                                "error": error})
-
-
-def stream_lags(client: redis.Redis, streams: Sequence[str]) -> list[metrics.GroupLag]:
-    """Every consumer group of ``streams`` with its pending and undelivered counts
-    (one round trip; a stream that does not exist yet has no groups)."""
-    pipe = client.pipeline(transaction=False)
-    for stream in streams:
-        pipe.xinfo_groups(stream)
-    out: list[metrics.GroupLag] = []
-    for stream, reply in zip(streams, pipe.execute(raise_on_error=False), strict=True):
-        if isinstance(reply, redis.ResponseError):
-            continue  # "no such key": nothing was ever written or read there
-        out.extend(metrics.parse_groups(stream, reply))
-    return out
 
 
 def _text(value: Any) -> str:

@@ -49,10 +49,9 @@ from typing import Any
 import orjson
 import redis
 
-from fluxes import metrics
-from fluxes import protocol as proto
+from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
-from fluxes.exec.layout import (
+from fluxes.domain.exec.layout import (
     JobLayout,
     OutputSpec,
     RankShare,
@@ -71,12 +70,13 @@ from fluxes.exec.layout import (
     task_environment,
     wait_status,
 )
-from fluxes.idset import IDSet
-from fluxes.instance import Instance
-from fluxes.rset import ResourceSet
-from fluxes.sched.inventory import Inventory, format_size
+from fluxes.domain.sched.inventory import Inventory, format_size
+from fluxes.formats.idset import IDSet
+from fluxes.formats.rset import ResourceSet
+from fluxes.proc import metrics
 from fluxes.store.direct import Direct, execute_grouped, stream_entries
 from fluxes.store.groups import ensure_group
+from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_EXEC
 from workers.base import Worker
 

@@ -5,12 +5,12 @@ ACLs enforce that in multi-user mode), so who asked is known from the stream,
 never from what the client claims. Requests (field ``d``, JSON):
 
 * ``{"t": "submit", "req": ID, "jobs": [{"jobspec": {...} | "yaml": "...", "urgency": N,
-  "flags": N}, ...]}``: checked (:mod:`fluxes.ingest`), given FLUIDs, stored
+  "flags": N}, ...]}``: checked (:mod:`fluxes.domain.jm.submission`), given FLUIDs, stored
   (job hash, ``submit`` + ``validate`` events, a ``new`` message for the job
   manager) in one atomic commit per partition; the reply lists an id or one
   error line per job, and nothing is stored for a rejected job. A job no
   configured node could ever run is rejected with the scheduler's note
-  (:mod:`fluxes.feasibility`, against the inventory the scheduler loads), and
+  (:mod:`fluxes.domain.jm.feasibility`, against the inventory the scheduler loads), and
   so is one whose ``after*`` dependency names a job that does not exist (one
   pipelined EXISTS per distinct target and block of requests);
 * ``{"t": "cancel" | "urgency" | "raise", "req": ID, ...}``: forwarded to the
@@ -23,7 +23,7 @@ A request is acknowledged only with (or after) the last commit of its
 effects; a request the worker read but never acknowledged (it died) is
 delivered again. Every commit that creates some of a request's jobs but does
 not also acknowledge the request records them under
-``{p}:req:<user>:<req>`` (:mod:`fluxes.request_progress`), in the same atomic
+``{p}:req:<user>:<req>`` (:mod:`fluxes.domain.jm.request_progress`), in the same atomic
 step, so a redelivered request creates only the jobs not yet recorded and is
 answered with every id.
 
@@ -45,19 +45,20 @@ from typing import Any
 
 import orjson
 
-from fluxes import metrics, request_progress
-from fluxes import protocol as proto
+from fluxes import messages as proto
 from fluxes.config import InstanceConfig
+from fluxes.domain.jm import request_progress
+from fluxes.domain.jm.feasibility import Feasibility, load_inventory, unknown_target
+from fluxes.domain.jm.queues import QueueState, fold_queue_events
+from fluxes.domain.jm.submission import PreparedJob, prepare_job
+from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
-from fluxes.feasibility import Feasibility, load_inventory, unknown_target
-from fluxes.ingest import PreparedJob, prepare_job
-from fluxes.instance import Instance
-from fluxes.job import events as ev
-from fluxes.jobid import MAX_GENERATOR_ID, FluidGenerator
-from fluxes.queues import QueueState, fold_queue_events
+from fluxes.formats.jobid import MAX_GENERATOR_ID, FluidGenerator
+from fluxes.proc import metrics
 from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
+from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_INGEST
 from workers.base import Worker
 

@@ -4,9 +4,9 @@ Each partition's journal is folded by one job-list worker at a time, the
 holder of the partition's job-list lease; other job-list workers stand by
 and take a partition over within the lease time when its holder dies (at
 once when it stops cleanly). The holder reads the journal after the folded
-position, folds entries into summaries (:mod:`fluxes.joblist.model`) and
+position, folds entries into summaries (:mod:`fluxes.domain.joblist.model`) and
 writes each block with the new position in one fenced step
-(:mod:`fluxes.joblist.store`), so a new holder goes on exactly where the
+(:mod:`fluxes.store.joblist`), so a new holder goes on exactly where the
 last write left off, and a deposed one writes nothing.
 """
 
@@ -16,12 +16,12 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fluxes import metrics
-from fluxes.instance import Instance
-from fluxes.joblist.folder import PartitionFolder
-from fluxes.joblist.store import JobListStore
+from fluxes.proc import metrics
 from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import read_streams
+from fluxes.store.instance import Instance
+from fluxes.store.joblist import JobListStore
+from fluxes.store.joblist_fold import PartitionFolder
 from fluxes.store.keys import GROUP_JOBLIST
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker

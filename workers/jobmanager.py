@@ -9,7 +9,7 @@ then loops:
    new-job, scheduler-response, exec-event and control streams (about once a
    second it also checks that the scheduler of the RFC 27 session still holds
    its lease, and suspends scheduling when it does not);
-2. hand each message to :class:`~fluxes.jm.core.JobManagerCore`;
+2. hand each message to :class:`~fluxes.domain.jm.core.JobManagerCore`;
 3. commit the resulting events, outbound messages and input
    acknowledgements in one Lua call, fenced by the leader's token.
 
@@ -27,15 +27,15 @@ from typing import Any
 import orjson
 import redis
 
-from fluxes import metrics
-from fluxes import protocol as proto
-from fluxes.depend import TargetStatus
-from fluxes.instance import Instance
-from fluxes.jm.core import Ack, Effects, JobManagerCore
-from fluxes.job import events as ev
-from fluxes.queues import fold_queue_events
+from fluxes import messages as proto
+from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
+from fluxes.domain.jm.depend import TargetStatus
+from fluxes.domain.jm.queues import fold_queue_events
+from fluxes.domain.job import events as ev
+from fluxes.proc import metrics
 from fluxes.store.eventstore import Batch, ConflictError, EventStore, FencedError
 from fluxes.store.groups import ensure_group, read_streams
+from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from workers.base import Worker

@@ -4,7 +4,7 @@ The scheduler is stateless between epochs. Taking the lease of a partition
 bumps that partition's epoch (its fence counter); the scheduler then says
 ``hello`` on the partition's response stream, the job manager answers with
 every job holding resources, the scheduler re-reads each job's stored R into
-a fresh pool (:meth:`~fluxes.sched.pool.ResourcePool.adopt`) and says
+a fresh pool (:meth:`~fluxes.domain.sched.pool.ResourcePool.adopt`) and says
 ``ready``. From then on it answers ``alloc`` (SUCCESS/ANNOTATE/DENY/CANCEL),
 ``free``, ``cancel`` and ``prioritize`` requests. R is written to the job
 hash in the same atomic step that makes the SUCCESS response visible, fenced
@@ -21,23 +21,23 @@ from typing import Any
 import orjson
 import redis
 
-from fluxes import metrics
-from fluxes import protocol as proto
+from fluxes import messages as proto
+from fluxes.domain.sched.errors import InfeasibleRequest
+from fluxes.domain.sched.policy import PendingJob, QueuePolicy, Scheduler
+from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.request import Request
 from fluxes.errors import FluxesError
-from fluxes.fsd import parse_duration
-from fluxes.idset import IDSet
-from fluxes.instance import Instance
-from fluxes.jobspec import Jobspec
-from fluxes.rset import ResourceSet
-from fluxes.sched.errors import InfeasibleRequest
-from fluxes.sched.inventory import Inventory
-from fluxes.sched.policy import PendingJob, QueuePolicy, Scheduler
-from fluxes.sched.pool import ResourcePool
-from fluxes.sched.request import Request
+from fluxes.formats.fsd import parse_duration
+from fluxes.formats.idset import IDSet
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.rset import ResourceSet
+from fluxes.proc import metrics
 from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import EventStore, FencedError
 from fluxes.store.groups import read_streams
+from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
+from fluxes.store.resources import LOST_AFTER_S, load_inventory, resource_event
 from workers.base import Worker
 
 #: Stream entries per read; an entry carries up to a thousand messages.
@@ -48,25 +48,8 @@ REPLAN_S = 5.0
 #: Most seconds between full passes (which refresh every considered job's
 #: annotations); the passes in between stop once nothing more can start.
 FULL_PASS_S = 1.0
-#: An exec worker silent this long is taken for lost: its ranks are drained.
-LOST_AFTER_S = 10.0
 #: How often heartbeats, resource events and the published status are refreshed.
 HOUSEKEEPING_S = 1.0
-
-
-def resource_event(kind: str, ranks: str, reason: str = "", auto: bool = False) -> bytes:
-    """A drain/undrain entry for the resource event stream."""
-    return orjson.dumps({"t": kind, "ranks": ranks, "reason": reason, "auto": auto,
-                         "timestamp": time.time()})
-
-
-def load_inventory(instance: Instance) -> Inventory:
-    """The instance inventory: the recorded resources, else the configuration's."""
-    raw = instance.redis.hget(instance.keys.instance, "resources")
-    table: Mapping[str, Any] = orjson.loads(raw) if raw else instance.config().resource
-    if not table:
-        raise FluxesError("the instance has no resources configured ([resource] table)")
-    return Inventory.from_table(table)
 
 
 class Session:

@@ -11,7 +11,7 @@ from typing import Any
 
 import redis
 
-from fluxes.store.server import RedisServer
+from fluxes.proc.redis_server import RedisServer
 
 
 @contextlib.contextmanager

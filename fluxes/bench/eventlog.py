@@ -13,9 +13,9 @@ from typing import Any
 import redis
 
 from fluxes.bench.common import Stopwatch, private_redis, used_memory
-from fluxes.instance import Instance, InstanceURI
-from fluxes.job import events as ev
+from fluxes.domain.job import events as ev
 from fluxes.store.eventstore import Batch, EventStore
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 
 NS = "bench"

@@ -25,11 +25,11 @@ from typing import Any
 
 import orjson
 
-from fluxes.client import Client
-from fluxes.instance import Instance
-from fluxes.jobspec import Jobspec
-from fluxes.launcher import Launcher
+from fluxes.formats.jobspec import Jobspec
+from fluxes.proc.launcher import Launcher
+from fluxes.store.client import Client
 from fluxes.store.groups import read_streams
+from fluxes.store.instance import Instance
 
 NODES = 16
 

@@ -1,7 +1,7 @@
 """``fluxes bench sched``: the scheduler's policies and pool at cluster sizes (pure Python).
 
-No Redis: the figures are those of :class:`~fluxes.sched.policy.Scheduler`
-passes over a :class:`~fluxes.sched.pool.ResourcePool`, as the scheduler
+No Redis: the figures are those of :class:`~fluxes.domain.sched.policy.Scheduler`
+passes over a :class:`~fluxes.domain.sched.pool.ResourcePool`, as the scheduler
 worker runs them.  Workloads are seeded, so runs are comparable; times are
 ``time.perf_counter`` wall clock on whatever else the machine is doing.
 
@@ -36,12 +36,12 @@ import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
-from fluxes.rset import ResourceSet
-from fluxes.sched.bench import _busy_pool, _random_request, bench_small_jobs, machine
-from fluxes.sched.errors import InsufficientResources
-from fluxes.sched.policy import PendingJob, QueuePolicy, Scheduler
-from fluxes.sched.pool import ResourcePool
-from fluxes.sched.request import Request
+from fluxes.bench.pool_figures import _busy_pool, _random_request, bench_small_jobs, machine
+from fluxes.domain.sched.errors import InsufficientResources
+from fluxes.domain.sched.policy import PendingJob, QueuePolicy, Scheduler
+from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.request import Request
+from fluxes.formats.rset import ResourceSet
 
 __all__ = ["run"]
 

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fluxes.client import Client
-from fluxes.instance import Instance
-from fluxes.jobspec import Jobspec
-from fluxes.launcher import Launcher
+from fluxes.formats.jobspec import Jobspec
+from fluxes.proc.launcher import Launcher
+from fluxes.store.client import Client
 from fluxes.store.groups import read_streams
+from fluxes.store.instance import Instance
 
 
 def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str = "1ms",

@@ -19,8 +19,8 @@ import orjson
 from fluxes.cli.display import fmt_id, shown_id
 
 if TYPE_CHECKING:
-    from fluxes.instance import Instance
-    from fluxes.job.model import Job
+    from fluxes.domain.job.model import Job
+    from fluxes.store.instance import Instance
 
 
 class Outcome:
@@ -58,8 +58,8 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     ``state`` (a dict the caller keeps) lets a follow interrupted by Ctrl-C
     resume where it stopped instead of printing the output again.
     """
-    from fluxes.job.model import Job, apply
-    from fluxes.job.states import JobState
+    from fluxes.domain.job.model import Job, apply
+    from fluxes.domain.job.states import JobState
     from fluxes.store.eventstore import decode_entry
 
     stdout = out if out is not None else sys.stdout
@@ -139,7 +139,7 @@ def redirections(jobid: int, jobspec_text: str | None) -> list[tuple[str, str]]:
     Paths are expanded as the exec worker expands them; a template naming a
     task or rank (one file per task) is shown as written.
     """
-    from fluxes.exec.layout import expand_template, job_name, output_spec
+    from fluxes.domain.exec.layout import expand_template, job_name, output_spec
 
     if not jobspec_text:
         return []
@@ -190,7 +190,7 @@ def follow_interruptible(inst: Instance, jobid: int, label: bool = False) -> Out
     followed to the end; a further interrupt detaches (exit status 130).
     Streams sent to files are named first (:func:`print_redirections`).
     """
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     if inst.redis.exists(inst.keys.eventlog(jobid)):
         print_redirections(inst, jobid)

@@ -6,13 +6,13 @@ reaches the workers, the number of partitions and the owner.
 
 ``adduser`` gives a user a Redis ACL user that may only send requests on its
 own submit stream, read its own replies and read job data (rules from
-:mod:`fluxes.security`), records the user for the ingest, and writes a
+:mod:`fluxes.store.security`), records the user for the ingest, and writes a
 credentials file (mode 0600, owned by the user) holding the instance URI with
 the user's name and password. Only the instance owner (full Redis access)
 can run these commands.
 
 ``rebuild-joblist`` refolds the job-list read model from the journals
-(:mod:`fluxes.joblist.rebuild`), taking the partitions over from the running
+(:mod:`fluxes.store.joblist_rebuild`), taking the partitions over from the running
 job-list workers for the time it takes.
 """
 
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
 
 if TYPE_CHECKING:
-    from fluxes.instance import Instance
+    from fluxes.store.instance import Instance
 
 
 def register(subparsers: Any) -> None:
@@ -106,11 +106,11 @@ def _init(args: argparse.Namespace) -> int:
     import redis
 
     from fluxes.config import InstanceConfig
+    from fluxes.domain.sched.inventory import Inventory
     from fluxes.errors import ConfigError
-    from fluxes.instance import InstanceURI, current_user, record_instance
-    from fluxes.sched.inventory import Inventory
-    from fluxes.security import apply_credentials, strip_password
     from fluxes.store.connection import connect
+    from fluxes.store.instance import InstanceURI, current_user, record_instance
+    from fluxes.store.security import apply_credentials, strip_password
 
     try:
         text = Path(args.config).read_bytes()
@@ -165,7 +165,7 @@ def _local_user(name: str) -> pwd.struct_passwd | None:
 
 
 def _check_name(inst: Instance, name: str) -> str:
-    from fluxes.security import check_user_name
+    from fluxes.store.security import check_user_name
 
     check_user_name(name)
     owner, _uid = inst.owner()
@@ -176,7 +176,7 @@ def _check_name(inst: Instance, name: str) -> str:
 
 def credentials_target(name: str, credentials_dir: str | None) -> Path:
     """Where ``adduser`` writes ``name``'s credentials file."""
-    from fluxes.security import DEFAULT_CREDENTIALS
+    from fluxes.store.security import DEFAULT_CREDENTIALS
 
     if credentials_dir is not None:
         return Path(credentials_dir) / f"{name}.json"
@@ -189,7 +189,8 @@ def credentials_target(name: str, credentials_dir: str | None) -> Path:
 
 def _adduser(args: argparse.Namespace) -> int:
     """Create or renew a user: ACL user, users-hash entry, credentials file."""
-    from fluxes.security import (
+    from fluxes.store import acl
+    from fluxes.store.security import (
         Credentials,
         check_uid,
         generate_password,
@@ -198,7 +199,6 @@ def _adduser(args: argparse.Namespace) -> int:
         with_userinfo,
         write_credentials,
     )
-    from fluxes.store import acl
 
     inst = instance(args)
     name = _check_name(inst, args.name)
@@ -269,7 +269,7 @@ def _users(args: argparse.Namespace) -> int:
 
 def _rebuild_joblist(args: argparse.Namespace) -> int:
     """Refold every partition's read model from its journal."""
-    from fluxes.joblist.rebuild import rebuild
+    from fluxes.store.joblist_rebuild import rebuild
 
     inst = instance(args)
     done = rebuild(inst.redis, inst.keys)

@@ -12,7 +12,7 @@ from fluxes.cli.display import context_text, fmt_id, parse_time, stream_id_for, 
 from fluxes.cli.util import add_subcommands, help_with_example, instance, job_id_arg, print_json
 
 if TYPE_CHECKING:
-    from fluxes.job.model import Job
+    from fluxes.domain.job.model import Job
     from fluxes.store.eventstore import EventStore, JournalEntry
 
 #: Job eventlogs fetched per round trip by ``check``.
@@ -200,8 +200,8 @@ def _check(args: argparse.Namespace) -> int:
 
 def _check_one(jobid: int, entries: list[Any], from_journal: Job) -> str | None:
     """Why the job's own eventlog disagrees with the journal, or None."""
-    from fluxes.job.events import EventError
-    from fluxes.job.model import Job, TransitionError, apply
+    from fluxes.domain.job.events import EventError
+    from fluxes.domain.job.model import Job, TransitionError, apply
     from fluxes.store.eventstore import decode_entry
 
     job = Job(jobid)

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes import jobid
 from fluxes.cli import cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines, shown_id
 from fluxes.cli.progress import Progress
@@ -23,12 +22,13 @@ from fluxes.cli.util import (
     job_id_arg,
     print_json,
 )
-from fluxes.fsd import parse_duration
+from fluxes.formats import jobid
+from fluxes.formats.fsd import parse_duration
 
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
-    from fluxes.instance import Instance
     from fluxes.store.eventstore import EventStore
+    from fluxes.store.instance import Instance
 
 
 def register(subparsers: Any) -> None:

@@ -9,23 +9,23 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from fluxes import jobid as jobids
 from fluxes.cli.cmd_queue import known_queue, queue_states
 from fluxes.cli.display import shown_id, username
 from fluxes.cli.jobformat import FormatError, JobFormat
 from fluxes.cli.util import die, help_with_example, instance, job_id_arg, print_json
-from fluxes.fsd import format_duration
-from fluxes.hostlist import Hostlist
-from fluxes.job.states import JobResult, JobState, parse_states
+from fluxes.domain.job.states import JobResult, JobState, parse_states
+from fluxes.formats import jobid as jobids
+from fluxes.formats.fsd import format_duration
+from fluxes.formats.hostlist import Hostlist
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from fluxes.instance import Instance
-    from fluxes.job.model import Job
-    from fluxes.job.record import JobRecord
-    from fluxes.joblist.store import JobListStore
-    from fluxes.queues import QueueState
+    from fluxes.domain.jm.queues import QueueState
+    from fluxes.domain.job.model import Job
+    from fluxes.domain.job.record import JobRecord
+    from fluxes.store.instance import Instance
+    from fluxes.store.joblist import JobListStore
 
 #: Pause between looks at the job list while it folds a job just submitted.
 CATCH_UP_PAUSE_S = 0.02
@@ -200,7 +200,7 @@ def caught_up(inst: Instance, timeout: float = CATCH_UP_S) -> JobListStore:
     if it has not caught up within ``timeout`` (its worker is down), say so on
     stderr and read it as it is.
     """
-    from fluxes.joblist.store import JobListStore
+    from fluxes.store.joblist import JobListStore
 
     store = JobListStore(inst.redis, inst.keys)
     behind = store.catch_up(timeout, CATCH_UP_PAUSE_S)
@@ -243,7 +243,7 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
 
 def user_id(inst: Instance, user: str | None = None) -> int:
     """The uid of ``user`` (a name or uid; default: you, as the instance knows you)."""
-    from fluxes.client import current_user
+    from fluxes.store.client import current_user
 
     who = user or inst.user or current_user()
     try:

@@ -34,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 def _validate(args: argparse.Namespace) -> int:
     """Validate each file and report one line per file."""
-    from fluxes.jobspec import Jobspec
+    from fluxes.formats.jobspec import Jobspec
 
     failed = 0
     for path in args.files:

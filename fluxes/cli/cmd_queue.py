@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
-from fluxes.fsd import format_duration, parse_duration
+from fluxes.formats.fsd import format_duration, parse_duration
 
 if TYPE_CHECKING:
-    from fluxes.instance import Instance
-    from fluxes.queues import QueueState
+    from fluxes.domain.jm.queues import QueueState
+    from fluxes.store.instance import Instance
 
 
 #: Pause between looks at the job list's position while it catches up with the journals.
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
 
 def queue_states(inst: Instance) -> dict[str | None, QueueState]:
     """Every queue's admin state, folded from the queue event stream."""
-    from fluxes.queues import fold_queue_events
+    from fluxes.domain.jm.queues import fold_queue_events
 
     return fold_queue_events(inst.config().queues, _queue_log(inst))
 
@@ -137,8 +137,8 @@ def _status(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     """Append a queue event and tell every job manager to re-read queue states."""
-    from fluxes import protocol as proto
-    from fluxes.queues import QueueEvent
+    from fluxes import messages as proto
+    from fluxes.domain.jm.queues import QueueEvent
 
     inst = instance(args)
     config = inst.config().queues
@@ -170,8 +170,8 @@ def _wait(args: argparse.Namespace) -> int:
     read model includes every journal entry written before the command
     started, so a job submitted just before is waited for.
     """
-    from fluxes.joblist.store import JobListStore
     from fluxes.store.groups import read_streams
+    from fluxes.store.joblist import JobListStore
 
     inst = instance(args)
     if args.queue:

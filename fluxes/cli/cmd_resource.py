@@ -11,8 +11,8 @@ import orjson
 from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
 
 if TYPE_CHECKING:
-    from fluxes.idset import IDSet
-    from fluxes.instance import Instance
+    from fluxes.formats.idset import IDSet
+    from fluxes.store.instance import Instance
 
 
 def register(subparsers: Any) -> None:
@@ -67,8 +67,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from fluxes.idset import IDSet
-    from workers.scheduler import LOST_AFTER_S, load_inventory
+    from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import LOST_AFTER_S, load_inventory
 
     inst = instance(args)
     inventory = load_inventory(inst)
@@ -104,8 +104,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _drain(args: argparse.Namespace) -> int:
-    from fluxes.idset import IDSet
-    from workers.scheduler import load_inventory, resource_event
+    from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import load_inventory, resource_event
 
     inst = instance(args)
     inventory = load_inventory(inst)

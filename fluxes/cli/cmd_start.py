@@ -16,7 +16,7 @@ from fluxes.env import DEFAULT_NAMESPACE, ENV_REDIS_URL, ENV_URI
 from fluxes.errors import FluxesError
 
 if TYPE_CHECKING:
-    from fluxes.launcher import Launcher
+    from fluxes.proc.launcher import Launcher
 
 
 
@@ -61,7 +61,7 @@ def register(subparsers: Any) -> None:
 
 
 def _launcher(args: argparse.Namespace) -> Launcher:
-    from fluxes.launcher import Launcher
+    from fluxes.proc.launcher import Launcher
 
     if args.redis:
         _check_shared_redis(args)
@@ -83,7 +83,7 @@ def _launcher(args: argparse.Namespace) -> Launcher:
 
 def _check_shared_redis(args: argparse.Namespace) -> None:
     """Refuse a Redis other machines reach when nothing keeps strangers out of it."""
-    from fluxes.security import apply_credentials, shared_redis_problem
+    from fluxes.store.security import apply_credentials, shared_redis_problem
 
     if args.require_auth:
         die("--require-auth protects the private redis-server; a shared Redis (--redis) "
@@ -108,7 +108,7 @@ def _start(args: argparse.Namespace) -> int:
         return _detach(launcher, temporary=args.state_dir is None)
     if not command:
         command = [os.environ.get("SHELL", "/bin/sh")]
-    from fluxes.launcher import run_command
+    from fluxes.proc.launcher import run_command
 
     try:
         launcher.start()
@@ -142,7 +142,7 @@ def _detach(launcher: Launcher, temporary: bool) -> int:
         uri, _sep, credentials = message[3:].strip().partition("\n")
         print(f"export {ENV_URI}='{uri}'")
         if credentials:
-            from fluxes.security import ENV_CREDENTIALS
+            from fluxes.store.security import ENV_CREDENTIALS
 
             print(f"export {ENV_CREDENTIALS}='{credentials}'")
         print(f"# state and logs: {launcher.state_dir}"

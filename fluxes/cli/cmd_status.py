@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from fluxes.cli.util import PROG, help_with_example, instance, print_json
-from fluxes.security import strip_password
+from fluxes.store.security import strip_password
 
 if TYPE_CHECKING:
-    from fluxes.instance import Instance
+    from fluxes.store.instance import Instance
 
 #: Heartbeats come every 2 s; a worker silent five times as long is taken for gone
 #: (a long step, such as a big restore, may delay a beat or two).
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
 
 
 def _workers(inst: Instance, now: float) -> list[dict[str, Any]]:
-    from fluxes.metrics import heartbeat_age
+    from fluxes.proc.metrics import heartbeat_age
 
     out = []
     for name_b, raw in inst.redis.hgetall(inst.keys.workers).items():
@@ -97,7 +97,7 @@ def _leases(inst: Instance) -> list[dict[str, Any]]:
 def _exec_ranks(inst: Instance) -> list[int]:
     """Ranks with an exec request stream: the inventory's, and any registered worker's."""
     from fluxes.errors import FluxesError
-    from workers.scheduler import load_inventory
+    from fluxes.store.resources import load_inventory
 
     ranks: set[int] = set()
     try:
@@ -111,7 +111,7 @@ def _exec_ranks(inst: Instance) -> list[int]:
 
 
 def _streams(inst: Instance) -> list[dict[str, Any]]:
-    from workers.base import stream_lags
+    from fluxes.store.groups import stream_lags
 
     keys = inst.keys
     owner, _uid = inst.owner()
@@ -147,7 +147,7 @@ def _resources(inst: Instance, now: float) -> dict[str, Any] | None:
 
 def _jobs(inst: Instance) -> dict[str, Any]:
     from fluxes.cli.cmd_jobs import caught_up, stats_line
-    from fluxes.metrics import job_counts
+    from fluxes.proc.metrics import job_counts
 
     # a status must come back even when the job-list worker is down: wait briefly
     store = caught_up(inst, timeout=1.0)

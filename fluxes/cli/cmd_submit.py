@@ -23,12 +23,12 @@ from fluxes.cli.util import (
     print_json,
     time_limit_arg,
 )
+from fluxes.domain.jm.priority import parse_urgency
 from fluxes.errors import FluxesError
-from fluxes.idset import IDSet
-from fluxes.priority import parse_urgency
+from fluxes.formats.idset import IDSet
 
 if TYPE_CHECKING:
-    from fluxes.jobspec import Jobspec
+    from fluxes.formats.jobspec import Jobspec
 
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -136,9 +136,9 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     jobspec file cannot hold one (RFC 14 has no urgency), so for a file the
     caller must send it with the submission.
     """
-    from fluxes.depend import parse_dependency
-    from fluxes.jobspec import Jobspec
-    from fluxes.requires import parse_requires
+    from fluxes.domain.jm.depend import parse_dependency
+    from fluxes.formats.jobspec import Jobspec
+    from fluxes.formats.requires import parse_requires
 
     if len(command) == 1 and command[0].endswith((".yaml", ".yml", ".json")) \
             and os.path.isfile(command[0]):
@@ -188,8 +188,8 @@ _SHAPE_OPTIONS: tuple[tuple[str, str, object], ...] = (
 def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
     """A jobspec file, with the attribute options (-t, -q, --job-name, --dependency,
     --setattr) applied on top; options that would reshape it are refused."""
-    from fluxes.depend import parse_dependency
-    from fluxes.jobspec import Jobspec
+    from fluxes.domain.jm.depend import parse_dependency
+    from fluxes.formats.jobspec import Jobspec
 
     given = [flag for dest, flag, default in _SHAPE_OPTIONS
              if getattr(args, dest, default) != default]
@@ -311,7 +311,7 @@ def _submit(args: argparse.Namespace) -> int:
         for copy in _cc_copies(spec, args.cc):
             print_json(copy)
         return 0
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     client = Client(instance(args))
     # None (no --urgency) lets the client fall back to the Jobspec's urgency.
@@ -341,7 +341,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from fluxes.cli.attach import follow_interruptible
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     command = _command(args)
     spec = build_jobspec(args, command)
@@ -371,7 +371,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     inst = instance(args)
     client = Client(inst)
@@ -394,7 +394,7 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 def _urgency(args: argparse.Namespace) -> int:
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     urgency = parse_urgency(args.urgency)
     answer = Client(instance(args)).urgency(int(args.id), urgency)
@@ -406,7 +406,7 @@ def _urgency(args: argparse.Namespace) -> int:
 
 
 def _raise(args: argparse.Namespace) -> int:
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     answer = Client(instance(args)).raise_exception([int(i) for i in args.ids], args.type,
                                                     args.severity, args.message)

@@ -1,17 +1,22 @@
-"""``fluxes worker KIND``: run one worker process, exactly as ``python -m workers KIND``."""
+"""``fluxes worker KIND``: run one worker process, exactly as ``python -m workers KIND``.
+
+The command replaces itself with ``python -m workers`` (same process id, so a
+supervisor's signals reach the worker): the CLI never imports a worker.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 from typing import Any
 
 from fluxes.cli.util import help_with_example
+from fluxes.cli.worker_args import build_parser
 
 
 def register(subparsers: Any) -> None:
     """Add ``worker``, whose options are those of ``python -m workers``."""
-    from workers.__main__ import build_parser
-
     parser = subparsers.add_parser("worker", parents=[build_parser(as_parent=True)],
                                    **help_with_example(
         "Run one worker process (what 'fluxes start', systemd units and Kubernetes\n"
@@ -22,8 +27,27 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_worker)
 
 
-def _worker(args: argparse.Namespace) -> int:
-    from workers.__main__ import guarded, run_args
+def worker_argv(args: argparse.Namespace) -> list[str]:
+    """The ``python -m workers`` command line that runs what ``args`` describe."""
+    argv = [sys.executable, "-m", "workers", args.kind]
+    uri = getattr(args, "uri", None)
+    if uri:
+        argv += ["--uri", uri]
+    for option, value in (("--name", args.name), ("--ranks", args.ranks),
+                          ("--state-dir", args.state_dir)):
+        if value is not None:
+            argv += [option, str(value)]
+    if args.partition:
+        argv += ["--partition", str(args.partition)]
+    if args.insecure:
+        argv.append("--insecure")
+    if args.metrics_port is not None:
+        argv += ["--metrics-port", str(args.metrics_port)]
+    return argv
 
-    # reported here, not by the CLI's wrapper, so that off a terminal it is JSON
-    return guarded(lambda: run_args(args), args.kind)
+
+def _worker(args: argparse.Namespace) -> int:
+    argv = worker_argv(args)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(argv[0], argv)

@@ -12,8 +12,8 @@ from typing import Any
 
 import orjson
 
-from fluxes import jobid as jobids
-from fluxes.fsd import parse_duration
+from fluxes.formats import jobid as jobids
+from fluxes.formats.fsd import parse_duration
 
 
 def fmt_id(jobid: int, form: str = "f58") -> str:

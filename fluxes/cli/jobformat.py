@@ -29,8 +29,8 @@ from typing import Any
 
 import orjson
 
-from fluxes import jobid as jobids
-from fluxes.fsd import format_duration
+from fluxes.formats import jobid as jobids
+from fluxes.formats.fsd import format_duration
 
 #: Column titles; a field not listed here is titled by its name in upper case.
 HEADERS = {

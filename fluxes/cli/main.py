@@ -104,7 +104,7 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fluxes`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     if argv is None:  # a fluxes process of its own (not a test calling in)
-        from fluxes.gcpolicy import tune
+        from fluxes.proc.gcpolicy import tune
 
         tune()  # replays and benchmarks hold large states too
     args_list = list(sys.argv[1:] if argv is None else argv)

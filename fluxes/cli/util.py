@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 import orjson
 
-from fluxes import jobid
 from fluxes.errors import FluxesError
+from fluxes.formats import jobid
 
 if TYPE_CHECKING:
-    from fluxes.instance import Instance
+    from fluxes.store.instance import Instance
 
 PROG = "fluxes"
 
@@ -140,7 +140,7 @@ def add_subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
 
 def instance(args: argparse.Namespace) -> Instance:
     """The instance named by ``--uri`` or the environment (connected once per command)."""
-    from fluxes.instance import Instance
+    from fluxes.store.instance import Instance
 
     cached: Instance | None = getattr(args, "_instance", None)
     if cached is None:
@@ -175,8 +175,8 @@ def job_id_arg(text: str) -> int:
 
 
 def time_limit_arg(text: str) -> float:
-    """argparse type of ``-t``: seconds of a time limit (see :mod:`fluxes.timelimit`)."""
-    from fluxes.timelimit import parse_time_limit
+    """argparse type of ``-t``: seconds of a time limit (see :mod:`fluxes.formats.timelimit`)."""
+    from fluxes.formats.timelimit import parse_time_limit
 
     try:
         return parse_time_limit(text)

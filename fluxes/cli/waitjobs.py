@@ -19,7 +19,7 @@ from fluxes.cli.display import shown_id
 from fluxes.errors import FluxesError
 
 if TYPE_CHECKING:
-    from fluxes.instance import Instance
+    from fluxes.store.instance import Instance
 
 #: Events after which a job is inactive and its eventlog ends.
 _LAST = frozenset({b"clean", b"invalidate"})
@@ -37,7 +37,7 @@ def active_jobs_of(inst: Instance, user: str | None = None) -> list[int]:
     the other way round, it could be in neither).
     """
     from fluxes.cli.cmd_jobs import select_jobs, user_id
-    from fluxes.joblist.store import JobListStore
+    from fluxes.store.joblist import JobListStore
 
     uid = user_id(inst, user)
     lists = JobListStore(inst.redis, inst.keys)

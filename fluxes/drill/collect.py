@@ -12,13 +12,13 @@ from typing import Any
 
 import orjson
 
-from fluxes.instance import Instance
-from fluxes.job import events as ev
-from fluxes.job.model import TransitionError
-from fluxes.joblist.model import ReadModel
-from fluxes.joblist.store import JobListStore
-from fluxes.rset import ResourceSet
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import TransitionError
+from fluxes.domain.joblist.model import ReadModel
+from fluxes.formats.rset import ResourceSet
 from fluxes.store.eventstore import decode_entry, journal_entry
+from fluxes.store.instance import Instance
+from fluxes.store.joblist import JobListStore
 from fluxes.store.keys import GROUP_JOBLIST
 
 BLOCK = 500

@@ -19,12 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fluxes.idset import IDSet
-from fluxes.job import events as ev
-from fluxes.job.model import Job, TransitionError, apply
-from fluxes.job.states import JobResult, JobState
-from fluxes.joblist.model import ReadModel
-from fluxes.rset import ResourceSet
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job, TransitionError, apply
+from fluxes.domain.job.states import JobResult, JobState
+from fluxes.domain.joblist.model import ReadModel
+from fluxes.formats.idset import IDSet
+from fluxes.formats.rset import ResourceSet
 
 
 @dataclass

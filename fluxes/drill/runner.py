@@ -35,7 +35,7 @@ from typing import Any
 import orjson
 import redis
 
-from fluxes.client import Client, RequestTimeout
+from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
     Violation,
@@ -50,11 +50,11 @@ from fluxes.drill.invariants import (
 )
 from fluxes.drill.targets import OwnInstance, RunningInstance, Target
 from fluxes.errors import FluxesError
-from fluxes.instance import Instance
-from fluxes.job.states import JobResult
-from fluxes.joblist.store import JobListStore
-from fluxes.jobspec import Jobspec
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client, RequestTimeout
 from fluxes.store.groups import read_streams
+from fluxes.store.instance import Instance
+from fluxes.store.joblist import JobListStore
 
 KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
 #: Transient Redis errors a submission is retried after (Redis restarting).

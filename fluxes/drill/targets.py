@@ -21,8 +21,8 @@ from typing import Protocol
 import orjson
 
 from fluxes.errors import FluxesError
-from fluxes.instance import Instance
-from fluxes.launcher import Launcher
+from fluxes.proc.launcher import Launcher
+from fluxes.store.instance import Instance
 
 #: A heartbeat older than this means the worker is gone (workers beat every 2 s).
 STALE_S = 10.0

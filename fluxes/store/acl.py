@@ -1,6 +1,6 @@
 """Redis ACL I/O: define, remove and list users, protect the default user, persist.
 
-The rules themselves are built in :mod:`fluxes.security` (pure). ACLs are
+The rules themselves are built in :mod:`fluxes.store.security` (pure). ACLs are
 per server and not replicated: against a Redis Cluster every command here is
 sent to every node; with Sentinel only the primary is reached, so the site
 must give replicas the same users (an ACL file they share).
@@ -14,7 +14,7 @@ from typing import Any, TypeAlias
 import redis
 from redis.cluster import RedisCluster
 
-from fluxes.security import REDIS_DEFAULT_USER, owner_acl_rules
+from fluxes.store.security import REDIS_DEFAULT_USER, owner_acl_rules
 
 #: A single-server (or Sentinel primary) client, or a cluster client.
 Client: TypeAlias = redis.Redis | RedisCluster

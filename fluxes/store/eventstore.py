@@ -19,13 +19,13 @@ import orjson
 import redis
 from redis.exceptions import NoScriptError
 
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.codec import CODEC_VERSION
+from fluxes.domain.job.fastfold import fold_common
+from fluxes.domain.job.model import Job, TransitionError, apply
+from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
-from fluxes.job import events as ev
-from fluxes.job.codec import CODEC_VERSION
-from fluxes.job.fastfold import fold_common
-from fluxes.job.model import Job, TransitionError, apply
-from fluxes.job.record import JobRecord, apply_record
-from fluxes.job.states import JobState
 from fluxes.store.direct import Direct
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source

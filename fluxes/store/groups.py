@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import redis
 
+from fluxes.proc import metrics
 from fluxes.store.direct import Direct, slot_tag, stream_entries
 
 
@@ -41,4 +43,18 @@ def read_streams(client: redis.Redis, streams: dict[str, str], count: int,
             command += ["BLOCK", wait]
         command += ["STREAMS", *part.keys(), *part.values()]
         out.extend(stream_entries(Direct.of(client, next(iter(part))).call(*command)))
+    return out
+
+
+def stream_lags(client: redis.Redis, streams: Sequence[str]) -> list[metrics.GroupLag]:
+    """Every consumer group of ``streams`` with its pending and undelivered counts
+    (one round trip; a stream that does not exist yet has no groups)."""
+    pipe = client.pipeline(transaction=False)
+    for stream in streams:
+        pipe.xinfo_groups(stream)
+    out: list[metrics.GroupLag] = []
+    for stream, reply in zip(streams, pipe.execute(raise_on_error=False), strict=True):
+        if isinstance(reply, redis.ResponseError):
+            continue  # "no such key": nothing was ever written or read there
+        out.extend(metrics.parse_groups(stream, reply))
     return out

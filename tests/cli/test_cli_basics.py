@@ -181,7 +181,7 @@ def test_submit_file_refuses_reshaping_options(option: list[str],
 def _submitted(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[dict[str, Any]]:
     """Run ``fluxes submit ARGV``; return the job items the client put on the wire."""
     from fluxes.cli import cmd_submit
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     sent: list[dict[str, Any]] = []
 

@@ -10,11 +10,11 @@ import pytest
 import redis
 
 from fluxes.cli.main import main
-from fluxes.job import events as ev
-from fluxes.jobid import encode
+from fluxes.domain.job import events as ev
+from fluxes.formats.jobid import encode
+from fluxes.proc.redis_server import RedisServer
 from fluxes.store.eventstore import EventStore
 from fluxes.store.keys import Keys
-from fluxes.store.server import RedisServer
 
 KEYS = Keys("t")
 T0 = 1_700_000_000.0

@@ -13,10 +13,10 @@ import orjson
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.job.model import Job
-from fluxes.job.record import JobRecord
-from fluxes.job.states import JobState
-from fluxes.queues import QueueState
+from fluxes.domain.jm.queues import QueueState
+from fluxes.domain.job.model import Job
+from fluxes.domain.job.record import JobRecord
+from fluxes.domain.job.states import JobState
 
 NOW = time.time()
 

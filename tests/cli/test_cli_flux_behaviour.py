@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.job.model import FatalException, Job
-from fluxes.job.record import JobRecord
-from fluxes.job.states import JobState
-from fluxes.queues import QueueConfig, QueueState
+from fluxes.domain.jm.queues import QueueConfig, QueueState
+from fluxes.domain.job.model import FatalException, Job
+from fluxes.domain.job.record import JobRecord
+from fluxes.domain.job.states import JobState
 
 NOW = time.time()
 
@@ -271,7 +271,7 @@ def test_queue_list_json_marks_the_anonymous_queue_default(
 def test_cancel_errors_name_the_job_as_typed(monkeypatch: pytest.MonkeyPatch,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     from fluxes.cli import cmd_submit
-    from fluxes.jobid import encode
+    from fluxes.formats.jobid import encode
 
     sent: list[list[int]] = []
 
@@ -285,7 +285,7 @@ def test_cancel_errors_name_the_job_as_typed(monkeypatch: pytest.MonkeyPatch,
                                          for i in ids]}
 
     monkeypatch.setattr(cmd_submit, "instance", lambda args: SimpleNamespace())
-    monkeypatch.setattr("fluxes.client.Client", FakeClient)
+    monkeypatch.setattr("fluxes.store.client.Client", FakeClient)
     assert main(["cancel", "12345", "0x10"]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "fluxes: 12345: job is inactive or unknown", "fluxes: 0x10: job is inactive or unknown"]

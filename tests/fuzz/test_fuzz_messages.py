@@ -23,17 +23,17 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fluxes import protocol as proto
+from fluxes import messages as proto
 from fluxes.config import IngestLimits, InstanceConfig
+from fluxes.domain.jm.core import Effects, JobManagerCore
+from fluxes.domain.jm.queues import QueueConfig, QueueEvent, QueueState
+from fluxes.domain.jm.submission import PreparedJob, prepare_job
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import TransitionError
+from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.joblist.model import ReadModel, counter_keys
 from fluxes.errors import JobspecError, PolicyError
-from fluxes.ingest import PreparedJob, prepare_job
-from fluxes.jm.core import Effects, JobManagerCore
-from fluxes.job import events as ev
-from fluxes.job.model import TransitionError
-from fluxes.job.record import JobRecord, apply_record
-from fluxes.joblist.model import ReadModel, counter_keys
-from fluxes.jobspec import Jobspec
-from fluxes.queues import QueueConfig, QueueEvent, QueueState
+from fluxes.formats.jobspec import Jobspec
 from fluxes.store.eventstore import decode_entry, encode_context, journal_entry
 from tests.fuzz import (
     EDGE_INTS,

@@ -21,17 +21,18 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from fluxes import constraints, depend, fsd, jobid
 from fluxes.config import InstanceConfig
-from fluxes.counts import Count
+from fluxes.domain.jm import depend
+from fluxes.domain.jm.queues import QueueConfig
+from fluxes.domain.sched.inventory import Inventory
 from fluxes.errors import ConfigError, JobspecError, PolicyError
-from fluxes.hostlist import Hostlist
-from fluxes.idset import IDSet
-from fluxes.jobspec import Jobspec
-from fluxes.queues import QueueConfig
-from fluxes.requires import parse_requires
-from fluxes.rset import ResourceSet
-from fluxes.sched.inventory import Inventory
+from fluxes.formats import constraints, fsd, jobid
+from fluxes.formats.counts import Count
+from fluxes.formats.hostlist import Hostlist
+from fluxes.formats.idset import IDSet
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.requires import parse_requires
+from fluxes.formats.rset import ResourceSet
 from tests.fuzz import (
     EDGE_INTS,
     FLOATS,

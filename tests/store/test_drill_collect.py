@@ -7,7 +7,7 @@ import redis
 
 from fluxes.drill import collect
 from fluxes.drill.invariants import check_jobs, check_read_model
-from fluxes.instance import Instance, InstanceURI
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 
 KEYS = Keys("t")

@@ -7,9 +7,9 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluxes.job import events as ev
-from fluxes.job.model import Job, apply, replay
-from fluxes.job.states import JobState
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job, apply, replay
+from fluxes.domain.job.states import JobState
 from fluxes.store.eventstore import (
     MAX_MESSAGE_FIELDS,
     BadBatchError,

@@ -16,10 +16,10 @@ import orjson
 import pytest
 import redis
 
-from fluxes.client import Client
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobid import encode
-from fluxes.jobspec import Jobspec
+from fluxes.formats.jobid import encode
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
 from workers.ingest import IngestWorker

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 import redis
 
-from fluxes import protocol as proto
-from fluxes.client import Client
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobspec import Jobspec
+from fluxes import messages as proto
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from fluxes.store.lease import Lease
 from workers.ingest import IngestWorker

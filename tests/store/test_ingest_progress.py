@@ -17,11 +17,11 @@ import orjson
 import pytest
 import redis
 
-from fluxes import protocol as proto
-from fluxes.client import Client
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobspec import Jobspec
+from fluxes import messages as proto
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
 from fluxes.store.eventstore import Batch, CommitResult, EventStore
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
 from workers import ingest as ingest_mod

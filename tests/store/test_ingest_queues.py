@@ -13,10 +13,10 @@ import orjson
 import pytest
 import redis
 
-from fluxes.client import Client
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobspec import Jobspec
-from fluxes.queues import QueueEvent
+from fluxes.domain.jm.queues import QueueEvent
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
 from workers.ingest import IngestWorker

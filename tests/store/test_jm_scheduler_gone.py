@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from fluxes import protocol as proto
+from fluxes import messages as proto
 from tests.store.test_ingest_jobmanager import FakeScheduler, System
 from workers import jobmanager
 

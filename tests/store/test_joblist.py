@@ -7,11 +7,11 @@ import random
 import pytest
 import redis
 
-from fluxes.instance import Instance, InstanceURI
-from fluxes.job import events as ev
-from fluxes.joblist.model import ReadModel
-from fluxes.joblist.store import JobListStore
+from fluxes.domain.job import events as ev
+from fluxes.domain.joblist.model import ReadModel
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.joblist import JobListStore
 from fluxes.store.keys import GROUP_JOBLIST, Keys
 from tests.backends import OnFakeRedis, OnRealRedis
 from workers import joblist as joblist_worker

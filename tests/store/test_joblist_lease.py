@@ -8,13 +8,13 @@ import random
 import pytest
 import redis
 
-from fluxes.instance import Instance, InstanceURI
-from fluxes.job import events as ev
-from fluxes.joblist import rebuild as rebuild_module
-from fluxes.joblist.model import ReadModel
-from fluxes.joblist.rebuild import rebuild
-from fluxes.joblist.store import JobListStore, id_before
+from fluxes.domain.job import events as ev
+from fluxes.domain.joblist.model import ReadModel
+from fluxes.store import joblist_rebuild as rebuild_module
 from fluxes.store.eventstore import EventStore, FencedError, journal_entry
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.joblist import JobListStore, id_before
+from fluxes.store.joblist_rebuild import rebuild
 from tests.backends import OnFakeRedis, OnRealRedis
 from tests.store.test_joblist import KEYS, LIFE, T, _expected, _redis_model, _submit
 from workers import joblist as joblist_worker

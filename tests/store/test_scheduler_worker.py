@@ -13,10 +13,10 @@ import orjson
 import pytest
 import redis
 
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobspec import Jobspec
-from fluxes.rset import ResourceSet
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.rset import ResourceSet
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.store.test_ingest_jobmanager import FakeExec
 from workers.ingest import IngestWorker
@@ -47,7 +47,7 @@ class System:
         self.store = EventStore(client, self.keys)
 
     def submit(self, *specs: dict[str, Any]) -> list[int]:
-        from fluxes.client import Client
+        from fluxes.store.client import Client
 
         client = Client(self.instance, user="me")
         keys = client._send([{"t": "submit", "jobs": [{"jobspec": s} for s in specs]}])
@@ -68,7 +68,7 @@ class System:
 
 
 def _exec_step(client: redis.Redis, keys: Keys, rank: int, fake: FakeExec) -> None:
-    from fluxes import protocol as proto
+    from fluxes import messages as proto
 
     entries = client.xread({keys.exec_rank(rank): fake.pos}, count=1000)
     for _s, items in entries or []:
@@ -129,7 +129,7 @@ def test_jobs_wait_for_resources_then_run(system: System) -> None:
     assert system.events(second)[-1] == "priority"  # pending: no room
     record = system.jm.core.jobs[second].rec if system.jm.core else None
     assert record is not None and record.job.annotations is not None
-    from fluxes.client import Client
+    from fluxes.store.client import Client
 
     Client(system.instance, user="me").cancel  # noqa: B018 - the API exists
     # end the first job: the second runs

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fluxes.launcher import Launcher
-from fluxes.store.server import redis_server_binary
+from fluxes.proc.launcher import Launcher
+from fluxes.proc.redis_server import redis_server_binary
 
 
 def need_redis() -> None:

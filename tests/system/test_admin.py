@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from fluxes import protocol as proto
+from fluxes import messages as proto
 from fluxes.cli.main import main
-from fluxes.client import Client
-from fluxes.instance import Instance
-from fluxes.job.states import JobResult, JobState
-from fluxes.jobid import parse
-from fluxes.launcher import Launcher
+from fluxes.domain.job.states import JobResult, JobState
+from fluxes.formats.jobid import parse
+from fluxes.proc.launcher import Launcher
+from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system

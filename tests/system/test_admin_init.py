@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from fluxes.cli.main import main
+from fluxes.proc.redis_server import RedisServer
 from fluxes.store.keys import Keys
-from fluxes.store.server import RedisServer
 
 pytestmark = pytest.mark.system
 

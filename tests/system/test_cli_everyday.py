@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.jobid import encode, parse
-from fluxes.launcher import Launcher
+from fluxes.formats.jobid import encode, parse
+from fluxes.proc.launcher import Launcher
 
 pytestmark = pytest.mark.system
 

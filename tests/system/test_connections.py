@@ -26,14 +26,14 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from fluxes.client import Client
+from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
-from fluxes.instance import Instance, InstanceURI
-from fluxes.job import events as ev
-from fluxes.jobspec import Jobspec
-from fluxes.launcher import Launcher
+from fluxes.formats.jobspec import Jobspec
+from fluxes.proc.launcher import Launcher
+from fluxes.store.client import Client
 from fluxes.store.connection import connect, parse_redis_url, redact
 from fluxes.store.eventstore import Batch, CommitResult, EventStore, FencedError
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.system.conftest import need_redis
 

@@ -9,8 +9,8 @@ import pytest
 
 from fluxes.drill import collect
 from fluxes.drill.runner import Drill
-from fluxes.instance import Instance
-from fluxes.rset import ResourceSet
+from fluxes.formats.rset import ResourceSet
+from fluxes.store.instance import Instance
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.client import Client
+from fluxes.domain.job.events import Event
+from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import check_jobs
 from fluxes.drill.runner import Drill, simulated_job
 from fluxes.drill.targets import OwnInstance
-from fluxes.job.events import Event
-from fluxes.job.states import JobResult
-from fluxes.jobid import encode
+from fluxes.formats.jobid import encode
+from fluxes.store.client import Client
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system

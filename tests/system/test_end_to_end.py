@@ -13,11 +13,11 @@ import orjson
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.instance import Instance
-from fluxes.jobid import parse
-from fluxes.launcher import Launcher
-from fluxes.rset import ResourceSet
+from fluxes.formats.jobid import parse
+from fluxes.formats.rset import ResourceSet
+from fluxes.proc.launcher import Launcher
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance
 
 pytestmark = pytest.mark.system
 

@@ -17,13 +17,13 @@ import orjson
 import pytest
 import redis
 
-from fluxes import jobid as fjobid
-from fluxes import protocol as proto
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobspec import Jobspec
-from fluxes.rset import ResourceSet
+from fluxes import messages as proto
+from fluxes.formats import jobid as fjobid
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.rset import ResourceSet
+from fluxes.proc.redis_server import RedisServer
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import GROUP_EXEC, Keys
-from fluxes.store.server import RedisServer
 from workers.exec import LOST_ERROR, ExecWorker, Outbox
 
 pytestmark = [pytest.mark.system, pytest.mark.redis]
@@ -77,7 +77,7 @@ class Harness:
                     pass
 
     def subprocess_worker(self, ranks: str = "0", grace: float = 5.0) -> subprocess.Popen[bytes]:
-        code = ("import sys\nfrom fluxes.instance import Instance\nfrom workers.exec import main\n"
+        code = ("import sys\nfrom fluxes.store.instance import Instance\nfrom workers.exec import main\n"
                 "sys.exit(main(Instance.connect(sys.argv[1]), sys.argv[2], sys.argv[3], "
                 "kill_grace=float(sys.argv[4])))")
         return subprocess.Popen([sys.executable, "-c", code, str(self.uri), ranks,

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import pytest
 
+from fluxes.domain.job import events as ev
+from fluxes.domain.joblist.model import ReadModel
 from fluxes.drill.invariants import check_read_model
-from fluxes.instance import Instance, InstanceURI
-from fluxes.job import events as ev
-from fluxes.joblist.model import ReadModel
-from fluxes.joblist.rebuild import rebuild
-from fluxes.joblist.store import JobListStore
 from fluxes.store.connection import connect
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.joblist import JobListStore
+from fluxes.store.joblist_rebuild import rebuild
 from fluxes.store.keys import Keys
 from tests.system.test_connections import cluster, servers  # noqa: F401 (fixtures)
 from workers import joblist as joblist_worker

@@ -18,11 +18,11 @@ import orjson
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.client import Client
 from fluxes.drill import collect
 from fluxes.drill.invariants import check_read_model
-from fluxes.instance import Instance
-from fluxes.launcher import Launcher
+from fluxes.proc.launcher import Launcher
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance
 from tests.system.conftest import need_redis
 from tests.system.test_recovery import sim
 

@@ -47,25 +47,24 @@ import orjson
 import pytest
 import redis
 
-from fluxes import instance
-from fluxes.client import Client
 from fluxes.config import InstanceConfig
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
     allocation_intervals,
     check_jobs,
     check_no_double_allocation,
 )
-from fluxes.instance import Instance, InstanceURI
-from fluxes.job import events as ev
-from fluxes.job.states import JobResult
-from fluxes.jobid import parse as parse_jobid
-from fluxes.jobspec import Jobspec
-from fluxes.requires import parse_requires
-from fluxes.rset import ResourceSet
-from fluxes.security import Credentials, write_credentials
-from fluxes.store import acl
-from fluxes.store.server import RedisServer, redis_server_binary
+from fluxes.formats.jobid import parse as parse_jobid
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.requires import parse_requires
+from fluxes.formats.rset import ResourceSet
+from fluxes.proc.redis_server import RedisServer, redis_server_binary
+from fluxes.store import acl, instance
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.security import Credentials, write_credentials
 from tests.system import netns
 from tests.system.conftest import need_redis
 

@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from fluxes.client import Client
+from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
     allocation_intervals,
     check_jobs,
     check_no_double_allocation,
 )
-from fluxes.instance import Instance
-from fluxes.job.states import JobResult
-from fluxes.jobspec import Jobspec
-from fluxes.launcher import Launcher, WorkerSpec
+from fluxes.formats.jobspec import Jobspec
+from fluxes.proc.launcher import Launcher, WorkerSpec
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system

@@ -23,17 +23,17 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from fluxes import protocol as proto
+from fluxes import messages as proto
 from fluxes.cli.main import main
-from fluxes.client import Client
-from fluxes.instance import Instance, InstanceURI, NoInstanceError
-from fluxes.jobspec import Jobspec
-from fluxes.launcher import Launcher
-from fluxes.security import ENV_CREDENTIALS, load_credentials, url_credentials
+from fluxes.formats.jobspec import Jobspec
+from fluxes.proc.launcher import Launcher
+from fluxes.proc.redis_server import RedisServer
 from fluxes.store import acl
+from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance, InstanceURI, NoInstanceError
 from fluxes.store.keys import Keys
-from fluxes.store.server import RedisServer
+from fluxes.store.security import ENV_CREDENTIALS, load_credentials, url_credentials
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fluxes.cli.main import main
-from fluxes.launcher import Launcher
+from fluxes.proc.launcher import Launcher
 
 pytestmark = pytest.mark.system
 

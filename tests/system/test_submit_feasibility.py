@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.instance import Instance
-from fluxes.jobid import encode, parse
-from fluxes.launcher import Launcher
+from fluxes.formats.jobid import encode, parse
+from fluxes.proc.launcher import Launcher
+from fluxes.store.instance import Instance
 
 pytestmark = pytest.mark.system
 

@@ -1,4 +1,4 @@
-"""Tests for fluxes.client: what a submission puts on the user's submit stream.
+"""Tests for fluxes.store.client: what a submission puts on the user's submit stream.
 
 No ingest runs here: the requests land in a fakeredis stream, where the test
 reads them as the ingest would, and the answers are made up.
@@ -12,9 +12,9 @@ import orjson
 import pytest
 import redis
 
-from fluxes.client import Client
-from fluxes.instance import Instance, InstanceURI
-from fluxes.jobspec import Jobspec
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance, InstanceURI
 
 
 class StreamClient:

@@ -1,4 +1,4 @@
-"""Tests for fluxes.constraints (RFC 31 job constraints)."""
+"""Tests for fluxes.formats.constraints (RFC 31 job constraints)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluxes.constraints import MAX_DEPTH, Constraint, and_properties, parse
-from fluxes.hostlist import Hostlist
-from fluxes.idset import IDSet
-from fluxes.rset import ResourceSet
+from fluxes.formats.constraints import MAX_DEPTH, Constraint, and_properties, parse
+from fluxes.formats.hostlist import Hostlist
+from fluxes.formats.idset import IDSet
+from fluxes.formats.rset import ResourceSet
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "constraints"
 

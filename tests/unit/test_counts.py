@@ -1,4 +1,4 @@
-"""Tests for fluxes.counts (RFC 14 count values, RFC 45 range strings)."""
+"""Tests for fluxes.formats.counts (RFC 14 count values, RFC 45 range strings)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import yaml
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from fluxes.counts import MAX_COUNT, OPERATORS, Count
-from fluxes.idset import MAX_ID
+from fluxes.formats.counts import MAX_COUNT, OPERATORS, Count
+from fluxes.formats.idset import MAX_ID
 
 SPEC_DATA = Path(__file__).resolve().parents[1] / "spec-data"
 

@@ -1,4 +1,4 @@
-"""Tests for fluxes.depend: RFC 26 dependency parsing, rules and the DependencyIndex."""
+"""Tests for fluxes.domain.jm.depend: RFC 26 dependency parsing, rules and the DependencyIndex."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluxes import jobid
-from fluxes.depend import (
+from fluxes.domain.jm.depend import (
     JOBID_SCHEMES,
     SCHEMES,
     Dependency,
@@ -22,10 +21,11 @@ from fluxes.depend import (
     evaluate,
     parse_dependency,
 )
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job, apply
+from fluxes.domain.job.states import JobResult, JobState
 from fluxes.errors import PolicyError
-from fluxes.job import events as ev
-from fluxes.job.model import Job, apply
-from fluxes.job.states import JobResult, JobState
+from fluxes.formats import jobid
 
 ID = 6787342413402046
 F58 = jobid.encode(ID, "f58")

@@ -38,12 +38,12 @@ from redis.retry import Retry
 from fluxes.cli.main import build_parser as fluxes_parser
 from fluxes.cli.util import UsageError
 from fluxes.config import InstanceConfig
+from fluxes.domain.sched.inventory import Inventory
 from fluxes.errors import FluxesError
-from fluxes.idset import IDSet
-from fluxes.instance import InstanceURI
-from fluxes.sched.inventory import Inventory
-from fluxes.store import server as private_server
+from fluxes.formats.idset import IDSet
+from fluxes.proc import redis_server as private_server
 from fluxes.store.connection import parse_redis_url
+from fluxes.store.instance import InstanceURI
 from fluxes.store.keys import Keys
 from tests.system.test_connections import every_key
 from workers.__main__ import KINDS
@@ -701,7 +701,7 @@ def test_acl_example_gives_the_workers_every_key_and_nothing_else() -> None:
 
 
 def test_acl_example_shows_the_rules_fluxes_admin_adduser_gives() -> None:
-    from fluxes.security import user_acl_rules
+    from fluxes.store.security import user_acl_rules
 
     shown = acl_users(alice_line())["alice"]
     made = user_acl_rules(Keys(NS), "alice", "pw")
@@ -870,8 +870,8 @@ def test_redis_accepts_every_shipped_config_and_the_acl_file() -> None:
 def test_the_compose_recipe_runs_jobs() -> None:
     """redis.conf + the ACL file + compose's init script + every worker command, for real."""
     need_redis_server()
-    from fluxes.client import Client
-    from fluxes.instance import Instance
+    from fluxes.store.client import Client
+    from fluxes.store.instance import Instance
     from tests.system.test_connections import sim
 
     services = compose_services()

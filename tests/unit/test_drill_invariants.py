@@ -9,6 +9,9 @@ from collections import Counter
 
 import pytest
 
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.states import JobResult
+from fluxes.domain.joblist.model import ReadModel
 from fluxes.drill.invariants import (
     allocation_intervals,
     check_jobs,
@@ -20,10 +23,7 @@ from fluxes.drill.invariants import (
     pool_summary,
     summarize,
 )
-from fluxes.job import events as ev
-from fluxes.job.states import JobResult
-from fluxes.joblist.model import ReadModel
-from fluxes.rset import ResourceSet
+from fluxes.formats.rset import ResourceSet
 
 SUBMIT = {"urgency": 16, "userid": 1000, "flags": 0, "version": 1}
 LIFE = [("submit", SUBMIT), ("validate", {}), ("depend", {}), ("priority", {"priority": 16}),

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes import jobid as fjobid
-from fluxes.exec.layout import (
+from fluxes.domain.exec.layout import (
     RankResources,
     base_environment,
     command_error,
@@ -28,8 +27,9 @@ from fluxes.exec.layout import (
     task_environment,
     wait_status,
 )
-from fluxes.jobspec import Jobspec
-from fluxes.rset import ResourceSet
+from fluxes.formats import jobid as fjobid
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.rset import ResourceSet
 
 
 def spec(*argv: str, **kw: Any) -> dict[str, Any]:

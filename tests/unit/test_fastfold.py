@@ -8,8 +8,8 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluxes.job.fastfold import COMMON, fold_common
-from fluxes.job.record import JobRecord, apply_record
+from fluxes.domain.job.fastfold import COMMON, fold_common
+from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.store.eventstore import journal_entry
 
 JOBID = 1234

@@ -1,4 +1,4 @@
-"""Tests for fluxes.fsd (RFC 23 Flux Standard Duration)."""
+"""Tests for fluxes.formats.fsd (RFC 23 Flux Standard Duration)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes.fsd import UNITS, format_duration, parse_duration
+from fluxes.formats.fsd import UNITS, format_duration, parse_duration
 
 # format_duration keeps 6 significant digits, so the round trip may be off by
 # half a unit in the 6th digit: a relative error of at most 5e-6.  The tiny

@@ -1,4 +1,4 @@
-"""Tests for fluxes.hostlist (RFC 29 hostlist strings and the Hostlist class)."""
+"""Tests for fluxes.formats.hostlist (RFC 29 hostlist strings and the Hostlist class)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes.hostlist import MAX_DIGITS, MAX_RANGE, Hostlist
+from fluxes.formats.hostlist import MAX_DIGITS, MAX_RANGE, Hostlist
 
 # --------------------------------------------------------------------------
 # A reference decoder, written as plainly as possible, to check against

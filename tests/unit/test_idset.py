@@ -1,4 +1,4 @@
-"""Tests for fluxes.idset (RFC 22 idset strings and the IDSet class)."""
+"""Tests for fluxes.formats.idset (RFC 22 idset strings and the IDSet class)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import fluxes.idset as idset_module
-from fluxes.idset import MAX_ID, IDSet
+import fluxes.formats.idset as idset_module
+from fluxes.formats.idset import MAX_ID, IDSet
 
 # --------------------------------------------------------------------------
 # Decoding: what RFC 22 allows

@@ -1,4 +1,4 @@
-"""Feasibility at submission, pure: :mod:`fluxes.feasibility` and :func:`fluxes.ingest.prepare_job`.
+"""Feasibility at submission, pure: :mod:`fluxes.domain.jm.feasibility` and :func:`fluxes.domain.jm.submission.prepare_job`.
 
 A job no configured node could ever run is refused with the scheduler's own
 note; the queue's ``requires`` and the job's RFC 31 constraints count,
@@ -15,22 +15,22 @@ import orjson
 import pytest
 
 from fluxes.config import InstanceConfig
-from fluxes.depend import Dependency
-from fluxes.errors import ConfigError, PolicyError
-from fluxes.feasibility import (
+from fluxes.domain.jm.depend import Dependency
+from fluxes.domain.jm.feasibility import (
     Feasibility,
     dependency_targets,
     inventory_table,
     load_inventory,
     unknown_target,
 )
-from fluxes.ingest import prepare_job
-from fluxes.jobid import encode
-from fluxes.jobspec import Jobspec
-from fluxes.requires import parse_requires
-from fluxes.sched.errors import InfeasibleRequest
-from fluxes.sched.pool import ResourcePool
-from fluxes.sched.request import Request
+from fluxes.domain.jm.submission import prepare_job
+from fluxes.domain.sched.errors import InfeasibleRequest
+from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.request import Request
+from fluxes.errors import ConfigError, PolicyError
+from fluxes.formats.jobid import encode
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.requires import parse_requires
 
 OWNER = 1000
 
@@ -139,7 +139,7 @@ def test_verdicts_are_cached_by_shape_not_by_command(
         planned.append(request)
         return request
 
-    monkeypatch.setattr("fluxes.feasibility.Request.from_jobspec", counting)
+    monkeypatch.setattr("fluxes.domain.jm.feasibility.Request.from_jobspec", counting)
     # a --cc array whose {cc} lands in the command: every jobspec differs
     for i in range(50):
         assert feasibility.note(Jobspec.from_dict(spec(["echo", str(i)], ntasks=2))) is None

@@ -1,7 +1,7 @@
 """Size limits at submission: each one refuses with its own clear message, and is configurable.
 
 The limits live in ``[ingest]`` of the instance configuration
-(:class:`fluxes.config.IngestLimits`); :func:`fluxes.ingest.prepare_job`
+(:class:`fluxes.config.IngestLimits`); :func:`fluxes.domain.jm.submission.prepare_job`
 checks every one of them but ``max-jobs-per-request``, which the ingest
 worker checks on the whole request before looking at any job.
 """
@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from fluxes.config import IngestLimits, InstanceConfig
+from fluxes.domain.jm.submission import MAX_TOTAL, prepare_job
 from fluxes.errors import ConfigError, JobspecError, PolicyError
-from fluxes.ingest import MAX_TOTAL, prepare_job
-from fluxes.jobspec import Jobspec
+from fluxes.formats.jobspec import Jobspec
 from workers.ingest import IngestWorker
 
 OWNER = 1000

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from fluxes import protocol as proto
-from fluxes.jm.core import Effects, JobManagerCore
-from fluxes.job import events as ev
-from fluxes.job.record import JobRecord, apply_record
-from fluxes.job.states import JobResult, JobState
+from fluxes import messages as proto
+from fluxes.domain.jm.core import Effects, JobManagerCore
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.states import JobResult, JobState
 
 OWNER = 1000
 OTHER = 2000

@@ -6,9 +6,9 @@ import orjson
 import pytest
 from hypothesis import given, settings
 
-from fluxes.job import events as ev
-from fluxes.job.model import Job, TransitionError, apply, merge_annotations, replay
-from fluxes.job.states import JobResult, JobState, parse_states
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job, TransitionError, apply, merge_annotations, replay
+from fluxes.domain.job.states import JobResult, JobState, parse_states
 from tests.strategies import histories
 
 T = 1000.0
@@ -329,7 +329,7 @@ def test_incremental_equals_replay_through_the_wire_format(log: list[ev.Event]) 
 @settings(max_examples=100, deadline=None)
 @given(histories())
 def test_codec_round_trip(log: list[ev.Event]) -> None:
-    from fluxes.job.codec import job_from_json, job_to_json
+    from fluxes.domain.job.codec import job_from_json, job_to_json
 
     job = replay(7, log)
     assert job_from_json(orjson.loads(orjson.dumps(job_to_json(job)))) == job

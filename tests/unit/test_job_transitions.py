@@ -1,7 +1,7 @@
 """RFC 21 transitions as a table: every event, in every state, accepted or refused.
 
 The table comes from the text of RFC 21 (the state descriptions and the state
-diagram), not from ``fluxes.job.model``:
+diagram), not from ``fluxes.domain.job.model``:
 
 - NEW: ``submit`` comes first; ``validate`` -> DEPEND; ``invalidate`` removes
   the job (-> INACTIVE).
@@ -31,9 +31,9 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from fluxes.job import events as ev
-from fluxes.job.model import FatalException, Job, TransitionError, apply
-from fluxes.job.states import STATES, JobResult, JobState
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import FatalException, Job, TransitionError, apply
+from fluxes.domain.job.states import STATES, JobResult, JobState
 
 T = 1000.0  # the fixtures' events
 TE = 2000.0  # the event under test: fields it sets carry this time

@@ -1,4 +1,4 @@
-"""Tests for fluxes.jobid: RFC 19 FLUID generation and job id encodings."""
+"""Tests for fluxes.formats.jobid: RFC 19 FLUID generation and job id encodings."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes import jobid
-from fluxes._mnemonic_words import BASE_WORDS, WORDS
-from fluxes.jobid import (
+from fluxes.formats import jobid
+from fluxes.formats._mnemonic_words import BASE_WORDS, WORDS
+from fluxes.formats.jobid import (
     DEFAULT_EPOCH_MS,
     FORMS,
     MAX_BULK,

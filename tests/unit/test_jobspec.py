@@ -1,4 +1,4 @@
-"""Tests for fluxes.jobspec and fluxes.jobspec_rules (RFC 14, 25, 26, 31 jobspec)."""
+"""Tests for fluxes.formats.jobspec and fluxes.formats.jobspec_rules (RFC 14, 25, 26, 31 jobspec)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ from hypothesis import strategies as st
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT4, DRAFT7
 
-from fluxes import jobspec as jobspec_module
-from fluxes import jobspec_rules
-from fluxes.counts import Count
+from fluxes.domain.sched.request import Request
 from fluxes.errors import JobspecError
-from fluxes.jobspec import MAX_DEPTH, MAX_JOBSPEC_BYTES, Jobspec, parse_dependency
-from fluxes.sched.request import Request
+from fluxes.formats import jobspec as jobspec_module
+from fluxes.formats import jobspec_rules
+from fluxes.formats.counts import Count
+from fluxes.formats.jobspec import MAX_DEPTH, MAX_JOBSPEC_BYTES, Jobspec, parse_dependency
 
 TESTS = Path(__file__).resolve().parents[1]
 SPEC_DATA = TESTS / "spec-data"
@@ -298,7 +298,7 @@ DIFFERENCES: list[tuple[str, Callable[[dict[str, Any]], None], bool, bool, bool]
     ("rfc14-environment-number", _set("attributes.system.environment.N", 1), False, True, False),
     ("rfc14-cwd-relative", _set("attributes.system.cwd", "rel/dir"), False, True, False),
     ("rfc14-job-value-number", _set("attributes.system.job", {"name": 1}), False, True, False),
-    # RFC 31 via fluxes.constraints (the schema only wants an object).
+    # RFC 31 via fluxes.formats.constraints (the schema only wants an object).
     ("rfc31-unknown-operator", _set("attributes.system.constraints", {"colour": ["red"]}), False, True, False),
     # Stricter than both (documented): version >= 1, no unknown top-level keys, no nested slots.
     ("fluxes-version-0", _set("version", 0), False, True, False),
@@ -950,7 +950,7 @@ def test_deep_constraint_path_is_shortened_in_a_jobspec() -> None:
 
 
 def test_format_path_shortens_deep_paths() -> None:
-    from fluxes.jobspec_rules import format_path, join_path
+    from fluxes.formats.jobspec_rules import format_path, join_path
 
     assert format_path(["resources", 0, "with", 1]) == "resources[0].with[1]"
     deep: list[str | int] = ["resources", 0]

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from fluxes.errors import JobspecError
-from fluxes.jobspec import Jobspec
+from fluxes.formats.jobspec import Jobspec
 
 
 def test_one_slot_per_node_holds_the_gpus() -> None:

@@ -14,12 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fluxes.logs import JsonFormatter, JsonLines, TextFormatter, wants_json
+from fluxes.proc.logs import JsonFormatter, JsonLines, TextFormatter, wants_json
 
 ROOT = Path(__file__).resolve().parents[2]
 UNREACHABLE = "unix:///nonexistent/fluxes.sock?ns=fx"
 #: A worker's normal log lines: what setup_logging gives every worker.
-LOGS = ("from fluxes.logs import setup_logging\n"
+LOGS = ("from fluxes.proc.logs import setup_logging\n"
         "log = setup_logging('fluxes.test')\n"
         "log.info('started', extra={'worker': 'w1', 'n': 3})\n"
         "log.warning('dead letter', extra={'stream': 's', 'error': 'bad'})\n")

@@ -1,4 +1,4 @@
-"""fluxes.metrics: port checks, XINFO GROUPS parsing, gauges from counters, the HTTP server."""
+"""fluxes.proc.metrics: port checks, XINFO GROUPS parsing, gauges from counters, the HTTP server."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from fluxes import metrics
-from fluxes.metrics import GroupLag, check_port, heartbeat_age, job_counts, parse_groups
+from fluxes.proc import metrics
+from fluxes.proc.metrics import GroupLag, check_port, heartbeat_age, job_counts, parse_groups
 
 
 @pytest.mark.parametrize("port", [0, 1, 9102, 65535])

@@ -1,4 +1,4 @@
-"""Tests for fluxes.priority: the plugin interface, flux's default plugin, urgency rules."""
+"""Tests for fluxes.domain.jm.priority: the plugin interface, flux's default plugin, urgency rules."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes.errors import PolicyError
-from fluxes.job import model
-from fluxes.priority import (
+from fluxes.domain.jm.priority import (
     DEFAULT_URGENCY,
     MAX_PRIORITY,
     MAX_URGENCY,
@@ -24,6 +22,8 @@ from fluxes.priority import (
     needs_reprioritize_all,
     parse_urgency,
 )
+from fluxes.domain.job import model
+from fluxes.errors import PolicyError
 
 
 def job(urgency: int = DEFAULT_URGENCY, userid: int = 1000) -> PriorityInput:

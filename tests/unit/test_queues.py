@@ -1,4 +1,4 @@
-"""Tests for fluxes.queues: RFC 33 queue configuration, admission and queue state."""
+"""Tests for fluxes.domain.jm.queues: RFC 33 queue configuration, admission and queue state."""
 
 from __future__ import annotations
 
@@ -10,9 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluxes.errors import ConfigError, FluxesError, PolicyError
-from fluxes.jobspec import Jobspec
-from fluxes.queues import (
+from fluxes.domain.jm.queues import (
     UNLIMITED,
     Admission,
     JobSize,
@@ -24,6 +22,8 @@ from fluxes.queues import (
     apply_queue_event,
     initial_states,
 )
+from fluxes.errors import ConfigError, FluxesError, PolicyError
+from fluxes.formats.jobspec import Jobspec
 
 SITE = """
 [policy.jobspec.defaults.system]

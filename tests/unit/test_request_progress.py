@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes.jobid import MAX_ID
-from fluxes.request_progress import decode, encode, merge
+from fluxes.domain.jm.request_progress import decode, encode, merge
+from fluxes.formats.jobid import MAX_ID
 
 
 @st.composite

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fluxes.requires import parse_requires
+from fluxes.formats.requires import parse_requires
 
 
 @pytest.mark.parametrize(("expr", "want"), [

@@ -1,4 +1,4 @@
-"""Tests for fluxes.rset (RFC 20 resource sets)."""
+"""Tests for fluxes.formats.rset (RFC 20 resource sets)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluxes.hostlist import Hostlist
-from fluxes.idset import IDSet
-from fluxes.rset import MAX_RANKS, ResourceSet, check_property_name
+from fluxes.formats.hostlist import Hostlist
+from fluxes.formats.idset import IDSet
+from fluxes.formats.rset import MAX_RANKS, ResourceSet, check_property_name
 
 SPEC_DATA = Path(__file__).resolve().parents[1] / "spec-data" / "rfc20"
 

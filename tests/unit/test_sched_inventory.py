@@ -1,4 +1,4 @@
-"""Tests for fluxes.sched.inventory: flux-style TOML, R, and their rules."""
+"""Tests for fluxes.domain.sched.inventory: flux-style TOML, R, and their rules."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from fluxes.domain.sched.inventory import Inventory, Target, format_size, parse_size
 from fluxes.errors import ConfigError
-from fluxes.idset import IDSet
-from fluxes.rset import ResourceSet
-from fluxes.sched.inventory import Inventory, Target, format_size, parse_size
+from fluxes.formats.idset import IDSet
+from fluxes.formats.rset import ResourceSet
 
 EXAMPLE = """
 [[resource.config]]

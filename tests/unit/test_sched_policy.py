@@ -1,4 +1,4 @@
-"""Tests for fluxes.sched.policy: fcfs, EASY and conservative passes on hand-built traces.
+"""Tests for fluxes.domain.sched.policy: fcfs, EASY and conservative passes on hand-built traces.
 
 Time is a fake clock: every pass gets ``now`` explicitly and the pool's clock
 stays at 0.  The simulations free each running job exactly at its end time,
@@ -15,16 +15,16 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluxes.constraints import parse
-from fluxes.sched import (
+from fluxes.domain.sched import (
     InfeasibleRequest,
     InsufficientResources,
     Inventory,
     Request,
     ResourcePool,
 )
-from fluxes.sched.planner import BEYOND_DEPTH, NO_ESTIMATE, WAITING, format_time
-from fluxes.sched.policy import UNKNOWN_TRIES, PassResult, PendingJob, QueuePolicy, Scheduler
+from fluxes.domain.sched.planner import BEYOND_DEPTH, NO_ESTIMATE, WAITING, format_time
+from fluxes.domain.sched.policy import UNKNOWN_TRIES, PassResult, PendingJob, QueuePolicy, Scheduler
+from fluxes.formats.constraints import parse
 
 # -- helpers ------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Tests for fluxes.sched.pool: RFC 16 methods, policies, time, and invariants."""
+"""Tests for fluxes.domain.sched.pool: RFC 16 methods, policies, time, and invariants."""
 
 from __future__ import annotations
 
@@ -11,12 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fluxes.constraints import parse
-from fluxes.counts import Count
-from fluxes.idset import IDSet
-from fluxes.jobspec import Jobspec
-from fluxes.rset import ResourceSet
-from fluxes.sched import (
+from fluxes.domain.sched import (
     POLICIES,
     InfeasibleRequest,
     InsufficientResources,
@@ -25,7 +20,12 @@ from fluxes.sched import (
     ResourcePool,
     SchedError,
 )
-from fluxes.sched.placement import socket_slots
+from fluxes.domain.sched.placement import socket_slots
+from fluxes.formats.constraints import parse
+from fluxes.formats.counts import Count
+from fluxes.formats.idset import IDSet
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.rset import ResourceSet
 
 USE_CASES = Path(__file__).parent.parent / "spec-data" / "rfc14"
 GiB = 1 << 30

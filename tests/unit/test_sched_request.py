@@ -1,4 +1,4 @@
-"""Tests for fluxes.sched.request: Request fields and the jobspec mapping."""
+"""Tests for fluxes.domain.sched.request: Request fields and the jobspec mapping."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 import yaml
 
-from fluxes.constraints import parse
-from fluxes.counts import Count
-from fluxes.jobspec import Jobspec
-from fluxes.sched.errors import InfeasibleRequest, SchedError
-from fluxes.sched.request import Request
+from fluxes.domain.sched.errors import InfeasibleRequest, SchedError
+from fluxes.domain.sched.request import Request
+from fluxes.formats.constraints import parse
+from fluxes.formats.counts import Count
+from fluxes.formats.jobspec import Jobspec
 
 USE_CASES = Path(__file__).parent.parent / "spec-data" / "rfc14"
 GiB = 1 << 30

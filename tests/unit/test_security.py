@@ -1,4 +1,4 @@
-"""ACL rule building, user names, URLs and credentials files (fluxes.security), no Redis."""
+"""ACL rule building, user names, URLs and credentials files (fluxes.store.security), no Redis."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from fluxes.cli.main import main
 from fluxes.errors import ConfigError
-from fluxes.security import (
+from fluxes.store.keys import Keys
+from fluxes.store.security import (
     ENV_CREDENTIALS,
     Credentials,
     apply_credentials,
@@ -35,7 +36,6 @@ from fluxes.security import (
     without_default_user,
     write_credentials,
 )
-from fluxes.store.keys import Keys
 
 # ------------------------------------------------------------------ names
 

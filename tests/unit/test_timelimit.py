@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fluxes.timelimit import parse_time_limit
+from fluxes.formats.timelimit import parse_time_limit
 
 
 @pytest.mark.parametrize(("text", "seconds"), [

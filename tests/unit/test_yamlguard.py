@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fluxes import yamlguard
+from fluxes.formats import yamlguard
 
 
 def true_depth(value: Any) -> int:

@@ -1,0 +1,837 @@
+"""The job manager's logic, pure: inputs in, events and messages out.
+
+The worker (``workers/jobmanager.py``) reads its input streams, hands each
+message to :class:`JobManagerCore`, and commits the returned
+:class:`Effects` in one atomic step (events, outbound messages, the
+acknowledgements of the inputs). The core follows flux's rule: *update state
+first, then act*, and make every action idempotent, so that after a restart
+the core can re-derive and re-issue whatever actions are still owed
+(:meth:`JobManagerCore.advance_all`).
+
+Per job the core keeps the event-sourced :class:`~fluxes.domain.job.record.JobRecord`
+plus runtime facts that are not events (an outstanding alloc request, the
+exec progress per rank, timers); the runtime facts are rebuilt after a
+restart from the pending inputs and by re-sending requests.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from fluxes import messages as proto
+from fluxes.domain.jm.depend import DependencyActions, DependencyIndex, TargetStatus
+from fluxes.domain.jm.priority import (
+    DefaultPriority,
+    PriorityInput,
+    PriorityPlugin,
+    check_urgency_change,
+    job_priority,
+)
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job, merge_annotations
+from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.states import JobState
+from fluxes.errors import PolicyError
+from fluxes.formats.idset import IDSet
+from fluxes.formats.jobid import MAX_ID as MAX_JOBID
+from fluxes.formats.jobid import encode as encode_id
+from fluxes.formats.rset import MAX_RANKS
+
+#: Input reference: (stream key, message id), acknowledged when its effects are written.
+Ack = tuple[str, bytes]
+
+_DEPEND, _PRIORITY, _SCHED = JobState.DEPEND, JobState.PRIORITY, JobState.SCHED
+_RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
+
+#: Signal sent to cancel or time out a running job (exec escalates to SIGKILL).
+KILL_SIGNAL = 15
+#: Wait status recorded for a rank whose tasks were lost: "killed by SIGKILL".
+LOST_WAIT_STATUS = 9
+
+
+@dataclass(slots=True)
+class Active:
+    """An active job as the job manager sees it: record plus runtime facts."""
+
+    rec: JobRecord
+    ranks: IDSet | None = None
+    alloc_epoch: int | None = None  # scheduler epoch of the outstanding alloc request
+    cancel_sent: bool = False
+    free_sent: bool = False
+    start_sent: bool = False
+    kill_sent: bool = False
+    exec_started: set[int] = field(default_factory=set)
+    exec_finished: dict[int, int] = field(default_factory=dict)
+    exec_released: set[int] = field(default_factory=set)
+    exec_error: bool = False
+    deadline: float | None = None
+
+    @property
+    def job(self) -> Job:
+        """The event-sourced state."""
+        return self.rec.job
+
+    @property
+    def exec_done(self) -> bool:
+        """True once every rank reported its share of the job released."""
+        return self.ranks is not None and len(self.exec_released) >= len(self.ranks)
+
+
+@dataclass
+class Effects:
+    """Everything one processing step produced, to be committed atomically."""
+
+    #: per job, in order: ("E", event, extra) eventlog events, ("J", event) journal-only
+    ops: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
+    #: eventlog length of each job before this step's first event
+    base_seq: dict[int, int] = field(default_factory=dict)
+    sched: list[dict[str, Any]] = field(default_factory=list)
+    exec: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    replies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    hsets: dict[int, dict[str, str]] = field(default_factory=dict)
+    #: exec progress per job not yet told by events (None: forget it), so a
+    #: restarted job manager does not lose which ranks already reported
+    progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    acks: list[Ack] = field(default_factory=list)
+    sched_epoch: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.ops or self.sched or self.exec or self.replies or self.hsets
+                    or self.progress or self.acks)
+
+    @property
+    def nevents(self) -> int:
+        """Number of eventlog events in this step."""
+        return sum(1 for ops in self.ops.values() for op in ops if op[0] == "E")
+
+
+@dataclass
+class SchedSession:
+    """The RFC 27 session with the current scheduler."""
+
+    epoch: int | None = None
+    ready: bool = False
+    mode: str = "unlimited"
+    limit: int = 0
+    outstanding: int = 0
+    #: why scheduling is suspended until the next hello (None: it is not)
+    suspended: str | None = None
+
+    def may_send(self) -> bool:
+        """True when another alloc request may go out under the ready mode."""
+        if not self.ready:
+            return False
+        if self.mode == "single":
+            return self.outstanding == 0
+        if self.mode == "limited":
+            return self.outstanding < max(self.limit, 1)
+        return True
+
+
+class JobManagerCore:
+    """All active jobs of one partition and the rules that drive them."""
+
+    def __init__(self, *, owner_uid: int, priority: PriorityPlugin | None = None,
+                 clock: Callable[[], float] = time.time,
+                 stopped_queues: Iterable[str] = (),
+                 lookup: Callable[[int], TargetStatus | None] | None = None) -> None:
+        self.owner_uid = owner_uid
+        self._lookup = lookup
+        self.priority = priority or DefaultPriority()
+        self.clock = clock
+        self.jobs: dict[int, Active] = {}
+        self.session = SchedSession()
+        self.deps = DependencyIndex()
+        self.stopped_queues: set[str] = set(stopped_queues)
+        self._waiting: list[tuple[int, float, int]] = []  # (-priority, t_submit, id)
+        self._queued: set[int] = set()
+        self._parked: dict[str, set[int]] = {}
+        self._timers: list[tuple[float, int, str]] = []
+        self._prioritize: dict[int, int] = {}
+        self.inactive_count = 0
+
+    # ------------------------------------------------------------ loading
+
+    def load(self, records: Iterable[JobRecord],
+             progress: Mapping[int, Mapping[str, Any]] | None = None) -> None:
+        """Take over the active records of a replay and the saved exec progress."""
+        for rec in records:
+            if rec.job.state is _INACTIVE or rec.job.state is JobState.NEW:
+                continue
+            act = Active(rec)
+            ranks = rec.info.get("ranks")
+            if isinstance(ranks, str) and rec.job.has_resources:
+                act.ranks = IDSet(ranks)
+            saved = (progress or {}).get(rec.id)
+            if saved and act.ranks is not None:
+                act.exec_started = {int(r) for r in saved.get("started", [])}
+                act.exec_finished = {int(r): int(s) for r, s in saved.get("finished", {}).items()}
+                act.exec_released = {int(r) for r in saved.get("released", [])}
+                act.exec_error = bool(saved.get("error"))
+            self.jobs[rec.id] = act
+
+    def restart(self, fx: Effects) -> None:
+        """After a restart: jobs in SCHED go back to PRIORITY, every job is advanced.
+
+        The scheduler session is unknown, so a ``reset`` asks the scheduler to
+        begin a new epoch with a hello; allocations are requested after ready.
+        """
+        now = self.clock()
+        self.session = SchedSession()
+        fx.sched.append({"t": "reset"})
+        for act in list(self.jobs.values()):
+            if act.job.state is _SCHED:
+                self._post(fx, act, ev.FluxRestart(timestamp=now))
+        self.advance_all(fx)
+
+    def advance_all(self, fx: Effects) -> None:
+        """Re-derive and issue every action owed (idempotent)."""
+        for act in list(self.jobs.values()):
+            if act.job.state is _DEPEND:
+                self._add_dependencies(fx, act, resuming=True)
+            self._advance(fx, act)
+        self.pump(fx)
+
+    # ------------------------------------------------------------ posting
+
+    def _post(self, fx: Effects, act: Active, event: ev.Event,
+              extra: Mapping[str, Any] | None = None) -> None:
+        """Apply ``event`` to the job (state first) and record it for the commit."""
+        jobid = act.rec.id
+        if jobid not in fx.base_seq:
+            fx.base_seq[jobid] = act.job.seq
+        act.rec = apply_record(act.rec, jobid, event, extra)
+        fx.ops.setdefault(jobid, []).append(("E", event, extra))
+        if self.deps.is_target(jobid):
+            self._dependency_actions(fx, self.deps.target_changed(
+                jobid, TargetStatus.from_job(act.job)))
+
+    def _annotate(self, fx: Effects, act: Active, annotations: Mapping[str, Any]) -> None:
+        event = ev.Annotations(timestamp=self.clock(), annotations=annotations)
+        act.rec = apply_record(act.rec, act.rec.id, event)
+        fx.ops.setdefault(act.rec.id, []).append(("J", event))
+
+    # ------------------------------------------------------------ new jobs
+
+    def on_new(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
+        """A job the ingest created (its submit and validate are in the journal).
+
+        Raises MessageError, changing nothing, for a message that does not
+        describe a submit the journal could hold.
+        """
+        _expect(msg, "new")
+        jobid = _check_jobid(msg["id"])
+        info = msg.get("info") or {}
+        if not isinstance(info, dict) or not isinstance(info.get("dependencies", []), list):
+            raise proto.MessageError("new: 'info' must be an object with a list of dependencies")
+        try:
+            # the checks replay applies to the submit event the ingest wrote
+            submit = ev.decode("submit", msg["t_submit"], {
+                "urgency": msg["urgency"], "userid": msg["userid"], "flags": msg["flags"],
+                "version": 1})
+        except ev.EventError as exc:
+            raise proto.MessageError(f"new: {exc}") from None
+        if ack is not None:
+            fx.acks.append(ack)
+        if jobid in self.jobs:
+            return  # known from the replay already
+        t = submit.timestamp
+        rec = apply_record(None, jobid, submit, info)
+        rec = apply_record(rec, jobid, ev.Validate(timestamp=t))
+        act = Active(rec)
+        self.jobs[jobid] = act
+        self._add_dependencies(fx, act, resuming=False)
+        self._advance(fx, act)
+
+    def _add_dependencies(self, fx: Effects, act: Active, resuming: bool) -> None:
+        deps = act.rec.info.get("dependencies")
+        if not deps or act.job.state is not _DEPEND:
+            return
+        actions = self.deps.add(
+            act.rec.id, deps, self._target_status, self.clock(), userid=act.job.userid,
+            outstanding=act.job.dependencies if resuming else None)
+        self._dependency_actions(fx, [actions])
+
+    def _target_status(self, jobid: int) -> TargetStatus | None:
+        act = self.jobs.get(jobid)
+        if act is not None:
+            return TargetStatus.from_job(act.job)
+        return self.lookup_inactive(jobid)
+
+    def lookup_inactive(self, jobid: int) -> TargetStatus | None:
+        """Status of a job the core no longer holds (the worker plugs in a store lookup)."""
+        return self._lookup(jobid) if self._lookup is not None else None
+
+    def _dependency_actions(self, fx: Effects, actions: Iterable[DependencyActions]) -> None:
+        now = self.clock()
+        for action in actions:
+            act = self.jobs.get(action.jobid)
+            if act is None or act.job.state is not _DEPEND:
+                continue
+            if action.fail is not None:
+                self._post(fx, act, ev.JobException(timestamp=now, type="dependency",
+                                                    severity=0, note=action.fail))
+                self._advance(fx, act)
+                continue
+            for desc in action.add:
+                if desc not in act.job.dependencies:
+                    self._post(fx, act, ev.DependencyAdd(timestamp=now, description=desc))
+            for desc in action.remove:
+                if desc in act.job.dependencies:
+                    self._post(fx, act, ev.DependencyRemove(timestamp=now, description=desc))
+            self._advance(fx, act)
+
+    # ------------------------------------------------------------ the driver
+
+    def _advance(self, fx: Effects, act: Active) -> None:
+        """Post the automatic transitions and send the requests the state calls for."""
+        while True:
+            job = act.job
+            state = job.state
+            if state is _DEPEND:
+                if job.dependencies or act.rec.id in self.deps:
+                    return
+                self._post(fx, act, ev.Depend(timestamp=self.clock()))
+            elif state is _PRIORITY:
+                prio = self._priority_of(act)
+                self._post(fx, act, ev.Priority(timestamp=self.clock(), priority=prio))
+                if act.alloc_epoch is not None:
+                    # the alloc request is still with the scheduler: tell it
+                    if prio == 0:
+                        self._send_cancel(fx, act)
+                    else:
+                        self._prioritize[act.rec.id] = prio
+            elif state is _SCHED:
+                if act.alloc_epoch is None and job.priority:
+                    self._enqueue(act)
+                return
+            elif state is _RUN:
+                if job.can_start and not act.start_sent:
+                    self._send_start(fx, act)
+                self._arm_timelimit(act)
+                return
+            elif state is _CLEANUP:
+                self._cleanup(fx, act)
+                return
+            else:
+                return
+
+    def _priority_of(self, act: Active) -> int:
+        job = act.job
+        return job_priority(self.priority, PriorityInput(
+            jobid=act.rec.id, urgency=job.urgency, userid=job.userid, t_submit=job.t_submit,
+            queue=act.rec.queue or None))
+
+    def _cleanup(self, fx: Effects, act: Active) -> None:
+        job = act.job
+        if act.alloc_epoch is not None:
+            if not act.cancel_sent:
+                self._send_cancel(fx, act)
+            return  # wait for the CANCEL (or SUCCESS) response
+        if job.has_resources and not (job.released or act.exec_done):
+            # Exec may hold processes on the ranks (even if it never reported
+            # them started): kill, and wait until every rank has released.
+            if not act.kill_sent and act.ranks is not None:
+                act.kill_sent = True
+                for rank in act.ranks:
+                    fx.exec.setdefault(rank, []).append(
+                        {"t": "kill", "id": act.rec.id, "signal": KILL_SIGNAL})
+            return
+        if job.free_owed:
+            if job.can_free and not act.free_sent and self.session.ready:
+                act.free_sent = True
+                fx.sched.append({"t": "free", "id": act.rec.id})
+            return
+        if job.can_clean:
+            self._post(fx, act, ev.Clean(timestamp=self.clock()))
+            self._retire(fx, act)
+
+    def _retire(self, fx: Effects, act: Active) -> None:
+        """The job is INACTIVE: record its outcome and forget it."""
+        job = act.job
+        jobid = act.rec.id
+        result = job.result
+        fx.hsets[jobid] = {"result": (result.name or "") if result is not None else "",
+                           "t_inactive": repr(job.t_inactive)}
+        if act.exec_started or act.exec_finished or act.exec_released:
+            fx.progress[jobid] = None
+        self.deps.remove(jobid)
+        self._queued.discard(jobid)
+        del self.jobs[jobid]
+        self.inactive_count += 1
+
+    # ------------------------------------------------------------ scheduling
+
+    def _enqueue(self, act: Active) -> None:
+        jobid = act.rec.id
+        if jobid in self._queued:
+            return
+        self._queued.add(jobid)
+        heapq.heappush(self._waiting, (-(act.job.priority or 0), act.job.t_submit, jobid))
+
+    def pump(self, fx: Effects) -> None:
+        """Send alloc requests for waiting jobs, best first, as the ready mode allows."""
+        session = self.session
+        if self._prioritize and session.ready:
+            fx.sched.append({"t": "prioritize",
+                             "jobs": [[j, p] for j, p in self._prioritize.items()]})
+            self._prioritize = {}
+        while self._waiting and session.may_send():
+            neg_prio, t_submit, jobid = heapq.heappop(self._waiting)
+            if jobid not in self._queued:
+                continue
+            act = self.jobs.get(jobid)
+            if (act is None or act.job.state is not _SCHED or act.alloc_epoch is not None
+                    or not act.job.priority):
+                self._queued.discard(jobid)
+                continue
+            if -neg_prio != act.job.priority:  # stale entry: the priority changed
+                heapq.heappush(self._waiting, (-act.job.priority, t_submit, jobid))
+                continue
+            self._queued.discard(jobid)
+            queue = act.rec.queue
+            if queue in self.stopped_queues:
+                self._parked.setdefault(queue, set()).add(jobid)
+                continue
+            act.alloc_epoch = session.epoch
+            act.cancel_sent = False
+            session.outstanding += 1
+            job = act.job
+            fx.sched.append({"t": "alloc", "id": jobid, "priority": job.priority,
+                             "userid": job.userid, "t_submit": job.t_submit,
+                             "queue": queue or None})
+
+    def _send_cancel(self, fx: Effects, act: Active) -> None:
+        # Not while suspended: the next hello forgets every outstanding
+        # request, which settles the job as a CANCEL response would.
+        if act.alloc_epoch is not None and not act.cancel_sent and self.session.ready:
+            act.cancel_sent = True
+            fx.sched.append({"t": "cancel", "id": act.rec.id})
+
+    def _send_start(self, fx: Effects, act: Active) -> None:
+        if act.ranks is None:
+            return
+        act.start_sent = True
+        jobid = act.rec.id
+        ranks = str(act.ranks)
+        for rank in act.ranks:
+            fx.exec.setdefault(rank, []).append({"t": "start", "id": jobid, "ranks": ranks})
+
+    def _arm_timelimit(self, act: Active) -> None:
+        """Set the job's time-limit timer (from its alloc time) once."""
+        if act.deadline is not None:
+            return
+        duration = act.rec.info.get("duration")
+        if isinstance(duration, int | float) and not isinstance(duration, bool) \
+                and 0 < duration < float("inf"):
+            act.deadline = (act.job.t_run or self.clock()) + float(duration)
+            heapq.heappush(self._timers, (act.deadline, act.rec.id, "timelimit"))
+
+    # ------------------------------------------------------------ scheduler messages
+
+    def on_sched(self, fx: Effects, epoch: int, msg: Mapping[str, Any]) -> None:
+        """One RFC 27 message from the scheduler (acks are the caller's)."""
+        kind = msg["t"]
+        session = self.session
+        if kind == "hello":
+            self._on_hello(fx, epoch)
+            return
+        if epoch != session.epoch:
+            return  # an older scheduler's message: ignored (RFC 27 epochs)
+        if kind == "error":
+            note = msg.get("note")
+            what = f" (job {_show_id(msg['id'])})" if isinstance(msg.get("id"), int) else ""
+            self.suspend(f"scheduler error{what}: {note[:200]}"
+                         if isinstance(note, str) and note else f"scheduler error{what}")
+        elif kind == "ready":
+            if session.suspended is not None:
+                return  # RFC 27: only a new hello (a new epoch) resumes scheduling
+            mode = msg.get("mode")
+            if mode not in proto.MODES:
+                return
+            session.ready = True
+            session.mode = str(mode)
+            limit = msg.get("limit")
+            session.limit = limit if isinstance(limit, int) and limit > 0 else 1
+            for each in list(self.jobs.values()):
+                self._advance(fx, each)  # frees owed, allocs wanted
+            self.pump(fx)
+        elif kind == "alloc-response":
+            self._on_alloc_response(fx, epoch, msg)
+        elif kind == "free-response":
+            act = self.jobs.get(msg["id"])
+            if act is not None and act.free_sent and act.job.has_resources:
+                self._post(fx, act, ev.Free(timestamp=self.clock()))
+                self._advance(fx, act)
+                self.pump(fx)  # the freed job may have released dependents
+
+    def suspend(self, why: str) -> bool:
+        """Stop talking to the scheduler until the next hello (RFC 27 "Finalization").
+
+        No alloc, free, cancel or prioritize goes out; responses of the
+        session's epoch are still taken (they tell what the scheduler did).
+        Nothing is lost: the next hello forgets the outstanding requests and
+        sends them again after ready, as after any scheduler restart.
+        Returns False when there is no live session to suspend.
+        """
+        session = self.session
+        if session.epoch is None or session.suspended is not None:
+            return False
+        session.ready = False
+        session.suspended = why
+        return True
+
+    def check_scheduler(self, lease_epoch: int | None) -> str | None:
+        """Suspend the session if its scheduler no longer leads; return why, or None.
+
+        ``lease_epoch`` is the epoch of the scheduler holding the partition's
+        scheduler lease, None when nobody holds it (the scheduler died, or
+        stopped, and its lease expired). Another epoch than the session's
+        means a newer scheduler took over; its hello resumes scheduling.
+        """
+        session = self.session
+        if session.epoch is None or session.suspended is not None:
+            return None
+        if lease_epoch is None:
+            why = f"scheduler of epoch {session.epoch} went away (its lease expired)"
+        elif lease_epoch != session.epoch:
+            why = f"scheduler of epoch {session.epoch} was replaced (epoch {lease_epoch})"
+        else:
+            return None
+        return why if self.suspend(why) else None
+
+    def _on_hello(self, fx: Effects, epoch: int) -> None:
+        """A scheduler (re)started: forget the old session, answer with held resources."""
+        session = self.session
+        session.epoch = epoch
+        session.ready = False
+        session.suspended = None
+        session.outstanding = 0
+        self._prioritize = {}
+        alloc = []
+        for act in self.jobs.values():
+            if act.alloc_epoch is not None:
+                act.alloc_epoch = None
+                act.cancel_sent = False
+                if act.job.state is _SCHED:
+                    self._enqueue(act)
+            act.free_sent = False
+            job = act.job
+            if job.has_resources:
+                held: dict[str, Any] = {"id": act.rec.id, "priority": job.priority or 0,
+                                        "userid": job.userid}
+                if act.ranks is not None:
+                    # lets the scheduler keep these ranks out of use should the
+                    # job's stored R be unreadable
+                    held["ranks"] = str(act.ranks)
+                alloc.append(held)
+        fx.sched.append({"t": "hello-reply", "alloc": alloc})
+        fx.sched_epoch = epoch
+        # jobs canceled while their request was with the old scheduler can finish now
+        for act in list(self.jobs.values()):
+            if act.job.state is _CLEANUP:
+                self._advance(fx, act)
+
+    def _on_alloc_response(self, fx: Effects, epoch: int, msg: Mapping[str, Any]) -> None:
+        act = self.jobs.get(msg["id"])
+        if act is None or act.alloc_epoch != epoch:
+            return  # not asked for (or already answered)
+        kind = msg["type"]
+        ann = msg.get("annotations")
+        if isinstance(ann, dict) and not _encodable(ann):
+            raise proto.MessageError("alloc-response: annotations cannot be stored "
+                                     "(nested too deeply)")
+        ranks = msg.get("ranks")
+        granted: IDSet | None = None
+        if kind == proto.ALLOC_SUCCESS and isinstance(ranks, str):
+            # checked before anything changes: a bad message is refused whole
+            try:
+                granted = IDSet(ranks)
+            except ValueError as exc:
+                raise proto.MessageError(f"alloc-response: {exc}") from None
+            if not granted or len(granted) > MAX_RANKS:
+                raise proto.MessageError(f"alloc-response: ranks {ranks!r:.40} must name "
+                                         f"1 to {MAX_RANKS} ranks")
+        now = self.clock()
+        if kind == proto.ALLOC_ANNOTATE:
+            if isinstance(ann, dict):
+                self._annotate(fx, act, ann)
+            return
+        act.alloc_epoch = None
+        self.session.outstanding = max(0, self.session.outstanding - 1)
+        if kind == proto.ALLOC_SUCCESS:
+            merged = act.rec.job.annotations
+            if isinstance(ann, dict):
+                merged = merge_annotations(merged, ann)
+            extra: dict[str, Any] = {}
+            if granted is not None:
+                extra["ranks"] = ranks
+                act.ranks = granted
+            nodelist = msg.get("nodelist")
+            if isinstance(nodelist, str):
+                extra["nodelist"] = nodelist
+            self._post(fx, act, ev.Alloc(timestamp=now, annotations=dict(merged) if merged
+                                         else None), extra or None)
+        elif kind == proto.ALLOC_DENY:
+            note = msg.get("note")
+            self._post(fx, act, ev.JobException(
+                timestamp=now, type="alloc", severity=0,
+                note=note if isinstance(note, str) else "resources can never be allocated"))
+        elif kind == proto.ALLOC_CANCEL:
+            pass  # the cancel we asked for: the job is in CLEANUP, or its queue stopped
+        else:
+            return
+        self._advance(fx, act)
+        self.pump(fx)
+
+    # ------------------------------------------------------------ exec messages
+
+    def on_exec(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
+        """Per-rank progress from an exec worker.
+
+        Progress that no event records yet (some ranks reported, not all) is
+        saved with the commit (``fx.progress``), so the input can be
+        acknowledged at once and a restarted job manager still knows it.
+        """
+        _expect(msg, "exec")
+        if ack is not None:
+            fx.acks.append(ack)
+        act = self.jobs.get(msg["id"])
+        if act is None or act.ranks is None or not act.job.has_resources:
+            return  # nothing to do: the job is gone or not running
+        rank = msg["rank"]
+        if rank not in act.ranks:
+            return  # not one of the job's ranks: it must not count towards them
+        now = self.clock()
+        nranks = len(act.ranks)
+        error = msg.get("error")
+        status = msg.get("status")
+        if isinstance(status, int) and not isinstance(status, bool) \
+                and not 0 <= status <= 0xFFFF:
+            # no wait(2) status: the finish event could not hold it, so fail the job
+            error = error if isinstance(error, str) and error else \
+                f"rank {rank} reported an invalid wait status"
+            status = None
+        # an error earlier than this report stops the start; one in this
+        # report comes after it (as flux's shell: start, then "start failed")
+        error_before = act.exec_error
+        if msg.get("started"):
+            act.exec_started.add(rank)
+        if isinstance(status, int) and not isinstance(status, bool):
+            act.exec_finished[rank] = status
+        if msg.get("released"):
+            act.exec_released.add(rank)
+            if rank in act.exec_started and rank not in act.exec_finished:
+                # It ran but its status is lost (its processes died with the
+                # exec worker): count it as killed, so finish, release and
+                # free can follow instead of the job waiting forever.
+                act.exec_finished[rank] = LOST_WAIT_STATUS
+        job = act.job
+        if (not job.started and len(act.exec_started) >= nranks and not error_before
+                and job.state & JobState.RUNNING):
+            self._post(fx, act, ev.Start(timestamp=now))
+        if isinstance(error, str) and error and not act.exec_error:
+            act.exec_error = True
+            self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
+                                                note=error))
+        job = act.job
+        if job.started and not job.finished and len(act.exec_finished) >= nranks:
+            self._post(fx, act, ev.Finish(timestamp=now,
+                                          status=max(act.exec_finished.values())))
+        job = act.job
+        if job.finished and not job.released and len(act.exec_released) >= nranks:
+            self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
+        if nranks > 1:
+            fx.progress[act.rec.id] = {
+                "started": sorted(act.exec_started),
+                "finished": {str(r): s for r, s in act.exec_finished.items()},
+                "released": sorted(act.exec_released), "error": act.exec_error}
+        self._advance(fx, act)
+        self.pump(fx)
+
+    # ------------------------------------------------------------ user requests
+
+    def on_ctl(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
+        """A forwarded user request (cancel, urgency, raise) or a queue change."""
+        kind = msg["t"]
+        userid = msg.get("userid")
+        if isinstance(userid, int) and userid < 0:
+            # events record the requester's userid, and replay refuses a negative one
+            raise proto.MessageError(f"{kind}: 'userid' must be >= 0")
+        lost = None
+        if kind == "lost-ranks":
+            try:
+                lost = IDSet(msg["ranks"])
+            except ValueError as exc:
+                raise proto.MessageError(f"lost-ranks: {exc}") from None
+        if ack is not None:
+            fx.acks.append(ack)
+        reply = msg.get("reply")
+        if kind == "cancel-request":
+            answer = self._raise_many(fx, msg["ids"], msg["userid"], "cancel", 0,
+                                      str(msg.get("note") or ""))
+        elif kind == "raise":
+            answer = self._raise_many(fx, msg["ids"], msg["userid"], msg["type"],
+                                      msg["severity"], str(msg.get("note") or ""))
+        elif kind == "urgency-request":
+            answer = self._urgency(fx, msg["id"], msg["urgency"], msg["userid"])
+        elif lost is not None:
+            answer = self._lost_ranks(fx, lost)
+        elif kind == "queues":
+            stopped = msg.get("stopped")
+            if isinstance(stopped, list):
+                self.set_stopped_queues(fx, {q for q in stopped if isinstance(q, str)})
+            answer = {"ok": True}
+        else:
+            answer = {"error": f"unknown request {kind!r}"}
+        if isinstance(reply, str) and reply:
+            fx.replies.append((reply, answer))
+        self.pump(fx)
+
+    def _lost_ranks(self, fx: Effects, lost: IDSet) -> dict[str, Any]:
+        """Exec workers of ``lost`` are gone: fail their jobs and count those ranks as done.
+
+        No exec worker will ever report on them, so the job manager reports
+        for it (killed, released), which lets the job finish its cleanup.
+        """
+        now = self.clock()
+        failed = []
+        for act in list(self.jobs.values()):
+            if act.ranks is None or not act.job.has_resources or not act.ranks.intersects(lost):
+                continue
+            gone = act.ranks & lost
+            for rank in gone:
+                # Waits in the rank's stream until its exec worker is back, so
+                # tasks still running behind a network partition are stopped
+                # before their cores are handed out again.
+                fx.exec.setdefault(rank, []).append(
+                    {"t": "kill", "id": act.rec.id, "signal": KILL_SIGNAL})
+            if act.job.fatal is None:
+                self._post(fx, act, ev.JobException(
+                    timestamp=now, type="node-failure", severity=0,
+                    note=f"lost contact with the exec worker of rank(s) {gone}"))
+            for rank in gone:
+                if rank in act.exec_started or act.job.started:
+                    act.exec_started.add(rank)
+                    act.exec_finished.setdefault(rank, LOST_WAIT_STATUS)
+                act.exec_released.add(rank)
+            failed.append(act.rec.id)
+            self.on_exec(fx, {"t": "exec", "id": act.rec.id, "rank": next(iter(gone))})
+        return {"ok": failed}
+
+    def _raise_many(self, fx: Effects, ids: list[Any], userid: int, kind: str,
+                    severity: int, note: str) -> dict[str, Any]:
+        errors = []
+        done = []
+        for jobid in ids:
+            if not isinstance(jobid, int) or isinstance(jobid, bool):
+                errors.append(f"{jobid!r}: not a job id")
+                continue
+            act = self.jobs.get(jobid)
+            if act is None or act.job.state is _INACTIVE:
+                errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
+                continue
+            if userid not in (self.owner_uid, act.job.userid):
+                errors.append(f"{_show_id(jobid)}: permission denied")
+                continue
+            if not 0 <= severity <= 7:
+                errors.append(f"{_show_id(jobid)}: severity must be 0-7")
+                continue
+            context = {} if userid == self.owner_uid else {"userid": userid}
+            self._post(fx, act, ev.JobException(
+                timestamp=self.clock(), type=kind, severity=severity, note=note,
+                userid=context.get("userid")))
+            self._advance(fx, act)
+            done.append(jobid)
+        return {"ok": done, "errors": errors}
+
+    def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> dict[str, Any]:
+        act = self.jobs.get(jobid)
+        if act is None:
+            return {"errors": [f"{_show_id(jobid)}: job is inactive or unknown"]}
+        job = act.job
+        try:
+            check_urgency_change(urgency, userid, job.userid, userid == self.owner_uid,
+                                 current_urgency=job.urgency, has_resources=job.has_resources)
+            if not job.state & JobState.PENDING:
+                raise PolicyError("urgency cannot be changed once resources are allocated")
+        except PolicyError as exc:
+            return {"errors": [f"{_show_id(jobid)}: {exc}"]}
+        old = job.urgency
+        self._post(fx, act, ev.Urgency(timestamp=self.clock(), urgency=urgency, userid=userid))
+        self._advance(fx, act)
+        return {"ok": [jobid], "old": old}
+
+    def set_stopped_queues(self, fx: Effects, stopped: set[str]) -> None:
+        """Apply queue start/stop: stopped queues get no alloc requests (pending ones canceled)."""
+        newly_stopped = stopped - self.stopped_queues
+        started = self.stopped_queues - stopped
+        self.stopped_queues = set(stopped)
+        if newly_stopped:
+            for each in self.jobs.values():
+                if each.rec.queue in newly_stopped and each.alloc_epoch is not None:
+                    self._send_cancel(fx, each)
+        for queue in started:
+            for jobid in self._parked.pop(queue, set()):
+                act = self.jobs.get(jobid)
+                if act is not None and act.job.state is _SCHED:
+                    self._enqueue(act)
+
+    # ------------------------------------------------------------ timers
+
+    def next_timer(self) -> float | None:
+        """When :meth:`on_timers` next has something to do (UNIX time), or None."""
+        candidates = []
+        if self._timers:
+            candidates.append(self._timers[0][0])
+        due = self.deps.next_due()
+        if due is not None:
+            candidates.append(due)
+        return min(candidates) if candidates else None
+
+    def on_timers(self, fx: Effects, now: float | None = None) -> None:
+        """Fire expired time limits and begin-time dependencies."""
+        now = self.clock() if now is None else now
+        while self._timers and self._timers[0][0] <= now:
+            deadline, jobid, _kind = heapq.heappop(self._timers)
+            act = self.jobs.get(jobid)
+            if act is None or act.deadline != deadline or act.job.state is not _RUN:
+                continue
+            self._post(fx, act, ev.JobException(timestamp=now, type="timelimit", severity=0,
+                                                note="job time limit expired"))
+            self._advance(fx, act)
+        self._dependency_actions(fx, self.deps.due(now))
+        self.pump(fx)
+
+
+def _expect(msg: Mapping[str, Any], kind: str) -> None:
+    """MessageError unless ``msg`` is of type ``kind`` (a message on the wrong stream)."""
+    if msg.get("t") != kind:
+        raise proto.MessageError(f"expected a {kind!r} message, got {msg.get('t')!r:.40}")
+
+
+def _check_jobid(jobid: int) -> int:
+    """MessageError unless ``jobid`` is a 64-bit job id."""
+    if not 0 <= jobid <= MAX_JOBID:
+        raise proto.MessageError(f"job id {jobid} is out of range")
+    return jobid
+
+
+def _show_id(jobid: int) -> str:
+    """A job id for a reply: F58 when it is one, else as given (a forged request)."""
+    return encode_id(jobid, "f58") if 0 <= jobid <= MAX_JOBID else str(jobid)
+
+
+def _encodable(value: Any) -> bool:
+    """True if ``value`` can be written as JSON (orjson nests at most 254 levels)."""
+    try:
+        orjson.dumps(value)
+    except TypeError:
+        return False
+    return True

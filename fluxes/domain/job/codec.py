@@ -1,0 +1,51 @@
+"""Compact JSON-ready encoding of :class:`Job` records, for checkpoints and read models."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fluxes.domain.job.model import FatalException, Job
+from fluxes.domain.job.states import JobState
+
+#: Bump when the encoding changes; older checkpoints are then ignored (full replay).
+CODEC_VERSION = 1
+
+_FIELDS = Job._fields
+_STATE = _FIELDS.index("state")
+_SETS = tuple(_FIELDS.index(n) for n in ("set_flags", "dependencies"))
+_TUPLES = tuple(_FIELDS.index(n) for n in ("prologs", "epilogs"))
+_FATAL = _FIELDS.index("fatal")
+_UPDATES = _FIELDS.index("jobspec_updates")
+
+
+def job_to_json(job: Job) -> list[Any]:
+    """Encode ``job`` as a list (field order of :class:`Job`) that orjson can dump."""
+    out: list[Any] = list(job)
+    out[_STATE] = int(job.state)
+    for i in _SETS:
+        out[i] = sorted(out[i])
+    for i in _TUPLES:
+        out[i] = list(out[i])
+    if job.fatal is not None:
+        out[_FATAL] = [job.fatal.type, job.fatal.note, job.fatal.timestamp]
+    out[_UPDATES] = dict(job.jobspec_updates)
+    return out
+
+
+def job_from_json(obj: Any) -> Job:
+    """Decode what :func:`job_to_json` produced; ValueError if it does not fit."""
+    if not isinstance(obj, list) or len(obj) != len(_FIELDS):
+        raise ValueError("job record: wrong shape")
+    values = list(obj)
+    try:
+        values[_STATE] = JobState(values[_STATE])
+        for i in _SETS:
+            values[i] = frozenset(values[i])
+        for i in _TUPLES:
+            values[i] = tuple(values[i])
+        if values[_FATAL] is not None:
+            kind, note, ts = values[_FATAL]
+            values[_FATAL] = FatalException(kind, note, ts)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"job record: {exc}") from None
+    return Job(*values)

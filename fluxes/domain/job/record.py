@@ -1,0 +1,94 @@
+"""A job record: the event-sourced :class:`Job` plus descriptive facts from the journal.
+
+The journal's ``x`` extras carry facts that are not events but that readers
+need without another round trip: name, queue, task and node counts and
+dependencies on ``submit``; ranks and nodelist on ``alloc``. Folding events
+and merging extras gives the same record to every reader (job manager,
+job-list, checks), live or replayed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.codec import job_from_json, job_to_json
+from fluxes.domain.job.model import Job, apply
+
+
+@dataclass(slots=True)
+class JobRecord:
+    """A job's state and the facts the journal extras gave about it."""
+
+    job: Job
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def id(self) -> int:
+        """The job id."""
+        return self.job.id
+
+    @property
+    def queue(self) -> str:
+        """The job's queue ("" for the anonymous queue)."""
+        queue = self.info.get("queue")
+        return queue if isinstance(queue, str) else ""
+
+    def to_obj(self) -> dict[str, Any]:
+        """JSON-ready form (checkpoints, read model)."""
+        return {"j": job_to_json(self.job), "i": self.info}
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> JobRecord:
+        """Decode :meth:`to_obj` output; ValueError when it is not a record."""
+        try:
+            return cls(job_from_json(obj["j"]), dict(obj.get("i") or {}))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"bad job record: {exc}") from None
+
+    def to_json(self) -> bytes:
+        """Compact JSON."""
+        return orjson.dumps(self.to_obj())
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> JobRecord:
+        """Decode :meth:`to_json` output; ValueError when it is not a record."""
+        try:
+            obj = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"bad job record: {exc}") from None
+        return cls.from_obj(obj)
+
+
+def apply_record(record: JobRecord | None, jobid: int, event: ev.Event,
+                 extra: Mapping[str, Any] | None = None) -> JobRecord:
+    """Fold one journal entry into ``record`` (None for a job not seen before).
+
+    Raises TransitionError/EventError like :func:`fluxes.domain.job.model.apply`;
+    ``record`` itself is never modified.
+    """
+    if record is None:
+        record = JobRecord(Job(jobid))
+    job = apply(event, record.job)
+    info = record.info
+    if extra:
+        info = {**info, **extra}
+    if isinstance(event, ev.JobspecUpdate):
+        info = apply_jobspec_update(info, event.updates)
+    return JobRecord(job, info)
+
+
+def apply_jobspec_update(info: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """The record facts a ``jobspec-update`` changes (duration, queue, name)."""
+    out = dict(info)
+    if "attributes.system.duration" in updates:
+        out["duration"] = updates["attributes.system.duration"]
+    if "attributes.system.queue" in updates:
+        out["queue"] = updates["attributes.system.queue"]
+    if "attributes.system.job.name" in updates:
+        out["name"] = updates["attributes.system.job.name"]
+    return out

@@ -1,0 +1,86 @@
+"""Pure fold of journal entries into job summaries and counters (no Redis).
+
+A summary is the job's :class:`~fluxes.domain.job.model.Job` record plus the
+descriptive facts the journal carries in its extras (name, queue, task and
+node counts on ``submit``; nodelist and ranks on ``alloc``). Counters count
+jobs per state, per result and per queue, as ``flux jobs --stats`` shows.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import Job
+from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.states import JobResult, JobState
+
+#: The read model keeps one record per job.
+JobSummary = JobRecord
+
+
+def counter_keys(summary: JobSummary) -> list[str]:
+    """The counters a job in its current state contributes to."""
+    job = summary.job
+    state = job.state.name or "NEW"
+    keys = [f"state:{state}"]
+    queue = summary.queue
+    if queue:
+        keys.append(f"queue:{queue}:state:{state}")
+    result = job.result
+    if result is not None:
+        keys.append(f"result:{result.name}")
+        if queue:
+            keys.append(f"queue:{queue}:result:{result.name}")
+    return keys
+
+
+@dataclass
+class Change:
+    """The effect of one journal entry on the read model."""
+
+    summary: JobSummary
+    created: bool
+    became_inactive: bool
+    counters: Counter[str]
+
+
+def apply_entry(summary: JobSummary | None, jobid: int, event: ev.Event,
+                extra: Mapping[str, Any]) -> Change:
+    """Fold one journal entry into ``summary`` and say what changed for the counters."""
+    created = summary is None
+    before = counter_keys(summary) if summary is not None else []
+    was_inactive = summary is not None and summary.job.state is JobState.INACTIVE
+    new = apply_record(summary, jobid, event, extra)
+    delta: Counter[str] = Counter()
+    for key in before:
+        delta[key] -= 1
+    for key in counter_keys(new):
+        delta[key] += 1
+    delta = Counter({k: v for k, v in delta.items() if v})
+    return Change(new, created, new.job.state is JobState.INACTIVE and not was_inactive, delta)
+
+
+@dataclass
+class ReadModel:
+    """A whole read model in memory: what the Redis one must equal after any crash."""
+
+    summaries: dict[int, JobSummary] = field(default_factory=dict)
+    counters: Counter[str] = field(default_factory=Counter)
+
+    def feed(self, entries: Iterable[tuple[int, ev.Event, Mapping[str, Any]]]) -> None:
+        """Fold journal entries (jobid, event, extras) in order."""
+        for jobid, event, extra in entries:
+            change = apply_entry(self.summaries.get(jobid), jobid, event, extra)
+            self.summaries[jobid] = change.summary
+            self.counters.update(change.counters)
+            self.counters = +self.counters  # drop zero counts, as Redis HINCRBY to 0 keeps them
+
+
+def result_name(job: Job) -> str:
+    """Short result text (``COMPLETED``...) or "" while active."""
+    result = job.result
+    return result.name if isinstance(result, JobResult) and result.name else ""

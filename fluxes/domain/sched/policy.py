@@ -1,0 +1,442 @@
+"""Scheduling policies: which pending jobs get resources now (pure, no I/O).
+
+The scheduler worker keeps one :class:`Scheduler`: pending alloc requests go
+in with :meth:`Scheduler.add`, and each :meth:`Scheduler.schedule` pass
+returns the allocations made, the requests denied (infeasible) and the
+``sched`` annotations to publish.  Policies are chosen per queue (RFC 33
+``policy.scheduler``):
+
+* ``fcfs``: strict order; the first job that cannot start blocks the rest
+  of its queue;
+* ``easy``: EASY backfill: the first blocked job gets a reservation at its
+  earliest start, later jobs start now only if they do not run into it;
+* ``conservative``: the first ``reservation_depth`` blocked jobs each get a
+  reservation, in order; later jobs start now only if they run into none.
+
+Every pass considers at most ``queue_depth`` jobs per queue, in priority
+order (priority descending, then submit time, then id); the queues' jobs
+are taken together in that same order, so the highest-priority head goes
+first whatever its queue.  See ``docs/scheduling-policies.md``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fluxes.domain.sched.errors import InfeasibleRequest
+from fluxes.domain.sched.placement import POLICIES as PLACEMENTS
+from fluxes.domain.sched.planner import (
+    BEHIND_RESERVED,
+    BEYOND_DEPTH,
+    NO_ESTIMATE,
+    WAITING,
+    PassPlanner,
+    format_time,
+    insufficient,
+)
+from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.request import Request
+from fluxes.formats.rset import ResourceSet
+
+__all__ = [
+    "POLICIES",
+    "UNKNOWN_TRIES",
+    "PassResult",
+    "PendingJob",
+    "QueuePolicy",
+    "Scheduler",
+]
+
+POLICIES: Final = ("fcfs", "easy", "conservative")
+
+#: Blocked jobs whose start cannot be known do not use up the reservation
+#: depth (a job pinned to a drained node must not cost everyone else their
+#: reservation), but each costs a planner walk: at most this many are tried
+#: per queue and pass.
+UNKNOWN_TRIES: Final = 8
+
+# Stale heap entries (cancelled, started or re-prioritized jobs) are
+# dropped once they outnumber the live ones by this much.
+_COMPACT_SLACK: Final = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePolicy:
+    """How one queue is scheduled (RFC 33 ``policy.scheduler``).
+
+    ``policy`` is one of :data:`POLICIES`; ``queue_depth`` (>= 1) is how
+    many of the queue's pending jobs a pass considers; ``reservation_depth``
+    (>= 0) how many blocked jobs a ``conservative`` queue reserves for
+    (``easy`` reserves for at most one, ``fcfs`` for none); ``placement``
+    is a pool placement policy.  Bad values raise ValueError.
+    """
+
+    policy: str = "fcfs"
+    queue_depth: int = 1000
+    reservation_depth: int = 16
+    placement: str = "first-fit"
+
+    def __post_init__(self) -> None:
+        """Check every field."""
+        if self.policy not in POLICIES:
+            raise ValueError(f"QueuePolicy.policy: unknown policy {self.policy!r} "
+                             f"(expected one of {', '.join(POLICIES)})")
+        for name, lowest in (("queue_depth", 1), ("reservation_depth", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+                raise ValueError(f"QueuePolicy.{name}: expected an integer >= {lowest}, "
+                                 f"got {value!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"QueuePolicy.placement: unknown placement {self.placement!r} "
+                             f"(expected one of {', '.join(PLACEMENTS)})")
+
+    @property
+    def reservations(self) -> int:
+        """How many blocked jobs get a reservation per pass under this policy."""
+        if self.policy == "fcfs":
+            return 0
+        if self.policy == "easy":
+            return min(self.reservation_depth, 1)
+        return self.reservation_depth
+
+
+@dataclass(slots=True)
+class PendingJob:
+    """An alloc request the scheduler has not answered yet."""
+
+    id: int
+    priority: int
+    t_submit: float
+    userid: int
+    queue: str | None
+    request: Request
+
+
+@dataclass
+class PassResult:
+    """What one scheduling pass decided."""
+
+    allocated: list[tuple[int, ResourceSet]] = field(default_factory=list)
+    denied: list[tuple[int, str]] = field(default_factory=list)
+    #: per still-pending job, its ``sched`` annotations (t_estimate, reason_pending, queue)
+    annotations: dict[int, dict[str, Any]] = field(default_factory=dict)
+    #: job -> start of the reservation made for it in this pass
+    reserved: dict[int, float] = field(default_factory=dict)
+    #: jobs considered (at most queue_depth per queue)
+    considered: int = 0
+
+
+def _key(job: PendingJob) -> tuple[int, float, int]:
+    """The order of a queue: priority descending, then submit time, then id."""
+    return (-job.priority, job.t_submit, job.id)
+
+
+class _Order:
+    """One queue's pending jobs as a heap of ``(-priority, t_submit, id)`` entries.
+
+    Entries are never updated in place: a priority change pushes a new one,
+    and entries that no longer match their job (gone, re-prioritized, moved
+    to another queue) are skipped and dropped when met, so changes cost
+    O(log n) and a pass touches only the jobs it considers.
+    """
+
+    __slots__ = ("count", "heap", "name")
+
+    def __init__(self, name: str | None) -> None:
+        """An empty queue."""
+        self.name = name
+        self.heap: list[tuple[int, float, int]] = []
+        self.count = 0
+
+    def push(self, job: PendingJob) -> None:
+        """Add an entry for *job* at its current priority."""
+        heapq.heappush(self.heap, _key(job))
+
+    def _live(self, entry: tuple[int, float, int], pending: Mapping[int, PendingJob]) -> bool:
+        """True if *entry* is the current entry of a pending job of this queue."""
+        job = pending.get(entry[2])
+        return (job is not None and job.queue == self.name and job.priority == -entry[0]
+                and job.t_submit == entry[1])
+
+    def take(self, n: int, pending: Mapping[int, PendingJob]) -> list[PendingJob]:
+        """Pop the first *n* live jobs, in order (give back the rest with :meth:`put_back`)."""
+        out: list[PendingJob] = []
+        for _ in self.popping(n, pending, out):
+            pass
+        return out
+
+    def popping(self, n: int, pending: Mapping[int, PendingJob],
+                out: list[PendingJob]) -> Iterator[PendingJob]:
+        """Pop up to *n* live jobs lazily, in order, each also appended to *out*.
+
+        Lazy so that a pass that stops early pops (and later puts back) only
+        the jobs it looked at, not the whole queue depth.
+        """
+        heap = self.heap
+        seen: set[int] = set()
+        pop = heapq.heappop
+        while heap and len(out) < n:
+            entry = pop(heap)
+            jobid = entry[2]
+            if jobid in seen or not self._live(entry, pending):
+                continue  # stale, or a duplicate left by a re-add at the same priority
+            seen.add(jobid)
+            job = pending[jobid]
+            out.append(job)
+            yield job
+
+    def put_back(self, jobs: Iterable[PendingJob]) -> None:
+        """Push entries for *jobs* again (those still pending after a pass)."""
+        push = heapq.heappush
+        heap = self.heap
+        for job in jobs:
+            push(heap, _key(job))
+
+    def compact(self, pending: Mapping[int, PendingJob]) -> None:
+        """Drop stale entries when they pile up (amortized: O(1) per change)."""
+        if len(self.heap) <= 2 * self.count + _COMPACT_SLACK:
+            return
+        live: dict[int, tuple[int, float, int]] = {}
+        for entry in self.heap:
+            if self._live(entry, pending):
+                live[entry[2]] = entry
+        self.heap = list(live.values())
+        heapq.heapify(self.heap)
+
+
+class _Interned:
+    """A shared Request and how many pending jobs use it."""
+
+    __slots__ = ("refs", "request")
+
+    def __init__(self, request: Request) -> None:
+        """First use of *request*."""
+        self.request = request
+        self.refs = 0
+
+
+@dataclass(slots=True)
+class _QueuePass:
+    """One queue's progress during a pass."""
+
+    policy: QueuePolicy
+    blocked: bool = False
+    reserved: int = 0
+    unknown: int = 0
+
+
+class Scheduler:
+    """Pending jobs per queue, scheduled on one shared pool.
+
+    *queues* maps queue names (None: jobs without a queue) to their
+    policy; other queues use *default*.  ``pending`` maps job ids to the
+    :class:`PendingJob` of every request not yet answered.  Requests equal
+    to one already held are replaced by it (interned), so a million jobs
+    of a few shapes hold a few Request objects.
+    """
+
+    def __init__(self, pool: ResourcePool,
+                 queues: Mapping[str | None, QueuePolicy] | None = None,
+                 default: QueuePolicy | None = None) -> None:
+        """Schedule on *pool* with per-queue policies."""
+        self.pool = pool
+        self.default = default or QueuePolicy()
+        self.queues: dict[str | None, QueuePolicy] = dict(queues or {})
+        self.pending: dict[int, PendingJob] = {}
+        self._orders: dict[str | None, _Order] = {}
+        self._requests: dict[Request, _Interned] = {}
+        # Jobs the last pass considered (and annotated) that are still
+        # pending: if the next pass does not consider them, they are told so.
+        self._annotated: set[int] = set()
+
+    def policy_of(self, queue: str | None) -> QueuePolicy:
+        """The policy of ``queue`` (the default for unknown queues)."""
+        return self.queues.get(queue, self.default)
+
+    # -- the pending set -----------------------------------------------------------
+
+    def add(self, job: PendingJob) -> None:
+        """A new alloc request (replaces a pending one of the same id).
+
+        ValueError if the job's request is not a Request or its submit
+        time is not a finite number.
+        """
+        if not isinstance(job.request, Request):
+            raise ValueError(f"job {job.id}: expected a Request, got "
+                             f"{type(job.request).__name__}")
+        if isinstance(job.t_submit, bool) or not isinstance(job.t_submit, (int, float)) \
+                or not math.isfinite(job.t_submit):
+            raise ValueError(f"job {job.id}: t_submit must be a finite number, "
+                             f"got {job.t_submit!r}")
+        if isinstance(job.priority, bool) or not isinstance(job.priority, int):
+            raise ValueError(f"job {job.id}: priority must be an integer, got {job.priority!r}")
+        if job.id in self.pending:
+            self.remove(job.id)
+        interned = self._requests.get(job.request)
+        if interned is None:
+            interned = self._requests[job.request] = _Interned(job.request)
+        interned.refs += 1
+        job.request = interned.request
+        self.pending[job.id] = job
+        order = self._orders.get(job.queue)
+        if order is None:
+            order = self._orders[job.queue] = _Order(job.queue)
+        order.count += 1
+        order.push(job)
+
+    def _forget(self, job: PendingJob) -> None:
+        """Drop *job* from the pending set and its bookkeeping (heap entries go stale)."""
+        del self.pending[job.id]
+        self._annotated.discard(job.id)
+        interned = self._requests[job.request]
+        interned.refs -= 1
+        if not interned.refs:
+            del self._requests[job.request]
+        order = self._orders[job.queue]
+        order.count -= 1
+        if not order.count:
+            del self._orders[job.queue]  # its stale entries go with it
+
+    def remove(self, jobid: int) -> bool:
+        """Drop a pending request (cancel); True if it was pending."""
+        job = self.pending.get(jobid)
+        if job is None:
+            return False
+        self._forget(job)
+        order = self._orders.get(job.queue)
+        if order is not None:
+            order.compact(self.pending)
+        return True
+
+    def prioritize(self, jobid: int, priority: int) -> None:
+        """Change a pending job's priority (unknown jobs are ignored)."""
+        job = self.pending.get(jobid)
+        if job is None or job.priority == priority:
+            return
+        job.priority = priority
+        order = self._orders[job.queue]
+        order.push(job)
+        order.compact(self.pending)
+
+    def ordered(self, queue: str | None) -> list[PendingJob]:
+        """The pending jobs of *queue* in the order a pass considers them (for tools/tests)."""
+        return sorted((j for j in self.pending.values() if j.queue == queue), key=_key)
+
+    def requests_held(self) -> int:
+        """How many distinct Request objects the pending jobs share."""
+        return len(self._requests)
+
+    # -- a pass ----------------------------------------------------------------------
+
+    def schedule(self, now: float, full: bool = True) -> PassResult:
+        """One pass at time *now* (see the module docstring and the policies' guide).
+
+        Reservations of the previous pass are dropped and rebuilt.  Returns
+        the jobs started (with R), those denied (never possible, with the
+        pool's note) and the annotations of the jobs considered that stay
+        pending.
+
+        A pass that is not *full* stops as soon as no job it has not looked at
+        can start: the pool has no free core or GPU left, or every queue is
+        blocked (fcfs).  It starts the same jobs as a full pass but refreshes
+        the annotations of only the jobs it looked at; the caller runs full
+        passes now and then to keep the others' estimates current.  With
+        thousands of jobs pending on a full machine this turns the pass after
+        each free from O(queue depth) into O(jobs started).
+        """
+        result = PassResult()
+        planner = PassPlanner(self.pool, now)
+        taken: list[tuple[_Order, list[PendingJob]]] = []
+        runs: list[Iterator[PendingJob]] = []
+        states: dict[str | None, _QueuePass] = {}
+        for name, order in self._orders.items():
+            policy = self.policy_of(name)
+            jobs: list[PendingJob] = []
+            runs.append(order.popping(policy.queue_depth, self.pending, jobs))
+            taken.append((order, jobs))
+            states[name] = _QueuePass(policy)
+        done: list[PendingJob] = []
+        annotations = result.annotations
+        try:
+            # The queues' runs merge into one priority order: the highest-priority
+            # head goes first, whatever its queue (ids make the order total).
+            has_free = self.pool.has_free
+            for job in heapq.merge(*runs, key=_key):
+                if not full and (not has_free()
+                                 or all(st.blocked for st in states.values())):
+                    break
+                result.considered += 1
+                state = states[job.queue]
+                if state.blocked:
+                    annotations[job.id] = self._note(job, WAITING)
+                    continue
+                try:
+                    outcome = planner.start(job.request, job.id, state.policy.placement)
+                except (InfeasibleRequest, ValueError) as exc:
+                    # ValueError: the pool refused the job itself (e.g. it already
+                    # holds an allocation); answering beats failing every pass.
+                    result.denied.append((job.id, str(exc)))
+                    done.append(job)
+                    continue
+                if isinstance(outcome, ResourceSet):
+                    result.allocated.append((job.id, outcome))
+                    done.append(job)
+                    continue
+                annotations[job.id] = self._blocked(job, outcome, state, planner)
+        finally:
+            # Even if the pool fails mid-pass, the jobs taken from the heaps
+            # must go back, or they would never be considered again.
+            for job in done:
+                self._forget(job)
+            for order, jobs in taken:
+                if order.count:
+                    order.put_back(j for j in jobs if j.id in self.pending)
+                    order.compact(self.pending)
+        result.reserved = planner.reserved
+        # Jobs considered by the previous pass but not by this one: replace
+        # what they were told (a start estimate that nobody maintains now)
+        # with why they were not looked at.  Told once: the worker keeps it.
+        if not full:
+            self._annotated.update(annotations)
+            return result
+        dropped = self._annotated.difference(annotations)
+        self._annotated = set(annotations)
+        for jobid in dropped:
+            annotations[jobid] = self._note(self.pending[jobid], BEYOND_DEPTH)
+        return result
+
+    def _blocked(self, job: PendingJob, note: str, state: _QueuePass,
+                 planner: PassPlanner) -> dict[str, Any]:
+        """Apply the queue's policy to a job that cannot start now; its annotations."""
+        policy = state.policy
+        reason = insufficient(note)
+        if policy.policy == "fcfs":
+            state.blocked = True
+            when = planner.estimate(job.request, job.id)
+            if when is None:
+                return self._note(job, f"{reason}; {NO_ESTIMATE}")
+            return self._note(job, reason, when)
+        if state.reserved < policy.reservations and state.unknown < UNKNOWN_TRIES:
+            when = planner.reserve(job.request, job.id, policy.placement)
+            if when is None:
+                state.unknown += 1
+                return self._note(job, f"{reason}; {NO_ESTIMATE}")
+            state.reserved += 1
+            return self._note(job, f"{reason}; reserved from {format_time(when)}", when)
+        if planner.reserved:
+            reason = f"{reason}; {BEHIND_RESERVED}"
+        return self._note(job, reason)
+
+    @staticmethod
+    def _note(job: PendingJob, reason: str, when: float | None = None) -> dict[str, Any]:
+        """The ``sched`` annotations of a pending job."""
+        ann: dict[str, Any] = {"reason_pending": reason}
+        if when is not None:
+            ann["t_estimate"] = when
+        if job.queue is not None:
+            ann["queue"] = job.queue
+        return ann
