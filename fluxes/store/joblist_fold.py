@@ -13,8 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 
 from fluxes.domain.job.events import EventError
 from fluxes.domain.job.model import TransitionError
+from fluxes.domain.job.record import apply_record
 from fluxes.domain.job.states import JobState
-from fluxes.domain.joblist.model import Change, JobSummary, apply_entry
+from fluxes.domain.joblist.model import JobSummary, change_between
 from fluxes.store.eventstore import journal_entry
 from fluxes.store.joblist import JobListStore
 
@@ -49,7 +50,6 @@ class PartitionFolder:
         if not entries:
             return
         cache = self.cache
-        changes: list[Change] = []
         # A comprehension, not "set - cache.keys()": that copies and walks every cached
         # job (tens of thousands pending), once per block.
         missing = {jobid for jobid in {int(f[b"j"]) for _, f in entries
@@ -59,19 +59,30 @@ class PartitionFolder:
                                       strict=True):
                 if summary is not None:
                     cache[jobid] = summary
+        # Each job's summary before the block and its newest: the read model gets one
+        # change per job and block, however many of its entries the block holds.
+        before: dict[int, JobSummary | None] = {}
+        newest: dict[int, JobSummary] = {}
         for msg_id, fields in entries:
             try:
                 entry = journal_entry(msg_id, fields)
-                change = apply_entry(cache.get(entry.jobid), entry.jobid, entry.event(),
-                                     entry.extra_dict())
+                jobid = entry.jobid
+                current = newest.get(jobid)
+                if current is None:
+                    current = cache.get(jobid)
+                summary = apply_record(current, jobid, entry.event(), entry.extra_dict())
             except (KeyError, ValueError, EventError, TransitionError) as exc:
                 self.on_bad(self.stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
                 continue
-            changes.append(change)
-            if change.summary.job.state is JobState.INACTIVE:
-                cache.pop(entry.jobid, None)
+            if jobid not in before:
+                before[jobid] = current
+            newest[jobid] = summary
+        changes = [change_between(before[jobid], summary) for jobid, summary in newest.items()]
+        for jobid, summary in newest.items():
+            if summary.job.state is JobState.INACTIVE:
+                cache.pop(jobid, None)
             else:
-                cache[entry.jobid] = change.summary
+                cache[jobid] = summary
         position = entries[-1][0].decode()
         read = None if self.entries_read is None else self.entries_read + len(entries)
         self.store.write(self.partition, changes, position, read, self.token)

@@ -51,17 +51,20 @@ class Change:
 def apply_entry(summary: JobSummary | None, jobid: int, event: ev.Event,
                 extra: Mapping[str, Any]) -> Change:
     """Fold one journal entry into ``summary`` and say what changed for the counters."""
-    created = summary is None
-    before = counter_keys(summary) if summary is not None else []
-    was_inactive = summary is not None and summary.job.state is JobState.INACTIVE
-    new = apply_record(summary, jobid, event, extra)
-    delta: Counter[str] = Counter()
-    for key in before:
-        delta[key] -= 1
-    for key in counter_keys(new):
-        delta[key] += 1
+    return change_between(summary, apply_record(summary, jobid, event, extra))
+
+
+def change_between(old: JobSummary | None, new: JobSummary) -> Change:
+    """What the read model must change to go from ``old`` (None: the job was unknown)
+    to ``new``: one change for any number of entries folded in between, so a block
+    that takes a job through its whole life counts it once, not once per entry."""
+    delta: Counter[str] = Counter(counter_keys(new))
+    if old is not None:
+        delta.subtract(counter_keys(old))
     delta = Counter({k: v for k, v in delta.items() if v})
-    return Change(new, created, new.job.state is JobState.INACTIVE and not was_inactive, delta)
+    was_inactive = old is not None and old.job.state is JobState.INACTIVE
+    return Change(new, old is None, new.job.state is JobState.INACTIVE and not was_inactive,
+                  delta)
 
 
 @dataclass
