@@ -24,6 +24,12 @@ Figures (keys of :func:`run`):
   few shapes (memory by tracemalloc), and one EASY pass over them;
 * ``recovery_s``: a fresh pool adopting the stored R (JSON) of ``running``
   allocations, as the worker does after a hello.
+
+:func:`run_graph` (``fluxes bench sched --graph``) measures the graph pool
+(:class:`~fluxes.domain.graph.pool.GraphPool`) on a ``racks`` x
+``nodes_per_rack`` graph of 2 sockets x ``cores / 2`` cores: 1-core jobs
+started by EASY passes and by the pool alone, and the recovery of
+``running`` stored allocations (R with its ``scheduling`` subgraph).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import random
 import time
 import tracemalloc
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from fluxes.bench.pool_figures import _busy_pool, _random_request, bench_small_jobs, machine
 from fluxes.domain.sched.errors import InsufficientResources
@@ -43,7 +49,7 @@ from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.request import Request
 from fluxes.formats.rset import ResourceSet
 
-__all__ = ["run"]
+__all__ = ["run", "run_graph"]
 
 _FIRST_PENDING = 10**7
 
@@ -250,6 +256,79 @@ def run(nodes: int = 1024, cores: int = 64, big_nodes: int = 8192, pending: int 
     rec = recovery(nodes, cores, running, seed)
     figures["recovery_allocations"] = rec["allocations"]
     figures["recovery_s"] = rec["s"]
+    return figures
+
+
+def _graph(racks: int, per_rack: int, cores: int) -> Any:
+    """cluster0 -> rack[racks] -> node[per_rack] -> socket[2] -> core[cores / 2]."""
+    from fluxes.domain.graph.recipe import Level, generate
+
+    return generate(Level("cluster", children=(Level("rack", racks, children=(
+        Level("node", per_rack, id_scope=1, children=(
+            Level("socket", 2, children=(Level("core", cores // 2, id_scope=1),)),)),)),)))
+
+
+def run_graph(racks: int = 32, nodes_per_rack: int = 32, cores: int = 64,
+              running: int = 10_000, seed: int = 1) -> dict[str, Any]:
+    """Measure the graph pool (see the module docstring)."""
+    from fluxes.domain.graph.pool import GraphPool
+
+    nodes = racks * nodes_per_rack
+    elapsed, graph = _timed(lambda: _graph(racks, nodes_per_rack, cores))
+    figures: dict[str, Any] = {"graph": f"{racks} racks x {nodes_per_rack} nodes x {cores} cores",
+                               "graph_vertices": len(graph), "graph_build_s": elapsed}
+    count = min(nodes * cores, 65_536)
+    req = Request(duration=3600.0)
+    pool = GraphPool(graph, clock=lambda: 0.0)
+    # the Scheduler is annotated with ResourcePool; GraphPool has its interface
+    # (fluxes.domain.graph.pool.SchedulerPool)
+    sched = Scheduler(cast(Any, pool), default=QueuePolicy("easy"))
+    for i in range(count):
+        sched.add(PendingJob(i, 16, float(i), 1000, None, req))
+    elapsed, started = _timed(lambda: _drain(sched))
+    figures["graph_alloc_1core_per_s"] = started / elapsed
+    figures["graph_alloc_1core_jobs"] = started
+    alone = GraphPool(graph, clock=lambda: 0.0)
+    n = min(count, 20_000)
+
+    def allocs() -> None:
+        for jobid in range(n):
+            alone.alloc(req, jobid, now=0.0)
+
+    elapsed, _ = _timed(allocs)
+    figures["graph_pool_alloc_1core_per_s"] = n / elapsed
+
+    def churn() -> None:
+        for jobid in range(n):
+            alone.free(jobid)
+            alone.alloc(req, n + jobid, now=0.0)
+
+    elapsed, _ = _timed(churn)
+    figures["graph_pool_free_alloc_pairs_per_s"] = n / elapsed
+
+    rng = random.Random(seed)
+    busy = GraphPool(graph, clock=lambda: 0.0)
+    stored: list[tuple[int, str]] = []
+    misses = 0
+    while len(stored) < running and misses < 100:
+        shape = _running_request(rng)
+        try:
+            rset = busy.alloc(shape, len(stored), now=-rng.uniform(0, shape.duration))
+        except InsufficientResources:
+            misses += 1
+            continue
+        stored.append((len(stored), rset.dumps()))
+
+    def adopt_all() -> GraphPool:
+        fresh = GraphPool(graph, clock=lambda: 0.0)
+        for jobid, text in stored:
+            fresh.adopt(jobid, text)
+        return fresh
+
+    elapsed, fresh = _timed(adopt_all)
+    assert fresh.counts() == busy.counts()
+    figures["graph_recovery_allocations"] = len(stored)
+    figures["graph_recovery_s"] = elapsed
     return figures
 
 

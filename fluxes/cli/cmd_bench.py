@@ -56,6 +56,8 @@ def register(subparsers: Any) -> None:
         "and conservative pass times with 10,000 pending, memory with 1,000,000 pending,\n"
         "recovery (adopting 10,000 stored allocations).",
         ["fluxes bench sched", "fluxes bench sched --json"]))
+    sp.add_argument("--graph", action="store_true",
+                    help="the graph pool instead: allocs/s on 1,024 nodes, recovery of 10,000")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_sched)
 
@@ -91,5 +93,5 @@ def _sched(args: argparse.Namespace) -> int:
     from fluxes.bench import sched
     from fluxes.bench.common import report
 
-    report(sched.run(), args.json)
+    report(sched.run_graph() if args.graph else sched.run(), args.json)
     return 0

@@ -22,6 +22,7 @@ from fluxes.cli import (
     cmd_jobspec,
     cmd_queue,
     cmd_resource,
+    cmd_resource_query,
     cmd_start,
     cmd_status,
     cmd_submit,
@@ -38,7 +39,7 @@ from fluxes.cli.util import (
     run_cli,
 )
 
-_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
+_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource, cmd_resource_query,
            cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill,
            cmd_status, cmd_worker, cmd_admin)
 

@@ -1,0 +1,183 @@
+"""A resource-query session: Fluxion's ``resource-query`` commands on one graph (pure).
+
+:class:`QuerySession` executes one command line at a time and returns what
+to print (:class:`Reply`); the CLI (``fluxes resource-query``) reads the
+lines and the jobspec files.  Commands:
+
+* ``match allocate JOBSPEC``: allocate now, for the jobspec's duration;
+* ``match allocate_orelse_reserve JOBSPEC``: allocate now, else reserve the
+  earliest window the planner finds;
+* ``match allocate_with_satisfiability JOBSPEC``: allocate now, and say
+  whether a failed request could ever fit;
+* ``match satisfiability JOBSPEC``: could it fit the empty graph?
+* ``cancel JOBID``: release an allocation or drop a reservation;
+* ``help``, ``quit``.  Blank lines and ``#`` comments are skipped.
+
+The clock starts at 0 and stays there: a job holds its resources for its
+jobspec's duration (rounded up to whole seconds; none means unlimited), so
+reservations start when earlier jobs end.  Every ``match`` but
+``satisfiability`` uses up the next job id (1, 2, ...), even when nothing
+matches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from fluxes.domain.graph.model import ResourceGraph
+from fluxes.domain.graph.output import pretty_lines, simple_lines
+from fluxes.domain.graph.state import Hold
+from fluxes.domain.graph.traverser import Traverser
+from fluxes.domain.graph.wants import parse_resources
+from fluxes.domain.sched.errors import SchedError
+from fluxes.formats.jobspec import Jobspec
+
+__all__ = ["FORMATS", "POLICIES", "QuerySession", "Reply"]
+
+#: ``-P`` policies.
+POLICIES: Final = ("high", "low", "first", "best", "worst")
+#: ``-F`` formats.
+FORMATS: Final = ("simple", "pretty_simple")
+
+_BAR: Final = "INFO: ============================="
+_SUBCOMMANDS: Final = ("allocate", "allocate_orelse_reserve", "allocate_with_satisfiability",
+                       "satisfiability")
+_HELP: Final = (
+    "match allocate JOBSPEC                       allocate now",
+    "match allocate_orelse_reserve JOBSPEC        allocate now, else reserve the earliest "
+    "window",
+    "match allocate_with_satisfiability JOBSPEC   allocate now; say if it could ever fit",
+    "match satisfiability JOBSPEC                 could it fit the empty graph?",
+    "cancel JOBID                                 release an allocation or a reservation",
+    "quit                                         end the session",
+)
+
+
+@dataclass
+class Reply:
+    """What one command prints: lines for stdout and stderr, and whether to stop."""
+
+    out: list[str] = field(default_factory=list)
+    err: list[str] = field(default_factory=list)
+    quit: bool = False
+
+
+class QuerySession:
+    """Commands on one graph (see the module docstring).
+
+    *load* turns a jobspec file name into a Jobspec (or its dict); it may
+    raise ValueError (or OSError) with a one-line message.
+    """
+
+    def __init__(self, graph: ResourceGraph, load: Callable[[str], Jobspec | Mapping[str, Any]],
+                 policy: str = "high", fmt: str = "simple") -> None:
+        """A session with nothing allocated; ValueError for an unknown policy or format."""
+        if policy not in POLICIES:
+            raise ValueError(f"unknown match policy {policy!r} (expected one of "
+                             f"{', '.join(POLICIES)})")
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown match format {fmt!r} (expected one of "
+                             f"{', '.join(FORMATS)})")
+        self.graph = graph
+        self.trav = Traverser(graph)
+        self.policy = policy
+        self.fmt = fmt
+        self.load = load
+        self.next_jobid = 1
+        self.now = 0.0
+
+    def execute(self, line: str) -> Reply:
+        """Run one command line."""
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            return Reply()
+        cmd, args = words[0], words[1:]
+        if cmd in ("quit", "q"):
+            return Reply(quit=True)
+        if cmd in ("help", "h"):
+            return Reply(out=list(_HELP))
+        if cmd in ("match", "m"):
+            return self._match(args)
+        if cmd in ("cancel", "c"):
+            return self._cancel(args)
+        return Reply(err=[f"ERROR: unknown command {cmd!r} (try 'help')"])
+
+    def _cancel(self, args: list[str]) -> Reply:
+        """``cancel JOBID``."""
+        if len(args) != 1:
+            return Reply(err=["ERROR: malformed command: cancel JOBID"])
+        try:
+            jobid = int(args[0])
+        except ValueError:
+            return Reply(err=[f"ERROR: invalid job id {args[0]!r}"])
+        if self.trav.cancel(jobid) is None:
+            return Reply(err=[f"ERROR: nonexistent job {jobid}"])
+        return Reply()
+
+    def _match(self, args: list[str]) -> Reply:
+        """``match SUBCOMMAND JOBSPEC``."""
+        if len(args) != 2:
+            return Reply(err=["ERROR: malformed command: match SUBCOMMAND JOBSPEC"])
+        sub, path = args
+        if sub not in _SUBCOMMANDS:
+            return Reply(err=[f"ERROR: unknown subcommand {sub!r} (expected one of "
+                              f"{', '.join(_SUBCOMMANDS)})"])
+        try:
+            jobspec = self.load(path)
+            resources, duration = _read(jobspec)
+            needs = self.trav.compile(parse_resources(resources))
+        except (OSError, ValueError, SchedError) as exc:
+            # an unreadable file's message names it already
+            named = isinstance(exc, OSError) or isinstance(exc.__cause__, OSError)
+            return Reply(err=[f"ERROR: {exc}" if named else f"ERROR: {path}: {exc}"])
+        trav = self.trav
+        if sub == "satisfiability":
+            verdict = "Satisfiable" if trav.satisfiable(needs) else "Unsatisfiable"
+            return Reply(out=[_BAR, f"INFO: {verdict} request", _BAR])
+        jobid = self.next_jobid
+        self.next_jobid += 1
+        hold = trav.allocate(needs, jobid, self.now, duration, self.policy)
+        if hold is None and sub == "allocate_orelse_reserve":
+            found = trav.earliest(needs, jobid, self.now, duration, self.policy)
+            if found is not None:
+                hold = trav.reserve_at(needs, jobid, found[0], duration, self.policy)
+        if hold is not None:
+            return Reply(out=[*self._lines(hold), *self._scheduled(hold)])
+        out = [_BAR, "INFO: No matching resources found"]
+        if sub != "allocate" and not trav.satisfiable(needs):
+            out.append("INFO: Unsatisfiable request")
+        out += [f"INFO: JOBID={jobid}", _BAR]
+        return Reply(out=out)
+
+    def _lines(self, hold: Hold) -> list[str]:
+        """The vertices of *hold* in the session's format."""
+        if self.fmt == "pretty_simple":
+            return pretty_lines(self.graph, hold)
+        return simple_lines(self.graph, hold)
+
+    def _scheduled(self, hold: Hold) -> list[str]:
+        """The INFO block of a match."""
+        now = hold.start <= self.now
+        return [_BAR, f"INFO: JOBID={hold.jobid}",
+                f"INFO: RESOURCES={'ALLOCATED' if now else 'RESERVED'}",
+                f"INFO: SCHEDULED AT={'Now' if now else int(hold.start)}", _BAR]
+
+
+def _read(jobspec: Jobspec | Mapping[str, Any]) -> tuple[object, float]:
+    """The resources list and the duration (whole seconds; unlimited: inf) of a jobspec."""
+    if isinstance(jobspec, Jobspec):
+        resources: object = jobspec.resources
+        attributes: object = jobspec.attributes
+    else:
+        resources = jobspec.get("resources")
+        attributes = jobspec.get("attributes", {})
+    system = attributes.get("system", {}) if isinstance(attributes, Mapping) else {}
+    duration = system.get("duration", 0) if isinstance(system, Mapping) else 0
+    if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
+            math.isfinite(duration) and duration >= 0):
+        raise ValueError(f"attributes.system.duration: expected seconds >= 0, got "
+                         f"{duration!r}")
+    return resources, float(math.ceil(duration)) if duration else math.inf

@@ -1,0 +1,121 @@
+"""Rules that always hold on a graph, whatever jobs come and go (a property test).
+
+Random resources trees (any types, slots, exclusive flags, ranges) are
+allocated with random policies, reserved at their earliest start when they
+do not fit, cancelled, and hosts drained and undrained, on our three graphs.
+After every step:
+
+* a vertex held exclusively is held by no other job whose window overlaps;
+* the units held on a vertex at any time fit its size;
+* the free and up totals kept per subtree are those of the vertices;
+* a reservation at the earliest start found always succeeds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fluxes.domain.graph.grug import load_grug
+from fluxes.domain.graph.traverser import Traverser
+from fluxes.domain.graph.wants import parse_resources
+from fluxes.domain.sched.errors import InfeasibleRequest
+
+CASES = Path(__file__).resolve().parents[1] / "cases" / "graph"
+GRAPHS = {name: load_grug((CASES / f"{name}.graphml").read_text())
+          for name in ("resv", "tiny", "medium")}
+LEAVES = ("core", "gpu", "memory", "ssd", "node")
+INNER = ("cluster", "rack", "switch", "node", "socket", "slot")
+COUNTS = st.one_of(st.integers(1, 3), st.just("1,3"),
+                   st.builds(lambda hi: {"min": 1, "max": hi}, st.integers(1, 6)),
+                   st.just({"min": 1, "max": 8, "operator": "*", "operand": 2}))
+
+
+def vertex(kind: str, count: Any, exclusive: bool | None, children: list[Any]
+           ) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": kind, "count": count}
+    if exclusive is not None:
+        out["exclusive"] = exclusive
+    if children:
+        out["with"] = children
+    return out
+
+
+#: Shapes real jobs have, mixed in so that they meet often.
+TYPICAL = st.sampled_from([
+    vertex("slot", 1, None, [vertex("core", 4, None, [])]),
+    vertex("node", 1, True, [vertex("core", 1, None, [])]),
+    vertex("node", 1, None, [vertex("slot", 2, None, [vertex("core", 3, None, [])])]),
+    vertex("node", 2, None, [vertex("slot", 1, None, [vertex("core", 2, None, [])])]),
+    vertex("slot", 2, None, [vertex("node", 1, None, [])]),
+    vertex("switch", 1, None, [vertex("node", 2, None, [vertex("core", 2, None, [])])]),
+])
+
+RANDOM = st.recursive(
+    st.builds(vertex, st.sampled_from(LEAVES), COUNTS, st.none() | st.booleans(), st.just([])),
+    lambda kids: st.builds(vertex, st.sampled_from(INNER), COUNTS, st.none() | st.booleans(),
+                           st.lists(kids, min_size=1, max_size=2)),
+    max_leaves=5)
+# typical shapes three times in four: what makes jobs meet
+TREES = st.one_of(TYPICAL, TYPICAL, TYPICAL, RANDOM)
+JOB = st.tuples(st.just("job"), TREES, st.sampled_from(["low", "high", "first", "best", "worst"]),
+                st.sampled_from([10.0, 50.0, 100.0]))
+
+STEPS = st.lists(st.one_of(
+    JOB, JOB, JOB,
+    st.tuples(st.just("cancel"), st.integers(0, 40)),
+    st.tuples(st.just("drain"), st.integers(0, 40)),
+), min_size=1, max_size=20)
+
+
+def check(t: Traverser) -> None:
+    """The rules of the module docstring."""
+    g, state = t.graph, t.state
+    holds = list(t.allocs.values()) + list(t.resvs.values())
+    for h in holds:
+        for v, (_, exclusive) in h.shown.items():
+            # allocations hold from now until their end; reservations their window
+            others = [o for o in holds if o is not h and v in o.shown
+                      and (o.start if o.reserved else 0.0) < h.end
+                      and (h.start if h.reserved else 0.0) < o.end]
+            if exclusive:
+                assert not others, (h.jobid, g.path(v), [o.jobid for o in others])
+            held = h.amounts.get(v, 0) + sum(o.amounts.get(v, 0) for o in others)
+            assert held <= g.sizes[v] or len(others) > 1, g.path(v)
+    for kind, col in state.free.items():
+        assert col[0] == sum(g.sizes[v] - state.used[v] for v in range(len(g))
+                             if g.types[v] == kind and not state.down[v])
+    for kind, col in state.upcap.items():
+        assert col[0] == sum(g.sizes[v] for v in range(len(g))
+                             if g.types[v] == kind and not state.down[v])
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+@settings(max_examples=60, deadline=None)
+@given(steps=STEPS)
+def test_holds_never_collide(name: str, steps: list[Any]) -> None:
+    graph = GRAPHS[name]
+    t = Traverser(graph)
+    for jobid, step in enumerate(steps):
+        if step[0] == "job":
+            _, tree, policy, length = step
+            try:
+                needs = t.compile(parse_resources([tree]))
+            except (InfeasibleRequest, ValueError):
+                continue
+            if t.allocate(needs, jobid, 0.0, length, policy) is None:
+                found = t.earliest(needs, jobid, 0.0, length, "low")
+                if found is not None and found[0] > 0.0:
+                    assert t.reserve_at(needs, jobid, found[0], length, "low") is not None
+        elif step[0] == "cancel":
+            held = sorted(t.allocs) + sorted(t.resvs)
+            if held:
+                t.cancel(held[step[1] % len(held)])
+        else:
+            host = graph.hosts[step[1] % len(graph.hosts)]
+            t.state.set_down(host, not t.state.down[host])
+        check(t)
