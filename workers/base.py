@@ -12,13 +12,14 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
 import orjson
 import redis
 
+from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
@@ -28,6 +29,12 @@ from fluxes.store.instance import Instance
 HEARTBEAT_INTERVAL = 2.0
 #: Entries kept in the dead-letter stream (approximate trim).
 DEAD_LETTER_MAXLEN = 10_000
+#: Bytes of a refused entry's payload a dead letter keeps (a prefix: entries may be MBs).
+DEAD_LETTER_PAYLOAD = 4096
+#: Fields of a refused entry a dead letter names at most.
+MAX_DEAD_LETTER_FIELDS = 16
+#: Characters of the reason a dead letter keeps.
+MAX_DEAD_LETTER_ERROR = 1000
 
 
 class Worker:
@@ -159,19 +166,85 @@ class Worker:
 
     # ------------------------------------------------------------ poison messages
 
+    def dead_letter_record(self, stream: str, msg_id: bytes | str,
+                           fields: Mapping[Any, Any], error: str) -> dict[str, bytes | str]:
+        """The dead-letter stream entry for a refused input: where it came from, why
+        (one line), and a bounded prefix of its fields (never the whole entry)."""
+        ident = msg_id.decode() if isinstance(msg_id, bytes) else str(msg_id)
+        self.log.warning("dead letter", extra={"stream": stream, "id": ident,
+                                               "error": one_line(error)})
+        return {"stream": stream, "id": ident, "worker": self.name,
+                "error": one_line(error, MAX_DEAD_LETTER_ERROR), "time": repr(time.time()),
+                "fields": payload_prefix(fields)}
+
+    def count_dead_letters(self, n: int) -> None:
+        """Count dead letters written (the metric)."""
+        metrics.DEAD_LETTERS.labels(worker=self.kind).inc(n)
+
+    def write_dead_letters(self, records: list[dict[str, bytes | str]]) -> None:
+        """XADD dead-letter records on their own (not with an acknowledgement)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for record in records:
+            pipe.xadd(self.keys.dead_letters, record, maxlen=DEAD_LETTER_MAXLEN,
+                      approximate=True)
+        pipe.execute()
+
     def dead_letter(self, stream: str, msg_id: bytes | str, fields: Mapping[Any, Any],
                     error: str) -> None:
-        """Park a message no code path can handle, with the error, and log it once."""
-        record = {
-            "stream": stream, "id": msg_id.decode() if isinstance(msg_id, bytes) else msg_id,
-            "worker": self.name, "error": error, "time": repr(time.time()),
-            "fields": orjson.dumps({_text(k): _text(v) for k, v in fields.items()}),
-        }
-        self.redis.xadd(self.keys.dead_letters, record, maxlen=DEAD_LETTER_MAXLEN,
-                        approximate=True)
-        metrics.DEAD_LETTERS.labels(worker=self.kind).inc()
-        self.log.warning("dead letter", extra={"stream": stream, "id": record["id"],
-                                               "error": error})
+        """Park an input no code path can handle, with the error (acknowledging it, if
+        it was read through a group, is the caller's business)."""
+        self.write_dead_letters([self.dead_letter_record(stream, msg_id, fields, error)])
+        self.count_dead_letters(1)
+
+    def refuse(self, stream: str, group: str,
+               refused: list[tuple[bytes, Mapping[Any, Any], str]],
+               replies: Sequence[tuple[str, bytes, int]] = ()) -> None:
+        """Dead-letter and acknowledge inputs of ``stream`` (read through ``group``) in one
+        MULTI/EXEC, with the ``replies`` (key, data, TTL ms) that answer them.
+
+        Every key must share the dead-letter stream's hash slot (the global one):
+        one atomic step touches one slot.
+        """
+        if not refused:
+            return
+        keys = self.keys
+        for key in [stream, *(key for key, _d, _t in replies)]:
+            if not keys.same_slot(key, keys.dead_letters):
+                raise ValueError(f"{key} is not in the slot of {keys.dead_letters}")
+        pipe = self.redis.pipeline(transaction=True)
+        for msg_id, fields, error in refused:
+            pipe.xadd(keys.dead_letters, self.dead_letter_record(stream, msg_id, fields, error),
+                      maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+        pipe.xack(stream, group, *(msg_id for msg_id, _f, _e in refused))
+        for key, data, ttl_ms in replies:
+            pipe.rpush(key, data)
+            pipe.pexpire(key, ttl_ms)
+        pipe.execute()
+        self.count_dead_letters(len(refused))
+
+
+def not_the_input(exc: BaseException) -> bool:
+    """True for errors of Redis itself (a lost connection, a busy server, a key of the
+    wrong type), which no input causes: they propagate to the worker's loop, which
+    retries the transient ones, rather than getting the input being handled refused."""
+    return isinstance(exc, redis.RedisError)
+
+
+def payload_prefix(fields: Mapping[Any, Any], limit: int = DEAD_LETTER_PAYLOAD) -> bytes:
+    """JSON ``{field: text}`` of an entry's fields, each value cut so that all of them
+    together keep at most ``limit`` bytes of the payload; cut values end with
+    ``...[N bytes]`` (their full size)."""
+    out: dict[str, str] = {}
+    budget = limit
+    for key, value in list(fields.items())[:MAX_DEAD_LETTER_FIELDS]:
+        raw = value if isinstance(value, bytes) else str(value).encode("utf-8", "replace")
+        kept = raw[:max(budget, 0)]
+        budget -= len(kept)
+        text = kept.decode("utf-8", "replace")
+        if len(kept) < len(raw):
+            text += f"...[{len(raw)} bytes]"
+        out[_text(key)[:200]] = text
+    return orjson.dumps(out)
 
 
 def _text(value: Any) -> str:

@@ -43,7 +43,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
+import msgspec
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
@@ -54,19 +54,23 @@ from fluxes.domain.jm.submission import PreparedJob, prepare_job
 from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_GENERATOR_ID, FluidGenerator
+from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_INGEST
-from workers.base import Worker
+from workers.base import Worker, not_the_input
 
 READ_COUNT = 500
 BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
 #: Events per Lua call at most (two per job): a long script blocks Redis.
 MAX_BATCH_EVENTS = 4000
+#: Messages per jm:new / jm:ctl entry at most.
+MESSAGES_PER_ENTRY = 2000
+_ENCODER = msgspec.json.Encoder()
 #: Requests another ingest worker left unacknowledged this long are taken over.
 CLAIM_IDLE_MS = 10_000
 CLAIM_EVERY_S = 5.0
@@ -122,7 +126,7 @@ class IngestWorker(Worker):
         #: None when the inventory cannot be loaded: the scheduler then judges alone
         self.feasibility: Feasibility | None = None
         self.fluids: FluidGenerator | None = None
-        self._full: list[tuple[int, Batch, list[dict[str, Any]]]] = []
+        self._full: list[tuple[int, Batch, list[proto.New]]] = []
         #: per partition, the jobs each request has in the open batch, by record
         #: key: (the request's stream, [(index in the request, job id)])
         self._progress: dict[int, dict[str, tuple[str, list[request_progress.Pair]]]] = {}
@@ -208,8 +212,8 @@ class IngestWorker(Worker):
         for sid, fields in entries:
             self._queue_pos = sid.decode()
             try:
-                self._queue_log.append(orjson.loads(fields[b"d"]))
-            except (KeyError, orjson.JSONDecodeError):
+                self._queue_log.append(proto.load_queue_event(fields))
+            except proto.MessageError:
                 continue  # a malformed admin entry changes no state
         self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
 
@@ -259,63 +263,116 @@ class IngestWorker(Worker):
         return out
 
     def handle(self, reply: list[Any], redelivered: bool = False) -> None:
-        """Process requests of several users in one pass, one commit per partition.
+        """Process requests of several users in one pass, one commit per partition (the door).
+
+        Each entry is decoded in one bounded step; one that fails is
+        dead-lettered and acknowledged in one MULTI/EXEC, with an error reply
+        when its ``req`` can be read. Should handling the block raise
+        (anything but a lost connection), nothing of it was committed (the
+        commit is the last thing it does): the requests are handled again one
+        by one, and the one that raises is refused the same way.
 
         ``redelivered`` requests were read before (by a worker that died
         before acknowledging them): their progress records are read first, so
         jobs already created are answered, not created again.
         """
-        keys = self.keys
         self.sync_queues()
-        self._full = []
-        self._progress = {}
-        batches: dict[int, Batch] = {}
-        later_acks: dict[str, list[bytes]] = {}
-        new_msgs: dict[int, list[dict[str, Any]]] = {}
-        replies: list[tuple[str, bytes]] = []
-        forwards: dict[int, list[dict[str, Any]]] = {}
-        requests: list[tuple[str, int, dict[str, Any]]] = []
+        requests: list[_Pending] = []
+        orphans: dict[str, list[bytes]] = {}
         for stream_b, entries in reply:
             stream = stream_b.decode()
             user = stream.rsplit(":", 1)[1]
             uid = self.users.get(user)
+            refused: list[tuple[bytes, Mapping[bytes, bytes], str]] = []
+            answers: list[tuple[str, bytes, int]] = []
             for msg_id, fields in entries:
-                later_acks.setdefault(stream, []).append(msg_id)
                 if uid is None:
-                    continue  # a user removed meanwhile: nothing to answer to
-                try:
-                    request = orjson.loads(fields[b"d"])
-                    if not isinstance(request, dict) or not isinstance(request.get("req"), str):
-                        raise ValueError("request must be an object with a string 'req'")
-                except (KeyError, ValueError) as exc:
-                    self.dead_letter(stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
+                    # a user removed meanwhile: nothing to answer to
+                    orphans.setdefault(stream, []).append(msg_id)
                     continue
-                requests.append((user, uid, request))
+                try:
+                    request = proto.decode_request(fields, self.max_request_bytes)
+                except proto.MessageError as exc:
+                    refused.append((msg_id, fields, str(exc)))
+                    req = proto.request_id(fields, self.max_request_bytes)
+                    if req is not None:
+                        answers.append((self.keys.reply(user, req[:64]), proto.encode_reply(
+                            proto.Reply(errors=[str(exc)])), REPLY_TTL_MS))
+                    continue
+                requests.append(_Pending(stream, msg_id, fields, user, uid, request))
+            self.refuse(stream, GROUP_INGEST, refused, answers)
+        if orphans:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream, ids in orphans.items():
+                pipe.xack(stream, GROUP_INGEST, *ids)
+            pipe.execute()
+        if not requests:
+            return
+        try:
+            self._handle_block(requests, redelivered)
+        except Exception as exc:
+            if not_the_input(exc):
+                raise
+            if len(requests) == 1:
+                self._refuse_raised(requests[0], exc)
+                return
+            self.log.warning("a block of requests failed: handling them one by one",
+                             extra={"error": f"{type(exc).__name__}: {exc}"})
+            for pending in requests:
+                try:
+                    # as redelivered: jobs a partial commit created are not created twice
+                    self._handle_block([pending], redelivered=True)
+                except Exception as err:
+                    if not_the_input(err):
+                        raise
+                    self._refuse_raised(pending, err)
+
+    def _refuse_raised(self, pending: _Pending, exc: Exception) -> None:
+        """Dead-letter and acknowledge a request whose handling raised, and answer it."""
+        reason = f"{type(exc).__name__}: {exc}"
+        answer = proto.encode_reply(proto.Reply(errors=[
+            f"request refused: {one_line(reason)}"]))
+        self.refuse(pending.stream, GROUP_INGEST, [(pending.msg_id, pending.fields, reason)],
+                    [(self.keys.reply(pending.user, pending.request.req[:64]), answer,
+                      REPLY_TTL_MS)])
+
+    @property
+    def max_request_bytes(self) -> int:
+        """Largest request read: room for a few jobs of the largest jobspec allowed."""
+        return max(proto.MAX_REQUEST_BYTES, 4 * self.config.ingest.max_jobspec_bytes)
+
+    def _handle_block(self, requests: list[_Pending], redelivered: bool) -> None:
+        """Check, create and forward the decoded ``requests``; commit, acknowledge, answer."""
+        keys = self.keys
+        self._full = []
+        self._progress = {}
+        batches: dict[int, Batch] = {}
+        later_acks: dict[str, list[bytes]] = {}
+        new_msgs: dict[int, list[proto.New]] = {}
+        replies: list[tuple[str, bytes]] = []
+        forwards: dict[int, list[proto.Control]] = {}
+        for pending in requests:
+            later_acks.setdefault(pending.stream, []).append(pending.msg_id)
         recorded = self._recorded(requests) if redelivered else {}
         # every job of the block is checked first, so that the dependency
         # targets of all of them are looked up in one round trip
-        checked = {n: self._check_jobs(request, user, uid, recorded.get(n))
-                   for n, (user, uid, request) in enumerate(requests)
-                   if request.get("t") == "submit"}
+        checked = {n: self._check_jobs(p.request, p.user, p.uid, recorded.get(n))
+                   for n, p in enumerate(requests) if isinstance(p.request, proto.SubmitJobs)}
         existing = self._existing_targets(checked.values())
-        for n, (user, uid, request) in enumerate(requests):
-            reply_key = keys.reply(user, request["req"][:64])
-            kind = request.get("t")
-            if kind == "submit":
-                answer = self._create(request, user, uid, checked[n], existing, batches,
-                                      new_msgs)
-                replies.append((reply_key, orjson.dumps(answer)))
-            elif kind in ("cancel", "urgency", "raise"):
-                error = self._forward(request, uid, reply_key, forwards)
-                if error:
-                    replies.append((reply_key, orjson.dumps({"errors": [error]})))
+        for n, pending in enumerate(requests):
+            request = pending.request
+            reply_key = keys.reply(pending.user, request.req[:64])
+            if isinstance(request, proto.SubmitJobs):
+                answer = self._create(request, pending.user, pending.uid, checked[n], existing,
+                                      batches, new_msgs)
+                replies.append((reply_key, proto.encode_reply(answer)))
             else:
-                replies.append((reply_key, orjson.dumps(
-                    {"errors": [f"unknown request type {kind!r}"]})))
+                error = self._forward(request, pending.uid, reply_key, forwards)
+                if error:
+                    replies.append((reply_key, proto.encode_reply(proto.Reply(errors=[error]))))
         self._commit(batches, new_msgs, replies, forwards, later_acks)
 
-    def _recorded(self, requests: list[tuple[str, int, dict[str, Any]]]
-                  ) -> dict[int, dict[int, int]]:
+    def _recorded(self, requests: list[_Pending]) -> dict[int, dict[int, int]]:
         """Jobs already created for redelivered submit requests: request number -> index -> id.
 
         One pipelined LRANGE per request and partition (each partition's
@@ -324,12 +381,12 @@ class IngestWorker(Worker):
         keys = self.keys
         wanted: list[tuple[int, int]] = []
         pipe = self.redis.pipeline(transaction=False)
-        for n, (user, _uid, request) in enumerate(requests):
-            jobs = request.get("jobs")
-            if request.get("t") != "submit" or not isinstance(jobs, list):
+        for n, pending in enumerate(requests):
+            request = pending.request
+            if not isinstance(request, proto.SubmitJobs):
                 continue
-            wanted.append((n, len(jobs)))
-            name = _record_name(user, request)
+            wanted.append((n, len(request.jobs)))
+            name = _record_name(pending.user, request)
             for part in range(keys.partitions):
                 pipe.lrange(keys.request_done(part, name), 0, -1)
         if not wanted:
@@ -349,25 +406,25 @@ class IngestWorker(Worker):
                 out[n] = done
         return out
 
-    def _submit(self, request: Mapping[str, Any], user: str, uid: int,
-                batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]],
-                done: Mapping[int, int] | None = None) -> dict[str, Any]:
+    def _submit(self, request: proto.SubmitJobs, user: str, uid: int,
+                batches: dict[int, Batch], new_msgs: dict[int, list[proto.New]],
+                done: Mapping[int, int] | None = None) -> proto.Reply:
         """Check and create one request's jobs; jobs in ``done`` (index -> id) exist already."""
         checked = self._check_jobs(request, user, uid, done)
         return self._create(request, user, uid, checked, self._existing_targets([checked]),
                             batches, new_msgs)
 
-    def _check_jobs(self, request: Mapping[str, Any], user: str, uid: int,
+    def _check_jobs(self, request: proto.SubmitJobs, user: str, uid: int,
                     done: Mapping[int, int] | None = None) -> _Checked:
         """Check a request's jobs (no Redis); jobs in ``done`` (index -> id) exist already."""
         done = done or {}
-        jobs = request.get("jobs")
+        jobs = request.jobs
         limits = self.config.ingest
-        if not isinstance(jobs, list) or not jobs:
-            return _Checked({"errors": ["submit request has no jobs"]})
+        if not jobs:
+            return _Checked(proto.Reply(errors=["submit request has no jobs"]))
         if len(jobs) > limits.max_jobs_per_request and not done:
-            return _Checked({"errors": [f"request has {len(jobs)} jobs, the limit is "
-                                        f"{limits.max_jobs_per_request}"]})
+            return _Checked(proto.Reply(errors=[f"request has {len(jobs)} jobs, the limit is "
+                                                f"{limits.max_jobs_per_request}"]))
         out = _Checked()
         cache: dict[bytes, PreparedJob | str] = {}
         for index, item in enumerate(jobs):
@@ -376,19 +433,18 @@ class IngestWorker(Worker):
                 out.results.append({"id": created})
                 continue
             # identical jobspecs in one request (bulk submission) are checked once
-            cache_key = orjson.dumps(item, option=orjson.OPT_SORT_KEYS) \
-                if isinstance(item, dict) else b""
-            found = cache.get(cache_key) if cache_key else None
+            cache_key = _ENCODER.encode(item)
+            found = cache.get(cache_key)
             if found is None:
                 try:
-                    found = prepare_job(item, uid, user, self.config, self.queue_states,
+                    found = prepare_job(_item_dict(item), uid, user, self.config,
+                                        self.queue_states,
                                         groups=user_groups(user, uid),
                                         is_owner=uid == self.owner_uid,
                                         feasibility=self.feasibility)
                 except (ValueError, FluxesError) as exc:
                     found = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                if cache_key:
-                    cache[cache_key] = found
+                cache[cache_key] = found
             if isinstance(found, str):
                 out.results.append({"error": found})
             else:
@@ -414,9 +470,9 @@ class IngestWorker(Worker):
                 raise reply
         return {target for target, found in zip(targets, replies, strict=True) if found}
 
-    def _create(self, request: Mapping[str, Any], user: str, uid: int, checked: _Checked,
+    def _create(self, request: proto.SubmitJobs, user: str, uid: int, checked: _Checked,
                 existing: set[int], batches: dict[int, Batch],
-                new_msgs: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+                new_msgs: dict[int, list[proto.New]]) -> proto.Reply:
         """Give the checked jobs ids and add them to the batches; the request's answer.
 
         A job whose dependency names a job not in ``existing`` is refused
@@ -467,11 +523,11 @@ class IngestWorker(Worker):
             submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=uid, flags=job.flags)
             batch.append(keys.eventlog(jobid), jobid, 0, [submit, ev.Validate(timestamp=now)],
                          [job.info, None])
-            new_msgs.setdefault(part, []).append(
-                {"t": "new", "id": jobid, "userid": uid, "urgency": job.urgency,
-                 "flags": job.flags, "t_submit": now, "info": job.info})
+            new_msgs.setdefault(part, []).append(proto.New(
+                id=jobid, userid=uid, urgency=job.urgency, flags=job.flags, t_submit=now,
+                info=job.info))
         self.submitted += len(prepared)
-        return {"jobs": results}
+        return proto.Reply(jobs=[proto.JobResult(**r) for r in results])
 
     def _record_progress(self, part: int, batch: Batch, acked_with: str | None = None) -> None:
         """Add to ``batch`` the records of the jobs it creates, per request.
@@ -487,59 +543,56 @@ class IngestWorker(Worker):
             batch.push_reply(keys.request_done(part, name), request_progress.encode(pairs),
                              PROGRESS_TTL_MS)
 
-    def _forward(self, request: Mapping[str, Any], uid: int, reply_key: str,
-                 forwards: dict[int, list[dict[str, Any]]]) -> str | None:
-        """Route a control request to the job manager(s); an error line if malformed."""
-        kind = request["t"]
+    def _forward(self, request: proto.Request, uid: int, reply_key: str,
+                 forwards: dict[int, list[proto.Control]]) -> str | None:
+        """Route a control request to the job manager(s); an error line if it cannot be."""
         keys = self.keys
-        if kind == "urgency":
-            jobid, urgency = request.get("id"), request.get("urgency")
-            if not isinstance(jobid, int) or not isinstance(urgency, int):
-                return "urgency request needs an integer id and urgency"
-            forwards.setdefault(keys.partition_of(jobid), []).append(
-                {"t": "urgency-request", "id": jobid, "urgency": urgency, "userid": uid,
-                 "reply": reply_key})
-            return None
-        ids = request.get("ids")
-        if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
-            return f"{kind} request needs a list of integer ids"
+        match request:
+            case proto.SetUrgency(id=jobid, urgency=urgency):
+                forwards.setdefault(keys.partition_of(jobid), []).append(proto.UrgencyRequest(
+                    id=jobid, urgency=urgency, userid=uid, reply=reply_key))
+                return None
+            case proto.RaiseOnJobs(type=etype) if not etype:
+                return "raise request needs a type"
+            case proto.CancelJobs(ids=ids) | proto.RaiseOnJobs(ids=ids):
+                pass
+            case _:
+                return "submit requests are not forwarded"
         by_part: dict[int, list[int]] = {}
         for jobid in ids:
             by_part.setdefault(keys.partition_of(jobid), []).append(jobid)
-        note = request.get("note")
         for part, part_ids in by_part.items():
-            msg: dict[str, Any] = {"ids": part_ids, "userid": uid, "reply": reply_key,
-                                   "note": note if isinstance(note, str) else ""}
-            if kind == "cancel":
-                msg["t"] = "cancel-request"
+            msg: proto.Control
+            if isinstance(request, proto.CancelJobs):
+                msg = proto.CancelRequest(ids=part_ids, userid=uid, note=request.note,
+                                          reply=reply_key)
             else:
-                severity = request.get("severity", 0)
-                etype = request.get("type", "exception")
-                if not isinstance(severity, int) or not isinstance(etype, str) or not etype:
-                    return "raise request needs a type and an integer severity"
-                msg.update({"t": "raise", "type": etype, "severity": severity})
+                assert isinstance(request, proto.RaiseOnJobs)
+                msg = proto.RaiseRequest(ids=part_ids, userid=uid, type=request.type,
+                                         severity=request.severity, note=request.note,
+                                         reply=reply_key)
             forwards.setdefault(part, []).append(msg)
         return None
 
-    def _commit(self, batches: dict[int, Batch], new_msgs: dict[int, list[dict[str, Any]]],
-                replies: list[tuple[str, bytes]], forwards: dict[int, list[dict[str, Any]]],
+    def _commit(self, batches: dict[int, Batch], new_msgs: dict[int, list[proto.New]],
+                replies: list[tuple[str, bytes]], forwards: dict[int, list[proto.Control]],
                 acks: dict[str, list[bytes]]) -> None:
         """One commit per partition; replies and acks join it when they share its slot."""
         keys = self.keys
         full = self._full
         self._full = []
         for part, done, msgs in full:
-            done.xadd(keys.jm_new(part), proto.encode(msgs))
+            _add_messages(done, keys.jm_new(part), msgs, proto.NEW_JOBS)
         if full:
             # earlier, full batches first: the replies (in the last batch) come after
             done_results = self.store.commit_many([b for _p, b, _m in full])
             metrics.EVENTS_INGEST.inc(sum(r.events for r in done_results))
         for part, msgs in new_msgs.items():
-            batches[part].xadd(keys.jm_new(part), proto.encode(msgs))
-        for part, msgs in forwards.items():
+            _add_messages(batches[part], keys.jm_new(part), msgs, proto.NEW_JOBS)
+        for part, ctl in forwards.items():
             if part not in batches:
                 batches[part] = self.store.batch(part)
-            batches[part].xadd(keys.jm_ctl(part), proto.encode(msgs))
+            _add_messages(batches[part], keys.jm_ctl(part), ctl, proto.CONTROL)
         if not batches:
             batches[0] = self.store.batch(0)
         anchor = keys.journal(min(batches))
@@ -572,19 +625,50 @@ class IngestWorker(Worker):
 
 
 @dataclass(slots=True)
+class _Pending:
+    """A decoded request and where it came from."""
+
+    stream: str
+    msg_id: bytes
+    fields: Mapping[bytes, bytes]
+    user: str
+    uid: int
+    request: proto.Request
+
+
+@dataclass(slots=True)
 class _Checked:
     """A submit request after its jobs were checked: a request-wide refusal
     (``answer``), or per job a placeholder or its answer (``results``) and the
     jobs that passed, by index (``prepared``)."""
 
-    answer: dict[str, Any] | None = None
+    answer: proto.Reply | None = None
     results: list[dict[str, Any]] = field(default_factory=list)
     prepared: list[tuple[int, PreparedJob]] = field(default_factory=list)
 
 
-def _record_name(user: str, request: Mapping[str, Any]) -> str:
+def _record_name(user: str, request: proto.UserRequest) -> str:
     """The name of a request's progress records: request ids are only unique per user."""
-    return f"{user}:{str(request['req'])[:64]}"
+    return f"{user}:{request.req[:64]}"
+
+
+def _item_dict(item: proto.SubmitItem) -> dict[str, Any]:
+    """A submit item as :func:`~fluxes.domain.jm.submission.prepare_job` reads it."""
+    out: dict[str, Any] = {"flags": item.flags}
+    if item.yaml is not None:
+        out["yaml"] = item.yaml
+    if item.jobspec is not None:
+        out["jobspec"] = item.jobspec
+    if item.urgency is not None:
+        out["urgency"] = item.urgency
+    return out
+
+
+def _add_messages(batch: Batch, stream: str, msgs: list[Any],
+                  channel: proto.Channel[Any]) -> None:
+    """XADD ``msgs`` to ``stream`` in entries its reader's bounds accept."""
+    for entry in proto.encode_chunks(msgs, 0, MESSAGES_PER_ENTRY, channel.max_bytes):
+        batch.xadd(stream, entry)
 
 
 def main(instance: Instance) -> int:

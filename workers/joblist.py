@@ -13,7 +13,7 @@ last write left off, and a deposed one writes nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fluxes.proc import metrics
@@ -21,10 +21,10 @@ from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.joblist import JobListStore
-from fluxes.store.joblist_fold import PartitionFolder
+from fluxes.store.joblist_fold import Entry, PartitionFolder
 from fluxes.store.keys import GROUP_JOBLIST
 from fluxes.store.lease import LEASE_TTL_MS, Lease
-from workers.base import Worker
+from workers.base import Worker, not_the_input
 
 READ_COUNT = 2000
 BLOCK_MS = 1000
@@ -150,7 +150,14 @@ class JobListWorker(Worker):
                 continue
             got[p] = len(entries)
             try:
-                folder.fold(entries)
+                try:
+                    folder.fold(entries)
+                except FencedError:
+                    raise
+                except Exception as exc:
+                    if not_the_input(exc):
+                        raise
+                    self._fold_apart(p, entries, exc)
             except FencedError as exc:
                 self.step_down(p, str(exc))
                 continue
@@ -166,6 +173,38 @@ class JobListWorker(Worker):
                                                   "folded": self.folders[p].folded,
                                                   "recovery_s": round(time.monotonic() - began,
                                                                       3)})
+
+
+    def _fold_apart(self, partition: int, entries: Sequence[Entry], exc: Exception) -> None:
+        """A block whose fold raised something the folder does not refuse by itself.
+
+        The fold wrote nothing, but its cache may be half-changed: a folder is
+        built again from storage and folds the entries one by one. An entry
+        that raises is dead-lettered and the position moved past it (the
+        journal is read by position: moving on is its acknowledgement; should
+        the worker die between the two, the entry is dead-lettered twice,
+        never lost).
+        """
+        self.log.error("journal block failed, folding it entry by entry", extra={
+            "partition": partition, "error": f"{type(exc).__name__}: {exc}"})
+        token = self.leases[partition].token
+        assert token is not None
+        folder = self.folders[partition] = PartitionFolder(self.store, partition, token,
+                                                           self.dead_letter)
+        for msg_id, fields in entries:
+            try:
+                folder.fold([(msg_id, fields)])
+            except FencedError:
+                raise
+            except Exception as err:
+                if not_the_input(err):
+                    raise
+                self.dead_letter(folder.stream, msg_id, fields, f"{type(err).__name__}: {err}")
+                folder = self.folders[partition] = PartitionFolder(
+                    self.store, partition, token, self.dead_letter)
+                read = None if folder.entries_read is None else folder.entries_read + 1
+                self.store.write(partition, [], msg_id.decode(), read, token)
+                folder.position, folder.entries_read = msg_id.decode(), read
 
 
 def main(instance: Instance) -> int:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
 import orjson
 import redis
 
@@ -38,7 +39,7 @@ from fluxes.store.groups import ensure_group, read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
-from workers.base import Worker
+from workers.base import Worker, not_the_input
 
 #: Stream entries per read (a new-job entry may carry a couple of thousand jobs).
 READ_COUNT = 200
@@ -65,8 +66,8 @@ def stopped_queues(instance: Instance) -> set[str]:
     log = []
     for _sid, fields in instance.redis.xrange(instance.keys.queues):
         try:
-            log.append(orjson.loads(fields[b"d"]))
-        except (KeyError, orjson.JSONDecodeError):
+            log.append(proto.load_queue_event(fields))
+        except proto.MessageError:
             continue  # a malformed admin entry cannot stop a queue
     states = fold_queue_events(instance.config().queues, log)
     # the core names the anonymous queue "" (a job record's queue when none is set)
@@ -221,7 +222,8 @@ class JobManagerWorker(Worker):
             stream = stream_b.decode()
             for msg_id, fields in entries:
                 got += 1
-                self.dispatch(fx, core, stream, msg_id, fields)
+                if not self.dispatch(fx, core, stream, msg_id, fields):
+                    return  # rebuilt from storage: this step's effects are gone
                 if self._renewed_token() is None:
                     return  # deposed: another leader has these inputs now
                 if fx.nevents >= MAX_COMMIT_EVENTS:
@@ -265,40 +267,69 @@ class JobManagerWorker(Worker):
         return max(1, min(MAX_BLOCK_MS, int((due - time.time()) * 1000) + 1))
 
     def dispatch(self, fx: Effects, core: JobManagerCore, stream: str, msg_id: bytes,
-                 fields: Mapping[bytes, bytes]) -> None:
-        """Decode one input entry and feed its messages to the core."""
+                 fields: Mapping[bytes, bytes]) -> bool:
+        """Decode one input entry and feed its messages to the core (the door).
+
+        An entry that fails to decode, or that the core refuses with
+        MessageError (which changes nothing), is dead-lettered in ``fx``, so
+        its record and its acknowledgement are written in the step's commit.
+        Any other exception may have left the core half-changed: this returns
+        False, and the caller dead-letters the entry on its own and rebuilds
+        the core from storage.
+        """
         ack: Ack = (stream, msg_id)
         keys = self.keys
         p = self.partition
         try:
-            epoch, msgs = proto.decode(fields)
             if stream == keys.sched_resp(p):
-                for msg in msgs:
+                epoch, responses = proto.decode_entry(proto.SCHED_RESPONSES, fields)
+                for response in responses:
                     suspended = core.session.suspended
-                    core.on_sched(fx, epoch, msg)
+                    core.on_sched(fx, epoch, response)
                     if core.session.suspended is not None and suspended is None:
                         self.log.warning("scheduling suspended", extra={
                             "partition": p, "why": core.session.suspended})
-                fx.acks.append(ack)
             elif stream == keys.exec_events(p):
-                for msg in msgs:
-                    core.on_exec(fx, msg)
-                fx.acks.append(ack)
+                for report in proto.decode_entry(proto.EXEC_EVENTS, fields)[1]:
+                    core.on_exec(fx, report)
             elif stream == keys.jm_new(p):
-                for msg in msgs:
-                    core.on_new(fx, msg)
-                fx.acks.append(ack)
+                for new in proto.decode_entry(proto.NEW_JOBS, fields)[1]:
+                    core.on_new(fx, new)
             else:
-                for msg in msgs:
-                    if msg["t"] == "queues":
-                        stopped = sorted(stopped_queues(self.instance))
-                        core.on_ctl(fx, {**msg, "stopped": stopped})
+                for ctl in proto.decode_entry(proto.CONTROL, fields)[1]:
+                    if isinstance(ctl, proto.QueuesChanged):
+                        core.on_ctl(fx, msgspec.structs.replace(
+                            ctl, stopped=sorted(stopped_queues(self.instance))))
                     else:
-                        core.on_ctl(fx, msg)
-                fx.acks.append(ack)
-        except (proto.MessageError, KeyError, TypeError, ValueError) as exc:
-            self.dead_letter(stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
-            fx.acks.append(ack)
+                        core.on_ctl(fx, ctl)
+        except proto.MessageError as exc:
+            fx.dead_letters.append(self.dead_letter_record(stream, msg_id, fields, str(exc)))
+        except Exception as exc:
+            if not_the_input(exc):
+                raise
+            self.poisoned(stream, msg_id, fields, exc)
+            return False
+        fx.acks.append(ack)
+        return True
+
+    def poisoned(self, stream: str, msg_id: bytes, fields: Mapping[bytes, bytes],
+                 exc: Exception) -> None:
+        """An input whose handling raised: dead-letter and acknowledge it in one fenced
+        step, then rebuild from storage (memory may hold half of its effects).
+
+        The effects of the other inputs of the step are dropped with the
+        memory: those inputs were not acknowledged, so they are read again.
+        """
+        self.log.error("input handling failed, rebuilding", extra={
+            "stream": stream, "id": msg_id.decode(), "error": f"{type(exc).__name__}: {exc}"})
+        fx = Effects()
+        fx.dead_letters.append(self.dead_letter_record(
+            stream, msg_id, fields, f"{type(exc).__name__}: {exc}"))
+        fx.acks.append((stream, msg_id))
+        self.core = None  # nothing of the broken step may be committed
+        self.commit(fx)
+        if self.token is not None:
+            self.become_leader()
 
     # ------------------------------------------------------------ writing
 
@@ -344,24 +375,29 @@ class JobManagerWorker(Worker):
             batch.hdel(keys.exec_progress(p), gone)
         core = self.core
         epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
-        for i in range(0, len(fx.sched), MESSAGES_PER_ENTRY):
-            batch.xadd(keys.sched_req(p), proto.encode(fx.sched[i:i + MESSAGES_PER_ENTRY], epoch))
+        for entry in proto.encode_chunks(fx.sched, epoch, MESSAGES_PER_ENTRY,
+                                         proto.SCHED_REQUESTS.max_bytes):
+            batch.xadd(keys.sched_req(p), entry)
         later: dict[str, list[Any]] = {}
         journal = keys.journal(p)
         for rank, msgs in fx.exec.items():
             key = keys.exec_rank(rank)
-            for i in range(0, len(msgs), MESSAGES_PER_ENTRY):
-                chunk = msgs[i:i + MESSAGES_PER_ENTRY]
+            for entry in proto.encode_chunks(msgs, 0, MESSAGES_PER_ENTRY,
+                                             proto.EXEC_REQUESTS.max_bytes):
                 if keys.same_slot(key, journal):
-                    batch.xadd(key, proto.encode(chunk))
+                    batch.xadd(key, entry)
                 else:
-                    later.setdefault(key, []).append(chunk)
+                    later.setdefault(key, []).append(entry)
         for key, payload in fx.replies:
-            data = orjson.dumps(payload)
+            data = proto.encode_reply(payload)
             if keys.same_slot(key, journal):
                 batch.push_reply(key, data, REPLY_TTL_MS)
             else:
                 later.setdefault(key, []).append(data)
+        if fx.dead_letters and keys.same_slot(keys.dead_letters, journal):
+            # with the acknowledgements below: refused and acknowledged in one step
+            for record in fx.dead_letters:
+                batch.xadd(keys.dead_letters, record)
         by_stream: dict[str, list[bytes]] = {}
         for stream, msg_id in fx.acks:
             by_stream.setdefault(stream, []).append(msg_id)
@@ -374,6 +410,12 @@ class JobManagerWorker(Worker):
         if not fx or self.token is None:
             return
         batches, later = self.build(fx)
+        if fx.dead_letters and not self.keys.same_slot(self.keys.dead_letters,
+                                                       self.keys.journal(self.partition)):
+            # Several partitions: the dead letters cannot share the commit's
+            # slot, so they go first; a crash before the commit writes them
+            # again when the inputs are read again, and never loses one.
+            self.write_dead_letters(fx.dead_letters)
         try:
             result = self.store.commit(batches[0], self.token)
             written = result.events
@@ -399,8 +441,10 @@ class JobManagerWorker(Worker):
                         pipe.rpush(key, item)
                         pipe.pexpire(key, REPLY_TTL_MS)
                     else:
-                        pipe.xadd(key, proto.encode(item))
+                        pipe.xadd(key, item)
             pipe.execute()
+        if fx.dead_letters:
+            self.count_dead_letters(len(fx.dead_letters))
         if written:
             metrics.EVENTS_JOB_MANAGER.inc(written)
             self.events_written += written

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import redis
@@ -31,6 +31,7 @@ from fluxes.formats.fsd import parse_duration
 from fluxes.formats.idset import IDSet
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
+from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import EventStore, FencedError
@@ -38,7 +39,7 @@ from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.resources import LOST_AFTER_S, load_inventory, resource_event
-from workers.base import Worker
+from workers.base import Worker, not_the_input
 
 #: Stream entries per read; an entry carries up to a thousand messages.
 READ_COUNT = 20
@@ -50,6 +51,8 @@ REPLAN_S = 5.0
 FULL_PASS_S = 1.0
 #: How often heartbeats, resource events and the published status are refreshed.
 HOUSEKEEPING_S = 1.0
+#: Responses per entry of a response stream at most.
+MESSAGES_PER_ENTRY = 1000
 
 
 class Session:
@@ -80,7 +83,7 @@ class SchedulerWorker(Worker):
         self.pool: ResourcePool | None = None
         self.sched: Scheduler | None = None
         self.sent: dict[int, dict[str, Any]] = {}
-        self.mode = "unlimited"
+        self.mode: proto.Mode = "unlimited"
         self.limit = 0
         self._dirty = False
         self._planned = 0.0
@@ -120,8 +123,8 @@ class SchedulerWorker(Worker):
                     continue
                 batch = self.store.batch(session.partition,
                                          fence=self.keys.sched_fence(session.partition))
-                batch.xadd(self.keys.sched_resp(session.partition), proto.encode(
-                    [{"t": "error", "note": "scheduler stopping"}], session.epoch))
+                batch.xadd(self.keys.sched_resp(session.partition), proto.encode_entry(
+                    [proto.SchedError(note="scheduler stopping")], session.epoch))
                 try:
                     self.store.commit(batch, str(session.epoch))
                 except FencedError:
@@ -158,7 +161,12 @@ class SchedulerWorker(Worker):
                         other.lease.release()
                 return False
         config = self.instance.config()
-        self.mode = str(config.sched.get("mode", "unlimited"))
+        mode = config.sched.get("mode", "unlimited")
+        if mode not in proto.MODES:
+            # a ready the job manager cannot read would stop scheduling for good
+            self.log.error("unknown sched mode, using unlimited", extra={"mode": str(mode)})
+            mode = "unlimited"
+        self.mode = mode
         self.lost_after = parse_duration(config.sched.get("exec-timeout", LOST_AFTER_S))
         self.limit = int(config.sched.get("limit", 0))
         self.pool = ResourcePool(load_inventory(self.instance))
@@ -212,7 +220,7 @@ class SchedulerWorker(Worker):
         session.ready = False
         last = self.redis.xrevrange(keys.sched_req(p), count=1)
         session.pos = last[0][0].decode() if last else "0-0"
-        self.redis.xadd(keys.sched_resp(p), proto.encode([{"t": "hello"}], session.epoch))
+        self.redis.xadd(keys.sched_resp(p), proto.encode_entry([proto.Hello()], session.epoch))
 
     # ------------------------------------------------------------ the loop
 
@@ -227,18 +235,20 @@ class SchedulerWorker(Worker):
         streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
         block = BLOCK_MS if not self._dirty else 1
         reply = read_streams(self.redis, streams, READ_COUNT, block)
-        out: dict[int, list[dict[str, Any]]] = {}
+        out: dict[int, list[proto.SchedResponse]] = {}
         for stream_b, entries in reply or []:
-            session = self._session_of(stream_b.decode())
-            msgs: list[tuple[int, dict[str, Any]]] = []
+            stream = stream_b.decode()
+            session = self._session_of(stream)
+            msgs: list[_Input] = []
             for msg_id, fields in entries:
+                # read by position, not through a group: moving on is the acknowledgement
                 session.pos = msg_id.decode()
                 try:
-                    epoch, batch = proto.decode(fields)
+                    epoch, batch = proto.decode_entry(proto.SCHED_REQUESTS, fields)
                 except proto.MessageError as exc:
-                    self.dead_letter(stream_b.decode(), msg_id, fields, str(exc))
+                    self.dead_letter(stream, msg_id, fields, str(exc))
                     continue
-                msgs.extend((epoch, m) for m in batch)
+                msgs.extend(_Input(epoch, m, msg_id, fields) for m in batch)
             if not self._handle(session, msgs, out.setdefault(session.partition, [])):
                 return  # deposed while handling
         if time.monotonic() - self._housekept >= HOUSEKEEPING_S:
@@ -261,19 +271,18 @@ class SchedulerWorker(Worker):
         for sid, fields in self.redis.xrange(self.keys.resource_events, min=start):
             self._resource_pos = sid.decode()
             try:
-                event = orjson.loads(fields[b"d"])
-                ranks = IDSet(event["ranks"]) & pool.inventory.ranks
-                kind = event["t"]
-            except (KeyError, ValueError, TypeError) as exc:
+                event = proto.decode_resource_event(fields)
+                ranks = IDSet(event.ranks) & pool.inventory.ranks
+            except ValueError as exc:  # MessageError included
                 self.dead_letter(self.keys.resource_events, sid, fields, str(exc))
                 continue
             if not ranks:
                 continue
-            if kind == "drain":
+            if isinstance(event, proto.Drain):
                 pool.mark_down(ranks)
                 for r in ranks:
-                    self.drained[r] = (str(event.get("reason") or ""), bool(event.get("auto")))
-            elif kind == "undrain":
+                    self.drained[r] = (event.reason, event.auto)
+            else:
                 pool.mark_up(ranks)
                 for r in ranks:
                     self.drained.pop(r, None)
@@ -312,8 +321,8 @@ class SchedulerWorker(Worker):
             pipe.xadd(self.keys.resource_events, {"d": resource_event(
                 "drain", str(lost), "exec worker not responding", auto=True)})
             for p in range(self.keys.partitions):
-                pipe.xadd(self.keys.jm_ctl(p), proto.encode([{"t": "lost-ranks",
-                                                              "ranks": str(lost)}]))
+                pipe.xadd(self.keys.jm_ctl(p), proto.encode_entry([proto.LostRanks(
+                    ranks=str(lost))]))
         if back:
             self.log.info("exec workers back, undraining", extra={"ranks": str(back)})
             pipe.xadd(self.keys.resource_events, {"d": resource_event("undrain", str(back),
@@ -358,49 +367,68 @@ class SchedulerWorker(Worker):
                 return session
         raise KeyError(stream)
 
-    def _handle(self, session: Session, msgs: list[tuple[int, dict[str, Any]]],
-                out: list[dict[str, Any]]) -> bool:
+    def _handle(self, session: Session, msgs: list[_Input],
+                out: list[proto.SchedResponse]) -> bool:
         """Apply one partition's requests in order; new allocs are looked up in bulk.
+
+        A request whose handling raises (anything but a lost connection) is
+        dead-lettered, and the session starts a new epoch: the pool may hold
+        half of the request's effects, and a new hello rebuilds it from the
+        stored R of every job holding resources.
 
         Returns False when this scheduler lost its lease meanwhile.
         """
         sched = self.sched
         pool = self.pool
         assert sched is not None and pool is not None
-        allocs: list[dict[str, Any]] = []
-        for epoch, msg in msgs:
-            kind = msg["t"]
-            if kind == "reset":
+        allocs: list[proto.Alloc] = []
+        for item in msgs:
+            if isinstance(item.msg, proto.Reset):
                 self._reset(session)
                 if self.pool is None:
                     return False
                 allocs = []
                 out.clear()
                 continue
-            if epoch != session.epoch:
+            if item.epoch != session.epoch:
                 continue  # from an older session
-            if kind == "hello-reply":
+            try:
+                allocs = self._apply(session, item.msg, allocs, out)
+            except Exception as exc:
+                if not_the_input(exc):
+                    raise
+                self.dead_letter(self.keys.sched_req(session.partition), item.msg_id,
+                                 item.fields, f"{type(exc).__name__}: {exc}")
+                self._reset(session)
+                return self.pool is not None
+        if allocs:
+            self._add_allocs(allocs, out)
+        return True
+
+    def _apply(self, session: Session, msg: proto.SchedRequest, allocs: list[proto.Alloc],
+               out: list[proto.SchedResponse]) -> list[proto.Alloc]:
+        """Apply one request of the session's epoch; the alloc requests still to queue."""
+        sched, pool = self.sched, self.pool
+        assert sched is not None and pool is not None
+        match msg:
+            case proto.HelloReply(alloc=held):
                 if not session.ready:  # a repeated answer to this epoch's hello: done
-                    self._recover(session, msg["alloc"], out)
-            elif kind == "alloc":
+                    self._recover(session, held, out)
+            case proto.Alloc():
                 allocs.append(msg)
-            elif kind == "cancel":
-                jobid = msg["id"]
+            case proto.Cancel(id=jobid):
                 before = len(allocs)
-                allocs = [a for a in allocs if a["id"] != jobid]  # not yet queued
+                allocs = [a for a in allocs if a.id != jobid]  # not yet queued
                 self._alloc_arrived.pop(jobid, None)
                 if sched.remove(jobid) or len(allocs) != before:
-                    out.append({"t": "alloc-response", "id": jobid,
-                                "type": proto.ALLOC_CANCEL})
+                    out.append(proto.AllocResponse(id=jobid, type=proto.ALLOC_CANCEL))
                     self.sent.pop(jobid, None)
                     self._dirty = True
-            elif kind == "prioritize":
-                for pair in msg["jobs"]:
-                    if isinstance(pair, list) and len(pair) == 2:
-                        sched.prioritize(int(pair[0]), int(pair[1]))
+            case proto.Prioritize(jobs=pairs):
+                for jobid, priority in pairs:
+                    sched.prioritize(jobid, priority)
                 self._dirty = True
-            elif kind == "free":
-                jobid = msg["id"]
+            case proto.Free(id=jobid):
                 try:
                     pool.free(jobid)
                 except ValueError:
@@ -410,11 +438,9 @@ class SchedulerWorker(Worker):
                     self.redis.xadd(self.keys.resource_events, {"d": resource_event(
                         "undrain", str(quarantined))})
                     self._read_resource_events()
-                out.append({"t": "free-response", "id": jobid})
+                out.append(proto.FreeResponse(id=jobid))
                 self._dirty = True
-        if allocs:
-            self._add_allocs(allocs, out)
-        return True
+        return allocs
 
     def _reset(self, session: Session) -> None:
         """The partition's job manager restarted: forget its jobs, start a new epoch."""
@@ -429,11 +455,12 @@ class SchedulerWorker(Worker):
         self._recover_started = time.monotonic()  # recovery_s measures this new epoch
         self._hello(session, bump=True)
 
-    def _recover(self, session: Session, alloc: list[Any], out: list[dict[str, Any]]) -> None:
+    def _recover(self, session: Session, alloc: list[proto.HeldJob],
+                 out: list[proto.SchedResponse]) -> None:
         """Hello reply: put every held R back into the pool, then say ready."""
         pool = self.pool
         assert pool is not None
-        held = {int(a["id"]): a.get("ranks") for a in alloc if isinstance(a, dict) and "id" in a}
+        held = {a.id: a.ranks for a in alloc}
         ids = list(held)
         lost: list[tuple[int, str]] = []
         # jobs submitted together (--cc, arrays) share a jobspec: parse each once
@@ -455,15 +482,16 @@ class SchedulerWorker(Worker):
                 memory = _memory_per_rank(rset, request)
                 pool.adopt(jobid, rset, memory=memory,
                            exclusive=bool(request is not None and request.exclusive))
-            except (ValueError, FluxesError) as exc:
+            except Exception as exc:
+                if not_the_input(exc):
+                    raise
+                # whatever broke, this job's allocation is lost, not the session
                 lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
         if lost:
             self._unrecoverable(session, lost, held)
         session.ready = True
-        ready: dict[str, Any] = {"t": "ready", "mode": self.mode}
-        if self.mode == "limited":
-            ready["limit"] = max(self.limit, 1)
-        out.append(ready)
+        out.append(proto.Ready(mode=self.mode, limit=max(self.limit, 1)
+                               if self.mode == "limited" else 0))
         self.recovered_in = time.monotonic() - self._recover_started
         metrics.RECOVERY.labels(worker=self.kind).observe(self.recovered_in)
         self.log.info("ready", extra={"partition": session.partition, "epoch": session.epoch,
@@ -485,9 +513,9 @@ class SchedulerWorker(Worker):
         pipe = self.redis.pipeline(transaction=False)
         for jobid, why in lost:
             self.log.error("allocation not recovered", extra={"job": jobid, "error": why})
-            pipe.xadd(self.keys.jm_ctl(session.partition), proto.encode([{
-                "t": "raise", "ids": [jobid], "userid": self.owner_uid, "type": "scheduler",
-                "severity": 0, "note": f"scheduler restart: {why}"}]))
+            pipe.xadd(self.keys.jm_ctl(session.partition), proto.encode_entry([
+                proto.RaiseRequest(ids=[jobid], userid=self.owner_uid, type="scheduler",
+                                   severity=0, note=f"scheduler restart: {why}")]))
             try:
                 ranks = IDSet(str(held.get(jobid) or "")) & pool.inventory.ranks
             except ValueError:
@@ -505,30 +533,32 @@ class SchedulerWorker(Worker):
         pipe.execute()
         self._read_resource_events()
 
-    def _add_allocs(self, allocs: list[dict[str, Any]], out: list[dict[str, Any]]) -> None:
+    def _add_allocs(self, allocs: list[proto.Alloc], out: list[proto.SchedResponse]) -> None:
         """Look up the jobspecs of new alloc requests (one round trip) and queue them."""
         sched, pool = self.sched, self.pool
         assert sched is not None and pool is not None
         arrived = time.monotonic()
-        fields = self._job_fields([msg["id"] for msg in allocs], ("jobspec_full", "jobspec"))
+        fields = self._job_fields([msg.id for msg in allocs], ("jobspec_full", "jobspec"))
         for n, (msg, (full, orig)) in enumerate(zip(allocs, fields, strict=True)):
             if n % 512 == 511:
                 self.keepalive()
-            jobid = msg["id"]
+            jobid = msg.id
             try:
                 raw = full or orig
                 if not raw:
                     raise InfeasibleRequest("job has no jobspec")
                 request = _request_of(raw)
                 pool.check(request)
-            except (InfeasibleRequest, ValueError, FluxesError) as exc:
-                out.append({"t": "alloc-response", "id": jobid, "type": proto.ALLOC_DENY,
-                            "note": str(exc)})
+                pending = PendingJob(jobid, msg.priority, msg.t_submit, msg.userid, msg.queue,
+                                     request)
+            except Exception as exc:
+                if not_the_input(exc):
+                    raise
+                # whatever is wrong with it, this job is refused, not the session
+                out.append(proto.AllocResponse(id=jobid, type=proto.ALLOC_DENY,
+                                               note=one_line(str(exc) or type(exc).__name__)))
                 continue
-            queue = msg.get("queue")
-            sched.add(PendingJob(jobid, int(msg["priority"]), float(msg.get("t_submit", 0.0)),
-                                 int(msg["userid"]), queue if isinstance(queue, str) else None,
-                                 request))
+            sched.add(pending)
             self._alloc_arrived[jobid] = arrived
             self._dirty = True
 
@@ -541,7 +571,7 @@ class SchedulerWorker(Worker):
                 raise reply
         return replies
 
-    def _schedule(self, now: float, out: dict[int, list[dict[str, Any]]]) -> None:
+    def _schedule(self, now: float, out: dict[int, list[proto.SchedResponse]]) -> None:
         sched = self.sched
         assert sched is not None
         pass_started = time.perf_counter()
@@ -561,9 +591,9 @@ class SchedulerWorker(Worker):
             self._r_writes.setdefault(part, {})[jobid] = rset.dumps().encode()
             ann: dict[str, Any] = {"sched": {"resource_summary": rset.summary(),
                                              "reason_pending": None, "t_estimate": None}}
-            out.setdefault(part, []).append({
-                "t": "alloc-response", "id": jobid, "type": proto.ALLOC_SUCCESS,
-                "annotations": ann, "ranks": str(rset.ranks), "nodelist": str(rset.hostlist)})
+            out.setdefault(part, []).append(proto.AllocResponse(
+                id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=str(rset.ranks),
+                nodelist=str(rset.hostlist)))
             self.sent.pop(jobid, None)
             self.allocations += 1
             arrival = self._alloc_arrived.pop(jobid, None)
@@ -571,7 +601,7 @@ class SchedulerWorker(Worker):
                 self._alloc_done.append(arrival)
         for jobid, note in result.denied:
             out.setdefault(keys.partition_of(jobid), []).append(
-                {"t": "alloc-response", "id": jobid, "type": proto.ALLOC_DENY, "note": note})
+                proto.AllocResponse(id=jobid, type=proto.ALLOC_DENY, note=note))
             self.sent.pop(jobid, None)
             self._alloc_arrived.pop(jobid, None)
         for jobid, sched_ann in result.annotations.items():
@@ -582,10 +612,10 @@ class SchedulerWorker(Worker):
             delta.update({k: None for k in old if k not in sched_ann})
             self.sent[jobid] = sched_ann
             out.setdefault(keys.partition_of(jobid), []).append(
-                {"t": "alloc-response", "id": jobid, "type": proto.ALLOC_ANNOTATE,
-                 "annotations": {"sched": delta}})
+                proto.AllocResponse(id=jobid, type=proto.ALLOC_ANNOTATE,
+                                    annotations={"sched": delta}))
 
-    def _flush(self, out: dict[int, list[dict[str, Any]]]) -> None:
+    def _flush(self, out: dict[int, list[proto.SchedResponse]]) -> None:
         """Write R and responses per partition, atomically and fenced by the epoch."""
         writes = self._r_writes
         for session in self.sessions:
@@ -597,8 +627,9 @@ class SchedulerWorker(Worker):
             batch = self.store.batch(p, fence=self.keys.sched_fence(p))
             for jobid, data in (rs or {}).items():
                 batch.hset(self.keys.job(jobid), {"R": data})
-            if msgs:
-                batch.xadd(self.keys.sched_resp(p), proto.encode(msgs, session.epoch))
+            for entry in proto.encode_chunks(msgs or [], session.epoch, MESSAGES_PER_ENTRY,
+                                             proto.SCHED_RESPONSES.max_bytes):
+                batch.xadd(self.keys.sched_resp(p), entry)
             try:
                 self.store.commit(batch, str(session.epoch))
             except FencedError as exc:
@@ -611,6 +642,15 @@ class SchedulerWorker(Worker):
                 for arrival in self._alloc_done:
                     metrics.ALLOC_LATENCY.observe(committed - arrival)
             self._alloc_done = []
+
+
+class _Input(NamedTuple):
+    """A request read from a session's stream, with the entry it came in."""
+
+    epoch: int
+    msg: proto.SchedRequest
+    msg_id: bytes
+    fields: Mapping[bytes, bytes]
 
 
 def _request_of(raw: bytes) -> Request:

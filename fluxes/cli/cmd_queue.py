@@ -69,11 +69,13 @@ def queue_states(inst: Instance) -> dict[str | None, QueueState]:
 
 
 def _queue_log(inst: Instance) -> list[Any]:
+    from fluxes import messages as proto
+
     out = []
     for _sid, fields in inst.redis.xrange(inst.keys.queues):
         try:
-            out.append(orjson.loads(fields[b"d"]))
-        except (KeyError, orjson.JSONDecodeError):
+            out.append(proto.load_queue_event(fields))
+        except proto.MessageError:
             continue
     return out
 
@@ -158,7 +160,7 @@ def _admin(args: argparse.Namespace) -> int:
     pipe = inst.redis.pipeline(transaction=False)
     pipe.xadd(inst.keys.queues, {"d": orjson.dumps(event.to_dict())})
     for p in range(inst.keys.partitions):
-        pipe.xadd(inst.keys.jm_ctl(p), proto.encode([{"t": "queues"}]))
+        pipe.xadd(inst.keys.jm_ctl(p), proto.encode_entry([proto.QueuesChanged()]))
     pipe.execute()
     return 0
 

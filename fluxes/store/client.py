@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from fluxes import messages as proto
 from fluxes.errors import FluxesError
 from fluxes.store.instance import Instance
 
@@ -37,21 +38,20 @@ def current_user() -> str:
         return str(os.getuid())
 
 
-def _submission_item(item: Mapping[str, Any]) -> dict[str, Any]:
+def _submission_item(item: Mapping[str, Any]) -> proto.SubmitItem:
     """``item`` as the ingest reads it: a Jobspec becomes its document and lends
     its urgency when the item names none; a None urgency is left out, so that
     the instance's default applies."""
     from fluxes.formats.jobspec import Jobspec  # not at import: it loads yaml and jsonschema
 
-    out = dict(item)
-    spec = out.get("jobspec")
+    spec = item.get("jobspec")
+    urgency = item.get("urgency")
     if isinstance(spec, Jobspec):
-        out["jobspec"] = spec.to_dict()
-        if out.get("urgency") is None:
-            out["urgency"] = spec.urgency
-    if "urgency" in out and out["urgency"] is None:
-        del out["urgency"]
-    return out
+        if urgency is None:
+            urgency = spec.urgency
+        spec = spec.to_dict()
+    return proto.SubmitItem(jobspec=spec, yaml=item.get("yaml"), urgency=urgency,
+                            flags=item.get("flags", 0))
 
 
 class Client:
@@ -65,8 +65,18 @@ class Client:
         # lets it write only that stream) before the UNIX user name.
         self.user = user or instance.user or current_user()
 
-    def _send(self, requests: Sequence[dict[str, Any]]) -> list[str]:
-        """XADD the requests in one pipeline; return their reply keys."""
+    def _post(self, requests: Sequence[proto.UserRequest]) -> list[str]:
+        """XADD typed requests in one pipeline; return their reply keys."""
+        pipe = self.redis.pipeline(transaction=False)
+        stream = self.keys.submit(self.user)
+        for request in requests:
+            pipe.xadd(stream, proto.encode_request(request))
+        pipe.execute()
+        return [self.keys.reply(self.user, request.req) for request in requests]
+
+    def _send(self, requests: Sequence[Mapping[str, Any]]) -> list[str]:
+        """XADD requests given as dicts (each gets its ``req``) in one pipeline; return
+        their reply keys (tests and tools: forged or malformed requests)."""
         pipe = self.redis.pipeline(transaction=False)
         reply_keys = []
         stream = self.keys.submit(self.user)
@@ -77,18 +87,23 @@ class Client:
         pipe.execute()
         return reply_keys
 
-    def _wait(self, reply_key: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
+    def _answers(self, reply_key: str, timeout: float, count: int = 1) -> list[proto.Reply]:
+        """Wait for ``count`` replies on ``reply_key``."""
         answers = []
         for _ in range(count):
             got = self.redis.blpop([reply_key], timeout=max(timeout, 0.01))
             if got is None:
                 raise RequestTimeout(
                     f"no answer within {timeout:g}s (is the instance's ingest running?)")
-            answer = orjson.loads(got[1])
-            if not isinstance(answer, dict):
-                raise FluxesError("malformed answer from the instance")
-            answers.append(answer)
+            try:
+                answers.append(proto.decode_reply(got[1]))
+            except proto.MessageError as exc:
+                raise FluxesError(f"malformed answer from the instance: {exc}") from None
         return answers
+
+    def _wait(self, reply_key: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
+        """:meth:`_answers` as dicts (tests and tools)."""
+        return [proto.to_builtins(a) for a in self._answers(reply_key, timeout, count)]
 
     def submit(self, items: Sequence[Mapping[str, Any]], timeout: float = DEFAULT_TIMEOUT,
                progress: Callable[[int], None] | None = None) -> list[int | str]:
@@ -100,48 +115,78 @@ class Client:
         applies its default (16).  Returns, in order, each job's id or the
         one-line reason it was refused.
         """
-        items = [_submission_item(item) for item in items]
-        chunks = [list(items[i:i + CHUNK]) for i in range(0, len(items), CHUNK)]
-        reply_keys = self._send([{"t": "submit", "jobs": chunk} for chunk in chunks])
+        jobs = [_submission_item(item) for item in items]
+        requests: list[proto.UserRequest] = []
+        for i in range(0, len(jobs), CHUNK):
+            requests += _fitted(jobs[i:i + CHUNK])
+        too_big = {id(r) for r in requests if _size(r) > proto.MAX_REQUEST_BYTES}
+        reply_keys = self._post([r for r in requests if id(r) not in too_big])
+        keys = iter(reply_keys)
         out: list[int | str] = []
-        for chunk, key in zip(chunks, reply_keys, strict=True):
-            answer = self._wait(key, timeout)[0]
-            if "jobs" not in answer:
-                errors = answer.get("errors") or ["submission refused"]
-                out.extend([str(errors[0])] * len(chunk))
+        for request in requests:
+            assert isinstance(request, proto.SubmitJobs)
+            if id(request) in too_big:
+                # the ingest reads no request this large: it could not even answer
+                out.append(f"job is {_size(request)} bytes as a request, the limit is "
+                           f"{proto.MAX_REQUEST_BYTES}")
+                continue
+            answer = self._answers(next(keys), timeout)[0]
+            if answer.jobs is None:
+                errors = answer.errors or ["submission refused"]
+                out.extend([str(errors[0])] * len(request.jobs))
             else:
-                for result in answer["jobs"]:
-                    out.append(int(result["id"]) if "id" in result else str(result["error"]))
+                for result in answer.jobs:
+                    out.append(result.id if result.id is not None else str(result.error))
             if progress is not None:
                 progress(len(out))
         return out
 
-    def _control(self, request: dict[str, Any], ids: Sequence[int],
+    def _control(self, request: proto.UserRequest, ids: Sequence[int],
                  timeout: float) -> dict[str, Any]:
         parts = {self.keys.partition_of(j) for j in ids} or {0}
-        key = self._send([request])[0]
+        key = self._post([request])[0]
         merged: dict[str, Any] = {"ok": [], "errors": []}
-        for answer in self._wait(key, timeout, count=len(parts)):
-            merged["ok"] += answer.get("ok", []) if isinstance(answer.get("ok"), list) else []
-            merged["errors"] += answer.get("errors", [])
-            for k, v in answer.items():
-                if k not in ("ok", "errors"):
-                    merged[k] = v
+        for answer in self._answers(key, timeout, count=len(parts)):
+            merged["ok"] += answer.ok or []
+            merged["errors"] += answer.errors or []
+            if answer.old is not None:
+                merged["old"] = answer.old
         return merged
 
     def cancel(self, ids: Sequence[int], note: str = "",
                timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """Cancel jobs; returns ``{"ok": [ids], "errors": [lines]}``."""
-        return self._control({"t": "cancel", "ids": list(ids), "note": note}, ids, timeout)
+        return self._control(proto.CancelJobs(req=_req(), ids=list(ids), note=note), ids,
+                             timeout)
 
     def raise_exception(self, ids: Sequence[int], etype: str, severity: int = 0,
                         note: str = "", timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """Raise an exception on jobs (``flux job raise``)."""
-        return self._control({"t": "raise", "ids": list(ids), "type": etype,
-                              "severity": severity, "note": note}, ids, timeout)
+        return self._control(proto.RaiseOnJobs(req=_req(), ids=list(ids), type=etype,
+                                               severity=severity, note=note), ids, timeout)
 
     def urgency(self, jobid: int, urgency: int,
                 timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
         """Change a job's urgency; the answer has ``old`` on success."""
-        return self._control({"t": "urgency", "id": jobid, "urgency": urgency}, [jobid],
+        return self._control(proto.SetUrgency(req=_req(), id=jobid, urgency=urgency), [jobid],
                              timeout)
+
+
+def _req() -> str:
+    """A new request id (unique per user)."""
+    return uuid.uuid4().hex
+
+
+def _fitted(jobs: list[proto.SubmitItem]) -> list[proto.UserRequest]:
+    """Submit requests for ``jobs``, split until each fits the ingest's size bound
+    (a single job that does not fit goes alone: the ingest refuses it with a reason)."""
+    request = proto.SubmitJobs(req=_req(), jobs=jobs)
+    if len(jobs) == 1 or _size(request) <= proto.MAX_REQUEST_BYTES:
+        return [request]
+    half = len(jobs) // 2
+    return _fitted(jobs[:half]) + _fitted(jobs[half:])
+
+
+def _size(request: proto.UserRequest) -> int:
+    """Bytes of ``request`` on the wire."""
+    return len(proto.encode_request(request)["d"])

@@ -180,22 +180,24 @@ def test_submit_file_refuses_reshaping_options(option: list[str],
 
 def _submitted(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[dict[str, Any]]:
     """Run ``fluxes submit ARGV``; return the job items the client put on the wire."""
+    from fluxes import messages as proto
     from fluxes.cli import cmd_submit
     from fluxes.store.client import Client
 
     sent: list[dict[str, Any]] = []
 
-    def send(self: Client, requests: list[dict[str, Any]]) -> list[str]:
-        sent.extend(requests)
+    def send(self: Client, requests: list[proto.UserRequest]) -> list[str]:
+        sent.extend(proto.to_builtins(r) for r in requests)  # as on the wire
         return [str(len(sent) - len(requests) + i) for i in range(len(requests))]
 
-    def wait(self: Client, key: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
-        return [{"jobs": [{"id": 1 + i} for i in range(len(sent[int(key)]["jobs"]))]}]
+    def wait(self: Client, key: str, timeout: float, count: int = 1) -> list[proto.Reply]:
+        return [proto.Reply(jobs=[proto.JobResult(id=1 + i)
+                                  for i in range(len(sent[int(key)]["jobs"]))])]
 
     instance = SimpleNamespace(redis=None, keys=None, user="alice")
     monkeypatch.setattr(cmd_submit, "instance", lambda args: instance)
-    monkeypatch.setattr(Client, "_send", send)
-    monkeypatch.setattr(Client, "_wait", wait)
+    monkeypatch.setattr(Client, "_post", send)
+    monkeypatch.setattr(Client, "_answers", wait)
     assert main(["submit", *argv]) == 0
     return [job for request in sent for job in request["jobs"]]
 

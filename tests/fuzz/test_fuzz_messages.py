@@ -2,12 +2,13 @@
 
 Decoders (protocol entries, journal fields, RFC 18 events, job records, queue
 events, submissions) must turn garbage into a clean one-line ValueError.
-The job manager core is driven with messages that pass ``protocol.check``
-but are semantically odd (unknown ids, negative ranks, out-of-range numbers,
-huge idsets, the wrong type for the handler): it must raise nothing at all,
-or a MessageError *before* changing anything, and whatever it emits must be
-valid: its events survive the store encoding and replay, its messages pass
-``protocol.check``.
+Every stream's typed decoder (and a user request's) turns garbage, however
+deeply nested, into a MessageError. The job manager core is driven with
+messages its streams' decoders accept but that are semantically odd (unknown
+ids, negative ranks, out-of-range numbers, huge idsets): it must raise
+nothing at all, or a MessageError *before* changing anything, and whatever
+it emits must be valid: its events survive the store encoding and replay,
+its messages decode on their streams to themselves.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ KNOWN_IDS = [1, 2, 3, 4, 5]
 DATA = Path(__file__).resolve().parent.parent
 
 
-# -- protocol.decode -----------------------------------------------------------------
+# -- messages.decode -----------------------------------------------------------------
 
 def _utf8(text: str) -> bool:
     """True unless ``text`` holds a lone surrogate (no JSON document can)."""
@@ -179,7 +180,7 @@ def entries(draw: st.DrawFn) -> dict[bytes, bytes]:
 @example({b"d": b"[" * 2000})
 @example({b"d": b'{"e": 1, "m": [' + b'{"t": "hello"},' * 20000 + b'{"t": "hello"}]}'})
 def test_protocol_decode(fields: dict[bytes, bytes]) -> None:
-    """protocol.decode: checked messages, or a clean MessageError."""
+    """messages.decode (the dict interface): checked messages, or a clean MessageError."""
     result = outcome(proto.decode, fields)
     if isinstance(result, ValueError):
         assert isinstance(result, proto.MessageError)
@@ -188,6 +189,76 @@ def test_protocol_decode(fields: dict[bytes, bytes]) -> None:
     assert isinstance(epoch, int) and not isinstance(epoch, bool)
     for msg in msgs:
         assert proto.check(msg) is msg
+
+
+_STREAMS = ["sched-req", "sched", "exec-req", "exec", "new", "ctl"]
+
+
+def _channel(stream: str) -> Any:
+    return {"sched-req": proto.SCHED_REQUESTS, "exec-req": proto.EXEC_REQUESTS,
+            **CHANNELS}[stream]
+
+
+@fuzz_settings(2)
+@given(entries(), st.sampled_from(_STREAMS))
+@example({b"d": b"[" * 2000}, "ctl")
+@example({b"d": b'{"e": 0, "m": [{"t": ' + b"[" * 1000 + b"]" * 1000 + b"}]}"}, "new")
+@example({b"d": b'{"e": 0, "m": [{"t": "new", "id": 1, "userid": 1, "urgency": 1, "flags": 0, '
+               b'"t_submit": 1, "info": {"a": ' + b"[" * 300 + b"]" * 300 + b"}}]}"}, "new")
+@example({b"d": b'{"e": 0, "m": [{"t": "free", "id": ' + b"[" * 20 + b"]" * 20 + b"}]}"},
+         "sched-req")
+def test_typed_decode(fields: dict[bytes, bytes], stream: str) -> None:
+    """Every stream's decoder: typed messages that re-encode to themselves, or a clean
+    MessageError; never a RecursionError, whatever the nesting."""
+    channel = _channel(stream)
+    result = outcome(proto.decode_entry, channel, fields)
+    if isinstance(result, ValueError):
+        assert isinstance(result, proto.MessageError)
+        return
+    epoch, msgs = result
+    assert proto.decode_entry(channel, proto.encode_entry(msgs, epoch)) == (epoch, msgs)
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> bytes:
+    """User requests: valid ones, damaged ones, random JSON, deep JSON."""
+    kind = draw(st.integers(0, 3))
+    if kind == 3:
+        depth = draw(st.integers(0, 2000))
+        return b'{"t": "submit", "req": "r", "jobs": [' + b'{"a":' * depth + b"{}" + \
+            b"}" * depth + b"]}"
+    if kind == 2:
+        return orjson.dumps(draw(JSON))
+    doc: dict[str, Any] = draw(st.one_of(
+        st.fixed_dictionaries({"t": st.just("submit"), "req": TEXT},
+                              optional={"jobs": st.lists(submission_items(), max_size=3)}),
+        st.fixed_dictionaries({"t": st.just("cancel"), "req": TEXT, "ids": _ID_LIST},
+                              optional={"note": st.one_of(TEXT, JSON)}),
+        st.fixed_dictionaries({"t": st.just("urgency"), "req": TEXT, "id": IDS,
+                               "urgency": st.one_of(st.integers(-1, 32), JSON)}),
+        st.fixed_dictionaries({"t": st.just("raise"), "req": TEXT, "ids": _ID_LIST},
+                              optional={"type": st.one_of(TEXT, JSON),
+                                        "severity": st.one_of(st.integers(-1, 8), JSON)})))
+    if kind == 1:
+        doc = draw(mutated(doc, values=JSON))
+    return to_json_bytes(doc)
+
+
+@fuzz_settings(2)
+@given(requests())
+@example(b'{"t": ' + b"[" * 1000 + b"]" * 1000 + b', "req": "r2"}')
+@example(b'{"t": "submit", "req": "r1", "jobs": [' + b'{"a":' * 299 + b"{}" + b"}" * 299 + b"]}")
+def test_request_decode(raw: bytes) -> None:
+    """A user request: typed (and then every job item can be written back as JSON, which
+    the ingest does), or a clean MessageError."""
+    result = outcome(proto.decode_request, {b"d": raw})
+    if isinstance(result, ValueError):
+        assert isinstance(result, proto.MessageError)
+        return
+    assert proto.decode_request(proto.encode_request(result)) == result
+    if isinstance(result, proto.SubmitJobs):
+        for item in result.jobs:
+            orjson.dumps(item.jobspec)  # orjson writes 254 levels at most
 
 
 # -- the job manager core -------------------------------------------------------------
@@ -216,6 +287,16 @@ def _snapshot(core: JobManagerCore, fx: Effects) -> Any:
     ))
 
 
+#: the stream each handler of the core reads
+CHANNELS: dict[str, Any] = {"sched": proto.SCHED_RESPONSES, "exec": proto.EXEC_EVENTS,
+                            "new": proto.NEW_JOBS, "ctl": proto.CONTROL}
+
+
+def typed(stream: str, doc: dict[str, Any]) -> Any:
+    """``doc`` decoded as the reader of ``stream`` decodes it."""
+    return proto.convert(CHANNELS[stream], doc)
+
+
 class Driver:
     """Feeds messages to a core the way workers/jobmanager.py does, checking every step."""
 
@@ -239,13 +320,17 @@ class Driver:
         self.feed("exec", {"t": "exec", "id": 2, "rank": 2, "started": True})
         assert set(self.core.jobs) == set(KNOWN_IDS) == set(self.replica)
 
-    def feed(self, stream: str, msg: dict[str, Any], epoch: int = 1) -> None:
+    def feed(self, stream: str, doc: dict[str, Any], epoch: int = 1) -> None:
         """One message through the handler of ``stream``; check the effects."""
         # exactly what a reader gets (json: orjson would refuse to write deep nesting)
-        msg = proto.decode({proto.FIELD: json.dumps({"e": 0, "m": [msg]}).encode()})[1][0]
+        try:
+            [msg] = proto.decode_entry(CHANNELS[stream], {
+                proto.FIELD: json.dumps({"e": 0, "m": [doc]}).encode()})[1]
+        except proto.MessageError as exc:
+            check_message(exc)  # refused at the door: dead-lettered, nothing runs
+            return
         core = self.core
-        if stream == "new" and msg.get("t") == "new" and msg["id"] in self.replica \
-                and msg["id"] not in core.jobs:
+        if isinstance(msg, proto.New) and msg.id in self.replica and msg.id not in core.jobs:
             # A repeated "new" for a job the core has retired: the core cannot tell it
             # from a new job without a store lookup (its commit would then fail with an
             # eventlog CONFLICT); see docs/hostile-input.md. The ingest never does this.
@@ -253,17 +338,17 @@ class Driver:
         fx = Effects()
         before = _snapshot(core, fx)
         submitted = None
-        if stream == "new" and msg.get("t") == "new" and msg["id"] not in self.replica:
+        if isinstance(msg, proto.New) and msg.id not in self.replica:
             # what the ingest wrote to the journal before sending this message
-            submitted = outcome(ev.decode, "submit", msg.get("t_submit"), {
-                "version": 1, **{k: msg.get(k) for k in ("urgency", "userid", "flags")}})
+            submitted = outcome(ev.decode, "submit", msg.t_submit, {
+                "version": 1, "urgency": msg.urgency, "userid": msg.userid, "flags": msg.flags})
         with hang_guard():
             try:
-                if stream == "sched":
+                if isinstance(msg, proto.SchedResponse):
                     core.on_sched(fx, epoch, msg)
-                elif stream == "exec":
+                elif isinstance(msg, proto.ExecReport):
                     core.on_exec(fx, msg)
-                elif stream == "new":
+                elif isinstance(msg, proto.New):
                     core.on_new(fx, msg)
                 else:
                     core.on_ctl(fx, msg)
@@ -272,10 +357,10 @@ class Driver:
                 check_message(exc)
                 assert _snapshot(core, fx) == before, f"{exc} after a partial change"
                 return
-        if isinstance(submitted, ev.Submit):
-            rec = apply_record(None, msg["id"], submitted, msg.get("info") or {})
-            self.replica[msg["id"]] = apply_record(rec, msg["id"],
-                                                   ev.Validate(timestamp=submitted.timestamp))
+        if isinstance(submitted, ev.Submit) and isinstance(msg, proto.New):
+            rec = apply_record(None, msg.id, submitted, msg.info)
+            self.replica[msg.id] = apply_record(rec, msg.id,
+                                                ev.Validate(timestamp=submitted.timestamp))
         self.check(fx)
         self.clock.now += 1.0
         timers = Effects()
@@ -283,7 +368,7 @@ class Driver:
         self.check(timers)
 
     def check(self, fx: Effects) -> None:
-        """Events survive the store encoding and replay; messages pass protocol.check."""
+        """Events survive the store encoding and replay; messages decode to themselves."""
         for jobid, ops in fx.ops.items():
             rec = self.replica.get(jobid)
             if rec is not None and jobid in fx.base_seq:
@@ -301,13 +386,14 @@ class Driver:
         for jobid, act in self.core.jobs.items():
             if jobid in self.replica:
                 assert act.rec.job == self.replica[jobid].job
-        proto.decode(proto.encode(fx.sched))
+        assert proto.decode_entry(proto.SCHED_REQUESTS, proto.encode_entry(fx.sched))[1] \
+            == fx.sched
         for rank, msgs in fx.exec.items():
             assert isinstance(rank, int) and rank >= 0
-            proto.decode(proto.encode(msgs))
+            assert proto.decode_entry(proto.EXEC_REQUESTS, proto.encode_entry(msgs))[1] == msgs
         for key, answer in fx.replies:
             assert isinstance(key, str)
-            orjson.dumps(answer)
+            assert proto.decode_reply(proto.encode_reply(answer)) == answer
         for fields in fx.hsets.values():
             assert all(isinstance(v, str) for v in fields.values())
         for progress in fx.progress.values():
@@ -624,8 +710,8 @@ def test_huge_allocation_is_refused_whole() -> None:
     before = _snapshot(driver.core, Effects())
     for ranks in ("0-4294967294", "", "0-", "x"):
         with pytest.raises(proto.MessageError, match=r"^alloc-response: "):
-            driver.core.on_sched(Effects(), 1, {"t": "alloc-response", "id": 3, "type": 0,
-                                                "ranks": ranks})
+            driver.core.on_sched(Effects(), 1, typed("sched", {
+                "t": "alloc-response", "id": 3, "type": 0, "ranks": ranks}))
     assert _snapshot(driver.core, Effects()) == before
 
 
@@ -643,7 +729,7 @@ def test_invalid_wait_status_fails_the_job() -> None:
     """A status the finish event cannot hold becomes an exec exception, not a broken job."""
     driver = _running_driver()
     fx = Effects()
-    driver.core.on_exec(fx, {"t": "exec", "id": 2, "rank": 2, "status": 2**40})
+    driver.core.on_exec(fx, proto.ExecReport(id=2, rank=2, status=2**40))
     names = [op[1].event_name for op in fx.ops[2]]
     assert names[0] == "exception"
     assert fx.ops[2][0][1].note == "rank 2 reported an invalid wait status"
@@ -652,41 +738,39 @@ def test_invalid_wait_status_fails_the_job() -> None:
 
 @pytest.mark.parametrize("msg", [
     {"t": "urgency-request", "id": -1, "urgency": 1, "userid": OWNER, "reply": "r"},
-    {"t": "cancel-request", "ids": [-1, 2**64 - 1, "x"], "userid": OWNER, "reply": "r"},
+    {"t": "cancel-request", "ids": [-1, 2**64 - 1, 2**70], "userid": OWNER, "reply": "r"},
 ])
 def test_replies_for_ids_outside_64_bits(msg: dict[str, Any]) -> None:
     """Formatting the reply for a forged id raised ValueError after the request was half done."""
     driver = _running_driver()
     fx = Effects()
-    driver.core.on_ctl(fx, msg)
+    driver.core.on_ctl(fx, typed("ctl", msg))
     [(key, answer)] = fx.replies
-    assert key == "r" and answer["errors"]
-    assert "-1: job is inactive or unknown" in answer["errors"]
+    assert key == "r" and answer.errors
+    assert "-1: job is inactive or unknown" in answer.errors
 
 
-@pytest.mark.parametrize("msg", [
-    {"t": "cancel-request", "ids": [1], "userid": -1},
-    {"t": "lost-ranks", "ranks": "0-"},
-    {"t": "hello"},
-])
-def test_malformed_control_requests_change_nothing(msg: dict[str, Any]) -> None:
-    """A negative requester would be written into events that replay refuses."""
+def test_malformed_control_requests_change_nothing() -> None:
+    """A negative requester would be written into events that replay refuses: the
+    decoder refuses it, and so does the core (for a message built in memory)."""
     driver = _running_driver()
     fx = Effects()
     before = _snapshot(driver.core, fx)
-    if msg["t"] == "hello":
-        with pytest.raises(proto.MessageError, match=r"^expected a 'exec' message"):
-            driver.core.on_exec(fx, msg)
-        with pytest.raises(proto.MessageError, match=r"^expected a 'new' message"):
-            driver.core.on_new(fx, msg)
-    else:
-        with pytest.raises(proto.MessageError):
-            driver.core.on_ctl(fx, msg)
+    with pytest.raises(proto.MessageError, match=r"Expected `int` >= 0 - at `\$.m\[0\].userid`"):
+        typed("ctl", {"t": "cancel-request", "ids": [1], "userid": -1})
+    with pytest.raises(proto.MessageError, match=r"'userid' must be >= 0"):
+        driver.core.on_ctl(fx, proto.CancelRequest(ids=[1], userid=-1))
+    with pytest.raises(proto.MessageError, match=r"^lost-ranks: "):
+        driver.core.on_ctl(fx, typed("ctl", {"t": "lost-ranks", "ranks": "0-"}))
+    # a message of another stream's type never reaches a handler
+    for stream in ("exec", "new", "ctl"):
+        with pytest.raises(proto.MessageError, match=r"Invalid value 'hello' - at `\$.m\[0\].t`"):
+            typed(stream, {"t": "hello"})
     assert _snapshot(driver.core, fx) == before
 
 
 @pytest.mark.parametrize(("fields", "message"), [
-    ({"info": [1]}, "new: 'info' must be an object"),
+    ({"info": [1]}, "jm:new: Expected `object`, got `array` - at `$.m[0].info`"),
     ({"info": {"dependencies": 5}}, "new: 'info' must be an object with a list"),
     ({"urgency": 99}, "new: submit: context.urgency: 99 is out of range 0..31"),
     ({"t_submit": -5}, "new: submit: timestamp must be a finite number >= 0"),
@@ -697,7 +781,7 @@ def test_malformed_new_job_is_refused(fields: dict[str, Any], message: str) -> N
     msg = {"t": "new", "id": 9, "userid": 1, "urgency": 16, "flags": 0, "t_submit": 1.0,
            **fields}
     with pytest.raises(proto.MessageError) as info:
-        core.on_new(Effects(), msg)
+        core.on_new(Effects(), typed("new", msg))
     assert str(info.value).startswith(message)
     assert core.jobs == {}
 
@@ -705,9 +789,14 @@ def test_malformed_new_job_is_refused(fields: dict[str, Any], message: str) -> N
 def test_deep_annotations_are_refused() -> None:
     """orjson reads 1024 levels but writes 254: the commit would have failed later."""
     driver = _running_driver()
+    doc = {"t": "alloc-response", "id": 3, "type": 1, "annotations": _deep(300)}
+    with pytest.raises(proto.MessageError, match=r"nested more than 32 levels"):
+        proto.decode_entry(proto.SCHED_RESPONSES, {proto.FIELD: json.dumps(
+            {"e": 1, "m": [doc]}).encode()})
+    # a message built in memory is checked by the core too
     with pytest.raises(proto.MessageError, match=r"nested too deeply"):
-        driver.core.on_sched(Effects(), 1, {"t": "alloc-response", "id": 3, "type": 1,
-                                            "annotations": _deep(300)})
+        driver.core.on_sched(Effects(), 1, proto.AllocResponse(id=3, type=1,
+                                                               annotations=_deep(300)))
 
 
 def test_journal_entry_missing_field() -> None:

@@ -12,6 +12,7 @@ import orjson
 import pytest
 import redis
 
+from fluxes import messages as proto
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store.client import Client
 from fluxes.store.instance import Instance, InstanceURI
@@ -24,17 +25,18 @@ class StreamClient:
         self.redis = fake_redis
         self.client = Client(Instance(InstanceURI.parse("redis://localhost/0"),
                                       client=fake_redis), user="alice")
-        monkeypatch.setattr(self.client, "_wait", self._answer)
+        monkeypatch.setattr(self.client, "_answers", self._answer)
 
     def requests(self) -> list[dict[str, Any]]:
         """Every request XADDed so far, as the ingest reads them."""
         stream = self.client.keys.submit("alice")
         return [orjson.loads(fields[b"d"]) for _id, fields in self.redis.xrange(stream)]
 
-    def _answer(self, reply_key: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
+    def _answer(self, reply_key: str, timeout: float, count: int = 1) -> list[proto.Reply]:
         [request] = [r for r in self.requests()
                      if reply_key == self.client.keys.reply("alice", r["req"])]
-        return [{"jobs": [{"id": 100 + i} for i in range(len(request["jobs"]))]}]
+        return [proto.Reply(jobs=[proto.JobResult(id=100 + i)
+                                  for i in range(len(request["jobs"]))])]
 
     def submitted(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Submit ``items``; return the job items the ingest would receive."""
@@ -60,7 +62,8 @@ def test_explicit_urgency_wins(stream_client: StreamClient) -> None:
     spec = Jobspec.from_command(["app"], urgency=3)
     jobs = stream_client.submitted([{"jobspec": spec, "urgency": 0},
                                     {"jobspec": spec, "urgency": 20, "flags": 0}])
-    assert [(job["urgency"], job.get("flags")) for job in jobs] == [(0, None), (20, 0)]
+    # flags 0 is the default: not on the wire
+    assert [(job["urgency"], job.get("flags")) for job in jobs] == [(0, None), (20, None)]
 
 
 def test_no_urgency_anywhere_leaves_it_to_the_instance(stream_client: StreamClient) -> None:

@@ -14,6 +14,7 @@ import orjson
 import pytest
 import yaml
 
+from fluxes import messages as proto
 from fluxes.config import IngestLimits, InstanceConfig
 from fluxes.domain.jm.submission import MAX_TOTAL, prepare_job
 from fluxes.errors import ConfigError, JobspecError, PolicyError
@@ -199,16 +200,16 @@ def _submit_checker(cfg: InstanceConfig) -> IngestWorker:
 
 def test_jobs_per_request_limit() -> None:
     worker = _submit_checker(config(max_jobs_per_request=3))
-    request = {"t": "submit", "req": "r1", "jobs": [{"jobspec": spec()}] * 4}
+    request = proto.SubmitJobs(req="r1", jobs=[proto.SubmitItem(jobspec=spec())] * 4)
     answer = worker._submit(request, "owner", OWNER, {}, {})
-    assert answer == {"errors": ["request has 4 jobs, the limit is 3"]}
+    assert answer == proto.Reply(errors=["request has 4 jobs, the limit is 3"])
 
 
 def test_jobs_per_request_default() -> None:
     worker = _submit_checker(InstanceConfig())
-    request = {"t": "submit", "req": "r1", "jobs": [{}] * 10_001}
+    request = proto.SubmitJobs(req="r1", jobs=[proto.SubmitItem()] * 10_001)
     answer = worker._submit(request, "owner", OWNER, {}, {})
-    assert answer == {"errors": ["request has 10001 jobs, the limit is 10000"]}
+    assert answer == proto.Reply(errors=["request has 10001 jobs, the limit is 10000"])
 
 
 # -- a jobspec file over the limit (read by the client, only max_bytes + 1 of it) ------------

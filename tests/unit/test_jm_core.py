@@ -24,6 +24,18 @@ class Clock:
         return self.now
 
 
+#: the stream whose messages each handler of the core takes
+CHANNELS: dict[str, Any] = {"on_new": proto.NEW_JOBS, "on_sched": proto.SCHED_RESPONSES,
+                            "on_exec": proto.EXEC_EVENTS, "on_ctl": proto.CONTROL}
+
+
+def _typed(fn: Any, arg: Any) -> Any:
+    """A dict message as the worker hands it to ``fn``: decoded from its stream."""
+    if not isinstance(arg, dict):
+        return arg
+    return proto.convert(CHANNELS[fn.__name__], arg)
+
+
 class Harness:
     """Drives a core, checks every step's events replay on a replica, keeps the log."""
 
@@ -40,7 +52,7 @@ class Harness:
 
     def step(self, fn: Any, *args: Any) -> Effects:
         fx = Effects()
-        fn(fx, *args)
+        fn(fx, *[_typed(fn, a) for a in args])
         for jobid, ops in fx.ops.items():
             rec = self.replica.get(jobid)
             if rec is not None and jobid in fx.base_seq:
@@ -53,10 +65,10 @@ class Harness:
                     rec = apply_record(rec, jobid, op[1])
             assert rec is not None
             self.replica[jobid] = rec
-        self.sched += fx.sched
+        self.sched += [proto.to_builtins(m) for m in fx.sched]
         for rank, msgs in fx.exec.items():
-            self.exec.setdefault(rank, []).extend(msgs)
-        self.replies += [payload for _key, payload in fx.replies]
+            self.exec.setdefault(rank, []).extend(proto.to_builtins(m) for m in msgs)
+        self.replies += [proto.to_builtins(payload) for _key, payload in fx.replies]
         self.hsets.update(fx.hsets)
         return fx
 

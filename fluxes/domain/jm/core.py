@@ -42,6 +42,33 @@ from fluxes.formats.idset import IDSet
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.formats.jobid import encode as encode_id
 from fluxes.formats.rset import MAX_RANKS
+from fluxes.messages import (
+    Alloc,
+    AllocResponse,
+    CancelRequest,
+    Control,
+    ExecReport,
+    ExecRequest,
+    Free,
+    FreeResponse,
+    HeldJob,
+    Hello,
+    HelloReply,
+    Kill,
+    LostRanks,
+    New,
+    Prioritize,
+    QueuesChanged,
+    RaiseRequest,
+    Ready,
+    Reply,
+    Reset,
+    SchedError,
+    SchedRequest,
+    SchedResponse,
+    Start,
+    UrgencyRequest,
+)
 
 #: Input reference: (stream key, message id), acknowledged when its effects are written.
 Ack = tuple[str, bytes]
@@ -91,19 +118,21 @@ class Effects:
     ops: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
     #: eventlog length of each job before this step's first event
     base_seq: dict[int, int] = field(default_factory=dict)
-    sched: list[dict[str, Any]] = field(default_factory=list)
-    exec: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-    replies: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    sched: list[SchedRequest] = field(default_factory=list)
+    exec: dict[int, list[ExecRequest]] = field(default_factory=dict)
+    replies: list[tuple[str, Reply]] = field(default_factory=list)
     hsets: dict[int, dict[str, str]] = field(default_factory=dict)
     #: exec progress per job not yet told by events (None: forget it), so a
     #: restarted job manager does not lose which ranks already reported
     progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
+    #: records of inputs refused (the worker's dead letters), written with their acks
+    dead_letters: list[dict[str, bytes | str]] = field(default_factory=list)
     sched_epoch: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.ops or self.sched or self.exec or self.replies or self.hsets
-                    or self.progress or self.acks)
+                    or self.progress or self.acks or self.dead_letters)
 
     @property
     def nevents(self) -> int:
@@ -184,7 +213,7 @@ class JobManagerCore:
         """
         now = self.clock()
         self.session = SchedSession()
-        fx.sched.append({"t": "reset"})
+        fx.sched.append(Reset())
         for act in list(self.jobs.values()):
             if act.job.state is _SCHED:
                 self._post(fx, act, ev.FluxRestart(timestamp=now))
@@ -219,21 +248,20 @@ class JobManagerCore:
 
     # ------------------------------------------------------------ new jobs
 
-    def on_new(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
+    def on_new(self, fx: Effects, msg: New, ack: Ack | None = None) -> None:
         """A job the ingest created (its submit and validate are in the journal).
 
         Raises MessageError, changing nothing, for a message that does not
         describe a submit the journal could hold.
         """
-        _expect(msg, "new")
-        jobid = _check_jobid(msg["id"])
-        info = msg.get("info") or {}
-        if not isinstance(info, dict) or not isinstance(info.get("dependencies", []), list):
+        jobid = _check_jobid(msg.id)
+        info = msg.info
+        if not isinstance(info.get("dependencies", []), list):
             raise proto.MessageError("new: 'info' must be an object with a list of dependencies")
         try:
             # the checks replay applies to the submit event the ingest wrote
-            submit = ev.decode("submit", msg["t_submit"], {
-                "urgency": msg["urgency"], "userid": msg["userid"], "flags": msg["flags"],
+            submit = ev.decode("submit", msg.t_submit, {
+                "urgency": msg.urgency, "userid": msg.userid, "flags": msg.flags,
                 "version": 1})
         except ev.EventError as exc:
             raise proto.MessageError(f"new: {exc}") from None
@@ -339,14 +367,14 @@ class JobManagerCore:
             # them started): kill, and wait until every rank has released.
             if not act.kill_sent and act.ranks is not None:
                 act.kill_sent = True
+                kill = Kill(id=act.rec.id, signal=KILL_SIGNAL)
                 for rank in act.ranks:
-                    fx.exec.setdefault(rank, []).append(
-                        {"t": "kill", "id": act.rec.id, "signal": KILL_SIGNAL})
+                    fx.exec.setdefault(rank, []).append(kill)
             return
         if job.free_owed:
             if job.can_free and not act.free_sent and self.session.ready:
                 act.free_sent = True
-                fx.sched.append({"t": "free", "id": act.rec.id})
+                fx.sched.append(Free(id=act.rec.id))
             return
         if job.can_clean:
             self._post(fx, act, ev.Clean(timestamp=self.clock()))
@@ -379,8 +407,7 @@ class JobManagerCore:
         """Send alloc requests for waiting jobs, best first, as the ready mode allows."""
         session = self.session
         if self._prioritize and session.ready:
-            fx.sched.append({"t": "prioritize",
-                             "jobs": [[j, p] for j, p in self._prioritize.items()]})
+            fx.sched.append(Prioritize(jobs=list(self._prioritize.items())))
             self._prioritize = {}
         while self._waiting and session.may_send():
             neg_prio, t_submit, jobid = heapq.heappop(self._waiting)
@@ -403,25 +430,24 @@ class JobManagerCore:
             act.cancel_sent = False
             session.outstanding += 1
             job = act.job
-            fx.sched.append({"t": "alloc", "id": jobid, "priority": job.priority,
-                             "userid": job.userid, "t_submit": job.t_submit,
-                             "queue": queue or None})
+            fx.sched.append(Alloc(id=jobid, priority=job.priority or 0, userid=job.userid,
+                                  t_submit=job.t_submit, queue=queue or None))
 
     def _send_cancel(self, fx: Effects, act: Active) -> None:
         # Not while suspended: the next hello forgets every outstanding
         # request, which settles the job as a CANCEL response would.
         if act.alloc_epoch is not None and not act.cancel_sent and self.session.ready:
             act.cancel_sent = True
-            fx.sched.append({"t": "cancel", "id": act.rec.id})
+            fx.sched.append(proto.Cancel(id=act.rec.id))
 
     def _send_start(self, fx: Effects, act: Active) -> None:
         if act.ranks is None:
             return
         act.start_sent = True
         jobid = act.rec.id
-        ranks = str(act.ranks)
+        start = Start(id=jobid, ranks=str(act.ranks))
         for rank in act.ranks:
-            fx.exec.setdefault(rank, []).append({"t": "start", "id": jobid, "ranks": ranks})
+            fx.exec.setdefault(rank, []).append(start)
 
     def _arm_timelimit(self, act: Active) -> None:
         """Set the job's time-limit timer (from its alloc time) once."""
@@ -435,41 +461,36 @@ class JobManagerCore:
 
     # ------------------------------------------------------------ scheduler messages
 
-    def on_sched(self, fx: Effects, epoch: int, msg: Mapping[str, Any]) -> None:
+    def on_sched(self, fx: Effects, epoch: int, msg: SchedResponse) -> None:
         """One RFC 27 message from the scheduler (acks are the caller's)."""
-        kind = msg["t"]
         session = self.session
-        if kind == "hello":
+        if isinstance(msg, Hello):
             self._on_hello(fx, epoch)
             return
         if epoch != session.epoch:
             return  # an older scheduler's message: ignored (RFC 27 epochs)
-        if kind == "error":
-            note = msg.get("note")
-            what = f" (job {_show_id(msg['id'])})" if isinstance(msg.get("id"), int) else ""
-            self.suspend(f"scheduler error{what}: {note[:200]}"
-                         if isinstance(note, str) and note else f"scheduler error{what}")
-        elif kind == "ready":
-            if session.suspended is not None:
-                return  # RFC 27: only a new hello (a new epoch) resumes scheduling
-            mode = msg.get("mode")
-            if mode not in proto.MODES:
-                return
-            session.ready = True
-            session.mode = str(mode)
-            limit = msg.get("limit")
-            session.limit = limit if isinstance(limit, int) and limit > 0 else 1
-            for each in list(self.jobs.values()):
-                self._advance(fx, each)  # frees owed, allocs wanted
-            self.pump(fx)
-        elif kind == "alloc-response":
-            self._on_alloc_response(fx, epoch, msg)
-        elif kind == "free-response":
-            act = self.jobs.get(msg["id"])
-            if act is not None and act.free_sent and act.job.has_resources:
-                self._post(fx, act, ev.Free(timestamp=self.clock()))
-                self._advance(fx, act)
-                self.pump(fx)  # the freed job may have released dependents
+        match msg:
+            case SchedError(note=note, id=jobid):
+                what = f" (job {_show_id(jobid)})" if jobid is not None else ""
+                self.suspend(f"scheduler error{what}: {note[:200]}"
+                             if note else f"scheduler error{what}")
+            case Ready(mode=mode, limit=limit):
+                if session.suspended is not None:
+                    return  # RFC 27: only a new hello (a new epoch) resumes scheduling
+                session.ready = True
+                session.mode = mode
+                session.limit = limit if limit > 0 else 1
+                for each in list(self.jobs.values()):
+                    self._advance(fx, each)  # frees owed, allocs wanted
+                self.pump(fx)
+            case AllocResponse():
+                self._on_alloc_response(fx, epoch, msg)
+            case FreeResponse(id=jobid):
+                act = self.jobs.get(jobid)
+                if act is not None and act.free_sent and act.job.has_resources:
+                    self._post(fx, act, ev.Free(timestamp=self.clock()))
+                    self._advance(fx, act)
+                    self.pump(fx)  # the freed job may have released dependents
 
     def suspend(self, why: str) -> bool:
         """Stop talking to the scheduler until the next hello (RFC 27 "Finalization").
@@ -514,7 +535,7 @@ class JobManagerCore:
         session.suspended = None
         session.outstanding = 0
         self._prioritize = {}
-        alloc = []
+        alloc: list[HeldJob] = []
         for act in self.jobs.values():
             if act.alloc_epoch is not None:
                 act.alloc_epoch = None
@@ -524,32 +545,30 @@ class JobManagerCore:
             act.free_sent = False
             job = act.job
             if job.has_resources:
-                held: dict[str, Any] = {"id": act.rec.id, "priority": job.priority or 0,
-                                        "userid": job.userid}
-                if act.ranks is not None:
-                    # lets the scheduler keep these ranks out of use should the
-                    # job's stored R be unreadable
-                    held["ranks"] = str(act.ranks)
-                alloc.append(held)
-        fx.sched.append({"t": "hello-reply", "alloc": alloc})
+                # the ranks let the scheduler keep them out of use should the
+                # job's stored R be unreadable
+                alloc.append(HeldJob(id=act.rec.id, priority=job.priority or 0,
+                                     userid=job.userid,
+                                     ranks=None if act.ranks is None else str(act.ranks)))
+        fx.sched.append(HelloReply(alloc=alloc))
         fx.sched_epoch = epoch
         # jobs canceled while their request was with the old scheduler can finish now
         for act in list(self.jobs.values()):
             if act.job.state is _CLEANUP:
                 self._advance(fx, act)
 
-    def _on_alloc_response(self, fx: Effects, epoch: int, msg: Mapping[str, Any]) -> None:
-        act = self.jobs.get(msg["id"])
+    def _on_alloc_response(self, fx: Effects, epoch: int, msg: AllocResponse) -> None:
+        act = self.jobs.get(msg.id)
         if act is None or act.alloc_epoch != epoch:
             return  # not asked for (or already answered)
-        kind = msg["type"]
-        ann = msg.get("annotations")
-        if isinstance(ann, dict) and not _encodable(ann):
+        kind = msg.type
+        ann = msg.annotations
+        if ann is not None and not _encodable(ann):
             raise proto.MessageError("alloc-response: annotations cannot be stored "
                                      "(nested too deeply)")
-        ranks = msg.get("ranks")
+        ranks = msg.ranks
         granted: IDSet | None = None
-        if kind == proto.ALLOC_SUCCESS and isinstance(ranks, str):
+        if kind == proto.ALLOC_SUCCESS and ranks is not None:
             # checked before anything changes: a bad message is refused whole
             try:
                 granted = IDSet(ranks)
@@ -560,72 +579,65 @@ class JobManagerCore:
                                          f"1 to {MAX_RANKS} ranks")
         now = self.clock()
         if kind == proto.ALLOC_ANNOTATE:
-            if isinstance(ann, dict):
+            if ann is not None:
                 self._annotate(fx, act, ann)
             return
         act.alloc_epoch = None
         self.session.outstanding = max(0, self.session.outstanding - 1)
         if kind == proto.ALLOC_SUCCESS:
             merged = act.rec.job.annotations
-            if isinstance(ann, dict):
+            if ann is not None:
                 merged = merge_annotations(merged, ann)
             extra: dict[str, Any] = {}
             if granted is not None:
                 extra["ranks"] = ranks
                 act.ranks = granted
-            nodelist = msg.get("nodelist")
-            if isinstance(nodelist, str):
-                extra["nodelist"] = nodelist
+            if msg.nodelist is not None:
+                extra["nodelist"] = msg.nodelist
             self._post(fx, act, ev.Alloc(timestamp=now, annotations=dict(merged) if merged
                                          else None), extra or None)
         elif kind == proto.ALLOC_DENY:
-            note = msg.get("note")
+            note = msg.note
             self._post(fx, act, ev.JobException(
                 timestamp=now, type="alloc", severity=0,
-                note=note if isinstance(note, str) else "resources can never be allocated"))
-        elif kind == proto.ALLOC_CANCEL:
-            pass  # the cancel we asked for: the job is in CLEANUP, or its queue stopped
-        else:
-            return
+                note=note if note is not None else "resources can never be allocated"))
+        # else CANCEL: the cancel we asked for: the job is in CLEANUP, or its queue stopped
         self._advance(fx, act)
         self.pump(fx)
 
     # ------------------------------------------------------------ exec messages
 
-    def on_exec(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
+    def on_exec(self, fx: Effects, msg: ExecReport, ack: Ack | None = None) -> None:
         """Per-rank progress from an exec worker.
 
         Progress that no event records yet (some ranks reported, not all) is
         saved with the commit (``fx.progress``), so the input can be
         acknowledged at once and a restarted job manager still knows it.
         """
-        _expect(msg, "exec")
         if ack is not None:
             fx.acks.append(ack)
-        act = self.jobs.get(msg["id"])
+        act = self.jobs.get(msg.id)
         if act is None or act.ranks is None or not act.job.has_resources:
             return  # nothing to do: the job is gone or not running
-        rank = msg["rank"]
+        rank = msg.rank
         if rank not in act.ranks:
             return  # not one of the job's ranks: it must not count towards them
         now = self.clock()
         nranks = len(act.ranks)
-        error = msg.get("error")
-        status = msg.get("status")
-        if isinstance(status, int) and not isinstance(status, bool) \
-                and not 0 <= status <= 0xFFFF:
+        error = msg.error
+        status = msg.status
+        if status is not None and not 0 <= status <= 0xFFFF:
             # no wait(2) status: the finish event could not hold it, so fail the job
-            error = error if isinstance(error, str) and error else \
-                f"rank {rank} reported an invalid wait status"
+            error = error or f"rank {rank} reported an invalid wait status"
             status = None
         # an error earlier than this report stops the start; one in this
         # report comes after it (as flux's shell: start, then "start failed")
         error_before = act.exec_error
-        if msg.get("started"):
+        if msg.started:
             act.exec_started.add(rank)
-        if isinstance(status, int) and not isinstance(status, bool):
+        if status is not None:
             act.exec_finished[rank] = status
-        if msg.get("released"):
+        if msg.released:
             act.exec_released.add(rank)
             if rank in act.exec_started and rank not in act.exec_finished:
                 # It ran but its status is lost (its processes died with the
@@ -636,7 +648,7 @@ class JobManagerCore:
         if (not job.started and len(act.exec_started) >= nranks and not error_before
                 and job.state & JobState.RUNNING):
             self._post(fx, act, ev.Start(timestamp=now))
-        if isinstance(error, str) and error and not act.exec_error:
+        if error and not act.exec_error:
             act.exec_error = True
             self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
                                                 note=error))
@@ -657,44 +669,40 @@ class JobManagerCore:
 
     # ------------------------------------------------------------ user requests
 
-    def on_ctl(self, fx: Effects, msg: Mapping[str, Any], ack: Ack | None = None) -> None:
-        """A forwarded user request (cancel, urgency, raise) or a queue change."""
-        kind = msg["t"]
-        userid = msg.get("userid")
-        if isinstance(userid, int) and userid < 0:
+    def on_ctl(self, fx: Effects, msg: Control, ack: Ack | None = None) -> None:
+        """A forwarded user request (cancel, urgency, raise), lost ranks or a queue change."""
+        userid = getattr(msg, "userid", 0)
+        if userid < 0:
             # events record the requester's userid, and replay refuses a negative one
-            raise proto.MessageError(f"{kind}: 'userid' must be >= 0")
+            # (decoding refuses it already; this guards messages built in memory)
+            raise proto.MessageError("control request: 'userid' must be >= 0")
         lost = None
-        if kind == "lost-ranks":
+        if isinstance(msg, LostRanks):
             try:
-                lost = IDSet(msg["ranks"])
+                lost = IDSet(msg.ranks)
             except ValueError as exc:
                 raise proto.MessageError(f"lost-ranks: {exc}") from None
         if ack is not None:
             fx.acks.append(ack)
-        reply = msg.get("reply")
-        if kind == "cancel-request":
-            answer = self._raise_many(fx, msg["ids"], msg["userid"], "cancel", 0,
-                                      str(msg.get("note") or ""))
-        elif kind == "raise":
-            answer = self._raise_many(fx, msg["ids"], msg["userid"], msg["type"],
-                                      msg["severity"], str(msg.get("note") or ""))
-        elif kind == "urgency-request":
-            answer = self._urgency(fx, msg["id"], msg["urgency"], msg["userid"])
-        elif lost is not None:
-            answer = self._lost_ranks(fx, lost)
-        elif kind == "queues":
-            stopped = msg.get("stopped")
-            if isinstance(stopped, list):
-                self.set_stopped_queues(fx, {q for q in stopped if isinstance(q, str)})
-            answer = {"ok": True}
-        else:
-            answer = {"error": f"unknown request {kind!r}"}
-        if isinstance(reply, str) and reply:
-            fx.replies.append((reply, answer))
+        match msg:
+            case CancelRequest(ids=ids, userid=userid, note=note):
+                answer = self._raise_many(fx, ids, userid, "cancel", 0, note)
+            case RaiseRequest(ids=ids, userid=userid, type=etype, severity=severity, note=note):
+                answer = self._raise_many(fx, ids, userid, etype, severity, note)
+            case UrgencyRequest(id=jobid, urgency=urgency, userid=userid):
+                answer = self._urgency(fx, jobid, urgency, userid)
+            case QueuesChanged(stopped=stopped):
+                if stopped is not None:
+                    self.set_stopped_queues(fx, set(stopped))
+                answer = Reply(ok=[])
+            case LostRanks():
+                assert lost is not None
+                answer = self._lost_ranks(fx, lost)
+        if msg.reply:
+            fx.replies.append((msg.reply, answer))
         self.pump(fx)
 
-    def _lost_ranks(self, fx: Effects, lost: IDSet) -> dict[str, Any]:
+    def _lost_ranks(self, fx: Effects, lost: IDSet) -> Reply:
         """Exec workers of ``lost`` are gone: fail their jobs and count those ranks as done.
 
         No exec worker will ever report on them, so the job manager reports
@@ -710,8 +718,7 @@ class JobManagerCore:
                 # Waits in the rank's stream until its exec worker is back, so
                 # tasks still running behind a network partition are stopped
                 # before their cores are handed out again.
-                fx.exec.setdefault(rank, []).append(
-                    {"t": "kill", "id": act.rec.id, "signal": KILL_SIGNAL})
+                fx.exec.setdefault(rank, []).append(Kill(id=act.rec.id, signal=KILL_SIGNAL))
             if act.job.fatal is None:
                 self._post(fx, act, ev.JobException(
                     timestamp=now, type="node-failure", severity=0,
@@ -722,17 +729,14 @@ class JobManagerCore:
                     act.exec_finished.setdefault(rank, LOST_WAIT_STATUS)
                 act.exec_released.add(rank)
             failed.append(act.rec.id)
-            self.on_exec(fx, {"t": "exec", "id": act.rec.id, "rank": next(iter(gone))})
-        return {"ok": failed}
+            self.on_exec(fx, ExecReport(id=act.rec.id, rank=next(iter(gone))))
+        return Reply(ok=failed)
 
-    def _raise_many(self, fx: Effects, ids: list[Any], userid: int, kind: str,
-                    severity: int, note: str) -> dict[str, Any]:
+    def _raise_many(self, fx: Effects, ids: list[int], userid: int, kind: str,
+                    severity: int, note: str) -> Reply:
         errors = []
         done = []
         for jobid in ids:
-            if not isinstance(jobid, int) or isinstance(jobid, bool):
-                errors.append(f"{jobid!r}: not a job id")
-                continue
             act = self.jobs.get(jobid)
             if act is None or act.job.state is _INACTIVE:
                 errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
@@ -749,12 +753,12 @@ class JobManagerCore:
                 userid=context.get("userid")))
             self._advance(fx, act)
             done.append(jobid)
-        return {"ok": done, "errors": errors}
+        return Reply(ok=done, errors=errors)
 
-    def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> dict[str, Any]:
+    def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> Reply:
         act = self.jobs.get(jobid)
         if act is None:
-            return {"errors": [f"{_show_id(jobid)}: job is inactive or unknown"]}
+            return Reply(errors=[f"{_show_id(jobid)}: job is inactive or unknown"])
         job = act.job
         try:
             check_urgency_change(urgency, userid, job.userid, userid == self.owner_uid,
@@ -762,11 +766,11 @@ class JobManagerCore:
             if not job.state & JobState.PENDING:
                 raise PolicyError("urgency cannot be changed once resources are allocated")
         except PolicyError as exc:
-            return {"errors": [f"{_show_id(jobid)}: {exc}"]}
+            return Reply(errors=[f"{_show_id(jobid)}: {exc}"])
         old = job.urgency
         self._post(fx, act, ev.Urgency(timestamp=self.clock(), urgency=urgency, userid=userid))
         self._advance(fx, act)
-        return {"ok": [jobid], "old": old}
+        return Reply(ok=[jobid], old=old)
 
     def set_stopped_queues(self, fx: Effects, stopped: set[str]) -> None:
         """Apply queue start/stop: stopped queues get no alloc requests (pending ones canceled)."""
@@ -808,12 +812,6 @@ class JobManagerCore:
             self._advance(fx, act)
         self._dependency_actions(fx, self.deps.due(now))
         self.pump(fx)
-
-
-def _expect(msg: Mapping[str, Any], kind: str) -> None:
-    """MessageError unless ``msg`` is of type ``kind`` (a message on the wrong stream)."""
-    if msg.get("t") != kind:
-        raise proto.MessageError(f"expected a {kind!r} message, got {msg.get('t')!r:.40}")
 
 
 def _check_jobid(jobid: int) -> int:

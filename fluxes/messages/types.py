@@ -1,0 +1,324 @@
+"""One definition per message type, per stream (docs/protocol.md describes the wire format).
+
+Every message is a frozen :class:`msgspec.Struct` whose JSON object carries
+its type in ``t`` (a tagged union per stream), so decoding and validating
+are one step: a value of the wrong type fails at its first byte, before
+anything walks it. Keys a reader does not know are skipped (extensions);
+fields equal to their default are left out when encoding.
+
+Free-form parts (annotations, a new job's ``info``, submitted jobspecs) are
+``dict[str, Any]``: their size and depth are bounded by the entry's bounds
+(:mod:`fluxes.messages.bounds`), checked before parsing.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+
+#: A user id as events record it (replay refuses a negative one).
+UserId = Annotated[int, msgspec.Meta(ge=0)]
+
+ALLOC_SUCCESS: Final = 0
+ALLOC_ANNOTATE: Final = 1
+ALLOC_DENY: Final = 2
+ALLOC_CANCEL: Final = 3
+#: RFC 27 ready modes: one outstanding alloc request, any number, or ``limit``.
+Mode = Literal["single", "unlimited", "limited"]
+MODES: tuple[Mode, ...] = ("single", "unlimited", "limited")
+
+
+class Message(msgspec.Struct, tag_field="t", frozen=True, kw_only=True, omit_defaults=True):
+    """Base of every message: its type is the ``t`` key of its JSON object."""
+
+
+# -- scheduler -> job manager ({p}:sched:resp) ------------------------------------------
+
+
+class Hello(Message, tag="hello", frozen=True):
+    """A scheduler starts the session of epoch ``e`` (RFC 27 ``sched-hello``)."""
+
+
+class Ready(Message, tag="ready", frozen=True):
+    """The scheduler has recovered the held allocations (RFC 27 ``sched-ready``)."""
+
+    mode: Mode
+    limit: int = 0
+
+
+class AllocResponse(Message, tag="alloc-response", frozen=True):
+    """Answer to an alloc request: SUCCESS (0, with ``ranks``), ANNOTATE, DENY or CANCEL."""
+
+    id: int
+    type: Literal[0, 1, 2, 3]
+    annotations: dict[str, Any] | None = None
+    note: str | None = None
+    ranks: str | None = None
+    nodelist: str | None = None
+
+
+class FreeResponse(Message, tag="free-response", frozen=True):
+    """The scheduler took a job's resources back."""
+
+    id: int
+
+
+class SchedError(Message, tag="error", frozen=True):
+    """The scheduler cannot go on (RFC 27 error response or disconnect)."""
+
+    note: str | None = None
+    id: int | None = None
+
+
+SchedResponse = Hello | Ready | AllocResponse | FreeResponse | SchedError
+
+
+# -- job manager -> scheduler ({p}:sched:req) -------------------------------------------
+
+
+class HeldJob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A job holding resources, as the hello reply lists it."""
+
+    id: int
+    priority: int = 0
+    userid: int = 0
+    #: its ranks, so the scheduler can keep them out of use if its R is unreadable
+    ranks: str | None = None
+
+
+class HelloReply(Message, tag="hello-reply", frozen=True):
+    """Every job holding resources (the answer to ``hello``)."""
+
+    alloc: list[HeldJob]
+
+
+class Alloc(Message, tag="alloc", frozen=True):
+    """Request resources for a job (RFC 27 ``sched.alloc``)."""
+
+    id: int
+    priority: int
+    userid: int
+    t_submit: float = 0.0
+    queue: str | None = None
+
+
+class Cancel(Message, tag="cancel", frozen=True):
+    """Withdraw a job's outstanding alloc request."""
+
+    id: int
+
+
+class Prioritize(Message, tag="prioritize", frozen=True):
+    """New priorities of jobs whose alloc requests are outstanding: [[id, priority]]."""
+
+    jobs: list[tuple[int, int]]
+
+
+class Free(Message, tag="free", frozen=True):
+    """Give a job's resources back."""
+
+    id: int
+
+
+class Reset(Message, tag="reset", frozen=True):
+    """The job manager restarted: start a new epoch with a hello (ours, not RFC 27)."""
+
+
+SchedRequest = HelloReply | Alloc | Cancel | Prioritize | Free | Reset
+
+
+# -- job manager -> exec ({ns}:exec:rank:<r>) and back ({p}:exec:events) -----------------
+
+
+class Start(Message, tag="start", frozen=True):
+    """Start a job's tasks on this rank (``ranks`` are all of the job's ranks)."""
+
+    id: int
+    ranks: str
+
+
+class Kill(Message, tag="kill", frozen=True):
+    """Signal a job's tasks on this rank."""
+
+    id: int
+    signal: int
+
+
+ExecRequest = Start | Kill
+
+
+class ExecReport(Message, tag="exec", frozen=True):
+    """Cumulative progress of one job on one rank."""
+
+    id: int
+    rank: int
+    started: bool = False
+    status: int | None = None
+    released: bool = False
+    error: str | None = None
+
+
+# -- ingest -> job manager ({p}:jm:new) ------------------------------------------------
+
+
+class New(Message, tag="new", frozen=True):
+    """A job the ingest stored (its submit and validate events are in the journal)."""
+
+    id: int
+    userid: int
+    urgency: int
+    flags: int
+    t_submit: float
+    #: the journal extras of its submit event (name, counts, queue, dependencies...)
+    info: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+# -- ingest, scheduler, CLI -> job manager ({p}:jm:ctl) ----------------------------------
+
+
+class CancelRequest(Message, tag="cancel-request", frozen=True):
+    """A user's cancel, forwarded with the authenticated userid."""
+
+    ids: list[int]
+    userid: UserId
+    note: str = ""
+    reply: str | None = None
+
+
+class RaiseRequest(Message, tag="raise", frozen=True):
+    """An exception raised on jobs by a user, or by the scheduler as the owner."""
+
+    ids: list[int]
+    userid: UserId
+    type: str
+    severity: int
+    note: str = ""
+    reply: str | None = None
+
+
+class UrgencyRequest(Message, tag="urgency-request", frozen=True):
+    """A user's urgency change, forwarded with the authenticated userid."""
+
+    id: int
+    urgency: int
+    userid: UserId
+    reply: str | None = None
+
+
+class QueuesChanged(Message, tag="queues", frozen=True):
+    """Queue admin states changed: re-read them (``stopped`` is filled in by the reader)."""
+
+    stopped: list[str] | None = None
+    reply: str | None = None
+
+
+class LostRanks(Message, tag="lost-ranks", frozen=True):
+    """Exec workers of ``ranks`` stopped heart-beating: their jobs fail."""
+
+    ranks: str
+    reply: str | None = None
+
+
+Control = CancelRequest | RaiseRequest | UrgencyRequest | QueuesChanged | LostRanks
+
+
+# -- users -> ingest ({ns}:submit:<user>), one request per entry ---------------------------
+
+
+class SubmitItem(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One job of a submit request: a jobspec object, or its YAML (or JSON) text."""
+
+    jobspec: dict[str, Any] | None = None
+    yaml: str | None = None
+    urgency: int | None = None
+    flags: int = 0
+
+
+class UserRequest(Message, frozen=True):
+    """Base of user requests: ``req`` names the reply list ``{ns}:reply:<user>:<req>``."""
+
+    req: str
+
+
+class SubmitJobs(UserRequest, tag="submit", frozen=True):
+    """Submit jobs."""
+
+    jobs: list[SubmitItem] = msgspec.field(default_factory=list)
+
+
+class CancelJobs(UserRequest, tag="cancel", frozen=True):
+    """Cancel jobs."""
+
+    ids: list[int]
+    note: str = ""
+
+
+class SetUrgency(UserRequest, tag="urgency", frozen=True):
+    """Change a job's urgency."""
+
+    id: int
+    urgency: int
+
+
+class RaiseOnJobs(UserRequest, tag="raise", frozen=True):
+    """Raise an exception on jobs (``flux job raise``)."""
+
+    ids: list[int]
+    type: str = "exception"
+    severity: int = 0
+    note: str = ""
+
+
+Request = SubmitJobs | CancelJobs | SetUrgency | RaiseOnJobs
+
+
+class JobResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The fate of one submitted job: its id, or the one-line reason it was refused."""
+
+    id: int | None = None
+    error: str | None = None
+
+
+class Reply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The answer a client BLPOPs from ``{ns}:reply:<user>:<req>``.
+
+    A submit is answered with ``jobs`` (one result per job, in order) or a
+    request-wide ``errors``; control requests with the ``ok`` ids, ``errors``
+    lines, and (urgency) the ``old`` urgency.
+    """
+
+    jobs: list[JobResult] | None = None
+    ok: list[int] | None = None
+    errors: list[str] | None = None
+    old: int | None = None
+
+
+class SubmitReqId(msgspec.Struct):
+    """Only the ``req`` of a request: enough to answer one that failed to decode."""
+
+    req: str
+
+
+# -- resource events ({ns}:resource:events), one per entry -------------------------------
+
+
+class ResourceEvent(msgspec.Struct, tag_field="t", frozen=True, kw_only=True,
+                    omit_defaults=True):
+    """Base of drain/undrain events of execution targets."""
+
+    ranks: str
+    reason: str = ""
+    auto: bool = False
+    timestamp: float = 0.0
+
+
+class Drain(ResourceEvent, tag="drain", frozen=True):
+    """Give the ranks no new work."""
+
+
+class Undrain(ResourceEvent, tag="undrain", frozen=True):
+    """Return the ranks to service."""
+
+
+ResourceChange = Drain | Undrain
