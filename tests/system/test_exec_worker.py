@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -22,6 +23,8 @@ from fluxes.formats import jobid as fjobid
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.redis_server import RedisServer
+from fluxes.store import exec_streams
+from fluxes.store.exec_streams import ExecStreams, entries
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import GROUP_EXEC, Keys
 from workers.exec import LOST_ERROR, ExecWorker, Outbox
@@ -537,3 +540,67 @@ def test_kill_grace_comes_from_the_instance_configuration(harness: Harness) -> N
     assert worker.kill_grace == 0.2
     harness.kill(42)
     assert harness.final(42, timeout=20)["status"] == 9  # SIGKILL after 0.2 s, not 5 s
+
+
+# ----------------------------------------------------------------------------- the waker
+
+
+def _readable(fd: int, timeout_ms: int) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(timeout_ms))
+
+
+def _blocked(client: redis.Redis) -> bool:
+    return any("b" in c.get("flags", "") for c in client.client_list())
+
+
+def test_waker_answers_through_its_pipe(real_redis: redis.Redis) -> None:
+    streams = ExecStreams(real_redis, KEYS, [0])
+    streams.load()  # creates the group
+    waker = streams.waker()
+    try:
+        waker.arm({KEYS.exec_rank(0): ">"}, "rank0")
+        assert not _readable(waker.fileno(), 0)  # nothing yet
+        real_redis.xadd(KEYS.exec_rank(0), proto.encode([{"t": "kill", "id": 1, "signal": 9}]))
+        assert _readable(waker.fileno(), 10_000)
+        got = entries(waker.consume())
+        assert [proto.decode(fields)[1] for _id, fields in got] == [
+            [{"t": "kill", "id": 1, "signal": 9}]]
+        assert not waker.outstanding and not _readable(waker.fileno(), 0)
+    finally:
+        waker.close()
+
+
+def test_closing_the_waker_ends_its_read_and_delivers_nothing(
+        real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(exec_streams, "WAKE_BLOCK_MS", 600_000)  # only an unblock ends it
+    streams = ExecStreams(real_redis, KEYS, [0])
+    streams.load()
+    waker = streams.waker()
+    waker.arm({KEYS.exec_rank(0): ">"}, "rank0")
+    thread = waker.thread
+    assert thread is not None
+    deadline = time.monotonic() + 10
+    while not _blocked(real_redis):  # the read is out, the helper waits for its answer
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    waker.close()
+    assert not thread.is_alive()  # its read ended: nothing can be delivered to it any more
+    real_redis.xadd(KEYS.exec_rank(0), proto.encode([{"t": "kill", "id": 2, "signal": 9}]))
+    assert real_redis.xpending(KEYS.exec_rank(0), GROUP_EXEC)["pending"] == 0
+    assert not _blocked(real_redis)
+
+
+def test_a_waker_whose_connection_dies_raises_in_the_loop(real_redis: redis.Redis) -> None:
+    streams = ExecStreams(real_redis, KEYS, [0])
+    streams.load()
+    waker = streams.waker()
+    try:
+        waker.arm({KEYS.exec_rank(0): "$"})
+        real_redis.client_kill_filter(_id=waker.client_id)
+        assert _readable(waker.fileno(), 10_000)
+        with pytest.raises(redis.ConnectionError):
+            waker.consume()
+    finally:
+        waker.close()

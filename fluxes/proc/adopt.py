@@ -1,0 +1,156 @@
+"""Finding a job's processes again after a restart: markers in /proc, status files.
+
+A restarted exec worker rebuilds its jobs from their records; this module
+gathers what the host says about each task (is the pid our child, does a
+live process carry the task's marker, did the wrapper leave a status file)
+and lets :mod:`fluxes.domain.exec.adoption` decide.  It also finds the
+tasks of a start that was spawned but not recorded before a crash (a /proc
+scan for the job's markers), so a redelivered start never runs a job twice,
+and checks tasks that are not our children (no ``waitpid`` for those).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from fluxes.domain.exec.adoption import (
+    WATCH,
+    lost_error,
+    marker,
+    marker_task,
+    settle_gone,
+    settle_recorded,
+    settle_unrecorded,
+)
+from fluxes.domain.exec.jobs import ExecJob, TaskProc
+from fluxes.domain.exec.layout import RankShare
+from fluxes.domain.exec.outbox import Outbox
+from fluxes.domain.exec.records import Offsets
+from fluxes.proc.exec_files import TaskFiles
+from fluxes.proc.tasks import TaskWatcher
+
+
+def cmdline(pid: int) -> list[bytes]:
+    """The arguments of process ``pid`` ([] when it is gone, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def has_marker(pid: int, mark: str) -> bool:
+    """True if ``pid`` is alive and is the wrapper carrying ``mark`` (not a reused pid)."""
+    argv = cmdline(pid)
+    return len(argv) > 3 and argv[3] == mark.encode()
+
+
+def live_markers(prefix: str) -> list[tuple[int, str]]:
+    """(pid, marker) of live wrappers whose marker starts with ``prefix`` (a /proc scan)."""
+    found = []
+    want = prefix.encode()
+    try:
+        pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return []
+    for pid in pids:
+        argv = cmdline(pid)
+        if len(argv) > 3 and argv[3].startswith(want):
+            found.append((pid, argv[3].decode(errors="replace")))
+    return found
+
+
+class Adopter:
+    """Re-attaches a worker to tasks it did not start, or started before a reload."""
+
+    def __init__(self, ns: str, files: TaskFiles, watcher: TaskWatcher) -> None:
+        self.ns = ns
+        self.files = files
+        self.watcher = watcher
+
+    def restore(self, job: ExecJob, offsets: Offsets) -> None:
+        """A recorded real job: reopen its output at the recorded offsets and
+        settle each unfinished task (reaped, watched, ended or lost)."""
+        files, watcher = self.files, self.watcher
+        for task in job.tasks:
+            out, err = offsets.get(task.rank, (0, 0))
+            files.attach(job, task, {"stdout": out, "stderr": err})
+        for task in job.tasks:
+            if not task.ended and settle_recorded(
+                    task, reaped=watcher.reaped, children=watcher.children,
+                    alive=self._alive(job, task), status_code=self._code(job, task),
+                    escalated=job.escalated) == WATCH:
+                watcher.watch(job.key, task)
+        lost_error(job)
+
+    def unrecorded(self, rank: int, jobid: int, share: RankShare,
+                   forward: str) -> ExecJob | None:
+        """A redelivered start whose tasks may have been spawned before a crash: adopt them.
+
+        None when nothing of the job exists here (it was never spawned).
+        """
+        prefix = marker(self.ns, rank, jobid)
+        live: dict[int, int] = {}
+        for pid, found in live_markers(prefix):
+            task_rank = marker_task(prefix, found)
+            if task_rank is not None:
+                live[task_rank] = pid
+        listing = self.files.listing(rank, fresh=True)
+        codes = {task: code for (job, task), code in listing.items() if job == jobid}
+        tasks = settle_unrecorded(share.task_ranks, live, codes,
+                                  self.files.has_files(rank, jobid), self.watcher.children)
+        if tasks is None:
+            return None
+        job = ExecJob(jobid, rank, "run", started=True, forward=forward)
+        for task in tasks:
+            self.files.attach(job, task, {})
+            if task.pid:
+                self.watcher.watch(job.key, task)
+            job.tasks.append(task)
+        lost_error(job)
+        self.watcher.woken.add(job.key)
+        return job
+
+    def look(self, job: ExecJob, box: Outbox) -> bool:
+        """Look at ``job``'s tasks that may have ended (their pidfd said so, or they
+        have none); True when one did.  A task found lost gives the job its error,
+        reported at once."""
+        changed = False
+        for task in job.tasks:
+            if not task.ended and (task.exited or task.pidfd is None) and \
+                    self.check(job, task):
+                changed = True
+                if lost_error(job):
+                    box.report(job)
+            if task.pidfd is not None and task.ended:
+                self.watcher.unwatch(task)
+        return changed
+
+    def check(self, job: ExecJob, task: TaskProc) -> bool:
+        """Whether ``task`` (not ended) ended; its status is then set.
+
+        Our own children are reaped; another process's task ended when no
+        live process carries its marker any more (a zombie nobody reaps has
+        an empty command line, a reused pid another one).
+        """
+        if task.own:
+            reaped = self.watcher.reap(task)
+            if reaped is not None:
+                return reaped
+            # not ours after all (reaped elsewhere): its status file tells
+        elif has_marker(task.pid, self._marker(job, task)):
+            task.exited = False
+            return False
+        settle_gone(task, self.files.status_code(job.rank, job.id, task.rank), job.escalated)
+        return True
+
+    def _marker(self, job: ExecJob, task: TaskProc) -> str:
+        return marker(self.ns, job.rank, job.id, task.rank)
+
+    def _alive(self, job: ExecJob, task: TaskProc) -> Callable[[], bool]:
+        return lambda: has_marker(task.pid, self._marker(job, task))
+
+    def _code(self, job: ExecJob, task: TaskProc) -> Callable[[], int | None]:
+        return lambda: self.files.status_code(job.rank, job.id, task.rank)
+

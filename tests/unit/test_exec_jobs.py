@@ -1,0 +1,106 @@
+"""Exec job state and the checks before a start (pure)."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import orjson
+import pytest
+
+from fluxes.domain.exec.jobs import (
+    ExecJob,
+    Stream,
+    TaskProc,
+    check_rank,
+    final_status,
+    finish,
+    forward_flags,
+    plan_run,
+    read_start,
+    wait_result,
+)
+from fluxes.domain.exec.layout import OutputSpec
+from fluxes.formats.jobspec import Jobspec
+from fluxes.formats.rset import ResourceSet
+
+SPEC = Jobspec.from_command(["true"], nnodes=2, ntasks=3).to_dict()
+R = ResourceSet.from_ranks({3: ("0-1", None), 5: ("0-1", None)})
+
+
+def test_finish_releases_once_and_keeps_the_first_error() -> None:
+    job = ExecJob(1, 0, "run", started=True, error="first")
+    assert finish(job, 5.0, status=9, error="second") is True
+    assert (job.kind, job.status, job.released, job.error, job.done_time) == (
+        "done", 9, True, "first", 5.0)
+    assert finish(job, 6.0, status=0) is False and job.status == 9 and job.done_time == 5.0
+    fresh = ExecJob(2, 0, "run")
+    finish(fresh, 1.0, error="why")
+    assert fresh.error == "why" and fresh.status is None
+
+
+def test_the_rank_status_is_the_largest() -> None:
+    tasks = [TaskProc(0, 1, True, 0), TaskProc(1, 2, True, 2 << 8), TaskProc(2, 3, True, 9)]
+    assert final_status(tasks) == 2 << 8
+    lost = TaskProc(3, 4, True)
+    lost.lost = True
+    assert final_status([lost]) is None and final_status([]) is None
+
+
+def test_wait_result_of_an_exited_and_a_killed_wrapper() -> None:
+    assert wait_result(3 << 8) == (3 << 8, 3)  # exited 3
+    assert wait_result((128 + 15) << 8) == (15, 128 + 15)  # its task was killed by SIGTERM
+    assert wait_result(signal.SIGKILL) == (signal.SIGKILL, None)  # the wrapper itself
+
+
+def test_all_ended_waits_for_output() -> None:
+    job = ExecJob(1, 0, "run", tasks=[TaskProc(0, 1, True, 0)])
+    assert job.all_ended()
+    job.tasks[0].streams.append(Stream("stdout", "/x", None))
+    assert not job.all_ended()
+    job.tasks[0].streams[0].done = True
+    assert job.all_ended() and job.key == (0, 1)
+
+
+@pytest.mark.parametrize(("outputs", "flags"), [
+    (OutputSpec(None, None), "oe"), (OutputSpec("f", None), "e"),
+    (OutputSpec(None, "f"), "o"), (OutputSpec("f", "f"), ""),
+])
+def test_forward_flags(outputs: OutputSpec, flags: str) -> None:
+    assert forward_flags(outputs) == flags
+
+
+def test_read_start() -> None:
+    raw = orjson.dumps(SPEC)
+    assert read_start(1, (raw, b"R", b"1000", None)) == SPEC
+    assert read_start(1, (raw, b"R", b"1000", b"0")) is None  # inactive: never rerun
+    assert read_start(1, (None, None, None, b"0")) is None
+    with pytest.raises(ValueError, match="exec: job 1 has no jobspec"):
+        read_start(1, None)
+    with pytest.raises(ValueError, match="exec: job 2 has no jobspec"):
+        read_start(2, (None, b"R", None, None))
+    with pytest.raises(ValueError, match="not JSON"):
+        read_start(1, (b"{", None, None, None))
+    with pytest.raises(ValueError, match="not a mapping"):
+        read_start(1, (b"[1]", None, None, None))
+
+
+def test_check_rank() -> None:
+    me = os.geteuid()
+    assert check_rank(1, 3, R.dumps(), str(me), 1000).ranks == R.ranks
+    with pytest.raises(ValueError, match="exec: job 1 has no R"):
+        check_rank(1, 3, None, None, 1000)
+    with pytest.raises(ValueError, match="exec: rank 4 is not in the job's R"):
+        check_rank(1, 4, R.dumps(), None, 1000)
+    with pytest.raises(ValueError, match="runs as root and will not run another user's job"):
+        check_rank(1, 3, R.dumps(), "1000", 0)
+    assert check_rank(1, 3, R.dumps(), "0", 0) is not None  # root's own job
+    assert check_rank(1, 3, R.dumps(), None, 0) is not None  # no owner recorded
+
+
+def test_plan_run_lays_out_the_rank_share() -> None:
+    first = plan_run(SPEC, R, 3)
+    second = plan_run(SPEC, R, 5)
+    assert first.first_rank and not second.first_rank
+    assert (list(first.share.task_ranks), list(second.share.task_ranks)) == ([0, 1], [2])
+    assert first.forward == "oe" and first.layout.size == 3
