@@ -12,7 +12,9 @@ configuration from Redis. Top-level tables:
   output forwarded per job and rank, default 100M, 0 unlimited);
 * ``[sched]``: scheduler options (``mode`` of RFC 27 ready, ``limit``,
   ``exec-timeout``: how long an exec worker may be silent before its ranks
-  are drained, default 10s).
+  are drained, default 10s);
+* ``[accounting]``: usage decay, billing, priority weights
+  (:mod:`fluxes.domain.accounting.config`).
 
 A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
 """
@@ -24,13 +26,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fluxes.domain.accounting.config import AccountingConfig
 from fluxes.domain.jm.queues import QueueConfig, format_key
 from fluxes.errors import ConfigError
 from fluxes.formats.fsd import parse_duration
 
 #: Default ``[exec] output-limit``: bytes of output forwarded per job and rank.
 DEFAULT_OUTPUT_LIMIT = 100 << 20
-_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched")
+_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched", "accounting")
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,7 @@ class InstanceConfig:
     #: bytes of output forwarded per job and rank (0: unlimited)
     output_limit: int = 100 << 20
     sched: Mapping[str, Any] = field(default_factory=dict)
+    accounting: AccountingConfig = field(default_factory=AccountingConfig)
 
     @property
     def resource(self) -> Mapping[str, Any]:
@@ -133,7 +137,8 @@ class InstanceConfig:
         if "resource" in raw and not isinstance(raw["resource"], Mapping):
             raise ConfigError("resource: expected a table")
         return cls(text=text, raw=raw, queues=queues, ingest=IngestLimits.from_dict(ingest),
-                   kill_timeout=kill_timeout, output_limit=output_limit, sched=dict(sched))
+                   kill_timeout=kill_timeout, output_limit=output_limit, sched=dict(sched),
+                   accounting=AccountingConfig.from_dict(raw.get("accounting", {})))
 
 
 def _check_sched(table: Mapping[str, Any]) -> None:

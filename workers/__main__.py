@@ -65,6 +65,9 @@ def run_args(args: argparse.Namespace) -> int:
     if args.kind == "scheduler":
         from workers.scheduler import SchedulerWorker
         return SchedulerWorker(instance, args.name).run()
+    if args.kind == "accounting":
+        from workers.accounting import AccountingWorker
+        return AccountingWorker(instance, args.name).run()
     from workers.exec import run_from_args
     return run_from_args(instance, args)
 

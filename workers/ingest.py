@@ -48,6 +48,7 @@ import msgspec
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
 from fluxes.domain.jm import request_progress
+from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_inventory, unknown_target
 from fluxes.domain.jm.queues import QueueState, fold_queue_events
 from fluxes.domain.jm.submission import PreparedJob, prepare_job
@@ -56,7 +57,7 @@ from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_GENERATOR_ID, FluidGenerator
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
-from fluxes.store.direct import execute_grouped
+from fluxes.store import jobhash
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
@@ -463,12 +464,8 @@ class IngestWorker(Worker):
                           for dep in job.targets if dep.target is not None})
         if not targets:
             return set()
-        keys = [self.keys.job(target) for target in targets]
-        replies = execute_grouped(self.redis, [(key, ("EXISTS", key)) for key in keys])
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return {target for target, found in zip(targets, replies, strict=True) if found}
+        found = jobhash.JobHashes(self.redis, self.keys).exists(targets)
+        return {target for target, there in zip(targets, found, strict=True) if there}
 
     def _create(self, request: proto.SubmitJobs, user: str, uid: int, checked: _Checked,
                 existing: set[int], batches: dict[int, Batch],
@@ -513,19 +510,15 @@ class IngestWorker(Worker):
             if entry is None:
                 entry = progress[name] = (stream, [])
             entry[1].append((index, jobid))
-            fields: dict[str, str | bytes | int | float] = {
-                "jobspec": job.jobspec, "owner": uid, "urgency": job.urgency}
-            if job.jobspec_full is not None:
-                fields["jobspec_full"] = job.jobspec_full
-            if job.queue is not None:
-                fields["queue"] = job.queue
-            batch.hset(keys.job(jobid), fields)
+            content = job.content or job_content(job.jobspec, job.jobspec_full)
+            jobhash.create(batch, keys, jobid, owner=uid, urgency=job.urgency,
+                           content=content, queue=job.queue, request=job.request)
             submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=uid, flags=job.flags)
             batch.append(keys.eventlog(jobid), jobid, 0, [submit, ev.Validate(timestamp=now)],
                          [job.info, None])
             new_msgs.setdefault(part, []).append(proto.New(
                 id=jobid, userid=uid, urgency=job.urgency, flags=job.flags, t_submit=now,
-                info=job.info))
+                info=job.info, request=job.request))
         self.submitted += len(prepared)
         return proto.Reply(jobs=[proto.JobResult(**r) for r in results])
 

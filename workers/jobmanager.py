@@ -34,6 +34,7 @@ from fluxes.domain.jm.depend import TargetStatus
 from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.proc import metrics
+from fluxes.store import jobhash
 from fluxes.store.eventstore import Batch, ConflictError, EventStore, FencedError
 from fluxes.store.groups import ensure_group, read_streams
 from fluxes.store.instance import Instance
@@ -52,6 +53,8 @@ MAX_COMMIT_EVENTS = 4000
 MESSAGES_PER_ENTRY = 1000
 #: Events between checkpoints.
 CHECKPOINT_EVERY = 200_000
+#: Pending jobs whose stored requests are read per round trip when taking over.
+READ_REQUESTS = 10_000
 #: How often the leader re-reads its pending entries: inputs a deposed leader
 #: read but could not commit stay pending under the shared consumer name.
 PENDING_RESCAN_S = 2.0
@@ -86,6 +89,7 @@ class JobManagerWorker(Worker):
         self.partition = partition
         keys = self.keys
         self.store = EventStore(self.redis, keys)
+        self.hashes = jobhash.JobHashes(self.redis, keys)
         self.lease = Lease(self.redis, keys.jm_lease(partition), keys.jm_fence(partition),
                            self.name, lease_ttl_ms)
         self.owner_uid = owner_uid if owner_uid is not None else self._instance_owner()
@@ -143,7 +147,8 @@ class JobManagerWorker(Worker):
                               stopped_queues=stopped_queues(self.instance))
         saved = {int(k): orjson.loads(v) for k, v in
                  self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
-        core.load(result.records.values(), saved)
+        requests = self._stored_requests(core.pending_ids(result.records.values()))
+        core.load(result.records.values(), saved, requests)
         self.keepalive()
         self.core = core
         self._last_journal_id = result.last_id
@@ -157,6 +162,18 @@ class JobManagerWorker(Worker):
                                         "active_jobs": len(core.jobs),
                                         "replayed_events": result.events,
                                         "restore_s": round(self.restored_in, 3)})
+
+    def _stored_requests(self, jobids: list[int]) -> dict[int, str | None]:
+        """The stored scheduler requests of pending jobs (their alloc messages carry
+        them), READ_REQUESTS jobs per round trip."""
+        out: dict[int, str | None] = {}
+        for i in range(0, len(jobids), READ_REQUESTS):
+            chunk = jobids[i:i + READ_REQUESTS]
+            for jobid, raw in zip(chunk, self.hashes.field(chunk, jobhash.REQUEST),
+                                  strict=True):
+                out[jobid] = raw.decode("utf-8", "replace") if raw else None
+            self.keepalive()
+        return out
 
     def _renewed_token(self) -> str | None:
         """The fencing token after renewing the lease if due (None once deposed)."""
@@ -357,6 +374,10 @@ class JobManagerWorker(Worker):
                 if op[0] == "E":
                     run.append(op[1])
                     extras.append(op[2])
+                    if isinstance(op[1], ev.Alloc):
+                        # exec compat: today's exec worker reads the jobspec inline;
+                        # in the alloc event's commit, so a restart never misses it
+                        jobhash.materialize(batch, keys, jobid, keep=True)
                     continue
                 if run:
                     batch.append(log, jobid, seq, run, extras)
@@ -365,8 +386,9 @@ class JobManagerWorker(Worker):
                 batch.journal_only(jobid, op[1])
             if run:
                 batch.append(log, jobid, seq, run, extras)
-        for jobid, fields in fx.hsets.items():
-            batch.hset(keys.job(jobid), fields)
+        for jobid, (result, t_inactive) in fx.retired.items():
+            jobhash.set_result(batch, keys, jobid, result, t_inactive)
+            jobhash.materialize(batch, keys, jobid, keep=False)
         progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
         if progress:
             batch.hset(keys.exec_progress(p), progress)

@@ -33,7 +33,7 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
-from fluxes.store.direct import execute_grouped
+from fluxes.store import jobhash
 from fluxes.store.eventstore import EventStore, FencedError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
@@ -53,6 +53,8 @@ FULL_PASS_S = 1.0
 HOUSEKEEPING_S = 1.0
 #: Responses per entry of a response stream at most.
 MESSAGES_PER_ENTRY = 1000
+#: Distinct decoded requests kept at most (a cache: clearing it costs only decoding).
+REQUESTS_KEPT = 4096
 
 
 class Session:
@@ -76,6 +78,7 @@ class SchedulerWorker(Worker):
         super().__init__(instance, name)
         keys = self.keys
         self.store = EventStore(self.redis, keys)
+        self.hashes = jobhash.JobHashes(self.redis, keys)
         self.sessions = [Session(p, Lease(self.redis, keys.sched_lease(p), keys.sched_fence(p),
                                           self.name, lease_ttl_ms))
                          for p in range(keys.partitions)]
@@ -106,6 +109,8 @@ class SchedulerWorker(Worker):
         # times of allocations made but not yet committed
         self._alloc_arrived: dict[int, float] = {}
         self._alloc_done: list[float] = []
+        #: decoded requests by wire form (jobs of one shape share one)
+        self._requests: dict[str, Request] = {}
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
@@ -463,18 +468,22 @@ class SchedulerWorker(Worker):
         held = {a.id: a.ranks for a in alloc}
         ids = list(held)
         lost: list[tuple[int, str]] = []
+        rows = self.hashes.allocations(ids)
+        # a stored request this scheduler cannot read: its jobspec is read instead
+        unread = [jobid for jobid, (_r, wire, _s) in zip(ids, rows, strict=True)
+                  if wire is not None and self._wire_request(wire) is None]
+        specs = dict(zip(unread, self.hashes.effective_jobspecs(unread), strict=True))
         # jobs submitted together (--cc, arrays) share a jobspec: parse each once
         requests: dict[bytes, Request] = {}
-        for jobid, (raw_r, full, orig) in zip(ids, self._job_fields(
-                ids, ("R", "jobspec_full", "jobspec")), strict=True):
+        for jobid, (raw_r, wire, stored_spec) in zip(ids, rows, strict=True):
             if not raw_r:
                 lost.append((jobid, "the job holds resources but has no R"))
                 continue
             try:
                 rset = ResourceSet(raw_r)
-                raw_spec = full or orig
-                request = None
-                if raw_spec:
+                request = self._wire_request(wire)
+                raw_spec = stored_spec or specs.get(jobid)
+                if request is None and raw_spec:
                     request = requests.get(raw_spec)
                     if request is None:
                         request = requests[raw_spec] = Request.from_jobspec(
@@ -533,21 +542,46 @@ class SchedulerWorker(Worker):
         pipe.execute()
         self._read_resource_events()
 
+    def _wire_request(self, wire: str | None) -> Request | None:
+        """The request an alloc message (or the job hash) carries, decoded once per
+        distinct shape; None when there is none or it cannot be read (the job's
+        jobspec is parsed instead)."""
+        if wire is None:
+            return None
+        found = self._requests.get(wire)
+        if found is None:
+            try:
+                found = Request.from_wire(wire)
+            except ValueError as exc:
+                self.log.warning("unreadable request, reading the jobspec",
+                                 extra={"error": str(exc)})
+                return None
+            if len(self._requests) >= REQUESTS_KEPT:
+                self._requests.clear()
+            self._requests[wire] = found
+        return found
+
     def _add_allocs(self, allocs: list[proto.Alloc], out: list[proto.SchedResponse]) -> None:
-        """Look up the jobspecs of new alloc requests (one round trip) and queue them."""
+        """Queue new alloc requests; the jobspecs of those that carry no request (older
+        jobs) are read in one round trip and parsed."""
         sched, pool = self.sched, self.pool
         assert sched is not None and pool is not None
         arrived = time.monotonic()
-        fields = self._job_fields([msg.id for msg in allocs], ("jobspec_full", "jobspec"))
-        for n, (msg, (full, orig)) in enumerate(zip(allocs, fields, strict=True)):
+        requests = [self._wire_request(msg.request) for msg in allocs]
+        missing = [msg.id for msg, request in zip(allocs, requests, strict=True)
+                   if request is None]
+        specs = dict(zip(missing, self.hashes.effective_jobspecs(missing), strict=True))
+        for n, (msg, carried) in enumerate(zip(allocs, requests, strict=True)):
             if n % 512 == 511:
                 self.keepalive()
             jobid = msg.id
             try:
-                raw = full or orig
-                if not raw:
-                    raise InfeasibleRequest("job has no jobspec")
-                request = _request_of(raw)
+                request = carried
+                if request is None:
+                    raw = specs.get(jobid)
+                    if not raw:
+                        raise InfeasibleRequest("job has no jobspec")
+                    request = _request_of(raw)
                 pool.check(request)
                 pending = PendingJob(jobid, msg.priority, msg.t_submit, msg.userid, msg.queue,
                                      request)
@@ -561,15 +595,6 @@ class SchedulerWorker(Worker):
             sched.add(pending)
             self._alloc_arrived[jobid] = arrived
             self._dirty = True
-
-    def _job_fields(self, jobids: list[int], names: tuple[str, ...]) -> list[list[Any]]:
-        """Fields of each job's hash, in one round trip (one per slot on a cluster)."""
-        keys = [self.keys.job(jobid) for jobid in jobids]
-        replies = execute_grouped(self.redis, [(key, ("HMGET", key, *names)) for key in keys])
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
 
     def _schedule(self, now: float, out: dict[int, list[proto.SchedResponse]]) -> None:
         sched = self.sched
@@ -626,7 +651,7 @@ class SchedulerWorker(Worker):
                 continue
             batch = self.store.batch(p, fence=self.keys.sched_fence(p))
             for jobid, data in (rs or {}).items():
-                batch.hset(self.keys.job(jobid), {"R": data})
+                jobhash.set_r(batch, self.keys, jobid, data)
             for entry in proto.encode_chunks(msgs or [], session.epoch, MESSAGES_PER_ENTRY,
                                              proto.SCHED_RESPONSES.max_bytes):
                 batch.xadd(self.keys.sched_resp(p), entry)

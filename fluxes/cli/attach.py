@@ -171,16 +171,13 @@ def print_redirections(inst: Instance, jobid: int, err: TextIO | None = None) ->
     ``job attach`` and ``job output`` would print nothing and leave the user
     wondering (flux's attach says it too).
     """
+    from fluxes.store.jobhash import JobHashes
+
     stream_err = err if err is not None else sys.stderr
-    record = job_record(inst, jobid)
-    for stream, path in redirections(jobid, record.get("jobspec_full") or record.get("jobspec")):
+    [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
+    text = None if spec is None else spec.decode("utf-8", "replace")
+    for stream, path in redirections(jobid, text):
         print(f"fluxes: job {fmt_id(jobid)}: {stream} redirected to {path}", file=stream_err)
-
-
-def job_record(inst: Instance, jobid: int) -> dict[str, Any]:
-    """The job hash as text fields (jobspec, R, owner...)."""
-    raw = inst.redis.hgetall(inst.keys.job(jobid))
-    return {k.decode(): v.decode("utf-8", "replace") for k, v in raw.items()}
 
 
 def follow_interruptible(inst: Instance, jobid: int, label: bool = False) -> Outcome:

@@ -100,6 +100,13 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=_owner_only(_rebuild_joblist))
 
+    ra = sub.add_parser("rebuild-accounting", **help_with_example(
+        "Rebuild the usage read model (what fair share and 'fluxes account usage' read)\n"
+        "from the journals, as rebuild-joblist does for the job list.",
+        ["fluxes admin rebuild-accounting", "fluxes admin rebuild-accounting --json"]))
+    ra.add_argument("--json", action="store_true")
+    ra.set_defaults(func=_owner_only(_rebuild_accounting))
+
 
 def _init(args: argparse.Namespace) -> int:
     """Check a configuration and record the instance in Redis."""
@@ -285,6 +292,26 @@ def _rebuild_joblist(args: argparse.Namespace) -> int:
         if r.took_over_from:
             print(f"partition {r.partition}: took the job list over from {r.took_over_from}; "
                   "a running job-list worker takes it back within a second")
+    return 0
+
+
+def _rebuild_accounting(args: argparse.Namespace) -> int:
+    """Refold every partition's usage model from its journal."""
+    from fluxes.store.accounting import rebuild
+
+    inst = instance(args)
+    done = rebuild(inst.redis, inst.keys, inst.config().accounting.half_life)
+    if args.json:
+        print_json({"partitions": [vars(r) for r in done]})
+        return 0
+    for r in done:
+        print(f"partition {r.partition}: folded {r.entries} journal entries, usage of "
+              f"{r.associations} associations, up to {r.position}")
+        if r.skipped:
+            print(f"partition {r.partition}: passed over {r.skipped} entries that cannot be "
+                  "folded")
+        if r.took_over_from:
+            print(f"partition {r.partition}: took accounting over from {r.took_over_from}")
     return 0
 
 

@@ -51,6 +51,18 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=_recovery)
 
+    mp = sub.add_parser("memory", **help_with_example(
+        "Redis memory per pending job: held jobs submitted with 'fluxes submit --cc=1-N\n"
+        "--urgency=hold true' (this environment in every jobspec) on a private 16 x 32\n"
+        "instance; used_memory before and after, and the bytes per job by key kind.",
+        ["fluxes bench memory", "fluxes bench memory --jobs 10000 --json"]))
+    mp.add_argument("--jobs", type=int, default=50_000, help="held jobs (default 50000)")
+    mp.add_argument("--nodes", type=int, default=16)
+    mp.add_argument("--cores-per-node", type=int, default=32)
+    mp.add_argument("--timeout", type=float, default=900.0)
+    mp.add_argument("--json", action="store_true")
+    mp.set_defaults(func=_memory)
+
     sp = sub.add_parser("sched", **help_with_example(
         "Scheduler: allocs/s (1-core on 1024x64, 4-node exclusive on 8192 nodes), EASY\n"
         "and conservative pass times with 10,000 pending, memory with 1,000,000 pending,\n"
@@ -60,6 +72,15 @@ def register(subparsers: Any) -> None:
                     help="the graph pool instead: allocs/s on 1,024 nodes, recovery of 10,000")
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_sched)
+
+    ap = sub.add_parser("accounting", **help_with_example(
+        "Accounting: CPU per job of folding the journal into usage (in memory, and into\n"
+        "Redis as the accounting worker does), and the fair-share computation time.",
+        ["fluxes bench accounting", "fluxes bench accounting --jobs 10000 --json"]))
+    ap.add_argument("--jobs", type=int, default=100_000, help="jobs in the history "
+                    "(default 100000)")
+    ap.add_argument("--json", action="store_true")
+    ap.set_defaults(func=_accounting)
 
 
 def _eventlog(args: argparse.Namespace) -> int:
@@ -89,9 +110,34 @@ def _recovery(args: argparse.Namespace) -> int:
     return 0
 
 
+def _memory(args: argparse.Namespace) -> int:
+    from fluxes.bench import memory
+    from fluxes.bench.common import report
+
+    figures = memory.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
+                         timeout=args.timeout)
+    if args.json:
+        report(figures, True)
+        return 0
+    table = figures.pop("bytes_per_job_by_kind")
+    report(figures, False)
+    print("bytes per pending job by key kind (MEMORY USAGE, after minus before):")
+    for kind, size in table.items():
+        print(f"  {kind:<14} {size:>9,.1f}")
+    return 0
+
+
 def _sched(args: argparse.Namespace) -> int:
     from fluxes.bench import sched
     from fluxes.bench.common import report
 
     report(sched.run_graph() if args.graph else sched.run(), args.json)
+    return 0
+
+
+def _accounting(args: argparse.Namespace) -> int:
+    from fluxes.bench import accounting
+    from fluxes.bench.common import report
+
+    report(accounting.run(jobs=args.jobs), args.json)
     return 0

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli import cmd_submit
+from fluxes.cli import cmd_account, cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -123,14 +123,16 @@ def register(subparsers: Any) -> None:
     op.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
     op.add_argument("id", type=job_id_arg, metavar="ID")
     op.set_defaults(func=_output)
+    cmd_account.register_job_priority(sub)
 
 
 def _info(args: argparse.Namespace) -> int:
     """Print stored job data."""
-    from fluxes.cli.attach import job_record
+    from fluxes.store.jobhash import JOBSPEC_FULL, JobHashes
 
     inst = instance(args)
-    record = job_record(inst, args.id)
+    found = JobHashes(inst.redis, inst.keys).get(args.id)
+    record = {} if found is None else found.text_fields()
     store = _store(args)
     if not record and not store.job_exists(args.id):
         die(f"job {shown_id(args.id)} not found")
@@ -142,8 +144,10 @@ def _info(args: argparse.Namespace) -> int:
         if key == "eventlog":
             for event in store.eventlog(args.id):
                 print_json(event.to_rfc18())
-        elif key == "jobspec_full":
-            print(record.get("jobspec_full") or record.get("jobspec", ""))
+        elif key == JOBSPEC_FULL:
+            # the jobspec the job runs with (stored apart only when defaults changed it)
+            spec = found.effective_jobspec if found is not None else None
+            print(spec.decode("utf-8", "replace") if spec else "")
         elif key in record:
             print(record[key])
         else:

@@ -78,6 +78,7 @@ def _leases(inst: Instance) -> list[dict[str, Any]]:
         wanted.append(("job-manager", p, keys.jm_lease(p), keys.jm_fence(p)))
         wanted.append(("scheduler", p, keys.sched_lease(p), keys.sched_fence(p)))
         wanted.append(("job-list", p, keys.joblist_lease(p), keys.joblist_fence(p)))
+        wanted.append(("accounting", p, keys.acct_lease(p), keys.acct_fence(p)))
     pipe = inst.redis.pipeline(transaction=False)
     for _kind, _p, lease, fence in wanted:
         pipe.get(lease)

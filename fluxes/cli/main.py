@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from fluxes import __version__
 from fluxes.cli import (
+    cmd_account,
     cmd_admin,
     cmd_bench,
     cmd_drill,
@@ -41,7 +42,7 @@ from fluxes.cli.util import (
 
 _GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource, cmd_resource_query,
            cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill,
-           cmd_status, cmd_worker, cmd_admin)
+           cmd_status, cmd_worker, cmd_admin, cmd_account)
 
 #: What a first session looks like: start an instance, run and watch jobs.
 _EXAMPLES = (

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-KINDS = ("ingest", "job-manager", "scheduler", "job-list", "exec")
+KINDS = ("ingest", "job-manager", "scheduler", "job-list", "exec", "accounting")
 #: Set to 1 by a launcher that was told --insecure, for the workers it starts.
 ENV_INSECURE = "FLUXES_INSECURE"
 

@@ -16,8 +16,10 @@ from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import TransitionError
 from fluxes.domain.joblist.model import ReadModel
 from fluxes.formats.rset import ResourceSet
+from fluxes.store import jobhash
 from fluxes.store.eventstore import decode_entry, journal_entry
 from fluxes.store.instance import Instance
+from fluxes.store.jobhash import JobHashes
 from fluxes.store.joblist import JobListStore
 from fluxes.store.keys import GROUP_JOBLIST
 
@@ -82,10 +84,8 @@ def read_rsets(inst: Instance, jobids: Sequence[int]
     broken: dict[int, str] = {}
     for i in range(0, len(jobids), BLOCK):
         chunk = jobids[i:i + BLOCK]
-        pipe = inst.redis.pipeline(transaction=False)
-        for jobid in chunk:
-            pipe.hget(inst.keys.job(jobid), "R")
-        for jobid, raw in zip(chunk, pipe.execute(), strict=True):
+        for jobid, raw in zip(chunk, JobHashes(inst.redis, inst.keys).field(chunk, jobhash.R),
+                              strict=True):
             if raw:
                 try:
                     out[jobid] = ResourceSet(raw)

@@ -51,9 +51,11 @@ from fluxes.drill.invariants import (
 from fluxes.drill.targets import OwnInstance, RunningInstance, Target
 from fluxes.errors import FluxesError
 from fluxes.formats.jobspec import Jobspec
+from fluxes.store import jobhash
 from fluxes.store.client import Client, RequestTimeout
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
+from fluxes.store.jobhash import JobHashes
 from fluxes.store.joblist import JobListStore
 
 KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
@@ -380,10 +382,8 @@ class Drill:
         while left:
             target.supervise()
             batch = sorted(left)[:5000]
-            pipe = inst.redis.pipeline(transaction=False)
-            for jobid in batch:
-                pipe.hget(inst.keys.job(jobid), "result")
-            for jobid, result in zip(batch, pipe.execute(), strict=True):
+            results = JobHashes(inst.redis, inst.keys).field(batch, jobhash.RESULT)
+            for jobid, result in zip(batch, results, strict=True):
                 if result:
                     left.discard(jobid)
             if not left or time.monotonic() >= deadline:
@@ -534,10 +534,11 @@ class Drill:
         job-list entry (a client asking about them is told the job is unknown)."""
         out = []
         jl = JobListStore(inst.redis, inst.keys)
-        for jobid, summary in zip(lost, jl.get_many(lost), strict=True):
+        hashes = JobHashes(inst.redis, inst.keys).exists(lost)
+        for jobid, summary, hashed in zip(lost, jl.get_many(lost), hashes, strict=True):
             left = [what for what, there in (
                 ("eventlog", inst.redis.exists(inst.keys.eventlog(jobid))),
-                ("job hash", inst.redis.exists(inst.keys.job(jobid))),
+                ("job hash", hashed),
                 ("job-list entry", summary is not None)) if there]
             if left:
                 out.append(Violation("lost jobs are unknown", (jobid,),

@@ -101,6 +101,9 @@ class Alloc(Message, tag="alloc", frozen=True):
     userid: int
     t_submit: float = 0.0
     queue: str | None = None
+    #: what the job asks for, normalized by the ingest (``Request.to_wire``; flux's
+    #: alloc carries the jobspec); absent for older jobs: the scheduler reads the jobspec
+    request: str | None = None
 
 
 class Cancel(Message, tag="cancel", frozen=True):
@@ -172,6 +175,8 @@ class New(Message, tag="new", frozen=True):
     t_submit: float
     #: the journal extras of its submit event (name, counts, queue, dependencies...)
     info: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: the scheduler's request (``Request.to_wire``), for the job's alloc messages
+    request: str | None = None
 
 
 # -- ingest, scheduler, CLI -> job manager ({p}:jm:ctl) ----------------------------------

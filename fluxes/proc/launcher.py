@@ -235,7 +235,8 @@ class Launcher:
         base = [sys.executable, "-m", "workers"]
         specs = [WorkerSpec("ingest", [*base, "ingest", "--uri", uri]),
                  WorkerSpec("scheduler", [*base, "scheduler", "--uri", uri]),
-                 WorkerSpec("job-list", [*base, "job-list", "--uri", uri])]
+                 WorkerSpec("job-list", [*base, "job-list", "--uri", uri]),
+                 WorkerSpec("accounting", [*base, "accounting", "--uri", uri])]
         for p in range(self.partitions):
             specs.append(WorkerSpec(f"job-manager-{p}", [*base, "job-manager", "--uri", uri,
                                                          "--partition", str(p)]))

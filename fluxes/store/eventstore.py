@@ -103,13 +103,15 @@ def decode_entry(name: bytes, ts: bytes, ctx: bytes | None) -> ev.Event:
 class Batch:
     """Effects of one processing step in one partition, to be committed atomically."""
 
-    __slots__ = ("_args", "_index", "_keys", "events", "partition")
+    __slots__ = ("_args", "_blobs", "_index", "_keys", "events", "partition")
 
     def __init__(self, keys: Keys, partition: int, fence: str | None = None) -> None:
         self.partition = partition
         self._keys: list[str] = [fence or keys.jm_fence(partition), keys.journal(partition)]
         self._index: dict[str, int] = {}
         self._args: list[Any] = []
+        #: references added to blobs, by key index: [count, data]
+        self._blobs: dict[int, list[Any]] = {}
         self.events = 0
 
     def _key(self, key: str) -> int:
@@ -120,7 +122,7 @@ class Batch:
         return index
 
     def __bool__(self) -> bool:
-        return bool(self._args)
+        return bool(self._args or self._blobs)
 
     def append(self, eventlog_key: str, jobid: int, expected: int,
                events: Sequence[ev.Event],
@@ -175,9 +177,29 @@ class Batch:
         """Append a reply to a list a client waits on with BLPOP, expiring after ``ttl_ms``."""
         self._args += ("L", self._key(key), ttl_ms, value)
 
+    def blob_ref(self, key: str, data: bytes) -> None:
+        """Add a reference to the content-addressed blob ``key`` holding ``data`` (created
+        when missing); a batch sends one op per blob, however many jobs name it."""
+        index = self._key(key)
+        found = self._blobs.get(index)
+        if found is None:
+            self._blobs[index] = [1, data]
+        else:
+            found[0] += 1
+
+    def blob_release(self, job_key: str, field: str, blob_key: str, digest: str) -> None:
+        """Release the reference a job hash holds in ``field`` to ``blob_key`` (only while
+        the field still names ``digest``: releasing twice releases once)."""
+        self._args += ("U", self._key(job_key), field, self._key(blob_key), digest)
+
+    def materialize(self, job_key: str, blob_prefix: str, keep: bool) -> None:
+        """Exec compat: write (``keep``) or delete the job's spliced jobspec copy."""
+        self._args += ("M", self._key(job_key), "1" if keep else "0", blob_prefix)
+
     def script_args(self, token: str) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV for ``commit.lua``."""
-        return self._keys, [token, *self._args]
+        blobs = [x for index, (n, data) in self._blobs.items() for x in ("B", index, n, data)]
+        return self._keys, [token, *self._args, *blobs]
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,11 +366,6 @@ class EventStore:
     def job_exists(self, jobid: int) -> bool:
         """True when the job has an eventlog."""
         return bool(self.redis.exists(self.keys.eventlog(jobid)))
-
-    def job_fields(self, jobid: int, *fields: str) -> dict[str, bytes | None]:
-        """Fields of the job hash (jobspec, R, owner, queue...)."""
-        values = self.redis.hmget(self.keys.job(jobid), list(fields))
-        return dict(zip(fields, values, strict=True))
 
     def replay_job(self, jobid: int) -> Job:
         """Rebuild one job from its own eventlog."""

@@ -23,6 +23,7 @@ GROUP_INGEST = "ingest"
 GROUP_JOBLIST = "joblist"
 GROUP_EXEC = "exec"
 GROUP_SCHED = "sched"
+GROUP_ACCOUNTING = "accounting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,11 @@ class Keys:
         return f"{self.g}:deadletters"
 
     @property
+    def accounting(self) -> str:
+        """Stream: accounting admin events (banks and associations: add/edit/delete)."""
+        return f"{self.g}:accounting"
+
+    @property
     def workers(self) -> str:
         """Hash: worker name -> JSON (kind, pid, host, heartbeat) for ``fluxes status``."""
         return f"{self.g}:workers"
@@ -133,8 +139,19 @@ class Keys:
         return f"{self.p(self.partition_of(jobid))}:job:{jobid}:eventlog"
 
     def job(self, jobid: int) -> str:
-        """Hash: jobspec (as submitted), jobspec_full (defaults applied), R, owner, queue..."""
+        """Hash: the job's blob digests, request, R, owner, queue... (fluxes.store.jobhash)."""
         return f"{self.p(self.partition_of(jobid))}:job:{jobid}"
+
+    def blob_prefix(self, partition: int) -> str:
+        """The beginning of every blob key of ``partition`` (commit.lua's ``M`` op
+        completes it with an owner and a digest)."""
+        return f"{self.p(partition)}:blob:"
+
+    def blob(self, partition: int, owner: int, digest: str) -> str:
+        """Hash: a content-addressed blob of ``owner``'s jobs in ``partition`` (``data``,
+        and ``refs``: how many job hashes name it); the owner in the name lets an ACL
+        keep it private."""
+        return f"{self.blob_prefix(partition)}{owner}:{digest}"
 
     def journal(self, partition: int) -> str:
         """Stream: every event of every job of the partition (``j`` jobid, ``s`` seq, ``n``...)."""
@@ -216,3 +233,27 @@ class Keys:
         """Counter: the epoch of the partition's job-list lease; read-model writes carry it as
         their fencing token, so a deposed job-list worker writes nothing."""
         return f"{self.p(partition)}:joblist:fence"
+
+    def acct_usage(self, partition: int) -> str:
+        """Hash: ``uid:bank`` -> usage charged in this partition (raw, decayed, jobs)."""
+        return f"{self.p(partition)}:acct:usage"
+
+    def acct_open(self, partition: int) -> str:
+        """Hash: jobid -> an active job as accounting sees it (who pays, what it holds)."""
+        return f"{self.p(partition)}:acct:open"
+
+    def acct_jobs(self, partition: int) -> str:
+        """Hash: jobid -> an ended allocation (user, bank, times, sizes)."""
+        return f"{self.p(partition)}:acct:jobs"
+
+    def acct_ended(self, partition: int) -> str:
+        """Sorted set: jobids of ended allocations by the time they were freed."""
+        return f"{self.p(partition)}:acct:ended"
+
+    def acct_lease(self, partition: int) -> str:
+        """String with TTL: the accounting worker that folds this partition's journal."""
+        return f"{self.p(partition)}:acct:lease"
+
+    def acct_fence(self, partition: int) -> str:
+        """Counter: the epoch of the partition's accounting lease (the fencing token)."""
+        return f"{self.p(partition)}:acct:fence"

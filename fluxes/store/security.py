@@ -123,11 +123,14 @@ def read_patterns(keys: Keys) -> list[str]:
     g = f"{{{glob_escape(keys.ns)}}}"
     return [
         f"{p}:job:*",  # job hashes {p}:job:<id> and eventlogs {p}:job:<id>:eventlog
+        f"{p}:blob:*",  # jobspec blobs {p}:blob:<owner uid>:<digest> (read as job hashes)
         f"{p}:journal",
         f"{p}:jl:*",  # the job-list read model
+        f"{p}:acct:*",  # the usage read model
         f"{g}:output:*",
         f"{g}:instance",
         f"{g}:queues",
+        f"{g}:accounting",
         f"{g}:sched:status",
     ]
 

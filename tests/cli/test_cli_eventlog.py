@@ -122,3 +122,27 @@ def test_check_reports_a_job_whose_eventlog_disagrees(store: EventStore, uri: st
     assert main(["--uri", uri, "eventlog", "check"]) == 1
     out = capsys.readouterr().out
     assert f"{encode(2, 'f58')}: eventlog does not replay" in out
+
+
+def test_job_info_reads_jobspecs_from_their_blobs(store: EventStore, uri: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from fluxes.domain.jm.content import job_content
+    from fluxes.store import jobhash
+
+    _submit(store, 42)
+    env = {"attributes": {"system": {"environment": {"HOME": "/h"}, "cwd": "/"}}}
+    submitted = {**env, "version": 1}
+    full = {**env, "version": 1, "tasks": []}
+    batch = store.batch()
+    jobhash.create(batch, KEYS, 42, owner=0, urgency=16, request="{}",
+                   content=job_content(orjson.dumps(submitted), orjson.dumps(full)))
+    store.commit(batch, token="1")
+    assert main(["--uri", uri, "job", "info", "42", "jobspec", "jobspec_full"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert [orjson.loads(line) for line in out] == [submitted, full]
+    assert main(["--uri", uri, "job", "info", "42"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "jobspec", "jobspec_full", "owner", "request", "urgency"]
+    assert main(["--uri", uri, "job", "info", "42", "env"]) == 1
+    assert "has no 'env'" in capsys.readouterr().err

@@ -283,7 +283,7 @@ def _snapshot(core: JobManagerCore, fx: Effects) -> Any:
          for j, a in core.jobs.items()},
         vars(core.session), core._waiting, core._queued, core._parked, core._timers,
         core._prioritize, core.inactive_count, core.stopped_queues, len(core.deps),
-        fx.ops, fx.sched, fx.exec, fx.replies, fx.hsets, fx.progress, fx.acks,
+        fx.ops, fx.sched, fx.exec, fx.replies, fx.retired, fx.progress, fx.acks,
     ))
 
 
@@ -394,8 +394,8 @@ class Driver:
         for key, answer in fx.replies:
             assert isinstance(key, str)
             assert proto.decode_reply(proto.encode_reply(answer)) == answer
-        for fields in fx.hsets.values():
-            assert all(isinstance(v, str) for v in fields.values())
+        for result, t_inactive in fx.retired.values():
+            assert isinstance(result, str) and isinstance(t_inactive, float)
         for progress in fx.progress.values():
             orjson.dumps(progress)
 

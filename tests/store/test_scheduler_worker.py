@@ -15,6 +15,7 @@ import redis
 
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
+from fluxes.store import jobhash
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
@@ -196,3 +197,84 @@ def test_allocation_that_cannot_be_recovered_fails_the_job_and_keeps_its_ranks(
     assert system.events(a)[-1] == "clean"
     assert rank not in system.sched.drained
     assert system.events(b)[-1] == "clean"
+
+
+def _alloc_messages(system: System) -> list[dict[str, Any]]:
+    from fluxes import messages as proto
+
+    out = []
+    for _sid, fields in system.redis.xrange(system.keys.sched_req(0)):
+        out += [m for m in proto.decode(fields)[1] if m["t"] == "alloc"]
+    return out
+
+
+def _forget_jobspecs(system: System, jobids: list[int]) -> None:
+    """Delete what the job hashes hold of the jobspecs (the request stays)."""
+    for jobid in jobids:
+        system.redis.hdel(system.keys.job(jobid), *jobhash.JOBSPEC_FIELDS)
+
+
+def test_alloc_carries_the_request_and_the_jobspec_is_never_read(system: System) -> None:
+    ids = system.submit(spec(ntasks=2), spec(nnodes=2, ntasks=2))
+    _forget_jobspecs(system, ids)
+    system.run()
+    for jobid in ids:
+        assert system.events(jobid)[-2:] == ["free", "clean"]  # ran, not denied
+    stored = [system.redis.hget(system.keys.job(j), jobhash.REQUEST) for j in ids]
+    assert [m.get("request") for m in _alloc_messages(system)] == \
+        [s.decode() for s in stored if s] and len(stored) == 2
+
+
+def test_jobs_without_a_request_fall_back_to_their_jobspec(
+        system: System, monkeypatch: pytest.MonkeyPatch) -> None:
+    # jobs stored before requests were (or a request this scheduler cannot read)
+    import fluxes.domain.jm.submission
+
+    monkeypatch.setattr(fluxes.domain.jm.submission, "_request_of", lambda spec: None)
+    system.ingest.feasibility = None
+    good, too_big = system.submit(spec(ntasks=2), spec(nnodes=3, ntasks=3))
+    assert system.redis.hget(system.keys.job(good), jobhash.REQUEST) is None
+    [unreadable] = system.submit(spec(ntasks=1))
+    system.redis.hset(system.keys.job(unreadable), jobhash.REQUEST, '{"z":1}')
+    system.run()
+    assert system.events(good)[-1] == "clean"
+    assert system.events(unreadable)[-1] == "clean"
+    exc = next(e for e in system.store.eventlog(too_big) if e.event_name == "exception")
+    assert "3 nodes" in exc.context()["note"]
+    # (the job manager took the lease after the submissions: it read the stored requests)
+    assert sorted(m.get("request") or "" for m in _alloc_messages(system)) == ["", "", '{"z":1}']
+
+
+def test_restarted_job_manager_sends_the_stored_request(system: System) -> None:
+    system.jm.step()  # leader, but no scheduler yet: the job waits in SCHED
+    [jobid] = system.submit(spec(ntasks=2))
+    for _ in range(3):
+        system.jm.step()
+    assert system.events(jobid)[-1] == "priority" and not _alloc_messages(system)
+    system.redis.delete(system.keys.jm_lease(0))
+    system.jm = JobManagerWorker(system.instance)
+    system.jm.setup()
+    _forget_jobspecs(system, [jobid])
+    system.run()
+    assert system.events(jobid)[-2:] == ["free", "clean"]
+    stored = system.redis.hget(system.keys.job(jobid), jobhash.REQUEST)
+    assert stored and [m["request"] for m in _alloc_messages(system)] == [stored.decode()]
+
+
+def test_recovery_reads_the_stored_request(system: System) -> None:
+    for fake in system.execs.values():
+        fake.hold = set()
+    [a] = system.submit(spec(nnodes=1, ntasks=2, exclusive=True))
+    for fake in system.execs.values():
+        fake.hold.add(a)
+    system.run(4)
+    _forget_jobspecs(system, [a])
+    system.redis.delete(system.keys.sched_lease(0))
+    system.sched = SchedulerWorker(system.instance)
+    system.run(3, exec_too=False)
+    pool = system.sched.pool
+    assert pool is not None and pool.jobids() == [a]
+    assert not [e for e in system.store.eventlog(a) if e.event_name == "exception"]
+    # adopted as the request says (R alone cannot tell an exclusive allocation)
+    [held] = pool.save()["allocations"]
+    assert held["jobid"] == a and held["exclusive"] is True

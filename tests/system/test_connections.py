@@ -145,8 +145,10 @@ EXAMPLES: dict[str, Callable[[Keys], list[Any]]] = {
     "rank": lambda k: [0, 1, 17],
     "user": lambda k: ["alice", "bob"],
     "request": lambda k: ["r1", "0123abcd"],
+    "owner": lambda k: [0, 1000],
+    "digest": lambda k: ["0123456789abcdef0123456789abcdef"],
 }
-NOT_KEYS = {"g", "p", "partition_of", "same_slot", "ns", "partitions"}
+NOT_KEYS = {"g", "p", "partition_of", "same_slot", "ns", "partitions", "blob_prefix"}
 
 
 def every_key(keys: Keys) -> list[str]:

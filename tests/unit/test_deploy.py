@@ -899,7 +899,7 @@ def test_the_compose_recipe_runs_jobs() -> None:
                     procs.append(subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                                                   stdout=subprocess.DEVNULL,
                                                   stderr=subprocess.DEVNULL))
-                assert len(procs) == 7
+                assert len(procs) == 8  # 4 workers, 3 exec workers, accounting
                 inst = Instance.connect(uri)
                 assert inst.owner() == ("fluxes", IMAGE_UID)
                 ids = [int(i) for i in Client(inst, user="fluxes").submit(

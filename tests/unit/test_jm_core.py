@@ -47,7 +47,7 @@ class Harness:
         self.sched: list[dict[str, Any]] = []
         self.exec: dict[int, list[dict[str, Any]]] = {}
         self.replies: list[dict[str, Any]] = []
-        self.hsets: dict[int, dict[str, str]] = {}
+        self.retired: dict[int, tuple[str, float]] = {}
         self.epoch = 0
 
     def step(self, fn: Any, *args: Any) -> Effects:
@@ -69,20 +69,22 @@ class Harness:
         for rank, msgs in fx.exec.items():
             self.exec.setdefault(rank, []).extend(proto.to_builtins(m) for m in msgs)
         self.replies += [proto.to_builtins(payload) for _key, payload in fx.replies]
-        self.hsets.update(fx.hsets)
+        self.retired.update(fx.retired)
         return fx
 
     def submit(self, jobid: int, userid: int = OWNER, urgency: int = 16,
-               **info: Any) -> None:
+               request: str | None = None, **info: Any) -> None:
         # what the ingest writes: submit + validate in the eventlog
         t = self.clock()
         rec = apply_record(None, jobid, ev.Submit(timestamp=t, urgency=urgency, userid=userid),
                            info)
         self.replica[jobid] = apply_record(rec, jobid, ev.Validate(timestamp=t))
         self.log[jobid] = ["submit", "validate"]
-        self.step(self.core.on_new, {"t": "new", "id": jobid, "userid": userid,
-                                     "urgency": urgency, "flags": 0, "t_submit": t,
-                                     "info": info})
+        new = {"t": "new", "id": jobid, "userid": userid, "urgency": urgency, "flags": 0,
+               "t_submit": t, "info": info}
+        if request is not None:
+            new["request"] = request
+        self.step(self.core.on_new, new)
 
     def hello(self, mode: str = "unlimited", limit: int = 0) -> None:
         self.epoch += 1
@@ -138,7 +140,7 @@ def test_happy_path_drives_every_state_and_message() -> None:
     assert h.log[1] == ["submit", "validate", "depend", "priority", "alloc", "start",
                         "finish", "release", "free", "clean"]
     assert h.replica[1].job.result == JobResult.COMPLETED
-    assert h.hsets[1]["result"] == "COMPLETED"
+    assert h.retired[1][0] == "COMPLETED"
     assert 1 not in h.core.jobs
 
 
@@ -379,6 +381,48 @@ def test_restart_from_records_flux_restarts_sched_jobs_and_resends() -> None:
     reply = next(m for m in h2.sched if m["t"] == "hello-reply")
     assert [a["id"] for a in reply["alloc"]] == [1]
     assert h2.allocs() == [2]
+
+
+def test_alloc_requests_carry_the_request_while_the_job_is_pending() -> None:
+    h = Harness()
+    h.submit(1, request='{"c":2}')
+    h.submit(2)  # an older job: no request, the scheduler reads its jobspec
+    h.hello()
+    allocs = {m["id"]: m for m in h.sched if m["t"] == "alloc"}
+    assert allocs[1]["request"] == '{"c":2}' and "request" not in allocs[2]
+    h.sched.clear()
+    h.hello()  # a new scheduler: the outstanding requests go out again, request and all
+    assert [m.get("request") for m in h.sched if m["t"] == "alloc"] == ['{"c":2}', None]
+    assert h.core.jobs[1].request == '{"c":2}'
+    h.grant(1)
+    assert h.core.jobs[1].request is None  # kept only while pending
+
+
+def test_jobs_of_one_shape_share_one_request_string() -> None:
+    h = Harness()
+    h.submit(1, request="".join(['{"c"', ":2}"]))
+    h.submit(2, request="".join(['{"c":', "2}"]))
+    assert h.core.jobs[1].request is h.core.jobs[2].request
+
+
+def test_restart_sends_the_stored_requests_of_pending_jobs() -> None:
+    h = Harness()
+    h.submit(1, request='{"c":2}')
+    h.submit(2, request='{"c":3}')
+    h.submit(3, request='{"g":1}', urgency=0)  # held
+    h.hello()
+    h.allocs()
+    h.grant(2)
+    assert sorted(JobManagerCore.pending_ids(h.replica.values())) == [1, 3]
+    h2 = Harness()
+    h2.replica = dict(h.replica)
+    h2.log = {k: list(v) for k, v in h.log.items()}
+    h2.core.load(h.replica.values(), requests={1: '{"c":2}', 3: '{"g":1}'})
+    h2.step(h2.core.restart)
+    h2.hello()
+    assert [(m["id"], m.get("request")) for m in h2.sched if m["t"] == "alloc"] == \
+        [(1, '{"c":2}')]
+    assert h2.core.jobs[3].request == '{"g":1}' and h2.core.jobs[2].request is None
 
 
 def test_queue_stop_cancels_pending_allocs_and_start_resumes() -> None:

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, reject, settings
+from hypothesis import strategies as st
 
 from fluxes.domain.sched.errors import InfeasibleRequest, SchedError
 from fluxes.domain.sched.request import Request
@@ -314,3 +316,96 @@ def test_frozen() -> None:
     req = Request()
     with pytest.raises(AttributeError):
         req.nslots = 3  # type: ignore[misc]
+
+
+# -- the wire form ---------------------------------------------------------------------------
+
+_CONSTRAINTS = [{"properties": ["gpu"]}, {"properties": ["^login", "amd"]},
+                {"hostlist": ["node[0-3]"]}, {"ranks": ["0-7,9"]},
+                {"and": [{"properties": ["gpu"]}, {"not": [{"hostlist": ["node1"]}]}]},
+                {"or": [{"ranks": ["1"]}, {"properties": ["fast"]}]}]
+
+
+@st.composite
+def counts(draw: st.DrawFn) -> Count:
+    """Count ranges of every operator, and idset counts that are no progression."""
+    low = draw(st.integers(min_value=2, max_value=64))
+    kind = draw(st.sampled_from(["+", "*", "^", "open", "set"]))
+    if kind == "set":
+        values = draw(st.lists(st.integers(1, 200), min_size=2, max_size=6, unique=True))
+        return Count.decode(",".join(str(v) for v in sorted(values)))
+    if kind == "open":
+        return Count(low, None, "+", draw(st.integers(1, 4)))
+    operand = draw(st.integers(2 if kind != "+" else 1, 4))
+    return Count(low, low + draw(st.integers(0, 10_000)), kind, operand)
+
+
+def amounts(lowest: int) -> st.SearchStrategy[int | Count]:
+    """A request amount: an int (past 64 bits too) or a count."""
+    return st.one_of(st.integers(min_value=lowest, max_value=2**70), counts())
+
+
+@st.composite
+def requests(draw: st.DrawFn) -> Request:
+    """Any valid Request."""
+    kwargs: dict[str, Any] = {
+        "nnodes": draw(st.one_of(st.just(0), amounts(0))),
+        "nslots": draw(amounts(1)),
+        "gpu_per_slot": draw(st.one_of(st.just(0), amounts(0))),
+        "exclusive": draw(st.booleans()),
+        "duration": draw(st.floats(min_value=0, max_value=1e12)),
+        "memory_per_slot": draw(st.one_of(st.just(0), st.integers(0, 2**80))),
+    }
+    if draw(st.booleans()):
+        kwargs["constraint"] = parse(draw(st.sampled_from(_CONSTRAINTS)))
+    if draw(st.booleans()):
+        kwargs["sockets_per_slot"] = draw(amounts(1))
+        kwargs["cores_per_socket"] = draw(amounts(1))
+    else:
+        kwargs["slot_size"] = draw(amounts(0))
+    try:
+        return Request(**kwargs)
+    except ValueError:
+        reject()
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.filter_too_much])
+@given(requests())
+def test_wire_round_trip(req: Request) -> None:
+    wire = req.to_wire()
+    back = Request.from_wire(wire)
+    assert back == req and hash(back) == hash(req)
+    assert back.to_wire() == wire
+    assert Request.from_wire(wire.encode()) == req
+
+
+def test_wire_leaves_defaults_out() -> None:
+    assert Request().to_wire() == "{}"
+    assert Request(nslots=2, duration=60).to_wire() == '{"s":2,"d":60.0}'
+    assert Request.from_wire('{"n":"2-4","x":true,"c":0}') == \
+        Request(nnodes=Count(2, 4), exclusive=True, slot_size=0)
+
+
+@pytest.mark.parametrize(("wire", "message"), [
+    ("", "request: not JSON"),
+    ("[1]", "request: expected an object, got list"),
+    ('{"z":1}', "request: unknown key 'z'"),
+    ('{"n":"2-1"}', "request.nnodes: "),
+    ('{"s":true}', "Request.nslots: expected an int or a Count, got bool"),
+    ('{"x":1,"n":1}', "Request.exclusive: expected a bool"),
+    ('{"k":{"frob":[]}}', "request.constraint: "),
+    ('{"k":' + "[" * 5000 + "]" * 5000 + "}", "request: not JSON"),
+    ('{"k":' + '{"not":[' * 300 + "{}" + "]}" * 300 + "}", "request.constraint: "),
+    ('{"d":NaN}', "Request.duration: expected a finite number"),
+    ('{"m":"1"}', "Request.memory_per_slot: expected a non-negative"),
+    ("[" * 100_000 + "]" * 100_000, "request: 200000 bytes, at most 65536"),
+    ("[" * 30_000 + "]" * 30_000, "request: not JSON"),
+])
+def test_wire_refuses_what_it_never_writes(wire: str, message: str) -> None:
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
+        Request.from_wire(wire)
+
+
+def test_wire_of_every_use_case() -> None:
+    for req in EXPECTED.values():
+        assert Request.from_wire(req.to_wire()) == req

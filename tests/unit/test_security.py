@@ -91,8 +91,8 @@ def test_user_rules_one_partition() -> None:
     key_rules = [r for r in root if "~" in r]
     assert all(r.startswith("%R~") for r in key_rules)  # the root may only read
     assert sorted(r[3:] for r in key_rules) == sorted([
-        "{fx}:job:*", "{fx}:journal", "{fx}:jl:*", "{fx}:output:*", "{fx}:instance",
-        "{fx}:queues", "{fx}:sched:status"])
+        "{fx}:job:*", "{fx}:blob:*", "{fx}:journal", "{fx}:jl:*", "{fx}:acct:*", "{fx}:output:*",
+        "{fx}:instance", "{fx}:queues", "{fx}:accounting", "{fx}:sched:status"])
     assert not any(r.startswith("+@") or r in ("allkeys", "allcommands", "~*") for r in rules)
     assert "+xadd" not in root and "+del" not in root and "+set" not in root
     assert sorted(selectors) == sorted([

@@ -80,6 +80,8 @@ _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
 KILL_SIGNAL = 15
 #: Wait status recorded for a rank whose tasks were lost: "killed by SIGKILL".
 LOST_WAIT_STATUS = 9
+#: Distinct request strings shared at most (see JobManagerCore._shared).
+_REQUESTS_KEPT = 4096
 
 
 @dataclass(slots=True)
@@ -98,6 +100,9 @@ class Active:
     exec_released: set[int] = field(default_factory=set)
     exec_error: bool = False
     deadline: float | None = None
+    #: what the job asks the scheduler for (``Request.to_wire``), kept while it is
+    #: pending (its alloc requests carry it); jobs of one shape share one string
+    request: str | None = None
 
     @property
     def job(self) -> Job:
@@ -121,7 +126,8 @@ class Effects:
     sched: list[SchedRequest] = field(default_factory=list)
     exec: dict[int, list[ExecRequest]] = field(default_factory=dict)
     replies: list[tuple[str, Reply]] = field(default_factory=list)
-    hsets: dict[int, dict[str, str]] = field(default_factory=dict)
+    #: jobs that became inactive: their result name ("" if none) and when
+    retired: dict[int, tuple[str, float]] = field(default_factory=dict)
     #: exec progress per job not yet told by events (None: forget it), so a
     #: restarted job manager does not lose which ranks already reported
     progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
@@ -131,7 +137,7 @@ class Effects:
     sched_epoch: int = 0
 
     def __bool__(self) -> bool:
-        return bool(self.ops or self.sched or self.exec or self.replies or self.hsets
+        return bool(self.ops or self.sched or self.exec or self.replies or self.retired
                     or self.progress or self.acks or self.dead_letters)
 
     @property
@@ -184,16 +190,22 @@ class JobManagerCore:
         self._timers: list[tuple[float, int, str]] = []
         self._prioritize: dict[int, int] = {}
         self.inactive_count = 0
+        #: one string per distinct request (a --cc array's jobs share one)
+        self._requests: dict[str, str] = {}
 
     # ------------------------------------------------------------ loading
 
     def load(self, records: Iterable[JobRecord],
-             progress: Mapping[int, Mapping[str, Any]] | None = None) -> None:
-        """Take over the active records of a replay and the saved exec progress."""
+             progress: Mapping[int, Mapping[str, Any]] | None = None,
+             requests: Mapping[int, str | None] | None = None) -> None:
+        """Take over the active records of a replay, the saved exec progress and the
+        stored requests of pending jobs (:meth:`pending_ids` says which)."""
         for rec in records:
             if rec.job.state is _INACTIVE or rec.job.state is JobState.NEW:
                 continue
             act = Active(rec)
+            if requests and rec.job.state & JobState.PENDING:
+                act.request = self._shared(requests.get(rec.id))
             ranks = rec.info.get("ranks")
             if isinstance(ranks, str) and rec.job.has_resources:
                 act.ranks = IDSet(ranks)
@@ -204,6 +216,23 @@ class JobManagerCore:
                 act.exec_released = {int(r) for r in saved.get("released", [])}
                 act.exec_error = bool(saved.get("error"))
             self.jobs[rec.id] = act
+
+    @staticmethod
+    def pending_ids(records: Iterable[JobRecord]) -> list[int]:
+        """The jobs of ``records`` that :meth:`load` takes as pending (their requests
+        are read from storage for it)."""
+        return [rec.id for rec in records if rec.job.state & JobState.PENDING]
+
+    def _shared(self, request: str | None) -> str | None:
+        """``request`` as the one string kept for its shape (bounded: only a cache)."""
+        if request is None:
+            return None
+        found = self._requests.get(request)
+        if found is None:
+            if len(self._requests) >= _REQUESTS_KEPT:
+                self._requests.clear()
+            found = self._requests[request] = request
+        return found
 
     def restart(self, fx: Effects) -> None:
         """After a restart: jobs in SCHED go back to PRIORITY, every job is advanced.
@@ -272,7 +301,7 @@ class JobManagerCore:
         t = submit.timestamp
         rec = apply_record(None, jobid, submit, info)
         rec = apply_record(rec, jobid, ev.Validate(timestamp=t))
-        act = Active(rec)
+        act = Active(rec, request=self._shared(msg.request))
         self.jobs[jobid] = act
         self._add_dependencies(fx, act, resuming=False)
         self._advance(fx, act)
@@ -340,11 +369,13 @@ class JobManagerCore:
                     self._enqueue(act)
                 return
             elif state is _RUN:
+                act.request = None  # no longer pending: never asked for again
                 if job.can_start and not act.start_sent:
                     self._send_start(fx, act)
                 self._arm_timelimit(act)
                 return
             elif state is _CLEANUP:
+                act.request = None
                 self._cleanup(fx, act)
                 return
             else:
@@ -385,8 +416,8 @@ class JobManagerCore:
         job = act.job
         jobid = act.rec.id
         result = job.result
-        fx.hsets[jobid] = {"result": (result.name or "") if result is not None else "",
-                           "t_inactive": repr(job.t_inactive)}
+        fx.retired[jobid] = ((result.name or "") if result is not None else "",
+                             job.t_inactive if job.t_inactive is not None else self.clock())
         if act.exec_started or act.exec_finished or act.exec_released:
             fx.progress[jobid] = None
         self.deps.remove(jobid)
@@ -431,7 +462,8 @@ class JobManagerCore:
             session.outstanding += 1
             job = act.job
             fx.sched.append(Alloc(id=jobid, priority=job.priority or 0, userid=job.userid,
-                                  t_submit=job.t_submit, queue=queue or None))
+                                  t_submit=job.t_submit, queue=queue or None,
+                                  request=act.request))
 
     def _send_cancel(self, fx: Effects, act: Active) -> None:
         # Not while suspended: the next hello forgets every outstanding

@@ -17,10 +17,13 @@ from typing import Any
 import orjson
 
 from fluxes.config import InstanceConfig
+from fluxes.domain.jm.content import JobContent, job_content
 from fluxes.domain.jm.depend import Dependency
 from fluxes.domain.jm.feasibility import Feasibility, dependency_targets
 from fluxes.domain.jm.priority import DEFAULT_URGENCY, MAX_URGENCY, MIN_URGENCY
 from fluxes.domain.jm.queues import QueueState
+from fluxes.domain.sched.errors import InfeasibleRequest
+from fluxes.domain.sched.request import Request
 from fluxes.errors import JobspecError, PolicyError
 from fluxes.formats.jobspec import Jobspec
 
@@ -37,6 +40,11 @@ class PreparedJob:
     info: dict[str, Any]  # the journal extras of its submit event
     #: its dependencies that name a job: each target must exist (the worker looks)
     targets: tuple[Dependency, ...] = ()
+    #: what it asks the scheduler for (``Request.to_wire``); None when the scheduler
+    #: cannot represent it (it then reads the jobspec and denies it with its note)
+    request: str | None = None
+    #: the jobspecs as content-addressed blobs, as they are stored
+    content: JobContent | None = None
 
 
 def prepare_job(item: Any, userid: int, username: str | None, config: InstanceConfig,
@@ -82,6 +90,7 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
     _check_sizes(spec, config)
     admission = config.queues.admit(spec, userid, username, groups, queue_states)
     full = admission.jobspec
+    request = _request_of(full)
     if feasibility is not None:
         feasibility.check(full)  # with the queue's requires and defaults, as scheduled
     full_json = orjson.dumps(full.to_dict())
@@ -95,8 +104,19 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
         info["dependencies"] = list(full.dependencies)
     if full.cwd:
         info["cwd"] = full.cwd
-    return PreparedJob(original, None if full_json == original else full_json,
-                       admission.queue, urgency, flags, info, dependency_targets(full))
+    stored_full = None if full_json == original else full_json
+    return PreparedJob(original, stored_full, admission.queue, urgency, flags, info,
+                       dependency_targets(full), request, job_content(original, stored_full))
+
+
+def _request_of(spec: Jobspec) -> str | None:
+    """The scheduler's request for ``spec`` (queue ``requires`` and defaults applied) in
+    wire form, so the scheduler never parses the jobspec again; None when it cannot
+    be represented."""
+    try:
+        return Request.from_jobspec(spec).to_wire()
+    except (ValueError, InfeasibleRequest):
+        return None
 
 
 def _ntasks(spec: Jobspec) -> int:

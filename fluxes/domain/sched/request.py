@@ -18,6 +18,7 @@ malformed input raises ValueError.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -232,6 +233,69 @@ class Request:
             text += f" {self.constraint}"
         return text
 
+    # -- wire form ------------------------------------------------------------------
+
+    def to_wire(self) -> str:
+        """A compact, lossless text form (``Request.from_wire(r.to_wire()) == r``).
+
+        A JSON object with one-letter keys, each left out when it holds the
+        default: ``{}`` is one core anywhere. The ingest stores it with the
+        job and the ``new`` and ``alloc`` messages carry it, so the scheduler
+        never parses a jobspec again (docs/protocol.md).
+        """
+        out: dict[str, Any] = {}
+        for key, name, default in _WIRE_AMOUNTS:
+            value = getattr(self, name)
+            if value != default:
+                out[key] = value.encode() if isinstance(value, Count) else value
+        if self.exclusive:
+            out["x"] = True
+        if self.constraint is not None:
+            out["k"] = self.constraint.to_dict()
+        if self.duration:
+            out["d"] = self.duration
+        if self.memory_per_slot:
+            out["m"] = self.memory_per_slot
+        # stdlib json: a count or memory amount may pass 64 bits, which orjson refuses
+        return json.dumps(out, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_wire(cls, text: str | bytes) -> Request:
+        """The request :meth:`to_wire` wrote; ValueError (one line) for anything else."""
+        if len(text) > MAX_WIRE_BYTES:
+            raise ValueError(f"request: {len(text)} bytes, at most {MAX_WIRE_BYTES}")
+        try:
+            doc = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise ValueError(f"request: not JSON: {str(exc).splitlines()[0]}") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"request: expected an object, got {type(doc).__name__}")
+        unknown = set(doc) - _WIRE_KEYS
+        if unknown:
+            raise ValueError(f"request: unknown key {sorted(unknown)[0]!r:.40}")
+        fields: dict[str, Any] = {}
+        for key, name, _default in _WIRE_AMOUNTS:
+            if key in doc:
+                value = doc[key]
+                if isinstance(value, str):
+                    try:
+                        value = Count.decode(value)
+                    except ValueError as exc:
+                        raise ValueError(f"request.{name}: {exc}") from None
+                fields[name] = value
+        if "x" in doc:
+            fields["exclusive"] = doc["x"]
+        if "k" in doc:
+            try:
+                fields["constraint"] = _constraints.parse(doc["k"])
+            except (ValueError, RecursionError) as exc:
+                raise ValueError(f"request.constraint: {str(exc).splitlines()[0]}") from None
+        if "d" in doc:
+            fields["duration"] = doc["d"]
+        if "m" in doc:
+            fields["memory_per_slot"] = doc["m"]
+        return cls(**fields)
+
     # -- jobspec --------------------------------------------------------------------
 
     @classmethod
@@ -289,6 +353,15 @@ class Request:
         if constraint is not None and constraint == _constraints.parse({}):
             constraint = None
         return cls(constraint=constraint, duration=float(duration), **fields)
+
+
+#: Longest wire form read (a constraint is the only part that can grow).
+MAX_WIRE_BYTES: Final = 64 * 1024
+#: Wire keys of the amounts: (key, field, default).
+_WIRE_AMOUNTS: Final = (("n", "nnodes", 0), ("s", "nslots", 1), ("c", "slot_size", 1),
+                        ("g", "gpu_per_slot", 0), ("sk", "sockets_per_slot", 0),
+                        ("cs", "cores_per_socket", 0))
+_WIRE_KEYS: Final = frozenset({key for key, _n, _d in _WIRE_AMOUNTS} | {"x", "k", "d", "m"})
 
 
 # -- the resources tree -----------------------------------------------------------------

@@ -19,6 +19,22 @@
 --   A k group n {id}*n           XACK KEYS[k] group ids (inputs consumed)
 --   S k ttl value                SET KEYS[k] value (PX ttl when ttl > 0)
 --   L k ttl value                RPUSH KEYS[k] value, PEXPIRE ttl (a reply a client BLPOPs)
+--   B k n data                   add n references to the blob KEYS[k] (a hash: `data`,
+--                                `refs`), creating it with `data` when missing (n >= 1)
+--   U kj field kb digest         release the reference the job hash KEYS[kj] holds in
+--                                `field` to the blob KEYS[kb]: only while the field still
+--                                names `digest` (so a second release does nothing), the
+--                                field is deleted, `refs` decremented, the blob deleted
+--                                at 0
+--   M kj mode prefix             exec compat, until the exec worker reads jobspecs through
+--                                fluxes/store/jobhash.py: mode 1 sets `jobspec_full` of the
+--                                job hash KEYS[kj] to its jobspec spliced from its blobs,
+--                                mode 0 deletes that copy; only for a job stored with blobs
+--                                (a `spec` field; field names as in jobhash.py). The blob
+--                                keys, `prefix<owner>:<digest>` from the hash as it is
+--                                before the batch, are not in KEYS but share the job's hash
+--                                tag, hence its slot. A blob missing or of another type
+--                                leaves the copy unwritten (exec then fails the job).
 --
 -- Returns {events appended, last journal id or ""}, or one of these error
 -- replies, after which nothing at all was written:
@@ -42,7 +58,10 @@ local MAX_TTL_DIGITS = 15
 local MAX_ID_PART = '18446744073709551615'
 
 local COMMAND = {E = 'XADD', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
-                 A = 'XACK', S = 'SET', L = 'RPUSH'}
+                 A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL', M = 'HSET'}
+-- A split jobspec begins with this; the environment goes right after it
+-- (fluxes/domain/jm/content.py, splice).
+local SPLIT_PREFIX = '{"attributes":{"system":{'
 
 local nargv = #ARGV
 
@@ -91,6 +110,39 @@ local function need(key, want, creates, cmd)
   end
   kind[key] = have
   return nil
+end
+
+-- nil when the `refs` of blob `key` (if any) is a count HINCRBY accepts, else the
+-- error reply (only a foreign write can make it something else).
+local function refs_ok(key)
+  if kind[key] ~= 'hash' then return nil end
+  local refs = redis.call('HGET', key, 'refs')
+  if refs and (#refs > 18 or not string.match(refs, '^%-?%d+$')) then
+    return redis.error_reply('KEYTYPE HINCRBY needs an integer but ' .. key
+                             .. ' refs holds ' .. string.sub(refs, 1, 20))
+  end
+  return nil
+end
+
+-- The data of blob `key` (a hash), or nil when it is missing or not a hash.
+local function blob_data(key)
+  if redis.call('TYPE', key).ok ~= 'hash' then return nil end
+  return redis.call('HGET', key, 'data') or nil
+end
+
+-- The jobspec of the job hash `key` spliced from its blobs (M op), or nil.
+local function materialized(key, prefix)
+  local f = redis.call('HMGET', key, 'spec', 'full', 'env', 'owner')
+  local spec, full, env, owner = f[1], f[2], f[3], f[4]
+  if not spec or not owner then return nil end
+  local text = blob_data(prefix .. owner .. ':' .. (full or spec))
+  if text == nil or not env then return text end
+  local env_text = blob_data(prefix .. owner .. ':' .. env)
+  if env_text == nil or string.sub(text, 1, #SPLIT_PREFIX) ~= SPLIT_PREFIX then return nil end
+  local rest = string.sub(text, #SPLIT_PREFIX + 1)
+  local sep = ','
+  if string.sub(rest, 1, 1) == '}' then sep = '' end
+  return SPLIT_PREFIX .. '"environment":' .. env_text .. sep .. rest
 end
 
 local token = ARGV[1]
@@ -169,6 +221,34 @@ while i <= nargv do
         if not stream_id_ok(ARGV[j]) then return badop(i, 'bad stream id ' .. ARGV[j]) end
       end
       err = need(key, 'stream', false, cmd)
+    elseif op == 'B' then
+      n = count(i + 2)
+      if n == nil or n < 1 then return badop(i, 'bad count') end
+      first, nxt = i + 3, i + 4
+      err = need(key, 'hash', true, cmd)
+      if err == nil then err = refs_ok(key) end
+    elseif op == 'U' then
+      local kb = count(i + 3)
+      if kb == nil or kb < 1 or kb > #KEYS then return badop(i, 'no such key index') end
+      first, nxt = i + 2, i + 5
+      n = KEYS[kb]  -- the blob's key, for pass 2
+      err = need(key, 'hash', false, cmd)
+      if err == nil then err = need(n, 'hash', false, 'HINCRBY') end
+      if err == nil then err = refs_ok(n) end
+    elseif op == 'M' then
+      local mode = ARGV[i + 2]
+      if mode ~= '0' and mode ~= '1' then return badop(i, 'bad mode') end
+      first, nxt = i + 2, i + 4
+      if nxt - 1 > nargv then return badop(i, 'arguments missing') end
+      err = need(key, 'hash', false, cmd)
+      n = false  -- what pass 2 writes: the jobspec (mode 1), true to delete it (mode 0)
+      if err == nil and kind[key] == 'hash' then
+        if mode == '1' then
+          n = materialized(key, ARGV[i + 3]) or false
+        else
+          n = redis.call('HEXISTS', key, 'spec') == 1
+        end
+      end
     else -- S or L
       local ttl = ARGV[i + 2]
       if ttl == nil or #ttl > MAX_TTL_DIGITS or not string.match(ttl, '^%d+$') then
@@ -243,6 +323,22 @@ for _, step in ipairs(plan) do
   elseif op == 'L' then
     redis.call('RPUSH', key, ARGV[j])
     redis.call('PEXPIRE', key, tonumber(ARGV[j - 1]))
+  elseif op == 'B' then
+    redis.call('HSETNX', key, 'data', ARGV[j])
+    redis.call('HINCRBY', key, 'refs', n)
+  elseif op == 'U' then
+    if redis.call('HGET', key, ARGV[j]) == ARGV[j + 2] then
+      redis.call('HDEL', key, ARGV[j])
+      if redis.call('EXISTS', n) == 1 and redis.call('HINCRBY', n, 'refs', -1) <= 0 then
+        redis.call('DEL', n)
+      end
+    end
+  elseif op == 'M' then
+    if n == true then
+      redis.call('HDEL', key, 'jobspec_full')
+    elseif n then
+      redis.call('HSET', key, 'jobspec_full', n)
+    end
   elseif op == 'S' then
     local ttl = tonumber(ARGV[j - 1])
     if ttl > 0 then

@@ -1,0 +1,112 @@
+"""``fluxes bench accounting``: what folding the journal into usage costs per job.
+
+Writes a history of N jobs (the ten events of a normal life each, with the
+journal extras of submit and alloc) to a private redis-server, then:
+
+* folds it in memory (decode + fold, no Redis): CPU microseconds per job;
+* rebuilds the usage read model from it as the accounting worker folds it
+  (blocks of 2,000 entries, each written with its position in one fenced
+  step): CPU microseconds per job of this process and of redis-server, and
+  wall time;
+* computes the fair-share table for a tree of banks and users.
+
+The accounting worker's share of ``fluxes bench throughput`` is this fold's
+cost times the jobs per second (docs/accounting.md, "Cost").
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from typing import Any
+
+import redis
+
+from fluxes.bench.common import Stopwatch, private_redis
+from fluxes.bench.eventlog import T0, _job_batch
+from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, apply
+from fluxes.domain.accounting.fairshare import fair_share
+from fluxes.domain.accounting.usage import UsageState
+from fluxes.store.accounting import decode_entry, rebuild
+from fluxes.store.eventstore import EventStore
+from fluxes.store.keys import Keys
+
+NS = "bench"
+HALF_LIFE = 7 * 86400.0
+
+
+def _cpu() -> float:
+    """CPU seconds (user + system) of this process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _server_cpu(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def _tree(banks: int, users_per_bank: int) -> tuple[Accounts, dict[tuple[int, str], float]]:
+    accounts = apply(BankAdd(timestamp=T0, bank="root", shares=1), Accounts())
+    usage: dict[tuple[int, str], float] = {}
+    uid = 10_000
+    for b in range(banks):
+        name = f"bank{b}"
+        accounts = apply(BankAdd(timestamp=T0, bank=name, parent="root", shares=1 + b % 3),
+                         accounts)
+        for _ in range(users_per_bank):
+            accounts = apply(UserAdd(timestamp=T0, username=f"u{uid}", userid=uid,
+                                     bank=name), accounts)
+            usage[(uid, "")] = float(uid % 97)
+            uid += 1
+    return accounts, usage
+
+
+def run(jobs: int = 100_000, batch_jobs: int = 100, banks: int = 50,
+        users_per_bank: int = 20) -> dict[str, Any]:
+    """Measure and return the figures."""
+    figures: dict[str, Any] = {"jobs": jobs, "events": jobs * 10}
+    with private_redis() as (_server, client):
+        keys = Keys(NS)
+        client.set(keys.jm_fence(0), "1")
+        store = EventStore(client, keys)
+        jobid = 1
+        while jobid <= jobs:
+            end = min(jobid + batch_jobs, jobs + 1)
+            store.commit(_job_batch(store, keys, range(jobid, end)), "1")
+            jobid = end
+
+        entries = []
+        start = "-"
+        while True:
+            block = client.xrange(keys.journal(0), min=start, count=10_000)
+            entries += [fields for _sid, fields in block]
+            if len(block) < 10_000:
+                break
+            start = "(" + block[-1][0].decode()
+        state = UsageState(HALF_LIFE)
+        cpu = _cpu()
+        for fields in entries:
+            decoded = decode_entry(fields)
+            if decoded is not None:
+                state.feed(*decoded)
+        state.take_changes()
+        figures["fold_in_memory_us_cpu_per_job"] = (_cpu() - cpu) / jobs * 1e6
+        del entries
+
+        cpu, server, watch = _cpu(), _server_cpu(client), Stopwatch()
+        [done] = rebuild(client, keys, HALF_LIFE)
+        figures["fold_to_redis_us_cpu_per_job"] = (_cpu() - cpu) / jobs * 1e6
+        figures["fold_to_redis_redis_us_cpu_per_job"] = \
+            (_server_cpu(client) - server) / jobs * 1e6
+        figures["fold_to_redis_jobs_per_s"] = jobs / watch.elapsed
+        figures["fold_entries"] = done.entries
+
+    accounts, usage = _tree(banks, users_per_bank)
+    began = time.perf_counter()
+    rounds = 20
+    for _ in range(rounds):
+        fair_share(accounts, usage)
+    figures["fair_share_associations"] = banks * users_per_bank
+    figures["fair_share_ms"] = (time.perf_counter() - began) / rounds * 1e3
+    return figures

@@ -1,0 +1,169 @@
+"""``fluxes bench memory``: Redis bytes per pending job, and where they go.
+
+The test of the house issue: held jobs submitted with ``fluxes submit
+--cc=1-N --urgency=hold true`` (the submitter's whole environment in every
+jobspec, as a user's submission carries it) on a 16 x 32 instance started
+for the run. ``redis_bytes_per_pending_job`` is Redis' ``used_memory`` after
+minus before, divided by N, once every job is pending (its ``priority``
+event written) and the read model has folded them all.
+
+The table splits the growth by key kind (``MEMORY USAGE`` of every key,
+before and after): job hashes, eventlogs, the journal, the read model, the
+user's submit stream (the requests stay until retention trims them), the
+job manager's ``jm:new`` stream, content-addressed blobs, the accounting
+read model, the rest. What
+``MEMORY USAGE`` does not see (the keyspace's own entries, allocator
+rounding) is the ``unattributed`` row.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from fluxes.proc.launcher import Launcher
+from fluxes.store.groups import read_streams
+from fluxes.store.instance import Instance
+
+#: Key kinds, tried in order on the key name without its hash tag.
+KINDS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("job hash", re.compile(r":job:\d+$")),
+    ("eventlog", re.compile(r":job:\d+:eventlog$")),
+    ("journal", re.compile(r":journal$")),
+    ("read model", re.compile(r":jl:")),
+    ("submit stream", re.compile(r":submit:")),
+    ("jm:new", re.compile(r":jm:new$")),
+    ("blobs", re.compile(r":blob:")),
+    ("checkpoint", re.compile(r":checkpoint$")),
+    ("accounting", re.compile(r":acct:")),
+)
+
+
+def kind_of(key: str) -> str:
+    """The kind of a key, for the table (``other`` when none matches)."""
+    for name, pattern in KINDS:
+        if pattern.search(key):
+            return name
+    return "other"
+
+
+def usage_by_kind(client: redis.Redis) -> Counter[str]:
+    """``MEMORY USAGE`` (every nested value counted) summed per key kind."""
+    out: Counter[str] = Counter()
+    keys = [k.decode() for k in client.scan_iter(count=2000)]
+    for i in range(0, len(keys), 2000):
+        chunk = keys[i:i + 2000]
+        pipe = client.pipeline(transaction=False)
+        for key in chunk:
+            pipe.memory_usage(key, samples=0)
+        for key, used in zip(chunk, pipe.execute(), strict=True):
+            out[kind_of(key)] += int(used or 0)
+    return out
+
+
+def run(jobs: int = 50_000, nodes: int = 16, cores_per_node: int = 32,
+        timeout: float = 900.0) -> dict[str, Any]:
+    """Start an instance, submit ``jobs`` held jobs with the CLI, return the figures."""
+    if jobs < 1:
+        raise ValueError("--jobs must be >= 1")
+    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
+        uri = launcher.start()
+        try:
+            inst = Instance.connect(str(uri))
+            return _measure(inst, str(uri), jobs, nodes, cores_per_node, timeout)
+        finally:
+            launcher.stop()
+
+
+def _cli(uri: str, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    """Run ``fluxes ARGS`` as a user would, with this process's environment."""
+    env = dict(os.environ, FLUXES_URI=uri)
+    return subprocess.run([sys.executable, "-m", "fluxes.cli.main", *args], env=env,
+                          capture_output=True, timeout=timeout, check=True)
+
+
+def _measure(inst: Instance, uri: str, jobs: int, nodes: int, cores: int,
+             timeout: float) -> dict[str, Any]:
+    client = inst.redis
+    deadline = time.monotonic() + timeout
+    # warm up: one held job through every worker, so that the streams, groups and
+    # read model exist before the first measurement
+    _cli(uri, "submit", "--urgency=hold", "true", timeout=120)
+    _wait_pending(inst, {inst.keys.journal(p): "0-0" for p in range(inst.keys.partitions)},
+                  1, deadline)
+    _wait_folded(inst, deadline)
+    journals = {}
+    for p in range(inst.keys.partitions):
+        last = client.xrevrange(inst.keys.journal(p), count=1)
+        journals[inst.keys.journal(p)] = last[0][0].decode() if last else "0-0"
+    time.sleep(0.5)
+    before = int(client.info("memory")["used_memory"])
+    kinds_before = usage_by_kind(client)
+    started = time.monotonic()
+    _cli(uri, "submit", f"--cc=1-{jobs}", "--urgency=hold", "true", timeout=timeout)
+    submitted = time.monotonic() - started
+    seen = _wait_pending(inst, journals, jobs, deadline)
+    _wait_folded(inst, deadline)
+    time.sleep(0.5)
+    after = int(client.info("memory")["used_memory"])
+    kinds_after = usage_by_kind(client)
+    grown = {k: kinds_after[k] - kinds_before[k] for k in set(kinds_after) | set(kinds_before)}
+    table = {k: round(v / jobs, 1) for k, v in sorted(grown.items(), key=lambda kv: -kv[1])
+             if v}
+    table["unattributed"] = round((after - before - sum(grown.values())) / jobs, 1)
+    env_bytes = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in os.environ.items())
+    return {
+        "jobs": jobs, "nodes": nodes, "cores_per_node": cores, "pending": seen,
+        "environment_bytes": env_bytes,
+        "submit_s": round(submitted, 2),
+        "used_memory_before": before, "used_memory_after": after,
+        "redis_bytes_per_pending_job": round((after - before) / jobs, 1),
+        # entries every consumer acknowledged, which retention is to trim
+        "bytes_per_job_in_acknowledged_streams": round(
+            table.get("submit stream", 0.0) + table.get("jm:new", 0.0), 1),
+        "bytes_per_job_by_kind": table,
+    }
+
+
+def _wait_pending(inst: Instance, journals: dict[str, str], want: int,
+                  deadline: float) -> int:
+    """Count ``priority`` journal entries after the given positions until ``want`` are seen."""
+    seen = 0
+    while seen < want and time.monotonic() < deadline:
+        reply = read_streams(inst.redis, journals, 10000, 1000)
+        for stream, entries in reply or []:
+            journals[stream.decode()] = entries[-1][0].decode()
+            for _sid, fields in entries:
+                if fields.get(b"n") == b"priority":
+                    seen += 1
+    return seen
+
+
+def _wait_folded(inst: Instance, deadline: float) -> None:
+    """Until the read model has folded every journal to its end."""
+    client = inst.redis
+    while time.monotonic() < deadline:
+        behind = False
+        for p in range(inst.keys.partitions):
+            key = inst.keys.journal(p)
+            last = client.xrevrange(key, count=1)
+            groups = {g["name"].decode() if isinstance(g["name"], bytes) else g["name"]: g
+                      for g in client.xinfo_groups(key)}
+            group = groups.get("joblist")
+            done = group["last-delivered-id"] if group else b"0-0"
+            done = done.decode() if isinstance(done, bytes) else str(done)
+            if last and done != last[0][0].decode():
+                behind = True
+        if not behind:
+            return
+        time.sleep(0.05)

@@ -1,0 +1,610 @@
+"""``fluxes account``: banks, associations, usage and fair share (flux-accounting's names).
+
+Changes (``add-bank``, ``edit-bank``, ``delete-bank``, ``add-user``,
+``edit-user``, ``delete-user``) are events appended to the instance's
+accounting stream, each checked against the state the stream folds to
+(:func:`fluxes.store.accounting.append_admin`); only the instance owner may
+make them, as only flux's instance owner may change flux-accounting's
+database. Everyone may look: ``view-user``, ``view-bank``, ``list-banks``,
+``list-users``, ``usage`` (sreport-like: raw usage over a period) and
+``share`` (sshare-like: the fair-share tree). See docs/accounting.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import time
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
+
+if TYPE_CHECKING:
+    from fluxes.domain.accounting.banks import AccountEvent, Accounts, Association, Bank
+    from fluxes.store.instance import Instance
+
+#: The limit options of add-user, edit-user, add-bank and edit-bank.
+_LIMIT_OPTIONS = (("--max-running-jobs", "max_running_jobs", "jobs running at once"),
+                  ("--max-active-jobs", "max_active_jobs", "jobs pending or running"),
+                  ("--max-nodes", "max_nodes", "nodes held by running jobs"),
+                  ("--max-cores", "max_cores", "cores held by running jobs"))
+
+
+def register(subparsers: Any) -> None:
+    """Add ``account`` and its subcommands."""
+    parser = subparsers.add_parser("account", **help_with_example(
+        "Banks, users, usage and fair share (flux-accounting's 'flux account').",
+        ["fluxes account add-bank root 1", "fluxes account add-bank --parent-bank=root "
+         "physics 3", "fluxes account add-user --username=alice --bank=physics",
+         "fluxes account share", "fluxes account usage --since=-7d --csv"]))
+    sub = add_subcommands(parser, "account commands")
+
+    p = sub.add_parser("add-bank", **help_with_example(
+        "Add a bank holding SHARES of its parent. The bank added without --parent-bank is\n"
+        "the root; there is one. Instance owner only.",
+        ["fluxes account add-bank root 1",
+         "fluxes account add-bank --parent-bank=root physics 3 --max-running-jobs=100"]))
+    p.add_argument("--parent-bank", default=None, metavar="BANK")
+    p.add_argument("bank", metavar="BANK")
+    p.add_argument("shares", type=int, metavar="SHARES")
+    _limit_options(p)
+    p.set_defaults(func=_owner_only(_add_bank))
+
+    p = sub.add_parser("edit-bank", **help_with_example(
+        "Change a bank's shares, parent or limits (-1: no limit). Instance owner only.",
+        ["fluxes account edit-bank physics --shares=5",
+         "fluxes account edit-bank physics --max-nodes=-1"]))
+    p.add_argument("bank", metavar="BANK")
+    p.add_argument("--shares", type=int, default=None)
+    p.add_argument("--parent-bank", default=None, metavar="BANK")
+    _limit_options(p)
+    p.set_defaults(func=_owner_only(_edit_bank))
+
+    p = sub.add_parser("delete-bank", **help_with_example(
+        "Deactivate a bank, the banks below it and their users (their usage stays;\n"
+        "adding them again reactivates them). Instance owner only.",
+        ["fluxes account delete-bank physics"]))
+    p.add_argument("bank", metavar="BANK")
+    p.set_defaults(func=_owner_only(_delete_bank))
+
+    p = sub.add_parser("add-user", **help_with_example(
+        "Let USERNAME charge jobs to BANK (an association). The user's first bank\n"
+        "becomes their default bank. Instance owner only.",
+        ["fluxes account add-user --username=alice --bank=physics",
+         "fluxes account add-user --username=bob --userid=5002 --bank=chem --shares=2 "
+         "--max-running-jobs=4"]))
+    p.add_argument("--username", required=True)
+    p.add_argument("--bank", required=True)
+    p.add_argument("--userid", type=int, default=None,
+                   help="the user's uid (default: from 'fluxes admin users' or this machine)")
+    p.add_argument("--shares", type=int, default=1, help="shares of the bank (default 1)")
+    _limit_options(p)
+    p.set_defaults(func=_owner_only(_add_user))
+
+    p = sub.add_parser("edit-user", **help_with_example(
+        "Change a user's associations: with --bank only that one, else all of them\n"
+        "(limits: -1 for no limit). Instance owner only.",
+        ["fluxes account edit-user alice --max-running-jobs=4",
+         "fluxes account edit-user alice --bank=physics --shares=2",
+         "fluxes account edit-user alice --default-bank=chem"]))
+    p.add_argument("username", metavar="USERNAME")
+    p.add_argument("--bank", default=None)
+    p.add_argument("--userid", type=int, default=None)
+    p.add_argument("--shares", type=int, default=None)
+    p.add_argument("--default-bank", default=None, metavar="BANK")
+    _limit_options(p)
+    p.set_defaults(func=_owner_only(_edit_user))
+
+    p = sub.add_parser("delete-user", **help_with_example(
+        "Deactivate the association of USERNAME with BANK. Instance owner only.",
+        ["fluxes account delete-user alice physics"]))
+    p.add_argument("username", metavar="USERNAME")
+    p.add_argument("bank", metavar="BANK")
+    p.set_defaults(func=_owner_only(_delete_user))
+
+    p = sub.add_parser("view-user", **help_with_example(
+        "Show a user's associations: bank, shares, limits, default bank.",
+        ["fluxes account view-user alice", "fluxes account view-user alice --json"]))
+    p.add_argument("username", metavar="USERNAME")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_view_user)
+
+    p = sub.add_parser("view-bank", **help_with_example(
+        "Show a bank; -t the banks below it as a tree, -u its users.",
+        ["fluxes account view-bank root -t", "fluxes account view-bank physics -u"]))
+    p.add_argument("bank", metavar="BANK")
+    p.add_argument("-t", "--tree", action="store_true", help="the banks below, as a tree")
+    p.add_argument("-u", "--users", action="store_true", help="the bank's users")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_view_bank)
+
+    p = sub.add_parser("list-banks", **help_with_example(
+        "List the banks.", ["fluxes account list-banks", "fluxes account list-banks --json"]))
+    p.add_argument("--inactive", action="store_true", help="deleted banks too")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_list_banks)
+
+    p = sub.add_parser("list-users", **help_with_example(
+        "List every association (user, bank).",
+        ["fluxes account list-users", "fluxes account list-users --json"]))
+    p.add_argument("--inactive", action="store_true", help="deleted associations too")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_list_users)
+
+    p = sub.add_parser("usage", **help_with_example(
+        "Raw (not decayed) usage per user and bank over a period, like sreport: the\n"
+        "part of each allocation inside [SINCE, UNTIL), jobs still running up to now.\n"
+        "TIME: a UNIX time, an ISO 8601 date/time, or -FSD (that long ago).",
+        ["fluxes account usage", "fluxes account usage --since=-7d --json",
+         "fluxes account usage --since=2026-11-01 --until=2026-12-01 --csv"]))
+    p.add_argument("--since", default=None, metavar="TIME", help="default: the beginning")
+    p.add_argument("--until", default=None, metavar="TIME", help="default: now")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--csv", action="store_true")
+    p.set_defaults(func=_usage)
+
+    p = sub.add_parser("share", **help_with_example(
+        "The fair-share tree, like sshare: shares, decayed usage (billing units) and\n"
+        "the factor, F = 2^(-effective usage / normalized shares).",
+        ["fluxes account share", "fluxes account share --json"]))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_share)
+
+
+def _limit_options(parser: argparse.ArgumentParser) -> None:
+    for option, dest, what in _LIMIT_OPTIONS:
+        parser.add_argument(option, dest=dest, type=int, default=None, metavar="N",
+                            help=f"at most N {what} (-1: no limit)")
+
+
+def _limits(args: argparse.Namespace) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for option, dest, _what in _LIMIT_OPTIONS:
+        value = getattr(args, dest)
+        if value is None:
+            continue
+        if value < -1:
+            die(f"{option}: expected a count or -1 (no limit), got {value}")
+        out[dest] = None if value == -1 else value
+    return out
+
+
+def _owner_only(handler: Callable[[argparse.Namespace], int]
+                ) -> Callable[[argparse.Namespace], int]:
+    """``handler``, for the instance owner only (a credentials file's user is refused, and
+    Redis's refusal becomes one line)."""
+
+    def run(args: argparse.Namespace) -> int:
+        import redis
+
+        inst = instance(args)
+        if inst.user is not None and inst.user != inst.owner()[0]:
+            die("only the instance owner can change accounting")
+        try:
+            return handler(args)
+        except redis.exceptions.NoPermissionError:
+            die("only the instance owner can change accounting")
+
+    run.__doc__ = handler.__doc__
+    return run
+
+
+def _append(args: argparse.Namespace, make: Callable[[Accounts], AccountEvent]) -> Accounts:
+    from fluxes.store.accounting import append_admin
+
+    inst = instance(args)
+    _event, after = append_admin(inst.redis, inst.keys, make)
+    return after
+
+
+# ---------------------------------------------------------------- changes
+
+
+def _add_bank(args: argparse.Namespace) -> int:
+    """Append add-bank."""
+    from fluxes.domain.accounting.banks import BankAdd
+
+    _append(args, lambda _a: BankAdd(timestamp=time.time(), bank=args.bank,
+                                     parent=args.parent_bank, shares=args.shares,
+                                     limits=_limits(args)))
+    return 0
+
+
+def _edit_bank(args: argparse.Namespace) -> int:
+    """Append edit-bank."""
+    from fluxes.domain.accounting.banks import BankEdit
+
+    limits = _limits(args)
+    if args.shares is None and args.parent_bank is None and not limits:
+        die("edit-bank: nothing to change (give --shares, --parent-bank or a limit)")
+    _append(args, lambda _a: BankEdit(timestamp=time.time(), bank=args.bank,
+                                      shares=args.shares, parent=args.parent_bank,
+                                      limits=limits))
+    return 0
+
+
+def _delete_bank(args: argparse.Namespace) -> int:
+    """Append delete-bank."""
+    from fluxes.domain.accounting.banks import BankDelete
+
+    _append(args, lambda _a: BankDelete(timestamp=time.time(), bank=args.bank))
+    return 0
+
+
+def user_id(inst: Instance, name: str) -> int | None:
+    """``name``'s uid: from ``fluxes admin adduser``'s users, the owner, or this machine."""
+    import pwd
+
+    import redis
+
+    try:
+        raw = inst.redis.hget(inst.keys.users, name)
+    except redis.exceptions.NoPermissionError:
+        raw = None
+    if raw is not None:
+        return int(raw)
+    owner, owner_uid = inst.owner()
+    if name == owner:
+        return owner_uid
+    try:
+        return pwd.getpwnam(name).pw_uid
+    except KeyError:
+        return None
+
+
+def _add_user(args: argparse.Namespace) -> int:
+    """Append add-user (the uid found when not given)."""
+    from fluxes.domain.accounting.banks import UserAdd, check_user_name
+
+    check_user_name(args.username)
+    userid = args.userid
+    if userid is None:
+        userid = user_id(instance(args), args.username)
+        if userid is None:
+            die(f"add-user: user {args.username} is not known here: give --userid")
+    _append(args, lambda _a: UserAdd(timestamp=time.time(), username=args.username,
+                                     userid=userid, bank=args.bank, shares=args.shares,
+                                     limits=_limits(args)))
+    return 0
+
+
+def _edit_user(args: argparse.Namespace) -> int:
+    """Append edit-user."""
+    from fluxes.domain.accounting.banks import UserEdit
+
+    limits = _limits(args)
+    if args.userid is None and args.shares is None and args.default_bank is None \
+            and not limits:
+        die("edit-user: nothing to change (give --userid, --shares, --default-bank or a "
+            "limit)")
+    _append(args, lambda _a: UserEdit(timestamp=time.time(), username=args.username,
+                                      bank=args.bank, userid=args.userid, shares=args.shares,
+                                      default_bank=args.default_bank, limits=limits))
+    return 0
+
+
+def _delete_user(args: argparse.Namespace) -> int:
+    """Append delete-user."""
+    from fluxes.domain.accounting.banks import UserDelete
+
+    _append(args, lambda _a: UserDelete(timestamp=time.time(), username=args.username,
+                                        bank=args.bank))
+    return 0
+
+
+# ---------------------------------------------------------------- views
+
+
+def _accounts(args: argparse.Namespace) -> Accounts:
+    from fluxes.store.accounting import load_accounts
+
+    inst = instance(args)
+    return load_accounts(inst.redis, inst.keys)
+
+
+def _limit_text(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _assoc_obj(accounts: Accounts, assoc: Association) -> dict[str, Any]:
+    return {"username": assoc.username, "userid": assoc.userid, "bank": assoc.bank,
+            "default_bank": accounts.default_banks.get(assoc.username), "active": assoc.active,
+            "shares": assoc.shares, "limits": dict(assoc.limits.items())}
+
+
+def _bank_obj(bank: Bank) -> dict[str, Any]:
+    return {"bank": bank.name, "parent_bank": bank.parent, "active": bank.active,
+            "shares": bank.shares, "limits": dict(bank.limits.items())}
+
+
+_LIMIT_HEADERS = ("MAX-RUN", "MAX-ACTIVE", "MAX-NODES", "MAX-CORES")
+
+
+def _assoc_rows(accounts: Accounts, assocs: Iterable[Association]) -> list[list[str]]:
+    rows = []
+    for a in assocs:
+        default = "*" if accounts.default_banks.get(a.username) == a.bank else ""
+        rows.append([a.username, str(a.userid), a.bank + default, str(a.shares),
+                     *(_limit_text(v) for _n, v in a.limits.items()),
+                     *([] if a.active else ["(inactive)"])])
+    return rows
+
+
+def _print_assocs(accounts: Accounts, assocs: list[Association]) -> None:
+    from fluxes.cli.display import table
+
+    headers = ("USERNAME", "UID", "BANK", "SHARES", *_LIMIT_HEADERS, "")
+    rows = [r + [""] * (len(headers) - len(r)) for r in _assoc_rows(accounts, assocs)]
+    for line in table(headers, rows, right=frozenset({1, 3, 4, 5, 6, 7})):
+        print(line)
+    if assocs:
+        print("(* default bank)")
+
+
+def _view_user(args: argparse.Namespace) -> int:
+    """A user's associations."""
+    accounts = _accounts(args)
+    mine = sorted((a for a in accounts.associations.values() if a.username == args.username),
+                  key=lambda a: a.bank)
+    if not mine:
+        die(f"no user {args.username}")
+    if args.json:
+        print_json({"username": args.username,
+                    "default_bank": accounts.default_banks.get(args.username),
+                    "associations": [_assoc_obj(accounts, a) for a in mine]})
+        return 0
+    _print_assocs(accounts, mine)
+    return 0
+
+
+def _view_bank(args: argparse.Namespace) -> int:
+    """A bank, its tree, its users."""
+    from fluxes.cli.display import table
+
+    accounts = _accounts(args)
+    bank = accounts.bank(args.bank)
+    tree = accounts.subtree(bank.name) if args.tree else [bank]
+    users = accounts.members(bank.name) if args.users else []
+    if args.json:
+        out: dict[str, Any] = _bank_obj(bank)
+        if args.tree:
+            out["tree"] = [{**_bank_obj(b), "depth": len(accounts.path(b.name))
+                            - len(accounts.path(bank.name))} for b in tree]
+        if args.users:
+            out["users"] = [_assoc_obj(accounts, a) for a in users]
+        print_json(out)
+        return 0
+    base = len(accounts.path(bank.name))
+    rows = [["  " * (len(accounts.path(b.name)) - base) + b.name, b.parent or "",
+             str(b.shares), *(_limit_text(v) for _n, v in b.limits.items())] for b in tree]
+    for line in table(("BANK", "PARENT", "SHARES", *_LIMIT_HEADERS), rows,
+                      right=frozenset({2, 3, 4, 5, 6})):
+        print(line)
+    if args.users:
+        print()
+        _print_assocs(accounts, users)
+    return 0
+
+
+def _list_banks(args: argparse.Namespace) -> int:
+    """Every bank, root first then depth first."""
+    from fluxes.cli.display import table
+
+    accounts = _accounts(args)
+    banks = accounts.subtree(accounts.root.name) if accounts.root is not None else []
+    if args.inactive:
+        banks += sorted((b for b in accounts.banks.values() if not b.active),
+                        key=lambda b: b.name)
+    if args.json:
+        print_json({"banks": [_bank_obj(b) for b in banks]})
+        return 0
+    rows = [[b.name, b.parent or "", str(b.shares),
+             *(_limit_text(v) for _n, v in b.limits.items()),
+             "" if b.active else "(inactive)"] for b in banks]
+    for line in table(("BANK", "PARENT", "SHARES", *_LIMIT_HEADERS, ""), rows,
+                      right=frozenset({2, 3, 4, 5, 6})):
+        print(line)
+    return 0
+
+
+def _list_users(args: argparse.Namespace) -> int:
+    """Every association."""
+
+    accounts = _accounts(args)
+    assocs = sorted((a for a in accounts.associations.values() if a.active or args.inactive),
+                    key=lambda a: (a.username, a.bank))
+    if args.json:
+        print_json({"users": [_assoc_obj(accounts, a) for a in assocs]})
+        return 0
+    _print_assocs(accounts, assocs)
+    return 0
+
+
+# ---------------------------------------------------------------- usage and share
+
+
+def _names(inst: Instance, accounts: Accounts, uids: Iterable[int]) -> dict[int, str]:
+    """uid -> user name: associations first, then the instance's users, then this machine."""
+    import redis
+
+    from fluxes.cli.display import username
+
+    users: dict[int, str] = {}
+    try:
+        users = {int(v): k.decode() for k, v in inst.redis.hgetall(inst.keys.users).items()}
+    except redis.exceptions.NoPermissionError:
+        pass
+    return {uid: accounts.username_of(uid) or users.get(uid) or username(uid) for uid in uids}
+
+
+def usage_report(inst: Instance, since: float, until: float, now: float) -> dict[str, Any]:
+    """The ``account usage`` document: raw usage per (user, bank) over [since, until),
+    and per bank (a bank counts what is charged to it and to the banks below it)."""
+    from fluxes.domain.accounting.usage import NO_USAGE, WindowUsage, window_usage
+    from fluxes.store.accounting import UsageStore, load_accounts
+
+    accounts = load_accounts(inst.redis, inst.keys)
+    store = UsageStore(inst.redis, inst.keys)
+    found = window_usage(store.charges(since, until), store.open_jobs().values(), since,
+                         until, now)
+    merged: dict[tuple[int, str], WindowUsage] = {}
+    for (uid, bank), used in found.items():
+        # a job that named no bank went to the user's default bank
+        name = bank or (accounts.default_banks.get(accounts.username_of(uid) or "") or "")
+        old = merged.get((uid, name), WindowUsage())
+        merged[(uid, name)] = WindowUsage(old.figures.plus(used.figures), old.jobs + used.jobs)
+    names = _names(inst, accounts, {uid for uid, _b in merged})
+    rows = []
+    banks: dict[str, WindowUsage] = {}
+    for (uid, bank), used in sorted(merged.items(), key=lambda kv: (names[kv[0][0]],
+                                                                    kv[0][1])):
+        rows.append({"user": names[uid], "userid": uid, "bank": bank or None,
+                     **_figures(used)})
+        if bank in accounts.banks:
+            for name in accounts.path(bank):
+                old = banks.get(name, WindowUsage(NO_USAGE, 0))
+                banks[name] = WindowUsage(old.figures.plus(used.figures), old.jobs + used.jobs)
+    return {"since": since, "until": until, "usage": rows,
+            "banks": [{"bank": name, **_figures(used)} for name, used in sorted(banks.items())]}
+
+
+def _figures(used: Any) -> dict[str, Any]:
+    figures = used.figures
+    return {"jobs": used.jobs, "core_seconds": figures.core_seconds,
+            "gpu_seconds": figures.gpu_seconds, "node_seconds": figures.node_seconds}
+
+
+def _usage(args: argparse.Namespace) -> int:
+    """Raw usage over a period."""
+    from fluxes.cli.display import parse_time, table
+
+    now = time.time()
+    since = parse_time(args.since) if args.since else 0.0
+    until = parse_time(args.until) if args.until else now
+    if until < since:
+        die("--until is before --since")
+    report = usage_report(instance(args), since, until, now)
+    if args.json:
+        print_json(report)
+        return 0
+    fields = ("jobs", "core_seconds", "gpu_seconds", "node_seconds")
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(("user", "userid", "bank", *fields))
+        for row in report["usage"]:
+            writer.writerow([row["user"], row["userid"], row["bank"] or "",
+                             *(_num(row[f]) for f in fields)])
+        return 0
+    rows = [[row["user"], row["bank"] or "-", *(_num(row[f]) for f in fields)]
+            for row in report["usage"]]
+    for line in table(("USER", "BANK", "JOBS", "CORE-SECONDS", "GPU-SECONDS", "NODE-SECONDS"),
+                      rows, right=frozenset({2, 3, 4, 5})):
+        print(line)
+    return 0
+
+
+def _num(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:.1f}"
+
+
+def _share(args: argparse.Namespace) -> int:
+    """The fair-share tree."""
+    from fluxes.cli.display import table
+    from fluxes.store.accounting import fair_share_now
+
+    inst = instance(args)
+    share = fair_share_now(inst.redis, inst.keys, inst.config(), time.time())
+    if args.json:
+        print_json({"total_usage": share.total_usage,
+                    "rows": [row.to_dict() for row in share.rows]})
+        return 0
+    if not share.enabled:
+        print("no banks yet: 'fluxes account add-bank ROOT SHARES' adds the root bank")
+        return 0
+    rows = [["  " * row.depth + (row.name if row.kind == "bank" else ""),
+             row.name if row.kind == "user" else "", str(row.raw_shares),
+             f"{row.norm_shares:.6f}", f"{row.raw_usage:.0f}", f"{row.norm_usage:.6f}",
+             f"{row.effective_usage:.6f}", f"{row.factor:.6f}"] for row in share.rows]
+    for line in table(("BANK", "USER", "RAW-SHARES", "NORM-SHARES", "RAW-USAGE",
+                       "NORM-USAGE", "EFFECTV-USAGE", "FAIRSHARE"), rows,
+                      right=frozenset({2, 3, 4, 5, 6, 7})):
+        print(line)
+    return 0
+
+
+# ---------------------------------------------------------------- fluxes job priority
+
+
+def register_job_priority(sub: Any) -> None:
+    """Add ``fluxes job priority`` to the ``job`` command group."""
+    from fluxes.cli.util import job_id_arg
+
+    p = sub.add_parser("priority", **help_with_example(
+        "Show why a job has its priority: each multi-factor factor (fair share, age,\n"
+        "job size, queue, urgency), its weight from [accounting.weights] and its part.",
+        ["fluxes job priority ƒ2t6V2H", "fluxes job priority --json ƒ2t6V2H"]))
+    p.add_argument("jobid", type=job_id_arg, metavar="ID")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_job_priority)
+
+
+def _job_priority(args: argparse.Namespace) -> int:
+    """The multi-factor breakdown of one job, computed now from the job list's record."""
+    from fluxes.cli.display import fmt_id, shown_id, table
+    from fluxes.domain.accounting.priority import (
+        FACTORS,
+        MultiFactorPriority,
+        facts_from_info,
+    )
+    from fluxes.domain.jm.priority import PriorityInput
+    from fluxes.store.accounting import fair_share_now
+    from fluxes.store.joblist import JobListStore
+
+    inst = instance(args)
+    # a plain int: redis-py refuses the command line's int subclass
+    [summary] = JobListStore(inst.redis, inst.keys).get_many([int(args.jobid)])
+    if summary is None:
+        die(f"job {shown_id(args.jobid)} not found")
+    config = inst.config()
+    now = time.time()
+    cores, nodes = _instance_size(inst)
+    plugin = MultiFactorPriority(config.accounting.weights,
+                                 fair_share_now(inst.redis, inst.keys, config, now),
+                                 clock=lambda: now, total_cores=cores, total_nodes=nodes)
+    job, info = summary.job, summary.info
+    facts = facts_from_info(info)
+    queue = info.get("queue")
+    shown = plugin.breakdown(PriorityInput(job.id, job.urgency, job.userid, job.t_submit,
+                                           queue if isinstance(queue, str) else None), facts)
+    if args.json:
+        print_json({**shown.to_dict(), "plugin": config.accounting.priority_plugin,
+                    "job_priority": job.priority})
+        return 0
+    print(f"job {fmt_id(job.id)}: multi-factor priority {shown.priority}"
+          + (f" (bank {shown.bank})" if shown.bank else " (default bank)"))
+    rows = [[name, f"{shown.factors[name]:.6f}", str(shown.weights[name]),
+             f"{shown.parts[name]:.1f}"] for name in FACTORS]
+    for line in table(("FACTOR", "VALUE", "WEIGHT", "PRIORITY"), rows,
+                      right=frozenset({1, 2, 3})):
+        print(line)
+    if config.accounting.priority_plugin != "multifactor":
+        print("note: the instance uses the default priority plugin ([accounting] "
+              "priority-plugin); its priority is the urgency")
+    if job.priority is not None:
+        print(f"priority in the eventlog: {job.priority}")
+    return 0
+
+
+def _instance_size(inst: Instance) -> tuple[int, int]:
+    """Cores and nodes of the instance's inventory ((0, 0) when there is none)."""
+    from fluxes.errors import FluxesError
+    from fluxes.store.resources import load_inventory
+
+    try:
+        inventory = load_inventory(inst)
+    except (FluxesError, ValueError):
+        return 0, 0
+    return inventory.ncores, len(inventory)

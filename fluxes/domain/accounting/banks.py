@@ -1,0 +1,583 @@
+"""Banks and associations: the admin events and their fold (``apply(event, accounts)``).
+
+A *bank* (Slurm's account) sits in a tree under the one root bank, the bank
+added without a parent, and holds *shares* of its parent. An *association*
+is a (user, bank) pair: the user may charge jobs to the bank, with shares of
+the bank and limits of its own. Each user has a *default bank*, the first
+bank they were added to unless changed, which jobs submitted without
+``--bank`` are charged to.
+
+Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
+``add-user``, ``edit-user``, ``delete-user``, flux-accounting's command
+names) kept in the instance's admin stream; :func:`apply` is the transition,
+a pure function that returns new :class:`Accounts` or raises
+:class:`AccountError` (leaving the old state untouched), so the stream
+replays (:func:`replay`) to the same state everywhere. Deleting marks banks
+and associations inactive, as flux-accounting does: usage stays attributed,
+and adding them again reactivates them.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar, Final
+
+from fluxes.errors import PolicyError
+
+#: Bank names: what a command line, a key field and ``user/bank`` can carry.
+BANK_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+#: User names, as ``fluxes admin adduser`` accepts them.
+USER_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+#: Largest uid (2**32 - 1 is "no uid" to the kernel).
+MAX_UID: Final = 2**32 - 2
+#: Largest number of shares or limit (keeps sums exact in a float).
+MAX_COUNT: Final = 2**31 - 1
+#: The limit names, as the options spell them (``--max-running-jobs``...).
+LIMIT_NAMES: Final = ("max_running_jobs", "max_active_jobs", "max_nodes", "max_cores")
+
+class AccountError(PolicyError):
+    """An accounting change that cannot be made (unknown bank, duplicate user...)."""
+
+
+def _show(value: object, limit: int = 40) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def check_bank_name(name: object) -> str:
+    """``name`` if it can name a bank; AccountError if not."""
+    if not isinstance(name, str) or not BANK_NAME.fullmatch(name):
+        raise AccountError(f"bad bank name {_show(name)}: use letters, digits, '_', '.', "
+                           "'+', '-' (at most 64, not starting with '.', '+' or '-')")
+    return name
+
+
+def check_user_name(name: object) -> str:
+    """``name`` if it can name a user; AccountError if not."""
+    if not isinstance(name, str) or not USER_NAME.fullmatch(name):
+        raise AccountError(f"bad user name {_show(name)}: use letters, digits, '_', '.', "
+                           "'-' (at most 64, not starting with '.' or '-')")
+    return name
+
+
+def check_count(value: object, what: str) -> int:
+    """``value`` if it is an integer 0..MAX_COUNT (shares, a limit); AccountError if not."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise AccountError(f"{what}: expected an integer 0-{MAX_COUNT}, got {_show(value)}")
+    return value
+
+
+def check_uid(value: object) -> int:
+    """``value`` if it is a valid uid; AccountError if not."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UID:
+        raise AccountError(f"userid: expected an integer 0-{MAX_UID}, got {_show(value)}")
+    return value
+
+
+def _check_time(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise AccountError(f"timestamp: expected a number, got {_show(value)}")
+    try:
+        ok = math.isfinite(value) and value >= 0
+    except OverflowError:
+        ok = False
+    if not ok:
+        raise AccountError(f"timestamp: expected a finite number >= 0, got {_show(value)}")
+    return float(value)
+
+
+# ---------------------------------------------------------------- limits
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Caps on what an association or a bank (with everything below it) may hold.
+
+    None is "no limit" (flux-accounting's ``-1`` on the command line).
+    """
+
+    max_running_jobs: int | None = None
+    max_active_jobs: int | None = None
+    max_nodes: int | None = None
+    max_cores: int | None = None
+
+    def changed(self, changes: Mapping[str, int | None]) -> Limits:
+        """These limits with ``changes`` (name -> value, None: no limit) applied."""
+        if not changes:
+            return self
+        return replace(self, **check_limit_changes(changes))
+
+    def to_dict(self) -> dict[str, int]:
+        """The limits that are set, by name."""
+        return {name: value for name in LIMIT_NAMES
+                if (value := getattr(self, name)) is not None}
+
+    def items(self) -> Iterator[tuple[str, int | None]]:
+        """(name, value) of every limit, unset ones as None."""
+        for name in LIMIT_NAMES:
+            yield name, getattr(self, name)
+
+
+NO_LIMITS: Final = Limits()
+
+
+def check_limit_changes(changes: object) -> dict[str, int | None]:
+    """``changes`` as a dict of limit name -> count or None; AccountError if malformed."""
+    if not isinstance(changes, Mapping):
+        raise AccountError(f"limits: expected an object, got {_show(changes)}")
+    out: dict[str, int | None] = {}
+    for name, value in changes.items():
+        if name not in LIMIT_NAMES:
+            raise AccountError(f"limits: unknown limit {_show(name)} "
+                               f"(known: {', '.join(LIMIT_NAMES)})")
+        out[name] = None if value is None else check_count(value, name.replace("_", "-"))
+    return out
+
+
+# ---------------------------------------------------------------- state
+
+
+@dataclass(frozen=True, slots=True)
+class Bank:
+    """A bank: its parent (None for the root), its shares of the parent, its limits."""
+
+    name: str
+    parent: str | None
+    shares: int
+    limits: Limits = NO_LIMITS
+    active: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Association:
+    """A user's membership of a bank: shares of the bank, limits, the user's uid."""
+
+    username: str
+    userid: int
+    bank: str
+    shares: int = 1
+    limits: Limits = NO_LIMITS
+    active: bool = True
+
+    @property
+    def label(self) -> str:
+        """``user/bank``, as limit messages name it."""
+        return f"{self.username}/{self.bank}"
+
+
+@dataclass(frozen=True, slots=True)
+class Accounts:
+    """Every bank and association (inactive ones too) and each user's default bank."""
+
+    banks: Mapping[str, Bank] = field(default_factory=dict)
+    associations: Mapping[tuple[str, str], Association] = field(default_factory=dict)
+    #: username -> default bank (always one of the user's active associations)
+    default_banks: Mapping[str, str] = field(default_factory=dict)
+    #: uid -> user name, built on first use (the plugin asks once per job)
+    _names: dict[int, str] | None = field(default=None, compare=False, repr=False)
+
+    # ------------------------------------------------------------ queries
+
+    @property
+    def root(self) -> Bank | None:
+        """The active root bank (None before the first ``add-bank``)."""
+        for bank in self.banks.values():
+            if bank.parent is None and bank.active:
+                return bank
+        return None
+
+    @property
+    def enabled(self) -> bool:
+        """True once a bank exists: jobs then need an association to be submitted."""
+        return self.root is not None
+
+    def bank(self, name: str) -> Bank:
+        """The active bank ``name``; AccountError if there is none."""
+        bank = self.banks.get(name)
+        if bank is None or not bank.active:
+            raise AccountError(f"no bank {name!r}")
+        return bank
+
+    def sub_banks(self, name: str) -> list[Bank]:
+        """The active banks whose parent is ``name``, by name."""
+        return sorted((b for b in self.banks.values() if b.parent == name and b.active),
+                      key=lambda b: b.name)
+
+    def members(self, name: str) -> list[Association]:
+        """The active associations of bank ``name``, by user name."""
+        return sorted((a for a in self.associations.values() if a.bank == name and a.active),
+                      key=lambda a: a.username)
+
+    def subtree(self, name: str) -> list[Bank]:
+        """Bank ``name`` and every active bank below it, depth first."""
+        out = [self.bank(name)]
+        for child in self.sub_banks(name):
+            out += self.subtree(child.name)
+        return out
+
+    def path(self, name: str) -> list[str]:
+        """The banks from the root down to ``name`` (inclusive)."""
+        out: list[str] = []
+        current: str | None = name
+        while current is not None and len(out) <= len(self.banks):
+            out.append(current)
+            current = self.banks[current].parent
+        return out[::-1]
+
+    def user_associations(self, username: str) -> list[Association]:
+        """The user's active associations, by bank name."""
+        return sorted((a for a in self.associations.values()
+                       if a.username == username and a.active), key=lambda a: a.bank)
+
+    def association(self, username: str, bank: str) -> Association:
+        """The active association (username, bank); AccountError if there is none."""
+        assoc = self.associations.get((username, bank))
+        if assoc is None or not assoc.active:
+            raise AccountError(f"user {username} is not in bank {bank}")
+        return assoc
+
+    def username_of(self, userid: int) -> str | None:
+        """The user name associations give ``userid`` (None: no association names it)."""
+        names = self._names
+        if names is None:
+            names = {a.userid: a.username for a in self.associations.values()}
+            object.__setattr__(self, "_names", names)  # a cache: the state stays the same
+        return names.get(userid)
+
+    def resolve(self, userid: int, bank: str | None) -> Association | None:
+        """The active association a job of ``userid`` charges: ``bank``, or the user's
+        default bank when ``bank`` is None or empty (None: the user has none there)."""
+        username = self.username_of(userid)
+        if username is None:
+            return None
+        name = bank or self.default_banks.get(username)
+        if name is None:
+            return None
+        assoc = self.associations.get((username, name))
+        return assoc if assoc is not None and assoc.active else None
+
+
+# ---------------------------------------------------------------- events
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AccountEvent:
+    """Base of every admin event: a kind and a timestamp."""
+
+    kind: ClassVar[str] = ""
+    timestamp: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (:func:`event_from_dict` reads it back)."""
+        out: dict[str, Any] = {"kind": self.kind, "timestamp": self.timestamp}
+        out.update(self._fields())
+        return out
+
+    def _fields(self) -> dict[str, Any]:
+        return {}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BankAdd(AccountEvent):
+    """``add-bank [--parent-bank=P] BANK SHARES``."""
+
+    kind: ClassVar[str] = "add-bank"
+    bank: str
+    parent: str | None = None
+    shares: int = 1
+    limits: Mapping[str, int | None] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"bank": self.bank, "parent": self.parent, "shares": self.shares,
+                "limits": dict(self.limits)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BankEdit(AccountEvent):
+    """``edit-bank BANK [--shares=N] [--parent-bank=P] [limits]``."""
+
+    kind: ClassVar[str] = "edit-bank"
+    bank: str
+    shares: int | None = None
+    parent: str | None = None
+    limits: Mapping[str, int | None] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"bank": self.bank, "shares": self.shares, "parent": self.parent,
+                "limits": dict(self.limits)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BankDelete(AccountEvent):
+    """``delete-bank BANK``: the bank, its sub-banks and their associations go inactive."""
+
+    kind: ClassVar[str] = "delete-bank"
+    bank: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"bank": self.bank}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserAdd(AccountEvent):
+    """``add-user --username=U --bank=B [--userid] [--shares=N] [limits]``."""
+
+    kind: ClassVar[str] = "add-user"
+    username: str
+    userid: int
+    bank: str
+    shares: int = 1
+    limits: Mapping[str, int | None] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"username": self.username, "userid": self.userid, "bank": self.bank,
+                "shares": self.shares, "limits": dict(self.limits)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserEdit(AccountEvent):
+    """``edit-user USERNAME [--bank=B] [--userid] [--shares] [--default-bank] [limits]``:
+    with no bank, shares and limits change in every association of the user."""
+
+    kind: ClassVar[str] = "edit-user"
+    username: str
+    bank: str | None = None
+    userid: int | None = None
+    shares: int | None = None
+    default_bank: str | None = None
+    limits: Mapping[str, int | None] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"username": self.username, "bank": self.bank, "userid": self.userid,
+                "shares": self.shares, "default_bank": self.default_bank,
+                "limits": dict(self.limits)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserDelete(AccountEvent):
+    """``delete-user USERNAME BANK``: the association goes inactive."""
+
+    kind: ClassVar[str] = "delete-user"
+    username: str
+    bank: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"username": self.username, "bank": self.bank}
+
+
+_KINDS: Final[dict[str, type[AccountEvent]]] = {
+    cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete)}
+#: Every admin event kind.
+EVENT_KINDS: Final = tuple(_KINDS)
+
+
+def event_from_dict(obj: object) -> AccountEvent:
+    """Decode :meth:`AccountEvent.to_dict` output; AccountError if malformed."""
+    if not isinstance(obj, Mapping):
+        raise AccountError(f"accounting event: expected an object, got {_show(obj)}")
+    cls = _KINDS.get(obj.get("kind"))  # type: ignore[arg-type]
+    if cls is None:
+        raise AccountError(f"accounting event: unknown kind {_show(obj.get('kind'))}")
+    allowed = {"kind", "timestamp", *cls.__dataclass_fields__}
+    extra = sorted(str(k) for k in obj if k not in allowed)
+    if extra:
+        raise AccountError(f"{cls.kind}: unknown key {_show(extra[0])}")
+    values = {k: v for k, v in obj.items() if k != "kind"}
+    if "timestamp" not in values:
+        raise AccountError(f"{cls.kind}: timestamp is required")
+    values["timestamp"] = _check_time(values["timestamp"])
+    if "limits" in values:
+        values["limits"] = check_limit_changes(values["limits"])
+    try:
+        event = cls(**values)
+    except TypeError as exc:
+        raise AccountError(f"{cls.kind}: {exc}") from None
+    _check_fields(event)
+    return event
+
+
+def _check_fields(event: AccountEvent) -> None:
+    """Types of every field (names, counts, uids); AccountError naming the bad one."""
+    for name, value in event.to_dict().items():
+        if value is None or name in ("kind", "timestamp"):
+            continue
+        if name in ("bank", "parent", "default_bank"):
+            check_bank_name(value)
+        elif name == "username":
+            check_user_name(value)
+        elif name == "userid":
+            check_uid(value)
+        elif name == "shares":
+            check_count(value, "shares")
+        elif name == "limits":
+            check_limit_changes(value)
+
+
+# ---------------------------------------------------------------- the fold
+
+
+def apply(event: AccountEvent, accounts: Accounts) -> Accounts:
+    """The accounts after ``event``; AccountError (and no change) if it cannot apply."""
+    _check_fields(event)
+    return _transition(event, accounts)
+
+
+def replay(events: Iterable[AccountEvent], accounts: Accounts | None = None,
+           on_refused: Any = None) -> Accounts:
+    """Fold ``events`` in order. An event that does not apply is passed over (given to
+    ``on_refused(event, error)`` when set): the stream is checked before every append,
+    so only a foreign write or an older version's event can be refused."""
+    state = accounts if accounts is not None else Accounts()
+    for event in events:
+        try:
+            state = apply(event, state)
+        except AccountError as exc:
+            if on_refused is not None:
+                on_refused(event, exc)
+    return state
+
+
+@functools.singledispatch
+def _transition(event: AccountEvent, accounts: Accounts) -> Accounts:
+    raise AccountError(f"unknown accounting event {type(event).__name__}")
+
+
+def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
+          associations: Mapping[tuple[str, str], Association] | None = None,
+          default_banks: Mapping[str, str] | None = None) -> Accounts:
+    return Accounts(banks if banks is not None else accounts.banks,
+                    associations if associations is not None else accounts.associations,
+                    default_banks if default_banks is not None else accounts.default_banks)
+
+
+def _defaults_after(associations: Mapping[tuple[str, str], Association],
+                    defaults: Mapping[str, str], users: Iterable[str]) -> dict[str, str]:
+    """Default banks once ``users``' associations changed: a default that went inactive
+    moves to the user's first active bank by name (or goes, when none is left)."""
+    out = dict(defaults)
+    for user in set(users):
+        current = out.get(user)
+        assoc = associations.get((user, current)) if current is not None else None
+        if assoc is not None and assoc.active:
+            continue
+        left = sorted(b for (u, b), a in associations.items() if u == user and a.active)
+        if left:
+            out[user] = left[0]
+        else:
+            out.pop(user, None)
+    return out
+
+
+@_transition.register
+def _add_bank(event: BankAdd, accounts: Accounts) -> Accounts:
+    name = event.bank
+    old = accounts.banks.get(name)
+    if old is not None and old.active:
+        raise AccountError(f"bank {name} already exists")
+    if event.parent is None:
+        root = accounts.root
+        if root is not None:
+            raise AccountError(f"bank {root.name} is the root bank already: give "
+                               "--parent-bank")
+    else:
+        if event.parent == name:
+            raise AccountError(f"bank {name} cannot be its own parent")
+        accounts.bank(event.parent)
+    bank = Bank(name, event.parent, check_count(event.shares, "shares"),
+                NO_LIMITS.changed(event.limits))
+    return _with(accounts, banks={**accounts.banks, name: bank})
+
+
+@_transition.register
+def _edit_bank(event: BankEdit, accounts: Accounts) -> Accounts:
+    bank = accounts.bank(event.bank)
+    parent = bank.parent
+    if event.parent is not None and event.parent != bank.parent:
+        if bank.parent is None:
+            raise AccountError(f"bank {bank.name} is the root bank: it has no parent")
+        accounts.bank(event.parent)
+        if event.parent in {b.name for b in accounts.subtree(bank.name)}:
+            raise AccountError(f"bank {event.parent} is below {bank.name}: it cannot be "
+                               "its parent")
+        parent = event.parent
+    shares = bank.shares if event.shares is None else event.shares
+    new = replace(bank, parent=parent, shares=shares, limits=bank.limits.changed(event.limits))
+    return _with(accounts, banks={**accounts.banks, bank.name: new})
+
+
+@_transition.register
+def _delete_bank(event: BankDelete, accounts: Accounts) -> Accounts:
+    gone = {b.name for b in accounts.subtree(event.bank)}
+    banks = dict(accounts.banks)
+    for name in gone:
+        banks[name] = replace(banks[name], active=False)
+    associations = dict(accounts.associations)
+    users = []
+    for key, assoc in accounts.associations.items():
+        if assoc.bank in gone and assoc.active:
+            associations[key] = replace(assoc, active=False)
+            users.append(assoc.username)
+    return Accounts(banks, associations,
+                    _defaults_after(associations, accounts.default_banks, users))
+
+
+@_transition.register
+def _add_user(event: UserAdd, accounts: Accounts) -> Accounts:
+    accounts.bank(event.bank)
+    key = (event.username, event.bank)
+    old = accounts.associations.get(key)
+    if old is not None and old.active:
+        raise AccountError(f"user {event.username} is in bank {event.bank} already")
+    for assoc in accounts.associations.values():
+        if assoc.username == event.username and assoc.userid != event.userid and assoc.active:
+            raise AccountError(f"user {event.username} has uid {assoc.userid}, not "
+                               f"{event.userid}")
+        if assoc.userid == event.userid and assoc.username != event.username:
+            raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
+    assoc = Association(event.username, event.userid, event.bank, event.shares,
+                        NO_LIMITS.changed(event.limits))
+    associations = {**accounts.associations, key: assoc}
+    defaults = dict(accounts.default_banks)
+    defaults.setdefault(event.username, event.bank)
+    return Accounts(accounts.banks, associations, defaults)
+
+
+@_transition.register
+def _edit_user(event: UserEdit, accounts: Accounts) -> Accounts:
+    mine = accounts.user_associations(event.username)
+    if not mine:
+        raise AccountError(f"no user {event.username}")
+    targets = [accounts.association(event.username, event.bank)] if event.bank else mine
+    if event.default_bank is not None:
+        accounts.association(event.username, event.default_bank)
+    if event.userid is not None:
+        for assoc in accounts.associations.values():
+            if assoc.userid == event.userid and assoc.username != event.username:
+                raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
+    associations = dict(accounts.associations)
+    for assoc in targets:
+        associations[(assoc.username, assoc.bank)] = replace(
+            assoc, shares=assoc.shares if event.shares is None else event.shares,
+            limits=assoc.limits.changed(event.limits))
+    if event.userid is not None:
+        # a uid is the user's, not the association's: every association follows
+        for key, assoc in accounts.associations.items():
+            if assoc.username == event.username:
+                associations[key] = replace(associations[key], userid=event.userid)
+    defaults = dict(accounts.default_banks)
+    if event.default_bank is not None:
+        defaults[event.username] = event.default_bank
+    return Accounts(accounts.banks, associations, defaults)
+
+
+@_transition.register
+def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
+    assoc = accounts.association(event.username, event.bank)
+    associations = {**accounts.associations,
+                    (assoc.username, assoc.bank): replace(assoc, active=False)}
+    return Accounts(accounts.banks, associations,
+                    _defaults_after(associations, accounts.default_banks, [assoc.username]))

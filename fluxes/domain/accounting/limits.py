@@ -1,0 +1,171 @@
+"""Limits per association and per bank: may this job be submitted, may it start now.
+
+An association's limits cap what its own jobs hold; a bank's limits cap
+everything charged to the bank and to the banks below it (Slurm's ``Grp*``
+limits of an account). ``max_active_jobs`` (pending + running) is checked at
+submission, where a job over it is refused (:func:`check_submit`);
+``max_running_jobs``, ``max_nodes`` and ``max_cores`` when the scheduler
+would start a job, which otherwise waits with the reason
+:func:`start_refusal` gives (``max-running-jobs limit (4) reached for
+alice/physics``), the way ``sched.reason_pending`` annotations read. A job
+larger than a node or core limit on its own could never start, so it is
+refused at submission too.
+
+:class:`Holdings` is what the caller counts (the ingest its active jobs, the
+scheduler its running ones), kept up to date with :meth:`Holdings.add` and
+:meth:`Holdings.remove`, or built at once with :func:`holdings`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from fluxes.domain.accounting.banks import Accounts, Association, Limits
+from fluxes.errors import PolicyError
+
+
+class Held(NamedTuple):
+    """What one association or bank holds: jobs running, jobs active, nodes, cores."""
+
+    running: int = 0
+    active: int = 0
+    nodes: int = 0
+    cores: int = 0
+
+    def plus(self, other: Held, sign: int = 1) -> Held:
+        """The sum (``sign`` -1: the difference)."""
+        return Held(self.running + sign * other.running, self.active + sign * other.active,
+                    self.nodes + sign * other.nodes, self.cores + sign * other.cores)
+
+
+class HeldJob(NamedTuple):
+    """A job as limits see it: who pays, whether it runs, its size."""
+
+    userid: int
+    bank: str | None
+    running: bool
+    nnodes: int = 0
+    ncores: int = 0
+
+    @property
+    def held(self) -> Held:
+        """What it holds: running jobs hold nodes and cores, pending ones only count."""
+        if self.running:
+            return Held(1, 1, self.nnodes, self.ncores)
+        return Held(0, 1, 0, 0)
+
+
+@dataclass
+class Holdings:
+    """What every association (user, bank) and every bank (with its subtree) holds."""
+
+    by_assoc: dict[tuple[str, str], Held] = field(default_factory=dict)
+    by_bank: dict[str, Held] = field(default_factory=dict)
+
+    def _apply(self, accounts: Accounts, job: HeldJob, sign: int) -> None:
+        assoc = accounts.resolve(job.userid, job.bank)
+        if assoc is None:
+            return  # charged to no association: no limit applies
+        key = (assoc.username, assoc.bank)
+        held = job.held
+        self.by_assoc[key] = self.by_assoc.get(key, Held()).plus(held, sign)
+        for bank in accounts.path(assoc.bank):
+            self.by_bank[bank] = self.by_bank.get(bank, Held()).plus(held, sign)
+
+    def add(self, accounts: Accounts, job: HeldJob) -> None:
+        """Count ``job`` (submitted, or started: remove it as pending first)."""
+        self._apply(accounts, job, 1)
+
+    def remove(self, accounts: Accounts, job: HeldJob) -> None:
+        """Stop counting ``job`` (it ended, or it started and is added again as running)."""
+        self._apply(accounts, job, -1)
+
+
+def holdings(accounts: Accounts, jobs: Iterable[HeldJob]) -> Holdings:
+    """The holdings of ``jobs`` (every active job of the instance)."""
+    out = Holdings()
+    for job in jobs:
+        out.add(accounts, job)
+    return out
+
+
+def _over(limits: Limits, held: Held, job: HeldJob, who: str) -> str | None:
+    """The first running/node/core limit of ``limits`` that ``job`` starting would break."""
+    if limits.max_running_jobs is not None and held.running + 1 > limits.max_running_jobs:
+        return f"max-running-jobs limit ({limits.max_running_jobs}) reached for {who}"
+    if limits.max_nodes is not None and held.nodes + job.nnodes > limits.max_nodes:
+        return (f"max-nodes limit ({limits.max_nodes}) reached for {who} "
+                f"({held.nodes} held, the job needs {job.nnodes})")
+    if limits.max_cores is not None and held.cores + job.ncores > limits.max_cores:
+        return (f"max-cores limit ({limits.max_cores}) reached for {who} "
+                f"({held.cores} held, the job needs {job.ncores})")
+    return None
+
+
+def start_refusal(accounts: Accounts, held: Holdings, job: HeldJob) -> str | None:
+    """Why ``job`` may not start now (None: it may). ``held`` counts the running jobs;
+    the association's limits first, then each bank's from the job's bank up."""
+    assoc = accounts.resolve(job.userid, job.bank)
+    if assoc is None:
+        return None
+    reason = _over(assoc.limits, held.by_assoc.get((assoc.username, assoc.bank), Held()), job,
+                   assoc.label)
+    if reason is not None:
+        return reason
+    for name in reversed(accounts.path(assoc.bank)):
+        reason = _over(accounts.banks[name].limits, held.by_bank.get(name, Held()), job,
+                       f"bank {name}")
+        if reason is not None:
+            return reason
+    return None
+
+
+def _never_fits(limits: Limits, job: HeldJob, who: str) -> str | None:
+    if limits.max_nodes is not None and job.nnodes > limits.max_nodes:
+        return (f"the job requests {job.nnodes} nodes, more than the max-nodes limit "
+                f"({limits.max_nodes}) of {who}")
+    if limits.max_cores is not None and job.ncores > limits.max_cores:
+        return (f"the job requests {job.ncores} cores, more than the max-cores limit "
+                f"({limits.max_cores}) of {who}")
+    return None
+
+
+def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
+                 ) -> Association | None:
+    """The association a new job of ``username`` is charged to, or PolicyError saying why
+    it may not be submitted. Before any bank exists every job may be (None).
+
+    ``job.bank`` None asks for the user's default bank; ``held`` counts the active
+    jobs (pending and running) before this one.
+    """
+    if not accounts.enabled:
+        return None
+    mine = accounts.user_associations(username)
+    if not mine or mine[0].userid != job.userid:
+        raise PolicyError(f"user {username} belongs to no bank: the instance owner adds "
+                          f"them with 'fluxes account add-user --username={username} "
+                          "--bank=BANK'")
+    if job.bank:
+        assoc = accounts.associations.get((username, job.bank))
+        if assoc is None or not assoc.active:
+            known = ", ".join(a.bank for a in mine)
+            raise PolicyError(f"user {username} is not in bank {job.bank} (their banks: "
+                              f"{known})")
+    else:
+        default = accounts.default_banks.get(username)
+        assoc = accounts.associations.get((username, default)) if default else None
+        if assoc is None:
+            raise PolicyError(f"user {username} has no default bank: give one with -B")
+    checks = [(assoc.limits, held.by_assoc.get((username, assoc.bank), Held()), assoc.label)]
+    checks += [(accounts.banks[name].limits, held.by_bank.get(name, Held()), f"bank {name}")
+               for name in reversed(accounts.path(assoc.bank))]
+    for limits, now, who in checks:
+        if limits.max_active_jobs is not None and now.active + 1 > limits.max_active_jobs:
+            raise PolicyError(f"max-active-jobs limit ({limits.max_active_jobs}) reached "
+                              f"for {who}")
+        reason = _never_fits(limits, job, who)
+        if reason is not None:
+            raise PolicyError(reason)
+    return assoc

@@ -1,0 +1,398 @@
+"""Usage per association, folded from the journal, with half-life decay.
+
+A job is charged for the resources it holds from its ``alloc`` entry to its
+``free`` entry (``clean`` closes a job still holding resources, which the job
+manager never writes but a foreign journal might): core-seconds, gpu-seconds
+and node-seconds, charged to the association (userid, bank) of the job. The
+bank is the journal's submit extra ``bank`` (``""`` when the journal names
+none: the user's default bank when usage is read); the counts come from the
+alloc extras ``ncores``/``ngpus`` and the node count of its ``ranks`` when
+present, else from the submit extras (what the jobspec asked for).
+
+Decay (Slurm's ``PriorityDecayHalfLife``): usage ``t`` seconds old counts
+``2**(-t/h)``. A job holding ``r`` cores from ``a`` to ``b`` has, at time
+``T >= b``, the decayed usage ``r * h/ln2 * (2**(-(T-b)/h) - 2**(-(T-a)/h))``:
+the exact integral of its decayed rate, so neither the fold's block size nor
+how often anyone looks changes a figure. Each association keeps its raw totals
+and its decayed totals as of the latest charge (``t_ref``); a reader decays
+them to its own ``now`` and adds the jobs still running. ``h = 0`` turns
+decay off (decayed = raw).
+
+The fold (:meth:`UsageState.feed`) depends only on the entries and their
+order, never on the wall clock or on where a block ends, so folding a journal
+in blocks of any size, with the state stored and loaded between blocks, gives
+exactly what one fold from scratch gives (a hypothesis test checks it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from fluxes.formats.idset import IDSet
+
+LN2: Final = math.log(2.0)
+#: Largest count a journal extra may give (cores, gpus, nodes of one job).
+MAX_RESOURCES: Final = 2**31 - 1
+
+#: (userid, bank): the key usage is kept under ("" bank: the user's default).
+AssocKey = tuple[int, str]
+
+
+class UsageError(ValueError):
+    """A journal entry that cannot be folded into usage (a malformed extra or context)."""
+
+
+class Figures(NamedTuple):
+    """Core-, gpu- and node-seconds (raw or decayed)."""
+
+    core_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+    node_seconds: float = 0.0
+
+    def plus(self, other: Figures) -> Figures:
+        """The sum of both."""
+        return Figures(self.core_seconds + other.core_seconds,
+                       self.gpu_seconds + other.gpu_seconds,
+                       self.node_seconds + other.node_seconds)
+
+    def scaled(self, factor: float) -> Figures:
+        """Every figure times ``factor``."""
+        return Figures(self.core_seconds * factor, self.gpu_seconds * factor,
+                       self.node_seconds * factor)
+
+    def billing(self, weights: Billing) -> float:
+        """One number (Slurm's TRES billing): the weighted sum of the figures."""
+        return (weights.cores * self.core_seconds + weights.gpus * self.gpu_seconds
+                + weights.nodes * self.node_seconds)
+
+
+class Billing(NamedTuple):
+    """Weights that turn figures into the one usage fair share compares."""
+
+    cores: float = 1.0
+    gpus: float = 0.0
+    nodes: float = 0.0
+
+
+NO_USAGE: Final = Figures()
+
+
+def decay(seconds: float, half_life: float) -> float:
+    """The weight of usage ``seconds`` old (1 with no decay, or for the future)."""
+    if half_life <= 0 or seconds <= 0:
+        return 1.0
+    return math.exp2(-seconds / half_life)
+
+
+def held(start: float, end: float, half_life: float) -> float:
+    """Seconds held from ``start`` to ``end``, decayed as of ``end`` (raw with no decay)."""
+    span = end - start
+    if span <= 0:
+        return 0.0
+    if half_life <= 0:
+        return span
+    # 1 - 2**(-x) without the cancellation of a short span: -expm1(-x ln 2)
+    return -half_life / LN2 * math.expm1(-span / half_life * LN2)
+
+
+class Accum(NamedTuple):
+    """What one association was charged in one partition: raw totals, decayed totals as
+    of ``t_ref`` (the latest charge), and the number of jobs charged."""
+
+    raw: Figures = NO_USAGE
+    decayed: Figures = NO_USAGE
+    t_ref: float = 0.0
+    jobs: int = 0
+
+    def charged(self, raw: Figures, decayed: Figures, when: float,
+                half_life: float) -> Accum:
+        """This with a job's ``raw`` figures and its ``decayed`` ones (as of ``when``)."""
+        if when >= self.t_ref:
+            old = self.decayed.scaled(decay(when - self.t_ref, half_life))
+            return Accum(self.raw.plus(raw), old.plus(decayed), when, self.jobs + 1)
+        # an entry stamped earlier than the last one (another host's clock)
+        late = decayed.scaled(decay(self.t_ref - when, half_life))
+        return Accum(self.raw.plus(raw), self.decayed.plus(late), self.t_ref, self.jobs + 1)
+
+    def at(self, now: float, half_life: float) -> Figures:
+        """The decayed figures as of ``now``."""
+        return self.decayed.scaled(decay(now - self.t_ref, half_life))
+
+    def to_obj(self) -> list[Any]:
+        """Compact JSON-ready form."""
+        return [*self.raw, *self.decayed, self.t_ref, self.jobs]
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> Accum:
+        """Decode :meth:`to_obj` output; ValueError when it is not one."""
+        if not isinstance(obj, list) or len(obj) != 8:
+            raise ValueError(f"bad usage record: {obj!r:.60}")
+        return cls(Figures(*map(float, obj[0:3])), Figures(*map(float, obj[3:6])),
+                   float(obj[6]), int(obj[7]))
+
+
+class OpenJob(NamedTuple):
+    """An active job as usage sees it: who pays, what it holds, since when."""
+
+    userid: int
+    bank: str
+    queue: str
+    ncores: int
+    ngpus: int
+    nnodes: int
+    t_submit: float
+    #: when it was allocated (None: pending, or freed already)
+    t_alloc: float | None = None
+
+    @property
+    def key(self) -> AssocKey:
+        """The association it is charged to."""
+        return self.userid, self.bank
+
+    @property
+    def rates(self) -> Figures:
+        """Cores, gpus and nodes held, as figures per second."""
+        return Figures(float(self.ncores), float(self.ngpus), float(self.nnodes))
+
+    def to_obj(self) -> dict[str, Any]:
+        """Compact JSON-ready form."""
+        return {"u": self.userid, "b": self.bank, "q": self.queue, "c": self.ncores,
+                "g": self.ngpus, "n": self.nnodes, "s": self.t_submit, "a": self.t_alloc}
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> OpenJob:
+        """Decode :meth:`to_obj` output; ValueError when it is not one."""
+        try:
+            alloc = obj["a"]
+            return cls(int(obj["u"]), str(obj["b"]), str(obj["q"]), int(obj["c"]),
+                       int(obj["g"]), int(obj["n"]), float(obj["s"]),
+                       None if alloc is None else float(alloc))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"bad open job record: {exc}") from None
+
+
+class JobCharge(NamedTuple):
+    """One allocation that ended: what ``fluxes account usage`` sums over a period."""
+
+    jobid: int
+    userid: int
+    bank: str
+    queue: str
+    t_alloc: float
+    t_free: float
+    ncores: int
+    ngpus: int
+    nnodes: int
+
+    @property
+    def key(self) -> AssocKey:
+        """The association it was charged to."""
+        return self.userid, self.bank
+
+    def to_obj(self) -> list[Any]:
+        """Compact JSON-ready form."""
+        return [self.userid, self.bank, self.queue, self.t_alloc, self.t_free, self.ncores,
+                self.ngpus, self.nnodes]
+
+    @classmethod
+    def from_obj(cls, jobid: int, obj: Any) -> JobCharge:
+        """Decode :meth:`to_obj` output; ValueError when it is not one."""
+        try:
+            u, b, q, a, f, c, g, n = obj
+            return cls(jobid, int(u), str(b), str(q), float(a), float(f), int(c), int(g),
+                       int(n))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"bad job charge record: {exc}") from None
+
+
+def _count(extra: Mapping[str, Any], key: str, default: int) -> int:
+    value = extra.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RESOURCES:
+        raise UsageError(f"extra {key}: expected an integer 0-{MAX_RESOURCES}, "
+                         f"got {value!r:.40}")
+    return value
+
+
+def _text(mapping: Mapping[str, Any], key: str) -> str:
+    value = mapping.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise UsageError(f"{key}: expected a string, got {value!r:.40}")
+    return value
+
+
+@dataclass
+class Changes:
+    """What a block of entries changed, for the store's one write per block."""
+
+    accums: dict[AssocKey, Accum] = field(default_factory=dict)
+    opened: dict[int, OpenJob] = field(default_factory=dict)
+    closed: set[int] = field(default_factory=set)
+    charges: list[JobCharge] = field(default_factory=list)
+
+
+@dataclass
+class UsageState:
+    """One partition's usage: per-association totals and the jobs still active."""
+
+    half_life: float
+    accums: dict[AssocKey, Accum] = field(default_factory=dict)
+    open: dict[int, OpenJob] = field(default_factory=dict)
+    changes: Changes = field(default_factory=Changes)
+
+    def take_changes(self) -> Changes:
+        """What changed since the last call (and start afresh)."""
+        out, self.changes = self.changes, Changes()
+        return out
+
+    def feed(self, jobid: int, name: str, timestamp: float, context: Mapping[str, Any],
+             extra: Mapping[str, Any]) -> None:
+        """Fold one journal entry. Raises UsageError (changing nothing) when an entry this
+        fold reads is malformed; entries it does not read are passed over."""
+        if name == "submit":
+            self._submit(jobid, timestamp, context, extra)
+            return
+        job = self.open.get(jobid)
+        if job is None:
+            return  # never submitted here (or done): nothing to charge
+        if name == "alloc":
+            if job.t_alloc is None:
+                self._set(jobid, self._allocated(job, timestamp, extra))
+        elif name == "free":
+            if job.t_alloc is not None:
+                self._charge(jobid, job, timestamp)
+                self._set(jobid, job._replace(t_alloc=None))
+        elif name in ("clean", "invalidate"):
+            if job.t_alloc is not None:
+                self._charge(jobid, job, timestamp)
+            del self.open[jobid]
+            self.changes.opened.pop(jobid, None)
+            self.changes.closed.add(jobid)
+        elif name == "jobspec-update" and job.t_alloc is None:
+            bank = context.get("attributes.system.bank")
+            queue = context.get("attributes.system.queue")
+            if bank is not None or queue is not None:
+                self._set(jobid, job._replace(
+                    bank=_text(context, "attributes.system.bank") if bank is not None
+                    else job.bank,
+                    queue=_text(context, "attributes.system.queue") if queue is not None
+                    else job.queue))
+
+    def feed_all(self, entries: Iterable[tuple[int, str, float, Mapping[str, Any],
+                                               Mapping[str, Any]]]) -> None:
+        """Fold entries (jobid, name, timestamp, context, extras) in order."""
+        for entry in entries:
+            self.feed(*entry)
+
+    # ------------------------------------------------------------ transitions
+
+    def _set(self, jobid: int, job: OpenJob) -> None:
+        self.open[jobid] = job
+        self.changes.opened[jobid] = job
+        self.changes.closed.discard(jobid)
+
+    def _submit(self, jobid: int, timestamp: float, context: Mapping[str, Any],
+                extra: Mapping[str, Any]) -> None:
+        userid = context.get("userid")
+        if isinstance(userid, bool) or not isinstance(userid, int) or userid < 0:
+            raise UsageError(f"submit: context.userid: expected an integer >= 0, "
+                             f"got {userid!r:.40}")
+        if jobid in self.open:
+            return  # a second submit of an active job: the job manager refuses it too
+        job = OpenJob(userid, _text(extra, "bank"), _text(extra, "queue"),
+                      _count(extra, "ncores", 1), _count(extra, "ngpus", 0),
+                      _count(extra, "nnodes", 0), timestamp)
+        self._set(jobid, job)
+
+    def _allocated(self, job: OpenJob, timestamp: float, extra: Mapping[str, Any]) -> OpenJob:
+        nnodes = job.nnodes
+        ranks = extra.get("ranks")
+        if ranks is not None:
+            if not isinstance(ranks, str):
+                raise UsageError(f"alloc: extra ranks: expected an idset, got {ranks!r:.40}")
+            try:
+                nnodes = len(IDSet(ranks))
+            except ValueError as exc:
+                raise UsageError(f"alloc: extra ranks: {exc}") from None
+        # R's own counts when the alloc entry carries them, else what was asked for
+        return job._replace(t_alloc=timestamp, ncores=_count(extra, "ncores", job.ncores),
+                            ngpus=_count(extra, "ngpus", job.ngpus), nnodes=max(nnodes, 1))
+
+    def _charge(self, jobid: int, job: OpenJob, end: float) -> None:
+        assert job.t_alloc is not None
+        start = job.t_alloc
+        rates = job.rates
+        raw = rates.scaled(max(end - start, 0.0))
+        decayed = rates.scaled(held(start, end, self.half_life))
+        key = job.key
+        accum = self.accums.get(key, Accum()).charged(raw, decayed, end, self.half_life)
+        self.accums[key] = accum
+        self.changes.accums[key] = accum
+        self.changes.charges.append(JobCharge(jobid, job.userid, job.bank, job.queue, start,
+                                              end, job.ncores, job.ngpus, job.nnodes))
+
+
+# ---------------------------------------------------------------- reading usage
+
+
+def running_usage(job: OpenJob, now: float, half_life: float) -> Figures:
+    """What a job still holding resources has used by ``now``, decayed as of ``now``."""
+    if job.t_alloc is None:
+        return NO_USAGE
+    return job.rates.scaled(held(job.t_alloc, now, half_life))
+
+
+def decayed_usage(accums: Mapping[AssocKey, Accum], open_jobs: Iterable[OpenJob],
+                  half_life: float, now: float) -> dict[AssocKey, Figures]:
+    """Every association's decayed usage as of ``now``: its charges plus its running jobs
+    (one partition; sum the partitions' results for the instance)."""
+    out = {key: accum.at(now, half_life) for key, accum in accums.items()}
+    for job in open_jobs:
+        if job.t_alloc is not None:
+            out[job.key] = out.get(job.key, NO_USAGE).plus(running_usage(job, now, half_life))
+    return out
+
+
+def add_usage(into: dict[AssocKey, Figures], more: Mapping[AssocKey, Figures]) -> None:
+    """Add ``more`` (another partition's usage) into ``into``."""
+    for key, figures in more.items():
+        into[key] = into.get(key, NO_USAGE).plus(figures)
+
+
+class WindowUsage(NamedTuple):
+    """Raw (undecayed) usage of one association over a period, and the jobs it counts."""
+
+    figures: Figures = NO_USAGE
+    jobs: int = 0
+
+
+def window_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], since: float,
+                 until: float, now: float) -> dict[AssocKey, WindowUsage]:
+    """Raw usage from ``since`` to ``until`` per association: each allocation's part of the
+    period (jobs still running count up to ``now``); ``jobs`` counts the allocations
+    that overlap the period."""
+    out: dict[AssocKey, WindowUsage] = {}
+
+    def add(key: AssocKey, rates: Figures, start: float, end: float) -> None:
+        # the period is [since, until): adjacent periods never count a job twice
+        overlaps = start < until and end > since if end > start else since <= start < until
+        if not overlaps:
+            return
+        lo, hi = max(start, since), min(end, until)
+        old = out.get(key, WindowUsage())
+        out[key] = WindowUsage(old.figures.plus(rates.scaled(max(hi - lo, 0.0))),
+                               old.jobs + 1)
+
+    for charge in charges:
+        add(charge.key, Figures(float(charge.ncores), float(charge.ngpus),
+                                float(charge.nnodes)), charge.t_alloc, charge.t_free)
+    for job in open_jobs:
+        if job.t_alloc is not None:
+            add(job.key, job.rates, job.t_alloc, max(now, job.t_alloc))
+    return out

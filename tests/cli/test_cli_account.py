@@ -1,0 +1,215 @@
+"""``fluxes account``, ``fluxes job priority`` and ``fluxes admin rebuild-accounting`` on an
+in-process instance (fakeredis)."""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from fluxes.cli.main import main
+from fluxes.domain.job import events as ev
+from fluxes.store.eventstore import EventStore
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.joblist_rebuild import rebuild as rebuild_joblist
+from fluxes.store.keys import Keys
+
+KEYS = Keys("t")
+T = 1000.0
+
+
+@pytest.fixture
+def client(monkeypatch: pytest.MonkeyPatch, fake_redis: redis.Redis) -> Iterator[redis.Redis]:
+    """Every command of the test talks to one fakeredis instance, as its owner."""
+    fake_redis.hset(KEYS.instance, mapping={"owner": "root", "owner_uid": 0,
+                                            "config": '[accounting]\nhalf-life = "0"\n'})
+    user = {"name": None}
+
+    def connect(cls: type[Instance], uri: str | None = None,
+                client_name: str | None = None) -> Instance:
+        return Instance(InstanceURI("redis://unused", "t"), client=fake_redis,
+                        user=user["name"])
+
+    monkeypatch.setattr(Instance, "connect", classmethod(connect))
+    fake_redis.user_switch = user  # type: ignore[attr-defined]
+    yield fake_redis
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ok(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    return out
+
+
+def setup_banks(capsys: pytest.CaptureFixture[str]) -> None:
+    ok(capsys, "account", "add-bank", "root", "1")
+    ok(capsys, "account", "add-bank", "--parent-bank=root", "physics", "3",
+       "--max-running-jobs=10")
+    ok(capsys, "account", "add-bank", "--parent-bank=root", "chem", "1")
+    ok(capsys, "account", "add-user", "--username=alice", "--userid=1001", "--bank=physics")
+    ok(capsys, "account", "add-user", "--username=alice", "--userid=1001", "--bank=chem",
+       "--shares=2")
+    ok(capsys, "account", "add-user", "--username=bob", "--userid=1002", "--bank=chem",
+       "--max-running-jobs=4", "--max-active-jobs=8")
+
+
+def test_banks_and_users_as_flux_account_shows_them(client: redis.Redis,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    banks = orjson.loads(ok(capsys, "account", "list-banks", "--json"))["banks"]
+    assert [(b["bank"], b["parent_bank"], b["shares"]) for b in banks] == \
+        [("root", None, 1), ("chem", "root", 1), ("physics", "root", 3)]
+    assert banks[2]["limits"]["max_running_jobs"] == 10
+    alice = orjson.loads(ok(capsys, "account", "view-user", "alice", "--json"))
+    assert alice["default_bank"] == "physics"
+    assert [(a["bank"], a["shares"]) for a in alice["associations"]] == \
+        [("chem", 2), ("physics", 1)]
+    text = ok(capsys, "account", "list-users")
+    assert text.splitlines()[0].split() == ["USERNAME", "UID", "BANK", "SHARES", "MAX-RUN",
+                                            "MAX-ACTIVE", "MAX-NODES", "MAX-CORES"]
+    assert ["bob", "1002", "chem*", "1", "4", "8", "-", "-"] in \
+        [line.split() for line in text.splitlines()]
+    tree = ok(capsys, "account", "view-bank", "root", "-t").splitlines()
+    assert [line.split()[0] for line in tree[1:]] == ["root", "chem", "physics"]
+    assert tree[2].startswith("  chem")
+    members = ok(capsys, "account", "view-bank", "chem", "-u")
+    assert "alice" in members and "bob" in members
+    ok(capsys, "account", "edit-user", "alice", "--default-bank=chem", "--max-nodes=3")
+    alice = orjson.loads(ok(capsys, "account", "view-user", "alice", "--json"))
+    assert alice["default_bank"] == "chem"
+    assert {a["limits"]["max_nodes"] for a in alice["associations"]} == {3}
+    ok(capsys, "account", "edit-user", "alice", "--max-nodes=-1")
+    ok(capsys, "account", "delete-user", "bob", "chem")
+    ok(capsys, "account", "edit-bank", "physics", "--shares=5")
+    ok(capsys, "account", "delete-bank", "physics")
+    banks = orjson.loads(ok(capsys, "account", "list-banks", "--inactive", "--json"))["banks"]
+    assert [(b["bank"], b["active"]) for b in banks] == \
+        [("root", True), ("chem", True), ("physics", False)]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["add-bank", "other", "1"], "bank root is the root bank already: give --parent-bank"),
+    (["add-bank", "--parent-bank=nope", "x", "1"], "no bank 'nope'"),
+    (["add-bank", "--parent-bank=root", "x", "-2"], "shares: expected an integer"),
+    (["add-user", "--username=zz-no-such-user-zz", "--bank=root"], "give --userid"),
+    (["add-user", "--username=alice", "--userid=7", "--bank=root"],
+     "user alice has uid 1001, not 7"),
+    (["delete-user", "alice", "nope"], "user alice is not in bank nope"),
+    (["edit-bank", "chem"], "nothing to change"),
+    (["edit-user", "alice", "--max-cores=-5"], "--max-cores: expected a count or -1"),
+    (["view-user", "nobody"], "no user nobody"),
+    (["view-bank", "nope"], "no bank 'nope'"),
+])
+def test_mistakes_are_one_line(client: redis.Redis, capsys: pytest.CaptureFixture[str],
+                               argv: list[str], message: str) -> None:
+    setup_banks(capsys)
+    count = client.xlen(KEYS.accounting)
+    code, _out, err = run(capsys, "account", *argv)
+    assert code != 0 and message in err and len(err.strip().splitlines()) == 1
+    assert client.xlen(KEYS.accounting) == count  # nothing written
+
+
+def test_only_the_owner_changes_accounting(client: redis.Redis,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    client.user_switch["name"] = "mallory"  # type: ignore[attr-defined]
+    code, _out, err = run(capsys, "account", "add-bank", "root", "1")
+    assert code != 0 and "only the instance owner can change accounting" in err
+    assert client.xlen(KEYS.accounting) == 0
+    assert orjson.loads(ok(capsys, "account", "list-banks", "--json")) == {"banks": []}
+
+
+def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free: float | None,
+              bank: str = "", ncores: int = 2) -> None:
+    """A job through its life: allocated at t_alloc, freed at t_free (None: running)."""
+    store = EventStore(client, KEYS)
+    client.set(KEYS.jm_fence(0), "1")
+    batch = store.batch()
+    extra: dict[str, Any] = {"name": "j", "ncores": ncores, "nnodes": 1, "ngpus": 0}
+    if bank:
+        extra["bank"] = bank
+    batch.append(KEYS.eventlog(jobid), jobid, 0, [
+        ev.decode("submit", T, {"urgency": 16, "userid": uid, "flags": 0, "version": 1}),
+        ev.decode("validate", T)], [extra, None])
+    store.commit(batch)
+    life: list[tuple[str, float, dict[str, Any]]] = [
+        ("depend", T, {}), ("priority", T, {"priority": 16}), ("alloc", t_alloc, {})]
+    if t_free is not None:
+        life += [("start", t_alloc, {}), ("finish", t_free, {"status": 0}),
+                 ("release", t_free, {"ranks": "all", "final": True}), ("free", t_free, {}),
+                 ("clean", t_free, {})]
+    batch = store.batch()
+    batch.append(KEYS.eventlog(jobid), jobid, 2, [ev.decode(n, t, c) for n, t, c in life],
+                 [{"ranks": "0"} if n == "alloc" else None for n, _t, _c in life])
+    store.commit(batch, token="1")
+
+
+def test_usage_over_a_period_as_json_csv_and_text(client: redis.Redis,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110)  # alice's default bank: physics
+    write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
+    write_job(client, 3, 1002, T + 100, None)  # bob, still running
+    rebuilt = orjson.loads(ok(capsys, "admin", "rebuild-accounting", "--json"))
+    assert rebuilt["partitions"][0]["associations"] == 2
+    report = orjson.loads(ok(capsys, "account", "usage", f"--since={T}",
+                             f"--until={T + 60}", "--json"))
+    rows = {(r["user"], r["bank"]): r for r in report["usage"]}
+    assert rows[("alice", "physics")]["core_seconds"] == 100.0  # 2 cores, 10..60
+    assert rows[("alice", "chem")]["core_seconds"] == 10.0
+    assert rows[("alice", "physics")]["jobs"] == 1
+    assert ("bob", "chem") not in rows  # allocated after the period
+    assert {b["bank"]: b["core_seconds"] for b in report["banks"]} == \
+        {"root": 110.0, "physics": 100.0, "chem": 10.0}
+    assert set(rows[("alice", "chem")]) >= {"core_seconds", "gpu_seconds", "node_seconds",
+                                            "jobs"}
+    table = list(csv.reader(io.StringIO(ok(capsys, "account", "usage", f"--since={T}",
+                                           f"--until={T + 60}", "--csv"))))
+    assert table[0] == ["user", "userid", "bank", "jobs", "core_seconds", "gpu_seconds",
+                        "node_seconds"]
+    assert ["alice", "1001", "physics", "1", "100.0", "0.0", "50.0"] in table
+    text = ok(capsys, "account", "usage")
+    assert "bob" in text.split() and text.splitlines()[0].split()[:3] == ["USER", "BANK",
+                                                                         "JOBS"]
+    code, _out, err = run(capsys, "account", "usage", "--since=-1h", f"--until={T}")
+    assert code != 0 and "--until is before --since" in err
+
+
+def test_share_and_job_priority_show_the_factors(client: redis.Redis,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110)
+    write_job(client, 2, 1002, T + 10, T + 20, bank="chem")
+    ok(capsys, "admin", "rebuild-accounting")
+    share = orjson.loads(ok(capsys, "account", "share", "--json"))
+    rows = {(r["kind"], r["name"], r["bank"]): r for r in share["rows"]}
+    assert share["total_usage"] == 220.0  # no decay in this instance
+    assert rows[("bank", "physics", "root")]["norm_usage"] == pytest.approx(200 / 220)
+    alice = rows[("user", "alice", "physics")]
+    assert alice["fairshare"] == pytest.approx(2 ** (-(200 / 220) / 0.75))
+    text = ok(capsys, "account", "share")
+    assert "FAIRSHARE" in text.splitlines()[0] and "alice" in text
+    rebuild_joblist(client, KEYS)
+    shown = orjson.loads(ok(capsys, "job", "priority", "1", "--json"))
+    assert shown["factors"]["fairshare"]["factor"] == pytest.approx(alice["fairshare"])
+    assert shown["factors"]["urgency"]["factor"] == pytest.approx(16 / 31)
+    assert shown["plugin"] == "default" and shown["job_priority"] == 16
+    text = ok(capsys, "job", "priority", "1")
+    assert text.splitlines()[1].split() == ["FACTOR", "VALUE", "WEIGHT", "PRIORITY"]
+    assert "default priority plugin" in text
+    code, _out, err = run(capsys, "job", "priority", "99")
+    assert code != 0 and "job 99 not found" in err
+
+
+def test_share_before_any_bank(client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    assert "no banks yet" in ok(capsys, "account", "share")

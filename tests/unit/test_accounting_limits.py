@@ -1,0 +1,123 @@
+"""Limits per association and per bank: may a job be submitted, may it start now."""
+
+from __future__ import annotations
+
+import pytest
+
+from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, replay
+from fluxes.domain.accounting.limits import (
+    Held,
+    HeldJob,
+    Holdings,
+    check_submit,
+    holdings,
+    start_refusal,
+)
+from fluxes.errors import PolicyError
+
+T = 0.0
+ALICE, BOB = 1001, 1002
+
+
+def accounts() -> Accounts:
+    """root -> physics (max 3 running, 10 cores) -> theory, root -> chem (max 2 active);
+    alice in physics (max 2 running, 4 nodes, 3 active) and chem, bob in theory."""
+    return replay([
+        BankAdd(timestamp=T, bank="root", shares=1),
+        BankAdd(timestamp=T, bank="physics", parent="root", shares=1,
+                limits={"max_running_jobs": 3, "max_cores": 10}),
+        BankAdd(timestamp=T, bank="theory", parent="physics", shares=1),
+        BankAdd(timestamp=T, bank="chem", parent="root", shares=1,
+                limits={"max_active_jobs": 2}),
+        UserAdd(timestamp=T, username="alice", userid=ALICE, bank="physics",
+                limits={"max_running_jobs": 2, "max_nodes": 4, "max_active_jobs": 3}),
+        UserAdd(timestamp=T, username="alice", userid=ALICE, bank="chem"),
+        UserAdd(timestamp=T, username="bob", userid=BOB, bank="theory")])
+
+
+def running(uid: int, bank: str | None, nodes: int = 1, cores: int = 1) -> HeldJob:
+    return HeldJob(uid, bank, True, nodes, cores)
+
+
+def test_the_running_limit_of_an_association() -> None:
+    acc = accounts()
+    held = holdings(acc, [running(ALICE, None)])
+    assert start_refusal(acc, held, running(ALICE, "physics")) is None
+    held.add(acc, running(ALICE, "physics"))
+    assert start_refusal(acc, held, running(ALICE, None)) == \
+        "max-running-jobs limit (2) reached for alice/physics"
+    # another bank of the same user is another association
+    assert start_refusal(acc, held, running(ALICE, "chem")) is None
+    held.remove(acc, running(ALICE, None))
+    assert start_refusal(acc, held, running(ALICE, None)) is None
+
+
+def test_a_bank_limit_covers_the_banks_below_it() -> None:
+    acc = accounts()
+    held = holdings(acc, [running(ALICE, None), running(BOB, None), running(BOB, None)])
+    assert held.by_bank["physics"] == Held(3, 3, 3, 3) and held.by_bank["theory"].running == 2
+    assert held.by_bank["root"].running == 3
+    assert start_refusal(acc, held, running(BOB, None)) == \
+        "max-running-jobs limit (3) reached for bank physics"
+
+
+def test_node_and_core_limits_count_what_the_job_adds() -> None:
+    acc = accounts()
+    held = holdings(acc, [running(ALICE, None, nodes=3, cores=6)])
+    assert start_refusal(acc, held, running(ALICE, None, nodes=2)) == \
+        "max-nodes limit (4) reached for alice/physics (3 held, the job needs 2)"
+    assert start_refusal(acc, held, running(BOB, None, nodes=1, cores=5)) == \
+        "max-cores limit (10) reached for bank physics (6 held, the job needs 5)"
+    assert start_refusal(acc, held, running(BOB, None, nodes=1, cores=4)) is None
+
+
+def test_pending_jobs_count_as_active_only() -> None:
+    held = holdings(accounts(), [HeldJob(ALICE, None, False, 8, 80)])
+    assert held.by_assoc[("alice", "physics")] == Held(0, 1, 0, 0)
+
+
+def test_jobs_of_no_association_are_never_held_back() -> None:
+    acc = accounts()
+    assert start_refusal(acc, Holdings(), running(4242, None)) is None
+    assert start_refusal(Accounts(), Holdings(), running(ALICE, None)) is None
+
+
+def test_submission_needs_an_association_once_banks_exist() -> None:
+    acc = accounts()
+    assert check_submit(Accounts(), Holdings(), "carol", HeldJob(7, None, False)) is None
+    with pytest.raises(PolicyError, match="user carol belongs to no bank: the instance owner "
+                       "adds them with 'fluxes account add-user --username=carol"):
+        check_submit(acc, Holdings(), "carol", HeldJob(7, None, False))
+    with pytest.raises(PolicyError, match=r"user bob is not in bank chem \(their banks: "
+                                          r"theory\)"):
+        check_submit(acc, Holdings(), "bob", HeldJob(BOB, "chem", False))
+    assert check_submit(acc, Holdings(), "alice", HeldJob(ALICE, None, False)) == \
+        acc.association("alice", "physics")
+    assert check_submit(acc, Holdings(), "alice", HeldJob(ALICE, "chem", False)) == \
+        acc.association("alice", "chem")
+    # the uid of the request must be the association's
+    with pytest.raises(PolicyError, match="belongs to no bank"):
+        check_submit(acc, Holdings(), "alice", HeldJob(BOB, None, False))
+
+
+def test_the_active_limit_refuses_a_submission() -> None:
+    acc = accounts()
+    held = holdings(acc, [HeldJob(ALICE, None, False)] * 2 + [running(ALICE, "chem")])
+    assert check_submit(acc, held, "alice", HeldJob(ALICE, None, False)) is not None
+    held.add(acc, HeldJob(ALICE, None, False))
+    with pytest.raises(PolicyError, match=r"max-active-jobs limit \(3\) reached for "
+                                          "alice/physics"):
+        check_submit(acc, held, "alice", HeldJob(ALICE, None, False))
+    held.add(acc, HeldJob(ALICE, "chem", False))
+    with pytest.raises(PolicyError, match=r"max-active-jobs limit \(2\) reached for bank chem"):
+        check_submit(acc, held, "alice", HeldJob(ALICE, "chem", False))
+
+
+def test_a_job_bigger_than_a_limit_is_refused_at_once() -> None:
+    acc = accounts()
+    with pytest.raises(PolicyError, match=r"requests 5 nodes, more than the max-nodes limit "
+                                          r"\(4\) of alice/physics"):
+        check_submit(acc, Holdings(), "alice", HeldJob(ALICE, None, False, 5, 5))
+    with pytest.raises(PolicyError, match=r"requests 11 cores, more than the max-cores limit "
+                                          r"\(10\) of bank physics"):
+        check_submit(acc, Holdings(), "bob", HeldJob(BOB, None, False, 1, 11))

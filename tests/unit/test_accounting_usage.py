@@ -1,0 +1,238 @@
+"""Usage folded from journal entries: charges, decay, running jobs, reports over a period,
+and the fold in blocks of any size equal to one fold from scratch."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import orjson
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fluxes.domain.accounting.usage import (
+    Accum,
+    Figures,
+    JobCharge,
+    OpenJob,
+    UsageError,
+    UsageState,
+    decayed_usage,
+    held,
+    window_usage,
+)
+
+H = 100.0
+Entry = tuple[int, str, float, dict[str, Any], dict[str, Any]]
+
+
+def submit(jobid: int, t: float, uid: int = 1001, **extra: Any) -> Entry:
+    return (jobid, "submit", t, {"urgency": 16, "userid": uid, "flags": 0, "version": 1},
+            {"ncores": 2, "ngpus": 0, "nnodes": 1, **extra})
+
+
+def life(jobid: int, t_submit: float, t_alloc: float, t_free: float, uid: int = 1001,
+         alloc_extra: dict[str, Any] | None = None, **extra: Any) -> list[Entry]:
+    return [submit(jobid, t_submit, uid, **extra), (jobid, "validate", t_submit, {}, {}),
+            (jobid, "alloc", t_alloc, {}, alloc_extra or {"ranks": "0"}),
+            (jobid, "start", t_alloc, {}, {}), (jobid, "finish", t_free, {"status": 0}, {}),
+            (jobid, "free", t_free, {}, {}), (jobid, "clean", t_free, {}, {})]
+
+
+def test_decay_integral_is_exact() -> None:
+    assert held(0, 0, H) == 0 and held(5, 3, H) == 0
+    assert held(0, 50, 0) == 50  # no decay
+    # a full half-life held, as of its end: h/ln2 * (1 - 1/2)
+    assert held(0, H, H) == pytest.approx(H / math.log(2) / 2)
+    # against a numeric integral of 2**(-(end - s)/h)
+    steps = 20000
+    numeric = sum(2 ** (-(30 - (i + 0.5) * 30 / steps) / H) for i in range(steps)) * 30 / steps
+    assert held(0, 30, H) == pytest.approx(numeric, rel=1e-9)
+    # a tiny span loses nothing to cancellation
+    assert held(0.0, 1e-9, H) == pytest.approx(1e-9, rel=1e-8)
+
+
+def test_a_job_is_charged_from_alloc_to_free() -> None:
+    state = UsageState(H)
+    state.feed_all(life(1, 0.0, 10.0, 110.0, bank="physics"))
+    accum = state.accums[(1001, "physics")]
+    assert accum.raw == Figures(200.0, 0.0, 100.0) and accum.jobs == 1
+    assert accum.t_ref == 110.0
+    assert accum.decayed.core_seconds == pytest.approx(2 * held(10, 110, H))
+    # a half-life later it counts half
+    assert accum.at(110.0 + H, H).core_seconds == pytest.approx(accum.decayed.core_seconds / 2)
+    assert state.open == {}
+    assert state.take_changes().charges == [
+        JobCharge(1, 1001, "physics", "", 10.0, 110.0, 2, 0, 1)]
+
+
+def test_the_alloc_entry_gives_the_counts_of_r_when_it_carries_them() -> None:
+    state = UsageState(0.0)
+    state.feed_all(life(1, 0.0, 0.0, 10.0, alloc_extra={"ranks": "0-3", "ncores": 64,
+                                                         "ngpus": 8}))
+    assert state.accums[(1001, "")].raw == Figures(640.0, 80.0, 40.0)
+
+
+def test_decayed_usage_adds_running_jobs_and_sums_several_charges() -> None:
+    state = UsageState(H)
+    state.feed_all(life(1, 0.0, 0.0, 50.0))
+    state.feed_all([submit(2, 60.0), (2, "alloc", 60.0, {}, {"ranks": "0"})])
+    now = 100.0
+    got = decayed_usage(state.accums, state.open.values(), H, now)
+    expected = 2 * held(0, 50, H) * 2 ** (-50 / H) + 2 * held(60, 100, H)
+    assert got[(1001, "")].core_seconds == pytest.approx(expected)
+    # no decay: plain core-seconds
+    plain = UsageState(0.0)
+    plain.feed_all(life(1, 0.0, 0.0, 50.0) + life(3, 0.0, 50.0, 80.0))
+    assert plain.accums[(1001, "")] == Accum(Figures(160.0, 0.0, 80.0),
+                                             Figures(160.0, 0.0, 80.0), 80.0, 2)
+
+
+def test_an_entry_stamped_before_the_last_charge_is_decayed_to_it() -> None:
+    late, early = UsageState(H), UsageState(H)
+    late.feed_all(life(1, 0.0, 0.0, 200.0) + life(2, 0.0, 0.0, 100.0))
+    early.feed_all(life(2, 0.0, 0.0, 100.0) + life(1, 0.0, 0.0, 200.0))
+    a, b = late.accums[(1001, "")], early.accums[(1001, "")]
+    assert a.t_ref == b.t_ref == 200.0
+    assert a.decayed.core_seconds == pytest.approx(b.decayed.core_seconds)
+
+
+def test_pending_jobs_change_bank_and_queue_with_jobspec_update() -> None:
+    state = UsageState(0.0)
+    state.feed_all([submit(1, 0.0, queue="batch"),
+                    (1, "jobspec-update", 1.0, {"attributes.system.bank": "chem",
+                                                "attributes.system.queue": "debug"}, {})])
+    assert (state.open[1].bank, state.open[1].queue) == ("chem", "debug")
+    state.feed_all([(1, "alloc", 2.0, {}, {}),
+                    (1, "jobspec-update", 3.0, {"attributes.system.bank": "x"}, {})])
+    assert state.open[1].bank == "chem"  # a running job's bank no longer changes
+
+
+@pytest.mark.parametrize("entry", [
+    (1, "submit", 0.0, {"urgency": 16}, {}),
+    (1, "submit", 0.0, {"userid": "1001"}, {}),
+    (1, "submit", 0.0, {"userid": 1}, {"ncores": -1}),
+    (1, "submit", 0.0, {"userid": 1}, {"bank": 5}),
+])
+def test_malformed_entries_raise_and_change_nothing(entry: Entry) -> None:
+    state = UsageState(H)
+    state.feed_all([submit(9, 0.0)])
+    state.take_changes()
+    with pytest.raises(UsageError):
+        state.feed(*entry)
+    with pytest.raises(UsageError):
+        state.feed(9, "alloc", 1.0, {}, {"ranks": "3-1"})
+    assert state.open == {9: OpenJob(1001, "", "", 2, 0, 1, 0.0)}
+    assert state.take_changes().opened == {}
+
+
+def test_entries_of_unknown_jobs_and_other_events_are_passed_over() -> None:
+    state = UsageState(H)
+    state.feed_all([(5, "alloc", 0.0, {}, {}), (5, "free", 1.0, {}, {}),
+                    (5, "priority", 1.0, {"priority": 3}, {})])
+    assert state.accums == {} and state.open == {}
+
+
+def test_a_job_canceled_while_pending_is_never_charged() -> None:
+    state = UsageState(H)
+    state.feed_all([submit(1, 0.0), (1, "exception", 1.0, {"type": "cancel"}, {}),
+                    (1, "clean", 1.0, {}, {})])
+    assert state.accums == {} and state.open == {}
+
+
+def test_window_usage_takes_each_allocation_s_part_of_the_period() -> None:
+    charges = [JobCharge(1, 1, "a", "", 0.0, 100.0, 2, 1, 1),
+               JobCharge(2, 1, "a", "", 150.0, 150.0, 4, 0, 1),
+               JobCharge(3, 2, "b", "", 300.0, 400.0, 1, 0, 1)]
+    running = [OpenJob(2, "b", "", 1, 0, 1, 0.0, 450.0), OpenJob(2, "b", "", 1, 0, 1, 0.0)]
+    got = window_usage(charges, running, 50.0, 350.0, 500.0)
+    assert got[(1, "a")].figures == Figures(100.0, 50.0, 50.0) and got[(1, "a")].jobs == 2
+    assert got[(2, "b")].figures == Figures(50.0, 0.0, 50.0) and got[(2, "b")].jobs == 1
+    # adjacent periods add up to the whole, and count every job once
+    whole = window_usage(charges, running, 0.0, 1000.0, 500.0)
+    parts = [window_usage(charges, running, lo, hi, 500.0) for lo, hi in
+             ((0.0, 150.0), (150.0, 420.0), (420.0, 1000.0))]
+    for key, total in whole.items():
+        assert sum(p[key].figures.core_seconds for p in parts if key in p) == \
+            pytest.approx(total.figures.core_seconds)
+        assert sum(p[key].jobs for p in parts if key in p) == total.jobs
+    assert whole[(2, "b")].figures.core_seconds == 150.0  # the running job up to now
+
+
+# ---------------------------------------------------------------- blocks == one fold
+
+
+@st.composite
+def journals(draw: st.DrawFn) -> list[Entry]:
+    """Several jobs' entries interleaved, with clocks that need not agree, some jobs
+    canceled, some still running, and a few malformed entries."""
+    streams: list[list[Entry]] = []
+    for jobid in range(1, draw(st.integers(1, 8)) + 1):
+        t0 = draw(st.floats(0, 500))
+        times = sorted(draw(st.lists(st.floats(0, 300), min_size=4, max_size=4)))
+        uid = draw(st.sampled_from([1, 2, 3]))
+        bank = draw(st.sampled_from(["", "a", "b"]))
+        job = [submit(jobid, t0, uid, bank=bank, ncores=draw(st.integers(1, 64)),
+                      ngpus=draw(st.integers(0, 4)))]
+        fate = draw(st.sampled_from(["done", "running", "canceled", "pending", "moved"]))
+        if fate == "moved":
+            job.append((jobid, "jobspec-update", t0, {"attributes.system.bank": "c"}, {}))
+            fate = "done"
+        if fate == "canceled":
+            job += [(jobid, "exception", t0 + times[0], {"type": "cancel"}, {}),
+                    (jobid, "clean", t0 + times[1], {}, {})]
+        elif fate in ("done", "running"):
+            skew = draw(st.floats(-5, 5))
+            job.append((jobid, "alloc", t0 + times[0] + skew, {},
+                        {"ranks": draw(st.sampled_from(["0", "0-3", "1,5"]))}))
+            if fate == "done":
+                job += [(jobid, "free", t0 + times[2], {}, {}),
+                        (jobid, "clean", t0 + times[3], {}, {})]
+        if draw(st.booleans()):
+            job.insert(1, (jobid, "alloc", t0, {}, {"ranks": "bad"}))  # refused, passed over
+        streams.append(job)
+    out: list[Entry] = []
+    while any(streams):
+        pick = draw(st.sampled_from([s for s in streams if s]))
+        out.append(pick.pop(0))
+    return out
+
+
+def fold(entries: list[Entry], state: UsageState) -> list[JobCharge]:
+    for entry in entries:
+        try:
+            state.feed(*entry)
+        except UsageError:
+            pass
+    return state.take_changes().charges
+
+
+def stored(state: UsageState) -> UsageState:
+    """The state as the store keeps it: every record through its JSON form."""
+    return UsageState(state.half_life,
+                      {k: Accum.from_obj(orjson.loads(orjson.dumps(a.to_obj())))
+                       for k, a in state.accums.items()},
+                      {j: OpenJob.from_obj(orjson.loads(orjson.dumps(o.to_obj())))
+                       for j, o in state.open.items()})
+
+
+@settings(max_examples=200, deadline=None)
+@given(journals(), st.lists(st.integers(1, 10), min_size=1, max_size=30),
+       st.sampled_from([0.0, 60.0, 3600.0]))
+def test_folding_in_blocks_with_stores_between_equals_one_fold(
+        entries: list[Entry], sizes: list[int], half_life: float) -> None:
+    whole = UsageState(half_life)
+    all_charges = fold(entries, whole)
+    state = UsageState(half_life)
+    charges: list[JobCharge] = []
+    i = 0
+    for size in sizes * (len(entries) + 1):
+        if i >= len(entries):
+            break
+        charges += fold(entries[i:i + size], state)
+        state = stored(state)
+        i += size
+    assert state.accums == whole.accums  # exactly: the same operations in the same order
+    assert state.open == whole.open
+    assert charges == all_charges
