@@ -48,7 +48,8 @@ class Scan(NamedTuple):
 class _State:
     """The scanner's position in the document's structure."""
 
-    __slots__ = ("alias", "block", "block_scalar", "depth", "flow", "limit", "plain", "quote")
+    __slots__ = ("alias", "block", "block_scalar", "depth", "flow", "flow_plain", "limit", "plain",
+                 "quote")
 
     def __init__(self, limit: int) -> None:
         self.block: list[tuple[int, bool]] = []  # (column, is_sequence) of open block collections
@@ -58,6 +59,7 @@ class _State:
         self.quote = ""  # the quote of a quoted scalar that goes on past the line's end
         self.block_scalar = -2  # content of a | or > scalar: lines indented past this column
         self.plain = -2  # a plain scalar goes on: lines indented past this column
+        self.flow_plain = False  # a plain scalar in a flow collection goes on past the line
         self.alias: tuple[int, int, str] | None = None
 
     def note_depth(self) -> None:
@@ -117,6 +119,17 @@ def _line(state: _State, number: int, line: str) -> None:
             return
     elif state.flow:
         pos = indent
+        if state.flow_plain and stripped:
+            if stripped.startswith("#"):
+                state.flow_plain = False
+                return  # a comment ends the scalar
+            # the next line of a multi-line plain scalar: quotes and dashes in it are
+            # text; only a flow indicator, ": " or " #" ends it
+            found = _FLOW_PLAIN_END.search(line, pos)
+            if found is None:
+                return
+            state.flow_plain = False
+            pos = found.start() if found.group()[0] != ":" else found.start() + 1
     else:
         if not stripped or stripped.startswith("#"):
             return
@@ -214,6 +227,7 @@ def _flow_token(state: _State, number: int, line: str, pos: int) -> int:
         return _TOKEN.match(line, pos + 1).end()  # type: ignore[union-attr]
     found = _FLOW_PLAIN_END.search(line, pos)
     if found is None:
+        state.flow_plain = True  # it may go on over the next line
         return -1
     return found.start() if found.group()[0] != ":" else found.start() + 1
 

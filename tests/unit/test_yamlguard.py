@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from fluxes.formats import yamlguard
@@ -48,7 +48,9 @@ def test_depth_is_exact_on_emitted_yaml(value: dict[str, Any], flow: bool | None
     dumper = yaml.SafeDumper if pure else getattr(yaml, "CSafeDumper", yaml.SafeDumper)
     text = yaml.dump(value, Dumper=dumper, default_flow_style=flow, width=width,
                      allow_unicode=True)
-    assert yaml.safe_load(text) == value  # the emitter round-trips it
+    # PyYAML's emitter does not round-trip every string (backslashes before
+    # tabs, folded at a narrow width): those are not the scanner's business
+    assume(yaml.safe_load(text) == value)
     found = yamlguard.scan(text)
     assert found.depth == true_depth(value), text
     assert found.alias is None
@@ -74,6 +76,9 @@ def test_depth_is_exact_on_emitted_yaml(value: dict[str, Any], flow: bool | None
         ("--- {a: [1]}\n", 2),
         ('{"a": "b:[[c"}\n', 1),
         ("a: http://x/[y]\n", 1),
+        # a plain scalar of a flow collection folded over two lines, a quote on the second
+        ("{'': [{' ': a\n      '}, '[']}\n", 3),
+        ("[a\n  b ' c, [d]]\n", 2),
     ],
 )
 def test_depth_of_hand_written_yaml(text: str, depth: int) -> None:
