@@ -14,7 +14,11 @@ configuration from Redis. Top-level tables:
   ``exec-timeout``: how long an exec worker may be silent before its ranks
   are drained, default 10s);
 * ``[accounting]``: usage decay, billing, priority weights
-  (:mod:`fluxes.domain.accounting.config`).
+  (:mod:`fluxes.domain.accounting.config`);
+* ``[job-manager]``: retention, as flux names it: ``inactive-age-limit`` (FSD)
+  and ``inactive-num-limit`` (inactive jobs purged beyond them, by the job-list
+  worker), and ``journal-archive`` (where trimmed journal entries are kept; ""
+  for nowhere; default ``<state directory>/archive``) (:class:`RetentionConfig`).
 
 A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
 """
@@ -33,7 +37,7 @@ from fluxes.formats.fsd import parse_duration
 
 #: Default ``[exec] output-limit``: bytes of output forwarded per job and rank.
 DEFAULT_OUTPUT_LIMIT = 100 << 20
-_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched", "accounting")
+_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched", "accounting", "job-manager")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,49 @@ class IngestLimits:
 
 
 @dataclass(frozen=True)
+class RetentionConfig:
+    """``[job-manager]``: how long and how many inactive jobs are kept, and where the
+    journal's trimmed entries are archived."""
+
+    #: seconds an inactive job is kept (None: forever)
+    inactive_age_limit: float | None = None
+    #: inactive jobs kept at most (None: no limit)
+    inactive_num_limit: int | None = None
+    #: the archive directory; None: the worker's state directory's ``archive``;
+    #: "": no archive (trimmed entries are gone)
+    journal_archive: str | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> RetentionConfig:
+        """Read ``[job-manager]``; ConfigError naming a bad key."""
+        if not isinstance(obj, Mapping):
+            raise ConfigError("job-manager: expected a table")
+        age: float | None = None
+        num: int | None = None
+        archive: str | None = None
+        for key, value in obj.items():
+            if key == "inactive-age-limit":
+                try:
+                    age = parse_duration(value)
+                except ValueError as exc:
+                    raise ConfigError(f"job-manager.inactive-age-limit: {exc}") from None
+            elif key == "inactive-num-limit":
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise ConfigError("job-manager.inactive-num-limit: expected an integer "
+                                      f">= 0, got {value!r:.40}")
+                num = value
+            elif key == "journal-archive":
+                if not isinstance(value, str) or "\0" in value:
+                    raise ConfigError("job-manager.journal-archive: expected a directory "
+                                      f"(or \"\" for none), got {value!r:.40}")
+                archive = value
+            else:
+                raise ConfigError(f"job-manager.{format_key(key)}: unknown key (known: "
+                                  "inactive-age-limit, inactive-num-limit, journal-archive)")
+        return cls(age, num, archive)
+
+
+@dataclass(frozen=True)
 class InstanceConfig:
     """A checked instance configuration and the TOML text it came from."""
 
@@ -80,6 +127,7 @@ class InstanceConfig:
     output_limit: int = 100 << 20
     sched: Mapping[str, Any] = field(default_factory=dict)
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
 
     @property
     def resource(self) -> Mapping[str, Any]:
@@ -138,7 +186,8 @@ class InstanceConfig:
             raise ConfigError("resource: expected a table")
         return cls(text=text, raw=raw, queues=queues, ingest=IngestLimits.from_dict(ingest),
                    kill_timeout=kill_timeout, output_limit=output_limit, sched=dict(sched),
-                   accounting=AccountingConfig.from_dict(raw.get("accounting", {})))
+                   accounting=AccountingConfig.from_dict(raw.get("accounting", {})),
+                   retention=RetentionConfig.from_dict(raw.get("job-manager", {})))
 
 
 def _check_sched(table: Mapping[str, Any]) -> None:

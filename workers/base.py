@@ -2,7 +2,10 @@
 
 A worker is a loop of ``step()`` calls; SIGTERM/SIGINT ask it to finish the
 current step and stop cleanly. Every few seconds it records a heartbeat in the
-instance's worker registry, which ``fluxes status`` reads.
+instance's worker registry, which ``fluxes status`` reads. The record also
+keeps the times the worker (under its name) started in the last minute: a
+clean stop removes the record, so several recent starts mean it crashed and
+was restarted, and ``fluxes status`` reports it as crash-looping.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
@@ -23,6 +26,7 @@ from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
+from fluxes.store.deadletters import counts_key
 from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
 
@@ -35,6 +39,25 @@ DEAD_LETTER_PAYLOAD = 4096
 MAX_DEAD_LETTER_FIELDS = 16
 #: Characters of the reason a dead letter keeps.
 MAX_DEAD_LETTER_ERROR = 1000
+#: An entry read through a consumer group this many times without being
+#: acknowledged is dead-lettered when it is read again, before it is handled:
+#: every delivery after the first follows a crash, a failed commit or a Redis
+#: outage in the middle of its step, so a worker that dies on an entry (in a way
+#: no ``except`` catches: a segfault, the OOM killer, an error of Redis itself)
+#: gets past it after five restarts instead of crash-looping for ever.
+MAX_DELIVERIES = 5
+#: Redis error replies that say nothing about the input being handled (a busy,
+#: loading, failing-over or full server): the loop waits and retries.
+TRANSIENT_REPLIES = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN",
+                     "OOM")
+#: Redis error replies an input causes (a key it names holds another type): the
+#: input is refused like any other whose handling fails.
+INPUT_REPLIES = ("WRONGTYPE",)
+#: Starts of a worker (under one name) that ``fluxes status`` looks at: those of
+#: the last minute.
+RESTART_WINDOW_S = 60.0
+#: Starts a registry record keeps at most.
+MAX_STARTS_KEPT = 20
 
 
 class Worker:
@@ -51,6 +74,8 @@ class Worker:
         self.stopping = False
         self._last_heartbeat = 0.0
         self.started = time.time()
+        #: this worker's starts (under its name) in the last RESTART_WINDOW_S, this one last
+        self.starts = [self.started]
         metrics.DEAD_LETTERS.labels(worker=self.kind)  # scraped as 0 before the first one
 
     # ------------------------------------------------------------ lifecycle
@@ -102,6 +127,7 @@ class Worker:
     def run(self) -> int:
         """Set up, loop until asked to stop, tear down; return an exit code."""
         self.install_signals()
+        self.record_start()
         self.setup()
         freeze()  # what setup loaded lives as long as the process (fluxes/proc/gcpolicy.py)
         self.log.info("started", extra={"worker": self.name})
@@ -121,7 +147,7 @@ class Worker:
                     backoff = min(backoff * 2, 2.0)
                     self.reconnected()
                 except redis.ResponseError as exc:
-                    if not str(exc).startswith(("BUSY", "LOADING", "MASTERDOWN")):
+                    if not str(exc).startswith(TRANSIENT_REPLIES):
                         raise
                     # Redis is busy (a long script, loading its data): transient
                     self.log.warning("redis busy, retrying", extra={"error": str(exc)})
@@ -136,6 +162,20 @@ class Worker:
 
     # ------------------------------------------------------------ registry
 
+    def record_start(self) -> None:
+        """Register this start before anything else runs, with the earlier starts of the
+        last minute under this name (what a crash left in the registry): a worker
+        that dies in its first step still shows up, as crash-looping."""
+        try:
+            raw = self.redis.hget(self.keys.workers, self.name)
+            self.starts = [*recent_starts(raw, self.started), self.started][-MAX_STARTS_KEPT:]
+            record = {"kind": self.kind, "pid": os.getpid(), "host": socket.gethostname(),
+                      "started": self.started, "heartbeat": time.time(),
+                      "starts": self.starts}
+            self.redis.hset(self.keys.workers, self.name, orjson.dumps(record))
+        except redis.RedisError:
+            pass  # best effort: setup() meets the same Redis next
+
     def heartbeat(self, force: bool = False) -> None:
         """Record liveness in the worker registry (rate-limited)."""
         now = time.time()
@@ -144,6 +184,8 @@ class Worker:
         self._last_heartbeat = now
         record = {"kind": self.kind, "pid": os.getpid(), "host": socket.gethostname(),
                   "started": self.started, "heartbeat": now, **self.status()}
+        if len(self.starts) > 1:
+            record["starts"] = [t for t in self.starts if now - t < RESTART_WINDOW_S]
         port = metrics.served_port()
         if port is not None:
             record["metrics_port"] = port
@@ -182,11 +224,14 @@ class Worker:
         metrics.DEAD_LETTERS.labels(worker=self.kind).inc(n)
 
     def write_dead_letters(self, records: list[dict[str, bytes | str]]) -> None:
-        """XADD dead-letter records on their own (not with an acknowledgement)."""
-        pipe = self.redis.pipeline(transaction=False)
+        """XADD dead-letter records on their own (not with an acknowledgement), and count
+        them per stream."""
+        pipe = self.redis.pipeline(transaction=True)
         for record in records:
             pipe.xadd(self.keys.dead_letters, record, maxlen=DEAD_LETTER_MAXLEN,
                       approximate=True)
+        for stream, n in per_stream(records).items():
+            pipe.hincrby(counts_key(self.keys), stream, n)
         pipe.execute()
 
     def dead_letter(self, stream: str, msg_id: bytes | str, fields: Mapping[Any, Any],
@@ -215,19 +260,87 @@ class Worker:
         for msg_id, fields, error in refused:
             pipe.xadd(keys.dead_letters, self.dead_letter_record(stream, msg_id, fields, error),
                       maxlen=DEAD_LETTER_MAXLEN, approximate=True)
+        pipe.hincrby(counts_key(keys), stream, len(refused))
         pipe.xack(stream, group, *(msg_id for msg_id, _f, _e in refused))
         for key, data, ttl_ms in replies:
             pipe.rpush(key, data)
             pipe.pexpire(key, ttl_ms)
-        pipe.execute()
+        # A reply key of another type fails its RPUSH alone (MULTI/EXEC applies the
+        # rest): the input is refused and acknowledged all the same, never retried.
+        for result in pipe.execute(raise_on_error=False):
+            if isinstance(result, redis.ResponseError):
+                if not str(result).startswith(INPUT_REPLIES):
+                    raise result
+                self.log.warning("reply not written", extra={"stream": stream,
+                                                              "error": str(result)})
         self.count_dead_letters(len(refused))
+
+    def overdelivered(self, stream: str, group: str, consumer: str,
+                      entries: Sequence[tuple[bytes, Any]]) -> dict[bytes, int]:
+        """The entries of ``entries`` (this consumer's pending ones, just read again)
+        delivered more than MAX_DELIVERIES times, with their delivery counts.
+
+        One XPENDING over their range; Redis counts every delivery, the
+        re-reads of a consumer's pending entries included.
+        """
+        if not entries:
+            return {}
+        ids = [msg_id for msg_id, _f in entries]
+        got = self.redis.xpending_range(stream, group, min=ids[0], max=ids[-1],
+                                        count=len(ids), consumername=consumer)
+        wanted = set(ids)
+        out = {}
+        for row in got:
+            msg_id = row["message_id"]
+            times = int(row["times_delivered"])
+            if msg_id in wanted and times > MAX_DELIVERIES:
+                out[msg_id] = times
+        return out
 
 
 def not_the_input(exc: BaseException) -> bool:
-    """True for errors of Redis itself (a lost connection, a busy server, a key of the
-    wrong type), which no input causes: they propagate to the worker's loop, which
-    retries the transient ones, rather than getting the input being handled refused."""
+    """True for errors of Redis itself (a lost connection, a busy or loading server, a
+    command it refuses), which no input causes: they propagate to the worker's loop,
+    which retries the transient ones, rather than getting the input being handled
+    refused. A key named by the input that holds another type (WRONGTYPE) is the
+    input's fault: False, so the input is refused."""
+    if isinstance(exc, redis.ResponseError):
+        return not str(exc).startswith(INPUT_REPLIES)
     return isinstance(exc, redis.RedisError)
+
+
+def overdelivered_reason(times: int) -> str:
+    """The dead-letter reason of an entry delivered ``times`` times."""
+    return (f"delivered {times} times without being handled: every attempt crashed or "
+            f"failed (the worker's log says how); refused after {MAX_DELIVERIES}")
+
+
+def per_stream(records: Iterable[Mapping[str, bytes | str]]) -> dict[str, int]:
+    """How many of the dead-letter ``records`` each stream has."""
+    out: dict[str, int] = {}
+    for record in records:
+        stream = record.get("stream", "")
+        name = stream.decode("utf-8", "replace") if isinstance(stream, bytes) else stream
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def recent_starts(raw: bytes | None, now: float) -> list[float]:
+    """The start times of the last RESTART_WINDOW_S kept in a registry record (``raw``,
+    as stored; its own ``started`` counts): [] when there is none or it is unreadable."""
+    if not raw:
+        return []
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return []
+    if not isinstance(record, dict):
+        return []
+    times = record.get("starts")
+    found = list(times) if isinstance(times, list) else []
+    found.append(record.get("started"))
+    return sorted({float(t) for t in found if isinstance(t, int | float)
+                   and not isinstance(t, bool) and 0 <= now - float(t) < RESTART_WINDOW_S})
 
 
 def payload_prefix(fields: Mapping[Any, Any], limit: int = DEAD_LETTER_PAYLOAD) -> bytes:

@@ -9,10 +9,17 @@ One process serves one or several ranks.  Each loop iteration:
 2. handles them: simulated jobs (``attributes.system.exec.test.run_duration``)
    only get a timer; real jobs get one process per task on this rank;
 3. fires due timers (simulated ends, SIGKILL escalation), reaps tasks and
-   forwards their output, line by line, to ``{ns}:output:<id>``;
+   forwards their output, line by line, to ``{ns}:output:<owner>:<id>``;
 4. writes everything in one MULTI: output lines, the jobs' records, the
-   acknowledgements of the requests whose effect those records hold, the
-   registry heartbeat and the cumulative ``exec`` reports.
+   acknowledgements of the requests whose effect those records hold (and the
+   dead letters of the requests refused), the registry heartbeat and the
+   cumulative ``exec`` reports.
+
+Any request whose handling raises (not only a malformed one) is dead-lettered
+with its reason and acknowledged in that one write, and the loop goes on; a
+start that fails so also fails its job, so the job manager never waits on it.
+A worker running as root runs each job's tasks as the job's owner
+(docs/security.md, "Jobs run as their users").
 
 This module is only the loop: the rules are pure modules of
 :mod:`fluxes.domain.exec`, processes and files are :mod:`fluxes.proc`'s
@@ -34,10 +41,20 @@ from typing import Any
 
 import redis
 
+from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Entry, Intake, Kill, Request
-from fluxes.domain.exec.jobs import LOST_ERROR, ExecJob, check_rank, plan_run, read_start
+from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Start
+from fluxes.domain.exec.jobs import (
+    LOST_ERROR,
+    ExecJob,
+    StartFacts,
+    check_rank,
+    job_owner,
+    plan_run,
+    read_start,
+    run_as,
+)
 from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget
@@ -49,8 +66,10 @@ from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, 
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
+from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
-from workers.base import Worker
+from fluxes.store.security import strip_password
+from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
 __all__ = ["LOST_ERROR", "ExecWorker", "Outbox", "default_state_dir", "main", "run_from_args"]
 
@@ -106,7 +125,12 @@ class ExecWorker(Worker):
         machine = socket.gethostname()
         self.hostnames = {r: self._given_hosts.get(r, machine) for r in self.ranks}
         self.store = ExecStreams(self.redis, self.keys, self.ranks)
+        self.store.dead_letter_maxlen = DEAD_LETTER_MAXLEN
         self.streams = self.store.streams
+        # A root worker runs jobs as their owners, after checking who they are.
+        self.euid = os.geteuid()
+        self.registered: frozenset[int] = frozenset()
+        self.instance_owner = self.euid
         # One rank: the waker's blocking read is the group read of that rank.
         self._consumer = f"rank{self.ranks[0]}" if len(self.ranks) == 1 else None
         # A stop request (signal handler or another thread) wakes the wait at once.
@@ -114,7 +138,9 @@ class ExecWorker(Worker):
         self.files = TaskFiles(self.state_dir, self.ranks)
         # Process facts (our children, statuses reaped) outlive a reload of the state.
         self.watcher = TaskWatcher([self._stop_r])
-        self.launcher = Launcher(str(instance.uri), self.files, self.watcher, self.keys.ns)
+        # tasks may submit jobs to the instance, but never with the worker's password
+        self.launcher = Launcher(strip_password(str(instance.uri)), self.files, self.watcher,
+                                 self.keys.ns)
         self.adopter = Adopter(self.keys.ns, self.files, self.watcher)
         self.count_started = 0
         self.waker = self.store.waker()
@@ -167,6 +193,7 @@ class ExecWorker(Worker):
         self._ready = False
         self._reset()
         config = self.instance.config()
+        self.instance_owner = self.instance.owner()[1]
         if self._given_grace is None:
             self.kill_grace = config.kill_timeout
         if self._given_limit is None:
@@ -181,6 +208,7 @@ class ExecWorker(Worker):
                                              time.monotonic(), self.kill_grace,
                                              self.adopter.restore):
             self.log.error("unreadable exec record", extra={"job": jobid, "rank": rank})
+        self._restore_owners()
         self.intake.last_ids.update(loaded.last_ids)
         for rank in self.ranks:
             self.files.sweep(rank, table.done_ids(rank))
@@ -227,7 +255,7 @@ class ExecWorker(Worker):
             # signal (or a restart) says there is something new.
             intake.maybe_new = any(len(e) >= READ_COUNT for e in got.values())
             self._take(got)
-        intake.handle(self._on_request, box.ack, STEP_BUDGET_S, time.monotonic)
+        intake.handle(self._on_request, box.ack, STEP_BUDGET_S, time.monotonic, self._refuse)
         for job in table.fire(box, time.monotonic(), time.time()):
             signal_tasks(job.tasks, signal.SIGKILL)
         self._watch(box)
@@ -276,24 +304,68 @@ class ExecWorker(Worker):
                 self.intake.maybe_new = len(got) >= READ_COUNT
                 self._take({self.ranks[0]: got})
 
+    def _restore_owners(self) -> None:
+        """Give restored real jobs recorded without their owner (by an older worker) the
+        owner their output stream's key needs."""
+        unknown = [job for job in self.table.live.values() if job.owner < 0]
+        if not unknown:
+            return
+        owners = self.store.hashes.field([job.id for job in unknown], OWNER)
+        for job, owner in zip(unknown, owners, strict=True):
+            with contextlib.suppress(ValueError):
+                job.owner = job_owner(job.id, owner)
+
     def _take(self, got: Mapping[int, list[Entry]]) -> None:
         """Queue the request entries read; park poison; fetch what new starts need."""
         new_starts, poison = self.intake.take(got, self.table.knows)
         for rank, msg_id, fields, error in poison:
-            self.dead_letter(self.streams[rank], msg_id, fields, error)
-            self.box.ack(rank, msg_id)
-        if new_starts:
-            self.intake.fetched.update(self.store.fetch(new_starts))
+            self.box.ack(rank, msg_id, [self.dead_letter_record(self.streams[rank], msg_id,
+                                                                fields, error)])
+        if not new_starts:
+            return
+        fetched = self.store.fetch(new_starts)
+        if self.euid == 0:
+            # Tasks may run as their owners: who submitted, who is registered. Not
+            # needed for a root instance owner's own jobs, which run as the worker.
+            check = [jobid for jobid, facts in fetched.items()
+                     if facts.owner != b"0" or self.instance_owner != 0]
+            if check:
+                found = self.store.identities(check)
+                self.registered, self.instance_owner = found.registered, found.instance_owner
+                fetched.update({jobid: fetched[jobid]._replace(submitter=uid)
+                                for jobid, uid in found.submitters.items()})
+        self.intake.fetched.update(fetched)
 
     # ------------------------------------------------------------ requests
 
+    def _refuse(self, rank: int, msg_id: bytes, request: Request, exc: Exception) -> Any:
+        """The dead letter of a request whose handling raised (written with its entry's
+        acknowledgement); errors of Redis itself propagate to the loop, which retries.
+
+        A start that raised fails its job (unless it got as far as the job table), so
+        that the job manager learns of it instead of waiting for the job forever.
+        """
+        if not_the_input(exc):
+            raise exc
+        reason = f"{type(exc).__name__}: {exc}"
+        self.log.error("request refused", extra={"rank": rank, "request": repr(request),
+                                                 "error": reason})
+        if isinstance(request, Start) and not self.table.knows(rank, request.id):
+            job = self.table.fail(self.box, ExecJob(request.id, rank, "run"), time.time(),
+                                  f"exec: cannot start the job: {reason}")
+            self.box.touch(self.table.add(job))
+        return self.dead_letter_record(self.streams[rank], msg_id,
+                                       proto.encode_entry([request]), reason)
+
     def _on_request(self, rank: int, request: Request, redelivered: bool) -> None:
         box = self.box
-        if isinstance(request, Kill):
-            signal_tasks(self.table.kill(box, rank, request.id, request.signal, time.time(),
-                                         time.monotonic(), self.kill_grace), request.signal)
-            return
-        jobid = request.id
+        match request:
+            case Kill(id=jobid, signal=sig):
+                signal_tasks(self.table.kill(box, rank, jobid, sig, time.time(),
+                                             time.monotonic(), self.kill_grace), sig)
+                return
+            case Start(id=jobid):
+                pass
         job = self.table.get(rank, jobid)
         if job is not None:
             box.report(job)  # a repeated start: say again where it stands
@@ -314,7 +386,7 @@ class ExecWorker(Worker):
                                   f"exec: {exc.strerror or exc}: {exc.filename or ''}")
         box.touch(self.table.add(job))
 
-    def _start(self, box: Outbox, rank: int, jobid: int, data: tuple[Any, ...] | None,
+    def _start(self, box: Outbox, rank: int, jobid: int, data: StartFacts | None,
                now: float, redelivered: bool) -> ExecJob:
         """Start the job's share on ``rank`` (or its simulation); ValueError is its exec error."""
         table = self.table
@@ -326,7 +398,9 @@ class ExecWorker(Worker):
         metrics.EXEC_STARTED.inc()
         if duration is not None:
             return table.simulate(rank, jobid, now, time.monotonic(), duration)
-        R = check_rank(jobid, rank, data[1], data[2], os.geteuid())  # noqa: N806
+        user = run_as(jobid, data, self.euid, self.registered, self.instance_owner)
+        owner = job_owner(jobid, data.owner)
+        R = check_rank(jobid, rank, data.R)  # noqa: N806
         host = R.hostname(rank)
         if host and rank not in self._given_hosts:
             self.hostnames[rank] = host
@@ -334,11 +408,13 @@ class ExecWorker(Worker):
         if redelivered:
             # This start was delivered before: a crash may have come between
             # spawning the tasks and recording them.  Never spawn twice.
-            adopted = self._adopt_unrecorded(rank, jobid, plan.share, plan.forward)
+            adopted = self._adopt_unrecorded(rank, jobid, plan.share, plan.forward, owner,
+                                             user)
             if adopted is not None:
                 return adopted
-        prepared = self.launcher.prepare(spec)
-        job = ExecJob(jobid, rank, "run", started=True, forward=plan.forward)
+        prepared = self.launcher.prepare(spec, user)
+        job = ExecJob(jobid, rank, "run", started=True, forward=plan.forward, owner=owner,
+                      as_user=user is not None)
         if plan.share.ntasks == 0:
             table.done(job, now, status=0)
             table.eof(box, job)
@@ -347,10 +423,10 @@ class ExecWorker(Worker):
         table.watch(job)
         return job
 
-    def _adopt_unrecorded(self, rank: int, jobid: int, share: RankShare,
-                          forward: str) -> ExecJob | None:
+    def _adopt_unrecorded(self, rank: int, jobid: int, share: RankShare, forward: str,
+                          owner: int, user: int | None) -> ExecJob | None:
         """The tasks of a redelivered start found running or ended here; None if none."""
-        job = self.adopter.unrecorded(rank, jobid, share, forward)
+        job = self.adopter.unrecorded(rank, jobid, share, forward, owner, user)
         if job is not None:
             self.table.watch(job)
             self._reap_strays()  # our own wrappers that ended before this adoption
@@ -388,6 +464,8 @@ class ExecWorker(Worker):
         self.flushing.flushed()
         if box:
             self.store.flush(box)
+            if box.dead_letters:
+                self.count_dead_letters(len(box.dead_letters))
         self._finish_cleanup(box)
 
     def _finish_cleanup(self, box: Outbox) -> None:

@@ -21,11 +21,13 @@ Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs.
 
 A request is acknowledged only with (or after) the last commit of its
 effects; a request the worker read but never acknowledged (it died) is
-delivered again. Every commit that creates some of a request's jobs but does
-not also acknowledge the request records them under
-``{p}:req:<user>:<req>`` (:mod:`fluxes.domain.jm.request_progress`), in the same atomic
-step, so a redelivered request creates only the jobs not yet recorded and is
-answered with every id.
+delivered again. Every commit that creates some of a request's jobs (or
+forwards a control request) records them under ``{p}:req:<user>:<req>``
+(:mod:`fluxes.domain.jm.request_progress`), in the same atomic step, kept for
+24 hours: a request delivered again, or sent again by a client that retries
+after a timeout (same user, same ``req``), creates only the jobs not yet
+recorded and is answered with every id; a control request is not forwarded
+twice. Ingest is idempotent on (user, request id) for that long.
 
 Queue admin events (``{ns}:queues``) are read before each block of requests
 is handled, so a submission never meets queue states older than an
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import functools
 import grp
+import hashlib
 import os
 import pwd
 import time
@@ -44,6 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import redis
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
@@ -62,7 +66,7 @@ from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_INGEST
-from workers.base import Worker, not_the_input
+from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
 BLOCK_MS = 1000
@@ -78,9 +82,9 @@ CLAIM_EVERY_S = 5.0
 #: How often the user list, configuration and resources are re-read (queue states:
 #: every block).
 REFRESH_S = 1.0
-#: How long a request's progress record is kept: a request left unacknowledged
-#: by a dead ingest is redelivered when another ingest claims it (seconds) or
-#: the ingest restarts, which should happen well within this.
+#: How long a request's progress record is kept: the window in which the same
+#: request (user and ``req``) is never done twice, whether it was redelivered
+#: (an ingest died before acknowledging it) or sent again by its client.
 PROGRESS_TTL_MS = 24 * 3600 * 1000
 
 
@@ -131,6 +135,10 @@ class IngestWorker(Worker):
         #: per partition, the jobs each request has in the open batch, by record
         #: key: (the request's stream, [(index in the request, job id)])
         self._progress: dict[int, dict[str, tuple[str, list[request_progress.Pair]]]] = {}
+        #: per partition, the control requests forwarded in the open batch (record keys)
+        self._forwarded: dict[int, set[str]] = {}
+        #: the digest of each request of the block, by record key
+        self._digests: dict[str, str] = {}
         self.submitted = 0
         self._pending = True
         self._claim_at = 0.0
@@ -230,10 +238,8 @@ class IngestWorker(Worker):
         """
         self.refresh()
         if self._pending:
-            streams = dict.fromkeys((self.keys.submit(u) for u in self.users), "0")
-            reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams,
-                                          count=READ_COUNT)
-            if any(entries for _s, entries in reply or []):
+            reply = self._next_pending()
+            if reply:
                 self.handle(reply, redelivered=True)
                 return
             self._pending = False
@@ -249,6 +255,26 @@ class IngestWorker(Worker):
         if not reply:
             return
         self.handle(reply)
+
+    def _next_pending(self) -> list[Any]:
+        """The oldest request of one user's stream this worker read and never
+        acknowledged, alone (read again, its delivery count grows by one, and only
+        its own: should it kill the worker again, no other request pays for it).
+
+        One pipelined XPENDING over every user's stream finds one that has any.
+        """
+        streams = [self.keys.submit(u) for u in self.users]
+        pipe = self.redis.pipeline(transaction=False)
+        for stream in streams:
+            pipe.xpending_range(stream, GROUP_INGEST, min="-", max="+", count=1,
+                                consumername=self.name)
+        for stream, rows in zip(streams, pipe.execute(raise_on_error=False), strict=True):
+            if isinstance(rows, redis.ResponseError) or not rows:
+                continue
+            reply = self.redis.xreadgroup(GROUP_INGEST, self.name, {stream: "0"}, count=1)
+            if any(entries for _s, entries in reply or []):
+                return list(reply)
+        return []
 
     def _claim_idle(self) -> list[Any]:
         """Requests other consumers have held unacknowledged for CLAIM_IDLE_MS."""
@@ -286,12 +312,17 @@ class IngestWorker(Worker):
             uid = self.users.get(user)
             refused: list[tuple[bytes, Mapping[bytes, bytes], str]] = []
             answers: list[tuple[str, bytes, int]] = []
+            # read before: those delivered too often are refused before they are handled
+            over = self.overdelivered(stream, GROUP_INGEST, self.name, entries) \
+                if redelivered and uid is not None else {}
             for msg_id, fields in entries:
                 if uid is None:
                     # a user removed meanwhile: nothing to answer to
                     orphans.setdefault(stream, []).append(msg_id)
                     continue
                 try:
+                    if msg_id in over:
+                        raise proto.MessageError(overdelivered_reason(over[msg_id]))
                     request = proto.decode_request(fields, self.max_request_bytes)
                 except proto.MessageError as exc:
                     refused.append((msg_id, fields, str(exc)))
@@ -321,7 +352,7 @@ class IngestWorker(Worker):
                              extra={"error": f"{type(exc).__name__}: {exc}"})
             for pending in requests:
                 try:
-                    # as redelivered: jobs a partial commit created are not created twice
+                    # jobs a partial commit created are recorded: not created twice
                     self._handle_block([pending], redelivered=True)
                 except Exception as err:
                     if not_the_input(err):
@@ -343,10 +374,17 @@ class IngestWorker(Worker):
         return max(proto.MAX_REQUEST_BYTES, 4 * self.config.ingest.max_jobspec_bytes)
 
     def _handle_block(self, requests: list[_Pending], redelivered: bool) -> None:
-        """Check, create and forward the decoded ``requests``; commit, acknowledge, answer."""
+        """Check, create and forward the decoded ``requests``; commit, acknowledge, answer.
+
+        Requests seen before (their records say so: redelivered, or sent again
+        by their client) create only the jobs not yet created, and control
+        requests are not forwarded again; a request that comes twice in one
+        block is handled once and both copies are answered alike.
+        """
         keys = self.keys
         self._full = []
         self._progress = {}
+        self._forwarded = {}
         batches: dict[int, Batch] = {}
         later_acks: dict[str, list[bytes]] = {}
         new_msgs: dict[int, list[proto.New]] = {}
@@ -354,57 +392,103 @@ class IngestWorker(Worker):
         forwards: dict[int, list[proto.Control]] = {}
         for pending in requests:
             later_acks.setdefault(pending.stream, []).append(pending.msg_id)
-        recorded = self._recorded(requests) if redelivered else {}
+        first: dict[str, int] = {}
+        copies: dict[int, int] = {}  # a later copy of a request -> the first in this block
+        self._digests = {}
+        for n, pending in enumerate(requests):
+            name = _record_name(pending.user, pending.request)
+            copies[n] = first.setdefault(name, n)
+            if copies[n] == n:
+                self._digests[name] = request_digest(pending.request)
+        firsts = [n for n in copies if copies[n] == n]
+        seen: dict[int, dict[int, int] | None] = {}  # what was done for it before
+        reused: dict[int, str] = {}  # why it cannot be done
+        for n, got in zip(firsts, self._recorded([requests[n] for n in firsts]), strict=True):
+            if isinstance(got, str):
+                reused[n] = got
+                seen[n] = None
+            else:
+                seen[n] = got
         # every job of the block is checked first, so that the dependency
         # targets of all of them are looked up in one round trip
-        checked = {n: self._check_jobs(p.request, p.user, p.uid, recorded.get(n))
-                   for n, p in enumerate(requests) if isinstance(p.request, proto.SubmitJobs)}
+        checked: dict[int, _Checked] = {}
+        for n in firsts:
+            submit = requests[n].request
+            if isinstance(submit, proto.SubmitJobs) and n not in reused:
+                checked[n] = self._check_jobs(submit, requests[n].user, requests[n].uid,
+                                              seen[n])
         existing = self._existing_targets(checked.values())
+        answers: dict[int, bytes] = {}
         for n, pending in enumerate(requests):
             request = pending.request
             reply_key = keys.reply(pending.user, request.req[:64])
-            if isinstance(request, proto.SubmitJobs):
-                answer = self._create(request, pending.user, pending.uid, checked[n], existing,
-                                      batches, new_msgs)
-                replies.append((reply_key, proto.encode_reply(answer)))
+            if copies[n] != n and request_digest(request) != self._digests[
+                    _record_name(pending.user, request)]:
+                answer = proto.encode_reply(proto.Reply(errors=[_reused(request)]))
+            elif copies[n] != n:
+                answer = answers[copies[n]]
+            elif n in reused:
+                answer = proto.encode_reply(proto.Reply(errors=[reused[n]]))
+            elif isinstance(request, proto.SubmitJobs):
+                answer = proto.encode_reply(self._create(
+                    request, pending.user, pending.uid, checked[n], existing, batches,
+                    new_msgs))
+            elif seen[n] is not None:
+                answer = proto.encode_reply(proto.Reply(errors=[
+                    f"request {request.req[:64]!r} was handled already: not done twice"]))
             else:
                 error = self._forward(request, pending.uid, reply_key, forwards)
                 if error:
-                    replies.append((reply_key, proto.encode_reply(proto.Reply(errors=[error]))))
+                    answer = proto.encode_reply(proto.Reply(errors=[error]))
+                else:
+                    answer = b""  # the job manager answers
+                    for part in {keys.partition_of(j) for j in _control_ids(request)}:
+                        self._forwarded.setdefault(part, set()).add(
+                            _record_name(pending.user, request))
+            answers[n] = answer
+            if answer:
+                replies.append((reply_key, answer))
         self._commit(batches, new_msgs, replies, forwards, later_acks)
 
-    def _recorded(self, requests: list[_Pending]) -> dict[int, dict[int, int]]:
-        """Jobs already created for redelivered submit requests: request number -> index -> id.
+    def _recorded(self, requests: list[_Pending]) -> list[dict[int, int] | str | None]:
+        """What the records of each request say: None when it was never seen, the jobs
+        already created (index -> id) when it was, or why it cannot be done (its
+        request id was used for another request).
 
         One pipelined LRANGE per request and partition (each partition's
         commits record that partition's jobs).
         """
         keys = self.keys
-        wanted: list[tuple[int, int]] = []
+        if not requests:
+            return []
         pipe = self.redis.pipeline(transaction=False)
-        for n, pending in enumerate(requests):
-            request = pending.request
-            if not isinstance(request, proto.SubmitJobs):
-                continue
-            wanted.append((n, len(request.jobs)))
-            name = _record_name(pending.user, request)
+        for pending in requests:
+            name = _record_name(pending.user, pending.request)
             for part in range(keys.partitions):
                 pipe.lrange(keys.request_done(part, name), 0, -1)
-        if not wanted:
-            return {}
         results = pipe.execute()
-        out: dict[int, dict[int, int]] = {}
-        for k, (n, njobs) in enumerate(wanted):
-            blobs = results[k * keys.partitions:(k + 1) * keys.partitions]
-            try:
-                done = request_progress.merge((b for lst in blobs for b in lst), njobs)
-            except ValueError as exc:
-                # only the ingest writes these: say so loudly, and create the
-                # jobs again rather than never answer the request
-                self.log.error("unreadable progress record", extra={"error": str(exc)})
+        out: list[dict[int, int] | str | None] = []
+        for k, pending in enumerate(requests):
+            blobs = [b for lst in results[k * keys.partitions:(k + 1) * keys.partitions]
+                     for b in lst]
+            request = pending.request
+            if not blobs:
+                out.append(None)
                 continue
-            if done:
-                out[n] = done
+            njobs = len(request.jobs) if isinstance(request, proto.SubmitJobs) else 0
+            try:
+                out.append(request_progress.merge(blobs, njobs, request_digest(request)))
+            except request_progress.ReusedRequestId:
+                # a client that reused a request id for another request: doing it
+                # could create jobs twice or answer with another request's ids
+                self.log.warning("request id reused", extra={"user": pending.user,
+                                                             "req": request.req[:64]})
+                out.append(_reused(request))
+            except ValueError as exc:
+                # only the ingest writes these: say so loudly, and do the request
+                # again rather than never answer it
+                self.log.error("unreadable progress record", extra={"error": str(exc)})
+                out.append(None)
         return out
 
     def _submit(self, request: proto.SubmitJobs, user: str, uid: int,
@@ -522,19 +606,22 @@ class IngestWorker(Worker):
         self.submitted += len(prepared)
         return proto.Reply(jobs=[proto.JobResult(**r) for r in results])
 
-    def _record_progress(self, part: int, batch: Batch, acked_with: str | None = None) -> None:
-        """Add to ``batch`` the records of the jobs it creates, per request.
-
-        A request acknowledged in this very batch (its stream is in the slot
-        ``acked_with``) needs none: the batch commits its jobs and its
-        acknowledgement together, so it is never delivered again.
-        """
+    def _record_progress(self, part: int, batch: Batch) -> None:
+        """Add to ``batch`` the records of the jobs it creates, per request, kept
+        PROGRESS_TTL_MS: even a request the batch acknowledges may be sent again by
+        its client."""
         keys = self.keys
-        for name, (stream, pairs) in self._progress.pop(part, {}).items():
-            if acked_with is not None and keys.same_slot(stream, acked_with):
-                continue
-            batch.push_reply(keys.request_done(part, name), request_progress.encode(pairs),
-                             PROGRESS_TTL_MS)
+        for name, (_stream, pairs) in self._progress.pop(part, {}).items():
+            batch.push_reply(keys.request_done(part, name), request_progress.encode(
+                pairs, self._digests.get(name)), PROGRESS_TTL_MS)
+
+    def _record_forwarded(self, part: int, batch: Batch) -> None:
+        """Add to ``batch`` (the one forwarding them) the records of the control requests
+        it forwards: an empty record says the request was done."""
+        keys = self.keys
+        for name in sorted(self._forwarded.pop(part, set())):
+            batch.push_reply(keys.request_done(part, name), request_progress.encode(
+                [], self._digests.get(name)), PROGRESS_TTL_MS)
 
     def _forward(self, request: proto.Request, uid: int, reply_key: str,
                  forwards: dict[int, list[proto.Control]]) -> str | None:
@@ -591,8 +678,9 @@ class IngestWorker(Worker):
         anchor = keys.journal(min(batches))
         last = batches[min(batches)]
         for part in list(self._progress):
-            self._record_progress(part, batches[part],
-                                  anchor if batches[part] is last else None)
+            self._record_progress(part, batches[part])
+        for part in list(self._forwarded):
+            self._record_forwarded(part, batches[part])
         leftover_replies = []
         for key, data in replies:
             if keys.same_slot(key, anchor):
@@ -643,6 +731,28 @@ class _Checked:
 def _record_name(user: str, request: proto.UserRequest) -> str:
     """The name of a request's progress records: request ids are only unique per user."""
     return f"{user}:{request.req[:64]}"
+
+
+def request_digest(request: proto.Request) -> str:
+    """A digest of a request as decoded (the same request, sent again, has the same one),
+    which its progress records keep: a request id used again for another request is
+    refused rather than answered with the first one's jobs."""
+    return hashlib.blake2b(_ENCODER.encode(request), digest_size=12).hexdigest()
+
+
+def _reused(request: proto.Request) -> str:
+    """The answer to a request whose id was used for another request."""
+    return (f"request id {request.req[:64]!r} was used for another request within 24 "
+            "hours: send it with a new one")
+
+
+def _control_ids(request: proto.Request) -> list[int]:
+    """The job ids a control request names (its partitions get its record)."""
+    if isinstance(request, proto.SetUrgency):
+        return [request.id]
+    if isinstance(request, proto.CancelJobs | proto.RaiseOnJobs):
+        return list(request.ids)
+    return []
 
 
 def _item_dict(item: proto.SubmitItem) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from fluxes.store.joblist import JobListStore
 from fluxes.store.joblist_fold import Entry, PartitionFolder
 from fluxes.store.keys import GROUP_JOBLIST
 from fluxes.store.lease import LEASE_TTL_MS, Lease
+from fluxes.store.retention import Housekeeper
 from workers.base import Worker, not_the_input
 
 READ_COUNT = 2000
@@ -58,6 +59,7 @@ class JobListWorker(Worker):
         self.processed = 0
         self._linger_until = 0.0
         self._acquire_at = 0.0
+        self.keeper = Housekeeper(instance, self.log)
 
     def setup(self) -> None:
         """Create the groups that keep the folded positions (leadership comes in ``step``)."""
@@ -71,7 +73,7 @@ class JobListWorker(Worker):
     def status(self) -> dict[str, Any]:
         """Leadership and entries folded, for ``fluxes status``."""
         return {"leader": bool(self.folders), "partitions": sorted(self.folders),
-                "processed": self.processed}
+                "processed": self.processed, **self.keeper.status()}
 
     def consumed(self) -> list[tuple[str, str]]:
         """Every partition journal, whose ``joblist`` group holds the folded position."""
@@ -173,6 +175,15 @@ class JobListWorker(Worker):
                                                   "folded": self.folders[p].folded,
                                                   "recovery_s": round(time.monotonic() - began,
                                                                       3)})
+        self.housekeeping()
+
+    def housekeeping(self) -> None:
+        """Retention for the partitions led (:class:`fluxes.store.retention.Housekeeper`):
+        the purge policy of ``[job-manager]``, trims of acknowledged stream entries and
+        of the journal (archived first), and the check that the stored history did
+        not go backwards since this host last saw it (writes lost in a power cut)."""
+        self.keeper.run({p: (self.leases[p].token or "", folder.position)
+                         for p, folder in self.folders.items()})
 
 
     def _fold_apart(self, partition: int, entries: Sequence[Entry], exc: Exception) -> None:

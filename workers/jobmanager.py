@@ -8,13 +8,19 @@ then loops:
 1. read a block of inputs (pending ones first after a restart) from the
    new-job, scheduler-response, exec-event and control streams (about once a
    second it also checks that the scheduler of the RFC 27 session still holds
-   its lease, and suspends scheduling when it does not);
+   its lease, suspends scheduling when it does not, and asks a scheduler that
+   holds the lease for a new session when scheduling stays suspended);
 2. hand each message to :class:`~fluxes.domain.jm.core.JobManagerCore`;
 3. commit the resulting events, outbound messages and input
    acknowledgements in one Lua call, fenced by the leader's token.
 
 A commit refused as stale (``FencedError``) means another leader took over:
-this process drops its state and goes back to standby.
+this process drops its state and goes back to standby. A commit refused for
+any other reason (an eventlog conflict, a key of another type) means memory
+and storage disagree: the worker rebuilds from storage and then takes its
+pending inputs one per commit, so that an input whose effects cannot be
+written is found alone and refused (dead-lettered and acknowledged), never
+replayed in a loop.
 """
 
 from __future__ import annotations
@@ -33,14 +39,31 @@ from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
 from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
+from fluxes.formats.jobid import MAX_ID as MAX_JOBID
+from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store import jobhash
-from fluxes.store.eventstore import Batch, ConflictError, EventStore, FencedError
+from fluxes.store.deadletters import counts_key
+from fluxes.store.eventstore import (
+    BadBatchError,
+    Batch,
+    ConflictError,
+    EventStore,
+    FencedError,
+    KeyTypeError,
+    RawEvent,
+)
 from fluxes.store.groups import ensure_group, read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
-from workers.base import Worker, not_the_input
+from workers.base import (
+    INPUT_REPLIES,
+    Worker,
+    not_the_input,
+    overdelivered_reason,
+    per_stream,
+)
 
 #: Stream entries per read (a new-job entry may carry a couple of thousand jobs).
 READ_COUNT = 200
@@ -62,6 +85,14 @@ PENDING_RESCAN_S = 2.0
 #: scheduler lease (one round trip). A dead scheduler is noticed this long
 #: after its lease expires.
 SCHED_CHECK_S = 1.0
+#: Rebuilds from storage within REBUILD_WINDOW_S after which the next one waits a
+#: little (a storage problem no input causes must not spin the CPU and the logs).
+REBUILDS_BEFORE_PAUSE = 3
+REBUILD_WINDOW_S = 10.0
+REBUILD_PAUSE_S = 1.0
+#: Longest reply key a control message may name (the prefix, a user name, a
+#: request id of 64 characters).
+MAX_REPLY_KEY = 512
 
 
 def stopped_queues(instance: Instance) -> set[str]:
@@ -105,6 +136,12 @@ class JobManagerWorker(Worker):
         self.restored_in = 0.0
         self._rescan_at = 0.0
         self._sched_check_at = 0.0
+        #: after a refused commit: pending inputs are taken one per commit
+        self._careful = False
+        #: the one input of the step being committed in careful mode
+        self._alone: tuple[str, bytes, Mapping[bytes, bytes]] | None = None
+        self._rebuilds: list[float] = []
+        self._reply_prefix = self.keys.reply("", "")[:-1]
 
     def _instance_owner(self) -> int:
         raw = self.redis.hget(self.keys.instance, "owner_uid")
@@ -153,6 +190,10 @@ class JobManagerWorker(Worker):
         self.core = core
         self._last_journal_id = result.last_id
         self._pending = True
+        # inputs left pending (by a leader that died or was deposed, or by this
+        # one's refused step) are taken one per commit: an input that kills the
+        # process or fails its commit again is then the only one read again
+        self._careful = True
         fx = Effects()
         core.restart(fx)
         self.commit(fx)
@@ -217,11 +258,14 @@ class JobManagerWorker(Worker):
             except FencedError:
                 self.step_down("fenced while restoring")
             return
-        self.keepalive()
+        if self._renewed_token() is None:
+            return
         core = self.core
         if core is None:
+            self.rebuild()  # memory was given up after a refused commit
             return
-        assert core is not None
+        if self._careful and self.careful_step(core):
+            return
         if time.monotonic() >= self._rescan_at:
             self._pending = True
             self._rescan_at = time.monotonic() + PENDING_RESCAN_S
@@ -237,8 +281,15 @@ class JobManagerWorker(Worker):
         got = 0
         for stream_b, entries in reply or []:
             stream = stream_b.decode()
+            # pending entries read again: those read too often are refused unread
+            over = self.overdelivered(stream, GROUP_JM, "jm", entries) if self._pending else {}
             for msg_id, fields in entries:
                 got += 1
+                if msg_id in over:
+                    fx.dead_letters.append(self.dead_letter_record(
+                        stream, msg_id, fields, overdelivered_reason(over[msg_id])))
+                    fx.acks.append((stream, msg_id))
+                    continue
                 if not self.dispatch(fx, core, stream, msg_id, fields):
                     return  # rebuilt from storage: this step's effects are gone
                 if self._renewed_token() is None:
@@ -255,8 +306,53 @@ class JobManagerWorker(Worker):
         core.on_timers(fx)
         self.commit(fx)
 
+    def careful_step(self, core: JobManagerCore) -> bool:
+        """After a refused commit, or when taking over pending inputs: the oldest pending
+        input alone, in its own commit, so that an input whose effects cannot be
+        written (or that kills the process) fails alone and is refused, and only its
+        delivery count grows. False (back to normal steps) once nothing is pending."""
+        for stream in self.inputs:
+            reply = read_streams(self.redis, {stream: "0"}, 1, None, GROUP_JM, "jm")
+            for _stream_b, entries in reply or []:
+                for msg_id, fields in entries[:1]:
+                    fx = Effects()
+                    over = self.overdelivered(stream, GROUP_JM, "jm", [(msg_id, fields)])
+                    if msg_id in over:
+                        fx.dead_letters.append(self.dead_letter_record(
+                            stream, msg_id, fields, overdelivered_reason(over[msg_id])))
+                        fx.acks.append((stream, msg_id))
+                    elif not self.dispatch(fx, core, stream, msg_id, fields):
+                        return True
+                    self._alone = (stream, msg_id, fields)
+                    try:
+                        self.commit(fx)
+                    finally:
+                        self._alone = None
+                    return True
+        self._careful = False
+        self._pending = True
+        return False
+
+    def rebuild(self) -> None:
+        """Lead again from storage (memory was given up); paced when it keeps happening."""
+        now = time.monotonic()
+        self._rebuilds = [t for t in self._rebuilds if now - t < REBUILD_WINDOW_S] + [now]
+        if len(self._rebuilds) > REBUILDS_BEFORE_PAUSE:
+            self.log.warning("rebuilding again, pausing first",
+                             extra={"partition": self.partition,
+                                    "rebuilds": len(self._rebuilds), "pause_s": REBUILD_PAUSE_S})
+            time.sleep(REBUILD_PAUSE_S)
+            if self._renewed_token() is None:
+                return
+        try:
+            self.become_leader()
+        except FencedError:
+            self.step_down("fenced while restoring")
+
     def check_scheduler(self, core: JobManagerCore) -> None:
-        """Suspend scheduling if the session's scheduler lost its lease (at most once a second).
+        """Suspend scheduling if the session's scheduler lost its lease, and ask for a new
+        session when it stays suspended while a scheduler holds the lease (at most once
+        a second).
 
         The lease key expires when the scheduler stops renewing it (dead,
         hung, cut off); the fence counter is the epoch of whoever holds it.
@@ -266,16 +362,32 @@ class JobManagerWorker(Worker):
             return
         self._sched_check_at = now + SCHED_CHECK_S
         session = core.session
-        if session.epoch is None or session.suspended is not None:
+        if session.epoch is None:
             return  # no session to watch: the next hello starts one
+        p = self.partition
+        lease_epoch = self.scheduler_epoch()
+        if session.suspended is None:
+            why = core.check_scheduler(None if lease_epoch < 0 else lease_epoch)
+            if why:
+                self.log.warning("scheduling suspended", extra={"partition": p, "why": why})
+            return
+        fx = Effects()
+        if core.heal(fx, None if lease_epoch < 0 else lease_epoch):
+            self.log.warning("scheduling still suspended: asking the scheduler for a new "
+                             "session", extra={"partition": p, "why": session.suspended})
+            self.commit(fx)
+
+    def scheduler_epoch(self) -> int:
+        """The epoch of the scheduler holding the partition's lease now; -1 when none does."""
         p = self.partition
         pipe = self.redis.pipeline(transaction=False)
         pipe.exists(self.keys.sched_lease(p))
         pipe.get(self.keys.sched_fence(p))
         held, fence = pipe.execute()
-        why = core.check_scheduler(int(fence) if held and fence else None)
-        if why:
-            self.log.warning("scheduling suspended", extra={"partition": p, "why": why})
+        try:
+            return int(fence) if held and fence else -1
+        except ValueError:
+            return -1  # only a scheduler writes it: nobody leads with that
 
     def _block_ms(self, core: JobManagerCore) -> int:
         due = core.next_timer()
@@ -300,9 +412,12 @@ class JobManagerWorker(Worker):
         try:
             if stream == keys.sched_resp(p):
                 epoch, responses = proto.decode_entry(proto.SCHED_RESPONSES, fields)
+                # a hello opens a session only from the scheduler that leads now
+                current = self.scheduler_epoch() if any(
+                    isinstance(r, proto.Hello) for r in responses) else None
                 for response in responses:
                     suspended = core.session.suspended
-                    core.on_sched(fx, epoch, response)
+                    core.on_sched(fx, epoch, response, current)
                     if core.session.suspended is not None and suspended is None:
                         self.log.warning("scheduling suspended", extra={
                             "partition": p, "why": core.session.suspended})
@@ -310,10 +425,21 @@ class JobManagerWorker(Worker):
                 for report in proto.decode_entry(proto.EXEC_EVENTS, fields)[1]:
                     core.on_exec(fx, report)
             elif stream == keys.jm_new(p):
-                for new in proto.decode_entry(proto.NEW_JOBS, fields)[1]:
-                    core.on_new(fx, new)
+                news = proto.decode_entry(proto.NEW_JOBS, fields)[1]
+                refused = self.check_new(core, news)
+                for new in news:
+                    if new.id not in refused:
+                        core.on_new(fx, new)
+                if refused:
+                    why = "; ".join(list(refused.values())[:5])
+                    fx.dead_letters.append(self.dead_letter_record(
+                        stream, msg_id, fields,
+                        f"new: {len(refused)} of {len(news)} job(s) refused (the others were "
+                        f"taken): {why}"))
             else:
-                for ctl in proto.decode_entry(proto.CONTROL, fields)[1]:
+                ctls = proto.decode_entry(proto.CONTROL, fields)[1]
+                self.check_replies([c.reply for c in ctls if c.reply is not None])
+                for ctl in ctls:
                     if isinstance(ctl, proto.QueuesChanged):
                         core.on_ctl(fx, msgspec.structs.replace(
                             ctl, stopped=sorted(stopped_queues(self.instance))))
@@ -329,15 +455,66 @@ class JobManagerWorker(Worker):
         fx.acks.append(ack)
         return True
 
+    def check_new(self, core: JobManagerCore, news: list[proto.New]) -> dict[int, str]:
+        """The new-job messages of an entry that describe no job the ingest stored and this
+        job manager has yet to take (job id -> why), read against the stored eventlogs.
+
+        A job the ingest created has exactly its ``submit`` and ``validate``
+        events, matching the message, until the job manager takes it; a
+        message naming anything else (no job, a job of another partition, one
+        that already went on, or other facts) would make the commit fail on
+        its eventlog, and replaying it could only fail again: it is refused.
+        Jobs known from the replay are left to the core, which passes over them.
+        """
+        out: dict[int, str] = {}
+        unknown: list[proto.New] = []
+        for new in news:
+            if new.id in core.jobs or not 0 <= new.id <= MAX_JOBID:
+                continue  # known, or out of range (which the core refuses)
+            owner = self.keys.partition_of(new.id)
+            if owner != self.partition:
+                out[new.id] = f"job {new.id} belongs to partition {owner}"
+            else:
+                unknown.append(new)
+        if unknown:
+            heads = self.store.eventlog_heads([new.id for new in unknown])
+            for new, head in zip(unknown, heads, strict=True):
+                why = not_as_stored(new, head)
+                if why is not None:
+                    out[new.id] = f"job {new.id}: {why}"
+        return out
+
+    def check_replies(self, replies: list[str]) -> None:
+        """MessageError unless every reply key is a client's reply list: under
+        ``{ns}:reply:``, and a list or nothing yet (one round trip, only for control
+        messages that want an answer)."""
+        if not replies:
+            return
+        prefix = self._reply_prefix
+        for key in replies:
+            if not key.startswith(prefix) or len(key) > MAX_REPLY_KEY:
+                raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} is not under "
+                                         f"{prefix!r}")
+        pipe = self.redis.pipeline(transaction=False)
+        distinct = sorted(set(replies))
+        for key in distinct:
+            pipe.type(key)
+        for key, kind in zip(distinct, pipe.execute(), strict=True):
+            name = kind.decode() if isinstance(kind, bytes) else str(kind)
+            if name not in ("none", "list"):
+                raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} holds a {name}, "
+                                         "not a list")
+
     def poisoned(self, stream: str, msg_id: bytes, fields: Mapping[bytes, bytes],
                  exc: Exception) -> None:
-        """An input whose handling raised: dead-letter and acknowledge it in one fenced
-        step, then rebuild from storage (memory may hold half of its effects).
+        """An input whose handling (or commit) failed: dead-letter and acknowledge it in
+        one fenced step; the next step rebuilds from storage (memory may hold half
+        of its effects).
 
         The effects of the other inputs of the step are dropped with the
         memory: those inputs were not acknowledged, so they are read again.
         """
-        self.log.error("input handling failed, rebuilding", extra={
+        self.log.error("input refused, rebuilding", extra={
             "stream": stream, "id": msg_id.decode(), "error": f"{type(exc).__name__}: {exc}"})
         fx = Effects()
         fx.dead_letters.append(self.dead_letter_record(
@@ -345,8 +522,6 @@ class JobManagerWorker(Worker):
         fx.acks.append((stream, msg_id))
         self.core = None  # nothing of the broken step may be committed
         self.commit(fx)
-        if self.token is not None:
-            self.become_leader()
 
     # ------------------------------------------------------------ writing
 
@@ -374,10 +549,6 @@ class JobManagerWorker(Worker):
                 if op[0] == "E":
                     run.append(op[1])
                     extras.append(op[2])
-                    if isinstance(op[1], ev.Alloc):
-                        # exec compat: today's exec worker reads the jobspec inline;
-                        # in the alloc event's commit, so a restart never misses it
-                        jobhash.materialize(batch, keys, jobid, keep=True)
                     continue
                 if run:
                     batch.append(log, jobid, seq, run, extras)
@@ -388,7 +559,6 @@ class JobManagerWorker(Worker):
                 batch.append(log, jobid, seq, run, extras)
         for jobid, (result, t_inactive) in fx.retired.items():
             jobhash.set_result(batch, keys, jobid, result, t_inactive)
-            jobhash.materialize(batch, keys, jobid, keep=False)
         progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
         if progress:
             batch.hset(keys.exec_progress(p), progress)
@@ -420,6 +590,7 @@ class JobManagerWorker(Worker):
             # with the acknowledgements below: refused and acknowledged in one step
             for record in fx.dead_letters:
                 batch.xadd(keys.dead_letters, record)
+            batch.hincrby(counts_key(keys), per_stream(fx.dead_letters))
         by_stream: dict[str, list[bytes]] = {}
         for stream, msg_id in fx.acks:
             by_stream.setdefault(stream, []).append(msg_id)
@@ -450,10 +621,8 @@ class JobManagerWorker(Worker):
         except FencedError as exc:
             self.step_down(str(exc))
             return
-        except ConflictError as exc:
-            # Someone wrote behind our back: memory is wrong, storage is right.
-            self.log.error("eventlog conflict, rebuilding", extra={"error": str(exc)})
-            self.become_leader()
+        except (ConflictError, KeyTypeError, BadBatchError) as exc:
+            self.commit_refused(exc)
             return
         if later:
             pipe = self.redis.pipeline(transaction=False)
@@ -464,7 +633,12 @@ class JobManagerWorker(Worker):
                         pipe.pexpire(key, REPLY_TTL_MS)
                     else:
                         pipe.xadd(key, item)
-            pipe.execute()
+            for result in pipe.execute(raise_on_error=False):
+                if isinstance(result, redis.ResponseError):
+                    if not str(result).startswith(INPUT_REPLIES):
+                        raise result
+                    # a reply list replaced by another type since it was checked
+                    self.log.warning("reply not written", extra={"error": str(result)})
         if fx.dead_letters:
             self.count_dead_letters(len(fx.dead_letters))
         if written:
@@ -474,6 +648,21 @@ class JobManagerWorker(Worker):
             self._last_journal_id = result.journal_id
             if self._since_checkpoint >= self.checkpoint_every:
                 self.checkpoint()
+
+    def commit_refused(self, exc: Exception) -> None:
+        """A commit that storage refused (not as stale): memory and storage disagree.
+
+        Alone in its commit (careful mode), the input is the cause: it is
+        refused. Otherwise memory is given up; the next step rebuilds it from
+        storage and then takes the pending inputs one per commit.
+        """
+        alone, self._alone = self._alone, None
+        if alone is not None:
+            self.poisoned(*alone, exc)
+            return
+        self.log.error("commit refused, rebuilding", extra={"error": one_line(str(exc))})
+        self._careful = True
+        self.core = None
 
     def checkpoint(self) -> None:
         """Write the active records and the journal position they include (fenced)."""
@@ -525,6 +714,30 @@ class JobManagerWorker(Worker):
             self.lease.release()
         except redis.RedisError:
             pass
+
+
+def not_as_stored(new: proto.New, head: list[RawEvent] | str) -> str | None:
+    """Why a new-job message does not describe the job whose first stored eventlog
+    entries are ``head`` (or why those cannot be read), None when it does."""
+    if isinstance(head, str):
+        return head
+    if not head:
+        return "no such job (its eventlog is empty)"
+    names = [entry.name.decode("utf-8", "replace")[:40] for entry in head]
+    if names != ["submit", "validate"]:
+        shown = " ".join(names) + (" ..." if len(names) > 2 else "")
+        return f"not a job waiting to be taken (its eventlog begins {shown})"
+    submit = head[0]
+    try:
+        stamp = float(submit.timestamp)
+        context = orjson.loads(submit.context) if submit.context else {}
+    except (ValueError, orjson.JSONDecodeError):
+        return "its submit event does not decode"
+    if not isinstance(context, dict) or stamp != new.t_submit or (
+            context.get("userid"), context.get("urgency"), context.get("flags", 0)) != (
+            new.userid, new.urgency, new.flags):
+        return "the message does not match the job's submit event"
+    return None
 
 
 def _stream_id_key(sid: str) -> tuple[int, int]:

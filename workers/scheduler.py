@@ -8,7 +8,11 @@ a fresh pool (:meth:`~fluxes.domain.sched.pool.ResourcePool.adopt`) and says
 ``ready``. From then on it answers ``alloc`` (SUCCESS/ANNOTATE/DENY/CANCEL),
 ``free``, ``cancel`` and ``prioritize`` requests. R is written to the job
 hash in the same atomic step that makes the SUCCESS response visible, fenced
-by the epoch, so a deposed scheduler can neither write R nor answer.
+by the epoch, so a deposed scheduler can neither write R nor answer; and
+fenced on the job, so that an alloc request replayed or forged for a job that
+waits for no allocation (running, finished, unknown) never writes its R: such
+an allocation is taken back and its SUCCESS never sent. The ``hello`` that
+opens each epoch is fenced the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store import jobhash
-from fluxes.store.eventstore import EventStore, FencedError
+from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
@@ -109,13 +113,19 @@ class SchedulerWorker(Worker):
         # times of allocations made but not yet committed
         self._alloc_arrived: dict[int, float] = {}
         self._alloc_done: list[float] = []
+        #: the request stream entry each queued alloc request came in (its dead letter
+        #: names it should its allocation be refused)
+        self._alloc_origin: dict[int, bytes] = {}
         #: decoded requests by wire form (jobs of one shape share one)
         self._requests: dict[str, Request] = {}
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
         return {"leader": self.leader, "pending": len(self.sched.pending) if self.sched else 0,
-                "allocations": self.allocations, "recovery_s": round(self.recovered_in, 3)}
+                "allocations": self.allocations, "recovery_s": round(self.recovered_in, 3),
+                # what retention may trim of sched:req (fluxes/store/retention.py)
+                "read_positions": {self.keys.sched_req(s.partition): s.pos
+                                   for s in self.sessions} if self.leader else {}}
 
     def teardown(self) -> None:
         """Clean stop: tell each job manager (scheduling suspends at once rather than
@@ -154,6 +164,7 @@ class SchedulerWorker(Worker):
         self.sched = None
         self._alloc_arrived.clear()
         self._alloc_done.clear()
+        self._alloc_origin.clear()
         for s in self.sessions:
             s.lease.token = None
             s.ready = False
@@ -187,6 +198,8 @@ class SchedulerWorker(Worker):
         for session in self.sessions:
             # a new epoch per partition: every lease acquisition bumps the fence
             self._hello(session, bump=False)
+            if not self.leader:
+                return False  # fenced already: another scheduler leads
         self.log.info("leading", extra={"partitions": len(self.sessions)})
         return True
 
@@ -225,7 +238,13 @@ class SchedulerWorker(Worker):
         session.ready = False
         last = self.redis.xrevrange(keys.sched_req(p), count=1)
         session.pos = last[0][0].decode() if last else "0-0"
-        self.redis.xadd(keys.sched_resp(p), proto.encode_entry([proto.Hello()], session.epoch))
+        # fenced like every other message: a scheduler paused past its lease says nothing
+        batch = self.store.batch(p, fence=keys.sched_fence(p))
+        batch.xadd(keys.sched_resp(p), proto.encode_entry([proto.Hello()], session.epoch))
+        try:
+            self.store.commit(batch, str(session.epoch))
+        except FencedError as exc:
+            self.step_down(str(exc))
 
     # ------------------------------------------------------------ the loop
 
@@ -398,7 +417,7 @@ class SchedulerWorker(Worker):
             if item.epoch != session.epoch:
                 continue  # from an older session
             try:
-                allocs = self._apply(session, item.msg, allocs, out)
+                allocs = self._apply(session, item.msg, allocs, out, item.msg_id)
             except Exception as exc:
                 if not_the_input(exc):
                     raise
@@ -411,7 +430,7 @@ class SchedulerWorker(Worker):
         return True
 
     def _apply(self, session: Session, msg: proto.SchedRequest, allocs: list[proto.Alloc],
-               out: list[proto.SchedResponse]) -> list[proto.Alloc]:
+               out: list[proto.SchedResponse], item_id: bytes = b"-") -> list[proto.Alloc]:
         """Apply one request of the session's epoch; the alloc requests still to queue."""
         sched, pool = self.sched, self.pool
         assert sched is not None and pool is not None
@@ -421,10 +440,12 @@ class SchedulerWorker(Worker):
                     self._recover(session, held, out)
             case proto.Alloc():
                 allocs.append(msg)
+                self._alloc_origin[msg.id] = item_id
             case proto.Cancel(id=jobid):
                 before = len(allocs)
                 allocs = [a for a in allocs if a.id != jobid]  # not yet queued
                 self._alloc_arrived.pop(jobid, None)
+                self._alloc_origin.pop(jobid, None)
                 if sched.remove(jobid) or len(allocs) != before:
                     out.append(proto.AllocResponse(id=jobid, type=proto.ALLOC_CANCEL))
                     self.sent.pop(jobid, None)
@@ -455,6 +476,7 @@ class SchedulerWorker(Worker):
         for jobid in [j for j in sched.pending if self.keys.partition_of(j) == p]:
             sched.remove(jobid)
             self._alloc_arrived.pop(jobid, None)
+            self._alloc_origin.pop(jobid, None)
         for jobid in [j for j in pool.jobids() if self.keys.partition_of(j) == p]:
             pool.free(jobid)
         self._recover_started = time.monotonic()  # recovery_s measures this new epoch
@@ -571,10 +593,17 @@ class SchedulerWorker(Worker):
         missing = [msg.id for msg, request in zip(allocs, requests, strict=True)
                    if request is None]
         specs = dict(zip(missing, self.hashes.effective_jobspecs(missing), strict=True))
+        held = set(pool.jobids())
         for n, (msg, carried) in enumerate(zip(allocs, requests, strict=True)):
             if n % 512 == 511:
                 self.keepalive()
             jobid = msg.id
+            if jobid in held:
+                # a replayed request of a job holding resources: it has its answer
+                self.log.warning("alloc request for a job holding resources ignored",
+                                 extra={"job": jobid})
+                self._alloc_origin.pop(jobid, None)
+                continue
             try:
                 request = carried
                 if request is None:
@@ -641,25 +670,35 @@ class SchedulerWorker(Worker):
                                     annotations={"sched": delta}))
 
     def _flush(self, out: dict[int, list[proto.SchedResponse]]) -> None:
-        """Write R and responses per partition, atomically and fenced by the epoch."""
+        """Write R and responses per partition, atomically and fenced by the epoch (and
+        each R on its job waiting for it)."""
         writes = self._r_writes
+        keys = self.keys
         for session in self.sessions:
             p = session.partition
-            msgs = out.get(p)
-            rs = writes.get(p)
-            if not msgs and not rs:
-                continue
-            batch = self.store.batch(p, fence=self.keys.sched_fence(p))
-            for jobid, data in (rs or {}).items():
-                jobhash.set_r(batch, self.keys, jobid, data)
-            for entry in proto.encode_chunks(msgs or [], session.epoch, MESSAGES_PER_ENTRY,
-                                             proto.SCHED_RESPONSES.max_bytes):
-                batch.xadd(self.keys.sched_resp(p), entry)
-            try:
-                self.store.commit(batch, str(session.epoch))
-            except FencedError as exc:
-                self.step_down(str(exc))
-                return
+            msgs = out.get(p) or []
+            rs = writes.get(p) or {}
+            while msgs or rs:
+                batch = self.store.batch(p, fence=keys.sched_fence(p))
+                for jobid, data in rs.items():
+                    # jobhash.set_r's write, fenced on the job (commit.lua, op R)
+                    batch.set_if_waiting(keys.job(jobid), keys.eventlog(jobid), jobid,
+                                         jobhash.R, data)
+                for entry in proto.encode_chunks(msgs, session.epoch, MESSAGES_PER_ENTRY,
+                                                 proto.SCHED_RESPONSES.max_bytes):
+                    batch.xadd(keys.sched_resp(p), entry)
+                try:
+                    self.store.commit(batch, str(session.epoch))
+                except FencedError as exc:
+                    self.step_down(str(exc))
+                    return
+                except NotWaitingError as exc:
+                    msgs = self._take_back(p, exc.jobids, rs, msgs)
+                    continue
+                break
+            for msg in msgs:
+                if isinstance(msg, proto.AllocResponse) and msg.type != proto.ALLOC_ANNOTATE:
+                    self._alloc_origin.pop(msg.id, None)  # answered
         self._r_writes = {}
         if self._alloc_done:
             if metrics.served_port() is not None:  # nobody scrapes them otherwise
@@ -667,6 +706,31 @@ class SchedulerWorker(Worker):
                 for arrival in self._alloc_done:
                     metrics.ALLOC_LATENCY.observe(committed - arrival)
             self._alloc_done = []
+
+
+    def _take_back(self, partition: int, jobids: list[int], rs: dict[int, bytes],
+                   msgs: list[proto.SchedResponse]) -> list[proto.SchedResponse]:
+        """Allocations made for jobs that wait for none (their alloc request was
+        replayed or forged): free them, drop their R and SUCCESS, dead-letter the
+        request; the responses left to send."""
+        pool = self.pool
+        refused = set(jobids)
+        for jobid in jobids:
+            rs.pop(jobid, None)
+            if pool is not None:
+                try:
+                    pool.free(jobid)
+                except ValueError:
+                    pass  # not held here
+            self.sent.pop(jobid, None)
+            self.allocations -= 1
+            origin = self._alloc_origin.pop(jobid, b"-")
+            self.dead_letter(self.keys.sched_req(partition), origin, {"alloc": str(jobid)},
+                             f"alloc: job {jobid} waits for no allocation (it runs, ended, "
+                             "or does not exist): its R is not written")
+        self._dirty = True
+        return [m for m in msgs if not (isinstance(m, proto.AllocResponse) and m.id in refused
+                                         and m.type == proto.ALLOC_SUCCESS)]
 
 
 class _Input(NamedTuple):

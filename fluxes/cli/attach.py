@@ -5,6 +5,10 @@ job's streams with XREAD BLOCK (no polling loop) and end once the ``clean``
 event is in and the output written before it has been printed (exec writes a
 rank's output before it reports the rank's status, so everything is in the
 output stream by then).
+
+A job's output stream is private to its owner and the instance owner: its
+key carries the owner's uid (read from the job hash, which is public), and
+Redis refuses anyone else (docs/security.md), which is said in one line.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
+import redis
 
 from fluxes.cli.display import fmt_id, shown_id
 
@@ -50,6 +55,24 @@ class Outcome:
         return None
 
 
+def private_output(jobid: int) -> str:
+    """The one line said to a user who may not read another user's job output."""
+    return (f"job {fmt_id(jobid)}: its output is private (only its owner and the instance "
+            "owner can read it)")
+
+
+def output_key(inst: Instance, jobid: int) -> str | None:
+    """The key of the job's output stream (it carries the owner's uid, from the job
+    hash); None when the job has no hash (unknown or purged)."""
+    from fluxes.store.jobhash import OWNER, JobHashes
+
+    [owner] = JobHashes(inst.redis, inst.keys).field([jobid], OWNER)
+    try:
+        return None if owner is None else inst.keys.output(int(owner), jobid)
+    except ValueError:
+        return None
+
+
 def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
            out: TextIO | None = None, err: TextIO | None = None,
            timeout: float | None = None, state: dict[str, Any] | None = None) -> Outcome:
@@ -58,25 +81,38 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     ``state`` (a dict the caller keeps) lets a follow interrupted by Ctrl-C
     resume where it stopped instead of printing the output again.
     """
-    from fluxes.domain.job.model import Job, apply
-    from fluxes.domain.job.states import JobState
-    from fluxes.store.eventstore import decode_entry
+    from fluxes.errors import FluxesError
 
     stdout = out if out is not None else sys.stdout
     stderr = err if err is not None else sys.stderr
     keys = inst.keys
     log_key = keys.eventlog(jobid)
-    out_key = keys.output(jobid)
     client = inst.redis
     if not client.exists(log_key):
-        from fluxes.errors import FluxesError
-
         raise FluxesError(f"job {shown_id(jobid)} not found")
+    out_key = output_key(inst, jobid) if output else None
     saved = state if state is not None else {}
-    pos = saved.setdefault("pos", {log_key: "0-0", out_key: "0-0"})
-    if not output:
-        pos.pop(out_key, None)
-    same_slot = keys.same_slot(log_key, out_key)
+    pos = saved.setdefault("pos", {log_key: "0-0"})
+    if out_key is not None:
+        pos.setdefault(out_key, "0-0")
+    try:
+        return _follow(inst, jobid, log_key, out_key, pos, saved, label, stdout, stderr,
+                       timeout)
+    except redis.exceptions.NoPermissionError:
+        raise FluxesError(private_output(jobid)) from None
+
+
+def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
+            pos: dict[str, str], saved: dict[str, Any], label: bool, stdout: TextIO,
+            stderr: TextIO, timeout: float | None) -> Outcome:
+    from fluxes.domain.job.model import Job, apply
+    from fluxes.domain.job.states import JobState
+    from fluxes.errors import FluxesError
+    from fluxes.store.eventstore import decode_entry
+
+    keys = inst.keys
+    client = inst.redis
+    same_slot = out_key is None or keys.same_slot(log_key, out_key)
     job = saved.get("job") or Job(jobid)
     deadline = None if timeout is None else time.monotonic() + timeout
     done = False
@@ -85,14 +121,13 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
         if deadline is not None and not done:
             block = max(1, int((deadline - time.monotonic()) * 1000))
             if deadline - time.monotonic() <= 0:
-                from fluxes.errors import FluxesError
-
                 raise FluxesError(f"job {fmt_id(jobid)} did not finish within {timeout:g}s")
         if same_slot or len(pos) == 1:
             reply = client.xread(pos, count=1000, block=block)
         else:
             # streams in different slots cannot share one XREAD (Redis Cluster):
             # block briefly on the eventlog, then take what output there is
+            assert out_key is not None
             reply = (client.xread({log_key: pos[log_key]}, count=1000,
                                   block=100 if block is not None else None) or []) + \
                 (client.xread({out_key: pos[out_key]}, count=1000) or [])
@@ -128,8 +163,18 @@ def _print_output(fields: dict[bytes, bytes], label: bool, out: TextIO, err: Tex
 
 
 def print_output(inst: Instance, jobid: int, label: bool = False) -> None:
-    """Print whatever output the job has so far (no waiting)."""
-    for _sid, fields in inst.redis.xrange(inst.keys.output(jobid)):
+    """Print whatever output the job has so far (no waiting); FluxesError when the job
+    is another user's."""
+    from fluxes.errors import FluxesError
+
+    key = output_key(inst, jobid)
+    if key is None:
+        return
+    try:
+        entries = inst.redis.xrange(key)
+    except redis.exceptions.NoPermissionError:
+        raise FluxesError(private_output(jobid)) from None
+    for _sid, fields in entries:
         _print_output(fields, label, sys.stdout, sys.stderr)
 
 
@@ -174,7 +219,10 @@ def print_redirections(inst: Instance, jobid: int, err: TextIO | None = None) ->
     from fluxes.store.jobhash import JobHashes
 
     stream_err = err if err is not None else sys.stderr
-    [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
+    try:
+        [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
+    except redis.exceptions.NoPermissionError:
+        return  # another user's job: its jobspec is private (the output says so)
     text = None if spec is None else spec.decode("utf-8", "replace")
     for stream, path in redirections(jobid, text):
         print(f"fluxes: job {fmt_id(jobid)}: {stream} redirected to {path}", file=stream_err)

@@ -5,8 +5,10 @@ up (a deployment's): the configuration, checked first so that a typo never
 reaches the workers, the number of partitions and the owner.
 
 ``adduser`` gives a user a Redis ACL user that may only send requests on its
-own submit stream, read its own replies and read job data (rules from
-:mod:`fluxes.store.security`), records the user for the ingest, and writes a
+own submit stream, read its own replies, read what is public of every job
+and the jobspecs and output of its own jobs only (rules from
+:mod:`fluxes.store.security`), records the user for the ingest (and for a
+root exec worker, which runs the user's jobs as that uid), and writes a
 credentials file (mode 0600, owned by the user) holding the instance URI with
 the user's name and password. Only the instance owner (full Redis access)
 can run these commands.
@@ -64,7 +66,10 @@ def register(subparsers: Any) -> None:
 
     ap = sub.add_parser("adduser", **help_with_example(
         "Create (or renew the password of) a user: a Redis ACL user allowed only its own\n"
-        "requests and replies and read access to job data, and a credentials file.\n"
+        "requests and replies, read access to every job's public data and to its own\n"
+        "jobs' jobspecs and output, and a credentials file. UID is the UNIX user its\n"
+        "jobs run as under a root exec worker. Run it again after an upgrade to renew\n"
+        "the user's ACL rules.\n"
         "The file goes to ~NAME/.config/fluxes/credentials.json (where the client looks)\n"
         "when NAME is a local user, else to DIR/NAME.json with --credentials-dir.",
         ["fluxes admin adduser alice",
@@ -216,9 +221,12 @@ def _adduser(args: argparse.Namespace) -> int:
         uid = local.pw_uid
     else:
         die(f"{name} is not a user on this machine: give --uid UID")
+    if uid == 0:
+        # a root exec worker runs each job as its owner: never as root for a user
+        die(f"{name}: uid 0 (root) cannot be a fluxes user, whose jobs would run as root")
     path = credentials_target(name, args.credentials_dir)
     password = generate_password()
-    rules = user_acl_rules(inst.keys, name, password)
+    rules = user_acl_rules(inst.keys, name, uid, password)
     uri = with_userinfo(strip_password(str(inst.uri)), name, password)
     gid = local.pw_gid if local is not None and local.pw_uid == uid else None
     try:

@@ -73,6 +73,21 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_sched)
 
+    rt = sub.add_parser("retention", **help_with_example(
+        "Retention: Redis memory per finished job with inactive jobs purged after\n"
+        "--age-limit (the journal archived, message streams trimmed), read at 10%, 50%\n"
+        "and 100% of --jobs; --age-limit=off for the figure without retention.",
+        ["fluxes bench retention", "fluxes bench retention --jobs 10000 --json",
+         "fluxes bench retention --jobs 10000 --age-limit=off"]))
+    rt.add_argument("--jobs", type=int, default=100_000, help="jobs (default 100000)")
+    rt.add_argument("--age-limit", default="2s", metavar="FSD|off",
+                    help="[job-manager] inactive-age-limit (default 2s)")
+    rt.add_argument("--nodes", type=int, default=16)
+    rt.add_argument("--cores-per-node", type=int, default=32)
+    rt.add_argument("--timeout", type=float, default=1800.0)
+    rt.add_argument("--json", action="store_true")
+    rt.set_defaults(func=_retention)
+
     ap = sub.add_parser("accounting", **help_with_example(
         "Accounting: CPU per job of folding the journal into usage (in memory, and into\n"
         "Redis as the accounting worker does), and the fair-share computation time.",
@@ -140,4 +155,25 @@ def _accounting(args: argparse.Namespace) -> int:
     from fluxes.bench.common import report
 
     report(accounting.run(jobs=args.jobs), args.json)
+    return 0
+
+
+def _retention(args: argparse.Namespace) -> int:
+    from fluxes.bench import retention
+    from fluxes.bench.common import report
+
+    figures = retention.run(jobs=args.jobs, age_limit=args.age_limit, nodes=args.nodes,
+                            cores_per_node=args.cores_per_node, timeout=args.timeout)
+    if args.json:
+        report(figures, True)
+        return 0
+    table = figures.pop("checkpoints")
+    report(figures, False)
+    print("at each checkpoint, once retention caught up:")
+    print(f"  {'jobs':>8} {'used_memory':>12} {'bytes/job':>10} {'dataset':>10} "
+          f"{'journal':>8} {'keys':>7}")
+    for jobs, row in table.items():
+        print(f"  {int(jobs):>8,} {row['used_memory']:>12,} "
+              f"{row['bytes_per_finished_job']:>10,.1f} {row['dataset_bytes']:>10,} "
+              f"{row['journal_entries']:>8,} {row['keys']:>7,}")
     return 0

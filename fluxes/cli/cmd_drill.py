@@ -43,6 +43,9 @@ def register(subparsers: Any) -> None:
                         "its AOF taken SECONDS before the kill, so that the writes (and "
                         "submissions) acknowledged since are lost, as in a machine crash "
                         "inside the fsync window")
+    p.add_argument("--hostile", action="store_true",
+                   help="also write poison and forged entries on every stream each round "
+                        "(docs/hostile-input.md) and check that each was refused")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_drill)
 
@@ -53,7 +56,8 @@ def _drill(args: argparse.Namespace) -> int:
     drill = Drill(jobs=args.jobs, kill=args.kill, rounds=args.rounds, seed=args.seed,
                   nodes=args.nodes, cores_per_node=args.cores_per_node,
                   appendfsync=args.appendfsync, timeout=args.timeout,
-                  uri=getattr(args, "uri", None), lose_writes=args.lose_writes)
+                  uri=getattr(args, "uri", None), lose_writes=args.lose_writes,
+                  hostile=args.hostile)
     result = drill.run()
     figures = result.figures()
     if args.json:

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from fluxes.cli.display import context_text, fmt_id, parse_time, stream_id_for, table, username
-from fluxes.cli.util import add_subcommands, help_with_example, instance, job_id_arg, print_json
+from fluxes.cli.util import (
+    PROG,
+    add_subcommands,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from fluxes.domain.job.model import Job
-    from fluxes.store.eventstore import EventStore, JournalEntry
+    from fluxes.store.eventstore import Archive, EventStore, JournalEntry
 
 #: Job eventlogs fetched per round trip by ``check``.
 CHECK_BLOCK = 500
@@ -117,7 +125,10 @@ def _journal(args: argparse.Namespace) -> int:
 
     last = dict.fromkeys(partitions, start)
     for p in partitions:
-        for block in store.iter_journal(p, after=start):
+        blocks, gap = store.history(p, after=start, archive=_archive(args, store, p))
+        if gap is not None:
+            _say_purged("journal", p, gap)
+        for block in blocks:
             for entry in block:
                 last[p] = entry.id
                 if wanted(entry):
@@ -137,6 +148,21 @@ def _journal(args: argparse.Namespace) -> int:
                     _print_entry(entry, args.json)
 
 
+def _archive(args: argparse.Namespace, store: EventStore, partition: int) -> Archive | None:
+    """The partition's journal archive as configured (None: archiving is off)."""
+    from fluxes.store.retention import archive_for
+
+    return archive_for(store.redis, store.keys, instance(args).config().retention, partition)
+
+
+def _say_purged(command: str, partition: int, before: float) -> None:
+    """Tell the reader that the history it reads starts later than the instance."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(before)) if before else "-"
+    print(f"{PROG} eventlog {command}: partition {partition}: history before {when} was "
+          "purged (trimmed from the journal and not in the archive here): jobs purged "
+          "by then are not shown", file=sys.stderr)
+
+
 def _job_row(job: Job) -> dict[str, Any]:
     result = job.result
     return {"id": job.id, "userid": job.userid, "state": job.state.name,
@@ -152,7 +178,10 @@ def _replay(args: argparse.Namespace) -> int:
     until = parse_time(args.until) if args.until else time.time()
     jobs: dict[int, Job] = {}
     for p in range(store.keys.partitions):
-        jobs.update(store.replay(p, until_time=until).jobs)
+        replayed = store.replay(p, until_time=until, archive=_archive(args, store, p))
+        if replayed.purged_before is not None:
+            _say_purged("replay", p, replayed.purged_before)
+        jobs.update(replayed.jobs)
     ordered = sorted(jobs.values(), key=lambda j: (j.t_submit, j.id))
     if args.json:
         for job in ordered:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli import cmd_account, cmd_submit
+from fluxes.cli import cmd_account, cmd_purge, cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -85,6 +85,7 @@ def register(subparsers: Any) -> None:
     wep.add_argument("event", type=_event_name, metavar="EVENT")
     wep.set_defaults(func=_wait_event)
     cmd_submit.register_job(sub)
+    cmd_purge.register(sub)
 
     ip = sub.add_parser("info", **help_with_example(
         "Print what is stored for a job: jobspec (as submitted), jobspec_full (defaults\n"
@@ -128,10 +129,18 @@ def register(subparsers: Any) -> None:
 
 def _info(args: argparse.Namespace) -> int:
     """Print stored job data."""
-    from fluxes.store.jobhash import JOBSPEC_FULL, JobHashes
+    import redis
+
+    from fluxes.store.jobhash import JOBSPEC, JOBSPEC_FULL, JobHashes
 
     inst = instance(args)
-    found = JobHashes(inst.redis, inst.keys).get(args.id)
+    hashes = JobHashes(inst.redis, inst.keys)
+    private = False
+    try:
+        found = hashes.get(args.id)
+    except redis.exceptions.NoPermissionError:
+        # another user's job: its jobspecs (blobs of the owner) are not for us
+        found, private = hashes.public(args.id), True
     record = {} if found is None else found.text_fields()
     store = _store(args)
     if not record and not store.job_exists(args.id):
@@ -139,8 +148,14 @@ def _info(args: argparse.Namespace) -> int:
     if not args.keys:
         for key, value in sorted(record.items()):
             print(f"{key}: {value}")
+        if private:
+            print(f"fluxes: job {fmt_id(args.id)}: its jobspec is private (only its owner "
+                  "and the instance owner can read it)", file=sys.stderr)
         return 0
     for key in args.keys:
+        if private and key in (JOBSPEC, JOBSPEC_FULL):
+            die(f"job {fmt_id(args.id)}: its {key} is private (only its owner and the "
+                "instance owner can read it)")
         if key == "eventlog":
             for event in store.eventlog(args.id):
                 print_json(event.to_rfc18())

@@ -5,7 +5,9 @@ Everything comes from what the instance already stores: the worker registry
 consumed stream, the queue event stream, the scheduler's published resource
 summary, the job-list counters and the dead-letter stream. The exit code is
 non-zero when no job manager (for some partition) or no scheduler is alive,
-so the command doubles as a health check; the summary is printed either way.
+or when a worker is crash-looping (restarted CRASH_LOOP_RESTARTS times in the
+last minute), so the command doubles as a health check; the summary is
+printed either way. Dead letters are counted per refused stream too.
 """
 
 from __future__ import annotations
@@ -28,9 +30,13 @@ if TYPE_CHECKING:
 STALE_AFTER_S = 10.0
 #: Beyond this many exec workers the human output summarises them on one line.
 EXEC_LIST_MAX = 16
+#: Restarts in the last RESTART_WINDOW_S after which a worker counts as crash-looping.
+CRASH_LOOP_RESTARTS = 3
+#: The window restarts are counted in (workers keep their starts of the last minute).
+RESTART_WINDOW_S = 60.0
 #: Facts of a registry record shown in their own columns (the rest go to NOTES).
 _COLUMNS = frozenset({"kind", "pid", "host", "started", "heartbeat", "leader",
-                      "metrics_port", "name"})
+                      "metrics_port", "name", "starts", "restarts", "crash_loop"})
 
 
 def register(subparsers: Any) -> None:
@@ -66,9 +72,44 @@ def _workers(inst: Instance, now: float) -> list[dict[str, Any]]:
                     "kind": str(record.get("kind", "?")),
                     "age_s": None if age is None else round(age, 1),
                     "alive": age is not None and age <= STALE_AFTER_S, "role": role})
+    count_restarts(out, now)
     out.sort(key=lambda w: (w["kind"], w.get("partition", 0), str(w.get("ranks", "")),
                             w["name"]))
     return out
+
+
+def _starts(worker: dict[str, Any], now: float) -> list[float]:
+    """A worker record's start times within RESTART_WINDOW_S (its own ``started`` too)."""
+    times = worker.get("starts")
+    found = [*(times if isinstance(times, list) else []), worker.get("started")]
+    return sorted({float(t) for t in found if isinstance(t, int | float)
+                   and not isinstance(t, bool) and 0 <= now - float(t) < RESTART_WINDOW_S})
+
+
+def count_restarts(workers: list[dict[str, Any]], now: float) -> None:
+    """Set ``restarts`` (in the last minute) and ``crash_loop`` on every live worker.
+
+    A worker restarted under its name (``fluxes start``, systemd units with
+    ``--name``) keeps its recent start times in its record; one restarted
+    under a new name (the default name holds the pid) leaves the dead one's
+    record behind, stale: those of the same kind, host and partition or
+    ranks that started within the window count too.
+    """
+    def slot(w: dict[str, Any]) -> tuple[str, str, str, str]:
+        return (w["kind"], str(w.get("host", "")), str(w.get("partition", "")),
+                str(w.get("ranks", "")))
+
+    stale_starts: dict[tuple[str, str, str, str], int] = {}
+    for worker in workers:
+        if not worker["alive"]:
+            stale_starts[slot(worker)] = stale_starts.get(slot(worker), 0) + len(
+                _starts(worker, now))
+    for worker in workers:
+        if not worker["alive"]:
+            continue
+        restarts = max(0, len(_starts(worker, now)) - 1) + stale_starts.get(slot(worker), 0)
+        worker["restarts"] = restarts
+        worker["crash_loop"] = restarts >= CRASH_LOOP_RESTARTS
 
 
 def _leases(inst: Instance) -> list[dict[str, Any]]:
@@ -157,6 +198,8 @@ def _jobs(inst: Instance) -> dict[str, Any]:
 
 
 def _dead_letters(inst: Instance) -> dict[str, Any]:
+    from fluxes.store.deadletters import read_counts
+
     key = inst.keys.dead_letters
     pipe = inst.redis.pipeline(transaction=False)
     pipe.xlen(key)
@@ -166,12 +209,13 @@ def _dead_letters(inst: Instance) -> dict[str, Any]:
     if last:
         fields = {k.decode(): v.decode("utf-8", "replace") for k, v in last[0][1].items()}
         latest = {k: fields.get(k) for k in ("time", "worker", "stream", "error")}
-    return {"count": int(count), "last": latest}
+    # the stream keeps the newest 10,000; the counts cover every one ever written
+    return {"count": int(count), "last": latest, "by_stream": read_counts(inst.redis, inst.keys)}
 
 
 def problems(status: dict[str, Any]) -> list[str]:
     """What makes the instance unable to run jobs: a partition without a live job
-    manager, or no live scheduler."""
+    manager, or no live scheduler; and acknowledged writes Redis lost."""
     alive = [w for w in status["workers"] if w["alive"]]
     out = []
     for p in range(status["instance"]["partitions"]):
@@ -179,6 +223,11 @@ def problems(status: dict[str, Any]) -> list[str]:
             out.append(f"no job manager alive for partition {p}")
     if not any(w["kind"] == "scheduler" for w in alive):
         out.append("no scheduler alive")
+    out += [f"worker {w['name']} is crash-looping ({w['restarts']} restarts in the last "
+            f"{RESTART_WINDOW_S:.0f} s)" for w in alive if w.get("crash_loop")]
+    # a job-list worker found stored history older than it had seen (a power cut)
+    out += [f"{w['name']}: writes lost: {w['lost_writes']}" for w in alive
+            if w.get("lost_writes")]
     return out
 
 
@@ -212,7 +261,7 @@ def _opt(value: Any, unit: str = "") -> str:
 
 def _worker_notes(worker: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in worker.items()
-                    if k not in _COLUMNS and k not in ("age_s", "alive", "role"))
+                    if k not in _COLUMNS and k not in ("age_s", "alive", "role", "read_positions"))
 
 
 def render(status: dict[str, Any]) -> list[str]:
@@ -228,7 +277,7 @@ def render(status: dict[str, Any]) -> list[str]:
     listed = [w for w in workers if w["kind"] != "exec" or len(execs) <= EXEC_LIST_MAX
               or not w["alive"]]
     rows = [[w["kind"], w["name"], str(w.get("host", "-")), str(w.get("pid", "-")),
-             _opt(w["age_s"], "s"), "ok" if w["alive"] else "STALE", w["role"] or "-",
+             _opt(w["age_s"], "s"), _state(w), w["role"] or "-",
              _opt(w.get("metrics_port")), _worker_notes(w)] for w in listed]
     lines.append("WORKERS")
     lines += table(["KIND", "NAME", "HOST", "PID", "BEAT", "STATE", "ROLE", "METRICS",
@@ -279,7 +328,21 @@ def render(status: dict[str, Any]) -> list[str]:
         last = dead["last"]
         line += f"  (last from {last['worker']} on {last['stream']}: {last['error']})"
     lines.append(line)
+    by_stream = dead.get("by_stream") or {}
+    if by_stream:
+        lines += table(["STREAM", "REFUSED"],
+                       [[stream, str(n)] for stream, n in sorted(by_stream.items())],
+                       right=frozenset({1}))
     return lines
+
+
+def _state(worker: dict[str, Any]) -> str:
+    """The STATE column: ok, STALE, or CRASH-LOOP (with its restarts of the last minute)."""
+    if not worker["alive"]:
+        return "STALE"
+    if worker.get("crash_loop"):
+        return f"CRASH-LOOP({worker['restarts']}/1m)"
+    return "ok"
 
 
 def _stream_rows(streams: list[dict[str, Any]]) -> list[list[str]]:

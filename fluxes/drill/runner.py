@@ -17,6 +17,13 @@ random moments, and in the end checks what must always hold:
   allocated once every job ended;
 * recovery time per kill (from the kill to the next allocation).
 
+With ``hostile`` (``--hostile``) every round also writes poison and forged
+entries on every stream (:mod:`fluxes.drill.hostile`) and sends one request
+twice with the same request id; besides the invariants above, each poison
+entry must have been dead-lettered, no input may be left pending, no
+finished job's R may change, no worker may have died besides the drill's
+kills, and both answers to the repeated request must name the same jobs.
+
 Every wait is bounded by the drill's deadline (``--timeout``); a drill that
 cannot finish in time ends with a violation naming the workers that are down
 or died besides the planned kills, instead of hanging.
@@ -28,15 +35,19 @@ import random
 import statistics
 import threading
 import time
+import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 import redis
 
+from fluxes import messages as proto
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
+from fluxes.drill.hostile import Hostile
 from fluxes.drill.invariants import (
     Violation,
     allocation_intervals,
@@ -117,7 +128,7 @@ class Drill:
     def __init__(self, jobs: int = 500, kill: str = "any", rounds: int = 5, seed: int = 1,
                  nodes: int = 2, cores_per_node: int = 4, appendfsync: str = "always",
                  timeout: float = 300.0, uri: str | None = None,
-                 lose_writes: float | None = None) -> None:
+                 lose_writes: float | None = None, hostile: bool = False) -> None:
         if kill != "any" and kill not in KINDS:
             raise ValueError(f"--kill must be one of {', '.join(('any', *KINDS))}")
         if jobs < 1 or rounds < 0:
@@ -132,6 +143,9 @@ class Drill:
             if not 0 < lose_writes <= 5:
                 raise ValueError(f"--lose-writes must be > 0 and <= 5 seconds, "
                                  f"got {lose_writes:g}")
+            if hostile:
+                raise ValueError("--hostile cannot be checked with --lose-writes (the lost "
+                                 "writes take hostile entries with them)")
         self.uri = uri
         self.njobs = jobs
         self.kill = kill
@@ -142,6 +156,7 @@ class Drill:
         self.appendfsync = appendfsync
         self.timeout = timeout
         self.lose_writes = lose_writes
+        self.hostile = hostile
         self.result = DrillResult()
         self.deadline = float("inf")
         #: planned kills per worker name, to tell them from unplanned deaths
@@ -190,19 +205,91 @@ class Drill:
         batches = max(self.rounds, 1) * 2
         per_batch = max(1, self.njobs // batches)
         kills_at = set(self.rng.sample(range(batches), min(self.rounds, batches)))
-        for batch in range(batches):
-            count = per_batch if batch < batches - 1 else self.njobs - per_batch * (batches - 1)
-            if count > 0:
-                ids += self._submit(target, self._workload(count))
-            self._supervise(target, self.rng.uniform(0.05, 0.4))
-            if batch in kills_at:
-                self._kill_one(target)
-        ids += self.window_ids
-        self.result.jobs = len(ids)
-        self._wait(target, ids)
-        expected = dict.fromkeys(ids, JobResult.COMPLETED)
-        expected.update(self._pool_check(target, ids))
-        self._check(target, expected)
+        hostile = None
+        if self.hostile:
+            inst = target.inst
+            ranks = sum(1 for r in inst.redis.hkeys(inst.keys.exec_registry) if r.isdigit())
+            hostile = Hostile(inst, Client(inst).user, max(ranks, self.nodes), self.rng)
+        try:
+            for batch in range(batches):
+                count = per_batch if batch < batches - 1 \
+                    else self.njobs - per_batch * (batches - 1)
+                if count > 0:
+                    ids += self._submit(target, self._workload(count))
+                if hostile is not None:
+                    ids += self._hostile_round(target, hostile, ids)
+                self._supervise(target, self.rng.uniform(0.05, 0.4))
+                if batch in kills_at:
+                    self._kill_one(target)
+            ids += self.window_ids
+            self.result.jobs = len(ids)
+            self._wait(target, ids)
+            expected = dict.fromkeys(ids, JobResult.COMPLETED)
+            expected.update(self._pool_check(target, ids))
+            self._check(target, expected)
+            if hostile is not None:
+                restarts = [k["at"] for k in self.result.kills
+                            if k["kind"] in ("scheduler", "job-manager", "redis")]
+                hostile.inst = target.inst  # a Redis kill reconnects
+                self.result.violations += hostile.check(restarts)
+                # every consumer survives every message: nothing died but what was killed
+                self.result.violations += [
+                    Violation("no worker dies of a message", (), line)
+                    for line in target.problems(self.planned) if "besides the drill" in line]
+                self.result.notes.append(
+                    f"hostile: {len(hostile.written)} poison or forged entries in "
+                    f"{hostile.rounds} rounds, {sum(w.refused for w in hostile.written)} of "
+                    "them to be dead-lettered")
+        finally:
+            if hostile is not None:
+                try:
+                    hostile.inst = target.inst
+                    hostile.cleanup()
+                except redis.RedisError:
+                    pass  # the instance is going away with the drill, or is down
+
+    def _hostile_round(self, target: Target, hostile: Hostile, ids: list[int]) -> list[int]:
+        """One round of hostile entries among the drill's jobs, and one request sent twice
+        with the same request id; the jobs of that request."""
+        inst = target.inst
+        recent = ids[-200:]
+        results = JobHashes(inst.redis, inst.keys).field(recent, jobhash.RESULT)
+        finished = [j for j, r in zip(recent, results, strict=True) if r]
+        running = [j for j, r in zip(recent, results, strict=True) if not r]
+        hostile.inst = inst
+        hostile.round(finished, running)
+        return self._submit_twice(target)
+
+    def _submit_twice(self, target: Target) -> list[int]:
+        """Send one submission twice with the same request id (a client retrying after a
+        timeout); both answers must name the same jobs, created once."""
+        request = proto.SubmitJobs(req=uuid.uuid4().hex, jobs=[
+            proto.SubmitItem(jobspec=simulated_job("10ms")) for _ in range(2)])
+
+        def send() -> list[proto.Reply]:
+            client = Client(target.inst)
+            [key, _same] = client._post([request, request])
+            return client._answers(key, max(self._left(), 0.1), count=2)
+
+        while True:
+            box = self._in_background(target, send, "no answer to a request sent twice")
+            error = box.get("error")
+            if error is None:
+                break
+            if isinstance(error, RequestTimeout):
+                raise self._timeout(target, "no answer to a request sent twice")
+            if not isinstance(error, _TRANSIENT):
+                raise error
+            if self._left() == 0:
+                raise self._timeout(target, f"Redis did not come back ({error})")
+            time.sleep(0.2)  # Redis restarts: sending it again is what idempotence allows
+        answers: list[proto.Reply] = box["answers"]
+        got = [[r.id if r.id is not None else r.error for r in (a.jobs or [])] for a in answers]
+        if got[0] != got[1] or len(got[0]) != 2:
+            self.result.violations.append(Violation(
+                "a request sent twice creates its jobs once", (),
+                f"the two answers differ: {got[0]} and {got[1]}"))
+        return [j for j in set(got[0]) | set(got[1]) if isinstance(j, int)]
 
     def _workload(self, count: int) -> list[dict[str, Any]]:
         return [{"jobspec": simulated_job(f"{self.rng.randint(5, 60)}ms")} for _ in range(count)]
@@ -234,20 +321,27 @@ class Drill:
     def _submit_once(self, target: Target, specs: list[dict[str, Any]]) -> dict[str, Any]:
         """One submission, waited for in a thread so that the drill keeps supervising (a
         dead ingest is restarted meanwhile); ``{"answers": ...}`` or ``{"error": ...}``."""
+        return self._in_background(
+            target, lambda: Client(target.inst).submit(specs, timeout=max(self._left(), 0.1)),
+            f"no answer to a submission of {len(specs)} jobs")
+
+    def _in_background(self, target: Target, work: Callable[[], Any],
+                       what: str) -> dict[str, Any]:
+        """Run ``work`` in a thread while the drill keeps supervising; ``{"answers": its
+        result}`` or ``{"error": what it raised}`` (a DrillTimeout at the deadline)."""
         box: dict[str, Any] = {}
 
-        def send() -> None:
+        def run() -> None:
             try:
-                box["answers"] = Client(target.inst).submit(specs,
-                                                            timeout=max(self._left(), 0.1))
+                box["answers"] = work()
             except Exception as exc:  # handed over to the drill's thread
                 box["error"] = exc
 
-        sender = threading.Thread(target=send, name="drill-submit", daemon=True)
+        sender = threading.Thread(target=run, name="drill-submit", daemon=True)
         sender.start()
         while sender.is_alive():
             if self._left() == 0:
-                raise self._timeout(target, f"no answer to a submission of {len(specs)} jobs")
+                raise self._timeout(target, what)
             target.supervise()
             sender.join(0.05)
         return box

@@ -12,16 +12,12 @@ Decoding checks the entry's size and nesting depth on the raw bytes
 (:mod:`fluxes.messages.bounds`) and then decodes and validates it with
 msgspec in one pass. Anything malformed raises :class:`MessageError` with a
 one-line reason, so the reader dead-letters the entry instead of crashing.
-
-:func:`encode` and :func:`decode` keep the dict-based interface of the
-first protocol module (plain dicts in, checked dicts out) for readers not
-yet moved to typed messages (the exec worker).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -86,8 +82,8 @@ __all__ = [
     "MessageError", "Mode", "New", "Prioritize", "QueuesChanged", "RaiseOnJobs", "RaiseRequest",
     "Ready", "Reply", "Request", "Reset", "ResourceChange", "SchedError", "SchedRequest",
     "SchedResponse", "SetUrgency", "Start", "SubmitItem", "SubmitJobs", "Undrain",
-    "UrgencyRequest", "UserRequest", "check", "decode", "decode_entry", "decode_reply",
-    "decode_request", "decode_resource_event", "encode", "encode_chunks", "encode_entry",
+    "UrgencyRequest", "UserRequest", "decode_entry", "decode_reply",
+    "decode_request", "decode_resource_event", "encode_chunks", "encode_entry",
     "encode_reply", "encode_request", "load_queue_event", "request_id", "to_builtins",
 ]
 
@@ -170,7 +166,10 @@ _RESOURCE_EVENTS: msgspec.json.Decoder[ResourceChange] = msgspec.json.Decoder(
     ResourceChange)
 
 
-def _field(fields: Mapping[bytes, bytes] | Mapping[str, Any], what: str) -> bytes:
+def _field(fields: Mapping[bytes, bytes] | Mapping[str, Any] | None, what: str) -> bytes:
+    if not fields:
+        # an entry deleted or trimmed (XADD MAXLEN, XTRIM) while it was pending
+        raise MessageError(f"{what}: entry has no fields (deleted or trimmed while pending)")
     raw = fields.get(FIELD)  # type: ignore[call-overload]
     if raw is None:
         raw = fields.get("d")  # type: ignore[call-overload]
@@ -294,38 +293,4 @@ def convert(channel: Channel[M], obj: Mapping[str, Any]) -> M:
     """A typed message of ``channel`` from a dict (tests, tools); MessageError when malformed."""
     # json, not orjson: a test may well hold an int past 64 bits
     [msg] = channel.decode(json.dumps({"e": 0, "m": [obj]}).encode())[1]
-    return msg
-
-
-# -- the dict-based interface (exec) ---------------------------------------------------------
-
-_ANY = msgspec.json.Decoder(Envelope[SchedRequest | SchedResponse | ExecRequest | ExecReport
-                                     | New | Control])
-#: Any message of any stream (the dict interface checks against all of them).
-ANY = Channel("stream", max(c.max_bytes for c in (SCHED_REQUESTS, NEW_JOBS)), NEW_JOB_DEPTH,
-              _ANY)
-
-
-def encode(messages: Iterable[Mapping[str, Any] | Message], epoch: int = 0) -> dict[bytes, bytes]:
-    """Stream entry fields for a batch of messages (dicts or typed)."""
-    return {FIELD: _ENCODER.encode({"e": epoch, "m": list(messages)})}
-
-
-def decode(fields: Mapping[bytes, bytes]) -> tuple[int, list[dict[str, Any]]]:
-    """Epoch and checked messages (as dicts) of a stream entry; MessageError when malformed."""
-    raw = _field(fields, "stream")
-    epoch, _typed = ANY.decode(raw)
-    doc = orjson.loads(raw)
-    return epoch, doc["m"]
-
-
-def check(msg: Any) -> dict[str, Any]:
-    """Check one message (a dict) against its type; return it or raise MessageError."""
-    if not isinstance(msg, dict):
-        raise MessageError(f"message is not an object: {type(msg).__name__}")
-    try:
-        raw = orjson.dumps({"e": 0, "m": [msg]})
-    except TypeError as exc:
-        raise MessageError(f"message cannot be encoded: {exc}") from None
-    ANY.decode(raw)
     return msg

@@ -40,14 +40,27 @@ def cmdline(pid: int) -> list[bytes]:
         return []
 
 
-def has_marker(pid: int, mark: str) -> bool:
-    """True if ``pid`` is alive and is the wrapper carrying ``mark`` (not a reused pid)."""
+def runs_as(pid: int, uid: int | None) -> bool:
+    """Whether process ``pid`` belongs to ``uid`` (None: anyone).  Anyone can put a
+    marker on a command line: only a process of the job's user can be its task."""
+    if uid is None:
+        return True
+    try:
+        return os.stat(f"/proc/{pid}").st_uid == uid
+    except OSError:
+        return False
+
+
+def has_marker(pid: int, mark: str, uid: int | None = None) -> bool:
+    """True if ``pid`` is alive and is the wrapper carrying ``mark`` (not a reused pid),
+    run by ``uid`` when given."""
     argv = cmdline(pid)
-    return len(argv) > 3 and argv[3] == mark.encode()
+    return len(argv) > 3 and argv[3] == mark.encode() and runs_as(pid, uid)
 
 
-def live_markers(prefix: str) -> list[tuple[int, str]]:
-    """(pid, marker) of live wrappers whose marker starts with ``prefix`` (a /proc scan)."""
+def live_markers(prefix: str, uid: int | None = None) -> list[tuple[int, str]]:
+    """(pid, marker) of live wrappers whose marker starts with ``prefix`` (a /proc scan),
+    run by ``uid`` when given."""
     found = []
     want = prefix.encode()
     try:
@@ -56,7 +69,7 @@ def live_markers(prefix: str) -> list[tuple[int, str]]:
         return []
     for pid in pids:
         argv = cmdline(pid)
-        if len(argv) > 3 and argv[3].startswith(want):
+        if len(argv) > 3 and argv[3].startswith(want) and runs_as(pid, uid):
             found.append((pid, argv[3].decode(errors="replace")))
     return found
 
@@ -84,25 +97,29 @@ class Adopter:
                 watcher.watch(job.key, task)
         lost_error(job)
 
-    def unrecorded(self, rank: int, jobid: int, share: RankShare,
-                   forward: str) -> ExecJob | None:
+    def unrecorded(self, rank: int, jobid: int, share: RankShare, forward: str,
+                   owner: int = -1, user: int | None = None) -> ExecJob | None:
         """A redelivered start whose tasks may have been spawned before a crash: adopt them.
 
-        None when nothing of the job exists here (it was never spawned).
+        ``owner`` is the job owner's uid, ``user`` the uid its tasks run as when
+        not the worker's.  None when nothing of the job exists here (it was never
+        spawned).
         """
         prefix = marker(self.ns, rank, jobid)
         live: dict[int, int] = {}
-        for pid, found in live_markers(prefix):
+        for pid, found in live_markers(prefix, os.geteuid() if user is None else user):
             task_rank = marker_task(prefix, found)
             if task_rank is not None:
                 live[task_rank] = pid
-        listing = self.files.listing(rank, fresh=True)
+        listing = self.files.listing(rank, fresh=True, uid=user)
         codes = {task: code for (job, task), code in listing.items() if job == jobid}
         tasks = settle_unrecorded(share.task_ranks, live, codes,
-                                  self.files.has_files(rank, jobid), self.watcher.children)
+                                  self.files.has_files(rank, jobid, user),
+                                  self.watcher.children)
         if tasks is None:
             return None
-        job = ExecJob(jobid, rank, "run", started=True, forward=forward)
+        job = ExecJob(jobid, rank, "run", started=True, forward=forward, owner=owner,
+                      as_user=user is not None)
         for task in tasks:
             self.files.attach(job, task, {})
             if task.pid:
@@ -139,18 +156,25 @@ class Adopter:
             if reaped is not None:
                 return reaped
             # not ours after all (reaped elsewhere): its status file tells
-        elif has_marker(task.pid, self._marker(job, task)):
+        elif has_marker(task.pid, self._marker(job, task), self._uid(job)):
             task.exited = False
             return False
-        settle_gone(task, self.files.status_code(job.rank, job.id, task.rank), job.escalated)
+        settle_gone(task, self.files.status_code(job.rank, job.id, task.rank,
+                                                 self.files.owner_of(job)), job.escalated)
         return True
+
+    @staticmethod
+    def _uid(job: ExecJob) -> int:
+        """The uid the job's tasks run as."""
+        return job.owner if job.as_user else os.geteuid()
 
     def _marker(self, job: ExecJob, task: TaskProc) -> str:
         return marker(self.ns, job.rank, job.id, task.rank)
 
     def _alive(self, job: ExecJob, task: TaskProc) -> Callable[[], bool]:
-        return lambda: has_marker(task.pid, self._marker(job, task))
+        return lambda: has_marker(task.pid, self._marker(job, task), self._uid(job))
 
     def _code(self, job: ExecJob, task: TaskProc) -> Callable[[], int | None]:
-        return lambda: self.files.status_code(job.rank, job.id, task.rank)
+        return lambda: self.files.status_code(job.rank, job.id, task.rank,
+                                              self.files.owner_of(job))
 

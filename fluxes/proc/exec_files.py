@@ -8,6 +8,14 @@ with ``pread`` at the offsets it has forwarded (recorded with each write),
 so nothing is lost or repeated across restarts, and removes a job's files
 once its end is recorded.  What the bytes become is
 :mod:`fluxes.domain.exec.output`'s business.
+
+The files of a job whose tasks run as its owner (a root worker) are in
+``rank<r>/u<uid>/``, a directory of that user (mode 0700) where the wrapper,
+running as the user, creates the status files; no other user can enter it.
+The worker creates the forwarded output files there itself, never following
+a link and never reusing a name the user could have put there, and gives
+them to the user; the rank directories are then 0711 (the users reach their
+own directory, nobody lists anything).
 """
 
 from __future__ import annotations
@@ -25,6 +33,10 @@ from fluxes.domain.exec.output import Budget, add_lines, pump, within_limit
 
 #: How a forwarded output file is created for a task (it writes, we pread).
 _O_OUT = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+#: The same in a user's directory: a new file, never through a link the user made.
+_O_OUT_USER = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+#: Prefix of the per-user directories in a rank directory (``u<uid>``).
+USER_DIR_PREFIX = "u"
 
 
 def default_state_dir() -> str:
@@ -32,9 +44,14 @@ def default_state_dir() -> str:
 
     The name is predictable and its parent shared, so :meth:`TaskFiles.make_dirs`
     refuses a directory of that name that another user made or can write to.
+    Its parents must let other users through when the worker is root (their
+    jobs' status files are made by them, in their directory there).
     """
     shared = ("/dev/shm", "/tmp")  # noqa: S108 (checked private before use: make_dirs)
-    for base in (os.environ.get("XDG_RUNTIME_DIR"), shared[0]):
+    # root runs jobs as their owners, who must reach their directory in it: not in
+    # root's own runtime directory (0700)
+    runtime = os.environ.get("XDG_RUNTIME_DIR") if os.geteuid() != 0 else None
+    for base in (runtime, shared[0]):
         if base and os.path.isdir(base) and os.access(base, os.W_OK | os.X_OK):
             return os.path.join(base, f"fluxes-exec-{os.getuid()}")
     return os.path.join(shared[1], f"fluxes-exec-{os.getuid()}")
@@ -117,7 +134,7 @@ def forward_output(job: ExecJob, budget: Budget, limit: int, box: Outbox) -> boo
             if got and limit:
                 got = within_limit(job, got, limit)
             if got:
-                add_lines(box.lines(job.id), job, task.rank, stream.name, got)
+                add_lines(box.lines(job), job, task.rank, stream.name, got)
                 got_any = True
     return got_any
 
@@ -128,7 +145,8 @@ class TaskFiles:
     def __init__(self, state_dir: str, ranks: Iterable[int]) -> None:
         self.state_dir = state_dir
         self.rank_dirs = {r: os.path.join(state_dir, f"rank{r}") for r in ranks}
-        self._listings: dict[int, dict[tuple[int, int], int]] = {}
+        self._listings: dict[tuple[int, int | None], dict[tuple[int, int], int]] = {}
+        self._user_dirs: set[tuple[int, int]] = set()  # (rank, uid) checked since setup
 
     def make_dirs(self) -> None:
         """Create the rank directories, private to the worker's user; ValueError when
@@ -144,38 +162,77 @@ class TaskFiles:
         for path in self.rank_dirs.values():
             os.makedirs(path, mode=0o700, exist_ok=True)
             check_private(path)
+        self._user_dirs.clear()
+        if os.geteuid() == 0:
+            # jobs run as their owners, whose wrappers must reach their own directory
+            # (search, not read: nobody lists anything)
+            for path in (self.state_dir, *self.rank_dirs.values()):
+                os.chmod(path, os.stat(path).st_mode & 0o7777 | 0o011)  # noqa: S103
 
-    def path(self, rank: int, jobid: int, task: int, suffix: str) -> str:
-        """The path of a task's file: ``<job>.<task>.<suffix>`` in the rank's directory."""
-        return os.path.join(self.rank_dirs[rank], f"{jobid}.{task}.{suffix}")
+    @staticmethod
+    def owner_of(job: ExecJob) -> int | None:
+        """The uid whose directory holds ``job``'s files (None: the rank's directory)."""
+        return job.owner if job.as_user else None
+
+    def directory(self, rank: int, uid: int | None = None) -> str:
+        """The rank's directory, or ``uid``'s directory in it."""
+        base = self.rank_dirs[rank]
+        return base if uid is None else os.path.join(base, f"{USER_DIR_PREFIX}{uid}")
+
+    def user_dir(self, rank: int, uid: int) -> str:
+        """``uid``'s directory on ``rank``, created 0700 and given to the user if missing;
+        ValueError when it is not a directory of that user (a link, someone else's)."""
+        path = self.directory(rank, uid)
+        if (rank, uid) in self._user_dirs:
+            return path
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+            os.chown(path, uid, -1)
+        info = os.lstat(path)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+            raise ValueError(f"exec: {path!r} must be a directory of uid {uid}")
+        self._user_dirs.add((rank, uid))
+        return path
+
+    def path(self, rank: int, jobid: int, task: int, suffix: str,
+             uid: int | None = None) -> str:
+        """The path of a task's file: ``<job>.<task>.<suffix>`` in the rank's directory,
+        or (``uid``) in that user's directory there."""
+        base = self.rank_dirs[rank] if uid is None else self.user_dir(rank, uid)
+        return os.path.join(base, f"{jobid}.{task}.{suffix}")
 
     def forget_listings(self) -> None:
         """Drop the cached directory listings (once per loop iteration)."""
         self._listings.clear()
 
-    def listing(self, rank: int, fresh: bool = False) -> dict[tuple[int, int], int]:
-        """(job, task) -> exit code of every status file of ``rank`` (cached per iteration)."""
-        listing = None if fresh else self._listings.get(rank)
+    def listing(self, rank: int, fresh: bool = False,
+                uid: int | None = None) -> dict[tuple[int, int], int]:
+        """(job, task) -> exit code of every status file in ``rank``'s directory, or in
+        ``uid``'s there (cached per iteration).  A user's directory speaks only for
+        that user's jobs: a name made there never settles another user's task."""
+        key = (rank, uid)
+        listing = None if fresh else self._listings.get(key)
         if listing is None:
             listing = {}
-            for name in self._names(rank):
+            for name in self._list(self.directory(rank, uid)):
                 parsed = parse_status_name(name)
                 if parsed is not None:
                     listing[(parsed[0], parsed[1])] = parsed[2]
-            self._listings[rank] = listing
+            self._listings[key] = listing
         return listing
 
-    def status_code(self, rank: int, jobid: int, task: int) -> int | None:
+    def status_code(self, rank: int, jobid: int, task: int,
+                    uid: int | None = None) -> int | None:
         """The exit code a wrapper recorded, if its file exists (re-listed on a miss)."""
-        code = self.listing(rank).get((jobid, task))
+        code = self.listing(rank, uid=uid).get((jobid, task))
         if code is None:
-            code = self.listing(rank, fresh=True).get((jobid, task))
+            code = self.listing(rank, fresh=True, uid=uid).get((jobid, task))
         return code
 
-    def has_files(self, rank: int, jobid: int) -> bool:
-        """Whether any file of ``jobid`` exists in ``rank``'s directory."""
+    def has_files(self, rank: int, jobid: int, uid: int | None = None) -> bool:
+        """Whether any file of ``jobid`` exists in ``rank``'s directory (or ``uid``'s)."""
         prefix = f"{jobid}."
-        return any(n.startswith(prefix) for n in self._names(rank))
+        return any(n.startswith(prefix) for n in self._list(self.directory(rank, uid)))
 
     def sweep(self, rank: int, finished: Container[int]) -> None:
         """Remove the files of the ``finished`` jobs of ``rank``.
@@ -183,29 +240,38 @@ class TaskFiles:
         Files of jobs the worker does not know stay: they belong to a start
         whose effect was never recorded, still pending, which will adopt them.
         """
-        for name in self._names(rank):
+        for directory, name in self._names(rank):
             head = name.split(".", 1)[0]
             if head.isdigit() and int(head) in finished:
-                unlink(os.path.join(self.rank_dirs[rank], name))
+                unlink(os.path.join(directory, name))
 
     def attach(self, job: ExecJob, task: TaskProc, offsets: Mapping[str, int]) -> None:
         """Reopen a task's forwarded output files at the recorded offsets (stream name ->)."""
+        uid = self.owner_of(job)
         for flag, name, suffix, _fd in STREAMS:
             if flag not in job.forward:
                 continue
-            path = self.path(job.rank, job.id, task.rank, suffix)
-            try:
-                fd: int | None = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                fd = None
+            path = os.path.join(self.directory(job.rank, uid), f"{job.id}.{task.rank}.{suffix}")
+            fd = _open_task_file(path, uid)
             stream = Stream(name, path, fd, int(offsets.get(name, 0)))
             stream.done = fd is None  # nothing to forward if the file is gone
             task.streams.append(stream)
 
     def create(self, job: ExecJob, task: TaskProc, name: str, suffix: str) -> int:
         """Create a task's forwarded output file; its fd (the task's copy is dup2'ed from it)."""
-        path = self.path(job.rank, job.id, task.rank, suffix)
-        fd = high_fd(os.open(path, _O_OUT, 0o600))
+        uid = self.owner_of(job)
+        path = self.path(job.rank, job.id, task.rank, suffix, uid)
+        if uid is None:
+            fd = high_fd(os.open(path, _O_OUT, 0o600))
+        else:
+            # the user's directory: a name of theirs goes, a link is never followed
+            unlink(path)
+            fd = high_fd(os.open(path, _O_OUT_USER, 0o600))
+            try:
+                os.fchown(fd, uid, -1)
+            except OSError:
+                os.close(fd)
+                raise
         # The task writes through its copy; we read with pread at our own
         # offset, so the shared file position does not matter.
         task.streams.append(Stream(name, path, fd))
@@ -217,10 +283,44 @@ class TaskFiles:
             for stream in task.streams:
                 unlink(stream.path)
             if task.code is not None:
-                unlink(self.path(job.rank, job.id, task.rank, f"st.{task.code}"))
+                unlink(os.path.join(self.directory(job.rank, self.owner_of(job)),
+                                    f"{job.id}.{task.rank}.st.{task.code}"))
 
-    def _names(self, rank: int) -> list[str]:
+    @staticmethod
+    def _list(directory: str) -> list[str]:
         try:
-            return os.listdir(self.rank_dirs[rank])
+            return os.listdir(directory)
         except OSError:
             return []
+
+    def _names(self, rank: int) -> list[tuple[str, str]]:
+        """(directory, name) of every file of ``rank``: its directory's and its users'."""
+        base = self.rank_dirs[rank]
+        out = []
+        for name in self._list(base):
+            if name.startswith(USER_DIR_PREFIX) and name[1:].isdigit():
+                user_dir = os.path.join(base, name)
+                out += [(user_dir, n) for n in self._list(user_dir)]
+            else:
+                out.append((base, name))
+        return out
+
+
+def _open_task_file(path: str, uid: int | None) -> int | None:
+    """Reopen a task's forwarded output file (None when it is gone).  In a user's
+    directory only the regular file the worker made is taken: not a link, and not a
+    file of anyone but that user (the user could have swapped the name)."""
+    if uid is None:
+        try:
+            return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != uid or info.st_nlink != 1:
+        os.close(fd)
+        return None
+    return fd

@@ -1,13 +1,21 @@
 """Tasks as processes: spawning them under the wrapper, signalling, and noticing their end.
 
-Each task runs as ``/bin/sh -c WRAPPER <marker> <cwd> <status-prefix> CMD...``
-started with ``posix_spawn`` in its own session (process group = its pid),
-stdin ``/dev/null``, signals reset to default; its stdout/stderr go to files
-(docs/exec.md, "Real execution").  Nothing of a task depends on the worker,
-so tasks outlive it.  :class:`Launcher` checks and spawns a job's share,
-:func:`signal_tasks` signals their process groups, :class:`TaskWatcher`
-holds a ``pidfd`` per running task so that an exit wakes the loop's
-``poll()`` at once, and reaps the worker's own children.
+Each task runs as ``/bin/sh -c WRAPPER <marker> <cwd> <status-prefix> <out>
+<err> CMD...`` started in its own session (process group = its pid), stdin
+``/dev/null``, signals reset to default; its stdout/stderr go to files
+(docs/exec.md, "Real execution").  Tasks run as the worker's user are started
+with ``posix_spawn``.  A root worker runs other users' jobs as their owners
+(:class:`Account`): ``posix_spawn`` cannot change the user, so those tasks
+are started by :class:`subprocess.Popen` with ``user``/``group``/
+``extra_groups``, whose child does ``setgroups``, ``setregid`` and
+``setreuid`` in C between fork and exec (no Python runs there, no helper
+program, no ``preexec_fn``); such a task's files are opened by the wrapper,
+as the owner, never by root (docs/security.md, "Jobs run as their users").
+Nothing of a task depends on the worker, so tasks outlive it.
+:class:`Launcher` checks and spawns a job's share, :func:`signal_tasks`
+signals their process groups, :class:`TaskWatcher` holds a ``pidfd`` per
+running task so that an exit wakes the loop's ``poll()`` at once, and reaps
+the worker's own children.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import pwd
 import resource
 import select
 import signal
+import subprocess
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
@@ -39,20 +49,28 @@ from fluxes.domain.exec.layout import (
 from fluxes.proc.exec_files import TaskFiles, close_stream, high_fd
 
 SH = "/bin/sh"
-#: The task wrapper: $1 cwd, $2 status file prefix, then the command.  Signals
+#: The task wrapper: $1 cwd, $2 status file prefix, $3/$4 files the task's
+#: stdout/stderr are appended to ("": as given), then the command.  Signals
 #: the job may be killed with are caught (so the wrapper outlives the task and
 #: records its status) and reset to default in the task; the subshell makes
 #: even a shell builtin run as a separate process (dash execs the command in
-#: it directly, so there is no extra fork).  ``true`` (not the special builtin
-#: ``:``) creates the status file, so a failed redirection cannot end the shell.
+#: it directly, so there is no extra fork), and opens the output files as the
+#: task's user (a failure ends only the subshell, with status 2).  ``true``
+#: (not the special builtin ``:``) creates the status file, so a failed
+#: redirection cannot end the shell.
 WRAPPER = (
     "trap : HUP INT QUIT TERM USR1 USR2 ALRM\n"
-    "d=$1 f=$2\n"
-    "shift 2\n"
-    'if cd -- "$d"; then ( "$@" ); s=$?; else s=126; fi\n'
+    "d=$1 f=$2 o=$3 e=$4\n"
+    "shift 4\n"
+    'if cd -- "$d"; then ( [ -z "$o" ] || exec >>"$o"; [ -z "$e" ] || exec 2>>"$e"; "$@" )'
+    "; s=$?; else s=126; fi\n"
     'true 2>/dev/null >"$f.$s"\n'
     'exit "$s"\n'
 )
+#: Creates (truncating) the files named, as the job's user; prints the first it cannot.
+TRUNCATE = 'for f do true 2>/dev/null >"$f" || { printf %s "$f"; exit 1; }; done'
+#: How long a user account looked up is trusted.
+ACCOUNT_CACHE_S = 2.0
 #: Signals reset to their default action in the wrapper (and so in the task).
 _SIGDEF = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 #: How long a command lookup (PATH search) is trusted.
@@ -69,12 +87,37 @@ class StartFailed(ValueError):
         self.code = code
 
 
+class Account(NamedTuple):
+    """The UNIX user a job's tasks run as (not the worker's): ids, groups, home."""
+
+    uid: int
+    gid: int
+    groups: tuple[int, ...]
+    name: str
+    home: str
+
+
+def lookup_account(uid: int) -> Account:
+    """``uid``'s account on this host; ValueError (the job's exec error) when it has none."""
+    try:
+        entry = pwd.getpwuid(uid)
+    except KeyError:
+        raise ValueError(f"exec: uid {uid} has no account on this host") from None
+    try:
+        groups = tuple(os.getgrouplist(entry.pw_name, entry.pw_gid))
+    except OSError:
+        groups = (entry.pw_gid,)
+    return Account(uid, entry.pw_gid, groups, entry.pw_name, entry.pw_dir)
+
+
 class Prepared(NamedTuple):
-    """A job's command, working directory and environment, checked before spawning."""
+    """A job's command, working directory and environment, checked before spawning;
+    ``account`` is the user its tasks run as (None: the worker's own)."""
 
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    account: Account | None = None
 
 
 def raise_fd_limit() -> None:
@@ -135,6 +178,9 @@ class TaskWatcher:
     def __init__(self, fds: Iterable[int] = ()) -> None:
         self.children: set[int] = set()
         self.reaped: dict[int, tuple[int, int | None]] = {}
+        # Tasks started by Popen (as other users): kept until we reap them, since a
+        # Popen dropped while its child runs would have subprocess reap it for us.
+        self.popens: dict[int, subprocess.Popen[bytes]] = {}
         self._fixed = list(fds)
         self.pidfds: dict[int, tuple[tuple[int, int], TaskProc]] = {}
         self.woken: set[tuple[int, int]] = set()
@@ -215,24 +261,32 @@ class TaskWatcher:
         except ChildProcessError:
             task.own = False
             self.children.discard(task.pid)
+            self.popens.pop(task.pid, None)
             return None
         if pid == 0:
             task.exited = False
             return False
         self.children.discard(task.pid)
+        self._reaped_popen(task.pid, ws)
         task.status, task.code = wait_result(ws)
         self.reaped[task.pid] = (task.status, task.code)
         return True
+
+    def _reaped_popen(self, pid: int, ws: int) -> None:
+        popen = self.popens.pop(pid, None)
+        if popen is not None:
+            popen.returncode = ws  # reaped by us: it has nothing left to wait for
 
     def reap_strays(self, claimed: Iterable[int]) -> None:
         """Reap our children that no job claims (their status files stay)."""
         for pid in list(self.children - set(claimed)):
             try:
-                done, _ws = os.waitpid(pid, os.WNOHANG)
+                done, ws = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                done = pid
+                done, ws = pid, 0
             if done:
                 self.children.discard(pid)
+                self._reaped_popen(pid, ws)
 
     def close(self) -> None:
         """Close the pidfds."""
@@ -257,6 +311,19 @@ class Launcher:
         self.cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else frozenset()
         self._commands: dict[tuple[str, str | None, str], tuple[float, str | None]] = {}
+        self._accounts: dict[int, tuple[float, Account]] = {}
+
+    def account(self, uid: int) -> Account:
+        """:func:`lookup_account`, remembered for a moment (it reads the user databases)."""
+        now = time.monotonic()
+        hit = self._accounts.get(uid)
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        if len(self._accounts) > 1024:
+            self._accounts.clear()
+        found = lookup_account(uid)
+        self._accounts[uid] = (now + ACCOUNT_CACHE_S, found)
+        return found
 
     def _command_error(self, argv0: str, path: str | None, cwd: str) -> str | None:
         """:func:`command_error`, remembered for a moment (a PATH search costs ~10 stats)."""
@@ -271,46 +338,65 @@ class Launcher:
         self._commands[key] = (now + COMMAND_CACHE_S, problem)
         return problem
 
-    def prepare(self, spec: Mapping[str, Any]) -> Prepared:
+    def prepare(self, spec: Mapping[str, Any], user: int | None = None) -> Prepared:
         """The job's command, cwd and environment; ValueError (or :class:`StartFailed`)
-        when a shell could not run it: a missing working directory, command not found."""
+        when a shell could not run it: a missing working directory, command not found.
+
+        ``user`` is the uid the tasks run as when not the worker's (a root worker
+        running another user's job): their home is the default working directory
+        and ``HOME``, ``USER`` and ``LOGNAME`` are theirs (the worker's are not
+        handed to them); what they may access is checked as them when they run.
+        """
         argv = task_command(spec)
-        cwd = job_cwd(spec) or self.default_cwd
+        account = None if user is None else self.account(user)
+        base = self.base_env
+        default_cwd = self.default_cwd
+        if account is not None:
+            base = {**base, "HOME": account.home, "USER": account.name,
+                    "LOGNAME": account.name}
+            default_cwd = account.home if os.path.isdir(account.home) else "/"
+        cwd = job_cwd(spec) or default_cwd
         if not os.path.isdir(cwd):
             raise ValueError(f"cannot change directory to {cwd!r}: "
                              f"{os.strerror(errno.ENOENT)}")
-        env = job_environment(self.base_env, environment_overlay(spec))
+        env = job_environment(base, environment_overlay(spec))
         problem = self._command_error(argv[0], env.get("PATH"), cwd)
         if problem:
             # as a shell (and flux's job shell) would: 127 not found, 126 not executable
             raise StartFailed(problem, 127 if problem.endswith(os.strerror(errno.ENOENT))
                               else 126)
-        return Prepared(argv, cwd, env)
+        return Prepared(argv, cwd, env, account)
 
     def launch(self, job: ExecJob, plan: RunPlan, prepared: Prepared) -> None:
         """Spawn ``job``'s tasks on its rank (appended to ``job.tasks`` and watched).
 
         ValueError when a user output file cannot be opened (nothing runs);
         a failed spawn is the job's error, the tasks already started killed.
+        A job run as another user opens its output files as that user: the
+        first rank creates (truncates) them before any task starts, and each
+        task's wrapper appends to them.
         """
         files = OutputFiles(first_rank=plan.first_rank)
         name = job_name(plan.spec)
         paths: dict[tuple[int, int], str] = {}
         templates = (plan.outputs.stdout, plan.outputs.stderr)
-        try:
-            for task in plan.share.tasks():
-                for (_flag, _name, _suffix, fd_no), template in zip(STREAMS, templates,
-                                                                     strict=True):
-                    if template is not None:
-                        path = os.path.join(prepared.cwd, expand_template(
-                            template, jobid=job.id, name=name, taskid=task.rank,
-                            rank=job.rank))
-                        paths[(task.rank, fd_no)] = path
-                        files.open(path)
-        except OSError as exc:
-            files.close()
-            raise ValueError(f"cannot open output file {exc.filename!r}: "
-                             f"{exc.strerror}") from None
+        for task in plan.share.tasks():
+            for (_flag, _name, _suffix, fd_no), template in zip(STREAMS, templates,
+                                                                 strict=True):
+                if template is not None:
+                    paths[(task.rank, fd_no)] = os.path.join(prepared.cwd, expand_template(
+                        template, jobid=job.id, name=name, taskid=task.rank, rank=job.rank))
+        if prepared.account is not None:
+            if plan.first_rank and paths:
+                truncate_as(prepared.account, sorted(set(paths.values())))
+        else:
+            try:
+                for path in paths.values():
+                    files.open(path)
+            except OSError as exc:
+                files.close()
+                raise ValueError(f"cannot open output file {exc.filename!r}: "
+                                 f"{exc.strerror}") from None
         try:
             self._spawn_all(job, plan, prepared, files, paths)
         finally:
@@ -328,31 +414,41 @@ class Launcher:
                 actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull,
                                                    os.O_RDONLY, 0)]
                 proc = TaskProc(task.rank, 0, True)
+                fds: dict[int, int] = {}  # task fd -> the worker's fd it is a copy of
+                appends = ["", ""]  # files the wrapper opens as the task's user
                 for flag, sname, suffix, fd_no in STREAMS:
                     user_path = paths.get((task.rank, fd_no))
                     if user_path is not None:
-                        actions.append((os.POSIX_SPAWN_DUP2, files.fds[user_path], fd_no))
+                        if prepared.account is None:
+                            fds[fd_no] = files.fds[user_path]
+                        else:
+                            appends[fd_no - 1] = user_path
                     elif flag in job.forward:
-                        fd = self.files.create(job, proc, sname, suffix)
-                        actions.append((os.POSIX_SPAWN_DUP2, fd, fd_no))
+                        fds[fd_no] = self.files.create(job, proc, sname, suffix)
+                actions += [(os.POSIX_SPAWN_DUP2, fd, fd_no) for fd_no, fd in fds.items()]
                 task_env = task_environment(prepared.env, jobid=job.id, layout=plan.layout,
                                             share=share, task=task, cwd=prepared.cwd,
                                             uri=self.uri, gpu_affinity=gpu_affinity)
-                status_prefix = self.files.path(job.rank, job.id, task.rank, "st")
+                status_prefix = self.files.path(job.rank, job.id, task.rank, "st",
+                                                self.files.owner_of(job))
                 wrapper_argv = ["sh", "-c", WRAPPER, marker(self.ns, job.rank, job.id, task.rank),
-                                prepared.cwd, status_prefix, *prepared.argv]
+                                prepared.cwd, status_prefix, *appends, *prepared.argv]
                 if saved is not None:
                     cores = self.cpus & set(task.cores if cpu_affinity == "per-task"
                                             else share.cores)
                     if cores:
                         os.sched_setaffinity(0, cores)
                 try:
-                    # The command is the job's own, run as the worker's user (a
-                    # root worker refuses other users' jobs), without a shell
-                    # parsing it: the wrapper passes it on as "$@".
-                    proc.pid = os.posix_spawn(SH, wrapper_argv, task_env,
-                                              file_actions=actions, setsid=True,
-                                              setsigdef=_SIGDEF, setsigmask=())
+                    # The command is the job's own, run without a shell parsing it
+                    # (the wrapper passes it on as "$@"), as the worker's user or,
+                    # from a root worker, as the job's owner.
+                    if prepared.account is None:
+                        proc.pid = os.posix_spawn(SH, wrapper_argv, task_env,
+                                                  file_actions=actions, setsid=True,
+                                                  setsigdef=_SIGDEF, setsigmask=())
+                    else:
+                        proc.pid = self._spawn_as(prepared.account, wrapper_argv, task_env,
+                                                  fds)
                 except OSError:
                     for stream in proc.streams:
                         close_stream(stream)
@@ -360,8 +456,8 @@ class Launcher:
                 self.watcher.children.add(proc.pid)
                 self.watcher.watch(job.key, proc)
                 job.tasks.append(proc)
-        except OSError as exc:
-            job.error = f"exec: cannot start task: {exc.strerror or exc}"
+        except (OSError, subprocess.SubprocessError) as exc:
+            job.error = f"exec: cannot start task: {getattr(exc, 'strerror', None) or exc}"
             job.started = False
             signal_tasks(job.tasks, signal.SIGKILL)
             job.escalated = True
@@ -369,3 +465,30 @@ class Launcher:
             if saved is not None:
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(0, saved)
+
+    def _spawn_as(self, account: Account, argv: list[str], env: Mapping[str, str],
+                  fds: Mapping[int, int]) -> int:
+        """Start the wrapper as ``account`` (see the module's docstring); its pid."""
+        popen = subprocess.Popen(  # noqa: S603 (the wrapper; the job's command is "$@")
+            argv, executable=SH, stdin=subprocess.DEVNULL,
+            stdout=fds.get(1, subprocess.DEVNULL), stderr=fds.get(2, subprocess.DEVNULL),
+            env=env, cwd="/", close_fds=True, start_new_session=True, restore_signals=True,
+            user=account.uid, group=account.gid, extra_groups=list(account.groups))
+        self.watcher.popens[popen.pid] = popen
+        return popen.pid
+
+
+def truncate_as(account: Account, paths: list[str]) -> None:
+    """Create or truncate ``paths`` as ``account`` (a job's output files, opened by its
+    user, never by root); ValueError naming the first that cannot be, as the job's error."""
+    try:
+        done = subprocess.run(  # noqa: S603 (a fixed script; the paths are arguments)
+            [SH, "-c", TRUNCATE, "sh", *paths], stdin=subprocess.DEVNULL,
+            capture_output=True, cwd="/", close_fds=True, check=False,
+            user=account.uid, group=account.gid, extra_groups=list(account.groups))
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise ValueError(f"exec: cannot open the output files as {account.name}: {exc}") \
+            from None
+    if done.returncode:
+        failed = done.stdout.decode("utf-8", "replace") or paths[0]
+        raise ValueError(f"cannot open output file {failed!r} as user {account.name}")

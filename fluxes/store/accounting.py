@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -195,11 +196,12 @@ class UsageStore:
             raise
 
     def write(self, partition: int, changes: Changes, position: str, entries_read: int | None,
-              token: str) -> None:
+              token: str, purged: Sequence[int] = ()) -> None:
         """Write what a block changed and move the folded position to ``position`` (with
         ``entries_read``, its index from the first entry; None when unknown) in one step
-        fenced by ``token``. FencedError, having written nothing, once another holder
-        took the partition's accounting lease."""
+        fenced by ``token``; the ended allocations of ``purged`` jobs go. FencedError,
+        having written nothing, once another holder took the partition's accounting
+        lease."""
         ops: list[tuple[Any, ...]] = []
         if changes.accums:
             ops += _chunked("HSET", _USAGE, _flat(
@@ -214,17 +216,36 @@ class UsageStore:
                 (c.jobid, orjson.dumps(c.to_obj())) for c in changes.charges))
             ops += _chunked("ZADD", _ENDED, _flat((repr(c.t_free), c.jobid)
                                                   for c in changes.charges))
+        if purged:
+            # after the charges: a job may end and be purged within one block
+            ops += _chunked("HDEL", _JOBS, sorted(purged), 1)
+            ops += _chunked("ZREM", _ENDED, sorted(purged), 1)
         ops.append(_position(position, entries_read))
         self._run(partition, token, ops)
 
     def reset(self, partition: int, token: str, half_life: float) -> None:
         """Empty the partition's model, record ``half_life`` and move the position to the
         journal's start, in one step fenced by ``token``: what is folded next is a
-        rebuild."""
-        self._run(partition, token, [("UNLINK", _USAGE), ("UNLINK", _OPEN), ("UNLINK", _JOBS),
-                                     ("UNLINK", _ENDED),
-                                     ("HSET", _USAGE, HALF_LIFE_FIELD, repr(half_life)),
-                                     _position("0-0", 0)])
+        rebuild.
+
+        Once the journal was trimmed, its start is gone: the model is reset to
+        the base copy instead (:func:`save_base`, taken before every trim) and the
+        position to the base's, and the ended allocations of jobs still kept are
+        left as they are (the fold after the base writes those of later ends).
+        A base decayed with another half-life keeps its figures as they are."""
+        base = load_base(self.redis, self.keys, partition)
+        if base is None:
+            self._run(partition, token, [
+                ("UNLINK", _USAGE), ("UNLINK", _OPEN), ("UNLINK", _JOBS), ("UNLINK", _ENDED),
+                ("HSET", _USAGE, HALF_LIFE_FIELD, repr(half_life)), _position("0-0", 0)])
+            return
+        usage = {k: v for k, v in base.usage.items() if k != HALF_LIFE_FIELD}
+        ops: list[tuple[Any, ...]] = [("UNLINK", _USAGE), ("UNLINK", _OPEN),
+                                      ("HSET", _USAGE, HALF_LIFE_FIELD, repr(half_life))]
+        ops += _chunked("HSET", _USAGE, _flat(usage.items()))
+        ops += _chunked("HSET", _OPEN, _flat(base.open.items()))
+        ops.append(_position(base.position, base.entries_read))
+        self._run(partition, token, ops)
 
     def take_over(self, partition: int, holder: str, ttl_ms: int) -> str:
         """Take the partition's accounting lease whoever holds it; the new fencing token
@@ -394,7 +415,14 @@ class PartitionFolder:
         if not entries:
             return
         state = self.state
+        purged: list[int] = []
         for msg_id, fields in entries:
+            if fields.get(b"n") == b"purge":
+                # the job and its record go (fluxes/store/retention.py); usage stays
+                jobid = fields.get(b"j", b"")
+                if jobid.isdigit():
+                    purged.append(int(jobid))
+                continue
             try:
                 decoded = decode_entry(fields)
                 if decoded is not None:
@@ -403,7 +431,8 @@ class PartitionFolder:
                 self.on_bad(self.stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
         position = entries[-1][0].decode()
         read = None if self.entries_read is None else self.entries_read + len(entries)
-        self.store.write(self.partition, state.take_changes(), position, read, self.token)
+        self.store.write(self.partition, state.take_changes(), position, read, self.token,
+                         purged)
         self.position, self.entries_read = position, read
         self.folded += len(entries)
 
@@ -475,6 +504,59 @@ def _rebuild_partition(client: redis.Redis, store: UsageStore, partition: int, h
         lease.release()
     return Rebuilt(partition, folder.folded, associations, len(skipped),
                    previous if previous != holder else None, folder.position)
+
+
+# ---------------------------------------------------------------- base (journal trims)
+
+
+@dataclass(frozen=True)
+class Base:
+    """The usage model as of a journal position: where a rebuild starts once the journal
+    before it was trimmed (``fluxes.store.retention.trim_journal``)."""
+
+    position: str
+    entries_read: int | None
+    #: the usage and open-jobs hashes, field -> value, as stored
+    usage: dict[str, str]
+    open: dict[str, str]
+
+
+def save_base(client: redis.Redis, keys: Keys, partition: int) -> str | None:
+    """Copy the partition's usage model and its folded position (read in one
+    transaction, so they agree) to its base key; the position, or None when the
+    model cannot be copied now (the fold left entries pending, or never ran)."""
+    journal = keys.journal(partition)
+    pipe = client.pipeline(transaction=True)
+    pipe.hgetall(keys.acct_usage(partition))
+    pipe.hgetall(keys.acct_open(partition))
+    pipe.xinfo_groups(journal)
+    usage, opened, groups = pipe.execute()
+    group = next((g for g in groups if _text(g["name"]) == GROUP_ACCOUNTING), None)
+    if group is None or group["pending"]:
+        return None
+    position = _text(group["last-delivered-id"])
+    read = group.get("entries-read")
+    doc = {"position": position, "entries_read": None if read is None else int(read),
+           "usage": {_text(k): _text(v) for k, v in usage.items()},
+           "open": {_text(k): _text(v) for k, v in opened.items()}}
+    client.set(keys.acct_base(partition), zlib.compress(orjson.dumps(doc), 1))
+    return position
+
+
+def load_base(client: redis.Redis, keys: Keys, partition: int) -> Base | None:
+    """The partition's base (None: none was taken, or it does not decode)."""
+    raw = client.get(keys.acct_base(partition))
+    if not raw:
+        return None
+    try:
+        doc = orjson.loads(zlib.decompress(raw))
+        read = doc.get("entries_read")
+        return Base(str(doc["position"]), None if read is None else int(read),
+                    {str(k): str(v) for k, v in doc["usage"].items()},
+                    {str(k): str(v) for k, v in doc["open"].items()})
+    except (zlib.error, orjson.JSONDecodeError, KeyError, TypeError, ValueError,
+            AttributeError):
+        return None
 
 
 # ---------------------------------------------------------------- fair share

@@ -9,11 +9,12 @@ together. A stale writer or a conflicting one writes nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import zlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import orjson
 import redis
@@ -59,6 +60,18 @@ class KeyTypeError(FluxesError):
 
 class BadBatchError(FluxesError, ValueError):
     """``commit.lua`` refused a malformed op (a bug in the writer). Nothing was written."""
+
+
+class NotWaitingError(FluxesError):
+    """R writes for jobs that wait for no allocation (finished, running, unknown: a
+    replayed or forged alloc request). Nothing was written."""
+
+    def __init__(self, jobids: list[int]) -> None:
+        self.jobids = jobids
+        shown = ", ".join(str(j) for j in jobids[:5])
+        more = f" and {len(jobids) - 5} more" if len(jobids) > 5 else ""
+        super().__init__(f"commit refused, nothing written: job(s) {shown}{more} "
+                         "wait for no allocation")
 
 
 #: Most fields of one outbound message (``Batch.xadd``): one XADD from Lua
@@ -169,6 +182,21 @@ class Batch:
         if ids:
             self._args += ("A", self._key(key), group, len(ids), *ids)
 
+    def set_if_waiting(self, job_key: str, eventlog_key: str, jobid: int, field: str,
+                       value: bytes | str) -> None:
+        """HSET ``field`` of a job hash, fenced on the job: only while the job waits for
+        an allocation (its eventlog shows none yet), else the commit fails with
+        :class:`NotWaitingError` naming the job (the scheduler's R, with SUCCESS)."""
+        self._args += ("R", self._key(job_key), self._key(eventlog_key), jobid, field, value)
+
+    def hincrby(self, key: str, increments: Mapping[str, int]) -> None:
+        """HINCRBY each field of a hash (counters)."""
+        if not increments:
+            return
+        self._args += ("I", self._key(key), len(increments))
+        for field, by in increments.items():
+            self._args += (field, by)
+
     def set(self, key: str, value: bytes | str, ttl_ms: int = 0) -> None:
         """Set a string key (with a TTL in milliseconds when > 0)."""
         self._args += ("S", self._key(key), ttl_ms, value)
@@ -191,10 +219,6 @@ class Batch:
         """Release the reference a job hash holds in ``field`` to ``blob_key`` (only while
         the field still names ``digest``: releasing twice releases once)."""
         self._args += ("U", self._key(job_key), field, self._key(blob_key), digest)
-
-    def materialize(self, job_key: str, blob_prefix: str, keep: bool) -> None:
-        """Exec compat: write (``keep``) or delete the job's spliced jobspec copy."""
-        self._args += ("M", self._key(job_key), "1" if keep else "0", blob_prefix)
 
     def script_args(self, token: str) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV for ``commit.lua``."""
@@ -272,6 +296,11 @@ class ReplayResult:
     last_id: str
     events: int
     broken: dict[int, str]
+    #: jobs whose ``purge`` entry was folded (they are in no other field)
+    purged: set[int] = dataclasses.field(default_factory=set)
+    #: history before this time (UNIX seconds) is gone: trimmed from the journal and
+    #: not in the archive read (None: the replay saw all of it)
+    purged_before: float | None = None
 
     @property
     def jobs(self) -> dict[int, Job]:
@@ -363,6 +392,25 @@ class EventStore:
         """The job's events in order; [] for an unknown job."""
         return [event for _, event in self.eventlog_entries(jobid)]
 
+    def eventlog_heads(self, jobids: Sequence[int], count: int = 3
+                       ) -> list[list[RawEvent] | str]:
+        """The first ``count`` entries of each job's eventlog as stored (name, timestamp,
+        context; one round trip for jobs of one partition, one per partition
+        otherwise), or why they cannot be read: what the job manager compares a
+        new-job message with (raw: decoding them would cost more than the read)."""
+        by_slot: dict[str, list[int]] = {}
+        for n, jobid in enumerate(jobids):
+            key = self.keys.eventlog(jobid)
+            by_slot.setdefault(key[:key.index("}") + 1], []).append(n)
+        out: list[list[RawEvent] | str] = [""] * len(jobids)
+        for positions in by_slot.values():
+            keys = [self.keys.eventlog(jobids[n]) for n in positions]
+            replies = self.direct(keys[0]).execute(
+                [("XRANGE", key, "-", "+", "COUNT", count) for key in keys])
+            for n, reply in zip(positions, replies, strict=True):
+                out[n] = _heads(reply)
+        return out
+
     def job_exists(self, jobid: int) -> bool:
         """True when the job has an eventlog."""
         return bool(self.redis.exists(self.keys.eventlog(jobid)))
@@ -381,8 +429,14 @@ class EventStore:
             yield [journal_entry(sid, fields) for sid, fields in entries]
 
     def _iter_raw(self, partition: int, after: str = "0-0", until: str = "+",
-                  block: int = READ_BLOCK) -> Iterator[list[tuple[bytes, list[bytes]]]]:
-        """Raw journal entries (id, flat field list) strictly after ``after``."""
+                  block: int = READ_BLOCK, archive: Archive | None = None
+                  ) -> Iterator[list[tuple[bytes, list[bytes]]]]:
+        """Raw journal entries (id, flat field list) strictly after ``after``: with
+        ``archive``, first the archived ones, then the journal after them."""
+        if archive is not None:
+            for entries in archive.read(after, None if until == "+" else until, block):
+                yield entries
+                after = entries[-1][0].decode()
         key = self.keys.journal(partition)
         start = "(" + after if after not in ("0-0", "-") else "-"
         while True:
@@ -402,9 +456,36 @@ class EventStore:
         last = self.redis.xrevrange(self.keys.journal(partition), count=1)
         return last[0][0].decode() if last else "0-0"
 
+    def history(self, partition: int, after: str = "0-0", until: str = "+",
+                archive: Archive | None = None
+                ) -> tuple[Iterator[list[JournalEntry]], float | None]:
+        """Journal entries after ``after`` in blocks, reading ``archive`` first for what
+        was trimmed (``fluxes eventlog journal``), and the time before which history
+        is gone for this reader (None: none is): see :meth:`purged_before`."""
+        gap = self.purged_before(partition, archive) if after in ("0-0", "-") else None
+        blocks = self._iter_raw(partition, after, until, archive=archive)
+        return ([journal_entry(sid, f) for sid, f in entries] for entries in blocks), gap
+
+    def purged_before(self, partition: int, archive: Archive | None) -> float | None:
+        """The time before which the partition's history is gone for a reader of the
+        journal and ``archive``: trimmed from the journal and not archived, or
+        archived where ``archive`` does not reach (another host's directory); None
+        when nothing is missing."""
+        from fluxes.store.retention import read_trim_state
+
+        trim = read_trim_state(self.redis, self.keys, partition)
+        if not trim.was_trimmed:
+            return None
+        if archive is None or not archive.holds(trim.trimmed):
+            return trim.trimmed_t if trim.trimmed_t is not None else 0.0
+        if trim.lost_until != "0-0":
+            return trim.lost_t if trim.lost_t is not None else 0.0
+        return None
+
     def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",
                until_time: float | None = None, drop_inactive: bool = False,
-               until_margin: float = UNTIL_MARGIN_S) -> ReplayResult:
+               until_margin: float = UNTIL_MARGIN_S,
+               archive: Archive | None = None) -> ReplayResult:
         """Fold the journal (after ``start``, if given) into job records.
 
         ``until_time`` gives every job as it was at that UNIX time (time
@@ -416,11 +497,28 @@ class EventStore:
         they are INACTIVE (what a job manager needs). A job whose events do
         not apply is reported in ``broken`` with the reason, and its later
         events are skipped.
+
+        A ``purge`` entry drops its job (listed in ``purged``; with
+        ``until_time``, only a purge stamped by then). Once the journal was
+        trimmed, the entries of a job whose beginning went with the trim are
+        passed over (only purged jobs' entries are trimmed, fluxes.store.retention);
+        ``archive`` is read first for what was trimmed, and ``purged_before``
+        says from when history is whole.
         """
+        from fluxes.store.retention import read_trim_state
+
         records: dict[int, JobRecord] = dict(start.records) if start else {}
         broken: dict[int, str] = {}
         last = start.journal_id if start else "0-0"
         count = 0
+        trimmed = read_trim_state(self.redis, self.keys, partition).was_trimmed
+        purged: set[int] = set()
+        orphans: set[bytes] = set()  # jobs whose beginning was trimmed
+        gap = None
+        if start is None and trimmed:
+            gap = self.purged_before(partition, archive)
+        else:
+            archive = None  # after a checkpoint: the journal holds everything needed
         # jobs that reached an entry stamped after until_time: their later
         # entries are skipped too, since a job's state is a fold of a prefix
         frozen: set[bytes] = set()
@@ -434,13 +532,29 @@ class EventStore:
         # fold_common folds in one step (docs/eventlog.md, "Figures").
         whole_jobs = until_time is None and not drop_inactive
         fold = self._fold
-        for block in self._iter_raw(partition, after=last, until=until):
+        for block in self._iter_raw(partition, after=last, until=until, archive=archive):
             for raw in block:
                 fields = raw[1]
+                if until_time is not None and stop_ms is not None \
+                        and _id_ms(raw[0]) > stop_ms:
+                    self._fold_buffered(buffered, records, broken)
+                    return ReplayResult(records, last, count, broken, purged, gap)
+                name = fields[5] if len(fields) > 5 and fields[4] == b"n" \
+                    else _entry_name(fields)
+                if name == _PURGE or trimmed:
+                    jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
+                    if name == _PURGE:
+                        if until_time is None or _job_and_stamp(raw)[1] <= until_time:
+                            self._drop(jobkey, records, broken, buffered, purged)
+                        continue
+                    if jobkey in orphans:
+                        continue
+                    if name != b"submit" and jobkey not in buffered and not (
+                            jobkey.isdigit() and (int(jobkey) in records
+                                                  or int(jobkey) in broken)):
+                        orphans.add(jobkey)
+                        continue
                 if until_time is not None:
-                    if stop_ms is not None and _id_ms(raw[0]) > stop_ms:
-                        self._fold_buffered(buffered, records, broken)
-                        return ReplayResult(records, last, count, broken)
                     jobkey, stamp = _job_and_stamp(raw)
                     if jobkey in frozen:
                         continue
@@ -455,7 +569,6 @@ class EventStore:
                     # whole (in one step when their history is the common one)
                     jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
                     pending = buffered.get(jobkey)
-                    name = _entry_name(fields)
                     if pending is not None:
                         pending.append(raw)
                         if name in _TERMINAL:
@@ -469,7 +582,6 @@ class EventStore:
                 if drop_inactive:
                     jobkey = fields[1] if fields[0] == b"j" else _field_bytes(fields, b"j")
                     if int(jobkey) not in records:
-                        name = fields[5] if fields[4] == b"n" else _field_bytes(fields, b"n")
                         if name == b"submit":
                             buffered[jobkey] = [raw]
                         else:
@@ -490,7 +602,19 @@ class EventStore:
             if block:
                 last = block[-1][0].decode()
         self._fold_buffered(buffered, records, broken)
-        return ReplayResult(records, last, count, broken)
+        return ReplayResult(records, last, count, broken, purged, gap)
+
+    @staticmethod
+    def _drop(jobkey: bytes, records: dict[int, JobRecord], broken: dict[int, str],
+              buffered: dict[bytes, list[tuple[bytes, list[bytes]]]],
+              purged: set[int]) -> None:
+        """Forget a purged job, whatever replay held of it."""
+        buffered.pop(jobkey, None)
+        if jobkey.isdigit():
+            jobid = int(jobkey)
+            records.pop(jobid, None)
+            broken.pop(jobid, None)
+            purged.add(jobid)
 
     @staticmethod
     def _fold(records: dict[int, JobRecord], broken: dict[int, str],
@@ -563,10 +687,26 @@ class EventStore:
     def restore(self, partition: int, drop_inactive: bool = True) -> tuple[ReplayResult, bool]:
         """Checkpoint plus the journal after it; a bad checkpoint means a full replay.
 
-        Returns the replay and whether a checkpoint was used.
+        Returns the replay and whether a checkpoint was used. A job of the
+        checkpoint that was purged after it, its end and its ``purge`` entry trimmed
+        since (a checkpoint may be older than the journal's trim point), is
+        dropped: its eventlog is gone.
         """
         checkpoint = self.load_checkpoint(partition)
         result = self.replay(partition, start=checkpoint, drop_inactive=drop_inactive)
+        if checkpoint is not None and result.records:
+            from fluxes.store.direct import execute_grouped
+            from fluxes.store.retention import read_trim_state
+
+            if read_trim_state(self.redis, self.keys, partition).was_trimmed:
+                ids = sorted(result.records)
+                found = execute_grouped(self.redis, [(self.keys.eventlog(j),
+                                                      ("EXISTS", self.keys.eventlog(j)))
+                                                     for j in ids])
+                for jobid, there in zip(ids, found, strict=True):
+                    if not there:
+                        del result.records[jobid]
+                        result.purged.add(jobid)
         return result, checkpoint is not None
 
     # ------------------------------------------------------------ export
@@ -577,12 +717,62 @@ class EventStore:
 
 
 _INACTIVE = JobState.INACTIVE
+#: The journal-only entry of a purged job (fluxes.domain.retention.PURGE_EVENT).
+_PURGE = b"purge"
+
+
+class Archive(Protocol):
+    """What replay reads trimmed journal entries from (fluxes.store.archive)."""
+
+    def read(self, after: str = "0-0", until: str | None = None,
+             block: int = READ_BLOCK) -> Iterator[list[tuple[bytes, list[bytes]]]]:
+        """Archived raw entries after ``after`` (up to ``until``), in order, in blocks."""
+        ...
+
+    def holds(self, stream_id: str) -> bool:
+        """True when the archive holds every archived entry up to ``stream_id``."""
+        ...
 #: Events after which a job is INACTIVE.
 _TERMINAL = frozenset({b"clean", b"invalidate"})
 
 
 def _raw_reply(response: Any, **options: Any) -> Any:
     return response
+
+
+class RawEvent(NamedTuple):
+    """An eventlog entry's fields as stored: name, timestamp, context (None: empty)."""
+
+    name: bytes
+    timestamp: bytes
+    context: bytes | None
+
+
+def _heads(reply: Any) -> list[RawEvent] | str:
+    """The entries of a raw XRANGE reply, or why they cannot be read."""
+    if isinstance(reply, redis.ResponseError):
+        return one_line_error(reply)
+    events: list[RawEvent] = []
+    try:
+        for _sid, fields in reply:
+            if isinstance(fields, list) and len(fields) in (4, 6) and fields[0] == b"n" \
+                    and fields[2] == b"t" and (len(fields) == 4 or fields[4] == b"c"):
+                # as commit.lua writes them: n, t, then c when there is a context
+                events.append(RawEvent(fields[1], fields[3],
+                                       fields[5] if len(fields) == 6 else None))
+                continue
+            pairs = fields if isinstance(fields, dict) else \
+                dict(zip(fields[::2], fields[1::2], strict=False))
+            events.append(RawEvent(pairs[b"n"], pairs[b"t"], pairs.get(b"c")))
+    except (KeyError, TypeError, ValueError) as exc:
+        return f"its eventlog does not decode: {one_line_error(exc)}"
+    return events
+
+
+def one_line_error(exc: BaseException) -> str:
+    """An exception as one short line."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text[:200]
 
 
 def _entry_name(fields: list[bytes]) -> bytes:
@@ -638,6 +828,8 @@ def _commit_error(exc: redis.ResponseError) -> FluxesError:
         return KeyTypeError(f"commit refused, nothing written: {text[8:]}")
     if text.startswith("BADOP "):
         return BadBatchError(f"commit refused, nothing written: malformed op {text[6:]}")
+    if text.startswith("NOTWAITING "):
+        return NotWaitingError([int(j) for j in text[11:].split(",") if j.isdigit()])
     if text.startswith("CONFLICT "):
         conflicts = {}
         for item in text[9:].split(","):

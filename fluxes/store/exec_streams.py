@@ -4,11 +4,14 @@
   its jobs' records, each request stream's ``exec`` group position, the
   instance's resource inventory (hostnames);
 * :meth:`ExecStreams.read` reads the served ranks' requests (pending ones
-  first after a restart) in one round trip, :meth:`ExecStreams.fetch` the job
-  hash fields new starts need;
+  first after a restart) in one round trip, :meth:`ExecStreams.fetch` what new
+  starts need of their jobs (through :mod:`fluxes.store.jobhash`), and
+  :meth:`ExecStreams.identities` what a root worker checks before it runs a
+  job as its owner (the submit events' userids, the registered users);
 * :meth:`ExecStreams.flush` writes an :class:`~fluxes.domain.exec.outbox.Outbox`
-  in one MULTI in the global slot (output, records, acknowledgements,
-  registry, reports), reports to partitions in other slots right after;
+  in one MULTI in the global slot (output, records, acknowledgements with the
+  dead letters of refused requests, registry, reports), reports to partitions
+  in other slots right after;
 * :class:`Waker` keeps a blocking read outstanding so that the loop can wait
   in ``poll()`` for a new request, a task exit and a timer at once.
 
@@ -19,18 +22,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
+import socket
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+import hiredis
 import orjson
 import redis
+from hiredis import pack_command
 
 from fluxes.domain.exec import intake, records
 from fluxes.domain.exec.intake import Entry
-from fluxes.domain.exec.jobs import START_FIELDS
+from fluxes.domain.exec.jobs import StartFacts
 from fluxes.domain.exec.outbox import Outbox
 from fluxes.domain.sched.inventory import Inventory
+from fluxes.store import jobhash
 from fluxes.store.direct import Direct, execute_grouped, stream_entries
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_EXEC, Keys
@@ -43,7 +51,8 @@ WAKE_BLOCK_MS = 1000
 #: read at once, so longer only when Redis is unreachable (the helper then
 #: cleans up by itself when its read fails).
 CLOSE_WAIT_S = 1.0
-
+#: Entries kept in the dead-letter stream (approximate trim), as every worker keeps.
+DEAD_LETTER_MAXLEN = 10_000
 
 
 class Loaded(NamedTuple):
@@ -100,6 +109,29 @@ def _raise_errors(replies: Iterable[Any]) -> None:
             raise reply
 
 
+def submit_userid(reply: Any) -> int | None:
+    """The userid of a job's ``submit`` event, from an ``XRANGE <eventlog> - + COUNT 1``
+    reply; None when the eventlog is missing or does not begin with a readable one."""
+    try:
+        [(_id, flat)] = reply
+        fields = dict(zip(flat[::2], flat[1::2], strict=True)) if isinstance(flat, list) \
+            else flat
+        if fields.get(b"n") != b"submit":
+            return None
+        userid = orjson.loads(fields.get(b"c") or b"{}").get("userid")
+    except (ValueError, TypeError, AttributeError, orjson.JSONDecodeError):
+        return None
+    return userid if isinstance(userid, int) and not isinstance(userid, bool) else None
+
+
+class Identities(NamedTuple):
+    """What a root exec worker checks before running jobs as their owners."""
+
+    submitters: dict[int, int | None]  # job -> userid of its submit event
+    registered: frozenset[int]  # the uids of the users of ``fluxes admin adduser``
+    instance_owner: int  # the instance owner's uid
+
+
 class ExecStreams:
     """The Redis keys of the exec worker serving ``ranks``."""
 
@@ -109,6 +141,8 @@ class ExecStreams:
         self.ranks = list(ranks)
         self.streams = {r: keys.exec_rank(r) for r in self.ranks}
         self.direct = Direct(client, keys.exec_registry)  # its own: the global slot
+        self.hashes = jobhash.JobHashes(client, keys)  # keeps the blobs it read
+        self.dead_letter_maxlen = DEAD_LETTER_MAXLEN
 
     def load(self) -> Loaded:
         """Create the ``exec`` groups; read the records, group positions and inventory."""
@@ -141,36 +175,47 @@ class ExecStreams:
         _raise_errors(replies)
         return {rank: entries(reply) for rank, reply in zip(self.ranks, replies, strict=True)}
 
-    def fetch(self, jobids: Iterable[int]) -> dict[int, tuple[Any, ...]]:
-        """(jobspec, R, owner, result) of each job, in one round trip (per slot)."""
+    def fetch(self, jobids: Iterable[int]) -> dict[int, StartFacts]:
+        """What each job's start needs (jobspec, R, owner, result), read through
+        :meth:`fluxes.store.jobhash.JobHashes.for_start`."""
+        return {jobid: StartFacts(*facts)
+                for jobid, facts in self.hashes.for_start(list(jobids)).items()}
+
+    def identities(self, jobids: Sequence[int]) -> Identities:
+        """The userid of each job's ``submit`` event, the registered users and the
+        instance owner, in one round trip (per slot on a cluster)."""
         unique = list(dict.fromkeys(jobids))
-        keys = [self.keys.job(jobid) for jobid in unique]
-        replies = execute_grouped(self.redis, [(key, ("HMGET", key, *START_FIELDS))
-                                               for key in keys])
+        keys = self.keys
+        commands: list[tuple[str, tuple[Any, ...]]] = [
+            (keys.eventlog(j), ("XRANGE", keys.eventlog(j), "-", "+", "COUNT", 1))
+            for j in unique]
+        commands += [(keys.users, ("HVALS", keys.users)),
+                     (keys.instance, ("HGET", keys.instance, "owner_uid"))]
+        replies = execute_grouped(self.redis, commands)
         _raise_errors(replies)
-        out = {}
-        for jobid, (full, submitted, r_raw, owner, result) in zip(unique, replies, strict=True):
-            # The ingest stores jobspec_full only when defaults changed the jobspec.
-            out[jobid] = (full if full is not None else submitted, r_raw, owner, result)
-        return out
+        *events, uids, owner = replies
+        registered = set()
+        for raw in uids or []:
+            with contextlib.suppress(ValueError):
+                registered.add(int(raw))
+        try:
+            instance_owner = int(owner) if owner is not None else os.getuid()
+        except ValueError:
+            instance_owner = os.getuid()
+        return Identities({j: submit_userid(e) for j, e in zip(unique, events, strict=True)},
+                          frozenset(registered), instance_owner)
 
     def gone(self, jobids: Sequence[int]) -> list[bool]:
         """For each job: is it inactive (its hash has a ``result``) or purged?"""
-        pipe = self.redis.pipeline(transaction=False)
-        for jobid in jobids:
-            key = self.keys.job(jobid)
-            pipe.hexists(key, "result")
-            pipe.exists(key)
-        replies = pipe.execute()
-        return [bool(replies[2 * i]) or not replies[2 * i + 1] for i in range(len(jobids))]
+        return self.hashes.gone(jobids)
 
     def flush(self, box: Outbox) -> None:
         """Write ``box``: one MULTI for the global slot, then reports to other slots."""
         keys = self.keys
         tx: list[tuple[Any, ...]] = []
         later: list[tuple[str, tuple[Any, ...]]] = []
-        for jobid, lines in box.output.items():
-            key = keys.output(jobid)
+        for (owner, jobid), lines in box.output.items():
+            key = keys.output(owner, jobid)
             tx.extend(_xadd(key, fields) for fields in lines)
         sets, dels = box.record_changes()
         for rank, changed in sets.items():
@@ -180,6 +225,9 @@ class ExecStreams:
             tx.append(("HDEL", keys.exec_jobs(rank), *names))
         for rank, ids in box.acks.items():
             tx.append(("XACK", self.streams[rank], GROUP_EXEC, *ids))
+        # refused requests: parked in the write that acknowledges them (one slot)
+        tx.extend(("XADD", keys.dead_letters, "MAXLEN", "~", self.dead_letter_maxlen, "*",
+                   *_flat(record)) for record in box.dead_letters)
         if box.registry:
             tx.append(("HSET", keys.exec_registry, *_flat(box.registry)))
         anchor = keys.exec_registry
@@ -204,8 +252,15 @@ class ExecStreams:
             "hostname": hostnames[rank], "pid": pid, "worker": worker, "heartbeat": now,
             "running": running.get(rank, 0)}) for rank in self.ranks}
 
-    def waker(self) -> Waker:
-        """A new :class:`Waker` on the request streams' node."""
+    def waker(self, own_socket: bool | None = None) -> Waker | SocketWaker:
+        """A new waker on the request streams' node: a :class:`SocketWaker` when the
+        client's connections are plain unix or TCP ones (``own_socket`` None), else
+        (TLS, Sentinel, cluster, RESP3, or ``own_socket`` False) a :class:`Waker`."""
+        params = socket_params(self.redis) if own_socket is not False else None
+        if params is not None:
+            return SocketWaker(self.redis, self.keys.exec_registry, params)
+        if own_socket:
+            raise ValueError("this client's connections are not plain unix or TCP ones")
         return Waker(self.redis, self.keys.exec_registry)
 
 
@@ -216,6 +271,15 @@ def _pool_for(client: Any, key: str) -> Any:
     if pool is not None:
         return pool
     return client.get_node_from_key(key).redis_connection.connection_pool
+
+
+def _wake_read(streams: Mapping[str, Any], consumer: str | None) -> tuple[Any, ...]:
+    """The blocking read a waker keeps outstanding (see :meth:`Waker.arm`)."""
+    if consumer is not None:
+        return ("XREADGROUP", "GROUP", GROUP_EXEC, consumer, "COUNT", READ_COUNT, "BLOCK",
+                WAKE_BLOCK_MS, "STREAMS", *streams.keys(), *(">" for _ in streams))
+    return ("XREAD", "COUNT", 1, "BLOCK", WAKE_BLOCK_MS, "STREAMS", *streams.keys(),
+            *streams.values())
 
 
 class Waker:
@@ -278,13 +342,7 @@ class Waker:
             self.conn = self.pool.get_connection()
             self.conn.send_command("CLIENT", "ID")
             self.client_id = self.conn.read_response()
-        if consumer is not None:
-            self.conn.send_command("XREADGROUP", "GROUP", GROUP_EXEC, consumer, "COUNT",
-                                   READ_COUNT, "BLOCK", WAKE_BLOCK_MS, "STREAMS",
-                                   *streams.keys(), *(">" for _ in streams))
-        else:
-            self.conn.send_command("XREAD", "COUNT", 1, "BLOCK", WAKE_BLOCK_MS, "STREAMS",
-                                   *streams.keys(), *streams.values())
+        self.conn.send_command(*_wake_read(streams, consumer))
         self.outstanding = True
         if self.thread is None:
             self.thread = threading.Thread(target=self._wait_for_answers,
@@ -349,3 +407,180 @@ class Waker:
         for fd in (self._r, self._w):
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+# -- a socket of our own ---------------------------------------------------------------
+
+#: How long connecting, the handshake, a send, or the rest of a reply whose beginning
+#: arrived may take before the waker gives up (a connection error for the loop).
+SOCKET_TIMEOUT_S = 10.0
+#: Bytes taken per recv.
+RECV_BYTES = 1 << 16
+
+
+def socket_params(client: Any) -> dict[str, Any] | None:
+    """How to open a connection as ``client``'s pool would, when a waker can own its
+    socket: a plain unix or TCP connection speaking RESP2 (no TLS, Sentinel, cluster);
+    None otherwise.  Only redis-py's public pool attributes are read."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return None  # a cluster client: per-node pools
+    kind = getattr(pool, "connection_class", None)
+    if kind not in (redis.connection.Connection, redis.connection.UnixDomainSocketConnection):
+        return None  # TLS (a subclass), Sentinel-managed, or something of the site's
+    params = dict(pool.connection_kwargs)
+    if params.get("protocol") not in (None, 2, "2"):
+        return None
+    params["unix"] = kind is redis.connection.UnixDomainSocketConnection
+    return params
+
+
+class SocketWaker:
+    """A :class:`Waker` that owns its connection's socket, so the loop polls the socket
+    itself: no helper thread, no pipe, no hand-over between threads per wake-up.
+
+    For plain unix and TCP connections only (:func:`socket_params`): it connects
+    where the client's pool does and logs in as redis-py would (``AUTH`` with the
+    pool's user and password or credential provider, ``CLIENT SETNAME``,
+    ``SELECT``), then sends its blocking read and parses the answer with hiredis.
+    Anything else keeps the thread (:meth:`ExecStreams.waker`).
+    """
+
+    thread = None  # no helper thread
+
+    def __init__(self, client: Any, anchor: str, params: Mapping[str, Any]) -> None:
+        self.client = client
+        self.anchor = anchor
+        self.params = params
+        self.sock: socket.socket | None = None
+        self.reader: Any = None
+        self.outstanding = False
+        self.client_id: Any = None
+
+    def fileno(self) -> int:
+        """The socket: readable when the outstanding read's answer (or the connection's
+        end) came.  Opened here if not yet (the loop registers it once per waker)."""
+        if self.sock is None:
+            self._connect()
+        assert self.sock is not None
+        return self.sock.fileno()
+
+    def _connect(self) -> None:
+        params = self.params
+        timeout = params.get("socket_connect_timeout") or SOCKET_TIMEOUT_S
+        try:
+            if params["unix"]:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                sock.connect(params["path"])
+            else:
+                sock = socket.create_connection((params.get("host") or "localhost",
+                                                 int(params.get("port") or 6379)), timeout)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if params.get("socket_keepalive"):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except OSError as exc:
+            raise redis.ConnectionError(f"exec waker cannot connect: {exc}") from None
+        self.sock = sock
+        self.reader = hiredis.Reader(replyError=redis.ResponseError)
+        try:
+            self._handshake()
+        except BaseException:
+            self._drop()
+            raise
+        sock.setblocking(False)
+
+    def _handshake(self) -> None:
+        """Log in as the pool's connections do, and learn the CLIENT ID (to unblock)."""
+        params = self.params
+        commands: list[tuple[Any, ...]] = []
+        provider = params.get("credential_provider")
+        auth = provider.get_credentials() if provider is not None else tuple(
+            a for a in (params.get("username"), params.get("password")) if a)
+        if auth and not params.get("password") and provider is None:
+            auth = ()  # a user name alone logs nobody in (redis-py sends nothing either)
+        if auth:
+            commands.append(("AUTH", *auth))
+        if params.get("client_name"):
+            commands.append(("CLIENT", "SETNAME", params["client_name"]))
+        if params.get("db"):
+            commands.append(("SELECT", params["db"]))
+        commands.append(("CLIENT", "ID"))
+        self._send(commands)
+        for command in commands:
+            reply = self._reply(blocking=True)
+            if isinstance(reply, redis.ResponseError):
+                if command[0] == "AUTH":
+                    raise redis.AuthenticationError(str(reply))
+                raise reply
+            if command[:2] == ("CLIENT", "ID"):
+                self.client_id = reply
+
+    def _send(self, commands: list[tuple[Any, ...]]) -> None:
+        assert self.sock is not None
+        try:
+            self.sock.sendall(b"".join(pack_command(c) for c in commands))
+        except OSError as exc:
+            self._drop()
+            raise redis.ConnectionError(f"exec waker: {exc}") from None
+
+    def _reply(self, blocking: bool) -> Any:
+        """The next reply; False when none has (fully) arrived and not ``blocking``."""
+        sock, reader = self.sock, self.reader
+        assert sock is not None
+        while True:
+            reply = reader.gets()
+            if reply is not False:
+                return reply
+            try:
+                if blocking:
+                    ready = select.poll()
+                    ready.register(sock.fileno(), select.POLLIN)
+                    if not ready.poll(int(SOCKET_TIMEOUT_S * 1000)):
+                        raise TimeoutError("no answer")
+                data = sock.recv(RECV_BYTES)
+            except BlockingIOError:
+                return False
+            except OSError as exc:
+                self._drop()
+                raise redis.ConnectionError(f"exec waker: {exc}") from None
+            if not data:
+                self._drop()
+                raise redis.ConnectionError("exec waker: connection closed by the server")
+            reader.feed(data)
+
+    def arm(self, streams: Mapping[str, Any], consumer: str | None = None) -> None:
+        """Send the blocking read unless one is already out (as :meth:`Waker.arm`)."""
+        if self.outstanding:
+            return
+        if self.sock is None:
+            self._connect()
+        self._send([_wake_read(streams, consumer)])
+        self.outstanding = True
+
+    def consume(self) -> Any:
+        """The answer: the raw stream reply (None when the read timed out); the rest
+        of an answer whose beginning arrived is waited for."""
+        self.outstanding = False
+        reply = self._reply(blocking=False)
+        if reply is False:
+            reply = self._reply(blocking=True)
+        if isinstance(reply, redis.ResponseError):
+            raise reply
+        return reply
+
+    def close(self) -> None:
+        """End the outstanding read (CLIENT UNBLOCK: nothing is delivered to it) and
+        close the socket."""
+        if self.outstanding and self.sock is not None:
+            with contextlib.suppress(redis.RedisError, OSError):
+                Direct.of(self.client, self.anchor).call("CLIENT", "UNBLOCK", self.client_id)
+                self._reply(blocking=True)  # the unblocked read's empty answer
+        self._drop()
+
+    def _drop(self) -> None:
+        self.outstanding = False
+        if self.sock is not None:
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            self.sock = None

@@ -12,14 +12,16 @@ Who writes what (docs/architecture.md, "Keys and streams"):
   and counted in the same commit;
 * the scheduler writes ``R`` with its SUCCESS response (:func:`set_r`);
 * the job manager writes ``result`` and ``t_inactive`` when the job ends
-  (:func:`set_result`), and, until the exec worker reads jobspecs through
-  :meth:`JobHashes.for_start`, a spliced copy of the jobspec in
-  ``jobspec_full`` from allocation to cleanup (:func:`materialize`);
+  (:func:`set_result`);
 * a purge releases the job's blob references (:func:`release_job_blobs`).
 
-Jobs stored before blobs hold their jobspecs inline: ``jobspec`` and, when
-different, ``jobspec_full``. Either way the jobspec a job runs with is the
-full one when there is one, else the submitted one (:func:`effective`).
+The hash holds only what every user may read (docs/security.md): the
+jobspecs, with their environment, are in the owner's blobs, which only the
+owner's ACL user (and the instance owner) can read; the hash names them by
+digest. Jobs stored before blobs hold their jobspecs inline: ``jobspec`` and,
+when different, ``jobspec_full`` (readable by all: see docs/security.md).
+Either way the jobspec a job runs with is the full one when there is one,
+else the submitted one (:func:`effective`).
 Readers take :class:`JobHash` (typed, blobs resolved) or the bulk reads of
 :class:`JobHashes`: one round trip for the hashes and one for the blobs
 they name that are not cached yet (one per slot on a cluster).
@@ -41,7 +43,7 @@ from fluxes.store.keys import Keys
 #: The jobspec as submitted (JSON), inline: jobs stored before blobs.
 JOBSPEC: Final = "jobspec"
 #: The jobspec with defaults applied (JSON), inline: jobs stored before blobs (when
-#: defaults changed it), or the exec worker's copy of a job stored with blobs.
+#: defaults changed it).
 JOBSPEC_FULL: Final = "jobspec_full"
 #: Digest of the blob of the jobspec as submitted, without its environment.
 SPEC: Final = "spec"
@@ -168,13 +170,6 @@ def set_r(batch: Batch, keys: Keys, jobid: int, r: bytes) -> None:
 def set_result(batch: Batch, keys: Keys, jobid: int, result: str, t_inactive: float) -> None:
     """Add to ``batch`` the outcome of a job that became inactive (the job manager)."""
     batch.hset(keys.job(jobid), {RESULT: result, T_INACTIVE: repr(t_inactive)})
-
-
-def materialize(batch: Batch, keys: Keys, jobid: int, keep: bool) -> None:
-    """Exec compat: write (``keep``, at allocation) or delete (at cleanup) the spliced
-    copy of a blob-stored job's jobspec in ``jobspec_full``, which today's exec
-    worker reads. Goes once exec reads through :meth:`JobHashes.for_start`."""
-    batch.materialize(keys.job(jobid), keys.blob_prefix(keys.partition_of(jobid)), keep)
 
 
 def release(batch: Batch, keys: Keys, jobid: int, owner: int,
@@ -351,9 +346,32 @@ class JobHashes:
     def for_start(self, jobids: Sequence[int]) -> dict[int, tuple[bytes | None, bytes | None,
                                                                   bytes | None, bytes | None]]:
         """(effective jobspec, R, owner, result) of each job, as an exec worker starting
-        it needs them (``fluxes.store.exec_streams.ExecStreams.fetch``)."""
+        it needs them (``fluxes.store.exec_streams.ExecStreams.fetch``): one round trip
+        for the hashes, one for the blobs not cached yet (none when the jobs share
+        their jobspec, as a bulk submission's do)."""
         unique = list(dict.fromkeys(jobids))
-        rows = self.rows(unique, (R, OWNER, RESULT))
-        specs = self.effective_jobspecs(unique)
-        return {jobid: (spec, r, owner, result)
-                for jobid, spec, (r, owner, result) in zip(unique, specs, rows, strict=True)}
+        rows = self.rows(unique, (*_SOURCES, R, RESULT))
+        n = len(_SOURCES)
+        specs = self._resolve(unique, [row[:n] for row in rows])
+        return {jobid: (effective(full, spec), row[n], row[5], row[n + 1])
+                for jobid, row, (spec, full) in zip(unique, rows, specs, strict=True)}
+
+    def gone(self, jobids: Sequence[int]) -> list[bool]:
+        """For each job: is it inactive (its hash has a ``result``) or purged (no hash)?"""
+        commands: list[tuple[str, tuple[Any, ...]]] = []
+        for jobid in jobids:
+            key = self.keys.job(jobid)
+            commands += [(key, ("HEXISTS", key, RESULT)), (key, ("EXISTS", key))]
+        replies = self._run(commands)
+        return [bool(replies[2 * i]) or not replies[2 * i + 1] for i in range(len(jobids))]
+
+    def public(self, jobid: int) -> JobHash | None:
+        """One job's hash without its jobspecs: what any user may read of another's job
+        (the blobs are the owner's); None when the job has none."""
+        row = self.rows([jobid], FIELDS)[0]
+        if not any(v is not None for v in row):
+            return None
+        request, r, urgency, queue, result, t_inactive = row[len(_SOURCES):]
+        return JobHash(jobid, request=_text(request), R=r, owner=_int(row[5]),
+                       urgency=_int(urgency), queue=_text(queue), result=_text(result),
+                       t_inactive=_float(t_inactive))

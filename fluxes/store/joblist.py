@@ -23,13 +23,13 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import redis
 
 from fluxes.domain.job.states import JobState
-from fluxes.domain.joblist.model import Change, JobSummary
+from fluxes.domain.joblist.model import Change, JobSummary, removal
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import ensure_group
@@ -102,8 +102,11 @@ class JobListStore:
             raise
 
     def write(self, partition: int, changes: Iterable[Change], position: str,
-              entries_read: int | None, token: str) -> None:
-        """Apply ``changes`` and move the partition's folded position to ``position`` (the
+              entries_read: int | None, token: str,
+              removed: Mapping[int, JobSummary | None] | None = None) -> None:
+        """Apply ``changes``, take the ``removed`` jobs (purged: jobid -> their summary
+        as stored before, None if never stored) out of the model with their counts,
+        and move the partition's folded position to ``position`` (the
         journal id of the last entry they include; ``entries_read``: its index counted
         from the first ever entry, None when unknown) in one step fenced by ``token``.
 
@@ -129,6 +132,13 @@ class JobListStore:
             ops += _chunked("ZREM", _ACTIVE, list(became_inactive), 1)
             ops += _chunked("ZADD", _INACTIVE, _flat(
                 (latest[j].summary.job.t_inactive or 0.0, j) for j in became_inactive))
+        if removed:
+            gone = sorted(removed)
+            for summary in removed.values():
+                totals.update(removal(summary))
+            ops += _chunked("HDEL", _JOBS, gone, 1)
+            ops += _chunked("ZREM", _ACTIVE, gone, 1)
+            ops += _chunked("ZREM", _INACTIVE, gone, 1)
         ops += [("HINCRBY", _COUNTS, key, delta) for key, delta in totals.items() if delta]
         ops.append(_position(position, entries_read))
         self._run(partition, token, ops)

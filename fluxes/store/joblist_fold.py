@@ -16,8 +16,13 @@ from fluxes.domain.job.model import TransitionError
 from fluxes.domain.job.record import apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.domain.joblist.model import JobSummary, change_between
+from fluxes.domain.retention import PURGE_EVENT
 from fluxes.store.eventstore import journal_entry
 from fluxes.store.joblist import JobListStore
+from fluxes.store.retention import read_trim_state
+
+#: The journal-only entry of a purged job.
+_PURGE = PURGE_EVENT.encode()
 
 #: A journal entry as a stream read returns it: (id, {field: value}).
 Entry = tuple[bytes, Mapping[bytes, bytes]]
@@ -37,6 +42,9 @@ class PartitionFolder:
         self.stream = store.keys.journal(partition)
         self.cache: dict[int, JobSummary] = store.load_active(partition)
         self.position, self.entries_read = store.position(partition)
+        #: the journal was trimmed: entries of jobs whose submit went with the trim
+        #: (purged jobs, fluxes/store/retention.py) are passed over, not refused
+        self.trimmed = read_trim_state(store.redis, store.keys, partition).was_trimmed
         #: entries folded by this folder, bad ones included
         self.folded = 0
 
@@ -63,13 +71,30 @@ class PartitionFolder:
         # change per job and block, however many of its entries the block holds.
         before: dict[int, JobSummary | None] = {}
         newest: dict[int, JobSummary] = {}
+        purged: set[int] = set()
         for msg_id, fields in entries:
+            name = fields.get(b"n")
+            if name == _PURGE:
+                raw = fields.get(b"j", b"")
+                if not raw.isdigit():
+                    self.on_bad(self.stream, msg_id, fields, "purge entry without a job id")
+                    continue
+                jobid = int(raw)
+                if jobid not in before:
+                    before[jobid] = cache.get(jobid)
+                newest.pop(jobid, None)
+                purged.add(jobid)
+                continue
             try:
                 entry = journal_entry(msg_id, fields)
                 jobid = entry.jobid
+                if jobid in purged:
+                    continue  # nothing follows a purge; a stray entry changes nothing
                 current = newest.get(jobid)
                 if current is None:
                     current = cache.get(jobid)
+                if current is None and self.trimmed and name != b"submit":
+                    continue  # a job whose beginning was trimmed: purged, see above
                 summary = apply_record(current, jobid, entry.event(), entry.extra_dict())
             except (KeyError, ValueError, EventError, TransitionError) as exc:
                 self.on_bad(self.stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
@@ -83,8 +108,11 @@ class PartitionFolder:
                 cache.pop(jobid, None)
             else:
                 cache[jobid] = summary
+        for jobid in purged:
+            cache.pop(jobid, None)
         position = entries[-1][0].decode()
         read = None if self.entries_read is None else self.entries_read + len(entries)
-        self.store.write(self.partition, changes, position, read, self.token)
+        self.store.write(self.partition, changes, position, read, self.token,
+                         {jobid: before[jobid] for jobid in purged})
         self.position, self.entries_read = position, read
         self.folded += len(entries)

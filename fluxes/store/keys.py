@@ -103,9 +103,10 @@ class Keys:
         """Hash: jobid -> what the exec worker on ``rank`` knows of the job (for restarts)."""
         return f"{self.g}:exec:jobs:{rank}"
 
-    def output(self, jobid: int) -> str:
-        """Stream: a job's stdout/stderr lines, labelled by task rank."""
-        return f"{self.g}:output:{jobid}"
+    def output(self, owner: int, jobid: int) -> str:
+        """Stream: a job's stdout/stderr lines, labelled by task rank; the owner's uid in
+        the name lets an ACL keep it private (only the owner and the instance owner read)."""
+        return f"{self.g}:output:{owner}:{jobid}"
 
     @property
     def resource_events(self) -> str:
@@ -143,8 +144,7 @@ class Keys:
         return f"{self.p(self.partition_of(jobid))}:job:{jobid}"
 
     def blob_prefix(self, partition: int) -> str:
-        """The beginning of every blob key of ``partition`` (commit.lua's ``M`` op
-        completes it with an owner and a digest)."""
+        """The beginning of every blob key of ``partition`` (an owner and a digest follow)."""
         return f"{self.p(partition)}:blob:"
 
     def blob(self, partition: int, owner: int, digest: str) -> str:
@@ -249,6 +249,16 @@ class Keys:
     def acct_ended(self, partition: int) -> str:
         """Sorted set: jobids of ended allocations by the time they were freed."""
         return f"{self.p(partition)}:acct:ended"
+
+    def acct_base(self, partition: int) -> str:
+        """String: the usage model as of a journal position at or after the journal's trim
+        point (zlib JSON), where a rebuild starts once the journal was trimmed."""
+        return f"{self.p(partition)}:acct:base"
+
+    def retention(self, partition: int) -> str:
+        """Hash: how far the partition's journal was archived and trimmed
+        (fluxes.store.retention)."""
+        return f"{self.p(partition)}:retention"
 
     def acct_lease(self, partition: int) -> str:
         """String with TTL: the accounting worker that folds this partition's journal."""

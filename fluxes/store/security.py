@@ -5,9 +5,10 @@ stream ``{ns}:submit:<user>`` and reads answers only from their own reply
 lists; the ingest takes who asked from the stream, never from the request.
 Redis ACLs enforce the first half, so this module builds, for one user, the
 ``ACL SETUSER`` rules that allow exactly that plus read-only access to what
-the query commands read (eventlogs, job hashes, output, the journal, the
-job-list read model, the instance hash, the queue stream, the scheduler's
-resource summary).
+the query commands read: what is public of every job (eventlogs, job hashes,
+the journal, the job-list read model, the instance hash, the queue stream,
+the scheduler's resource summary) and what is private to the user's own jobs
+(jobspec blobs, output), whose keys carry the owner's uid.
 
 A credentials file is a small JSON object, mode 0600::
 
@@ -117,17 +118,20 @@ def _partition_tag_pattern(keys: Keys) -> str:
     return f"{{{ns}:p*}}"
 
 
-def read_patterns(keys: Keys) -> list[str]:
-    """Key patterns a user may read: job data, output, journal, read model, instance facts."""
+def read_patterns(keys: Keys, uid: int) -> list[str]:
+    """Key patterns the user of ``uid`` may read: what is public of every job (eventlogs,
+    job hashes, the journal, the read models, instance facts) and what is private to
+    the user's own jobs (jobspec blobs, output), whose keys carry the owner's uid."""
     p = _partition_tag_pattern(keys)
     g = f"{{{glob_escape(keys.ns)}}}"
+    uid = check_uid(uid)
     return [
-        f"{p}:job:*",  # job hashes {p}:job:<id> and eventlogs {p}:job:<id>:eventlog
-        f"{p}:blob:*",  # jobspec blobs {p}:blob:<owner uid>:<digest> (read as job hashes)
+        f"{p}:job:*",  # job hashes {p}:job:<id> (no jobspec: blob digests) and eventlogs
+        f"{p}:blob:{uid}:*",  # own jobspec blobs {p}:blob:<owner uid>:<digest>
         f"{p}:journal",
         f"{p}:jl:*",  # the job-list read model
         f"{p}:acct:*",  # the usage read model
-        f"{g}:output:*",
+        f"{g}:output:{uid}:*",  # own jobs' output {ns}:output:<owner uid>:<id>
         f"{g}:instance",
         f"{g}:queues",
         f"{g}:accounting",
@@ -145,21 +149,22 @@ def reply_pattern(keys: Keys, user: str) -> str:
     return glob_escape(keys.reply(check_user_name(user), "")) + "*"
 
 
-def user_acl_rules(keys: Keys, user: str, password: str) -> list[str]:
-    """The ``ACL SETUSER <user>`` arguments that make ``user`` a fluxes user of ``keys``.
+def user_acl_rules(keys: Keys, user: str, uid: int, password: str) -> list[str]:
+    """The ``ACL SETUSER <user>`` arguments that make ``user`` (uid ``uid``) a fluxes user
+    of ``keys``.
 
     The rules start with ``reset``, so applying them again (a new password)
     leaves nothing of an older definition behind. The root permissions allow
     the basics and the read commands on :func:`read_patterns` only (``%R~``:
-    read, not write); two selectors pair XADD with the user's submit stream
-    and the list commands with the user's reply lists, so that neither
-    command reaches any other key.
+    read, not write), which name the user's own private keys by ``uid``; two
+    selectors pair XADD with the user's submit stream and the list commands
+    with the user's reply lists, so that neither command reaches any other key.
     """
     if not password:
         raise ValueError("an ACL user needs a password")
     rules = ["reset", "on", f"#{password_hash(password)}", "resetchannels"]
     rules += [f"+{cmd}" for cmd in (*BASIC_COMMANDS, *READ_COMMANDS)]
-    rules += [f"%R~{pattern}" for pattern in read_patterns(keys)]
+    rules += [f"%R~{pattern}" for pattern in read_patterns(keys, uid)]
     submit = " ".join([*(f"+{c}" for c in SUBMIT_COMMANDS), f"%W~{submit_pattern(keys, user)}"])
     reply = " ".join([*(f"+{c}" for c in REPLY_COMMANDS), f"~{reply_pattern(keys, user)}"])
     rules += [f"({submit})", f"({reply})"]

@@ -11,13 +11,13 @@ from typing import Any
 import pytest
 import redis
 
-from fluxes import messages as proto
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from fluxes.store.lease import Lease
+from tests import wire
 from workers.ingest import IngestWorker
 from workers.jobmanager import JobManagerWorker
 
@@ -43,7 +43,7 @@ class FakeScheduler:
         self.send([{"t": "hello"}])
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
-        self.redis.xadd(self.keys.sched_resp(0), proto.encode(msgs, self.epoch))
+        self.redis.xadd(self.keys.sched_resp(0), wire.entry(msgs, self.epoch))
 
     def step(self) -> None:
         self.lease.renew_if_due()  # a scheduler whose lease lapses is taken for gone
@@ -52,7 +52,7 @@ class FakeScheduler:
         for _stream, items in entries or []:
             for sid, fields in items:
                 self.pos = sid.decode()
-                epoch, msgs = proto.decode(fields)
+                epoch, msgs = wire.epoch_of(fields), wire.messages(fields)
                 for msg in msgs:
                     kind = msg["t"]
                     if kind == "reset":
@@ -96,7 +96,7 @@ class FakeExec:
         for _stream, items in entries or []:
             for sid, fields in items:
                 self.pos = sid.decode()
-                _epoch, msgs = proto.decode(fields)
+                msgs = wire.messages(fields)
                 for msg in msgs:
                     jobid = msg["id"]
                     if msg["t"] == "start" and jobid in self.hold:
@@ -105,7 +105,7 @@ class FakeExec:
                         report = {"started": True, "status": 0, "released": True}
                     else:
                         report = {"status": msg["signal"], "released": True}
-                    self.redis.xadd(self.keys.exec_events(0), proto.encode(
+                    self.redis.xadd(self.keys.exec_events(0), wire.entry(
                         [{"t": "exec", "id": jobid, "rank": 0, **report}]))
 
 

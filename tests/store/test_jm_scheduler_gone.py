@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from fluxes import messages as proto
+from tests import wire
 from tests.store.test_ingest_jobmanager import FakeScheduler, System
 from workers import jobmanager
 
@@ -35,7 +35,7 @@ def sched_requests(system: System, after: str) -> tuple[list[dict[str, object]],
     out: list[dict[str, object]] = []
     for sid, fields in system.redis.xrange(system.keys.sched_req(0), min="(" + after):
         after = sid.decode()
-        out += proto.decode(fields)[1]
+        out += wire.messages(fields)
     return out, after
 
 

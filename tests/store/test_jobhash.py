@@ -144,7 +144,7 @@ class JobHashContract:
         # releasing an old job's blobs finds none
         assert release_job_blobs(EventStore(instance.redis, keys), [7, 8]) == 0
 
-    def test_exec_copy_spliced_in_lua_is_the_jobspec(self, instance: Instance) -> None:
+    def test_exec_reads_the_jobspec_spliced_from_the_blobs(self, instance: Instance) -> None:
         store = EventStore(instance.redis, instance.keys)
         keys = instance.keys
         specs = {1: spec(), 2: spec(env=None), 3: spec(env={"A": "\\\"}"}),
@@ -153,31 +153,24 @@ class JobHashContract:
         for jobid, doc in specs.items():
             content = job_content(orjson.dumps(doc), orjson.dumps({**doc, "v": jobid}))
             jobhash.create(batch, keys, jobid, owner=ME, urgency=16, content=content)
-        instance.redis.hset(keys.job(5), jobhash.JOBSPEC_FULL, b"old")  # before blobs
-        store.commit(batch)
-        batch = store.batch(0)
-        for jobid in (*specs, 5, 6):
-            jobhash.materialize(batch, keys, jobid, keep=True)
+        jobhash.set_result(batch, keys, 4, "COMPLETED", 2.0)
         store.commit(batch)
         hashes = JobHashes(instance.redis, keys)
+        got = hashes.for_start([1, 2, 3, 4, 5, 1])
+        assert sorted(got) == [1, 2, 3, 4, 5]
         for jobid, doc in specs.items():
-            copy = instance.redis.hget(keys.job(jobid), jobhash.JOBSPEC_FULL)
-            assert copy is not None and orjson.loads(copy) == {**doc, "v": jobid}
-            assert hashes.for_start([jobid])[jobid][0] == copy
-        batch = store.batch(0)
-        for jobid in (*specs, 5, 6):
-            jobhash.materialize(batch, keys, jobid, keep=False)
-        store.commit(batch)
-        assert [instance.redis.hget(keys.job(j), jobhash.JOBSPEC_FULL) for j in specs] == \
-            [None] * len(specs)
-        assert instance.redis.hget(keys.job(5), jobhash.JOBSPEC_FULL) == b"old"
-        assert not instance.redis.exists(keys.job(6))
-        # the copy is what Python splices too
-        full = orjson.loads(hashes.effective_jobspecs([3])[0] or b"")
+            jobspec, r, owner, _result = got[jobid]
+            assert jobspec is not None and orjson.loads(jobspec) == {**doc, "v": jobid}
+            assert (r, owner) == (None, str(ME).encode())
+        assert got[4][3] == b"COMPLETED" and got[5] == (None, None, None, None)
+        # nothing of the jobspec is copied into the (public) job hash
+        for jobid in specs:
+            assert not instance.redis.hexists(keys.job(jobid), jobhash.JOBSPEC_FULL)
+        assert hashes.gone([1, 4, 5]) == [False, True, True]  # running, inactive, purged
+        full = orjson.loads(hashes.for_start([3])[3][0] or b"")
         assert full["attributes"]["system"]["environment"] == {"A": "\\\"}"}
 
-    def test_a_blob_missing_or_corrupt_leaves_the_copy_unwritten(
-            self, instance: Instance) -> None:
+    def test_a_blob_missing_gives_no_jobspec(self, instance: Instance) -> None:
         store = EventStore(instance.redis, instance.keys)
         keys = instance.keys
         content = job_content(orjson.dumps(spec()))
@@ -186,11 +179,22 @@ class JobHashContract:
         store.commit(batch)
         assert content.env is not None
         instance.redis.delete(keys.blob(0, ME, content.env.digest))
+        hashes = JobHashes(instance.redis, keys)
+        assert hashes.effective_jobspecs([1]) == [None]
+        assert hashes.for_start([1])[1][0] is None
+
+    def test_public_reads_name_no_blob(self, instance: Instance) -> None:
+        store = EventStore(instance.redis, instance.keys)
+        keys = instance.keys
         batch = store.batch(0)
-        jobhash.materialize(batch, keys, 1, keep=True)
+        jobhash.create(batch, keys, 1, owner=ME, urgency=16, queue="batch",
+                       content=job_content(orjson.dumps(spec())))
         store.commit(batch)
-        assert instance.redis.hget(keys.job(1), jobhash.JOBSPEC_FULL) is None
-        assert JobHashes(instance.redis, keys).effective_jobspecs([1]) == [None]
+        found = JobHashes(instance.redis, keys).public(1)
+        assert found is not None and (found.owner, found.urgency, found.queue) == \
+            (ME, 16, "batch")
+        assert found.jobspec is None and found.jobspec_full is None
+        assert JobHashes(instance.redis, keys).public(2) is None
 
     def test_commit_refuses_a_blob_whose_count_is_not_a_number(
             self, instance: Instance) -> None:

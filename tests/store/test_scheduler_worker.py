@@ -19,6 +19,7 @@ from fluxes.store import jobhash
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
+from tests import wire
 from tests.store.test_ingest_jobmanager import FakeExec
 from workers.ingest import IngestWorker
 from workers.jobmanager import JobManagerWorker
@@ -69,13 +70,12 @@ class System:
 
 
 def _exec_step(client: redis.Redis, keys: Keys, rank: int, fake: FakeExec) -> None:
-    from fluxes import messages as proto
 
     entries = client.xread({keys.exec_rank(rank): fake.pos}, count=1000)
     for _s, items in entries or []:
         for sid, fields in items:
             fake.pos = sid.decode()
-            for msg in proto.decode(fields)[1]:
+            for msg in wire.messages(fields):
                 jobid = msg["id"]
                 if msg["t"] == "start" and jobid in fake.hold:
                     report: dict[str, Any] = {"started": True}
@@ -83,7 +83,7 @@ def _exec_step(client: redis.Redis, keys: Keys, rank: int, fake: FakeExec) -> No
                     report = {"started": True, "status": 0, "released": True}
                 else:
                     report = {"status": msg["signal"], "released": True}
-                client.xadd(keys.exec_events(0), proto.encode(
+                client.xadd(keys.exec_events(0), wire.entry(
                     [{"t": "exec", "id": jobid, "rank": rank, **report}]))
 
 
@@ -200,11 +200,10 @@ def test_allocation_that_cannot_be_recovered_fails_the_job_and_keeps_its_ranks(
 
 
 def _alloc_messages(system: System) -> list[dict[str, Any]]:
-    from fluxes import messages as proto
 
     out = []
     for _sid, fields in system.redis.xrange(system.keys.sched_req(0)):
-        out += [m for m in proto.decode(fields)[1] if m["t"] == "alloc"]
+        out += [m for m in wire.messages(fields) if m["t"] == "alloc"]
     return out
 
 

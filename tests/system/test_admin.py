@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from fluxes import messages as proto
 from fluxes.cli.main import main
 from fluxes.domain.job.states import JobResult, JobState
 from fluxes.formats.jobid import parse
@@ -26,6 +25,7 @@ from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance
+from tests import wire
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system
@@ -145,7 +145,7 @@ def wait_sched_request(inst: Instance, marks: dict[str, str], kind: str, jobid: 
             for sid, fields in entries:
                 positions[stream.decode()] = sid.decode()
                 if any(m["t"] == kind and m.get("id") == jobid
-                       for m in proto.decode(fields)[1]):
+                       for m in wire.messages(fields)):
                     return
     pytest.fail(f"no {kind} request for job {jobid} within {WAIT_S:g}s")
 
@@ -155,7 +155,7 @@ def sent_to_scheduler(inst: Instance, marks: dict[str, str], kind: str, jobid: i
     count = 0
     for key, mark in marks.items():
         for _sid, fields in inst.redis.xrange(key, min="(" + mark if mark != "0-0" else "-"):
-            count += sum(1 for m in proto.decode(fields)[1]
+            count += sum(1 for m in wire.messages(fields)
                          if m["t"] == kind and m.get("id") == jobid)
     return count
 

@@ -27,6 +27,7 @@ from fluxes.store import exec_streams
 from fluxes.store.exec_streams import ExecStreams, entries
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import GROUP_EXEC, Keys
+from tests import wire
 from workers.exec import LOST_ERROR, ExecWorker, Outbox
 
 pytestmark = [pytest.mark.system, pytest.mark.redis]
@@ -100,11 +101,11 @@ class Harness:
     def start(self, jobid: int, ranks: str = "0", rank: int | None = None) -> None:
         targets = [rank] if rank is not None else [int(r) for r in ranks.split(",")]
         for r in targets:
-            self.client.xadd(KEYS.exec_rank(r), proto.encode(
+            self.client.xadd(KEYS.exec_rank(r), wire.entry(
                 [{"t": "start", "id": jobid, "ranks": ranks}]))
 
     def kill(self, jobid: int, sig: int = 15, rank: int = 0) -> None:
-        self.client.xadd(KEYS.exec_rank(rank), proto.encode(
+        self.client.xadd(KEYS.exec_rank(rank), wire.entry(
             [{"t": "kill", "id": jobid, "signal": sig}]))
 
     # -- reading
@@ -112,7 +113,7 @@ class Harness:
     def reports(self, jobid: int, rank: int = 0) -> list[dict[str, Any]]:
         out = []
         for _id, fields in self.client.xrange(KEYS.exec_events(0)):
-            _epoch, msgs = proto.decode(fields)
+            msgs = wire.full(proto.EXEC_EVENTS, fields)
             out.extend(m for m in msgs if m["id"] == jobid and m["rank"] == rank)
         return out
 
@@ -131,9 +132,10 @@ class Harness:
     def final(self, jobid: int, rank: int = 0, timeout: float = 10.0) -> dict[str, Any]:
         return self.wait(jobid, lambda m: m["released"], rank, timeout)
 
-    def output(self, jobid: int) -> list[dict[str, str]]:
+    def output(self, jobid: int, owner: int | None = None) -> list[dict[str, str]]:
+        key = KEYS.output(os.getuid() if owner is None else owner, jobid)
         return [{k.decode(): v.decode() for k, v in fields.items()}
-                for _id, fields in self.client.xrange(KEYS.output(jobid))]
+                for _id, fields in self.client.xrange(key)]
 
     def lines(self, jobid: int) -> list[tuple[str, str, str]]:
         return [(e["rank"], e["stream"], e["data"]) for e in self.output(jobid) if "data" in e]
@@ -191,11 +193,11 @@ def test_many_simulated_jobs_in_one_entry(harness: Harness) -> None:
     for jobid in ids:
         pipe.hset(KEYS.job(jobid), mapping={"jobspec_full": spec.dumps(), "R": "{}"})
     pipe.execute()
-    harness.client.xadd(KEYS.exec_rank(0), proto.encode(
+    harness.client.xadd(KEYS.exec_rank(0), wire.entry(
         [{"t": "start", "id": j, "ranks": "0"} for j in ids]))
     harness.final(ids[-1])
     done = {m["id"] for _id, f in harness.client.xrange(KEYS.exec_events(0))
-            for m in proto.decode(f)[1] if m["released"] and m["status"] == 0}
+            for m in wire.full(proto.EXEC_EVENTS, f) if m["released"] and m["status"] == 0}
     assert done == set(ids)
 
 
@@ -353,12 +355,65 @@ def test_duplicate_start_is_ignored(harness: Harness) -> None:
 def test_malformed_request_goes_to_dead_letters(harness: Harness) -> None:
     harness.worker()
     harness.client.xadd(KEYS.exec_rank(0), {"d": b"not json"})
-    harness.client.xadd(KEYS.exec_rank(0), proto.encode([{"t": "alloc", "id": 1}]))
+    harness.client.xadd(KEYS.exec_rank(0), wire.entry([{"t": "alloc", "id": 1}]))
     harness.kill(17)
     harness.final(17)
     letters = harness.client.xrange(KEYS.dead_letters)
     assert len(letters) == 2
     assert harness.client.xpending(KEYS.exec_rank(0), GROUP_EXEC)["pending"] == 0
+
+
+class RaisingWorker(ExecWorker):
+    """A worker whose start handler has a bug for job 66 (and kill handler for job 67)."""
+
+    def _start(self, box: Outbox, rank: int, jobid: int, *args: Any) -> Any:
+        if jobid == 66:
+            raise RuntimeError("a bug in the start handler")
+        return super()._start(box, rank, jobid, *args)
+
+    def _on_request(self, rank: int, request: Any, redelivered: bool) -> None:
+        if request.id == 67:
+            raise KeyError("a bug in the kill handler")
+        super()._on_request(rank, request, redelivered)
+
+
+def test_every_request_is_survived_and_the_next_job_runs(harness: Harness) -> None:
+    """The door: a request that cannot be decoded, whose job is gone, or whose handling
+    raises is dead-lettered and acknowledged in the loop's one write; the worker goes on."""
+    worker = harness.worker(cls=RaisingWorker)
+    # wrong types, in an entry of its own and among good requests
+    harness.client.xadd(KEYS.exec_rank(0), wire.entry([{"t": "start", "id": "x", "ranks": 0}]))
+    harness.client.xadd(KEYS.exec_rank(0), wire.entry(
+        [{"t": "kill", "id": 1, "signal": 9}, {"t": "start", "id": [[[]]], "ranks": "0"}]))
+    harness.start(65)  # no job hash at all (purged, or never stored)
+    harness.job(66, cmd("true"))
+    harness.start(66)  # its handler raises
+    harness.job(68, cmd("echo", "good"))
+    harness.client.xadd(KEYS.exec_rank(0), wire.entry(
+        [{"t": "kill", "id": 67, "signal": 15}, {"t": "start", "id": 68, "ranks": "0"}]))
+    assert harness.final(68)["status"] == 0
+    assert harness.lines(68) == [("0", "stdout", "good\n")]
+    assert "has no jobspec" in harness.final(65)["error"]
+    failed = harness.final(66)
+    assert "cannot start the job: RuntimeError: a bug in the start handler" in failed["error"]
+    letters = [{k.decode(): v.decode() for k, v in f.items()}
+               for _id, f in harness.client.xrange(KEYS.dead_letters)]
+    assert len(letters) == 4, letters
+    assert all(d["stream"] == KEYS.exec_rank(0) and d["worker"] == worker.name
+               for d in letters)
+    errors = [d["error"] for d in letters]
+    assert sum(e.startswith("MessageError: ") for e in errors) == 2
+    assert "RuntimeError: a bug in the start handler" in errors
+    assert "KeyError: 'a bug in the kill handler'" in errors
+    # the refused request itself is what a dead letter keeps, not its whole entry
+    kill = next(d for d in letters if d["error"].startswith("KeyError"))
+    kept = orjson.loads(orjson.loads(kill["fields"])["d"])["m"]
+    assert kept == [{"t": "kill", "id": 67, "signal": 15}]
+    deadline = time.monotonic() + 5
+    while harness.client.xpending(KEYS.exec_rank(0), GROUP_EXEC)["pending"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    assert worker.stopping is False and any(t.is_alive() for _w, t in harness.threads)
 
 
 def test_registry_heartbeat(harness: Harness) -> None:
@@ -555,47 +610,67 @@ def _blocked(client: redis.Redis) -> bool:
     return any("b" in c.get("flags", "") for c in client.client_list())
 
 
-def test_waker_answers_through_its_pipe(real_redis: redis.Redis) -> None:
+#: Both wakers: the helper thread's (any connection) and the one owning its socket.
+WAKERS = pytest.mark.parametrize("own_socket", [False, True], ids=["thread", "socket"])
+
+
+def test_a_plain_connection_gets_the_waker_that_owns_its_socket(
+        real_redis: redis.Redis) -> None:
+    streams = ExecStreams(real_redis, KEYS, [0])
+    assert isinstance(streams.waker(), exec_streams.SocketWaker)
+    assert exec_streams.socket_params(real_redis) is not None
+    ssl = redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=redis.SSLConnection, host="localhost"))
+    assert exec_streams.socket_params(ssl) is None  # TLS keeps the thread
+    assert isinstance(ExecStreams(ssl, KEYS, [0]).waker(), exec_streams.Waker)
+
+
+@WAKERS
+def test_waker_answers_through_its_pipe(real_redis: redis.Redis, own_socket: bool) -> None:
     streams = ExecStreams(real_redis, KEYS, [0])
     streams.load()  # creates the group
-    waker = streams.waker()
+    waker = streams.waker(own_socket)
     try:
         waker.arm({KEYS.exec_rank(0): ">"}, "rank0")
         assert not _readable(waker.fileno(), 0)  # nothing yet
-        real_redis.xadd(KEYS.exec_rank(0), proto.encode([{"t": "kill", "id": 1, "signal": 9}]))
+        real_redis.xadd(KEYS.exec_rank(0), wire.entry([{"t": "kill", "id": 1, "signal": 9}]))
         assert _readable(waker.fileno(), 10_000)
         got = entries(waker.consume())
-        assert [proto.decode(fields)[1] for _id, fields in got] == [
+        assert [wire.messages(fields) for _id, fields in got] == [
             [{"t": "kill", "id": 1, "signal": 9}]]
         assert not waker.outstanding and not _readable(waker.fileno(), 0)
     finally:
         waker.close()
 
 
+@WAKERS
 def test_closing_the_waker_ends_its_read_and_delivers_nothing(
-        real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+        real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch, own_socket: bool) -> None:
     monkeypatch.setattr(exec_streams, "WAKE_BLOCK_MS", 600_000)  # only an unblock ends it
     streams = ExecStreams(real_redis, KEYS, [0])
     streams.load()
-    waker = streams.waker()
+    waker = streams.waker(own_socket)
     waker.arm({KEYS.exec_rank(0): ">"}, "rank0")
     thread = waker.thread
-    assert thread is not None
+    assert (thread is None) is own_socket
     deadline = time.monotonic() + 10
     while not _blocked(real_redis):  # the read is out, the helper waits for its answer
         assert time.monotonic() < deadline
         time.sleep(0.01)
     waker.close()
-    assert not thread.is_alive()  # its read ended: nothing can be delivered to it any more
-    real_redis.xadd(KEYS.exec_rank(0), proto.encode([{"t": "kill", "id": 2, "signal": 9}]))
+    # its read ended: nothing can be delivered to it any more
+    assert thread is None or not thread.is_alive()
+    real_redis.xadd(KEYS.exec_rank(0), wire.entry([{"t": "kill", "id": 2, "signal": 9}]))
     assert real_redis.xpending(KEYS.exec_rank(0), GROUP_EXEC)["pending"] == 0
     assert not _blocked(real_redis)
 
 
-def test_a_waker_whose_connection_dies_raises_in_the_loop(real_redis: redis.Redis) -> None:
+@WAKERS
+def test_a_waker_whose_connection_dies_raises_in_the_loop(real_redis: redis.Redis,
+                                                          own_socket: bool) -> None:
     streams = ExecStreams(real_redis, KEYS, [0])
     streams.load()
-    waker = streams.waker()
+    waker = streams.waker(own_socket)
     try:
         waker.arm({KEYS.exec_rank(0): "$"})
         real_redis.client_kill_filter(_id=waker.client_id)
@@ -604,3 +679,29 @@ def test_a_waker_whose_connection_dies_raises_in_the_loop(real_redis: redis.Redi
             waker.consume()
     finally:
         waker.close()
+
+
+def test_the_socket_waker_logs_in_as_the_pool_would(redis_server: RedisServer,
+                                                    real_redis: redis.Redis) -> None:
+    real_redis.execute_command("ACL", "SETUSER", "waker", "on", ">pw", "~*", "&*", "+@all")
+    try:
+        client = redis.Redis(unix_socket_path=str(redis_server.socket), username="waker",
+                             password="pw", client_name="exec-waker-test", db=3)
+        streams = ExecStreams(client, KEYS, [0])
+        streams.load()
+        waker = streams.waker(own_socket=True)
+        try:
+            waker.arm({KEYS.exec_rank(0): ">"}, "rank0")
+            [me] = [c for c in real_redis.client_list() if int(c["id"]) == waker.client_id]
+            assert (me["user"], me["name"], me["db"]) == ("waker", "exec-waker-test", "3")
+            client.xadd(KEYS.exec_rank(0), wire.entry([{"t": "kill", "id": 1, "signal": 9}]))
+            assert _readable(waker.fileno(), 10_000)
+            assert len(entries(waker.consume())) == 1
+        finally:
+            waker.close()
+        wrong = redis.Redis(unix_socket_path=str(redis_server.socket), username="waker",
+                            password="nope")
+        with pytest.raises(redis.AuthenticationError):
+            ExecStreams(wrong, KEYS, [0]).waker(own_socket=True).arm({KEYS.exec_rank(0): "$"})
+    finally:
+        real_redis.execute_command("ACL", "DELUSER", "waker")

@@ -227,7 +227,8 @@ class Cluster:
     def output(self, jobid: int) -> dict[int, str]:
         """The job's stdout, per task rank."""
         out: dict[int, str] = {}
-        for _sid, fields in self.inst.redis.xrange(self.inst.keys.output(jobid)):
+        owner = int(self.inst.redis.hget(self.inst.keys.job(jobid), "owner") or -1)
+        for _sid, fields in self.inst.redis.xrange(self.inst.keys.output(owner, jobid)):
             if b"data" in fields and fields.get(b"stream") == b"stdout":
                 rank = int(fields[b"rank"])
                 out[rank] = out.get(rank, "") + fields[b"data"].decode()

@@ -11,9 +11,14 @@ from what the request claims. One test runs ``fluxes start --require-auth``.
 from __future__ import annotations
 
 import os
+import pwd
+import shutil
 import stat
+import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +28,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from fluxes import messages as proto
 from fluxes.cli.main import main
+from fluxes.formats import jobid as fjobid
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.proc.redis_server import RedisServer
@@ -32,8 +37,9 @@ from fluxes.store import acl
 from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI, NoInstanceError
-from fluxes.store.keys import Keys
+from fluxes.store.keys import GROUP_INGEST, Keys
 from fluxes.store.security import ENV_CREDENTIALS, load_credentials, url_credentials
+from tests import wire
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system
@@ -116,14 +122,15 @@ def refused(call: Any) -> bool:
 # ------------------------------------------------------------------ ACL rules
 
 
-def seed(admin: redis.Redis, keys: Keys, jobid: int = 1234) -> None:
-    """Job data of some job, as the workers would have written it."""
-    ctx = orjson.dumps({"urgency": 16, "userid": OWNER_UID, "flags": 0, "version": 1})
+def seed(admin: redis.Redis, keys: Keys, jobid: int = 1234, owner: int = OWNER_UID) -> None:
+    """Job data of some job of ``owner``, as the workers would have written it."""
+    ctx = orjson.dumps({"urgency": 16, "userid": owner, "flags": 0, "version": 1})
+    part = keys.partition_of(jobid)
     admin.xadd(keys.eventlog(jobid), {"n": "submit", "t": "1.0", "c": ctx})
-    admin.hset(keys.job(jobid), mapping={"jobspec": "{}", "owner": OWNER_UID, "R": "{}"})
-    admin.xadd(keys.journal(keys.partition_of(jobid)),
-               {"j": jobid, "s": 0, "n": "submit", "t": "1.0", "c": ctx})
-    admin.xadd(keys.output(jobid), {"stream": "stdout", "data": "hi\n", "rank": "0"})
+    admin.hset(keys.job(jobid), mapping={"spec": "d1", "owner": owner, "R": "{}"})
+    admin.hset(keys.blob(part, owner, "d1"), mapping={"data": "{}", "refs": 1})
+    admin.xadd(keys.journal(part), {"j": jobid, "s": 0, "n": "submit", "t": "1.0", "c": ctx})
+    admin.xadd(keys.output(owner, jobid), {"stream": "stdout", "data": "hi\n", "rank": "0"})
     admin.hset(keys.joblist_jobs(keys.partition_of(jobid)), str(jobid), "{}")
     admin.zadd(keys.joblist_active(keys.partition_of(jobid)), {str(jobid): 1.0})
     admin.hset(keys.joblist_counts(keys.partition_of(jobid)), "state:RUN", 1)
@@ -154,27 +161,33 @@ def test_user_reads_job_data_and_read_model(server: RedisServer, admin: redis.Re
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     keys = setup_instance(admin)
     seed(admin, keys)
+    seed(admin, keys, 1235, owner=ALICE_UID)
     r = as_user(adduser(server, tmp_path, "alice", ALICE_UID), monkeypatch).redis
     assert r.exists(keys.eventlog(1234)) == 1
     assert len(r.xrange(keys.eventlog(1234))) == 1
     assert r.xrevrange(keys.eventlog(1234), count=1)
-    assert r.xlen(keys.journal(0)) == 1
-    assert r.xread({keys.output(1234): "0-0", keys.eventlog(1234): "0-0"}, block=10)
+    assert r.xlen(keys.journal(0)) == 2
+    # her own job's output and jobspec; another's job only what is public
+    assert r.xread({keys.output(ALICE_UID, 1235): "0-0", keys.eventlog(1235): "0-0"}, block=10)
+    assert r.hget(keys.blob(0, ALICE_UID, "d1"), "data") == b"{}"
+    assert refused(lambda: r.xread({keys.output(OWNER_UID, 1234): "0-0"}))
+    assert refused(lambda: r.hget(keys.blob(0, OWNER_UID, "d1"), "data"))
     assert r.hgetall(keys.job(1234))[b"R"] == b"{}"
     assert r.hget(keys.job(1234), "owner") == str(OWNER_UID).encode()
     assert r.hmget(keys.joblist_jobs(0), ["1234"]) == [b"{}"]
-    assert r.hlen(keys.joblist_jobs(0)) == 1 and r.hvals(keys.joblist_jobs(0)) == [b"{}"]
-    assert r.zrange(keys.joblist_active(0), 0, -1) == [b"1234"]
+    assert r.hlen(keys.joblist_jobs(0)) == 2 and r.hvals(keys.joblist_jobs(0)) == [b"{}"] * 2
+    assert r.zrange(keys.joblist_active(0), 0, -1) == [b"1234", b"1235"]
     assert r.zrevrange(keys.joblist_inactive(0), 0, -1) == []
     assert r.hgetall(keys.joblist_counts(0)) == {b"state:RUN": b"1"}
     assert r.hget(keys.instance, "owner") == OWNER.encode()
-    assert len(r.xrange(keys.queues)) == 1
+    assert len(r.xrange(keys.queues)) == 2  # one per seeded job
     assert r.get(keys.sched_status) == b"{}"
     assert r.ping()
     # the CLI's own read paths, as this user
     assert main(["eventlog", "journal"]) == 0
     assert main(["job", "eventlog", "1234"]) == 0
-    assert main(["job", "output", "1234"]) == 0
+    assert main(["job", "output", "1235"]) == 0
+    assert main(["job", "output", "1234"]) == 1  # not hers
     assert main(["jobs", "-A", "--stats-only"]) == 0
 
 
@@ -201,7 +214,8 @@ def test_user_is_refused_everything_else(server: RedisServer, admin: redis.Redis
         lambda: r.xadd(keys.jm_new(0), {"d": "{}"}),
         lambda: r.xadd(keys.exec_rank(0), {"d": "{}"}),
         lambda: r.xadd(keys.exec_events(0), {"d": "{}"}),
-        lambda: r.xadd(keys.output(1234), {"data": "fake"}),
+        lambda: r.xadd(keys.output(OWNER_UID, 1234), {"data": "fake"}),
+        lambda: r.xadd(keys.output(ALICE_UID, 1234), {"data": "fake"}),  # read-only, hers too
         lambda: r.set(keys.checkpoint(0), "x"),
         lambda: r.hset(keys.joblist_jobs(0), "1", "{}"),
         lambda: r.hset(keys.users, "alice", 0),
@@ -364,7 +378,7 @@ def test_ingest_takes_the_user_from_the_stream_not_the_request(
     # ... nor lets him cancel her job
     answer = ask(bob_creds, {"t": "cancel", "ids": [alice_job], **claim})
     assert answer.get("ok") in (None, []) and answer["errors"]
-    forwarded = [m for _sid, f in admin.xrange(keys.jm_ctl(0)) for m in proto.decode(f)[1]]
+    forwarded = [m for _sid, f in admin.xrange(keys.jm_ctl(0)) for m in wire.messages(f)]
     assert forwarded and all(m["userid"] == BOB_UID for m in forwarded)
     assert "exception" not in [e.event_name for e in EventStore(admin, keys).eventlog(alice_job)]
     # alice herself may
@@ -397,12 +411,16 @@ def test_require_auth_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         with pytest.raises(NoInstanceError, match=ENV_CREDENTIALS):
             Instance(launcher.uri, client=stranger)
         monkeypatch.setenv(ENV_CREDENTIALS, str(launcher.credentials))
-        assert main(["--uri", uri, "admin", "adduser", "alice", "--uid", str(os.getuid()),
+        # as root, alice is someone else (a root exec worker runs her job as her)
+        alice_uid = os.getuid() or pwd.getpwnam("nobody").pw_uid
+        assert main(["--uri", uri, "admin", "adduser", "alice", "--uid", "0",
+                     "--credentials-dir", str(tmp_path / "creds")]) == 1  # never root
+        assert main(["--uri", uri, "admin", "adduser", "alice", "--uid", str(alice_uid),
                      "--credentials-dir", str(tmp_path / "creds")]) == 0
         # alice submits through the workers, as herself, and follows her job
         monkeypatch.setenv(ENV_CREDENTIALS, str(tmp_path / "creds" / "alice.json"))
         capsys.readouterr()
-        assert main(["--uri", uri, "submit", "echo", "hello"]) == 0
+        assert main(["--uri", uri, "submit", "--cwd", "/", "echo", "hello"]) == 0
         jobid = capsys.readouterr().out.strip()
         assert main(["--uri", uri, "job", "attach", jobid]) == 0
         assert capsys.readouterr().out == "hello\n"
@@ -421,3 +439,300 @@ def test_require_auth_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert alice.user == "alice" and alice.redis.ping()
     finally:
         again.stop()
+
+
+# ------------------------------------------------------------------ the ingest and trimmed entries
+
+
+def test_ingest_survives_requests_trimmed_while_pending(
+        server: RedisServer, admin: redis.Redis, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ACLs cannot stop ``XADD ... MAXLEN 0`` on one's own stream: a request the ingest
+    read and had not acknowledged when it died may be gone when it reads it again."""
+    from workers.ingest import IngestWorker
+
+    keys = setup_instance(admin)
+    creds = adduser(server, tmp_path, "alice", ALICE_UID)
+    owner = Instance(InstanceURI(server.url, "fx"), client=admin)
+    alice = as_user(creds, monkeypatch)
+    client = Client(alice)
+    client._send([{"t": "submit", "jobs": []}])
+    # an ingest reads it (it is now pending for that ingest) and dies
+    first = IngestWorker(owner, name="ingest-a")
+    first.setup()
+    assert admin.xreadgroup(GROUP_INGEST, first.name, {keys.submit("alice"): ">"})
+    # alice empties her own stream: her ACL allows it, being an XADD
+    alice.redis.xadd(keys.submit("alice"), {"d": "{}"}, maxlen=0, approximate=False)
+    assert admin.xlen(keys.submit("alice")) == 0
+    assert admin.xpending(keys.submit("alice"), GROUP_INGEST)["pending"] == 1
+    again = IngestWorker(owner, name="ingest-a")  # the same ingest, restarted
+    again.setup()
+    again.step()  # reads its pending entry again: deleted
+    assert admin.xpending(keys.submit("alice"), GROUP_INGEST)["pending"] == 0
+    [letter] = [f for _id, f in admin.xrange(keys.dead_letters)]
+    assert b"trimmed while pending" in letter[b"error"]
+    # and she, and everyone else, is served on
+    spec = Jobspec.from_command(["true"]).to_dict()
+    [reply] = client._send([{"t": "submit", "jobs": [{"jobspec": spec}]}])
+    again.step()
+    again.step()
+    assert "id" in client._wait(reply, 5.0)[0]["jobs"][0]
+
+
+# ------------------------------------------------------------------ a site with real users
+#
+# One --require-auth instance for the tests below, with two users. As root they are
+# real UNIX users made for the test (removed at the end), and the root exec worker
+# runs each job as its owner; otherwise they are ACL users with made-up uids whose
+# jobs run as the instance owner (what a non-root exec worker does).
+
+
+@dataclass
+class Site:
+    """A running instance with users ``alice`` and ``bob``."""
+
+    launcher: Launcher
+    uri: str
+    state: Path
+    work: Path  # a directory everyone may write to (the jobs' working directory)
+    creds: dict[str, Path]
+    uids: dict[str, int]
+    names: dict[str, str]  # fluxes user -> its name (the UNIX user's, when real)
+    real: bool
+
+    def cli(self, who: str, *argv: str) -> int:
+        """Run ``fluxes ARGV...`` as ``who`` (alice, bob, or the instance owner)."""
+        path = self.launcher.credentials if who == "owner" else self.creds[who]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(ENV_CREDENTIALS, str(path))
+            return main(["--uri", self.uri, *argv])
+
+    def login(self, who: str) -> redis.Redis:
+        """A raw Redis client with ``who``'s credentials."""
+        user, password = url_credentials(load_credentials(self.creds[who]).uri)
+        return redis.Redis(unix_socket_path=str(self.state / "redis" / "redis.sock"),
+                           username=user, password=password, retry=Retry(NoBackoff(), 0))
+
+
+def _need_root_users() -> None:
+    """Real UNIX users need root: skip without it, except under CI where it must be."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI"):
+            pytest.fail("these tests create UNIX users and need root, and CI is set")
+        pytest.skip("creating UNIX users needs root")
+
+
+def _useradd(name: str) -> int:
+    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent",
+                    "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
+    return pwd.getpwnam(name).pw_uid
+
+
+def _userdel(name: str) -> None:
+    subprocess.run(["userdel", name], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def site() -> Iterator[Site]:
+    need_redis()
+    real = os.geteuid() == 0
+    base = Path(tempfile.mkdtemp(prefix="fluxes-users-", dir="/tmp"))
+    base.chmod(0o711)  # the users pass through to the state directory's socket
+    work = base / "work"
+    work.mkdir()
+    work.chmod(0o1777)
+    tag = os.getpid() % 100_000
+    names = {"alice": f"fxa{tag}", "bob": f"fxb{tag}"} if real else \
+        {"alice": "alice", "bob": "bob"}
+    made: list[str] = []
+    launcher = None
+    try:
+        uids = {}
+        for who, name in names.items():
+            if real:
+                uids[who] = _useradd(name)
+                made.append(name)
+            else:
+                uids[who] = {"alice": ALICE_UID, "bob": BOB_UID}[who]
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv(ENV_CREDENTIALS, "")
+            mp.delenv("FLUXES_URI", raising=False)
+            launcher = Launcher(state_dir=base / "state", nodes=1, cores_per_node=2,
+                                require_auth=True)
+            launcher.start()
+            mp.setenv(ENV_CREDENTIALS, str(launcher.credentials))
+            creds = {}
+            for who, name in names.items():
+                argv = ["--uri", str(launcher.uri), "admin", "adduser", name,
+                        "--credentials-dir", str(base / "creds")]
+                if not real:
+                    argv += ["--uid", str(uids[who])]
+                assert main(argv) == 0
+                creds[who] = base / "creds" / f"{name}.json"
+        yield Site(launcher, str(launcher.uri), base / "state", work, creds, uids, names, real)
+    finally:
+        if launcher is not None:
+            launcher.stop()
+        for name in made:
+            _userdel(name)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def submit(site: Site, who: str, monkeypatch: pytest.MonkeyPatch,
+           capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """Submit as ``who``; the job id."""
+    capsys.readouterr()
+    monkeypatch.chdir(site.work)
+    assert site.cli(who, "submit", "--cwd", str(site.work), *argv) == 0
+    return capsys.readouterr().out.strip()
+
+
+def attach(site: Site, who: str, jobid: str, capsys: pytest.CaptureFixture[str]
+           ) -> tuple[int, str, str]:
+    """``fluxes job attach`` as ``who``: (exit code, stdout, stderr)."""
+    capsys.readouterr()
+    code = site.cli(who, "job", "attach", jobid)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+SECRET = "s3cr3t-token-of-alice"
+
+
+def test_other_users_jobs_are_private_in_redis_not_only_in_the_cli(
+        site: Site, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("SECRET_TOKEN", SECRET)
+    jobid = submit(site, "alice", monkeypatch, capsys, "sh", "-c", 'echo "out-$SECRET_TOKEN"')
+    monkeypatch.delenv("SECRET_TOKEN")
+    assert attach(site, "alice", jobid, capsys) == (0, f"out-{SECRET}\n", "")
+    number = str(fjobid.parse(jobid))
+    # her own jobspec, environment and output: hers to read
+    assert site.cli("alice", "job", "info", jobid, "jobspec") == 0
+    assert SECRET in capsys.readouterr().out
+    # bob, through the CLI: the public facts yes, the private ones no (one line each)
+    assert site.cli("bob", "jobs", "-A", "-a", "-o", "{id} {userid} {state}") == 0
+    listed = capsys.readouterr().out
+    assert f"{number} {site.uids['alice']} INACTIVE" in listed
+    assert site.cli("bob", "job", "eventlog", jobid) == 0
+    assert "submit" in capsys.readouterr().out
+    assert site.cli("bob", "job", "info", jobid) == 0
+    out, err = capsys.readouterr()
+    assert f"owner: {site.uids['alice']}" in out and SECRET not in out + err
+    assert "private" in err
+    for argv in (["job", "info", jobid, "jobspec"], ["job", "info", jobid, "jobspec_full"],
+                 ["job", "output", jobid], ["job", "attach", jobid]):
+        assert site.cli("bob", *argv) != 0, argv
+        out, err = capsys.readouterr()
+        assert SECRET not in out + err and len(err.strip().splitlines()) == 1
+        assert "private" in err, (argv, err)
+    # bob, with raw Redis commands and his credentials: NOPERM on her private keys...
+    monkeypatch.setenv(ENV_CREDENTIALS, str(site.launcher.credentials))
+    admin = Instance.connect(site.uri)
+    keys = admin.keys
+    alice_uid = site.uids["alice"]
+    private = [admin.keys.output(alice_uid, int(number)),
+               *(k.decode() for k in admin.redis.scan_iter(match=f"{{fx}}:blob:{alice_uid}:*"))]
+    assert len(private) >= 3  # output, the jobspec and its environment
+    r = site.login("bob")
+    for key in private:
+        for call in (lambda k=key: r.get(k), lambda k=key: r.hget(k, "data"),
+                     lambda k=key: r.hgetall(k), lambda k=key: r.xrange(k),
+                     lambda k=key: r.xread({k: "0-0"}), lambda k=key: r.exists(k)):
+            assert refused(call), key
+    # ... and no key he may read holds her secret (whatever its type)
+    readable = 0
+    for raw in admin.redis.scan_iter(count=1000):
+        key = raw.decode()
+        kind = admin.redis.type(key).decode()
+        read = {"string": lambda k=key: r.get(k), "hash": lambda k=key: r.hgetall(k),
+                "stream": lambda k=key: r.xrange(k), "zset": lambda k=key: r.zrange(k, 0, -1),
+                "list": None}.get(kind)
+        if read is None:
+            continue
+        try:
+            value = read()
+        except redis.exceptions.NoPermissionError:
+            continue
+        readable += 1
+        assert SECRET.encode() not in repr(value).encode(), key
+    assert readable > 5  # eventlogs, the job hash, journal, read model...
+    assert r.hget(keys.job(int(number)), "owner") == str(alice_uid).encode()
+    # the instance owner reads it all
+    assert site.cli("owner", "job", "info", jobid, "jobspec") == 0
+    assert SECRET in capsys.readouterr().out
+    assert site.cli("owner", "job", "output", jobid) == 0
+    assert capsys.readouterr().out == f"out-{SECRET}\n"
+
+
+def test_jobs_run_as_their_owners(site: Site, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    _need_root_users()
+    assert site.real
+    a_uid, b_uid = site.uids["alice"], site.uids["bob"]
+    creds_file = site.launcher.credentials
+    assert creds_file is not None
+    password = url_credentials(load_credentials(creds_file).uri)[1]
+    assert password
+    # each job's tasks run as its owner: uid, group, home; no instance credentials
+    probe = 'id -u; id -g; echo "home=$HOME user=$USER"; echo "uri=$FLUXES_URI"; env'
+    a_job = submit(site, "alice", monkeypatch, capsys, "sh", "-c", probe)
+    b_job = submit(site, "bob", monkeypatch, capsys, "id", "-u")
+    code, out, _err = attach(site, "alice", a_job, capsys)
+    lines = out.splitlines()
+    assert code == 0 and lines[0] == str(a_uid) and lines[1] == str(pwd.getpwuid(a_uid).pw_gid)
+    assert f"user={site.names['alice']}" in lines[2]
+    assert lines[3].startswith("uri=") and "@" not in lines[3]
+    assert password not in out
+    assert attach(site, "bob", b_job, capsys)[:2] == (0, f"{b_uid}\n")
+    # alice's job runs (its output file in the exec state directory is open)...
+    a_long = submit(site, "alice", monkeypatch, capsys, "sh", "-c", "echo a-private; sleep 60")
+    a_number = fjobid.parse(a_long)
+    user_dir = site.state / "exec" / "rank0" / f"u{a_uid}"
+    out_file = user_dir / f"{a_number}.0.out"
+    deadline = time.monotonic() + 20
+    while not (out_file.exists() and out_file.stat().st_size):
+        assert time.monotonic() < deadline, list(site.state.rglob("*"))
+        time.sleep(0.05)
+    assert out_file.stat().st_uid == a_uid and stat.S_IMODE(out_file.stat().st_mode) == 0o600
+    assert user_dir.stat().st_uid == a_uid and stat.S_IMODE(user_dir.stat().st_mode) == 0o700
+    # ... and bob's job can neither read it, nor list the state, nor read the owner's
+    # credentials file
+    snoop = (f'cat {out_file}; echo "cat=$?"; ls {site.state / "exec" / "rank0"}; '
+             f'echo "ls=$?"; cat {creds_file}; echo "creds=$?"')
+    b_snoop = submit(site, "bob", monkeypatch, capsys, "sh", "-c", snoop)
+    code, out, err = attach(site, "bob", b_snoop, capsys)
+    assert "a-private" not in out and password not in out + err
+    assert "cat=1" in out and "ls=2" in out and "creds=1" in out, (out, err)
+    assert err.count("Permission denied") == 3, err
+    # nor can alice read the owner's credentials
+    a_creds = submit(site, "alice", monkeypatch, capsys, "cat", str(creds_file))
+    code, out, err = attach(site, "alice", a_creds, capsys)
+    assert code == 1 and password not in out + err and "Permission denied" in err
+    # a file output is opened by the job's user, not by root
+    a_file = submit(site, "alice", monkeypatch, capsys, "--output",
+                    str(site.work / "a-{{id}}.out"), "echo", "to a file")
+    assert attach(site, "alice", a_file, capsys)[0] == 0
+    written = site.work / f"a-{a_file}.out"
+    assert written.read_text() == "to a file\n" and written.stat().st_uid == a_uid
+    assert site.cli("alice", "cancel", a_long) == 0
+    assert attach(site, "alice", a_long, capsys)[0] != 0
+
+
+def test_a_root_worker_refuses_unregistered_and_root_jobs(
+        site: Site, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What a root exec worker will not run: a job of a user removed meanwhile (not
+    registered any more) fails with the reason, never runs as root."""
+    _need_root_users()
+    jobid = submit(site, "bob", monkeypatch, capsys, "--urgency", "0", "id", "-u")
+    assert site.cli("owner", "admin", "deluser", site.names["bob"]) == 0
+    try:
+        assert site.cli("owner", "job", "urgency", jobid, "16") == 0
+        code, out, _err = attach(site, "owner", jobid, capsys)
+        assert code != 0 and out == ""
+        assert site.cli("owner", "job", "eventlog", jobid) == 0
+        assert "is not a registered user" in capsys.readouterr().out
+    finally:
+        assert site.cli("owner", "admin", "adduser", site.names["bob"], "--credentials-dir",
+                        str(site.creds["bob"].parent)) == 0

@@ -704,7 +704,7 @@ def test_acl_example_shows_the_rules_fluxes_admin_adduser_gives() -> None:
     from fluxes.store.security import user_acl_rules
 
     shown = acl_users(alice_line())["alice"]
-    made = user_acl_rules(Keys(NS), "alice", "pw")
+    made = user_acl_rules(Keys(NS), "alice", 5001, "pw")
     assert made[0] == "reset"  # redefines a user; a file's line defines a fresh one anyway
 
     def hashes_hidden(rules: list[str]) -> list[str]:

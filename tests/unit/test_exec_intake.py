@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-import orjson
 import pytest
 
 from fluxes import messages as proto
@@ -21,24 +20,25 @@ from fluxes.domain.exec.intake import (
     report,
 )
 from fluxes.domain.exec.jobs import ExecJob
+from tests import wire
 
 
 def entry(*msgs: dict[str, Any]) -> dict[bytes, bytes]:
-    return proto.encode(msgs)
+    return wire.entry(msgs)
 
 
 def test_starts_and_kills_are_decoded_in_order() -> None:
     got = decode_requests(entry({"t": "start", "id": 5, "ranks": "0-1"},
                                 {"t": "kill", "id": 5, "signal": 15},
                                 {"t": "start", "id": 6, "ranks": "0", "extra": 1}))
-    assert got == [Start(5, "0-1"), Kill(5, 15), Start(6, "0")]
+    assert got == [Start(id=5, ranks="0-1"), Kill(id=5, signal=15), Start(id=6, ranks="0")]
+    assert Start is proto.Start and Kill is proto.Kill  # the typed messages themselves
 
 
 @pytest.mark.parametrize(("fields", "error"), [
     (None, "entry has no fields"),
     ({}, "entry has no fields"),
-    (entry({"t": "alloc", "id": 1, "priority": 0, "userid": 0}),
-     "take start and kill, not 'alloc'"),
+    (entry({"t": "alloc", "id": 1, "priority": 0, "userid": 0}), "exec:rank: .*'alloc'"),
     (entry({"t": "kill", "id": 1, "signal": 0}), "kill: bad signal 0"),
     (entry({"t": "kill", "id": 1, "signal": signal.NSIG}), f"kill: bad signal {signal.NSIG}"),
     (entry({"t": "kill", "id": 1, "signal": -1}), "kill: bad signal -1"),
@@ -62,17 +62,20 @@ def test_entries_off_the_protocol_are_refused_whole(fields: Any) -> None:
 
 
 def test_signal_bounds() -> None:
-    assert decode_requests(entry({"t": "kill", "id": 1, "signal": 1})) == [Kill(1, 1)]
+    assert decode_requests(entry({"t": "kill", "id": 1, "signal": 1})) == [Kill(id=1, signal=1)]
     top = signal.NSIG - 1
-    assert decode_requests(entry({"t": "kill", "id": 1, "signal": top})) == [Kill(1, top)]
+    assert decode_requests(entry({"t": "kill", "id": 1, "signal": top})) == [
+        Kill(id=1, signal=top)]
 
 
 def test_a_report_is_the_cumulative_exec_message() -> None:
     job = ExecJob(7, 2, "done", started=True, status=256, released=True, error="x")
     msg = report(job)
-    assert msg == {"t": "exec", "id": 7, "rank": 2, "started": True, "status": 256,
-                   "released": True, "error": "x"}
-    assert proto.check(msg) == msg
+    assert msg == proto.ExecReport(id=7, rank=2, started=True, status=256, released=True,
+                                   error="x")
+    [back] = wire.full(proto.EXEC_EVENTS, encode_reports([job])[0])
+    assert back == {"t": "exec", "id": 7, "rank": 2, "started": True, "status": 256,
+                    "released": True, "error": "x"}
 
 
 @pytest.mark.parametrize(("n", "sizes"), [
@@ -82,10 +85,19 @@ def test_a_report_is_the_cumulative_exec_message() -> None:
 def test_reports_are_chunked(n: int, sizes: list[int]) -> None:
     jobs = [ExecJob(i, 0, "sim", started=True) for i in range(n)]
     chunks = encode_reports(jobs)
-    decoded = [proto.decode(fields)[1] for fields in chunks]
-    assert [len(msgs) for msgs in decoded] == sizes
-    assert [m["id"] for msgs in decoded for m in msgs] == list(range(n))
-    assert all(orjson.loads(fields[b"d"])["e"] == 0 for fields in chunks)
+    decoded = [proto.decode_entry(proto.EXEC_EVENTS, fields) for fields in chunks]
+    assert [len(msgs) for _e, msgs in decoded] == sizes
+    assert [m.id for _e, msgs in decoded for m in msgs] == list(range(n))
+    assert all(epoch == 0 for epoch, _m in decoded)
+
+
+def test_reports_fit_the_readers_bound() -> None:
+    # long errors (a command name is the user's) split an entry before the bound does
+    jobs = [ExecJob(i, 0, "done", error="x" * 40_000) for i in range(REPORT_CHUNK)]
+    chunks = encode_reports(jobs)
+    assert len(chunks) > 1
+    assert all(len(fields[proto.FIELD]) <= proto.EXEC_EVENTS.max_bytes for fields in chunks)
+    assert sum(len(proto.decode_entry(proto.EXEC_EVENTS, f)[1]) for f in chunks) == len(jobs)
 
 
 # ----------------------------------------------------------------------------- the backlog
@@ -116,6 +128,7 @@ def test_take_returns_poison_for_the_dead_letters() -> None:
     assert new == [] and not intake.backlog
     assert [(r, m, f) for r, m, f, _e in poison] == [(0, b"1-0", {b"d": b"{"}), (0, b"2-0", {})]
     assert all(e.startswith("MessageError: ") for *_x, e in poison)
+    assert "trimmed while pending" in poison[1][3]
     assert intake.last_ids[0] == b"2-0"  # read past them all the same
 
 
@@ -146,12 +159,12 @@ def test_handle_goes_in_order_and_acks_whole_entries() -> None:
     intake.take({0: [(b"1-0", starts(1, 2)), (b"2-0", starts(3))]}, lambda _r, _j: False)
     intake.fetched[1] = ("x",)
     seen: list[tuple[int, Request, bool]] = []
-    acks: list[tuple[int, bytes]] = []
+    acks: list[tuple[int, bytes, list[Any]]] = []
     intake.handle(lambda r, q, red: seen.append((r, q, red)),
-                  lambda r, m: acks.append((r, m)), 10.0, Clock(0.001))
-    assert seen == [(0, Start(1, "0"), False), (0, Start(2, "0"), False),
-                    (0, Start(3, "0"), False)]
-    assert acks == [(0, b"1-0"), (0, b"2-0")]
+                  lambda r, m, d: acks.append((r, m, d)), 10.0, Clock(0.001), never)
+    assert seen == [(0, Start(id=1, ranks="0"), False), (0, Start(id=2, ranks="0"), False),
+                    (0, Start(id=3, ranks="0"), False)]
+    assert acks == [(0, b"1-0", []), (0, b"2-0", [])]
     assert not intake.backlog and intake.fetched == {}  # fetched fields go with the backlog
 
 
@@ -163,9 +176,54 @@ def test_handle_stops_at_the_budget_and_resumes_mid_entry() -> None:
     seen: list[int] = []
     acks: list[bytes] = []
     # the budget is spent after the second request: the entry is not acknowledged yet
-    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m: acks.append(m),
-                  1.5, Clock(1.0))
+    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m, _d: acks.append(m),
+                  1.5, Clock(1.0), never)
     assert seen == [1, 2] and acks == [] and intake.fetched
-    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m: acks.append(m),
-                  1.5, Clock(1.0))
+    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m, _d: acks.append(m),
+                  1.5, Clock(1.0), never)
     assert seen == [1, 2, 3] and acks == [b"1-0"]
+
+
+def never(_rank: int, _msg_id: bytes, _request: Request, exc: Exception) -> Any:
+    raise AssertionError(f"nothing should be refused here: {exc!r}")
+
+
+def test_a_request_that_raises_is_refused_with_its_entry_and_the_rest_go_on() -> None:
+    intake = Intake([0])
+    intake.pending[0] = False
+    intake.take({0: [(b"1-0", starts(1, 2, 3)), (b"2-0", starts(4))]}, lambda _r, _j: False)
+    seen: list[int] = []
+    refused: list[tuple[int, bytes, int, str]] = []
+    acks: list[tuple[bytes, list[Any]]] = []
+
+    def handler(_rank: int, request: Request, _redelivered: bool) -> None:
+        if request.id in (2, 4):
+            raise TypeError(f"boom {request.id}")
+        seen.append(request.id)
+
+    def refuse(rank: int, msg_id: bytes, request: Request, exc: Exception) -> Any:
+        refused.append((rank, msg_id, request.id, str(exc)))
+        return f"dead letter of {request.id}"
+
+    intake.handle(handler, lambda _r, m, d: acks.append((m, list(d))), 10.0, Clock(0.001),
+                  refuse)
+    assert seen == [1, 3]
+    assert refused == [(0, b"1-0", 2, "boom 2"), (0, b"2-0", 4, "boom 4")]
+    # each dead letter goes with the acknowledgement of its entry (one write holds both)
+    assert acks == [(b"1-0", ["dead letter of 2"]), (b"2-0", ["dead letter of 4"])]
+    assert not intake.backlog
+
+
+def test_what_refuse_raises_propagates() -> None:
+    intake = Intake([0])
+    intake.pending[0] = False
+    intake.take({0: [(b"1-0", starts(1))]}, lambda _r, _j: False)
+
+    def handler(_rank: int, _request: Request, _redelivered: bool) -> None:
+        raise ConnectionError("redis went away")
+
+    def refuse(_rank: int, _msg_id: bytes, _request: Request, exc: Exception) -> Any:
+        raise exc
+
+    with pytest.raises(ConnectionError):
+        intake.handle(handler, lambda _r, _m, _d: None, 10.0, Clock(0.001), refuse)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 
 import orjson
@@ -10,14 +9,17 @@ import pytest
 
 from fluxes.domain.exec.jobs import (
     ExecJob,
+    StartFacts,
     Stream,
     TaskProc,
     check_rank,
     final_status,
     finish,
     forward_flags,
+    job_owner,
     plan_run,
     read_start,
+    run_as,
     wait_result,
 )
 from fluxes.domain.exec.layout import OutputSpec
@@ -72,30 +74,63 @@ def test_forward_flags(outputs: OutputSpec, flags: str) -> None:
 
 def test_read_start() -> None:
     raw = orjson.dumps(SPEC)
-    assert read_start(1, (raw, b"R", b"1000", None)) == SPEC
-    assert read_start(1, (raw, b"R", b"1000", b"0")) is None  # inactive: never rerun
-    assert read_start(1, (None, None, None, b"0")) is None
-    with pytest.raises(ValueError, match="exec: job 1 has no jobspec"):
+    assert read_start(1, StartFacts(raw, b"R", b"1000")) == SPEC
+    assert read_start(1, StartFacts(raw, b"R", b"1000", b"0")) is None  # inactive: never rerun
+    assert read_start(1, StartFacts(None, None, None, b"0")) is None
+    with pytest.raises(ValueError, match="has no jobspec"):
         read_start(1, None)
-    with pytest.raises(ValueError, match="exec: job 2 has no jobspec"):
-        read_start(2, (None, b"R", None, None))
+    with pytest.raises(ValueError, match="has no jobspec"):
+        read_start(2, StartFacts(None, b"R"))
     with pytest.raises(ValueError, match="not JSON"):
-        read_start(1, (b"{", None, None, None))
+        read_start(1, StartFacts(b"{"))
     with pytest.raises(ValueError, match="not a mapping"):
-        read_start(1, (b"[1]", None, None, None))
+        read_start(1, StartFacts(b"[1]"))
 
 
 def test_check_rank() -> None:
-    me = os.geteuid()
-    assert check_rank(1, 3, R.dumps(), str(me), 1000).ranks == R.ranks
-    with pytest.raises(ValueError, match="exec: job 1 has no R"):
-        check_rank(1, 3, None, None, 1000)
-    with pytest.raises(ValueError, match="exec: rank 4 is not in the job's R"):
-        check_rank(1, 4, R.dumps(), None, 1000)
-    with pytest.raises(ValueError, match="runs as root and will not run another user's job"):
-        check_rank(1, 3, R.dumps(), "1000", 0)
-    assert check_rank(1, 3, R.dumps(), "0", 0) is not None  # root's own job
-    assert check_rank(1, 3, R.dumps(), None, 0) is not None  # no owner recorded
+    assert check_rank(1, 3, R.dumps()).ranks == R.ranks
+    with pytest.raises(ValueError, match="has no R"):
+        check_rank(1, 3, None)
+    with pytest.raises(ValueError, match="rank 4 is not in the job's R"):
+        check_rank(1, 4, R.dumps())
+
+
+def facts(owner: int | None, submitter: int | None = None) -> StartFacts:
+    return StartFacts(b"{}", b"R", None if owner is None else str(owner).encode(), None,
+                      submitter)
+
+
+def test_a_worker_that_is_not_root_runs_every_job_as_itself() -> None:
+    for owner in (0, 1000, 5001):
+        assert run_as(1, facts(owner), 1000, frozenset(), 1000) is None
+
+
+def test_a_root_worker_runs_registered_owners_jobs_as_them() -> None:
+    registered = frozenset({5001, 5002})
+    assert run_as(1, facts(5001, 5001), 0, registered, 4000) == 5001
+    assert run_as(1, facts(4000, 4000), 0, registered, 4000) == 4000  # the instance owner
+    with pytest.raises(ValueError, match="uid 5003 is not a registered user"):
+        run_as(1, facts(5003, 5003), 0, registered, 4000)
+    # the job hash's owner must be the submit event's userid
+    with pytest.raises(ValueError, match="not the userid of its submit event"):
+        run_as(1, facts(5001, 5002), 0, registered, 4000)
+    with pytest.raises(ValueError, match="not the userid of its submit event"):
+        run_as(1, facts(5001, None), 0, registered, 4000)
+    with pytest.raises(ValueError, match="has no owner"):
+        run_as(1, facts(None), 0, registered, 4000)
+
+
+def test_a_root_worker_never_runs_a_job_as_root_but_a_root_owners_own() -> None:
+    with pytest.raises(ValueError, match="refusing to run a job of uid 0"):
+        run_as(1, facts(0, 0), 0, frozenset({0}), 4000)
+    assert run_as(1, facts(0, 0), 0, frozenset(), 0) is None  # root's own instance, own job
+
+
+def test_job_owner() -> None:
+    assert job_owner(1, b"5001") == 5001
+    for bad in (None, b"x", b"-1", b""):
+        with pytest.raises(ValueError, match="has no owner"):
+            job_owner(1, bad)
 
 
 def test_plan_run_lays_out_the_rank_share() -> None:

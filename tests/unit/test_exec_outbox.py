@@ -13,7 +13,8 @@ def test_an_empty_outbox_is_false_and_the_finished_list_alone_writes_nothing() -
     assert not box
     box.finished.append(ExecJob(1, 0, "done"))
     assert not box  # the files go after a write; there is nothing to write
-    for fill in (lambda b: b.ack(0, b"1-0"), lambda b: b.lines(3),
+    for fill in (lambda b: b.ack(0, b"1-0"), lambda b: b.lines(ExecJob(3, 0, "run")),
+                 lambda b: b.dead_letters.append({"error": "x"}),
                  lambda b: b.registry.update({"0": b"{}"}),
                  lambda b: b.forget(ExecJob(2, 0, "done"))):
         other = Outbox()
@@ -60,11 +61,15 @@ def test_acks_and_lines_accumulate() -> None:
     box = Outbox()
     box.ack(0, b"1-0")
     box.ack(0, b"2-0")
-    box.ack(3, b"1-1")
+    box.ack(3, b"1-1", [{"error": "refused"}])
     assert box.acks == {0: [b"1-0", b"2-0"], 3: [b"1-1"]}
-    box.lines(7).append({"x": 1})
-    box.lines(7).append({"x": 2})
-    assert box.output == {7: [{"x": 1}, {"x": 2}]}
+    assert box.dead_letters == [{"error": "refused"}]  # written with the acknowledgement
+    job = ExecJob(7, 0, "run", owner=5001)
+    box.lines(job).append({"x": 1})
+    box.lines(job).append({"x": 2})
+    box.lines(ExecJob(7, 1, "run", owner=5001)).append({"x": 3})  # another rank, one stream
+    # the output stream's key carries the owner: entries go by (owner, job)
+    assert box.output == {(5001, 7): [{"x": 1}, {"x": 2}, {"x": 3}]}
 
 
 def test_a_write_lingers_for_company_then_goes() -> None:

@@ -28,6 +28,16 @@ def test_a_running_job_round_trips_with_its_offsets() -> None:
     assert offsets == {0: (40, 7), 1: (0, 0), 2: (0, 0)}
 
 
+def test_a_running_job_keeps_its_owner_and_whose_tasks_they_are() -> None:
+    job = ExecJob(7, 1, "run", started=True, owner=5001, as_user=True)
+    back, _offsets = decode(1, 7, encode(job), now=1.0)
+    assert (back.owner, back.as_user) == (5001, True)
+    # a record of an older worker: the owner is unknown (the worker looks it up)
+    old = orjson.dumps({"k": "run", "s": True, "t": [], "fw": "o"})
+    back, _offsets = decode(1, 7, old, now=1.0)
+    assert (back.owner, back.as_user) == (-1, False)
+
+
 def test_only_forwarded_streams_have_offsets() -> None:
     job = ExecJob(1, 0, "run", started=True, forward="e")
     task = TaskProc(0, 5, True)

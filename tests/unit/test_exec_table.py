@@ -121,7 +121,7 @@ def test_a_job_ends_when_all_tasks_ended_and_all_output_is_forwarded() -> None:
     table.settle(box, job, False, 3.0)
     assert (job.kind, job.status, job.done_time) == ("done", 3 << 8, 3.0)
     assert box.finished == [job] and box.reports[(0, 1)] is job
-    assert box.output[1] == [{"eof": "1", "rank": "0", "tasks": "0-1"}]
+    assert box.output[(-1, 1)] == [{"eof": "1", "rank": "0", "tasks": "0-1"}]
     assert (0, 1) not in table.live
 
 
@@ -154,7 +154,7 @@ def test_fail_gives_the_error_and_the_end_marker() -> None:
     table, box = JobTable([0]), Outbox()
     job = table.fail(box, ExecJob(8, 0, "run", started=True), 1.0, "cannot execute", 127 << 8)
     assert (job.kind, job.error, job.status) == ("done", "cannot execute", 127 << 8)
-    assert box.output[8] == [{"eof": "1", "rank": "0", "tasks": ""}]
+    assert box.output[(-1, 8)] == [{"eof": "1", "rank": "0", "tasks": ""}]
 
 
 # ----------------------------------------------------------------------------- restore

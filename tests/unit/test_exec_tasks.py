@@ -224,7 +224,8 @@ def test_a_redelivered_start_with_only_a_trace_left_is_lost(rig: Rig) -> None:
 
 def test_look_reports_a_task_found_lost() -> None:
     class NoFiles(TaskFiles):
-        def status_code(self, rank: int, jobid: int, task: int) -> int | None:
+        def status_code(self, rank: int, jobid: int, task: int,
+                        uid: int | None = None) -> int | None:
             return None
 
     adopter = Adopter(NS, NoFiles("/nonexistent", [0]), TaskWatcher())
@@ -238,7 +239,8 @@ def test_look_reports_a_task_found_lost() -> None:
 def test_a_child_reaped_elsewhere_without_a_trace_is_lost_and_reported() -> None:
     """(It used to end with no error: the job released as if nothing was amiss.)"""
     class NoFiles(TaskFiles):
-        def status_code(self, rank: int, jobid: int, task: int) -> int | None:
+        def status_code(self, rank: int, jobid: int, task: int,
+                        uid: int | None = None) -> int | None:
             return None
 
     watcher = TaskWatcher()
@@ -250,3 +252,78 @@ def test_a_child_reaped_elsewhere_without_a_trace_is_lost_and_reported() -> None
     assert task.lost and not task.own and task.pid not in watcher.children
     assert job.error == "exec: lost the job's processes (exec worker restarted)"
     assert box.reports == {(0, 11): job}
+
+
+# ------------------------------------------------------------------ as the job's owner
+
+
+@pytest.fixture
+def public_rig() -> Any:
+    """A rig whose state directory other users can pass through (a root worker's)."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        pytest.skip("running tasks as another user needs root")
+    base = Path(tempfile.mkdtemp(prefix="fluxes-tasks-", dir="/tmp"))
+    base.chmod(0o711)
+    r = Rig(base)
+    yield r
+    r.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_root_worker_runs_a_task_as_the_jobs_owner(public_rig: Rig) -> None:
+    import pwd
+
+    rig = public_rig
+    nobody = pwd.getpwnam("nobody")
+    share = Path(rig.files.state_dir).parent / "shared"
+    share.mkdir(mode=0o1777)
+    share.chmod(0o1777)
+    plan = rig.plan("sh", "-c", 'id -u; id -g; echo "$HOME $USER"; echo e >&2', ntasks=2,
+                    cwd="/")
+    job = ExecJob(3, 0, "run", started=True, forward=plan.forward, owner=nobody.pw_uid,
+                  as_user=True)
+    prepared = rig.launcher.prepare(plan.spec, nobody.pw_uid)
+    assert prepared.account is not None and prepared.account.name == "nobody"
+    assert prepared.env["HOME"] == nobody.pw_dir and prepared.env["USER"] == "nobody"
+    rig.launcher.launch(job, plan, prepared)
+    rig.jobs.append(job)
+    assert set(rig.watcher.popens) == {t.pid for t in job.tasks}
+    rig.wait_ended(job)
+    assert [t.status for t in job.tasks] == [0, 0]
+    assert not rig.watcher.popens  # reaped by us, not by subprocess
+    out = [Path(t.streams[0].path).read_text().split("\n") for t in job.tasks]
+    assert all(o[:3] == [str(nobody.pw_uid), str(nobody.pw_gid), f"{nobody.pw_dir} nobody"]
+               for o in out)
+    assert rig.files.listing(0, fresh=True, uid=nobody.pw_uid) == {(3, 0): 0, (3, 1): 0}
+    # a file output: opened by the user (the wrapper), truncated once by the first rank
+    output = {"system": {"shell": {"options": {"output": {"stdout": {
+        "type": "file", "path": str(share / "x.out")}}}}}}
+    for jobid, ntasks in ((4, 1), (5, 2)):
+        plan = rig.plan("echo", f"job {jobid}", ntasks=ntasks, cwd="/", attributes=output)
+        job = ExecJob(jobid, 0, "run", started=True, forward=plan.forward,
+                      owner=nobody.pw_uid, as_user=True)
+        rig.launcher.launch(job, plan, rig.launcher.prepare(plan.spec, nobody.pw_uid))
+        rig.jobs.append(job)
+        rig.wait_ended(job)
+    written = share / "x.out"
+    assert written.read_text() == "job 5\n" * 2 and written.stat().st_uid == nobody.pw_uid
+    os.chown(written, 0, 0)  # root's file now: the user may not truncate it
+    plan = rig.plan("true", cwd="/", attributes=output)
+    job = ExecJob(6, 0, "run", started=True, forward=plan.forward, owner=nobody.pw_uid,
+                  as_user=True)
+    with pytest.raises(ValueError, match=r"cannot open output file .*x\.out.* as user nobody"):
+        rig.launcher.launch(job, plan, rig.launcher.prepare(plan.spec, nobody.pw_uid))
+    assert written.read_text() == "job 5\n" * 2
+    # where the user may not write, the job fails before anything runs
+    private = share / "root-only"
+    private.mkdir(mode=0o700)
+    plan = rig.plan("true", cwd="/", attributes={"system": {"shell": {"options": {"output": {
+        "stdout": {"type": "file", "path": str(private / "y.out")}}}}}})
+    job = ExecJob(7, 0, "run", started=True, forward=plan.forward, owner=nobody.pw_uid,
+                  as_user=True)
+    with pytest.raises(ValueError, match=r"cannot open output file .*root-only.* as user nobody"):
+        rig.launcher.launch(job, plan, rig.launcher.prepare(plan.spec, nobody.pw_uid))
+    assert not job.tasks and not (private / "y.out").exists()

@@ -83,7 +83,7 @@ def root_and_selectors(rules: list[str]) -> tuple[list[str], list[list[str]]]:
 
 
 def test_user_rules_one_partition() -> None:
-    rules = user_acl_rules(Keys("fx"), "alice", "s3cret")
+    rules = user_acl_rules(Keys("fx"), "alice", 5001, "s3cret")
     assert rules[:2] == ["reset", "on"]
     assert f"#{password_hash('s3cret')}" in rules
     assert not any("s3cret" in r for r in rules)  # only the hash
@@ -91,8 +91,9 @@ def test_user_rules_one_partition() -> None:
     key_rules = [r for r in root if "~" in r]
     assert all(r.startswith("%R~") for r in key_rules)  # the root may only read
     assert sorted(r[3:] for r in key_rules) == sorted([
-        "{fx}:job:*", "{fx}:blob:*", "{fx}:journal", "{fx}:jl:*", "{fx}:acct:*", "{fx}:output:*",
-        "{fx}:instance", "{fx}:queues", "{fx}:accounting", "{fx}:sched:status"])
+        "{fx}:job:*", "{fx}:blob:5001:*", "{fx}:journal", "{fx}:jl:*", "{fx}:acct:*",
+        "{fx}:output:5001:*", "{fx}:instance", "{fx}:queues", "{fx}:accounting",
+        "{fx}:sched:status"])
     assert not any(r.startswith("+@") or r in ("allkeys", "allcommands", "~*") for r in rules)
     assert "+xadd" not in root and "+del" not in root and "+set" not in root
     assert sorted(selectors) == sorted([
@@ -102,19 +103,37 @@ def test_user_rules_one_partition() -> None:
 
 def test_user_rules_several_partitions_and_a_glob_namespace() -> None:
     keys = Keys("a*", 4)
-    patterns = read_patterns(keys)
+    patterns = read_patterns(keys, 5002)
     assert "{a\\*:p*}:journal" in patterns and "{a\\*:p*}:job:*" in patterns
     assert "{a\\*}:instance" in patterns
-    rules = user_acl_rules(keys, "bob", "pw")
+    assert "{a\\*:p*}:blob:5002:*" in patterns and "{a\\*}:output:5002:*" in patterns
+    rules = user_acl_rules(keys, "bob", 5002, "pw")
     assert "(+xadd %W~{a\\*}:submit:bob)" in rules
 
 
 def test_user_rules_are_deterministic_and_need_a_password() -> None:
-    assert user_acl_rules(Keys(), "a", "p") == user_acl_rules(Keys(), "a", "p")
+    assert user_acl_rules(Keys(), "a", 1, "p") == user_acl_rules(Keys(), "a", 1, "p")
     with pytest.raises(ValueError):
-        user_acl_rules(Keys(), "a", "")
+        user_acl_rules(Keys(), "a", 1, "")
     with pytest.raises(ValueError):
-        user_acl_rules(Keys(), "a:b", "p")
+        user_acl_rules(Keys(), "a:b", 1, "p")
+    with pytest.raises(ValueError):
+        user_acl_rules(Keys(), "a", -1, "p")
+
+
+def test_private_keys_carry_the_owner_and_match_only_the_owners_pattern() -> None:
+    from fnmatch import fnmatchcase
+
+    keys = Keys("fx")
+    mine = read_patterns(keys, 500)
+    # Redis globs: no escapes needed here, so fnmatch judges them the same way
+    own = [keys.output(500, 7), keys.blob(0, 500, "abc")]
+    others = [keys.output(5001, 7), keys.output(50, 7), keys.blob(0, 5001, "abc"),
+              keys.blob(0, 50, "abc")]
+    assert all(any(fnmatchcase(k, p) for p in mine) for k in own)
+    assert not any(fnmatchcase(k, p) for k in others for p in mine)
+    public = [keys.job(7), keys.eventlog(7), keys.journal(0), keys.joblist_jobs(0)]
+    assert all(any(fnmatchcase(k, p) for p in mine) for k in public)
 
 
 def test_owner_rules() -> None:

@@ -19,11 +19,12 @@ from __future__ import annotations
 import signal
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any
 
 from fluxes import messages as proto
 from fluxes.domain.exec.jobs import ExecJob
+from fluxes.messages import ExecReport, Kill, Start
 
 #: A request entry that does not follow the protocol (dead-lettered by the worker).
 MessageError = proto.MessageError
@@ -31,65 +32,51 @@ MessageError = proto.MessageError
 #: Most report messages written in one stream entry.
 REPORT_CHUNK = 1000
 
-
-class Start(NamedTuple):
-    """Start the job's share on the rank that received the request."""
-
-    id: int
-    ranks: str
-
-
-class Kill(NamedTuple):
-    """Send ``signal`` to the job's tasks on the rank (SIGKILL follows after the grace)."""
-
-    id: int
-    signal: int
-
-
+#: What a rank's request stream carries (the typed messages of :mod:`fluxes.messages`).
 Request = Start | Kill
+
+__all__ = ["REPORT_CHUNK", "Backlog", "Entry", "Intake", "Kill", "MessageError", "Poison",
+           "Refusal", "Request", "Start", "decode_requests", "encode_reports", "report"]
 
 
 def decode_requests(fields: Mapping[Any, Any] | None) -> list[Request]:
     """The requests of one entry of a rank's request stream.
 
     :class:`MessageError` (a ValueError) for an entry that cannot be handled
-    as a whole: no fields (deleted while pending), not the protocol, a
-    message type other than start/kill, a signal out of range.
+    as a whole: no fields (deleted or trimmed while pending), not the
+    protocol, a message type other than start/kill, a signal out of range.
     """
     if not fields:
-        raise MessageError("entry has no fields (deleted?)")
-    _epoch, msgs = proto.decode(fields)
-    out: list[Request] = []
+        raise MessageError("entry has no fields (deleted or trimmed while pending)")
+    _epoch, msgs = proto.decode_entry(proto.EXEC_REQUESTS, fields)
     for msg in msgs:
-        kind = msg["t"]
-        if kind == "start":
-            out.append(Start(msg["id"], msg["ranks"]))
-        elif kind == "kill":
-            sig = msg["signal"]
-            if not 0 < sig < signal.NSIG:
+        match msg:
+            case Kill(signal=sig) if not 0 < sig < signal.NSIG:
                 raise MessageError(f"kill: bad signal {sig}")
-            out.append(Kill(msg["id"], sig))
-        else:
-            raise MessageError(f"exec workers take start and kill, not {kind!r}")
-    return out
+    return msgs
 
 
-def report(job: ExecJob) -> dict[str, Any]:
+def report(job: ExecJob) -> ExecReport:
     """The cumulative ``exec`` message for the job manager about ``job`` on its rank."""
-    return {"t": "exec", "id": job.id, "rank": job.rank, "started": job.started,
-            "status": job.status, "released": job.released, "error": job.error}
+    return ExecReport(id=job.id, rank=job.rank, started=job.started, status=job.status,
+                      released=job.released, error=job.error)
 
 
 def encode_reports(jobs: Sequence[ExecJob]) -> list[dict[bytes, bytes]]:
-    """The stream entries (fields) carrying ``jobs``' reports, :data:`REPORT_CHUNK` a piece."""
-    msgs = [report(job) for job in jobs]
-    return [proto.encode(msgs[i:i + REPORT_CHUNK]) for i in range(0, len(msgs), REPORT_CHUNK)]
+    """The stream entries (fields) carrying ``jobs``' reports: at most
+    :data:`REPORT_CHUNK` a piece, and never more than the reader's bound."""
+    return proto.encode_chunks([report(job) for job in jobs], 0, REPORT_CHUNK,
+                               proto.EXEC_EVENTS.max_bytes)
 
 
 #: A request stream entry as read: (entry id, fields).
 Entry = tuple[bytes, Any]
 #: A refused entry: (rank, entry id, fields, error) for the dead letters.
 Poison = tuple[int, bytes, Mapping[Any, Any], str]
+#: Called when handling one request raised: (rank, entry id, request, exception).  It
+#: returns the request's dead letter (written with its entry's acknowledgement), or
+#: re-raises what is not the request's fault (a lost connection).
+Refusal = Callable[[int, bytes, Request, Exception], Any]
 
 
 @dataclass
@@ -101,6 +88,7 @@ class Backlog:
     requests: list[Request]
     redelivered: bool
     index: int = 0
+    dead: list[Any] = field(default_factory=list)  # dead letters of its refused requests
 
 
 class Intake:
@@ -110,7 +98,7 @@ class Intake:
     a predecessor, never acknowledged) have been read again; ``last_ids``
     are the ids of the last entries read (where the waker's XREAD starts);
     ``maybe_new`` says a read may find more (a full read left some behind);
-    ``fetched`` holds the job hash fields of the starts in the backlog.
+    ``fetched`` holds the job hash facts of the starts in the backlog.
     """
 
     def __init__(self, ranks: Iterable[int]) -> None:
@@ -119,7 +107,7 @@ class Intake:
         self.pending = dict.fromkeys(ranks, True)
         self.last_ids: dict[int, Any] = dict.fromkeys(ranks, "$")
         self.maybe_new = True
-        self.fetched: dict[int, tuple[Any, ...]] = {}
+        self.fetched: dict[int, Any] = {}
 
     def wants_read(self) -> bool:
         """Whether a read may find entries (pending ones, or more after a full read)."""
@@ -145,8 +133,8 @@ class Intake:
                     self.last_ids[rank] = msg_id
                 try:
                     requests = decode_requests(fields)
-                except MessageError as exc:
-                    poison.append((rank, msg_id, fields or {}, f"MessageError: {exc}"))
+                except Exception as exc:  # any refusal is the entry's: park it
+                    poison.append((rank, msg_id, fields or {}, f"{type(exc).__name__}: {exc}"))
                     continue
                 new_starts += [r.id for r in requests if isinstance(r, Start)
                                and r.id not in self.fetched and not known(rank, r.id)]
@@ -154,10 +142,17 @@ class Intake:
         return new_starts, poison
 
     def handle(self, handler: Callable[[int, Request, bool], None],
-               ack: Callable[[int, bytes], None], budget: float,
-               clock: Callable[[], float]) -> None:
+               ack: Callable[[int, bytes, list[Any]], None], budget: float,
+               clock: Callable[[], float], refuse: Refusal) -> None:
         """Hand the backlog's requests to ``handler(rank, request, redelivered)`` in order,
-        for about ``budget`` seconds of ``clock``; ``ack`` each entry fully handled."""
+        for about ``budget`` seconds of ``clock``; ``ack(rank, entry id, dead letters)``
+        each entry fully handled.
+
+        A request whose handler raises goes to ``refuse``, whose dead letter is
+        kept with the entry and handed to ``ack`` with it (one write holds both),
+        and the next request is handled: one request never stops the others.
+        What ``refuse`` raises propagates.
+        """
         deadline = clock() + budget
         backlog = self.backlog
         while backlog:
@@ -166,13 +161,16 @@ class Intake:
             while entry.index < len(requests):
                 request = requests[entry.index]
                 entry.index += 1
-                handler(entry.rank, request, entry.redelivered)
+                try:
+                    handler(entry.rank, request, entry.redelivered)
+                except Exception as exc:  # refuse decides what is the input's
+                    entry.dead.append(refuse(entry.rank, entry.msg_id, request, exc))
                 if clock() > deadline:
                     break
             if entry.index < len(requests):
                 return  # the rest of this entry waits for the next iteration
             backlog.popleft()
-            ack(entry.rank, entry.msg_id)
+            ack(entry.rank, entry.msg_id, entry.dead)
             if not backlog:
                 self.fetched.clear()
             if clock() > deadline:

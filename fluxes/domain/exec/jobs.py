@@ -10,7 +10,7 @@ here does I/O.  See ``docs/exec.md``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -32,8 +32,24 @@ LOST_ERROR = "exec: lost the job's processes (exec worker restarted)"
 #: Output streams: (record flag, stream name, file suffix, task fd).
 STREAMS = (("o", "stdout", "out", 1), ("e", "stderr", "err", 2))
 
-#: The job hash fields a start needs, in the order :func:`read_start` takes them.
-START_FIELDS = ("jobspec_full", "jobspec", "R", "owner", "result")
+#: The uid of the superuser: tasks never run as it for anyone but a root instance owner.
+ROOT_UID = 0
+
+
+class StartFacts(NamedTuple):
+    """What a start needs of the job's stored facts (``ExecStreams.fetch``).
+
+    ``jobspec`` is the one the job runs with (defaults applied), ``owner``
+    the job hash's uid, ``result`` set once the job is inactive;
+    ``submitter`` is the userid of the job's ``submit`` event, read only by a
+    worker that may run tasks as other users (root), else None.
+    """
+
+    jobspec: bytes | None = None
+    R: bytes | None = None
+    owner: bytes | None = None
+    result: bytes | None = None
+    submitter: int | None = None
 
 
 class Stream:
@@ -96,6 +112,8 @@ class ExecJob:
     done_time: float = 0.0
     forwarded: int = 0  # output bytes forwarded (the output limit counts them)
     truncated: bool = False  # the output limit was reached: the rest is dropped
+    owner: int = -1  # the job owner's uid (its output stream's key carries it); -1 unknown
+    as_user: bool = False  # its tasks run as the owner, not as the worker (a root worker)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -164,22 +182,19 @@ class RunPlan(NamedTuple):
     first_rank: bool  # the job's first rank truncates shared output files
 
 
-def read_start(jobid: int, data: tuple[Any, ...] | None) -> dict[str, Any] | None:
-    """The jobspec of a start, from the job hash fields the worker fetched.
+def read_start(jobid: int, data: StartFacts | None) -> dict[str, Any] | None:
+    """The jobspec of a start, from the job's facts the worker fetched.
 
-    ``data`` is (jobspec, R, owner, result), the jobspec being the full one
-    when the ingest stored one.  None when the job is already inactive (it
-    has a ``result``): never run it again.  ValueError, the job's exec error,
-    when the jobspec is missing or not a JSON mapping.
+    None when the job is already inactive (it has a ``result``): never run it
+    again.  ValueError, the job's exec error, when the jobspec is missing (the
+    job hash is gone, or a blob) or not a JSON mapping.
     """
-    if data is None or data[0] is None:
-        if data is not None and data[3] is not None:
-            return None
-        raise ValueError(f"exec: job {jobid} has no jobspec")
-    if data[3] is not None:
+    if data is not None and data.result is not None:
         return None
+    if data is None or data.jobspec is None:
+        raise ValueError(f"exec: job {jobid} has no jobspec")
     try:
-        spec = orjson.loads(data[0])
+        spec = orjson.loads(data.jobspec)
     except orjson.JSONDecodeError:
         raise ValueError("exec: the job's jobspec is not JSON") from None
     if not isinstance(spec, dict):
@@ -187,15 +202,49 @@ def read_start(jobid: int, data: tuple[Any, ...] | None) -> dict[str, Any] | Non
     return spec
 
 
-def check_rank(jobid: int, rank: int, r_raw: Any, owner: Any, euid: int) -> ResourceSet:
-    """The job's R, checked to hold ``rank``; ValueError is the job's exec error.
+def job_owner(jobid: int, owner: Any) -> int:
+    """The job hash's ``owner`` as a uid; ValueError (the job's exec error) if unreadable."""
+    try:
+        uid = int(owner)
+    except (TypeError, ValueError):
+        raise ValueError(f"exec: job {jobid} has no owner") from None
+    if uid < 0:
+        raise ValueError(f"exec: job {jobid} has no owner")
+    return uid
 
-    ``euid`` is the worker's user: a worker running as root refuses other
-    owners' jobs rather than run them as root.
+
+def run_as(jobid: int, data: StartFacts, euid: int, registered: Container[int],
+           instance_owner: int) -> int | None:
+    """The uid a job's tasks run as: None for the worker's own user, else the owner's.
+
+    A worker that is not root runs every job as itself (it cannot do
+    otherwise: docs/security.md says what that means).  A root worker runs
+    each job as its owner, after checking that the owner the job hash names
+    is the ``submit`` event's userid (``data.submitter``) and a registered
+    user (``registered``: the uids of ``fluxes admin adduser``; the instance
+    owner always is).  It never runs a job as root, except a job of a root
+    instance owner, which is that owner's own.  ValueError is the job's exec
+    error.
     """
-    if euid == 0 and owner is not None and int(owner) != 0:
-        raise ValueError("exec: this exec worker runs as root and will not run "
-                         "another user's job")
+    owner = job_owner(jobid, data.owner)
+    if euid != ROOT_UID:
+        return None
+    if owner == ROOT_UID:
+        if instance_owner == ROOT_UID:
+            return None  # the root instance owner's own job runs as the worker (root)
+        raise ValueError("exec: refusing to run a job of uid 0 (root): the instance owner "
+                         "is not root")
+    if data.submitter is None or data.submitter != owner:
+        raise ValueError(f"exec: job {jobid}: its owner ({owner}) is not the userid of its "
+                         "submit event")
+    if owner != instance_owner and owner not in registered:
+        raise ValueError(f"exec: uid {owner} is not a registered user of this instance "
+                         "(fluxes admin adduser)")
+    return owner
+
+
+def check_rank(jobid: int, rank: int, r_raw: Any) -> ResourceSet:
+    """The job's R, checked to hold ``rank``; ValueError is the job's exec error."""
     if r_raw is None:
         raise ValueError(f"exec: job {jobid} has no R")
     R = ResourceSet(r_raw)  # noqa: N806

@@ -3,7 +3,8 @@
 The worker gathers its effects in an :class:`Outbox` and writes them in one
 round trip (docs/exec.md, "Contract with the job manager"): output entries,
 job records, acknowledgements of the requests whose effects those records
-hold, the registry heartbeat, and the reports.  Pure: the Redis side
+hold, the dead letters of the requests refused (acknowledged in the same
+write), the registry heartbeat, and the reports.  Pure: the Redis side
 (:mod:`fluxes.store.exec_streams`) turns an outbox into commands.
 
 :class:`FlushPolicy` decides when: at once when the job manager waits on it
@@ -14,7 +15,7 @@ write lingers :data:`FLUSH_LINGER_S` for company, so a short job's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,19 +35,24 @@ class Outbox:
     """Everything one iteration writes, in one round trip.
 
     ``records`` maps (rank, job) to the job whose record to write, or None to
-    delete it; ``reports`` to the job to report; ``finished`` are the jobs
-    whose task files may go once the write is done.
+    delete it; ``reports`` to the job to report; ``output`` (owner uid, job)
+    to the job's output entries (its stream's key carries the owner);
+    ``dead_letters`` are the records of refused requests, whose entries are
+    among ``acks``; ``finished`` are the jobs whose task files may go once the
+    write is done.
     """
 
     records: dict[tuple[int, int], ExecJob | None] = field(default_factory=dict)
     reports: dict[tuple[int, int], ExecJob] = field(default_factory=dict)
     acks: dict[int, list[bytes]] = field(default_factory=dict)
-    output: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    output: dict[tuple[int, int], list[dict[str, Any]]] = field(default_factory=dict)
     registry: dict[str, bytes] = field(default_factory=dict)
+    dead_letters: list[dict[str, Any]] = field(default_factory=list)
     finished: list[ExecJob] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.records or self.reports or self.acks or self.output or self.registry)
+        return bool(self.records or self.reports or self.acks or self.output or self.registry
+                    or self.dead_letters)
 
     def urgent(self) -> bool:
         """True when the job manager waits on this write: a job finished, released or failed."""
@@ -68,15 +74,18 @@ class Outbox:
         """Delete ``job``'s record (the job manager is done with it)."""
         self.records[(job.rank, job.id)] = None
 
-    def ack(self, rank: int, msg_id: bytes) -> None:
-        """Acknowledge request entry ``msg_id`` of ``rank`` with this write."""
+    def ack(self, rank: int, msg_id: bytes, dead: Iterable[dict[str, Any]] = ()) -> None:
+        """Acknowledge request entry ``msg_id`` of ``rank`` with this write, and write the
+        ``dead`` letters of its refused requests in the same one."""
         self.acks.setdefault(rank, []).append(msg_id)
+        self.dead_letters.extend(dead)
 
-    def lines(self, jobid: int) -> list[dict[str, Any]]:
-        """The output entries of ``jobid`` in this write (appended to in place)."""
-        entries = self.output.get(jobid)
+    def lines(self, job: ExecJob) -> list[dict[str, Any]]:
+        """The output entries of ``job`` in this write (appended to in place)."""
+        key = (job.owner, job.id)
+        entries = self.output.get(key)
         if entries is None:
-            entries = self.output[jobid] = []
+            entries = self.output[key] = []
         return entries
 
     def record_changes(self) -> tuple[dict[int, dict[str, ExecJob]], dict[int, list[str]]]:

@@ -2,7 +2,7 @@
 
 Pure: the bytes come from a ``read`` function the process side gives
 (``os.pread`` on the task's output file); this module decides what of them
-becomes which entry of ``{ns}:output:<id>`` (docs/exec.md, "Output"):
+becomes which entry of ``{ns}:output:<owner>:<id>`` (docs/exec.md, "Output"):
 
 * whole lines, split when longer than :data:`MAX_LINE`; a last line without
   a newline once the task has ended;

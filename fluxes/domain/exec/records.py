@@ -2,7 +2,8 @@
 
 A restarted exec worker carries on from these records (docs/exec.md,
 "Robustness"): ``{"k":"run", ...}`` for real jobs (per task: rank, pid,
-forwarded stdout/stderr offsets, status, lost, exit code), ``{"k":"sim",
+forwarded stdout/stderr offsets, status, lost, exit code; the owner's uid
+``u`` and ``as`` when the tasks run as the owner), ``{"k":"sim",
 "d": end time}`` for simulated ones, ``{"k":"done", ...}`` for finished ones.
 """
 
@@ -36,7 +37,8 @@ def encode(job: ExecJob) -> bytes:
         tasks.append([t.rank, t.pid, out, err, t.status, t.lost, t.code])
     return orjson.dumps({"k": "run", "s": job.started, "t": tasks, "fw": job.forward,
                          "e": job.error, "ks": job.kill_signal, "kt": job.kill_time,
-                         "x": job.escalated, "ob": job.forwarded, "tr": job.truncated})
+                         "x": job.escalated, "ob": job.forwarded, "tr": job.truncated,
+                         "u": job.owner, "as": job.as_user})
 
 
 def decode(rank: int, jobid: int, raw: bytes | str, now: float) -> tuple[ExecJob, Offsets]:
@@ -66,7 +68,8 @@ def _decode(rank: int, jobid: int, rec: Any, kind: Any,
     job = ExecJob(jobid, rank, "run", started=bool(rec.get("s")), error=rec.get("e"),
                   forward=str(rec.get("fw", "")), kill_signal=int(rec.get("ks", 0)),
                   kill_time=float(rec.get("kt", 0.0)), escalated=bool(rec.get("x")),
-                  forwarded=int(rec.get("ob", 0)), truncated=bool(rec.get("tr")))
+                  forwarded=int(rec.get("ob", 0)), truncated=bool(rec.get("tr")),
+                  owner=int(rec.get("u", -1)), as_user=bool(rec.get("as")))
     offsets: Offsets = {}
     for task_rank, pid, out_off, err_off, status, lost, code in rec.get("t", []):
         task = TaskProc(int(task_rank), int(pid), False, status)

@@ -85,7 +85,7 @@ class JobTable:
     @staticmethod
     def eof(box: Outbox, job: ExecJob) -> None:
         """Add the end marker of ``job``'s output on its rank to ``box``."""
-        box.lines(job.id).append(eof_entry(job.rank, (t.rank for t in job.tasks)))
+        box.lines(job).append(eof_entry(job.rank, (t.rank for t in job.tasks)))
 
     def fail(self, box: Outbox, job: ExecJob, now: float, error: str,
              status: int | None = None) -> ExecJob:

@@ -82,6 +82,10 @@ KILL_SIGNAL = 15
 LOST_WAIT_STATUS = 9
 #: Distinct request strings shared at most (see JobManagerCore._shared).
 _REQUESTS_KEPT = 4096
+#: Seconds scheduling stays suspended, while a scheduler holds the partition's
+#: lease, before the job manager asks it for a new session (``reset``): an
+#: ``error`` (forged, or the scheduler's own) must not stop scheduling for good.
+HEAL_AFTER_S = 2.0
 
 
 @dataclass(slots=True)
@@ -157,6 +161,8 @@ class SchedSession:
     outstanding: int = 0
     #: why scheduling is suspended until the next hello (None: it is not)
     suspended: str | None = None
+    #: when it was suspended (the core's clock)
+    suspended_at: float = 0.0
 
     def may_send(self) -> bool:
         """True when another alloc request may go out under the ready mode."""
@@ -192,6 +198,8 @@ class JobManagerCore:
         self.inactive_count = 0
         #: one string per distinct request (a --cc array's jobs share one)
         self._requests: dict[str, str] = {}
+        #: when the last ``reset`` asked the scheduler for a new session (heal)
+        self._reset_at = float("-inf")
 
     # ------------------------------------------------------------ loading
 
@@ -493,10 +501,24 @@ class JobManagerCore:
 
     # ------------------------------------------------------------ scheduler messages
 
-    def on_sched(self, fx: Effects, epoch: int, msg: SchedResponse) -> None:
-        """One RFC 27 message from the scheduler (acks are the caller's)."""
+    def on_sched(self, fx: Effects, epoch: int, msg: SchedResponse,
+                 current: int | None = None) -> None:
+        """One RFC 27 message from the scheduler (acks are the caller's).
+
+        Every message carries its session's epoch. A ``hello`` opens a session
+        only with an epoch newer than the current session's and, when the
+        caller read it (``current``: the epoch of the scheduler holding the
+        partition's lease, -1 when nobody does), equal to that one: a hello of
+        an older scheduler (replayed, forged, or sent by one paused past its
+        lease) changes nothing. Other messages count only in the current
+        session's epoch.
+        """
         session = self.session
         if isinstance(msg, Hello):
+            if session.epoch is not None and epoch <= session.epoch:
+                return  # a repeated or older hello: the session stands
+            if current is not None and epoch != current:
+                return  # not the scheduler that leads now: its hello follows, if any
             self._on_hello(fx, epoch)
             return
         if epoch != session.epoch:
@@ -509,6 +531,8 @@ class JobManagerCore:
             case Ready(mode=mode, limit=limit):
                 if session.suspended is not None:
                     return  # RFC 27: only a new hello (a new epoch) resumes scheduling
+                if session.ready:
+                    return  # one ready per session: a repeated one changes no mode
                 session.ready = True
                 session.mode = mode
                 session.limit = limit if limit > 0 else 1
@@ -538,6 +562,27 @@ class JobManagerCore:
             return False
         session.ready = False
         session.suspended = why
+        session.suspended_at = self.clock()
+        return True
+
+    def heal(self, fx: Effects, lease_epoch: int | None) -> bool:
+        """Ask for a new session (``reset``) when scheduling has been suspended for
+        HEAL_AFTER_S while a scheduler holds the lease (``lease_epoch``, None when
+        nobody does: a new scheduler says hello by itself); at most once per
+        HEAL_AFTER_S. The scheduler answers with a hello in a new epoch, which
+        resumes scheduling. True when a reset was sent.
+
+        An ``error`` in the current epoch cannot be told from a forged one, so
+        it suspends, and this is what makes scheduling go on afterwards.
+        """
+        session = self.session
+        if session.suspended is None or lease_epoch is None:
+            return False
+        now = self.clock()
+        if now - session.suspended_at < HEAL_AFTER_S or now - self._reset_at < HEAL_AFTER_S:
+            return False
+        self._reset_at = now
+        fx.sched.append(Reset())
         return True
 
     def check_scheduler(self, lease_epoch: int | None) -> str | None:

@@ -8,10 +8,19 @@ request and their ids. If the ingest dies before the request is acknowledged,
 the request is delivered again; the records then say which jobs already exist,
 and only the others are created.
 
-A record is JSON: a list of runs ``[index, id, count, step]``, meaning that
-job ``index + k*step`` of the request got id ``id + k*step`` for
-``0 <= k < count``. Bulk submissions get consecutive FLUIDs, and a partition
-takes every ``partitions``-th of them, so a batch is usually one run.
+Every request is recorded, even one done in a single commit, and records
+are kept a day: a client that sends the same request again (same user, same
+request id) after a timeout gets the same jobs, never new ones. A record
+therefore also names the request it belongs to (a digest of it), so that a
+request id used again for another request is told apart and refused.
+
+A record is JSON: ``{"request": digest, "runs": runs}`` (records written
+before digests are the bare list of runs), where each run ``[index, id,
+count, step]`` means that job ``index + k*step`` of the request got id
+``id + k*step`` for ``0 <= k < count``. Bulk submissions get consecutive
+FLUIDs, and a partition takes every ``partitions``-th of them, so a batch is
+usually one run. A control request (cancel, urgency, raise) is recorded with
+no runs once it is forwarded, so it is not forwarded twice.
 """
 
 from __future__ import annotations
@@ -26,8 +35,13 @@ from fluxes.formats.jobid import MAX_ID
 Pair = tuple[int, int]
 
 
-def encode(pairs: Sequence[Pair]) -> bytes:
-    """The record of ``pairs`` (job index, job id), given in increasing index order."""
+class ReusedRequestId(ValueError):
+    """The records under a request id belong to another request than the one at hand."""
+
+
+def encode(pairs: Sequence[Pair], digest: str | None = None) -> bytes:
+    """The record of ``pairs`` (job index, job id), given in increasing index order, for
+    the request whose digest is ``digest``."""
     runs: list[list[int]] = []
     i = 0
     while i < len(pairs):
@@ -43,19 +57,25 @@ def encode(pairs: Sequence[Pair]) -> bytes:
                     count += 1
         runs.append([index, jobid, count, step])
         i += count
-    return orjson.dumps(runs)
+    return orjson.dumps({"request": digest, "runs": runs} if digest is not None else runs)
 
 
-def decode(blob: bytes, njobs: int) -> dict[int, int]:
-    """Job index -> id from one record of a request of ``njobs`` jobs.
+def decode(blob: bytes, njobs: int, digest: str | None = None) -> dict[int, int]:
+    """Job index -> id from one record of a request of ``njobs`` jobs (whose digest is
+    ``digest``, when known).
 
-    Raises ValueError when the record is not well formed or names a job the
-    request does not have.
+    Raises ReusedRequestId when the record names another request, ValueError
+    when it is not well formed or names a job the request does not have.
     """
     try:
         runs: Any = orjson.loads(blob)
     except orjson.JSONDecodeError as exc:
         raise ValueError(f"progress record is not JSON: {exc}") from None
+    if isinstance(runs, dict):
+        recorded = runs.get("request")
+        if digest is not None and isinstance(recorded, str) and recorded != digest:
+            raise ReusedRequestId("the request id was used for another request")
+        runs = runs.get("runs")
     if not isinstance(runs, list):
         raise ValueError("progress record must be a list of runs")
     out: dict[int, int] = {}
@@ -76,15 +96,33 @@ def decode(blob: bytes, njobs: int) -> dict[int, int]:
     return out
 
 
-def merge(blobs: Iterable[bytes], njobs: int) -> dict[int, int]:
+def merge(blobs: Iterable[bytes], njobs: int, digest: str | None = None) -> dict[int, int]:
     """Job index -> id from every record of a request (all partitions, all commits).
 
-    Raises ValueError for a malformed record, or when two records give one
-    job different ids (records of two different requests under one name).
+    Raises ReusedRequestId when a record names another request than ``digest``,
+    ValueError for a malformed record, or when two records give one job
+    different ids (records of two different requests under one name).
     """
     out: dict[int, int] = {}
+    blobs = list(blobs)
+    for blob in blobs:  # another request's records: say so before anything else
+        decode_digest_only(blob, digest)
     for blob in blobs:
-        for index, jobid in decode(blob, njobs).items():
+        for index, jobid in decode(blob, njobs, digest).items():
             if out.setdefault(index, jobid) != jobid:
                 raise ValueError(f"progress records disagree on job {index} of the request")
     return out
+
+
+def decode_digest_only(blob: bytes, digest: str | None) -> None:
+    """ReusedRequestId when the record ``blob`` names another request than ``digest``
+    (anything else about it is :func:`decode`'s business)."""
+    if digest is None:
+        return
+    try:
+        doc: Any = orjson.loads(blob)
+    except orjson.JSONDecodeError:
+        return
+    if isinstance(doc, dict) and isinstance(doc.get("request"), str) \
+            and doc["request"] != digest:
+        raise ReusedRequestId("the request id was used for another request")

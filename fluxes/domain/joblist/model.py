@@ -17,6 +17,7 @@ from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import Job
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobResult, JobState
+from fluxes.domain.retention import PURGE_EVENT
 
 #: The read model keeps one record per job.
 JobSummary = JobRecord
@@ -67,6 +68,14 @@ def change_between(old: JobSummary | None, new: JobSummary) -> Change:
                   delta)
 
 
+def removal(old: JobSummary | None) -> Counter[str]:
+    """The counter changes of a job leaving the read model (purged): its counts go."""
+    delta: Counter[str] = Counter()
+    if old is not None:
+        delta.subtract(counter_keys(old))
+    return delta
+
+
 @dataclass
 class ReadModel:
     """A whole read model in memory: what the Redis one must equal after any crash."""
@@ -75,8 +84,13 @@ class ReadModel:
     counters: Counter[str] = field(default_factory=Counter)
 
     def feed(self, entries: Iterable[tuple[int, ev.Event, Mapping[str, Any]]]) -> None:
-        """Fold journal entries (jobid, event, extras) in order."""
+        """Fold journal entries (jobid, event, extras) in order; a ``purge`` entry takes
+        its job out, with its counts."""
         for jobid, event, extra in entries:
+            if event.event_name == PURGE_EVENT:
+                self.counters.update(removal(self.summaries.pop(jobid, None)))
+                self.counters = +self.counters
+                continue
             change = apply_entry(self.summaries.get(jobid), jobid, event, extra)
             self.summaries[jobid] = change.summary
             self.counters.update(change.counters)

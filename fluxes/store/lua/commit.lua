@@ -26,15 +26,14 @@
 --                                names `digest` (so a second release does nothing), the
 --                                field is deleted, `refs` decremented, the blob deleted
 --                                at 0
---   M kj mode prefix             exec compat, until the exec worker reads jobspecs through
---                                fluxes/store/jobhash.py: mode 1 sets `jobspec_full` of the
---                                job hash KEYS[kj] to its jobspec spliced from its blobs,
---                                mode 0 deletes that copy; only for a job stored with blobs
---                                (a `spec` field; field names as in jobhash.py). The blob
---                                keys, `prefix<owner>:<digest>` from the hash as it is
---                                before the batch, are not in KEYS but share the job's hash
---                                tag, hence its slot. A blob missing or of another type
---                                leaves the copy unwritten (exec then fails the job).
+--   R kj kl jobid field value    HSET KEYS[kj] field value (the scheduler's R) only while the
+--                                job waits for an allocation: its job hash exists and its
+--                                eventlog KEYS[kl] shows no allocation yet (read backwards,
+--                                an event only a job before its alloc has comes before any
+--                                event of an allocated or finished one); otherwise the whole
+--                                batch is refused with NOTWAITING
+--   I k n {field incr}*n         HINCRBY KEYS[k] field incr (counters, e.g. dead letters
+--                                per stream; every field must hold an integer or nothing)
 --
 -- Returns {events appended, last journal id or ""}, or one of these error
 -- replies, after which nothing at all was written:
@@ -42,6 +41,7 @@
 --   "CONFLICT jobid:len,..."                 eventlogs not at the expected length
 --   "KEYTYPE <command> needs a <type> but <key> holds a <type>"
 --   "BADOP <what is wrong>"                  a malformed op (a bug in the writer)
+--   "NOTWAITING jobid,..."                   R ops for jobs not waiting for an allocation
 --
 -- Redis does not undo the writes of a script that fails half way, so pass 1
 -- checks everything a write of pass 2 could fail on and pass 2 only writes
@@ -58,11 +58,8 @@ local MAX_TTL_DIGITS = 15
 local MAX_ID_PART = '18446744073709551615'
 
 local COMMAND = {E = 'XADD', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
-                 A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL', M = 'HSET'}
--- A split jobspec begins with this; the environment goes right after it
--- (fluxes/domain/jm/content.py, splice).
-local SPLIT_PREFIX = '{"attributes":{"system":{'
-
+                 A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL',
+                 R = 'HSET', I = 'HINCRBY'}
 local nargv = #ARGV
 
 local function badop(i, why)
@@ -124,25 +121,62 @@ local function refs_ok(key)
   return nil
 end
 
--- The data of blob `key` (a hash), or nil when it is missing or not a hash.
-local function blob_data(key)
-  if redis.call('TYPE', key).ok ~= 'hash' then return nil end
-  return redis.call('HGET', key, 'data') or nil
+-- Events a job has only before its allocation, and events it has only from its
+-- allocation on (or once it is over): RFC 21. Others (exception, memo, ...) come
+-- at any time and say nothing either way.
+local BEFORE_ALLOC = {submit = true, validate = true, depend = true, priority = true,
+                      ['flux-restart'] = true, urgency = true,
+                      ['dependency-add'] = true, ['dependency-remove'] = true}
+local FROM_ALLOC = {alloc = true, start = true, finish = true, release = true, free = true,
+                    clean = true, invalidate = true}
+-- Events read back at most: a job waiting for resources has a priority event
+-- among its last few (every urgency change and restart posts one).
+local SCAN_EVENTS = 1024
+local SCAN_BLOCK = 16
+
+-- True when the job whose hash is `job` and eventlog is `log` waits for an
+-- allocation (or raced its cancel: RFC 27 accepts that allocation): the hash
+-- exists, and reading the eventlog backwards an event of BEFORE_ALLOC comes
+-- before any of FROM_ALLOC. A replayed or forged alloc of a running or
+-- finished job, or of no job at all, must not (over)write its R.
+local function waits_for_alloc(job, log)
+  if redis.call('TYPE', job).ok ~= 'hash' or redis.call('TYPE', log).ok ~= 'stream' then
+    return false
+  end
+  local upto = '+'
+  local seen = 0
+  while seen < SCAN_EVENTS do
+    local entries = redis.call('XREVRANGE', log, upto, '-', 'COUNT', SCAN_BLOCK)
+    if #entries == 0 then return false end
+    for _, entry in ipairs(entries) do
+      local fields = entry[2]
+      local name = nil
+      for f = 1, #fields - 1, 2 do
+        if fields[f] == 'n' then name = fields[f + 1]; break end
+      end
+      if name == nil or FROM_ALLOC[name] then return false end
+      if BEFORE_ALLOC[name] then return true end
+      upto = '(' .. entry[1]
+    end
+    seen = seen + #entries
+    if #entries < SCAN_BLOCK then return false end
+  end
+  return false
 end
 
--- The jobspec of the job hash `key` spliced from its blobs (M op), or nil.
-local function materialized(key, prefix)
-  local f = redis.call('HMGET', key, 'spec', 'full', 'env', 'owner')
-  local spec, full, env, owner = f[1], f[2], f[3], f[4]
-  if not spec or not owner then return nil end
-  local text = blob_data(prefix .. owner .. ':' .. (full or spec))
-  if text == nil or not env then return text end
-  local env_text = blob_data(prefix .. owner .. ':' .. env)
-  if env_text == nil or string.sub(text, 1, #SPLIT_PREFIX) ~= SPLIT_PREFIX then return nil end
-  local rest = string.sub(text, #SPLIT_PREFIX + 1)
-  local sep = ','
-  if string.sub(rest, 1, 1) == '}' then sep = '' end
-  return SPLIT_PREFIX .. '"environment":' .. env_text .. sep .. rest
+-- nil when every given field of hash `key` holds an integer HINCRBY accepts (or
+-- nothing), else the error reply.
+local function counters_ok(key, first, n)
+  if kind[key] ~= 'hash' then return nil end
+  for f = first, first + 2 * (n - 1), 2 do
+    local v = redis.call('HGET', key, ARGV[f])
+    if v and (#v > 18 or not string.match(v, '^%-?%d+$')) then
+      return redis.error_reply('KEYTYPE HINCRBY needs an integer but ' .. key .. ' '
+                               .. string.sub(ARGV[f], 1, 40) .. ' holds '
+                               .. string.sub(v, 1, 20))
+    end
+  end
+  return nil
 end
 
 local token = ARGV[1]
@@ -162,6 +196,7 @@ end
 -- same eventlog, so lengths are tracked as the batch would leave them.
 local plan = {}     -- {op, index in ARGV of its first value, key, n}
 local conflicts = {}
+local notwaiting = {}  -- jobs of R ops that wait for no allocation
 local length = {}
 local journal = KEYS[2]
 local i = 2
@@ -235,20 +270,30 @@ while i <= nargv do
       err = need(key, 'hash', false, cmd)
       if err == nil then err = need(n, 'hash', false, 'HINCRBY') end
       if err == nil then err = refs_ok(n) end
-    elseif op == 'M' then
-      local mode = ARGV[i + 2]
-      if mode ~= '0' and mode ~= '1' then return badop(i, 'bad mode') end
-      first, nxt = i + 2, i + 4
+    elseif op == 'R' then
+      local kl = count(i + 2)
+      if kl == nil or kl < 1 or kl > #KEYS then return badop(i, 'no such key index') end
+      first, nxt = i + 3, i + 6
       if nxt - 1 > nargv then return badop(i, 'arguments missing') end
-      err = need(key, 'hash', false, cmd)
-      n = false  -- what pass 2 writes: the jobspec (mode 1), true to delete it (mode 0)
-      if err == nil and kind[key] == 'hash' then
-        if mode == '1' then
-          n = materialized(key, ARGV[i + 3]) or false
-        else
-          n = redis.call('HEXISTS', key, 'spec') == 1
+      -- a key of another type is no job waiting either: refused the same way
+      if (kind[key] or 'hash') == 'hash' and waits_for_alloc(key, KEYS[kl]) then
+        kind[key] = 'hash'
+      else
+        notwaiting[#notwaiting + 1] = ARGV[i + 3]
+      end
+    elseif op == 'I' then
+      n = count(i + 2)
+      if n == nil or n < 1 then return badop(i, 'bad count') end
+      first, nxt = i + 3, i + 3 + 2 * n
+      if nxt - 1 > nargv then return badop(i, 'arguments missing') end
+      for f = first + 1, nxt - 1, 2 do
+        local v = ARGV[f]
+        if #v > 18 or not string.match(v, '^%-?%d+$') then
+          return badop(i, 'bad increment ' .. string.sub(v, 1, 20))
         end
       end
+      err = need(key, 'hash', true, cmd)
+      if err == nil then err = counters_ok(key, first, n) end
     else -- S or L
       local ttl = ARGV[i + 2]
       if ttl == nil or #ttl > MAX_TTL_DIGITS or not string.match(ttl, '^%d+$') then
@@ -269,6 +314,9 @@ while i <= nargv do
 end
 if #conflicts > 0 then
   return redis.error_reply('CONFLICT ' .. table.concat(conflicts, ','))
+end
+if #notwaiting > 0 then
+  return redis.error_reply('NOTWAITING ' .. table.concat(notwaiting, ','))
 end
 
 -- redis.call(cmd, key, [group,] ARGV[first..last]), at most CHUNK values per call
@@ -333,11 +381,11 @@ for _, step in ipairs(plan) do
         redis.call('DEL', n)
       end
     end
-  elseif op == 'M' then
-    if n == true then
-      redis.call('HDEL', key, 'jobspec_full')
-    elseif n then
-      redis.call('HSET', key, 'jobspec_full', n)
+  elseif op == 'R' then
+    redis.call('HSET', key, ARGV[j + 1], ARGV[j + 2])
+  elseif op == 'I' then
+    for f = j, j + 2 * (n - 1), 2 do
+      redis.call('HINCRBY', key, ARGV[f], ARGV[f + 1])
     end
   elseif op == 'S' then
     local ttl = tonumber(ARGV[j - 1])

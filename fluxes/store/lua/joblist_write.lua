@@ -4,7 +4,7 @@
 -- KEYS[2..] the keys the ops name, by index
 -- ARGV[1]   fencing token: must equal GET KEYS[1], or nothing is written
 -- ARGV[2..] ops: name, key index, argument count, arguments; name is one of
---           HSET ZADD ZREM HINCRBY (one field) UNLINK (run as is on the key) or
+--           HSET HDEL ZADD ZREM HINCRBY (one field) UNLINK (run as is on the key) or
 --           POSITION group id entries-read: the folded position, kept as the
 --           consumer group's last-delivered id (entries-read "" = unknown);
 --           any pending entries (left by a version that read through the
@@ -15,7 +15,7 @@ if current ~= ARGV[1] then
 end
 -- Redis keeps what a failing script wrote before it failed, so pass 1 checks
 -- everything pass 2 could fail on (op names, key types, counters, the group).
-local kind = {HSET='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', UNLINK=false,
+local kind = {HSET='hash', HDEL='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', UNLINK=false,
               POSITION='stream'}
 local i = 2
 while i <= #ARGV do
