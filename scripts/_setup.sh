@@ -1,6 +1,7 @@
 # Sourced by scripts/demo and scripts/test: makes a fresh Debian machine ready.
-# - installs redis-server and iproute2 (the multi-host test's network namespaces)
-#   from the OS packages when they are missing (needs root or sudo)
+# - installs redis-server, iproute2 (the multi-host test's network namespaces) and
+#   chromium (the web browser tests) from the OS packages when they are missing
+#   (needs root or sudo)
 # - creates .venv and installs the locked dependencies (requirements.lock, with
 #   hashes) and fluxes itself (editable)
 # Re-running is cheap: the pip step is skipped while the lock and pyproject.toml are unchanged.
@@ -21,6 +22,12 @@ apt_install() {
 if ! command -v redis-server >/dev/null 2>&1; then
     echo "setup: installing redis-server from the OS packages" >&2
     apt_install redis-server || echo "setup: could not install redis-server (not root?); tests that need it will skip" >&2
+fi
+
+if ! command -v chromium >/dev/null 2>&1; then
+    # the browser tests of fluxes web drive Debian's chromium (never a downloaded browser)
+    echo "setup: installing chromium from the OS packages" >&2
+    apt_install chromium || echo "setup: could not install chromium (not root?); the browser tests will skip" >&2
 fi
 
 if ! command -v ip >/dev/null 2>&1; then
