@@ -18,7 +18,9 @@ configuration from Redis. Top-level tables:
 * ``[job-manager]``: retention, as flux names it: ``inactive-age-limit`` (FSD)
   and ``inactive-num-limit`` (inactive jobs purged beyond them, by the job-list
   worker), and ``journal-archive`` (where trimmed journal entries are kept; ""
-  for nowhere; default ``<state directory>/archive``) (:class:`RetentionConfig`).
+  for nowhere; default ``<state directory>/archive``) (:class:`RetentionConfig`);
+* ``[web]``: ``fluxes web``'s session secret, ``secret`` or ``secret-file``
+  (:class:`WebConfig`).
 
 A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
 """
@@ -37,7 +39,8 @@ from fluxes.formats.fsd import parse_duration
 
 #: Default ``[exec] output-limit``: bytes of output forwarded per job and rank.
 DEFAULT_OUTPUT_LIMIT = 100 << 20
-_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched", "accounting", "job-manager")
+_TOP = ("policy", "queues", "resource", "ingest", "exec", "sched", "accounting", "job-manager",
+        "web")
 
 
 @dataclass(frozen=True)
@@ -114,6 +117,37 @@ class RetentionConfig:
         return cls(age, num, archive)
 
 
+#: Shortest ``[web] secret`` accepted: it signs every session cookie.
+MIN_WEB_SECRET = 16
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """``[web]``: what ``fluxes web`` signs its session cookies with, shared by every web
+    server of the instance: ``secret`` (the text itself; the stored configuration is
+    readable by every user, so prefer) ``secret-file`` (a file only the web servers read)."""
+
+    secret: str | None = None
+    secret_file: str | None = None
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> WebConfig:
+        """Read ``[web]``; ConfigError naming a bad key."""
+        if not isinstance(obj, Mapping):
+            raise ConfigError("web: expected a table")
+        values: dict[str, str] = {}
+        for key, value in obj.items():
+            if key not in ("secret", "secret-file"):
+                raise ConfigError(f"web.{format_key(key)}: unknown key (known: secret, "
+                                  "secret-file)")
+            if not isinstance(value, str) or "\0" in value:
+                raise ConfigError(f"web.{key}: expected a string, got {value!r:.40}")
+            if key == "secret" and len(value) < MIN_WEB_SECRET:
+                raise ConfigError(f"web.secret: at least {MIN_WEB_SECRET} characters")
+            values[key.replace("-", "_")] = value
+        return cls(**values)
+
+
 @dataclass(frozen=True)
 class InstanceConfig:
     """A checked instance configuration and the TOML text it came from."""
@@ -128,6 +162,7 @@ class InstanceConfig:
     sched: Mapping[str, Any] = field(default_factory=dict)
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
+    web: WebConfig = field(default_factory=WebConfig)
 
     @property
     def resource(self) -> Mapping[str, Any]:
@@ -187,7 +222,8 @@ class InstanceConfig:
         return cls(text=text, raw=raw, queues=queues, ingest=IngestLimits.from_dict(ingest),
                    kill_timeout=kill_timeout, output_limit=output_limit, sched=dict(sched),
                    accounting=AccountingConfig.from_dict(raw.get("accounting", {})),
-                   retention=RetentionConfig.from_dict(raw.get("job-manager", {})))
+                   retention=RetentionConfig.from_dict(raw.get("job-manager", {})),
+                   web=WebConfig.from_dict(raw.get("web", {})))
 
 
 def _check_sched(table: Mapping[str, Any]) -> None:

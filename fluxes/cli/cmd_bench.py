@@ -97,6 +97,30 @@ def register(subparsers: Any) -> None:
     ap.add_argument("--json", action="store_true")
     ap.set_defaults(func=_accounting)
 
+    sm = sub.add_parser("simulate", **help_with_example(
+        "fluxes simulate on a seeded synthetic trace (default 50,000 jobs, 2,048 cores,\n"
+        "easy): simulation time, jobs/s, scheduling passes, peak memory.",
+        ["fluxes bench simulate", "fluxes bench simulate --jobs 10000 --policy conservative"]))
+    sm.add_argument("--jobs", type=int, default=50_000, help="jobs (default 50000)")
+    sm.add_argument("--cores", type=int, default=2048, help="processors (default 2048)")
+    sm.add_argument("--nodes", type=int, default=None,
+                    help="nodes they are split into (default: one node)")
+    sm.add_argument("--policy", choices=("fcfs", "easy", "conservative"), default="easy")
+    sm.add_argument("--seed", type=int, default=1)
+    sm.add_argument("--json", action="store_true")
+    sm.set_defaults(func=_simulate)
+
+    wp = sub.add_parser("web", **help_with_example(
+        "fluxes web: p50/p99 latency of every page and JSON endpoint over HTTP, with a\n"
+        "synthesized history of N jobs, time-travel views an hour back among them.",
+        ["fluxes bench web", "fluxes bench web --jobs 10000 --json"]))
+    wp.add_argument("--jobs", type=int, default=100_000, help="jobs in the history "
+                    "(default 100000)")
+    wp.add_argument("--hours", type=float, default=6.0, help="the history's span (default 6)")
+    wp.add_argument("--requests", type=int, default=50, help="requests per endpoint")
+    wp.add_argument("--json", action="store_true")
+    wp.set_defaults(func=_web)
+
 
 def _eventlog(args: argparse.Namespace) -> int:
     from fluxes.bench import eventlog
@@ -155,6 +179,25 @@ def _accounting(args: argparse.Namespace) -> int:
     from fluxes.bench.common import report
 
     report(accounting.run(jobs=args.jobs), args.json)
+    return 0
+
+
+def _web(args: argparse.Namespace) -> int:
+    from fluxes.bench import web
+    from fluxes.bench.common import report
+
+    if args.jobs < 1 or args.requests < 1 or args.hours <= 0:
+        raise ValueError("--jobs and --requests must be >= 1, --hours > 0")
+    report(web.run(jobs=args.jobs, hours=args.hours, requests=args.requests), args.json)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from fluxes.bench import simulate
+    from fluxes.bench.common import report
+
+    report(simulate.run(jobs=args.jobs, cores=args.cores, nodes=args.nodes,
+                        policy=args.policy, seed=args.seed), args.json)
     return 0
 
 

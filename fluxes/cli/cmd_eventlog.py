@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -59,7 +60,23 @@ def register(subparsers: Any) -> None:
     rp.add_argument("--until", metavar="TIME",
                     help="a UNIX/ISO time or -DURATION ago (default now)")
     rp.add_argument("--json", action="store_true", help="one JSON object per job")
+    rp.add_argument("--file", metavar="FILE",
+                    help="fold an export file (fluxes eventlog export, fluxes simulate "
+                         "--journal-out) instead of the instance's journal")
     rp.set_defaults(func=_replay)
+
+    xp = sub.add_parser("export", **help_with_example(
+        "Write the journal, with what the retention archive holds, as one JSON line per\n"
+        "entry (docs/simulate.md, \"The export format\"); each submit carries the job's\n"
+        "summary and scheduler request. --since/--until select jobs by submit time and\n"
+        "keep their whole history. FILE '-' is stdout.",
+        ["fluxes eventlog export history.jsonl",
+         "fluxes eventlog export --since=-30d --until=-1d month.jsonl"]))
+    xp.add_argument("--since", metavar="TIME",
+                    help="only jobs submitted from TIME (UNIX, ISO, -DURATION ago)")
+    xp.add_argument("--until", metavar="TIME", help="only jobs submitted up to TIME")
+    xp.add_argument("file", metavar="FILE")
+    xp.set_defaults(func=_export)
 
     cp = sub.add_parser("check", **help_with_example(
         "Replay every eventlog and list jobs that do not replay cleanly (exit 1 if any).",
@@ -173,15 +190,18 @@ def _job_row(job: Job) -> dict[str, Any]:
 
 def _replay(args: argparse.Namespace) -> int:
     """Fold the journal up to a time and print the jobs as they were."""
-
-    store = _store(args)
-    until = parse_time(args.until) if args.until else time.time()
     jobs: dict[int, Job] = {}
-    for p in range(store.keys.partitions):
-        replayed = store.replay(p, until_time=until, archive=_archive(args, store, p))
-        if replayed.purged_before is not None:
-            _say_purged("replay", p, replayed.purged_before)
-        jobs.update(replayed.jobs)
+    if args.file is not None:
+        # a file is a finished history (a simulated one may lie in the future): all of it
+        jobs = _replay_file(args.file, parse_time(args.until) if args.until else None)
+    else:
+        until = parse_time(args.until) if args.until else time.time()
+        store = _store(args)
+        for p in range(store.keys.partitions):
+            replayed = store.replay(p, until_time=until, archive=_archive(args, store, p))
+            if replayed.purged_before is not None:
+                _say_purged("replay", p, replayed.purged_before)
+            jobs.update(replayed.jobs)
     ordered = sorted(jobs.values(), key=lambda j: (j.t_submit, j.id))
     if args.json:
         for job in ordered:
@@ -195,6 +215,79 @@ def _replay(args: argparse.Namespace) -> int:
                      time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(job.t_submit))])
     for line in table(["JOBID", "USER", "ST", "RESULT", "SUBMITTED"], rows):
         print(line)
+    return 0
+
+
+def _replay_file(path: str, until: float | None) -> dict[int, Job]:
+    """The jobs of an export file as of ``until`` (its broken jobs told on stderr)."""
+    from fluxes.sim.journal import read_records, replay
+
+    with open(path, "rb") as f:
+        replayed = replay(read_records(f, name=path), until=until)
+    for jobid, reason in sorted(replayed.broken.items()):
+        print(f"{PROG} eventlog replay: {fmt_id(jobid)} does not replay: {reason}",
+              file=sys.stderr)
+    return {jobid: rec.job for jobid, rec in replayed.records.items()}
+
+
+def instance_records(args: argparse.Namespace, since: float | None = None,
+                     until: float | None = None) -> Iterator[dict[str, Any]]:
+    """The instance's journal (the archive first, for what was trimmed) in the export
+    format: every entry of each job submitted in ``[since, until]`` (all entries when
+    neither is given), each submit with the job's stored scheduler request."""
+    from fluxes.sim.journal import record_of_entry
+    from fluxes.store import jobhash
+
+    store = _store(args)
+    hashes = jobhash.JobHashes(store.redis, store.keys)
+    selecting = since is not None or until is not None
+    lo = since if since is not None else float("-inf")
+    hi = until if until is not None else float("inf")
+    # entries are stamped about when Redis numbers them: begin a margin before --since
+    start = "0-0" if since is None else f"{max(int((since - 60) * 1000), 0)}-0"
+    for p in range(store.keys.partitions):
+        chosen: set[int] = set()
+        blocks, gap = store.history(p, after=start, archive=_archive(args, store, p))
+        if gap is not None:
+            _say_purged("export", p, gap)
+        for block in blocks:
+            records: list[dict[str, Any]] = []
+            submits: list[int] = []
+            for entry in block:
+                if entry.name == b"submit" and (not selecting
+                                                or lo <= float(entry.timestamp) <= hi):
+                    chosen.add(entry.jobid)
+                    submits.append(len(records))
+                elif selecting and entry.jobid not in chosen:
+                    continue
+                records.append(record_of_entry(entry.id, entry.jobid, entry.seq, entry.name,
+                                               entry.timestamp, entry.context, entry.extra))
+            ids = [records[i]["j"] for i in submits]
+            for i, raw in zip(submits, hashes.field(ids, jobhash.REQUEST) if ids else [],
+                              strict=True):
+                if raw:
+                    records[i].setdefault("x", {})["request"] = raw.decode("utf-8", "replace")
+            yield from records
+
+
+def _export(args: argparse.Namespace) -> int:
+    """Write the journal (and archive) in the export format."""
+    since = parse_time(args.since) if args.since else None
+    until = parse_time(args.until) if args.until else None
+    out = sys.stdout.buffer if args.file == "-" else open(args.file, "wb")  # noqa: SIM115
+    count = 0
+    try:
+        for record in instance_records(args, since, until):
+            out.write(orjson.dumps(record))
+            out.write(b"\n")
+            count += 1
+    finally:
+        if out is not sys.stdout.buffer:
+            out.close()
+        else:
+            out.flush()
+    if args.file != "-":
+        print(f"{count} journal entries written to {args.file}", file=sys.stderr)
     return 0
 
 

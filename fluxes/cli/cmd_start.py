@@ -49,6 +49,8 @@ def register(subparsers: Any) -> None:
                         "owner's is in STATE_DIR/credentials.json); see 'fluxes admin'")
     p.add_argument("--insecure", action="store_true",
                    help="allow a remote --redis without a password")
+    p.add_argument("--web", type=int, metavar="PORT",
+                   help="also serve 'fluxes web' on 127.0.0.1:PORT (docs/web.md)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND...")
     p.set_defaults(func=_start)
 
@@ -74,11 +76,13 @@ def _launcher(args: argparse.Namespace) -> Launcher:
     state = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="fluxes-"))
     if args.partitions < 1:
         die("--partitions must be >= 1")
+    if args.web is not None and not 0 < args.web < 65536:
+        die("--web: want a port number 1-65535")
     return Launcher(state_dir=state, nodes=args.nodes, cores_per_node=args.cores_per_node,
                     gpus_per_node=args.gpus_per_node, config_text=config_text,
                     redis_url=args.redis, namespace=args.namespace,
                     partitions=args.partitions, appendfsync=args.appendfsync,
-                    require_auth=args.require_auth)
+                    require_auth=args.require_auth, web_port=args.web)
 
 
 def _check_shared_redis(args: argparse.Namespace) -> None:
@@ -112,6 +116,8 @@ def _start(args: argparse.Namespace) -> int:
 
     try:
         launcher.start()
+        if launcher.web_port is not None:
+            print(f"fluxes: web: http://127.0.0.1:{launcher.web_port}/", file=sys.stderr)
         try:
             return run_command(launcher, command)
         finally:
@@ -145,6 +151,8 @@ def _detach(launcher: Launcher, temporary: bool) -> int:
             from fluxes.store.security import ENV_CREDENTIALS
 
             print(f"export {ENV_CREDENTIALS}='{credentials}'")
+        if launcher.web_port is not None:
+            print(f"# web: http://127.0.0.1:{launcher.web_port}/", file=sys.stderr)
         print(f"# state and logs: {launcher.state_dir}"
               + (" (removed by fluxes stop)" if temporary else ""), file=sys.stderr)
         print("# stop it with: fluxes stop", file=sys.stderr)

@@ -24,9 +24,11 @@ from fluxes.cli import (
     cmd_queue,
     cmd_resource,
     cmd_resource_query,
+    cmd_simulate,
     cmd_start,
     cmd_status,
     cmd_submit,
+    cmd_web,
     cmd_worker,
 )
 from fluxes.cli.util import (
@@ -41,8 +43,8 @@ from fluxes.cli.util import (
 )
 
 _GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource, cmd_resource_query,
-           cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill,
-           cmd_status, cmd_worker, cmd_admin, cmd_account)
+           cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill, cmd_simulate,
+           cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web)
 
 #: What a first session looks like: start an instance, run and watch jobs.
 _EXAMPLES = (

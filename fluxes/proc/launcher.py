@@ -83,6 +83,8 @@ class Launcher:
     require_auth: bool = False
     #: The owner's credentials file, when Redis needs a password (see start()).
     credentials: Path | None = None
+    #: Also run ``fluxes web`` on 127.0.0.1:web_port (``fluxes start --web``).
+    web_port: int | None = None
 
     def resources(self, config: InstanceConfig) -> dict[str, Any]:
         """The ``[resource]`` table: from the configuration, else N simulated nodes."""
@@ -245,7 +247,24 @@ class Launcher:
             specs.append(WorkerSpec(f"exec-{rank}", [*base, "exec", "--uri", uri,
                                                      "--ranks", str(rank),
                                                      "--state-dir", str(exec_dir)]))
+        if self.web_port is not None:
+            specs.append(self._web_spec(uri))
         self.workers = specs
+
+    def _web_spec(self, uri: str) -> WorkerSpec:
+        """``fluxes web`` on 127.0.0.1:``web_port``; without a secret in the configuration,
+        with one made for (and kept in) the state directory."""
+        args = [sys.executable, "-m", "fluxes.cli.main", "--uri", uri, "web",
+                "--listen", f"127.0.0.1:{self.web_port}"]
+        web = InstanceConfig.from_toml(self.config_text).web
+        if not (web.secret or web.secret_file):
+            path = self.state_dir / "web-secret"
+            if not path.exists():
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(generate_password())
+            args += ["--secret-file", str(path)]
+        return WorkerSpec("web", args)
 
     def _spawn(self, spec: WorkerSpec) -> None:
         # A stable name per slot lets a restarted leader take its own lease back
