@@ -23,7 +23,7 @@ import orjson
 import redis
 
 from fluxes.messages.bounds import one_line
-from fluxes.proc import metrics
+from fluxes.proc import hops, metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
 from fluxes.store.deadletters import counts_key
@@ -196,6 +196,10 @@ class Worker:
                 self.log.debug("metrics not refreshed", extra={"error": str(exc)})
         try:
             self.redis.hset(self.keys.workers, self.name, orjson.dumps(record, default=str))
+            latencies = hops.snapshot()
+            if latencies:
+                # hand-off latency histograms (fluxes/proc/hops.py), for fluxes bench
+                self.redis.hset(self.keys.hops, self.name, orjson.dumps(latencies))
         except redis.ConnectionError:
             pass  # the loop itself will notice and retry; liveness is best effort
 

@@ -60,7 +60,7 @@ from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget
 from fluxes.domain.exec.table import JobTable
 from fluxes.formats.idset import IDSet
-from fluxes.proc import metrics
+from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
@@ -385,6 +385,9 @@ class ExecWorker(Worker):
             job = self.table.fail(box, ExecJob(jobid, rank, "run"), now,
                                   f"exec: {exc.strerror or exc}: {exc.filename or ''}")
         box.touch(self.table.add(job))
+        sent = self.intake.sent
+        if sent and job.started:
+            hops.record(hops.JM_TO_EXEC, time.time() - sent)
 
     def _start(self, box: Outbox, rank: int, jobid: int, data: StartFacts | None,
                now: float, redelivered: bool) -> ExecJob:
@@ -463,6 +466,10 @@ class ExecWorker(Worker):
         """Write the iteration's effects (see :meth:`ExecStreams.flush`), then clean up."""
         self.flushing.flushed()
         if box:
+            now = time.time()
+            for job in box.reports.values():
+                if job.kind == "done" and job.deadline:  # a simulated job's end was due then
+                    hops.record(hops.EXEC_END_TO_REPORT, now - job.deadline)
             self.store.flush(box)
             if box.dead_letters:
                 self.count_dead_letters(len(box.dead_letters))

@@ -41,7 +41,7 @@ from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.messages.bounds import one_line
-from fluxes.proc import metrics
+from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
 from fluxes.store.deadletters import counts_key
 from fluxes.store.eventstore import (
@@ -142,6 +142,10 @@ class JobManagerWorker(Worker):
         self._alone: tuple[str, bytes, Mapping[bytes, bytes]] | None = None
         self._rebuilds: list[float] = []
         self._reply_prefix = self.keys.reply("", "")[:-1]
+        #: send times of the exec reports and allocations handled since the last
+        #: commit: their hand-offs end when it is written (fluxes/proc/hops.py)
+        self._sent_exec: list[float] = []
+        self._sent_alloc: list[float] = []
 
     def _instance_owner(self) -> int:
         raw = self.redis.hget(self.keys.instance, "owner_uid")
@@ -411,7 +415,10 @@ class JobManagerWorker(Worker):
         p = self.partition
         try:
             if stream == keys.sched_resp(p):
-                epoch, responses = proto.decode_entry(proto.SCHED_RESPONSES, fields)
+                epoch, responses, sent = proto.decode_entry_sent(proto.SCHED_RESPONSES, fields)
+                if sent and any(isinstance(r, proto.AllocResponse)
+                                and r.type == proto.ALLOC_SUCCESS for r in responses):
+                    self._sent_alloc.append(sent)
                 # a hello opens a session only from the scheduler that leads now
                 current = self.scheduler_epoch() if any(
                     isinstance(r, proto.Hello) for r in responses) else None
@@ -422,7 +429,10 @@ class JobManagerWorker(Worker):
                         self.log.warning("scheduling suspended", extra={
                             "partition": p, "why": core.session.suspended})
             elif stream == keys.exec_events(p):
-                for report in proto.decode_entry(proto.EXEC_EVENTS, fields)[1]:
+                _epoch, reports, sent = proto.decode_entry_sent(proto.EXEC_EVENTS, fields)
+                if sent:
+                    self._sent_exec.append(sent)
+                for report in reports:
                     core.on_exec(fx, report)
             elif stream == keys.jm_new(p):
                 news = proto.decode_entry(proto.NEW_JOBS, fields)[1]
@@ -567,15 +577,16 @@ class JobManagerWorker(Worker):
             batch.hdel(keys.exec_progress(p), gone)
         core = self.core
         epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
+        sent = time.time()
         for entry in proto.encode_chunks(fx.sched, epoch, MESSAGES_PER_ENTRY,
-                                         proto.SCHED_REQUESTS.max_bytes):
+                                         proto.SCHED_REQUESTS.max_bytes, sent):
             batch.xadd(keys.sched_req(p), entry)
         later: dict[str, list[Any]] = {}
         journal = keys.journal(p)
         for rank, msgs in fx.exec.items():
             key = keys.exec_rank(rank)
             for entry in proto.encode_chunks(msgs, 0, MESSAGES_PER_ENTRY,
-                                             proto.EXEC_REQUESTS.max_bytes):
+                                             proto.EXEC_REQUESTS.max_bytes, sent):
                 if keys.same_slot(key, journal):
                     batch.xadd(key, entry)
                 else:
@@ -641,6 +652,11 @@ class JobManagerWorker(Worker):
                     self.log.warning("reply not written", extra={"error": str(result)})
         if fx.dead_letters:
             self.count_dead_letters(len(fx.dead_letters))
+        if self._sent_exec or self._sent_alloc:
+            now = time.time()
+            hops.record_since(hops.EXEC_TO_JM, self._sent_exec, now)
+            hops.record_since(hops.SCHED_TO_JM, self._sent_alloc, now)
+            self._sent_exec, self._sent_alloc = [], []
         if written:
             metrics.EVENTS_JOB_MANAGER.inc(written)
             self.events_written += written

@@ -36,7 +36,7 @@ from fluxes.formats.idset import IDSet
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
-from fluxes.proc import metrics
+from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
 from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
@@ -260,6 +260,7 @@ class SchedulerWorker(Worker):
         block = BLOCK_MS if not self._dirty else 1
         reply = read_streams(self.redis, streams, READ_COUNT, block)
         out: dict[int, list[proto.SchedResponse]] = {}
+        freed_sent: list[float] = []
         for stream_b, entries in reply or []:
             stream = stream_b.decode()
             session = self._session_of(stream)
@@ -268,10 +269,12 @@ class SchedulerWorker(Worker):
                 # read by position, not through a group: moving on is the acknowledgement
                 session.pos = msg_id.decode()
                 try:
-                    epoch, batch = proto.decode_entry(proto.SCHED_REQUESTS, fields)
+                    epoch, batch, sent = proto.decode_entry_sent(proto.SCHED_REQUESTS, fields)
                 except proto.MessageError as exc:
                     self.dead_letter(stream, msg_id, fields, str(exc))
                     continue
+                if sent and any(isinstance(m, proto.Free) for m in batch):
+                    freed_sent.append(sent)  # the hand-off ends with its answer's write
                 msgs.extend(_Input(epoch, m, msg_id, fields) for m in batch)
             if not self._handle(session, msgs, out.setdefault(session.partition, [])):
                 return  # deposed while handling
@@ -284,6 +287,8 @@ class SchedulerWorker(Worker):
                 or (self._owe_full and now - self._full_pass >= FULL_PASS_S)):
             self._schedule(now, out)
         self._flush(out)
+        if freed_sent:
+            hops.record_since(hops.JM_TO_SCHED, freed_sent, time.time())
 
     # ------------------------------------------------------------ resources
 
@@ -640,14 +645,24 @@ class SchedulerWorker(Worker):
         self._dirty = False
         self._planned = now
         keys = self.keys
+        pool = self.pool
+        assert pool is not None
         for jobid, rset in result.allocated:
             part = keys.partition_of(jobid)
-            self._r_writes.setdefault(part, {})[jobid] = rset.dumps().encode()
-            ann: dict[str, Any] = {"sched": {"resource_summary": rset.summary(),
+            shape = pool.shape_of(jobid)
+            if shape is not None:
+                # encodings computed once per allocation shape (domain/sched/shapes.py)
+                data = shape.dumps(rset.starttime, rset.expiration)
+                summary, ranks, nodelist = shape.summary(), shape.ranks(), shape.nodelist()
+            else:
+                data = rset.dumps()
+                summary, ranks, nodelist = rset.summary(), str(rset.ranks), str(rset.hostlist)
+            self._r_writes.setdefault(part, {})[jobid] = data.encode()
+            ann: dict[str, Any] = {"sched": {"resource_summary": summary,
                                              "reason_pending": None, "t_estimate": None}}
             out.setdefault(part, []).append(proto.AllocResponse(
-                id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=str(rset.ranks),
-                nodelist=str(rset.hostlist)))
+                id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=ranks,
+                nodelist=nodelist))
             self.sent.pop(jobid, None)
             self.allocations += 1
             arrival = self._alloc_arrived.pop(jobid, None)
@@ -685,7 +700,7 @@ class SchedulerWorker(Worker):
                     batch.set_if_waiting(keys.job(jobid), keys.eventlog(jobid), jobid,
                                          jobhash.R, data)
                 for entry in proto.encode_chunks(msgs, session.epoch, MESSAGES_PER_ENTRY,
-                                                 proto.SCHED_RESPONSES.max_bytes):
+                                                 proto.SCHED_RESPONSES.max_bytes, time.time()):
                     batch.xadd(keys.sched_resp(p), entry)
                 try:
                     self.store.commit(batch, str(session.epoch))

@@ -52,6 +52,15 @@ def report(figures: dict[str, Any], as_json: bool) -> None:
         return
     width = max(len(k) for k in figures)
     for key, value in figures.items():
+        if isinstance(value, dict) and value and all(isinstance(v, dict)
+                                                     for v in value.values()):
+            # a table, e.g. the hand-offs: one line per row
+            print(key)
+            inner = max(len(str(k)) for k in value)
+            for name, row in value.items():
+                cells = "  ".join(f"{k}={v}" for k, v in row.items())
+                print(f"  {name:<{inner}}  {cells}")
+            continue
         if isinstance(value, float):
             text = f"{value:,.3f}" if value < 100 else f"{value:,.0f}"
         else:

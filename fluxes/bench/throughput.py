@@ -5,6 +5,14 @@ processes with ``--exec``) are submitted in bulk to an instance started just
 for the run; the figures are the submit rate and the end-to-end rate from
 the first submission to the last ``clean`` event, which is counted by
 reading the journal (blocking reads, no polling).
+
+``hops`` is the latency of each hand-off on a job's critical path (exec ->
+job manager -> scheduler -> job manager -> exec), p50 and p99 over the run:
+every message entry carries its sender's clock, and the receiver counts the
+time from it to its own commit of what the entry asked for (the exec
+worker: to the job's start), in per-worker histograms
+(:mod:`fluxes.proc.hops`) it publishes with its heartbeat; the bench adds
+them up across workers, before and after the run, and takes the difference.
 """
 
 from __future__ import annotations
@@ -15,7 +23,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from fluxes.formats.jobspec import Jobspec
+from fluxes.proc import hops
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
 from fluxes.store.groups import read_streams
@@ -87,13 +98,16 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
     for key in journals:
         last = inst.redis.xrevrange(key, count=1)
         journals[key] = last[0][0].decode() if last else "0-0"
+    hops_before = _hop_counts(inst)
     start = time.monotonic()
     results = client.submit([{"jobspec": spec}] * jobs, timeout=timeout)
     submitted = time.monotonic()
     failed = [r for r in results if not isinstance(r, int)]
     done = _wait_cleans(inst, journals, jobs - len(failed), start + timeout)
     end = time.monotonic()
+    wall_end = time.time()
     del warm
+    hop_figures = hops.summary(hops.subtract(_hop_counts(inst, after=wall_end), hops_before))
     return {
         "jobs": jobs, "nodes": nodes, "cores_per_node": cores,
         "mode": "real" if real else f"simulated {runtime}",
@@ -101,7 +115,32 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
         "submit_jobs_per_s": jobs / max(submitted - start, 1e-9),
         "jobs_per_s": done / max(end - start, 1e-9),
         "completed": done, "elapsed_s": end - start,
+        "hops": hop_figures,
     }
+
+
+def _hop_counts(inst: Instance, after: float | None = None,
+                wait_s: float = 6.0) -> dict[str, dict[int, int]]:
+    """Every worker's hand-off histograms added up; with ``after``, once every worker's
+    heartbeat is newer than that (they publish them with it, every ~2 s)."""
+    deadline = time.monotonic() + wait_s
+    while after is not None and time.monotonic() < deadline:
+        beats = []
+        for raw in inst.redis.hvals(inst.keys.workers):
+            try:
+                beats.append(float(orjson.loads(raw).get("heartbeat", 0)))
+            except (ValueError, AttributeError, TypeError):
+                continue
+        if beats and min(beats) > after:
+            break
+        time.sleep(0.2)
+    snaps = []
+    for raw in inst.redis.hvals(inst.keys.hops):
+        try:
+            snaps.append(orjson.loads(raw))
+        except orjson.JSONDecodeError:
+            continue
+    return hops.merge(snaps)
 
 
 def _wait_cleans(inst: Instance, journals: dict[str, str], want: int, deadline: float) -> int:

@@ -82,7 +82,7 @@ __all__ = [
     "MessageError", "Mode", "New", "Prioritize", "QueuesChanged", "RaiseOnJobs", "RaiseRequest",
     "Ready", "Reply", "Request", "Reset", "ResourceChange", "SchedError", "SchedRequest",
     "SchedResponse", "SetUrgency", "Start", "SubmitItem", "SubmitJobs", "Undrain",
-    "UrgencyRequest", "UserRequest", "decode_entry", "decode_reply",
+    "UrgencyRequest", "UserRequest", "decode_entry", "decode_entry_sent", "decode_reply",
     "decode_request", "decode_resource_event", "encode_chunks", "encode_entry",
     "encode_reply", "encode_request", "load_queue_event", "request_id", "to_builtins",
 ]
@@ -114,10 +114,20 @@ QUEUE_EVENT_DEPTH = 4
 
 
 class Envelope(msgspec.Struct, Generic[M], kw_only=True):
-    """A stream entry: the sender's epoch and a batch of messages."""
+    """A stream entry: the sender's epoch, a batch of messages and, when the sender
+    stamped it, its clock at sending (``s``, UNIX seconds; 0 when absent), from
+    which the receiver measures the hand-off (:mod:`fluxes.proc.hops`)."""
 
     e: int = 0
     m: list[M]
+    s: float = 0.0
+
+
+class _Unstamped(msgspec.Struct, kw_only=True):
+    """An envelope written without a send time (``s`` left out)."""
+
+    e: int = 0
+    m: list[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +141,19 @@ class Channel(Generic[M]):
 
     def decode(self, raw: bytes) -> tuple[int, list[M]]:
         """Epoch and messages of an entry's ``d`` field; MessageError when malformed."""
+        entry = self.envelope(raw)
+        return entry.e, entry.m
+
+    def envelope(self, raw: bytes) -> Envelope[M]:
+        """The whole envelope of an entry's ``d`` field (epoch, messages, send time);
+        MessageError when malformed."""
         check_bounds(raw, self.max_bytes, self.max_depth, self.name)
         try:
-            entry = self.decoder.decode(raw)
+            return self.decoder.decode(raw)
         except msgspec.ValidationError as exc:
             raise MessageError(f"{self.name}: {one_line(str(exc))}") from None
         except msgspec.DecodeError as exc:
             raise MessageError(f"{self.name}: not JSON: {one_line(str(exc))}") from None
-        return entry.e, entry.m
 
 
 def _channel(name: str, union: Any, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
@@ -187,27 +202,42 @@ def decode_entry(channel: Channel[M], fields: Mapping[bytes, bytes]) -> tuple[in
     return channel.decode(_field(fields, channel.name))
 
 
-def encode_entry(msgs: Sequence[Message], epoch: int = 0) -> dict[bytes, bytes]:
-    """Stream entry fields for a batch of typed messages."""
-    return {FIELD: _ENCODER.encode(Envelope(e=epoch, m=list(msgs)))}
+def decode_entry_sent(channel: Channel[M], fields: Mapping[bytes, bytes]
+                      ) -> tuple[int, list[M], float]:
+    """Epoch, typed messages and send time (0: not stamped) of a stream entry of
+    ``channel``; MessageError when malformed."""
+    entry = channel.envelope(_field(fields, channel.name))
+    return entry.e, entry.m, entry.s
+
+
+def encode_entry(msgs: Sequence[Message], epoch: int = 0,
+                 sent: float | None = None) -> dict[bytes, bytes]:
+    """Stream entry fields for a batch of typed messages, stamped with ``sent`` (the
+    sender's clock, for the receiver's hand-off latency) when given."""
+    if sent is None:
+        return {FIELD: _ENCODER.encode(_Unstamped(e=epoch, m=list(msgs)))}
+    return {FIELD: _ENCODER.encode(Envelope(e=epoch, m=list(msgs), s=sent))}
 
 
 def encode_chunks(msgs: Sequence[Message], epoch: int, per_entry: int,
-                  max_bytes: int) -> list[dict[bytes, bytes]]:
+                  max_bytes: int, sent: float | None = None) -> list[dict[bytes, bytes]]:
     """Entries for ``msgs``: at most ``per_entry`` messages and (but for a single
-    message) ``max_bytes`` bytes each, so that the reader's bound never refuses them."""
+    message) ``max_bytes`` bytes each, so that the reader's bound never refuses them;
+    each stamped with ``sent`` when given."""
     out = []
     for i in range(0, len(msgs), per_entry):
-        out += _fitted(list(msgs[i:i + per_entry]), epoch, max_bytes)
+        out += _fitted(list(msgs[i:i + per_entry]), epoch, max_bytes, sent)
     return out
 
 
-def _fitted(msgs: list[Message], epoch: int, max_bytes: int) -> list[dict[bytes, bytes]]:
-    entry = encode_entry(msgs, epoch)
+def _fitted(msgs: list[Message], epoch: int, max_bytes: int,
+            sent: float | None) -> list[dict[bytes, bytes]]:
+    entry = encode_entry(msgs, epoch, sent)
     if len(entry[FIELD]) <= max_bytes or len(msgs) == 1:
         return [entry]
     half = len(msgs) // 2
-    return _fitted(msgs[:half], epoch, max_bytes) + _fitted(msgs[half:], epoch, max_bytes)
+    return _fitted(msgs[:half], epoch, max_bytes, sent) + \
+        _fitted(msgs[half:], epoch, max_bytes, sent)
 
 
 # -- user requests, replies ---------------------------------------------------------------

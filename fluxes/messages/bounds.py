@@ -38,7 +38,9 @@ def nesting_depth(raw: bytes, bound: int) -> int:
     told apart: a parser recurses at most as deep as the brackets nest,
     whatever their kinds.
     """
-    if len(raw) <= bound:
+    if len(raw) <= bound or raw.count(b"[") + raw.count(b"{") <= bound:
+        # no more opening brackets than the bound (those in strings counted too):
+        # it cannot nest deeper, and the parser finds any other fault
         return 0
     if b"\\" in raw:
         # an escaped backslash first, then an escaped quote: left to right, as

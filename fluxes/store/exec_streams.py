@@ -25,6 +25,7 @@ import os
 import select
 import socket
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -233,7 +234,7 @@ class ExecStreams:
         anchor = keys.exec_registry
         for partition, reported in box.reports_by_partition(keys.partition_of).items():
             stream = keys.exec_events(partition)
-            for fields in intake.encode_reports(reported):
+            for fields in intake.encode_reports(reported, time.time()):
                 command = _xadd(stream, fields)
                 if keys.same_slot(stream, anchor):
                     tx.append(command)

@@ -133,6 +133,12 @@ class Keys:
         """Hash: worker name -> JSON (kind, pid, host, heartbeat) for ``fluxes status``."""
         return f"{self.g}:workers"
 
+    @property
+    def hops(self) -> str:
+        """Hash: worker name -> JSON hand-off latency histograms (fluxes/proc/hops.py),
+        refreshed with the heartbeat; read by ``fluxes bench throughput``."""
+        return f"{self.g}:hops"
+
     # ------------------------------------------------------------ partition keys
 
     def eventlog(self, jobid: int) -> str:

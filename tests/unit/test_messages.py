@@ -277,3 +277,16 @@ def test_nesting_depth_on_garbage_is_a_clean_error_or_a_bound(raw: bytes, bound:
 def test_check_bounds_names_the_stream() -> None:
     with pytest.raises(MessageError, match=r"^x: not JSON: unbalanced brackets$"):
         check_bounds(b"[" * 40, 1000, 32, "x")
+
+
+def test_a_stamped_entry_carries_its_send_time_and_an_unstamped_one_reads_as_zero() -> None:
+    msgs = [proto.Free(id=5)]
+    stamped = proto.encode_entry(msgs, epoch=3, sent=1764000000.25)
+    assert proto.decode_entry_sent(proto.SCHED_REQUESTS, stamped) == (3, msgs, 1764000000.25)
+    assert proto.decode_entry(proto.SCHED_REQUESTS, stamped) == (3, msgs)
+    assert proto.decode_entry_sent(proto.SCHED_REQUESTS, proto.encode_entry(msgs, 3)) == (
+        3, msgs, 0.0)
+    [chunk] = proto.encode_chunks(msgs, 3, 10, 1000, sent=2.5)
+    assert proto.decode_entry_sent(proto.SCHED_REQUESTS, chunk)[2] == 2.5
+    with pytest.raises(proto.MessageError, match="Expected `float`"):
+        proto.decode_entry_sent(proto.SCHED_REQUESTS, {b"d": b'{"e":0,"m":[],"s":"soon"}'})

@@ -36,7 +36,8 @@ REPORT_CHUNK = 1000
 Request = Start | Kill
 
 __all__ = ["REPORT_CHUNK", "Backlog", "Entry", "Intake", "Kill", "MessageError", "Poison",
-           "Refusal", "Request", "Start", "decode_requests", "encode_reports", "report"]
+           "Refusal", "Request", "Start", "decode_requests", "decode_sent", "encode_reports",
+           "report"]
 
 
 def decode_requests(fields: Mapping[Any, Any] | None) -> list[Request]:
@@ -46,14 +47,19 @@ def decode_requests(fields: Mapping[Any, Any] | None) -> list[Request]:
     as a whole: no fields (deleted or trimmed while pending), not the
     protocol, a message type other than start/kill, a signal out of range.
     """
+    return decode_sent(fields)[0]
+
+
+def decode_sent(fields: Mapping[Any, Any] | None) -> tuple[list[Request], float]:
+    """:func:`decode_requests` and the entry's send time (0 when not stamped)."""
     if not fields:
         raise MessageError("entry has no fields (deleted or trimmed while pending)")
-    _epoch, msgs = proto.decode_entry(proto.EXEC_REQUESTS, fields)
+    _epoch, msgs, sent = proto.decode_entry_sent(proto.EXEC_REQUESTS, fields)
     for msg in msgs:
         match msg:
             case Kill(signal=sig) if not 0 < sig < signal.NSIG:
                 raise MessageError(f"kill: bad signal {sig}")
-    return msgs
+    return msgs, sent
 
 
 def report(job: ExecJob) -> ExecReport:
@@ -62,11 +68,13 @@ def report(job: ExecJob) -> ExecReport:
                       released=job.released, error=job.error)
 
 
-def encode_reports(jobs: Sequence[ExecJob]) -> list[dict[bytes, bytes]]:
+def encode_reports(jobs: Sequence[ExecJob], sent: float | None = None
+                   ) -> list[dict[bytes, bytes]]:
     """The stream entries (fields) carrying ``jobs``' reports: at most
-    :data:`REPORT_CHUNK` a piece, and never more than the reader's bound."""
+    :data:`REPORT_CHUNK` a piece, and never more than the reader's bound; stamped
+    with ``sent`` (the sender's clock) when given."""
     return proto.encode_chunks([report(job) for job in jobs], 0, REPORT_CHUNK,
-                               proto.EXEC_EVENTS.max_bytes)
+                               proto.EXEC_EVENTS.max_bytes, sent)
 
 
 #: A request stream entry as read: (entry id, fields).
@@ -89,6 +97,7 @@ class Backlog:
     redelivered: bool
     index: int = 0
     dead: list[Any] = field(default_factory=list)  # dead letters of its refused requests
+    sent: float = 0.0  # the sender's clock when it wrote the entry (0: not stamped)
 
 
 class Intake:
@@ -108,6 +117,8 @@ class Intake:
         self.last_ids: dict[int, Any] = dict.fromkeys(ranks, "$")
         self.maybe_new = True
         self.fetched: dict[int, Any] = {}
+        #: the send time of the entry whose request the handler is given (0: none)
+        self.sent = 0.0
 
     def wants_read(self) -> bool:
         """Whether a read may find entries (pending ones, or more after a full read)."""
@@ -132,13 +143,13 @@ class Intake:
                 if not redelivered:
                     self.last_ids[rank] = msg_id
                 try:
-                    requests = decode_requests(fields)
+                    requests, sent = decode_sent(fields)
                 except Exception as exc:  # any refusal is the entry's: park it
                     poison.append((rank, msg_id, fields or {}, f"{type(exc).__name__}: {exc}"))
                     continue
                 new_starts += [r.id for r in requests if isinstance(r, Start)
                                and r.id not in self.fetched and not known(rank, r.id)]
-                self.backlog.append(Backlog(rank, msg_id, requests, redelivered))
+                self.backlog.append(Backlog(rank, msg_id, requests, redelivered, sent=sent))
         return new_starts, poison
 
     def handle(self, handler: Callable[[int, Request, bool], None],
@@ -158,6 +169,7 @@ class Intake:
         while backlog:
             entry = backlog[0]
             requests = entry.requests
+            self.sent = entry.sent
             while entry.index < len(requests):
                 request = requests[entry.index]
                 entry.index += 1

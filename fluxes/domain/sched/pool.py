@@ -45,6 +45,7 @@ from fluxes.domain.sched.placement import (
     Plan,
 )
 from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.shapes import Shape, ShapeCache
 from fluxes.domain.sched.state import Capacity, FreeState
 from fluxes.formats import constraints as _constraints
 from fluxes.formats.constraints import Constraint
@@ -127,6 +128,8 @@ class ResourcePool:
         if len(inv) and next(iter(inv)).hostname is not None:
             self._hosts = {t.rank: t.hostname for t in inv if t.hostname is not None}
         self._props = inv.property_ranks()
+        #: R templates of the small allocations met so far (fluxes/domain/sched/shapes.py)
+        self._shapes = ShapeCache(self._template)
         self._matches: dict[Constraint, IDSet] = {}
         self._placer = Placer(self._cap, self._all)
         self._plans: dict[tuple[Any, ...], Plan] = {}
@@ -307,8 +310,20 @@ class ResourcePool:
                     self._make_rset(parts, start, end))
 
     def _make_rset(self, parts: Mapping[int, Part], start: float, end: float) -> ResourceSet:
-        """R of *parts*: cores and gpus per rank, hostnames, properties, times."""
-        ranks = IDSet(parts)
+        """R of *parts*: cores and gpus per rank, hostnames, properties, times (a copy of
+        the shape's template for a small allocation)."""
+        expiration = None if end == _INF else end
+        shape = self._shapes.get(parts)
+        if shape is not None:
+            return shape.rset(start, expiration)
+        rset = self._template({r: (p[0], p[1]) for r, p in parts.items()})
+        rset.starttime = start
+        rset.expiration = expiration
+        return rset
+
+    def _template(self, nodes: Mapping[int, tuple[IDSet, IDSet]]) -> ResourceSet:
+        """R of *nodes* (rank -> (cores, gpus)) with hostnames and properties, no times."""
+        ranks = IDSet(nodes)
         props: dict[str, IDSet] = {}
         for name, ids in self._props.items():
             common = ids & ranks
@@ -316,10 +331,14 @@ class ResourcePool:
                 props[name] = common
         hosts = self._hosts
         return ResourceSet.from_ranks(
-            {r: (p[0], p[1]) for r, p in parts.items()},
-            hostnames=None if hosts is None else {r: hosts[r] for r in parts},
-            properties=props, starttime=start,
-            expiration=None if end == _INF else end)
+            dict(nodes), hostnames=None if hosts is None else {r: hosts[r] for r in nodes},
+            properties=props)
+
+    def shape_of(self, jobid: int) -> Shape | None:
+        """The shape of *jobid*'s allocation, whose encodings are computed once for all
+        allocations of that shape; None for a large one or an unknown job."""
+        job = self._jobs.get(jobid)
+        return None if job is None else self._shapes.get(job.parts)
 
     def _commit(self, job: _Job) -> None:
         """Take *job*'s parts from the live state and index it."""

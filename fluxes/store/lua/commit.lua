@@ -217,13 +217,25 @@ while i <= nargv do
       local expected = count(i + 3)
       if n == nil or expected == nil then return badop(i, 'bad count') end
       first, nxt = i + 5, i + 5 + 4 * n
-      err = need(key, 'stream', n > 0, cmd)
+      local actual = length[key]
+      if actual == nil and kind[key] == nil and n > 0 then
+        -- one call checks the type and reads the length: XLEN answers 0 for a
+        -- missing key and fails on any other type than a stream
+        local got = redis.pcall('XLEN', key)
+        if type(got) == 'table' then
+          err = need(key, 'stream', true, cmd)  -- TYPE, for the error's wording
+        else
+          kind[key] = 'stream'
+          actual = got
+        end
+      else
+        err = need(key, 'stream', n > 0, cmd)
+      end
       if err == nil and n > 0 then err = need(journal, 'stream', true, cmd) end
       if err == nil then
         if token == "" and length[key] == nil and expected ~= 0 then
           return redis.error_reply('FENCED unfenced writers may only create jobs')
         end
-        local actual = length[key]
         if actual == nil then
           actual = 0
           if kind[key] == 'stream' then actual = redis.call('XLEN', key) end
