@@ -115,6 +115,10 @@ def _measure(inst: Instance, uri: str, jobs: int, nodes: int, cores: int,
     seen = _wait_pending(inst, journals, jobs, deadline)
     _wait_folded(inst, deadline)
     time.sleep(0.5)
+    untrimmed = int(client.info("memory")["used_memory"])
+    # the steady state: the job-list worker's housekeeping trims the acknowledged
+    # entries of the message streams a little later (fluxes/store/retention.py)
+    trimmed = _wait_trimmed(inst, min(deadline, time.monotonic() + TRIM_WAIT_S))
     after = int(client.info("memory")["used_memory"])
     kinds_after = usage_by_kind(client)
     grown = {k: kinds_after[k] - kinds_before[k] for k in set(kinds_after) | set(kinds_before)}
@@ -128,11 +132,31 @@ def _measure(inst: Instance, uri: str, jobs: int, nodes: int, cores: int,
         "submit_s": round(submitted, 2),
         "used_memory_before": before, "used_memory_after": after,
         "redis_bytes_per_pending_job": round((after - before) / jobs, 1),
-        # entries every consumer acknowledged, which retention is to trim
+        # before the acknowledged submit and jm:new entries were trimmed
+        "redis_bytes_per_pending_job_untrimmed": round((untrimmed - before) / jobs, 1),
+        "streams_trimmed": trimmed,
+        # entries every consumer acknowledged that are still there
         "bytes_per_job_in_acknowledged_streams": round(
             table.get("submit stream", 0.0) + table.get("jm:new", 0.0), 1),
         "bytes_per_job_by_kind": table,
     }
+
+
+#: How long the bench waits for the housekeeping to trim the message streams.
+TRIM_WAIT_S = 60.0
+
+
+def _wait_trimmed(inst: Instance, deadline: float) -> bool:
+    """Until the user submit streams and ``jm:new`` hold (almost) nothing: True, or False
+    when the deadline passed first."""
+    client = inst.redis
+    while time.monotonic() < deadline:
+        keys = [k.decode() for k in client.scan_iter(match=f"*{inst.keys.ns}*:submit:*")]
+        keys += [inst.keys.jm_new(p) for p in range(inst.keys.partitions)]
+        if sum(int(client.xlen(k)) for k in keys) <= len(keys):
+            return True
+        time.sleep(0.5)
+    return False
 
 
 def _wait_pending(inst: Instance, journals: dict[str, str], want: int,

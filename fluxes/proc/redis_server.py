@@ -72,8 +72,9 @@ class RedisServer:
             "--logfile", str(self.dir / "redis.log"), "--protected-mode", "yes",
             # Small stream nodes: Redis preallocates a node's listpack to this
             # size, and most job eventlogs hold only ten short events
-            # (measured: 5.1 KB per job at the default 4096, 1.7 KB at 512).
-            "--stream-node-max-bytes", "512",
+            # (measured: 5.1 KB per job at the default 4096, 1.7 KB at 512; held jobs: 2,171
+            # bytes of Redis each at 512, 1,966 at 256, fluxes bench memory --jobs 20000).
+            "--stream-node-max-bytes", "256",
             # Blocked clients time out only at the server's hz; at the default
             # 10 a BLOCK 20 returns after ~100 ms, which delays worker timers.
             "--hz", "100",
