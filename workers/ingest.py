@@ -53,7 +53,7 @@ from fluxes import messages as proto
 from fluxes.config import InstanceConfig
 from fluxes.domain.jm import request_progress
 from fluxes.domain.jm.content import job_content
-from fluxes.domain.jm.feasibility import Feasibility, load_inventory, unknown_target
+from fluxes.domain.jm.feasibility import Feasibility, load_feasibility, unknown_target
 from fluxes.domain.jm.queues import QueueState, fold_queue_events
 from fluxes.domain.jm.submission import PreparedJob, prepare_job
 from fluxes.domain.job import events as ev
@@ -202,7 +202,7 @@ class IngestWorker(Worker):
         every job: the scheduler still denies what it cannot run.
         """
         try:
-            self.feasibility = Feasibility(load_inventory(resources, self.config))
+            self.feasibility = load_feasibility(resources, self.config)
         except (ValueError, FluxesError) as exc:
             self.feasibility = None
             self.log.warning("jobs are not checked against the resources at submission",

@@ -4,7 +4,9 @@ The scheduler is stateless between epochs. Taking the lease of a partition
 bumps that partition's epoch (its fence counter); the scheduler then says
 ``hello`` on the partition's response stream, the job manager answers with
 every job holding resources, the scheduler re-reads each job's stored R into
-a fresh pool (:meth:`~fluxes.domain.sched.pool.ResourcePool.adopt`) and says
+a fresh pool (:meth:`~fluxes.domain.sched.pool.ResourcePool.adopt`; a
+graph pool when the resources come with a graph, which reads back the
+subgraph R carries) and says
 ``ready``. From then on it answers ``alloc`` (SUCCESS/ANNOTATE/DENY/CANCEL),
 ``free``, ``cancel`` and ``prioritize`` requests. R is written to the job
 hash in the same atomic step that makes the SUCCESS response visible, fenced
@@ -26,9 +28,11 @@ import orjson
 import redis
 
 from fluxes import messages as proto
+from fluxes.domain.graph.pool import GraphPool
+from fluxes.domain.graph.wants import graph_request
 from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.policy import PendingJob, QueuePolicy, Scheduler
-from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
 from fluxes.errors import FluxesError
 from fluxes.formats.fsd import parse_duration
@@ -42,7 +46,7 @@ from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
-from fluxes.store.resources import LOST_AFTER_S, load_inventory, resource_event
+from fluxes.store.resources import LOST_AFTER_S, load_pool, resource_event
 from workers.base import Worker, not_the_input
 
 #: Stream entries per read; an entry carries up to a thousand messages.
@@ -87,7 +91,9 @@ class SchedulerWorker(Worker):
                                           self.name, lease_ttl_ms))
                          for p in range(keys.partitions)]
         self.leader = False
-        self.pool: ResourcePool | None = None
+        self.pool: SchedulerPool | None = None
+        #: the pool is a graph (R carry their scheduling subgraph; any resources tree)
+        self.graph = False
         self.sched: Scheduler | None = None
         self.sent: dict[int, dict[str, Any]] = {}
         self.mode: proto.Mode = "unlimited"
@@ -185,7 +191,9 @@ class SchedulerWorker(Worker):
         self.mode = mode
         self.lost_after = parse_duration(config.sched.get("exec-timeout", LOST_AFTER_S))
         self.limit = int(config.sched.get("limit", 0))
-        self.pool = ResourcePool(load_inventory(self.instance))
+        # chosen once: a graph pool when the resources come with a graph
+        self.pool = load_pool(self.instance)
+        self.graph = isinstance(self.pool, GraphPool)
         self.sched = Scheduler(self.pool, self._queue_policies(config))
         self.sent = {}
         self.drained = {}
@@ -513,10 +521,11 @@ class SchedulerWorker(Worker):
                 if request is None and raw_spec:
                     request = requests.get(raw_spec)
                     if request is None:
-                        request = requests[raw_spec] = Request.from_jobspec(
-                            orjson.loads(raw_spec))
+                        request = requests[raw_spec] = _parse_request(
+                            orjson.loads(raw_spec), self.graph)
                 memory = _memory_per_rank(rset, request)
-                pool.adopt(jobid, rset, memory=memory,
+                # a graph pool takes back exactly what R's scheduling subgraph lists
+                pool.adopt(jobid, raw_r.decode() if self.graph else rset, memory=memory,
                            exclusive=bool(request is not None and request.exclusive))
             except Exception as exc:
                 if not_the_input(exc):
@@ -615,7 +624,7 @@ class SchedulerWorker(Worker):
                     raw = specs.get(jobid)
                     if not raw:
                         raise InfeasibleRequest("job has no jobspec")
-                    request = _request_of(raw)
+                    request = _request_of(raw, self.graph)
                 pool.check(request)
                 pending = PendingJob(jobid, msg.priority, msg.t_submit, msg.userid, msg.queue,
                                      request)
@@ -757,13 +766,19 @@ class _Input(NamedTuple):
     fields: Mapping[bytes, bytes]
 
 
-def _request_of(raw: bytes) -> Request:
+def _request_of(raw: bytes, graph: bool = False) -> Request:
     """The Request of a stored jobspec (JSON); InfeasibleRequest when unsupported."""
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError:
         raise InfeasibleRequest("stored jobspec is not JSON") from None
-    return Request.from_jobspec(Jobspec.from_dict(doc))
+    return _parse_request(Jobspec.from_dict(doc), graph)
+
+
+def _parse_request(jobspec: Jobspec | Mapping[str, Any], graph: bool) -> Request:
+    """A jobspec's Request: on a graph any resources tree (racks, switches...), else the
+    shapes today's pool reads."""
+    return graph_request(jobspec) if graph else Request.from_jobspec(jobspec)
 
 
 def _memory_per_rank(rset: ResourceSet, request: Request | None) -> dict[int, int] | None:

@@ -40,7 +40,7 @@ import random
 import time
 import tracemalloc
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from fluxes.bench.pool_figures import _busy_pool, _random_request, bench_small_jobs, machine
 from fluxes.domain.sched.errors import InsufficientResources
@@ -280,9 +280,7 @@ def run_graph(racks: int = 32, nodes_per_rack: int = 32, cores: int = 64,
     count = min(nodes * cores, 65_536)
     req = Request(duration=3600.0)
     pool = GraphPool(graph, clock=lambda: 0.0)
-    # the Scheduler is annotated with ResourcePool; GraphPool has its interface
-    # (fluxes.domain.graph.pool.SchedulerPool)
-    sched = Scheduler(cast(Any, pool), default=QueuePolicy("easy"))
+    sched = Scheduler(pool, default=QueuePolicy("easy"))
     for i in range(count):
         sched.add(PendingJob(i, 16, float(i), 1000, None, req))
     elapsed, started = _timed(lambda: _drain(sched))

@@ -118,6 +118,7 @@ def _init(args: argparse.Namespace) -> int:
     import redis
 
     from fluxes.config import InstanceConfig
+    from fluxes.domain.graph.table import recorded_table
     from fluxes.domain.sched.inventory import Inventory
     from fluxes.errors import ConfigError
     from fluxes.store.connection import connect
@@ -133,7 +134,8 @@ def _init(args: argparse.Namespace) -> int:
         die(f"{args.config}: no [[resource.config]] entries: the scheduler would have "
             "nothing to allocate")
     try:
-        nranks = len(Inventory.from_table(config.resource))
+        resources = recorded_table(config.resource)
+        nranks = len(Inventory.from_table(resources))
     except ConfigError as exc:
         die(f"{args.config}: {exc}")
     if not 1 <= args.partitions <= 1024:
@@ -154,7 +156,7 @@ def _init(args: argparse.Namespace) -> int:
     client = connect(uri.redis_url, client_name="fluxes-admin-init")
     try:
         new = record_instance(client, uri.ns, args.partitions, config,
-                              config.resource, owner)
+                              resources, owner)
     except redis.exceptions.NoPermissionError:
         die("recording an instance needs full Redis access")
     except redis.ConnectionError as exc:

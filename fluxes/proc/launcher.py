@@ -23,6 +23,7 @@ from typing import Any
 import redis
 
 from fluxes.config import InstanceConfig
+from fluxes.domain.graph.table import recorded_table
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.env import DEFAULT_NAMESPACE
 from fluxes.errors import ConfigError, FluxesError
@@ -94,7 +95,8 @@ class Launcher:
             if isinstance(path, str) and path:
                 # recorded for workers that may run in another directory
                 table["path"] = os.path.abspath(path)
-            return table
+            # a graph is recorded itself (JGF), not its file: every worker sees it
+            return recorded_table(table)
         if self.nodes < 1 or self.cores_per_node < 1 or self.gpus_per_node < 0:
             raise FluxesError("--nodes and --cores-per-node must be >= 1, --gpus-per-node >= 0")
         entry: dict[str, Any] = {"hosts": f"node[0-{self.nodes - 1}]" if self.nodes > 1

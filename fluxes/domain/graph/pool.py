@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from fluxes.domain.graph.jgf import read_jgf, write_jgf
 from fluxes.domain.graph.match import Need, make_hold
@@ -46,7 +46,9 @@ from fluxes.domain.graph.wants import GraphRequest, wants_of_request
 from fluxes.domain.sched.errors import InfeasibleRequest, InsufficientResources
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.shapes import Shape
 from fluxes.formats import constraints as _constraints
 from fluxes.formats.constraints import Constraint
 from fluxes.formats.idset import IDSet
@@ -61,67 +63,6 @@ PLACEMENTS: Final = {"first-fit": "low", "lonode": "low", "hinode": "high",
 
 _INF: Final = math.inf
 _PLANS_MAX: Final = 4096
-
-
-class SchedulerPool(Protocol):
-    """What the scheduler's policies and worker call on a pool; both pools have it.
-
-    ``Scheduler`` and ``PassPlanner`` are annotated with ``ResourcePool``;
-    annotating them with this protocol lets them take a :class:`GraphPool`.
-    """
-
-    @property
-    def inventory(self) -> Inventory:
-        """The execution targets."""
-
-    @property
-    def down(self) -> IDSet:
-        """The drained ranks."""
-
-    def check(self, request: Request) -> None:
-        """InfeasibleRequest if *request* could never run."""
-
-    def alloc(self, request: Request, jobid: int, policy: str = "first-fit", *,
-              start: float | None = None, duration: float | None = None,
-              now: float | None = None) -> ResourceSet:
-        """Allocate now, or reserve from *start*."""
-
-    def free(self, what: int | ResourceSet) -> None:
-        """Release a job."""
-
-    def adopt(self, jobid: int, R: ResourceSet | Mapping[str, Any] | str,  # noqa: N803
-              *, memory: Mapping[int, int] | None = None, exclusive: bool = False,
-              now: float | None = None) -> None:
-        """Take back an allocation made earlier."""
-
-    def earliest_start(self, request: Request, now: float | None = None,
-                       duration: float | None = None, jobid: int | None = None
-                       ) -> float | None:
-        """When *request* could start."""
-
-    def clear_reservations(self) -> None:
-        """Drop every reservation."""
-
-    def has_free(self) -> bool:
-        """Whether anything can start now."""
-
-    def mark_down(self, ranks: IDSet | str | Iterable[int]) -> None:
-        """Drain ranks."""
-
-    def mark_up(self, ranks: IDSet | str | Iterable[int]) -> None:
-        """Undrain ranks."""
-
-    def allocated(self) -> ResourceSet:
-        """What allocations hold."""
-
-    def available(self, include_down: bool = False) -> ResourceSet:
-        """What is free on up ranks."""
-
-    def jobids(self) -> list[int]:
-        """Jobs holding allocations."""
-
-    def counts(self) -> dict[str, int]:
-        """Totals for monitoring."""
 
 
 @dataclass(slots=True)
@@ -380,6 +321,11 @@ class GraphPool:
     def jobids(self) -> list[int]:
         """Ids of the jobs holding allocations now, in allocation order."""
         return list(self._trav.allocs)
+
+    def shape_of(self, jobid: int) -> Shape | None:
+        """Always None: each R carries its own ``scheduling`` subgraph, so no two
+        allocations share an encoding (the worker encodes each R)."""
+        return None
 
     def hold_of(self, jobid: int) -> Hold:
         """What *jobid* holds (allocation or reservation); ValueError if nothing."""

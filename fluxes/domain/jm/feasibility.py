@@ -6,6 +6,11 @@ scheduler worker uses (:mod:`fluxes.domain.sched`) against the same inventory, i
 the ingest's own process: no round trip, and the verdict is the one the
 scheduler would give, with its note (``job requests 5 nodes, only 2 exist``).
 
+When the resources come with a graph (``[resource] graph``), the check is
+the graph pool's satisfiability (:mod:`fluxes.domain.graph`): a job asking
+for nodes under one rack is accepted when the graph could ever hold it and
+refused when not, whatever shapes today's pool can express.
+
 Only the inventory counts, never its state: a drained or down node may come
 back, so a job that needs it is accepted and waits.
 
@@ -23,16 +28,22 @@ from typing import Any, Final
 import orjson
 
 from fluxes.config import InstanceConfig
+from fluxes.domain.graph.model import ResourceGraph
+from fluxes.domain.graph.pool import GraphPool
+from fluxes.domain.graph.recovery import inventory_of
+from fluxes.domain.graph.table import graph_of_table
+from fluxes.domain.graph.wants import graph_request
 from fluxes.domain.jm.depend import JOBID_SCHEMES, Dependency, check_dependency, evaluate
 from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
 from fluxes.errors import ConfigError
 from fluxes.formats.jobspec import Jobspec
 
-__all__ = ["Feasibility", "dependency_targets", "inventory_table", "load_inventory",
-           "unknown_target"]
+__all__ = ["Feasibility", "dependency_targets", "inventory_table", "load_feasibility",
+           "load_inventory", "unknown_target"]
 
 #: Verdicts kept at most: a stream of distinct shapes must not grow the cache
 #: without bound (clearing it costs only re-planning).
@@ -69,6 +80,16 @@ def load_inventory(recorded: bytes | str | None, config: InstanceConfig) -> Inve
     return Inventory.from_table(table)
 
 
+def load_feasibility(recorded: bytes | str | None, config: InstanceConfig) -> Feasibility:
+    """The check of the instance's resources (recorded, else configured), on their graph
+    when they come with one; ConfigError as :func:`load_inventory` raises it."""
+    table = inventory_table(recorded, config)
+    graph = graph_of_table(table)
+    if graph is None:
+        return Feasibility(load_inventory(recorded, config))
+    return Feasibility(inventory_of(graph), graph)
+
+
 class Feasibility:
     """Whether a job could ever run on one inventory, as the scheduler would judge it.
 
@@ -77,9 +98,12 @@ class Feasibility:
     a bulk submission of identical shapes plans once.
     """
 
-    def __init__(self, inventory: Inventory) -> None:
-        """Plan against every target of ``inventory``, all of them up."""
-        self._pool = ResourcePool(inventory)
+    def __init__(self, inventory: Inventory, graph: ResourceGraph | None = None) -> None:
+        """Plan against every target of ``inventory``, all of them up; with a ``graph``
+        (whose hosts are the inventory), against the graph as the scheduler does."""
+        self._pool: SchedulerPool = ResourcePool(inventory) if graph is None \
+            else GraphPool(graph, lambda: 0.0)
+        self._graph = graph is not None
         self._verdicts: dict[bytes, str | None] = {}
 
     @property
@@ -97,7 +121,9 @@ class Feasibility:
         if key in self._verdicts:
             return self._verdicts[key]
         try:
-            self._pool.check(Request.from_jobspec(spec))
+            # with a graph, any resources tree; else the shapes today's pool reads
+            request = graph_request(spec) if self._graph else Request.from_jobspec(spec)
+            self._pool.check(request)
             verdict = None
         except (InfeasibleRequest, ValueError) as exc:
             # the scheduler denies a shape it cannot represent with this same note

@@ -277,7 +277,14 @@ class Inventory:
     @classmethod
     def from_table(cls, table: Mapping[str, Any]) -> Inventory:
         """The inventory of a ``[resource]`` table: its ``path`` (an RFC 20 R file) when
-        given, else its ``config`` entries. ConfigError names the key at fault."""
+        given, the hosts of its ``graph`` (:mod:`fluxes.domain.graph.table`), else its
+        ``config`` entries. ConfigError names the key at fault."""
+        # imported here: the graph package is built on this one, not the other way
+        from fluxes.domain.graph.table import inventory_of_graph_table
+
+        from_graph = inventory_of_graph_table(table)
+        if from_graph is not None:
+            return from_graph
         path = table.get("path")
         if path is None:
             return cls.from_config({"resource": dict(table)})

@@ -1,6 +1,6 @@
 """One scheduling pass's view of the pool: start now, reserve, estimate, and why not.
 
-:class:`PassPlanner` wraps a :class:`~fluxes.domain.sched.pool.ResourcePool` for
+:class:`PassPlanner` wraps a pool (:class:`~fluxes.domain.sched.protocol.SchedulerPool`) for
 one pass at a fixed time.  It drops the reservations of the previous pass
 (they were plans, rebuilt every pass), then answers, per job, in the order
 the policy considers them:
@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from fluxes.domain.sched.errors import InsufficientResources
-from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
 from fluxes.formats.rset import ResourceSet
 
@@ -85,7 +85,7 @@ class PassPlanner:
 
     __slots__ = ("_after", "_failed", "_unknown", "now", "pool", "reserved", "skipped", "tries")
 
-    def __init__(self, pool: ResourcePool, now: float) -> None:
+    def __init__(self, pool: SchedulerPool, now: float) -> None:
         """Start a pass at *now*: the previous pass's reservations are dropped."""
         pool.clear_reservations()
         self.pool = pool

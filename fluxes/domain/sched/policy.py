@@ -38,7 +38,7 @@ from fluxes.domain.sched.planner import (
     format_time,
     insufficient,
 )
-from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
 from fluxes.formats.rset import ResourceSet
 
@@ -239,7 +239,7 @@ class Scheduler:
     of a few shapes hold a few Request objects.
     """
 
-    def __init__(self, pool: ResourcePool,
+    def __init__(self, pool: SchedulerPool,
                  queues: Mapping[str | None, QueuePolicy] | None = None,
                  default: QueuePolicy | None = None) -> None:
         """Schedule on *pool* with per-queue policies."""
