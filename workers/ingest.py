@@ -64,7 +64,7 @@ from fluxes.proc import metrics
 from fluxes.store import jobhash
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
-from fluxes.store.instance import Instance
+from fluxes.store.instance import RESOURCES_DIGEST, Instance
 from fluxes.store.keys import GROUP_INGEST
 from workers.base import Worker, not_the_input, overdelivered_reason
 
@@ -170,9 +170,10 @@ class IngestWorker(Worker):
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(self.keys.users)
         pipe.hget(self.keys.instance, "config")
-        pipe.hget(self.keys.instance, "resources")
+        # a recorded graph can be megabytes: its digest says whether to read it again
+        pipe.hget(self.keys.instance, RESOURCES_DIGEST)
         changed = False
-        users_raw, config_text, resources = pipe.execute()
+        users_raw, config_text, digest = pipe.execute()
         users = {self.owner: self.owner_uid}
         for name, uid in users_raw.items():
             users[name.decode()] = int(uid)
@@ -190,8 +191,13 @@ class IngestWorker(Worker):
                 self.log.error("bad configuration kept the old one", extra={"error": str(exc)})
         if changed:
             self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
-        if (resources, config_text) != self._inventory_source:
-            self._inventory_source = (resources, config_text)
+        resources = None
+        if digest is None:  # recorded before digests: compare the resources themselves
+            resources = digest = self.redis.hget(self.keys.instance, "resources")
+        if (digest, config_text) != self._inventory_source:
+            if resources is None:
+                resources = self.redis.hget(self.keys.instance, "resources")
+            self._inventory_source = (digest, config_text)
             self._load_inventory(resources)
 
     def _load_inventory(self, resources: bytes | None) -> None:

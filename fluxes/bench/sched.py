@@ -29,7 +29,12 @@ Figures (keys of :func:`run`):
 (:class:`~fluxes.domain.graph.pool.GraphPool`) on a ``racks`` x
 ``nodes_per_rack`` graph of 2 sockets x ``cores / 2`` cores: 1-core jobs
 started by EASY passes and by the pool alone, and the recovery of
-``running`` stored allocations (R with its ``scheduling`` subgraph).
+``running`` stored allocations (R with its ``scheduling`` subgraph); and
+the scheduler worker's extra work on a graph: ``graph_lead_load_s`` (the
+recorded JGF, ``graph_recorded_bytes`` of it, read into a pool when a
+scheduler starts leading) and ``graph_worker_alloc_1core_per_s`` (passes of
+1-core jobs with each R encoded, subgraph included, as the worker writes it;
+``graph_worker_r_bytes_1core`` bytes each).
 """
 
 from __future__ import annotations
@@ -304,6 +309,8 @@ def run_graph(racks: int = 32, nodes_per_rack: int = 32, cores: int = 64,
     elapsed, _ = _timed(churn)
     figures["graph_pool_free_alloc_pairs_per_s"] = n / elapsed
 
+    figures.update(_graph_worker_path(graph, req, min(count, 20_000)))
+
     rng = random.Random(seed)
     busy = GraphPool(graph, clock=lambda: 0.0)
     stored: list[tuple[int, str]] = []
@@ -328,6 +335,42 @@ def run_graph(racks: int = 32, nodes_per_rack: int = 32, cores: int = 64,
     figures["graph_recovery_allocations"] = len(stored)
     figures["graph_recovery_s"] = elapsed
     return figures
+
+
+def _graph_worker_path(graph: Any, req: Request, n: int) -> dict[str, Any]:
+    """What the scheduler worker adds on a graph: reading the recorded graph when it
+    leads, and encoding each allocation (R with its subgraph, summary, ranks, nodelist)."""
+    import orjson
+
+    from fluxes.domain.graph.jgf import write_jgf
+    from fluxes.domain.graph.table import pool_of_table
+
+    recorded = orjson.dumps({"scheduling": write_jgf(graph)})
+    elapsed, pool = _timed(lambda: pool_of_table(orjson.loads(recorded), clock=lambda: 0.0))
+    out: dict[str, Any] = {"graph_recorded_bytes": len(recorded), "graph_lead_load_s": elapsed}
+    sched = Scheduler(pool, default=QueuePolicy("easy"))
+    for i in range(n):
+        sched.add(PendingJob(i, 16, float(i), 1000, None, req))
+    sizes: list[int] = []
+
+    def drain_and_encode() -> int:
+        total = 0
+        while sched.pending:
+            allocated = sched.schedule(0.0).allocated
+            if not allocated:
+                break
+            for jobid, rset in allocated:
+                # as workers/scheduler.py does when the pool has no cached shape
+                assert pool.shape_of(jobid) is None
+                sizes.append(len(rset.dumps()))
+                rset.summary(), str(rset.ranks), str(rset.hostlist)
+            total += len(allocated)
+        return total
+
+    elapsed, started = _timed(drain_and_encode)
+    out["graph_worker_alloc_1core_per_s"] = started / elapsed
+    out["graph_worker_r_bytes_1core"] = sum(sizes) // max(len(sizes), 1)
+    return out
 
 
 if __name__ == "__main__":  # pragma: no cover - manual use

@@ -11,6 +11,7 @@ The number of partitions is a fact of the instance, stored in Redis.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pwd
 import time
@@ -82,6 +83,11 @@ class InstanceURI:
         return cls.parse(text)
 
 
+#: The instance hash's field holding the SHA-256 of its ``resources`` (a recorded graph
+#: can be megabytes: readers that poll compare the digest, not the resources).
+RESOURCES_DIGEST = "resources_digest"
+
+
 def record_instance(client: redis.Redis, namespace: str, partitions: int,
                     config: InstanceConfig, resources: Mapping[str, Any],
                     owner: tuple[str, int], extra: Mapping[str, str | int] | None = None,
@@ -99,9 +105,11 @@ def record_instance(client: redis.Redis, namespace: str, partitions: int,
     if existing is not None and int(existing) != partitions:
         raise FluxesError(f"this Redis already holds instance {namespace!r} with "
                           f"{int(existing)} partitions")
+    recorded = orjson.dumps(dict(resources))
     fields: dict[str, str | int | bytes] = {
         "partitions": partitions, "owner": owner[0], "owner_uid": owner[1],
-        "config": config.text, "resources": orjson.dumps(dict(resources)),
+        "config": config.text, "resources": recorded,
+        RESOURCES_DIGEST: hashlib.sha256(recorded).hexdigest(),
         "started": repr(time.time()), **(extra or {})}
     pipe = client.pipeline(transaction=True)
     pipe.hset(keys.instance, mapping=fields)

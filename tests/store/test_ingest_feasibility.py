@@ -10,26 +10,42 @@ inventory the ingest cannot read (the check is off, the job is stored).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 import redis
 
+from fluxes.config import InstanceConfig
+from fluxes.domain.graph.table import recorded_table
 from fluxes.formats.jobid import encode
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store.client import Client
-from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.instance import Instance, InstanceURI, record_instance
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
 from workers.ingest import IngestWorker
 
 NS = "t"
+RACKS = Path(__file__).parent.parent / "cases" / "graph" / "racks.graphml"
 PARTITIONS = 3
 
 
 def resources(nodes: int) -> bytes:
     return orjson.dumps({"config": [{"hosts": f"node[0-{nodes - 1}]", "cores": "0-3"}]})
+
+
+def rack_spec(nodes: int) -> dict[str, Any]:
+    """Nodes under one rack, a shape only a graph can hold."""
+    return Jobspec.from_dict({
+        "version": 1,
+        "resources": [{"type": "rack", "count": 1, "with": [
+            {"type": "node", "count": nodes, "with": [
+                {"type": "slot", "count": 1, "label": "task",
+                 "with": [{"type": "core", "count": 1}]}]}]}],
+        "tasks": [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
+        "attributes": {"system": {"cwd": "/tmp"}}}).to_dict()
 
 
 def spec(**kw: Any) -> dict[str, Any]:
@@ -132,6 +148,24 @@ class FeasibilityContract:
         # stored: the scheduler, which reads its R where it runs, judges it
         assert isinstance(submit(instance, worker, spec(nnodes=5, ntasks=5,
                                                         exclusive=True))[0], int)
+
+    def test_a_recorded_graph_judges_rack_jobs_and_is_reread_by_its_digest(
+            self, instance: Instance, worker: IngestWorker) -> None:
+        table = recorded_table({"graph": str(RACKS)})
+        record_instance(instance.redis, NS, PARTITIONS, InstanceConfig(), table, ("me", 1000))
+        worker.refresh(force=True)
+        ok, refused = submit(instance, worker, rack_spec(2), rack_spec(3))
+        assert isinstance(ok, int)
+        assert "cannot hold" in refused
+        # the resources are read again only when their digest changes
+        instance.redis.hset(instance.keys.instance, "resources", resources(2))
+        worker.refresh(force=True)
+        assert isinstance(submit(instance, worker, rack_spec(2))[0], int)
+        record_instance(instance.redis, NS, PARTITIONS, InstanceConfig(),
+                        orjson.loads(resources(2)), ("me", 1000))
+        worker.refresh(force=True)
+        # a new record (a new digest): the plain pool cannot hold a rack
+        assert not isinstance(submit(instance, worker, rack_spec(2))[0], int)
 
 
 class TestFakeRedis(FeasibilityContract, OnFakeRedis):
