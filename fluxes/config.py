@@ -5,8 +5,9 @@ instance hash, so every worker (here or on another machine) reads the same
 configuration from Redis. Top-level tables:
 
 * ``[policy]`` and ``[queues.NAME]``: RFC 33 queues (:mod:`fluxes.domain.jm.queues`);
-* ``[resource]``: the inventory (``[[resource.config]]`` entries, or
-  ``path`` of an RFC 20 R file), read by the scheduler;
+* ``[resource]``: the inventory (``[[resource.config]]`` entries, ``path`` of
+  an RFC 20 R file, or ``graph`` of a JGF / GRUG file:
+  :mod:`fluxes.domain.graph.table`), read by the scheduler;
 * ``[ingest]``: size limits enforced at submission;
 * ``[exec]``: ``kill-timeout`` (grace before SIGKILL), ``output-limit`` (bytes of
   output forwarded per job and rank, default 100M, 0 unlimited);
