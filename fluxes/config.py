@@ -6,7 +6,7 @@ configuration from Redis. Top-level tables:
 
 * ``[policy]`` and ``[queues.NAME]``: RFC 33 queues (:mod:`fluxes.domain.jm.queues`);
 * ``[resource]``: the inventory (``[[resource.config]]`` entries, ``path`` of
-  an RFC 20 R file, or ``graph`` of a JGF / GRUG file:
+  an RFC 20 R file, ``graph`` of a JGF / GRUG file or a ``graph-recipe``:
   :mod:`fluxes.domain.graph.table`), read by the scheduler;
 * ``[ingest]``: size limits enforced at submission;
 * ``[exec]``: ``kill-timeout`` (grace before SIGKILL), ``output-limit`` (bytes of

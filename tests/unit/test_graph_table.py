@@ -3,6 +3,7 @@ scheduler picks, feasibility at submission and the scheduler's recovery on a gra
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 
 from fluxes.config import InstanceConfig
 from fluxes.domain.graph.pool import GraphPool
+from fluxes.domain.graph.recipe import parse_recipe
 from fluxes.domain.graph.table import graph_of_table, pool_of_table, recorded_table
 from fluxes.domain.graph.wants import GraphRequest, graph_request
 from fluxes.domain.jm.feasibility import load_feasibility
@@ -61,6 +63,13 @@ def racks_of(pool: GraphPool, rset: ResourceSet) -> set[str]:
     ({"graph": "/nonexistent/g.json"}, "cannot read /nonexistent/g.json"),
     ({"graph": RACKS, "graph-format": "jgf"}, "(jgf): jgf: invalid JSON"),
     ({"scheduling": {"nodes": []}}, "resource.scheduling: jgf: missing 'graph'"),
+    ({"graph-recipe": "cluster[1] -> node[2]", "graph": RACKS},
+     "graph-recipe: cannot be given with resource.graph"),
+    ({"graph-recipe": "cluster[1] -> node", "config": []}, "cannot be given with resource.config"),
+    ({"graph-recipe": "cluster[1] -> node"}, "graph-recipe: recipe: 'node' is not TYPE[COUNT]"),
+    ({"graph-recipe": ["cluster[1]"]}, "graph-recipe: expected a recipe"),
+    ({"graph-recipe": "cluster[2] -> node[2] -> core[1]"}, "root level must have count 1"),
+    ({"graph-recipe": "cluster[1] -> rack[2] -> core[4]"}, "no vertex of type node"),
 ])
 def test_bad_graph_tables_are_one_line_config_errors(table: dict[str, Any], message: str
                                                      ) -> None:
@@ -100,6 +109,35 @@ def test_a_jgf_file_and_its_format_by_name(tmp_path: Path) -> None:
     jgf.write_bytes(orjson.dumps(recorded_table({"graph": RACKS})["scheduling"]))
     graph = graph_of_table({"graph": str(jgf)})  # .json: read as JGF
     assert graph is not None and len(graph.hosts) == 4
+
+
+def test_an_inline_recipe_is_the_issue_example() -> None:
+    text = ("cluster[1] -> rack[2] -> node[4] -> socket[2] -> core[18], memory[8] x 2 GB, "
+            "gpu[1]")
+    table = recorded_table({"graph-recipe": text})
+    assert set(table) == {"scheduling"}
+    graph = graph_of_table(table)
+    assert graph is not None
+    assert len(graph) == 1 + 2 + 8 + 16 + 16 * (18 + 8 + 1)
+    assert [graph.path(h) for h in graph.hosts][3:5] == ["/cluster0/rack0/node3",
+                                                         "/cluster0/rack1/node4"]
+    inventory = Inventory.from_table(table)
+    # cores and gpus numbered per node (what R needs), memory 8 x 2 GB per socket
+    assert {str(t.cores) for t in inventory} == {"0-35"}
+    assert {str(t.gpus) for t in inventory} == {"0-1"}
+    assert {t.memory for t in inventory} == {32 << 30}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("cluster[1] -> rack[2], switch[1] -> node[2]", "only the last link may list several"),
+    ("cluster[1] -> node[x]", "is not TYPE[COUNT]"),
+    ("cluster[1] -> node[2] x", "is not TYPE[COUNT]"),
+    ("", "is not TYPE[COUNT]"),
+    ("c[1]" + " -> n[1]" * 2000, "at most 4096 characters"),
+])
+def test_bad_recipes(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_recipe(text)
 
 
 # -- the pool the scheduler picks -----------------------------------------------------------

@@ -23,6 +23,7 @@ an R) into ``cluster0 -> node -> [socket ->] core, gpu, memory``.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,8 @@ from fluxes.domain.graph.model import MAX_VERTICES, GraphBuilder, ResourceGraph
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.formats.rset import ResourceSet
 
-__all__ = ["MAX_LEVELS", "Level", "from_config", "from_inventory", "from_rset", "generate"]
+__all__ = ["MAX_LEVELS", "Level", "from_config", "from_inventory", "from_rset", "generate",
+           "parse_recipe"]
 
 #: Deepest recipe accepted (real machines have a handful of levels).
 MAX_LEVELS = 64
@@ -130,6 +132,55 @@ def generate(root: Level, rank_type: str = "node") -> ResourceGraph:
     ranks: list[int] = []
     make(root, -1, root.type)
     return builder.build()
+
+
+_ITEM = re.compile(r"\s*([A-Za-z][A-Za-z0-9_-]*)\s*\[\s*([0-9]+)\s*\]"
+                   r"(?:\s*x\s*([0-9]+)\s*([A-Za-z]*))?\s*")
+#: Longest recipe text read (a recipe is a line, not a document).
+MAX_RECIPE_CHARS = 4096
+
+
+def parse_recipe(text: str, rank_type: str = "node") -> Level:
+    """The recipe written as text: ``cluster[1] -> rack[2] -> node[4] -> socket[2] ->
+    core[18], memory[8] x 2 GB, gpu[1]``.
+
+    Levels are chained with ``->`` (each under the one before); the last
+    link may list several levels, comma-separated, all under the one before.
+    ``x SIZE UNIT`` gives a pool vertex's size. Vertices down to the
+    *rank_type* level are numbered across the graph, those below it per
+    *rank_type* vertex (so the cores of a node have distinct ids, as R needs).
+    ValueError (one line) for anything else.
+    """
+    if not isinstance(text, str) or len(text) > MAX_RECIPE_CHARS:
+        raise ValueError(f"recipe: expected a text of at most {MAX_RECIPE_CHARS} characters")
+    links = text.split("->")
+    parsed: list[list[tuple[str, int, int, str]]] = []
+    for n, link in enumerate(links):
+        items = []
+        for item in link.split(","):
+            found = _ITEM.fullmatch(item)
+            if found is None:
+                raise ValueError(f"recipe: {item.strip()!r:.60} is not TYPE[COUNT] "
+                                 "(optionally followed by x SIZE UNIT)")
+            kind, count, size, unit = found.groups()
+            items.append((kind, int(count), int(size or 1), unit or ""))
+        if len(items) > 1 and n != len(links) - 1:
+            raise ValueError("recipe: only the last link may list several levels")
+        parsed.append(items)
+    chain = [items[0][0] for items in parsed[:-1]]
+    node_depth = chain.index(rank_type) if rank_type in chain else len(links)
+
+    def scope(depth: int) -> int:
+        """GRUG id_scope: across the graph down to the rank level, then per rank vertex."""
+        return max(depth - 1, 0) if depth <= node_depth else depth - node_depth - 1
+
+    level: tuple[Level, ...] = tuple(
+        Level(kind, count, size=size, unit=unit, id_scope=scope(len(links) - 1))
+        for kind, count, size, unit in parsed[-1])
+    for depth in range(len(links) - 2, -1, -1):
+        kind, count, size, unit = parsed[depth][0]
+        level = (Level(kind, count, level, size=size, unit=unit, id_scope=scope(depth)),)
+    return level[0]
 
 
 def _memory_vertex(size: int) -> tuple[int, str]:

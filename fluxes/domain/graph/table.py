@@ -6,11 +6,13 @@
 * ``graph = "FILE"``: a JGF document (or an R whose ``scheduling`` key
   holds one) or a GRUG GraphML recipe;
 * ``graph-format = "jgf" | "grug"``: how to read it (default: ``grug`` for
-  ``.graphml`` / ``.xml`` files, else ``jgf``).
+  ``.graphml`` / ``.xml`` files, else ``jgf``);
+* or ``graph-recipe = "cluster[1] -> rack[2] -> node[4] -> core[16], gpu[2]"``:
+  a recipe written inline (:func:`~fluxes.domain.graph.recipe.parse_recipe`).
 
 ``fluxes start`` and ``fluxes admin init`` record the graph itself, as JGF,
 under the table's ``scheduling`` key (what RFC 20's ``scheduling`` key of an
-R holds), instead of the file name (:func:`recorded_table`): every
+R holds), instead of the file name or recipe (:func:`recorded_table`): every
 scheduler replica and every ingest then reads the very same graph from
 Redis, wherever it runs. :func:`graph_of_table` reads either form;
 :func:`pool_of_table` gives the scheduler its pool (a
@@ -32,6 +34,7 @@ from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.jgf import MAX_JGF_BYTES, load_jgf, read_jgf, write_jgf
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.pool import GraphPool
+from fluxes.domain.graph.recipe import generate, parse_recipe
 from fluxes.domain.graph.recovery import inventory_of
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.domain.sched.pool import ResourcePool
@@ -44,7 +47,7 @@ __all__ = ["FORMATS", "GRAPH_KEYS", "graph_of_table", "has_graph", "inventory_of
 #: Graph file formats of ``resource.graph-format``.
 FORMATS: Final = ("jgf", "grug")
 #: The ``[resource]`` keys that describe a graph (``scheduling``: as recorded).
-GRAPH_KEYS: Final = ("graph", "graph-format", "scheduling")
+GRAPH_KEYS: Final = ("graph", "graph-format", "graph-recipe", "scheduling")
 #: Keys that describe the resources another way: none of them may come with a graph.
 _OTHER: Final = ("config", "path")
 
@@ -73,6 +76,8 @@ def _check_alone(table: Mapping[str, Any]) -> None:
                               "(the graph describes every resource)")
     if "graph-format" in table and "graph" not in table:
         raise ConfigError("resource.graph-format: needs resource.graph (the file to read)")
+    if "graph-recipe" in table and "graph" in table:
+        raise ConfigError("resource.graph-recipe: cannot be given with resource.graph")
 
 
 def _read_file(table: Mapping[str, Any]) -> ResourceGraph:
@@ -95,6 +100,17 @@ def _read_file(table: Mapping[str, Any]) -> ResourceGraph:
         raise ConfigError(f"resource.graph: {path} ({fmt}): {first}") from None
 
 
+def _from_recipe(text: object) -> ResourceGraph:
+    """The graph of ``resource.graph-recipe``."""
+    if not isinstance(text, str):
+        raise ConfigError("resource.graph-recipe: expected a recipe such as "
+                          "\"cluster[1] -> rack[2] -> node[4] -> core[16]\"")
+    try:
+        return generate(parse_recipe(text))
+    except ValueError as exc:
+        raise ConfigError(f"resource.graph-recipe: {exc}") from None
+
+
 def graph_of_table(table: Mapping[str, Any]) -> ResourceGraph | None:
     """The graph a ``[resource]`` table describes (recorded JGF or a file); None if none.
 
@@ -110,6 +126,8 @@ def graph_of_table(table: Mapping[str, Any]) -> ResourceGraph | None:
         except (ValueError, RecursionError) as exc:
             first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ConfigError(f"resource.scheduling: {first}") from None
+    elif "graph-recipe" in table:
+        graph = _from_recipe(table["graph-recipe"])
     else:
         graph = _read_file(table)
     if not graph.hosts:
@@ -130,15 +148,16 @@ def inventory_of_graph_table(table: Mapping[str, Any]) -> Inventory | None:
 
 
 def recorded_table(table: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``[resource]`` table as the instance records it: a graph file is replaced by the
-    graph itself (JGF under ``scheduling``), so every worker reads the same graph."""
+    """The ``[resource]`` table as the instance records it: a graph file or recipe is
+    replaced by the graph itself (JGF under ``scheduling``), so every worker reads the
+    same graph."""
     out = dict(table)
-    if "graph" not in out or "scheduling" in out:
+    if not ("graph" in out or "graph-recipe" in out) or "scheduling" in out:
         return out
     graph = graph_of_table(out)
-    assert graph is not None  # has_graph: the "graph" key is there
-    out.pop("graph")
-    out.pop("graph-format", None)
+    assert graph is not None  # has_graph: a graph key is there
+    for key in ("graph", "graph-format", "graph-recipe"):
+        out.pop(key, None)
     out["scheduling"] = write_jgf(graph)
     return out
 
