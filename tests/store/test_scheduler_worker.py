@@ -277,3 +277,52 @@ def test_recovery_reads_the_stored_request(system: System) -> None:
     # adopted as the request says (R alone cannot tell an exclusive allocation)
     [held] = pool.save()["allocations"]
     assert held["jobid"] == a and held["exclusive"] is True
+
+
+
+def memory_spec(memory: int, rack: bool) -> dict[str, Any]:
+    """``[rack[1] ->] node[1] -> slot[1] -> (core[1], memory[memory])`` (GB)."""
+    node = {"type": "node", "count": 1, "with": [
+        {"type": "slot", "count": 1, "label": "task",
+         "with": [{"type": "core", "count": 1}, {"type": "memory", "count": memory}]}]}
+    top = {"type": "rack", "count": 1, "with": [node]} if rack else node
+    return Jobspec.from_dict({
+        "version": 1, "resources": [top],
+        "tasks": [{"command": ["true"], "slot": "task", "count": {"per_slot": 1}}],
+        "attributes": {"system": {"duration": 0}}}).to_dict()
+
+
+def test_on_a_graph_recovery_takes_back_what_the_subgraph_lists(real_redis: redis.Redis
+                                                                 ) -> None:
+    from fluxes.domain.graph.pool import GraphPool
+    from fluxes.domain.graph.table import recorded_table
+
+    system = System(real_redis, nodes=4)
+    table = recorded_table({"graph-recipe": "cluster[1] -> rack[2] -> node[2] -> core[2], "
+                                            "memory[2] x 1 GB"})
+    real_redis.hset(system.keys.instance, "resources", orjson.dumps(table))
+    real_redis.hdel(system.keys.instance, "resources_digest")
+    system.ingest.refresh(force=True)
+    for fake in system.execs.values():
+        fake.hold = set()
+    # a rack-level job (only a graph reads it) holding all the memory of its node
+    [a] = system.submit(memory_spec(2, rack=True))
+    for fake in system.execs.values():
+        fake.hold.add(a)
+    system.run(4)
+    assert isinstance(system.sched.pool, GraphPool)
+    assert system.events(a)[-1] == "start"
+    stored = orjson.loads(system.redis.hget(system.keys.job(a), "R"))
+    assert "scheduling" in stored
+    system.redis.delete(system.keys.sched_lease(0))
+    system.sched = SchedulerWorker(system.instance)
+    [b] = system.submit(memory_spec(1, rack=False))
+    for fake in system.execs.values():
+        fake.hold.add(b)
+    system.run(4)
+    pool = system.sched.pool
+    assert isinstance(pool, GraphPool) and sorted(pool.jobids()) == sorted([a, b])
+    # R_lite says one core of a's node; its subgraph also says all its memory: b, which
+    # needs memory, went to another node though a core is free on a's
+    held_b = ResourceSet(system.redis.hget(system.keys.job(b), "R")).ranks
+    assert held_b.first() != ResourceSet(stored).ranks.first()
