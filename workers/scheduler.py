@@ -4,11 +4,11 @@ The scheduler is stateless between epochs. Taking the lease of a partition
 bumps that partition's epoch (its fence counter); the scheduler then says
 ``hello`` on the partition's response stream, the job manager answers with
 every job holding resources, the scheduler re-reads each job's stored R into
-a fresh pool (:meth:`~fluxes.domain.sched.pool.ResourcePool.adopt`; a
-graph pool when the resources come with a graph, which reads back the
-subgraph R carries) and says
-``ready``. From then on it answers ``alloc`` (SUCCESS/ANNOTATE/DENY/CANCEL),
-``free``, ``cancel`` and ``prioritize`` requests. R is written to the job
+a fresh pool (:meth:`~fluxes.domain.sched.pool.ResourcePool.adopt`; on a
+graph, :class:`~fluxes.domain.graph.pool.GraphPool` reads back the
+``scheduling`` subgraph each R carries) and says ``ready``. From then on it
+answers ``alloc`` (SUCCESS/ANNOTATE/DENY/CANCEL), ``free``, ``cancel`` and
+``prioritize`` requests. R is written to the job
 hash in the same atomic step that makes the SUCCESS response visible, fenced
 by the epoch, so a deposed scheduler can neither write R nor answer; and
 fenced on the job, so that an alloc request replayed or forged for a job that
