@@ -47,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import redis
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
@@ -62,6 +61,7 @@ from fluxes.formats.jobid import MAX_GENERATOR_ID, FluidGenerator
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store import jobhash
+from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
@@ -269,7 +269,7 @@ class IngestWorker(Worker):
             pipe.xpending_range(stream, GROUP_INGEST, min="-", max="+", count=1,
                                 consumername=self.name)
         for stream, rows in zip(streams, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(rows, redis.ResponseError) or not rows:
+            if isinstance(rows, ResponseError) or not rows:
                 continue
             reply = self.redis.xreadgroup(GROUP_INGEST, self.name, {stream: "0"}, count=1)
             if any(entries for _s, entries in reply or []):

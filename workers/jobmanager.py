@@ -32,7 +32,6 @@ from typing import Any
 
 import msgspec
 import orjson
-import redis
 
 from fluxes import messages as proto
 from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
@@ -44,6 +43,7 @@ from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
 from fluxes.store.deadletters import counts_key
+from fluxes.store.errors import ResponseError, StoreError
 from fluxes.store.eventstore import (
     BadBatchError,
     Batch,
@@ -645,7 +645,7 @@ class JobManagerWorker(Worker):
                     else:
                         pipe.xadd(key, item)
             for result in pipe.execute(raise_on_error=False):
-                if isinstance(result, redis.ResponseError):
+                if isinstance(result, ResponseError):
                     if not str(result).startswith(INPUT_REPLIES):
                         raise result
                     # a reply list replaced by another type since it was checked
@@ -728,7 +728,7 @@ class JobManagerWorker(Worker):
             if self.token is not None:
                 self.checkpoint()
             self.lease.release()
-        except redis.RedisError:
+        except StoreError:
             pass
 
 

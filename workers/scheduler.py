@@ -23,7 +23,6 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import orjson
-import redis
 
 from fluxes import messages as proto
 from fluxes.domain.sched.errors import InfeasibleRequest
@@ -38,6 +37,7 @@ from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
+from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
@@ -145,7 +145,7 @@ class SchedulerWorker(Worker):
                 except FencedError:
                     pass  # a newer scheduler already leads this partition
                 session.lease.release()
-        except redis.RedisError:
+        except StoreError:
             pass  # the leases lapse by themselves
         self.leader = False
 

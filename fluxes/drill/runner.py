@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import redis
 
 from fluxes import messages as proto
 from fluxes.domain.job.states import JobResult
@@ -64,6 +63,12 @@ from fluxes.errors import FluxesError
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store import jobhash
 from fluxes.store.client import Client, RequestTimeout
+from fluxes.store.errors import (
+    BusyLoadingError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import JobHashes
@@ -71,7 +76,7 @@ from fluxes.store.joblist import JobListStore
 
 KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
 #: Transient Redis errors a submission is retried after (Redis restarting).
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+_TRANSIENT = (StoreConnectionError, StoreTimeoutError, BusyLoadingError)
 #: Jobs that hold resources during the pool check; long enough never to end by themselves.
 HOLD_DURATION = "1h"
 
@@ -193,7 +198,7 @@ class Drill:
         """What is wrong with the instance's workers, for a timeout message."""
         try:
             found = target.problems(self.planned)
-        except redis.RedisError as exc:
+        except StoreError as exc:
             found = [f"Redis does not answer ({exc})"]
         return "; ".join(found) if found else "every worker is running"
 
@@ -245,7 +250,7 @@ class Drill:
                 try:
                     hostile.inst = target.inst
                     hostile.cleanup()
-                except redis.RedisError:
+                except StoreError:
                     pass  # the instance is going away with the drill, or is down
 
     def _hostile_round(self, target: Target, hostile: Hostile, ids: list[int]) -> list[int]:
@@ -447,7 +452,7 @@ class Drill:
             target.supervise()
             try:
                 reply = read_streams(inst.redis, pos, 1000, 100)
-            except redis.RedisError:
+            except StoreError:
                 time.sleep(0.05)
                 continue
             for stream, entries in reply or []:
@@ -463,7 +468,7 @@ class Drill:
     def _anything_pending(self, inst: Instance) -> bool:
         try:
             counts = JobListStore(inst.redis, inst.keys).counters()
-        except redis.RedisError:
+        except StoreError:
             return True
         return any(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
 

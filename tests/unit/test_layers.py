@@ -43,3 +43,43 @@ def test_imports_point_down(package: str) -> None:
             if any(module == p or module.startswith(p + ".") for p in FORBIDDEN[package]):
                 bad.append(f"{path.relative_to(ROOT)}:{line}: imports {module}")
     assert not bad, "\n".join(bad)
+
+
+
+#: the only modules that may import the Redis client: the store adapter, and the
+#: module that runs a private redis-server process
+REDIS_ALLOWED = ("fluxes/store/", "fluxes/proc/redis_server.py")
+
+
+def redis_importers(root: Path) -> list[str]:
+    """``path:line: imports X`` for every import of redis/hiredis under ``root``'s fluxes/
+    and workers/ outside ``REDIS_ALLOWED``, function-local imports included."""
+    bad = []
+    for path in sorted(p for top in ("fluxes", "workers") for p in (root / top).rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel.startswith(REDIS_ALLOWED):
+            continue
+        for line, module in imports_of(path):
+            if module.split(".")[0] in ("redis", "hiredis"):
+                bad.append(f"{rel}:{line}: imports {module}")
+    return bad
+
+
+def test_only_the_adapters_import_redis() -> None:
+    bad = redis_importers(ROOT)
+    assert not bad, "\n".join(bad)
+
+
+def test_redis_importers_sees_function_local_imports(tmp_path: Path) -> None:
+    # the check itself must see an import inside a function, and spare the adapters
+    text = "import os\n\n\ndef f():\n    import redis.exceptions\n    from hiredis import Reader\n"
+    for rel in ("fluxes/cli/probe.py", "fluxes/store/probe.py", "fluxes/proc/redis_server.py",
+                "workers/probe.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert redis_importers(tmp_path) == [
+        "fluxes/cli/probe.py:5: imports redis.exceptions",
+        "fluxes/cli/probe.py:6: imports hiredis",
+        "workers/probe.py:5: imports redis.exceptions",
+        "workers/probe.py:6: imports hiredis",
+    ]
