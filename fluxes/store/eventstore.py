@@ -482,7 +482,7 @@ class EventStore:
             return trim.lost_t if trim.lost_t is not None else 0.0
         return None
 
-    def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",
+    def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",  # noqa: C901 -- the per-entry hot loop, kept inline for speed
                until_time: float | None = None, drop_inactive: bool = False,
                until_margin: float = UNTIL_MARGIN_S,
                archive: Archive | None = None) -> ReplayResult:
