@@ -39,7 +39,9 @@ class FakeScheduler:
     def hello(self) -> None:
         last = self.redis.xrevrange(self.keys.sched_req(0), count=1)
         self.pos = last[0][0].decode() if last else "0-0"
-        self.epoch = int(self.lease.try_acquire() if not self.epoch else self.lease.bump())
+        token = self.lease.try_acquire() if not self.epoch else self.lease.bump()
+        assert token is not None
+        self.epoch = int(token)
         self.send([{"t": "hello"}])
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
@@ -99,6 +101,7 @@ class FakeExec:
                 msgs = wire.messages(fields)
                 for msg in msgs:
                     jobid = msg["id"]
+                    report: dict[str, Any]
                     if msg["t"] == "start" and jobid in self.hold:
                         report = {"started": True}
                     elif msg["t"] == "start":

@@ -176,6 +176,7 @@ def test_allocation_that_cannot_be_recovered_fails_the_job_and_keeps_its_ranks(
     system.run(4)
     assert system.events(a)[-1] == "start"
     rank = ResourceSet(system.redis.hget(system.keys.job(a), "R")).ranks.first()
+    assert rank is not None
     system.redis.hset(system.keys.job(a), "R", b"{not R")  # e.g. a corrupted hash
     system.redis.delete(system.keys.sched_lease(0))
     system.sched = SchedulerWorker(system.instance)

@@ -267,7 +267,7 @@ class World:
     """A tiny job table to look targets up in."""
 
     def __init__(self) -> None:
-        self.jobs: dict[int, TargetStatus] = {}
+        self.jobs: dict[int, TargetStatus | None] = {}
 
     def __call__(self, job: int) -> TargetStatus | None:
         return self.jobs.get(job)

@@ -245,7 +245,8 @@ def test_scheduler_decides_as_with_todays_pool(policy: str) -> None:
 @pytest.mark.parametrize("policy", ["fcfs", "easy", "conservative"])
 def test_scheduler_places_graph_shapes(policy: str) -> None:
     pool = medium()
-    sched = Scheduler(pool, default=QueuePolicy(policy))
+    # the graph pool stands in for the ResourcePool the scheduler is typed with
+    sched = Scheduler(pool, default=QueuePolicy(policy))  # type: ignore[arg-type]
     jobs = [switch_job(4, 16, 100.0), switch_job(3, 1, 10.0), switch_job(4, 16, 100.0),
             switch_job(4, 16, 100.0), switch_job(4, 16, 100.0), switch_job(1, 1, 10.0)]
     for i, req in enumerate(jobs):

@@ -727,7 +727,7 @@ def test_clock_is_used() -> None:
 
 # -- invariants under random operations ------------------------------------------------------
 
-INV = [
+INV: list[dict[str, Any]] = [
     {"hosts": "a[0-2]", "cores": "0-3", "memory": "4G", "sockets": 2},
     {"hosts": "g[0-1]", "cores": "0-7", "gpus": "0-1", "memory": "8G",
      "properties": ["gpu"]},
@@ -814,10 +814,10 @@ def check_invariants(pool: ResourcePool) -> None:
     # Exclusive allocations hold whole nodes.
     for _, _, exclusive, rset, mem in records:
         if exclusive:
-            for rank in rset.ranks:
-                target = pool.inventory[rank]
-                assert rset.cores(rank) == target.cores and rset.gpus(rank) == target.gpus
-                assert mem.get(str(rank), 0) == (target.memory or 0)
+            for r in rset.ranks:
+                target = pool.inventory[r]
+                assert rset.cores(r) == target.cores and rset.gpus(r) == target.gpus
+                assert mem.get(str(r), 0) == (target.memory or 0)
     assert ResourcePool.load(data).save() == data
     counts = pool.counts()
     up_free = sum(len(available.cores(r)) for r in available.ranks if r not in pool.down)
