@@ -32,6 +32,11 @@ twice. Ingest is idempotent on (user, request id) for that long.
 Queue admin events (``{ns}:queues``) are read before each block of requests
 is handled, so a submission never meets queue states older than an
 enable/disable written before it.
+
+Why one module: it is the door for user requests; decoding, the idempotence records, the
+checks and the per-partition commits are methods of the one worker sharing a block's
+state, while the checks themselves are pure modules (:mod:`fluxes.domain.jm.submission`,
+:mod:`~fluxes.domain.jm.feasibility`, :mod:`~fluxes.domain.jm.request_progress`).
 """
 
 from __future__ import annotations

@@ -21,6 +21,10 @@ and storage disagree: the worker rebuilds from storage and then takes its
 pending inputs one per commit, so that an input whose effects cannot be
 written is found alone and refused (dead-lettered and acknowledged), never
 replayed in a loop.
+
+Why one module: it is the I/O around the pure core (:mod:`fluxes.domain.jm.core`):
+lease, restore, the input doors and the fenced commit, methods of the one worker whose
+state (token, core, careful mode) they share; the decisions themselves are in the core.
 """
 
 from __future__ import annotations

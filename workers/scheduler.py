@@ -13,6 +13,11 @@ fenced on the job, so that an alloc request replayed or forged for a job that
 waits for no allocation (running, finished, unknown) never writes its R: such
 an allocation is taken back and its SUCCESS never sent. The ``hello`` that
 opens each epoch is fenced the same way.
+
+Why one module: it is the I/O around the pure scheduler (:mod:`fluxes.domain.sched`):
+lease and epochs, the hello/ready recovery, fenced R writes, resource events; each is a
+few methods of the one worker whose state (epoch, pool, outstanding requests) they
+share.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ make them, as only flux's instance owner may change flux-accounting's
 database. Everyone may look: ``view-user``, ``view-bank``, ``list-banks``,
 ``list-users``, ``usage`` (sreport-like: raw usage over a period) and
 ``share`` (sshare-like: the fair-share tree). See docs/accounting.md.
+
+Why one module: it is one command group, and the CLI keeps one module per group; most of
+it is the argparse table and one short handler per subcommand (the accounting rules
+themselves are in fluxes/domain/accounting/).
 """
 
 from __future__ import annotations

@@ -27,6 +27,11 @@ kills, and both answers to the repeated request must name the same jobs.
 Every wait is bounded by the drill's deadline (``--timeout``); a drill that
 cannot finish in time ends with a violation naming the workers that are down
 or died besides the planned kills, instead of hanging.
+
+Why one module: :class:`Drill` is one sequential script (start, load, kill, wait, check)
+whose steps share the run's state; the invariant checks are in
+:mod:`fluxes.drill.invariants`, the hostile writes in :mod:`fluxes.drill.hostile` and
+the reading of results in :mod:`fluxes.drill.collect`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ the place.  See ``docs/formats/jobspec.md``.
 YAML is read defensively because jobspecs come from users: the document
 size, nesting depth and node count are bounded *before* anything deep is
 built, aliases and non-JSON tags are refused, and only one document is read.
+
+Why one module: the immutable :class:`Jobspec`, its defensive loaders (the bounded YAML
+event builder, the plain-JSON copy) and :meth:`Jobspec.from_command` all produce the one
+type; the validation rules are apart (:mod:`fluxes.formats.jobspec_rules`).
 """
 
 from __future__ import annotations

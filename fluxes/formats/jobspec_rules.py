@@ -11,6 +11,9 @@ schemes) and RFC 31 (constraints via :mod:`fluxes.formats.constraints`).  With
 Every problem raises :class:`~fluxes.errors.JobspecError` whose one-line
 message starts with the place, e.g. ``resources[0].count: max (2) is less
 than min (4)``.  Unknown ``attributes.system`` keys only add warnings.
+
+Why one module: the schema check and the RFC 14/25/26/31 rules fill one :class:`Summary`
+in one walk and share the helpers that name the place in every message.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ rank).  Each rank maps to a ``(cores, gpus)`` pair of :class:`IDSet`; ranks
 that share identical children share the same pair object, so an inventory of
 thousands of identical nodes costs one pair, and encoding groups them back
 into a single ``R_lite`` entry.  See ``docs/formats/R.md``.
+
+Why one module: it is the one RFC 20 type; decoding, encoding and the set algebra share
+the private rank -> (cores, gpus) map and its sharing of identical pairs.
 """
 
 from __future__ import annotations

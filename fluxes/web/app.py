@@ -10,6 +10,10 @@ the server's, and never to private data); actions (drain, queue admin,
 cancel) go through the same paths as the CLI, with the session's identity,
 so Redis' ACLs and the ingest decide what is allowed. Every form carries the
 session's CSRF token.
+
+Why one module: the route table (:func:`create_app`) and the thin handlers it names
+belong together; the data is in :mod:`fluxes.web.data`, the HTML in
+:mod:`fluxes.web.render`, login in :mod:`fluxes.web.auth`.
 """
 
 from __future__ import annotations

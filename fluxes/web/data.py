@@ -8,6 +8,10 @@ a guest), except the history of public streams, which the server's time index
 (:mod:`fluxes.web.timeindex`) and its own connection read.
 
 ``View.at`` set: everything as it was at that moment (time travel).
+
+Why one module: each function is the document of one endpoint, and they share the View,
+the user and time-travel helpers and the reading of job records; a module per page would
+scatter those shared helpers (the HTML is in render.py, the routes in app.py).
 """
 
 from __future__ import annotations

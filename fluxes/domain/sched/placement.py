@@ -10,6 +10,10 @@ computed once per request shape and cached by the pool.
 defines and returns ``{rank: (cores, gpus, memory)}``, or None when the
 request does not fit.  An :class:`Overlay` subtracts planned reservations
 from what is free, so work started now cannot run into them.
+
+Why one module: Plan and Placer are two halves of one computation (the placer builds the
+plans, caches them and walks them) over the same node groups; apart, each would reach
+into the other's internals.
 """
 
 from __future__ import annotations

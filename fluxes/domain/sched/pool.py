@@ -21,6 +21,10 @@ time windows overlap, memory held on a node never exceeds its size, a job
 holding a node exclusively holds all of it, and allocated plus available
 plus the idle resources of drained ranks is the inventory (available, as in
 flux, never counts drained ranks).  See ``docs/scheduler-pool.md``.
+
+Why one module: :class:`ResourcePool`'s methods keep the RFC 16 invariants over one
+shared state (free state, job table, reservations); placement (placement.py), the free
+state (state.py) and request shapes (shapes.py) are apart already.
 """
 
 from __future__ import annotations
