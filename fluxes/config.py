@@ -193,27 +193,7 @@ class InstanceConfig:
         ingest = raw.get("ingest", {})
         if not isinstance(ingest, Mapping):
             raise ConfigError("ingest: expected a table")
-        exec_table = raw.get("exec", {})
-        if not isinstance(exec_table, Mapping):
-            raise ConfigError("exec: expected a table")
-        kill_timeout = 5.0
-        output_limit = DEFAULT_OUTPUT_LIMIT
-        for key, value in exec_table.items():
-            if key == "kill-timeout":
-                try:
-                    kill_timeout = parse_duration(value)
-                except ValueError as exc:
-                    raise ConfigError(f"exec.kill-timeout: {exc}") from None
-            elif key == "output-limit":
-                from fluxes.domain.sched.inventory import parse_size
-
-                try:
-                    output_limit = parse_size(value, "exec.output-limit")
-                except ValueError as exc:
-                    raise ConfigError(str(exc)) from None
-            else:
-                raise ConfigError(f"exec.{format_key(key)}: unknown key "
-                                  "(known: kill-timeout, output-limit)")
+        kill_timeout, output_limit = _exec_settings(raw.get("exec", {}))
         sched = raw.get("sched", {})
         if not isinstance(sched, Mapping):
             raise ConfigError("sched: expected a table")
@@ -225,6 +205,31 @@ class InstanceConfig:
                    accounting=AccountingConfig.from_dict(raw.get("accounting", {})),
                    retention=RetentionConfig.from_dict(raw.get("job-manager", {})),
                    web=WebConfig.from_dict(raw.get("web", {})))
+
+
+def _exec_settings(exec_table: object) -> tuple[float, int]:
+    """The ``[exec]`` table's kill timeout (seconds) and output limit (bytes)."""
+    if not isinstance(exec_table, Mapping):
+        raise ConfigError("exec: expected a table")
+    kill_timeout = 5.0
+    output_limit = DEFAULT_OUTPUT_LIMIT
+    for key, value in exec_table.items():
+        if key == "kill-timeout":
+            try:
+                kill_timeout = parse_duration(value)
+            except ValueError as exc:
+                raise ConfigError(f"exec.kill-timeout: {exc}") from None
+        elif key == "output-limit":
+            from fluxes.domain.sched.inventory import parse_size
+
+            try:
+                output_limit = parse_size(value, "exec.output-limit")
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        else:
+            raise ConfigError(f"exec.{format_key(key)}: unknown key "
+                              "(known: kill-timeout, output-limit)")
+    return kill_timeout, output_limit
 
 
 def _check_sched(table: Mapping[str, Any]) -> None:

@@ -20,13 +20,19 @@ from types import FrameType
 from typing import Any
 
 import orjson
-import redis
 
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
 from fluxes.store.deadletters import counts_key
+from fluxes.store.errors import (
+    BusyLoadingError,
+    ResponseError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
 from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
 
@@ -103,7 +109,7 @@ class Worker:
         """Called after a Redis error: rebuild in-memory state (default: ``setup()`` again)."""
         try:
             self.setup()
-        except (redis.ConnectionError, redis.TimeoutError):
+        except (StoreConnectionError, StoreTimeoutError):
             pass  # still down; the loop retries
 
     def status(self) -> dict[str, Any]:
@@ -138,7 +144,7 @@ class Worker:
                     self.step()
                     self.heartbeat()
                     backoff = 0.05
-                except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+                except (StoreConnectionError, StoreTimeoutError, BusyLoadingError) as exc:
                     # Redis restarted or the network blinked: wait, then rebuild
                     # what this worker holds in memory from what is stored.
                     self.log.warning("redis unavailable, retrying",
@@ -146,7 +152,7 @@ class Worker:
                     time.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
                     self.reconnected()
-                except redis.ResponseError as exc:
+                except ResponseError as exc:
                     if not str(exc).startswith(TRANSIENT_REPLIES):
                         raise
                     # Redis is busy (a long script, loading its data): transient
@@ -173,7 +179,7 @@ class Worker:
                       "started": self.started, "heartbeat": time.time(),
                       "starts": self.starts}
             self.redis.hset(self.keys.workers, self.name, orjson.dumps(record))
-        except redis.RedisError:
+        except StoreError:
             pass  # best effort: setup() meets the same Redis next
 
     def heartbeat(self, force: bool = False) -> None:
@@ -191,7 +197,7 @@ class Worker:
             record["metrics_port"] = port
             try:
                 self.collect_metrics(record)
-            except (redis.RedisError, ValueError) as exc:
+            except (StoreError, ValueError) as exc:
                 # metrics are best effort: they never stop the work or the heartbeat
                 self.log.debug("metrics not refreshed", extra={"error": str(exc)})
         try:
@@ -200,14 +206,14 @@ class Worker:
             if latencies:
                 # hand-off latency histograms (fluxes/proc/hops.py), for fluxes bench
                 self.redis.hset(self.keys.hops, self.name, orjson.dumps(latencies))
-        except redis.ConnectionError:
+        except StoreConnectionError:
             pass  # the loop itself will notice and retry; liveness is best effort
 
     def unregister(self) -> None:
         """Remove this worker from the registry on a clean stop."""
         try:
             self.redis.hdel(self.keys.workers, self.name)
-        except redis.ConnectionError:
+        except StoreConnectionError:
             pass
 
     # ------------------------------------------------------------ poison messages
@@ -272,7 +278,7 @@ class Worker:
         # A reply key of another type fails its RPUSH alone (MULTI/EXEC applies the
         # rest): the input is refused and acknowledged all the same, never retried.
         for result in pipe.execute(raise_on_error=False):
-            if isinstance(result, redis.ResponseError):
+            if isinstance(result, ResponseError):
                 if not str(result).startswith(INPUT_REPLIES):
                     raise result
                 self.log.warning("reply not written", extra={"stream": stream,
@@ -308,9 +314,9 @@ def not_the_input(exc: BaseException) -> bool:
     which retries the transient ones, rather than getting the input being handled
     refused. A key named by the input that holds another type (WRONGTYPE) is the
     input's fault: False, so the input is refused."""
-    if isinstance(exc, redis.ResponseError):
+    if isinstance(exc, ResponseError):
         return not str(exc).startswith(INPUT_REPLIES)
-    return isinstance(exc, redis.RedisError)
+    return isinstance(exc, StoreError)
 
 
 def overdelivered_reason(times: int) -> str:

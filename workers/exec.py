@@ -39,8 +39,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import redis
-
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
@@ -64,6 +62,7 @@ from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
+from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
@@ -228,7 +227,7 @@ class ExecWorker(Worker):
         if self.box:
             try:
                 self._flush(self.box)  # what lingered (started reports, output lines)
-            except redis.RedisError:
+            except StoreError:
                 pass  # redelivered to the next worker, which adopts the jobs
         kill = bool(os.environ.get("FLUXES_EXEC_KILL_ON_STOP"))
         for job in self.table.all():

@@ -32,6 +32,11 @@ twice. Ingest is idempotent on (user, request id) for that long.
 Queue admin events (``{ns}:queues``) are read before each block of requests
 is handled, so a submission never meets queue states older than an
 enable/disable written before it.
+
+Why one module: it is the door for user requests; decoding, the idempotence records, the
+checks and the per-partition commits are methods of the one worker sharing a block's
+state, while the checks themselves are pure modules (:mod:`fluxes.domain.jm.submission`,
+:mod:`~fluxes.domain.jm.feasibility`, :mod:`~fluxes.domain.jm.request_progress`).
 """
 
 from __future__ import annotations
@@ -47,7 +52,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-import redis
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
@@ -62,6 +66,7 @@ from fluxes.formats.jobid import MAX_GENERATOR_ID, FluidGenerator
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store import jobhash
+from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import RESOURCES_DIGEST, Instance
@@ -275,7 +280,7 @@ class IngestWorker(Worker):
             pipe.xpending_range(stream, GROUP_INGEST, min="-", max="+", count=1,
                                 consumername=self.name)
         for stream, rows in zip(streams, pipe.execute(raise_on_error=False), strict=True):
-            if isinstance(rows, redis.ResponseError) or not rows:
+            if isinstance(rows, ResponseError) or not rows:
                 continue
             reply = self.redis.xreadgroup(GROUP_INGEST, self.name, {stream: "0"}, count=1)
             if any(entries for _s, entries in reply or []):
@@ -339,11 +344,7 @@ class IngestWorker(Worker):
                     continue
                 requests.append(_Pending(stream, msg_id, fields, user, uid, request))
             self.refuse(stream, GROUP_INGEST, refused, answers)
-        if orphans:
-            pipe = self.redis.pipeline(transaction=False)
-            for stream, ids in orphans.items():
-                pipe.xack(stream, GROUP_INGEST, *ids)
-            pipe.execute()
+        self._ack_orphans(orphans)
         if not requests:
             return
         try:
@@ -364,6 +365,14 @@ class IngestWorker(Worker):
                     if not_the_input(err):
                         raise
                     self._refuse_raised(pending, err)
+
+    def _ack_orphans(self, orphans: dict[str, list[bytes]]) -> None:
+        """Acknowledge the requests of users removed meanwhile (stream -> ids)."""
+        if orphans:
+            pipe = self.redis.pipeline(transaction=False)
+            for stream, ids in orphans.items():
+                pipe.xack(stream, GROUP_INGEST, *ids)
+            pipe.execute()
 
     def _refuse_raised(self, pending: _Pending, exc: Exception) -> None:
         """Dead-letter and acknowledge a request whose handling raised, and answer it."""
@@ -407,14 +416,7 @@ class IngestWorker(Worker):
             if copies[n] == n:
                 self._digests[name] = request_digest(pending.request)
         firsts = [n for n in copies if copies[n] == n]
-        seen: dict[int, dict[int, int] | None] = {}  # what was done for it before
-        reused: dict[int, str] = {}  # why it cannot be done
-        for n, got in zip(firsts, self._recorded([requests[n] for n in firsts]), strict=True):
-            if isinstance(got, str):
-                reused[n] = got
-                seen[n] = None
-            else:
-                seen[n] = got
+        seen, reused = self._seen_before(requests, firsts)
         # every job of the block is checked first, so that the dependency
         # targets of all of them are looked up in one round trip
         checked: dict[int, _Checked] = {}
@@ -455,6 +457,20 @@ class IngestWorker(Worker):
             if answer:
                 replies.append((reply_key, answer))
         self._commit(batches, new_msgs, replies, forwards, later_acks)
+
+    def _seen_before(self, requests: list[_Pending], firsts: list[int]
+                     ) -> tuple[dict[int, dict[int, int] | None], dict[int, str]]:
+        """For the requests numbered ``firsts``: what was done for each before (index ->
+        jobs created, or None), and why some cannot be done (index -> reason)."""
+        seen: dict[int, dict[int, int] | None] = {}  # what was done for it before
+        reused: dict[int, str] = {}  # why it cannot be done
+        for n, got in zip(firsts, self._recorded([requests[n] for n in firsts]), strict=True):
+            if isinstance(got, str):
+                reused[n] = got
+                seen[n] = None
+            else:
+                seen[n] = got
+        return seen, reused
 
     def _recorded(self, requests: list[_Pending]) -> list[dict[int, int] | str | None]:
         """What the records of each request say: None when it was never seen, the jobs
@@ -701,12 +717,17 @@ class IngestWorker(Worker):
                 leftover_acks[stream] = ids
         results = self.store.commit_many([b for b in batches.values() if b])
         metrics.EVENTS_INGEST.inc(sum(r.events for r in results))
-        if leftover_replies or leftover_acks:
+        self._send_leftovers(leftover_replies, leftover_acks)
+
+    def _send_leftovers(self, replies: list[tuple[str, bytes]],
+                        acks: dict[str, list[bytes]]) -> None:
+        """Send the replies and acks that could not join a commit (another slot)."""
+        if replies or acks:
             pipe = self.redis.pipeline(transaction=False)
-            for key, data in leftover_replies:
+            for key, data in replies:
                 pipe.rpush(key, data)
                 pipe.pexpire(key, REPLY_TTL_MS)
-            for stream, ids in leftover_acks.items():
+            for stream, ids in acks.items():
                 pipe.xack(stream, GROUP_INGEST, *ids)
             pipe.execute()
 

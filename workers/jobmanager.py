@@ -21,6 +21,10 @@ and storage disagree: the worker rebuilds from storage and then takes its
 pending inputs one per commit, so that an input whose effects cannot be
 written is found alone and refused (dead-lettered and acknowledged), never
 replayed in a loop.
+
+Why one module: it is the I/O around the pure core (:mod:`fluxes.domain.jm.core`):
+lease, restore, the input doors and the fenced commit, methods of the one worker whose
+state (token, core, careful mode) they share; the decisions themselves are in the core.
 """
 
 from __future__ import annotations
@@ -32,7 +36,6 @@ from typing import Any
 
 import msgspec
 import orjson
-import redis
 
 from fluxes import messages as proto
 from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
@@ -44,6 +47,7 @@ from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
 from fluxes.store.deadletters import counts_key
+from fluxes.store.errors import ResponseError, StoreError
 from fluxes.store.eventstore import (
     BadBatchError,
     Batch,
@@ -252,15 +256,7 @@ class JobManagerWorker(Worker):
     def step(self) -> None:
         """Lead (or wait to), read a block of inputs, commit their effects."""
         if self.token is None:
-            token = self.lease.try_acquire()
-            if token is None:
-                time.sleep(min(0.5, self.lease.ttl_ms / 3000))
-                return
-            self.token = token
-            try:
-                self.become_leader()
-            except FencedError:
-                self.step_down("fenced while restoring")
+            self._try_to_lead()
             return
         if self._renewed_token() is None:
             return
@@ -309,6 +305,18 @@ class JobManagerWorker(Worker):
             self._pending = False
         core.on_timers(fx)
         self.commit(fx)
+
+    def _try_to_lead(self) -> None:
+        """Take the lease and restore the state from storage, or wait a little."""
+        token = self.lease.try_acquire()
+        if token is None:
+            time.sleep(min(0.5, self.lease.ttl_ms / 3000))
+            return
+        self.token = token
+        try:
+            self.become_leader()
+        except FencedError:
+            self.step_down("fenced while restoring")
 
     def careful_step(self, core: JobManagerCore) -> bool:
         """After a refused commit, or when taking over pending inputs: the oldest pending
@@ -415,19 +423,7 @@ class JobManagerWorker(Worker):
         p = self.partition
         try:
             if stream == keys.sched_resp(p):
-                epoch, responses, sent = proto.decode_entry_sent(proto.SCHED_RESPONSES, fields)
-                if sent and any(isinstance(r, proto.AllocResponse)
-                                and r.type == proto.ALLOC_SUCCESS for r in responses):
-                    self._sent_alloc.append(sent)
-                # a hello opens a session only from the scheduler that leads now
-                current = self.scheduler_epoch() if any(
-                    isinstance(r, proto.Hello) for r in responses) else None
-                for response in responses:
-                    suspended = core.session.suspended
-                    core.on_sched(fx, epoch, response, current)
-                    if core.session.suspended is not None and suspended is None:
-                        self.log.warning("scheduling suspended", extra={
-                            "partition": p, "why": core.session.suspended})
+                self._on_sched_entry(fx, core, fields)
             elif stream == keys.exec_events(p):
                 _epoch, reports, sent = proto.decode_entry_sent(proto.EXEC_EVENTS, fields)
                 if sent:
@@ -464,6 +460,24 @@ class JobManagerWorker(Worker):
             return False
         fx.acks.append(ack)
         return True
+
+    def _on_sched_entry(self, fx: Effects, core: JobManagerCore,
+                        fields: Mapping[bytes, bytes]) -> None:
+        """Feed the scheduler's responses of one entry to the core."""
+        p = self.partition
+        epoch, responses, sent = proto.decode_entry_sent(proto.SCHED_RESPONSES, fields)
+        if sent and any(isinstance(r, proto.AllocResponse)
+                        and r.type == proto.ALLOC_SUCCESS for r in responses):
+            self._sent_alloc.append(sent)
+        # a hello opens a session only from the scheduler that leads now
+        current = self.scheduler_epoch() if any(
+            isinstance(r, proto.Hello) for r in responses) else None
+        for response in responses:
+            suspended = core.session.suspended
+            core.on_sched(fx, epoch, response, current)
+            if core.session.suspended is not None and suspended is None:
+                self.log.warning("scheduling suspended", extra={
+                    "partition": p, "why": core.session.suspended})
 
     def check_new(self, core: JobManagerCore, news: list[proto.New]) -> dict[int, str]:
         """The new-job messages of an entry that describe no job the ingest stored and this
@@ -545,28 +559,8 @@ class JobManagerWorker(Worker):
         """
         keys = self.keys
         p = self.partition
-        batches = [self.store.batch(p)]
-        batch = batches[0]
-        for jobid, ops in fx.ops.items():
-            if batch.events >= MAX_COMMIT_EVENTS:
-                batch = self.store.batch(p)
-                batches.append(batch)
-            seq = fx.base_seq.get(jobid, 0)
-            run: list[ev.Event] = []
-            extras: list[Mapping[str, Any] | None] = []
-            log = keys.eventlog(jobid)
-            for op in ops:
-                if op[0] == "E":
-                    run.append(op[1])
-                    extras.append(op[2])
-                    continue
-                if run:
-                    batch.append(log, jobid, seq, run, extras)
-                    seq += len(run)
-                    run, extras = [], []
-                batch.journal_only(jobid, op[1])
-            if run:
-                batch.append(log, jobid, seq, run, extras)
+        batches = self._event_batches(fx)
+        batch = batches[-1]
         for jobid, (result, t_inactive) in fx.retired.items():
             jobhash.set_result(batch, keys, jobid, result, t_inactive)
         progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
@@ -609,6 +603,34 @@ class JobManagerWorker(Worker):
             batch.xack(stream, GROUP_JM, ids)
         return batches, later
 
+    def _event_batches(self, fx: Effects) -> list[Batch]:
+        """The events of ``fx``, job by job, in batches of about MAX_COMMIT_EVENTS."""
+        keys = self.keys
+        p = self.partition
+        batches = [self.store.batch(p)]
+        batch = batches[0]
+        for jobid, ops in fx.ops.items():
+            if batch.events >= MAX_COMMIT_EVENTS:
+                batch = self.store.batch(p)
+                batches.append(batch)
+            seq = fx.base_seq.get(jobid, 0)
+            run: list[ev.Event] = []
+            extras: list[Mapping[str, Any] | None] = []
+            log = keys.eventlog(jobid)
+            for op in ops:
+                if op[0] == "E":
+                    run.append(op[1])
+                    extras.append(op[2])
+                    continue
+                if run:
+                    batch.append(log, jobid, seq, run, extras)
+                    seq += len(run)
+                    run, extras = [], []
+                batch.journal_only(jobid, op[1])
+            if run:
+                batch.append(log, jobid, seq, run, extras)
+        return batches
+
     def commit(self, fx: Effects) -> None:
         """Write ``fx``; on a stale token step down, on a conflict rebuild from storage."""
         if not fx or self.token is None:
@@ -635,21 +657,7 @@ class JobManagerWorker(Worker):
         except (ConflictError, KeyTypeError, BadBatchError) as exc:
             self.commit_refused(exc)
             return
-        if later:
-            pipe = self.redis.pipeline(transaction=False)
-            for key, items in later.items():
-                for item in items:
-                    if isinstance(item, bytes):
-                        pipe.rpush(key, item)
-                        pipe.pexpire(key, REPLY_TTL_MS)
-                    else:
-                        pipe.xadd(key, item)
-            for result in pipe.execute(raise_on_error=False):
-                if isinstance(result, redis.ResponseError):
-                    if not str(result).startswith(INPUT_REPLIES):
-                        raise result
-                    # a reply list replaced by another type since it was checked
-                    self.log.warning("reply not written", extra={"error": str(result)})
+        self._write_later(later)
         if fx.dead_letters:
             self.count_dead_letters(len(fx.dead_letters))
         if self._sent_exec or self._sent_alloc:
@@ -664,6 +672,24 @@ class JobManagerWorker(Worker):
             self._last_journal_id = result.journal_id
             if self._since_checkpoint >= self.checkpoint_every:
                 self.checkpoint()
+
+    def _write_later(self, later: dict[str, list[Any]]) -> None:
+        """Write what could not share the commit's slot: replies (bytes) and messages."""
+        if later:
+            pipe = self.redis.pipeline(transaction=False)
+            for key, items in later.items():
+                for item in items:
+                    if isinstance(item, bytes):
+                        pipe.rpush(key, item)
+                        pipe.pexpire(key, REPLY_TTL_MS)
+                    else:
+                        pipe.xadd(key, item)
+            for result in pipe.execute(raise_on_error=False):
+                if isinstance(result, ResponseError):
+                    if not str(result).startswith(INPUT_REPLIES):
+                        raise result
+                    # a reply list replaced by another type since it was checked
+                    self.log.warning("reply not written", extra={"error": str(result)})
 
     def commit_refused(self, exc: Exception) -> None:
         """A commit that storage refused (not as stale): memory and storage disagree.
@@ -728,7 +754,7 @@ class JobManagerWorker(Worker):
             if self.token is not None:
                 self.checkpoint()
             self.lease.release()
-        except redis.RedisError:
+        except StoreError:
             pass
 
 

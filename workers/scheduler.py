@@ -15,6 +15,11 @@ fenced on the job, so that an alloc request replayed or forged for a job that
 waits for no allocation (running, finished, unknown) never writes its R: such
 an allocation is taken back and its SUCCESS never sent. The ``hello`` that
 opens each epoch is fenced the same way.
+
+Why one module: it is the I/O around the pure scheduler (:mod:`fluxes.domain.sched`):
+lease and epochs, the hello/ready recovery, fenced R writes, resource events; each is a
+few methods of the one worker whose state (epoch, pool, outstanding requests) they
+share.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 import orjson
-import redis
 
 from fluxes import messages as proto
 from fluxes.domain.graph.pool import GraphPool
@@ -42,6 +46,7 @@ from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
+from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
@@ -151,7 +156,7 @@ class SchedulerWorker(Worker):
                 except FencedError:
                     pass  # a newer scheduler already leads this partition
                 session.lease.release()
-        except redis.RedisError:
+        except StoreError:
             pass  # the leases lapse by themselves
         self.leader = False
 

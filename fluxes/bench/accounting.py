@@ -20,14 +20,13 @@ import resource
 import time
 from typing import Any
 
-import redis
-
 from fluxes.bench.common import Stopwatch, private_redis
 from fluxes.bench.eventlog import T0, _job_batch
 from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, apply
 from fluxes.domain.accounting.fairshare import fair_share
 from fluxes.domain.accounting.usage import UsageState
 from fluxes.store.accounting import decode_entry, rebuild
+from fluxes.store.errors import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.keys import Keys
 
@@ -41,7 +40,7 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _server_cpu(client: redis.Redis) -> float:
+def _server_cpu(client: Client) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 

@@ -9,13 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from fluxes.proc.redis_server import RedisServer
+from fluxes.store.errors import Client
 
 
 @contextlib.contextmanager
-def private_redis(appendfsync: str = "everysec") -> Iterator[tuple[RedisServer, redis.Redis]]:
+def private_redis(appendfsync: str = "everysec") -> Iterator[tuple[RedisServer, Client]]:
     """A throw-away redis-server (AOF on, as an instance runs) and a client."""
     with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
         server = RedisServer(Path(tmp) / "redis", appendonly=True, appendfsync=appendfsync)
@@ -38,7 +37,7 @@ class Stopwatch:
         return time.perf_counter() - self.start
 
 
-def used_memory(client: redis.Redis) -> int:
+def used_memory(client: Client) -> int:
     """Redis's used_memory in bytes."""
     return int(client.info("memory")["used_memory"])
 

@@ -10,10 +10,9 @@ from __future__ import annotations
 import random
 from typing import Any
 
-import redis
-
 from fluxes.bench.common import Stopwatch, private_redis, used_memory
 from fluxes.domain.job import events as ev
+from fluxes.store.errors import Client
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
@@ -118,7 +117,7 @@ def run(jobs: int = 100_000, single: int = 10_000, batch_jobs: int = 100,
     return figures
 
 
-def _read_model(client: redis.Redis, keys: Keys) -> dict[str, Any]:
+def _read_model(client: Client, keys: Keys) -> dict[str, Any]:
     """Fold the journal into the job-list read model; time it and weigh it."""
     from workers.joblist import JobListWorker
 

@@ -28,9 +28,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from fluxes.proc.launcher import Launcher
+from fluxes.store.errors import Client
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 
@@ -56,7 +55,7 @@ def kind_of(key: str) -> str:
     return "other"
 
 
-def usage_by_kind(client: redis.Redis) -> Counter[str]:
+def usage_by_kind(client: Client) -> Counter[str]:
     """``MEMORY USAGE`` (every nested value counted) summed per key kind."""
     out: Counter[str] = Counter()
     keys = [k.decode() for k in client.scan_iter(count=2000)]

@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
+from fluxes.store.errors import Client as RedisConn
+from fluxes.store.errors import ResponseError
 from fluxes.store.instance import Instance
 from fluxes.store.retention import (
     JOURNAL_EVERY_S,
@@ -105,7 +105,7 @@ def _measure(inst: Instance, jobs: int, retention: bool, timeout: float,
         for key in journals:
             try:
                 client.xgroup_destroy(key, GROUP)
-            except redis.ResponseError:
+            except ResponseError:
                 pass
     after = _used(client)
     archived = sum(f.stat().st_size for f in archive.rglob("*.gz")) if archive.exists() else 0
@@ -118,7 +118,7 @@ def _measure(inst: Instance, jobs: int, retention: bool, timeout: float,
     }
 
 
-def _used(client: redis.Redis) -> int:
+def _used(client: RedisConn) -> int:
     return int(client.info("memory")["used_memory"])
 
 

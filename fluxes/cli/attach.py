@@ -19,9 +19,9 @@ import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 import orjson
-import redis
 
 from fluxes.cli.display import fmt_id, shown_id
+from fluxes.store.errors import NoPermissionError
 
 if TYPE_CHECKING:
     from fluxes.domain.job.model import Job
@@ -98,7 +98,7 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     try:
         return _follow(inst, jobid, log_key, out_key, pos, saved, label, stdout, stderr,
                        timeout)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         raise FluxesError(private_output(jobid)) from None
 
 
@@ -172,7 +172,7 @@ def print_output(inst: Instance, jobid: int, label: bool = False) -> None:
         return
     try:
         entries = inst.redis.xrange(key)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         raise FluxesError(private_output(jobid)) from None
     for _sid, fields in entries:
         _print_output(fields, label, sys.stdout, sys.stderr)
@@ -221,7 +221,7 @@ def print_redirections(inst: Instance, jobid: int, err: TextIO | None = None) ->
     stream_err = err if err is not None else sys.stderr
     try:
         [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return  # another user's job: its jobspec is private (the output says so)
     text = None if spec is None else spec.decode("utf-8", "replace")
     for stream, path in redirections(jobid, text):

@@ -8,6 +8,10 @@ make them, as only flux's instance owner may change flux-accounting's
 database. Everyone may look: ``view-user``, ``view-bank``, ``list-banks``,
 ``list-users``, ``usage`` (sreport-like: raw usage over a period) and
 ``share`` (sshare-like: the fair-share tree). See docs/accounting.md.
+
+Why one module: it is one command group, and the CLI keeps one module per group; most of
+it is the argparse table and one short handler per subcommand (the accounting rules
+themselves are in fluxes/domain/accounting/).
 """
 
 from __future__ import annotations
@@ -178,14 +182,14 @@ def _owner_only(handler: Callable[[argparse.Namespace], int]
     Redis's refusal becomes one line)."""
 
     def run(args: argparse.Namespace) -> int:
-        import redis
+        from fluxes.store.errors import NoPermissionError
 
         inst = instance(args)
         if inst.user is not None and inst.user != inst.owner()[0]:
             die("only the instance owner can change accounting")
         try:
             return handler(args)
-        except redis.exceptions.NoPermissionError:
+        except NoPermissionError:
             die("only the instance owner can change accounting")
 
     run.__doc__ = handler.__doc__
@@ -238,11 +242,11 @@ def user_id(inst: Instance, name: str) -> int | None:
     """``name``'s uid: from ``fluxes admin adduser``'s users, the owner, or this machine."""
     import pwd
 
-    import redis
+    from fluxes.store.errors import NoPermissionError
 
     try:
         raw = inst.redis.hget(inst.keys.users, name)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         raw = None
     if raw is not None:
         return int(raw)
@@ -428,14 +432,13 @@ def _list_users(args: argparse.Namespace) -> int:
 
 def _names(inst: Instance, accounts: Accounts, uids: Iterable[int]) -> dict[int, str]:
     """uid -> user name: associations first, then the instance's users, then this machine."""
-    import redis
-
     from fluxes.cli.display import username
+    from fluxes.store.errors import NoPermissionError
 
     users: dict[int, str] = {}
     try:
         users = {int(v): k.decode() for k, v in inst.redis.hgetall(inst.keys.users).items()}
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         pass
     return {uid: accounts.username_of(uid) or users.get(uid) or username(uid) for uid in uids}
 

@@ -115,13 +115,12 @@ def register(subparsers: Any) -> None:
 
 def _init(args: argparse.Namespace) -> int:
     """Check a configuration and record the instance in Redis."""
-    import redis
-
     from fluxes.config import InstanceConfig
     from fluxes.domain.graph.table import recorded_table
     from fluxes.domain.sched.inventory import Inventory
     from fluxes.errors import ConfigError
     from fluxes.store.connection import connect
+    from fluxes.store.errors import NoPermissionError, StoreConnectionError
     from fluxes.store.instance import InstanceURI, current_user, record_instance
     from fluxes.store.security import apply_credentials, strip_password
 
@@ -157,9 +156,9 @@ def _init(args: argparse.Namespace) -> int:
     try:
         new = record_instance(client, uri.ns, args.partitions, config,
                               resources, owner)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         die("recording an instance needs full Redis access")
-    except redis.ConnectionError as exc:
+    except StoreConnectionError as exc:
         die(f"cannot reach Redis: {exc}")
     if args.json:
         print_json({"uri": strip_password(str(uri)), "new": new, "partitions": args.partitions,
@@ -330,11 +329,11 @@ def _owner_only(handler: Callable[[argparse.Namespace], int]
     """``handler``, with Redis's refusal turned into a one-line explanation."""
 
     def run(args: argparse.Namespace) -> int:
-        import redis
+        from fluxes.store.errors import NoPermissionError
 
         try:
             return handler(args)
-        except redis.exceptions.NoPermissionError:
+        except NoPermissionError:
             die("only the instance owner (full Redis access) can do this")
 
     run.__doc__ = handler.__doc__

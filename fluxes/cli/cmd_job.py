@@ -129,8 +129,7 @@ def register(subparsers: Any) -> None:
 
 def _info(args: argparse.Namespace) -> int:
     """Print stored job data."""
-    import redis
-
+    from fluxes.store.errors import NoPermissionError
     from fluxes.store.jobhash import JOBSPEC, JOBSPEC_FULL, JobHashes
 
     inst = instance(args)
@@ -138,7 +137,7 @@ def _info(args: argparse.Namespace) -> int:
     private = False
     try:
         found = hashes.get(args.id)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         # another user's job: its jobspecs (blobs of the owner) are not for us
         found, private = hashes.public(args.id), True
     record = {} if found is None else found.text_fields()

@@ -75,7 +75,7 @@ def _check_owner(inst: Instance) -> None:
 
 
 def _purge(args: argparse.Namespace) -> int:
-    import redis
+    from fluxes.store.errors import NoPermissionError
 
     inst = instance(args)
     _check_owner(inst)
@@ -85,7 +85,7 @@ def _purge(args: argparse.Namespace) -> int:
                 die("give job ids or limits, not both")
             return _purge_ids(inst, list(args.ids), args.force)
         return _purge_limits(inst, args.age_limit, args.num_limit, args.force)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         die("only the instance owner (full Redis access) can purge jobs")
 
 

@@ -27,6 +27,11 @@ kills, and both answers to the repeated request must name the same jobs.
 Every wait is bounded by the drill's deadline (``--timeout``); a drill that
 cannot finish in time ends with a violation naming the workers that are down
 or died besides the planned kills, instead of hanging.
+
+Why one module: :class:`Drill` is one sequential script (start, load, kill, wait, check)
+whose steps share the run's state; the invariant checks are in
+:mod:`fluxes.drill.invariants`, the hostile writes in :mod:`fluxes.drill.hostile` and
+the reading of results in :mod:`fluxes.drill.collect`.
 """
 
 from __future__ import annotations
@@ -42,7 +47,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-import redis
 
 from fluxes import messages as proto
 from fluxes.domain.job.states import JobResult
@@ -64,6 +68,12 @@ from fluxes.errors import FluxesError
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store import jobhash
 from fluxes.store.client import Client, RequestTimeout
+from fluxes.store.errors import (
+    BusyLoadingError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import JobHashes
@@ -71,7 +81,7 @@ from fluxes.store.joblist import JobListStore
 
 KINDS = ("scheduler", "job-manager", "exec", "ingest", "job-list", "redis")
 #: Transient Redis errors a submission is retried after (Redis restarting).
-_TRANSIENT = (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError)
+_TRANSIENT = (StoreConnectionError, StoreTimeoutError, BusyLoadingError)
 #: Jobs that hold resources during the pool check; long enough never to end by themselves.
 HOLD_DURATION = "1h"
 
@@ -193,7 +203,7 @@ class Drill:
         """What is wrong with the instance's workers, for a timeout message."""
         try:
             found = target.problems(self.planned)
-        except redis.RedisError as exc:
+        except StoreError as exc:
             found = [f"Redis does not answer ({exc})"]
         return "; ".join(found) if found else "every worker is running"
 
@@ -245,7 +255,7 @@ class Drill:
                 try:
                     hostile.inst = target.inst
                     hostile.cleanup()
-                except redis.RedisError:
+                except StoreError:
                     pass  # the instance is going away with the drill, or is down
 
     def _hostile_round(self, target: Target, hostile: Hostile, ids: list[int]) -> list[int]:
@@ -447,7 +457,7 @@ class Drill:
             target.supervise()
             try:
                 reply = read_streams(inst.redis, pos, 1000, 100)
-            except redis.RedisError:
+            except StoreError:
                 time.sleep(0.05)
                 continue
             for stream, entries in reply or []:
@@ -463,7 +473,7 @@ class Drill:
     def _anything_pending(self, inst: Instance) -> bool:
         try:
             counts = JobListStore(inst.redis, inst.keys).counters()
-        except redis.RedisError:
+        except StoreError:
             return True
         return any(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
 

@@ -12,7 +12,7 @@ See ``docs/formats/constraints.md``.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -268,38 +268,60 @@ def _parse(obj: object, segments: tuple[str, ...], depth: int) -> Constraint:
     def item(i: int) -> tuple[str, ...]:
         return (*segments, f".{op}[{i}]")
 
-    if op == "properties":
-        props: set[tuple[str, bool]] = set()
-        for i, value in enumerate(values):
-            props.add(_parse_property(value, _path(item(i))))
-        return Constraint(op, tuple(sorted(props)))
-    if op == "ranks":
-        ids = IDSet()
-        for i, value in enumerate(values):
-            if not isinstance(value, str):
-                raise ValueError(f"{_path(item(i))}: expected an idset string, "
-                                 f"got {type(value).__name__}")
-            try:
-                ids |= IDSet(value)
-            except ValueError as exc:
-                raise ValueError(f"{_path(item(i))}: {exc}") from None
-        return Constraint(op, (ids.encode(),), ids=ids)
-    if op == "hostlist":
-        parts: list[str] = []
-        for i, value in enumerate(values):
-            if not isinstance(value, str):
-                raise ValueError(f"{_path(item(i))}: expected a hostlist string, "
-                                 f"got {type(value).__name__}")
-            try:
-                text = str(Hostlist(value))
-            except ValueError as exc:
-                raise ValueError(f"{_path(item(i))}: {exc}") from None
-            if text:
-                parts.append(text)
-        hosts = Hostlist(",".join(parts))
-        return Constraint(op, (str(hosts),), hosts=hosts)
+    leaf = _LEAVES.get(op)
+    if leaf is not None:
+        return leaf(values, item)
     children = tuple(_parse(value, item(i), depth + 1) for i, value in enumerate(values))
     return Constraint(op, children)
+
+
+def _parse_properties(values: Sequence[object],
+                      item: Callable[[int], tuple[str, ...]]) -> Constraint:
+    """The ``properties`` operator's list."""
+    props: set[tuple[str, bool]] = set()
+    for i, value in enumerate(values):
+        props.add(_parse_property(value, _path(item(i))))
+    return Constraint("properties", tuple(sorted(props)))
+
+
+def _parse_ranks(values: Sequence[object], item: Callable[[int], tuple[str, ...]]) -> Constraint:
+    """The ``ranks`` operator's list of idset strings."""
+    ids = IDSet()
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ValueError(f"{_path(item(i))}: expected an idset string, "
+                             f"got {type(value).__name__}")
+        try:
+            ids |= IDSet(value)
+        except ValueError as exc:
+            raise ValueError(f"{_path(item(i))}: {exc}") from None
+    return Constraint("ranks", (ids.encode(),), ids=ids)
+
+
+def _parse_hostlist(values: Sequence[object],
+                    item: Callable[[int], tuple[str, ...]]) -> Constraint:
+    """The ``hostlist`` operator's list of hostlist strings."""
+    parts: list[str] = []
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise ValueError(f"{_path(item(i))}: expected a hostlist string, "
+                             f"got {type(value).__name__}")
+        try:
+            text = str(Hostlist(value))
+        except ValueError as exc:
+            raise ValueError(f"{_path(item(i))}: {exc}") from None
+        if text:
+            parts.append(text)
+    hosts = Hostlist(",".join(parts))
+    return Constraint("hostlist", (str(hosts),), hosts=hosts)
+
+
+#: operators whose list holds values rather than nested constraints
+_LEAVES: dict[str, Callable[[Sequence[object], Callable[[int], tuple[str, ...]]], Constraint]] = {
+    "properties": _parse_properties,
+    "ranks": _parse_ranks,
+    "hostlist": _parse_hostlist,
+}
 
 
 def _parse_property(value: object, where: str) -> tuple[str, bool]:

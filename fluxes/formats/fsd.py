@@ -89,6 +89,11 @@ def parse_duration(text: str | float) -> float:
     if not isinstance(text, str):
         raise ValueError(f"duration must be a string or a number, not {type(text).__name__}")
 
+    return _parse_fsd(text)
+
+
+def _parse_fsd(text: str) -> float:
+    """The seconds of the FSD string ``text`` (see ``parse_duration``)."""
     shown = _show(text)
     if not text:
         raise ValueError("duration is empty")
@@ -112,6 +117,18 @@ def parse_duration(text: str | float) -> float:
             f"invalid duration {shown}: unknown unit {_show(unit, 10)} (use ms, s, m, h or d)"
         )
 
+    number = _fsd_number(match, shown)
+    if negative and number != 0:
+        raise ValueError(f"duration {shown} is negative")
+    # Dividing keeps "3ms" == 0.003 exactly, which multiplying by 0.001 does not.
+    seconds = number / 1000.0 if unit == "ms" else number * UNITS.get(unit, 1.0)
+    if math.isinf(seconds):
+        raise ValueError(f"duration {shown} is too large")
+    return seconds + 0.0
+
+
+def _fsd_number(match: re.Match[str], shown: str) -> float:
+    """The finite number (before its unit) of a matched FSD string."""
     if match["hex"] is not None:
         try:
             number = float.fromhex(match["hex"])
@@ -121,13 +138,7 @@ def parse_duration(text: str | float) -> float:
         number = float(match["dec"])
     if math.isinf(number):
         raise ValueError(f"duration {shown} is too large")
-    if negative and number != 0:
-        raise ValueError(f"duration {shown} is negative")
-    # Dividing keeps "3ms" == 0.003 exactly, which multiplying by 0.001 does not.
-    seconds = number / 1000.0 if unit == "ms" else number * UNITS.get(unit, 1.0)
-    if math.isinf(seconds):
-        raise ValueError(f"duration {shown} is too large")
-    return seconds + 0.0
+    return number
 
 
 def format_duration(seconds: float, precision: int = _DEFAULT_PRECISION) -> str:

@@ -9,6 +9,10 @@ of consecutive numbers printed with a minimum width, so ``node[0-99999]`` is
 one small tuple, not 100,000 strings.  The encoding follows flux-core: only a
 trailing number is written in brackets (``foo[1,3]-bar`` is written back as
 ``foo1-bar,foo3-bar``).  See ``docs/formats/hostlist.md``.
+
+Why one module: it is the RFC 29 type with its parser and encoder, as idset.py is for
+RFC 22; the parser, the encoder and the list operations all work on the private run
+representation.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ wrapped in square brackets, e.g. ``"0-3,7"`` or ``"[0-3,7]"``.
 :class:`IDSet` keeps its members as sorted, disjoint, non-adjacent inclusive
 ranges in two parallel lists, so a set such as ``0-999999`` costs two list
 entries, not a million ints.  See ``docs/formats/idset.md``.
+
+Why one module: it is the one RFC 22 type; its range algebra (union, difference,
+intersection) works on the private parallel lists and is hot in the scheduler, so it
+stays beside the class.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ the place.  See ``docs/formats/jobspec.md``.
 YAML is read defensively because jobspecs come from users: the document
 size, nesting depth and node count are bounded *before* anything deep is
 built, aliases and non-JSON tags are refused, and only one document is read.
+
+Why one module: the immutable :class:`Jobspec`, its defensive loaders (the bounded YAML
+event builder, the plain-JSON copy) and :meth:`Jobspec.from_command` all produce the one
+type; the validation rules are apart (:mod:`fluxes.formats.jobspec_rules`).
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ def _scalar(event: yaml.ScalarEvent) -> Any:
     return value
 
 
-def _load_yaml(text: str) -> Any:
+def _load_yaml(text: str) -> Any:  # noqa: C901 -- one YAML event loop: splitting it scatters its state
     """Build the single YAML document in ``text`` from the event stream.
 
     Building from events (rather than composing nodes first) lets us stop at
@@ -284,6 +288,25 @@ def _decode_text(text: str | bytes, max_bytes: int) -> str:
 # -- plain JSON values ----------------------------------------------------------------
 
 
+def _plain_scalar(value: object, here: list[str | int]) -> Any:
+    """A copy of the JSON scalar ``value`` at ``here`` (not a dict or list), or JobspecError."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if not value.isascii():
+            _check_unicode(value, here)
+        return value
+    if isinstance(value, int):
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise JobspecError(f"{format_path(here)}: integer out of range")
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise JobspecError(f"{format_path(here)}: {value} is not a finite number")
+        return float(value)
+    raise JobspecError(f"{format_path(here)}: {_kind_name(value)} is not a JSON value")
+
+
 def _plain_copy(obj: object) -> Any:
     """A deep copy of ``obj`` that holds JSON types only, or JobspecError.
 
@@ -310,29 +333,13 @@ def _plain_copy(obj: object) -> Any:
                 )
             here = [*path, key]
             copied: Any
-            if value is None or isinstance(value, bool):
-                copied = value
-            elif isinstance(value, str):
-                if not value.isascii():
-                    _check_unicode(value, here)
-                copied = value
-            elif isinstance(value, int):
-                if not _INT_MIN <= value <= _INT_MAX:
-                    raise JobspecError(f"{format_path(here)}: integer out of range")
-                copied = int(value)
-            elif isinstance(value, float):
-                if not math.isfinite(value):
-                    raise JobspecError(f"{format_path(here)}: {value} is not a finite number")
-                copied = float(value)
-            elif isinstance(value, dict | list):
+            if isinstance(value, dict | list):
                 if depth >= MAX_DEPTH:
                     raise JobspecError(f"jobspec is nested more than {MAX_DEPTH} levels deep")
                 copied = {} if isinstance(value, dict) else []
                 todo.append((value, copied, here, depth + 1))
             else:
-                raise JobspecError(
-                    f"{format_path(here)}: {_kind_name(value)} is not a JSON value"
-                )
+                copied = _plain_scalar(value, here)
             if isinstance(key, str) and not key.isascii():
                 _check_unicode(key, path)
             if isinstance(dst, dict):
@@ -564,100 +571,19 @@ class Jobspec:
         carries it).  It is kept as :attr:`urgency`, the default a client
         submits the jobspec with.
         """
-        if isinstance(command, str) or not isinstance(command, Sequence) or not command:
-            raise JobspecError("command: expected a non-empty list of strings")
-        argv = list(command)
-        for i, arg in enumerate(argv):
-            if not isinstance(arg, str):
-                raise JobspecError(f"command[{i}]: expected a string, got {_kind_name(arg)}")
+        argv = _command_argv(command)
         ntasks = _positive_int("ntasks", ntasks)
         cores_per_task = _positive_int("cores_per_task", cores_per_task)
-        gpus = 0 if gpus_per_task is None else _positive_int("gpus_per_task", gpus_per_task, 0)
-        if gpus_per_node is not None:
-            # flux builds the same shape: nnodes x one slot holding the node's gpus
-            gpus_per_node = _positive_int("gpus_per_node", gpus_per_node, 0)
-            if nnodes is None:
-                raise JobspecError("gpus_per_node: needs nnodes")
-            if gpus_per_task is not None:
-                raise JobspecError("gpus_per_node: cannot be combined with gpus_per_task")
-            if ntasks != nnodes:
-                raise JobspecError(f"gpus_per_node: runs one task per node, got ntasks "
-                                   f"{ntasks} for {nnodes} nodes")
-            gpus = gpus_per_node
+        gpus = _gpus_per_slot(ntasks, nnodes, gpus_per_task, gpus_per_node)
         if not isinstance(exclusive, bool):
             raise JobspecError(f"exclusive: expected true or false, got {exclusive!r}")
         if urgency is not None:
             urgency = _check_urgency(urgency)
-
-        slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores_per_task}]
-        if gpus:
-            slot_with.append({"type": "gpu", "count": gpus})
-        task_count: dict[str, int] = {"per_slot": 1}
-        if nnodes is not None:
-            nnodes = _positive_int("nnodes", nnodes)
-            if nnodes > ntasks:
-                raise JobspecError(f"nnodes: {nnodes} nodes is more than ntasks ({ntasks})")
-            per_node = -(-ntasks // nnodes)
-            if ntasks % nnodes:
-                # Uneven spread: some slots stay empty, as in flux.
-                task_count = {"total": ntasks}
-            node: dict[str, Any] = {"type": "node", "count": nnodes}
-            if exclusive:
-                node["exclusive"] = True
-            node["with"] = [{"type": "slot", "count": per_node, "label": "task", "with": slot_with}]
-            top = node
-        else:
-            if exclusive:
-                raise JobspecError("exclusive: needs nnodes (only whole nodes are exclusive)")
-            top = {"type": "slot", "count": ntasks, "label": "task", "with": slot_with}
-
-        attrs: dict[str, Any] = {"system": {}}
-        if attributes is not None:
-            if not isinstance(attributes, Mapping):
-                raise JobspecError(f"attributes: expected a mapping, got {_kind_name(attributes)}")
-            _merge(attrs, attributes)
-            if not isinstance(attrs.get("system"), dict):
-                raise JobspecError("attributes.system: expected a mapping")
-        system = attrs["system"]
-
-        try:
-            seconds = fsd.parse_duration(duration)
-        except ValueError as exc:
-            raise JobspecError(f"duration: {exc}") from None
-        if not math.isfinite(seconds):
-            raise JobspecError("duration: must be finite (0 means unlimited)")
-        if seconds or "duration" not in system:
-            # 0 means unset (RFC 14), so it does not override attributes.
-            system["duration"] = seconds
-        if environment is not None:
-            if not isinstance(environment, Mapping):
-                raise JobspecError(
-                    f"environment: expected a mapping, got {_kind_name(environment)}"
-                )
-            system["environment"] = dict(environment)
-        else:
-            system.setdefault("environment", {})
-        if cwd is not None:
-            system["cwd"] = os.fspath(cwd)
-        if queue is not None:
-            system["queue"] = queue
-        if name is not None:
-            _set_tree(system, ["job", "name"], name)
-        if constraints is not None:
-            system["constraints"] = constraints
-        if dependencies is not None:
-            if isinstance(dependencies, str | Mapping) or not isinstance(dependencies, Sequence):
-                raise JobspecError("dependencies: expected a list of dependencies")
-            deps = [parse_dependency(d) if isinstance(d, str) else d for d in dependencies]
-            if deps:
-                system["dependencies"] = deps
-        for stream, path in (("stdout", output), ("stderr", error)):
-            if path is not None:
-                _set_tree(
-                    system,
-                    ["shell", "options", "output", stream],
-                    {"type": "file", "path": os.fspath(path)},
-                )
+        top, task_count = _task_shape(ntasks, nnodes, cores_per_task, gpus, exclusive)
+        attrs = _system_attributes(attributes, duration, environment)
+        _set_system_options(attrs["system"], cwd=cwd, queue=queue, name=name,
+                            constraints=constraints, dependencies=dependencies,
+                            output=output, error=error)
         doc = {
             "resources": [top],
             "tasks": [{"command": argv, "slot": "task", "count": task_count}],
@@ -864,3 +790,118 @@ class Jobspec:
         """True if this jobspec was validated with ``v1=True``."""
         return self._v1
 
+
+def _command_argv(command: Sequence[str]) -> list[str]:
+    """``command`` as a list of strings, or JobspecError."""
+    if isinstance(command, str) or not isinstance(command, Sequence) or not command:
+        raise JobspecError("command: expected a non-empty list of strings")
+    argv = list(command)
+    for i, arg in enumerate(argv):
+        if not isinstance(arg, str):
+            raise JobspecError(f"command[{i}]: expected a string, got {_kind_name(arg)}")
+    return argv
+
+
+def _gpus_per_slot(ntasks: int, nnodes: int | None, gpus_per_task: int | None,
+                   gpus_per_node: int | None) -> int:
+    """The gpus in each task slot of ``Jobspec.from_command`` (0 for none)."""
+    gpus = 0 if gpus_per_task is None else _positive_int("gpus_per_task", gpus_per_task, 0)
+    if gpus_per_node is not None:
+        # flux builds the same shape: nnodes x one slot holding the node's gpus
+        gpus_per_node = _positive_int("gpus_per_node", gpus_per_node, 0)
+        if nnodes is None:
+            raise JobspecError("gpus_per_node: needs nnodes")
+        if gpus_per_task is not None:
+            raise JobspecError("gpus_per_node: cannot be combined with gpus_per_task")
+        if ntasks != nnodes:
+            raise JobspecError(f"gpus_per_node: runs one task per node, got ntasks "
+                               f"{ntasks} for {nnodes} nodes")
+        gpus = gpus_per_node
+    return gpus
+
+
+def _task_shape(ntasks: int, nnodes: int | None, cores_per_task: int, gpus: int,
+                exclusive: bool) -> tuple[dict[str, Any], dict[str, int]]:
+    """The top resource vertex and the task count of ``Jobspec.from_command``."""
+    slot_with: list[dict[str, Any]] = [{"type": "core", "count": cores_per_task}]
+    if gpus:
+        slot_with.append({"type": "gpu", "count": gpus})
+    task_count: dict[str, int] = {"per_slot": 1}
+    if nnodes is not None:
+        nnodes = _positive_int("nnodes", nnodes)
+        if nnodes > ntasks:
+            raise JobspecError(f"nnodes: {nnodes} nodes is more than ntasks ({ntasks})")
+        per_node = -(-ntasks // nnodes)
+        if ntasks % nnodes:
+            # Uneven spread: some slots stay empty, as in flux.
+            task_count = {"total": ntasks}
+        node: dict[str, Any] = {"type": "node", "count": nnodes}
+        if exclusive:
+            node["exclusive"] = True
+        node["with"] = [{"type": "slot", "count": per_node, "label": "task", "with": slot_with}]
+        top = node
+    else:
+        if exclusive:
+            raise JobspecError("exclusive: needs nnodes (only whole nodes are exclusive)")
+        top = {"type": "slot", "count": ntasks, "label": "task", "with": slot_with}
+    return top, task_count
+
+
+def _system_attributes(attributes: Mapping[str, Any] | None, duration: float | str,
+                       environment: Mapping[str, str | None] | None) -> dict[str, Any]:
+    """``attributes`` deep-merged under a system section holding duration and environment."""
+    attrs: dict[str, Any] = {"system": {}}
+    if attributes is not None:
+        if not isinstance(attributes, Mapping):
+            raise JobspecError(f"attributes: expected a mapping, got {_kind_name(attributes)}")
+        _merge(attrs, attributes)
+        if not isinstance(attrs.get("system"), dict):
+            raise JobspecError("attributes.system: expected a mapping")
+    system = attrs["system"]
+
+    try:
+        seconds = fsd.parse_duration(duration)
+    except ValueError as exc:
+        raise JobspecError(f"duration: {exc}") from None
+    if not math.isfinite(seconds):
+        raise JobspecError("duration: must be finite (0 means unlimited)")
+    if seconds or "duration" not in system:
+        # 0 means unset (RFC 14), so it does not override attributes.
+        system["duration"] = seconds
+    if environment is not None:
+        if not isinstance(environment, Mapping):
+            raise JobspecError(
+                f"environment: expected a mapping, got {_kind_name(environment)}"
+            )
+        system["environment"] = dict(environment)
+    else:
+        system.setdefault("environment", {})
+    return attrs
+
+
+def _set_system_options(system: dict[str, Any], *, cwd: str | None, queue: str | None,
+                        name: str | None, constraints: Mapping[str, Any] | None,
+                        dependencies: Sequence[Mapping[str, Any] | str] | None,
+                        output: str | None, error: str | None) -> None:
+    """Set the optional ``Jobspec.from_command`` arguments that were given in ``system``."""
+    if cwd is not None:
+        system["cwd"] = os.fspath(cwd)
+    if queue is not None:
+        system["queue"] = queue
+    if name is not None:
+        _set_tree(system, ["job", "name"], name)
+    if constraints is not None:
+        system["constraints"] = constraints
+    if dependencies is not None:
+        if isinstance(dependencies, str | Mapping) or not isinstance(dependencies, Sequence):
+            raise JobspecError("dependencies: expected a list of dependencies")
+        deps = [parse_dependency(d) if isinstance(d, str) else d for d in dependencies]
+        if deps:
+            system["dependencies"] = deps
+    for stream, path in (("stdout", output), ("stderr", error)):
+        if path is not None:
+            _set_tree(
+                system,
+                ["shell", "options", "output", stream],
+                {"type": "file", "path": os.fspath(path)},
+            )

@@ -11,6 +11,9 @@ schemes) and RFC 31 (constraints via :mod:`fluxes.formats.constraints`).  With
 Every problem raises :class:`~fluxes.errors.JobspecError` whose one-line
 message starts with the place, e.g. ``resources[0].count: max (2) is less
 than min (4)``.  Unknown ``attributes.system`` keys only add warnings.
+
+Why one module: the schema check and the RFC 14/25/26/31 rules fill one :class:`Summary`
+in one walk and share the helpers that name the place in every message.
 """
 
 from __future__ import annotations
@@ -526,6 +529,15 @@ def _place(where: str | tuple[str, ...]) -> str:
     return where if isinstance(where, str) else join_path(where)
 
 
+def _vertex_count(raw: object, here: tuple[str, ...]) -> int:
+    """The minimum count of the vertex at ``here``."""
+    if type(raw) is int and raw == 0:
+        # Only types outside _POSITIVE_TYPES get here (the schema
+        # refuses 0 for the others): "none of these", e.g. gpu: 0.
+        return 0
+    return _decode_count(raw, (*here, ".count")).min
+
+
 class _Walker:
     """Depth-first walk over the resource graph that checks and totals it."""
 
@@ -556,23 +568,12 @@ class _Walker:
             # Pieces, joined only for a message: a deep path is shortened then.
             here = (*path, f"[{i}]")
             kind = vertex["type"]
-            raw = vertex["count"]
-            if type(raw) is int and raw == 0:
-                # Only types outside _POSITIVE_TYPES get here (the schema
-                # refuses 0 for the others): "none of these", e.g. gpu: 0.
-                count = 0
-            else:
-                count = _decode_count(raw, (*here, ".count")).min
+            count = _vertex_count(vertex["count"], here)
             total = mult * count
             s.counts[kind] = s.counts.get(kind, 0) + total
             label = vertex.get("label")
             if label is not None:
-                if label in self.labels:
-                    raise JobspecError(
-                        f"{join_path((*here, '.label'))}: duplicate label {_show(label)} "
-                        f"(first used at {self.labels[label]})"
-                    )
-                self.labels[label] = join_path(here)
+                self._add_label(label, here)
             inner = tuple((info, rel * count) for info, rel in slots)
             if kind == "slot":
                 if parent == "slot":
@@ -615,6 +616,15 @@ class _Walker:
                     kind,
                     in_node or kind == "node",
                 )
+
+    def _add_label(self, label: str, here: tuple[str, ...]) -> None:
+        """Note that the vertex at ``here`` carries ``label``; labels are unique."""
+        if label in self.labels:
+            raise JobspecError(
+                f"{join_path((*here, '.label'))}: duplicate label {_show(label)} "
+                f"(first used at {self.labels[label]})"
+            )
+        self.labels[label] = join_path(here)
 
     def finish(self) -> Summary:
         """The summary; ``nslots`` counts task slots (slots holding no other slot)."""

@@ -6,6 +6,9 @@ rank).  Each rank maps to a ``(cores, gpus)`` pair of :class:`IDSet`; ranks
 that share identical children share the same pair object, so an inventory of
 thousands of identical nodes costs one pair, and encoding groups them back
 into a single ``R_lite`` entry.  See ``docs/formats/R.md``.
+
+Why one module: it is the one RFC 20 type; decoding, encoding and the set algebra share
+the private rank -> (cores, gpus) map and its sharing of identical pairs.
 """
 
 from __future__ import annotations
@@ -133,6 +136,54 @@ def _parse_hostlist(text: object, where: str) -> Hostlist:
 def _bracketed(ids: IDSet) -> str:
     """``0`` or ``[0-3]``, the way flux writes ids after a resource name."""
     return ids.encode(brackets=True)
+
+
+def _execution_of(R: object) -> Mapping[str, Any]:  # noqa: N803
+    """The ``execution`` object of an R document (JSON text or decoded), its header checked."""
+    obj: object = R
+    if isinstance(R, (str, bytes, bytearray, memoryview)):
+        try:
+            obj = orjson.loads(R)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"R: invalid JSON: {exc}") from None
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"R: expected a JSON object, got {type(obj).__name__}")
+    if "version" not in obj:
+        raise ValueError("R: missing 'version'")
+    version = obj["version"]
+    if isinstance(version, bool) or not isinstance(version, int) or version != 1:
+        raise ValueError(f"R: unsupported version {_show(version)} (only 1 is supported)")
+    if "execution" not in obj:
+        raise ValueError("R: missing 'execution'")
+    execution = obj["execution"]
+    if not isinstance(execution, Mapping):
+        raise ValueError(f"R: execution must be an object, got {type(execution).__name__}")
+    if "R_lite" not in execution:
+        raise ValueError("R: missing 'execution.R_lite'")
+    entries = execution["R_lite"]
+    if not isinstance(entries, list):
+        raise ValueError(f"R: execution.R_lite must be a list, got {type(entries).__name__}")
+    return execution
+
+
+def _decode_children(children: object, ranks: IDSet, where: str) -> _Pair:
+    """The (cores, gpus) of one R_lite entry's ``children``."""
+    if not isinstance(children, Mapping):
+        raise ValueError(f"{where}.children: expected an object, "
+                         f"got {type(children).__name__}")
+    for key in children:
+        if key not in ("core", "gpu"):
+            raise ValueError(f"{where}.children: unsupported resource type "
+                             f"{_show(key)} (only core and gpu)")
+    if "core" not in children:
+        raise ValueError(f"{where}.children: missing 'core'")
+    cores = _decode_idset(children["core"], f"{where}.children.core")
+    gpus = _NONE
+    if "gpu" in children:
+        gpus = _decode_idset(children["gpu"], f"{where}.children.gpu") or _NONE
+    if not cores and not gpus:
+        raise ValueError(f"{where}: rank(s) {ranks} have no cores or gpus")
+    return (cores, gpus)
 
 
 class ResourceSet:
@@ -309,30 +360,8 @@ class ResourceSet:
 
     def _decode(self, R: Mapping[str, Any] | str | bytes) -> None:  # noqa: N803
         """Fill this (empty) set from an R document; see the class docstring."""
-        obj: object = R
-        if isinstance(R, (str, bytes, bytearray, memoryview)):
-            try:
-                obj = orjson.loads(R)
-            except orjson.JSONDecodeError as exc:
-                raise ValueError(f"R: invalid JSON: {exc}") from None
-        if not isinstance(obj, Mapping):
-            raise ValueError(f"R: expected a JSON object, got {type(obj).__name__}")
-        if "version" not in obj:
-            raise ValueError("R: missing 'version'")
-        version = obj["version"]
-        if isinstance(version, bool) or not isinstance(version, int) or version != 1:
-            raise ValueError(f"R: unsupported version {_show(version)} (only 1 is supported)")
-        if "execution" not in obj:
-            raise ValueError("R: missing 'execution'")
-        execution = obj["execution"]
-        if not isinstance(execution, Mapping):
-            raise ValueError(f"R: execution must be an object, got {type(execution).__name__}")
-        if "R_lite" not in execution:
-            raise ValueError("R: missing 'execution.R_lite'")
+        execution = _execution_of(R)
         entries = execution["R_lite"]
-        if not isinstance(entries, list):
-            raise ValueError(f"R: execution.R_lite must be a list, got {type(entries).__name__}")
-
         nodes: dict[int, _Pair] = {}
         seen = IDSet()
         ncores = ngpus = 0
@@ -352,27 +381,11 @@ class ResourceSet:
             seen |= ranks
             if len(seen) > MAX_RANKS:
                 raise ValueError(f"{where}: more than {MAX_RANKS} ranks")
-            children = entry["children"]
-            if not isinstance(children, Mapping):
-                raise ValueError(f"{where}.children: expected an object, "
-                                 f"got {type(children).__name__}")
-            for key in children:
-                if key not in ("core", "gpu"):
-                    raise ValueError(f"{where}.children: unsupported resource type "
-                                     f"{_show(key)} (only core and gpu)")
-            if "core" not in children:
-                raise ValueError(f"{where}.children: missing 'core'")
-            cores = _decode_idset(children["core"], f"{where}.children.core")
-            gpus = _NONE
-            if "gpu" in children:
-                gpus = _decode_idset(children["gpu"], f"{where}.children.gpu") or _NONE
-            if not cores and not gpus:
-                raise ValueError(f"{where}: rank(s) {ranks} have no cores or gpus")
-            pair = (cores, gpus)
+            pair = _decode_children(entry["children"], ranks, where)
             for rank in ranks:
                 nodes[rank] = pair
-            ncores += len(ranks) * len(cores)
-            ngpus += len(ranks) * len(gpus)
+            ncores += len(ranks) * len(pair[0])
+            ngpus += len(ranks) * len(pair[1])
         self._nodes = nodes
         self._cache_ranks = seen
         self._counts = (ncores, ngpus)
@@ -380,14 +393,21 @@ class ResourceSet:
         if "nodelist" in execution:
             self._hosts = self._decode_nodelist(execution["nodelist"])
         if "properties" in execution:
-            props = execution["properties"]
-            if not isinstance(props, Mapping):
-                raise ValueError("R: execution.properties must be an object, "
-                                 f"got {type(props).__name__}")
-            for name, targets in props.items():
-                where = f"R: execution.properties[{_show(name)}]"
-                check_property_name(name, where)
-                self._set_property(name, _decode_idset(targets, where), where)
+            self._decode_properties(execution["properties"])
+        self._decode_times(execution)
+
+    def _decode_properties(self, props: object) -> None:
+        """Set the properties of an R document's ``execution.properties``."""
+        if not isinstance(props, Mapping):
+            raise ValueError("R: execution.properties must be an object, "
+                             f"got {type(props).__name__}")
+        for name, targets in props.items():
+            where = f"R: execution.properties[{_show(name)}]"
+            check_property_name(name, where)
+            self._set_property(name, _decode_idset(targets, where), where)
+
+    def _decode_times(self, execution: Mapping[str, Any]) -> None:
+        """Set starttime and expiration from an R document's ``execution``."""
         start = exp = None
         if "starttime" in execution:
             start = _check_time(execution["starttime"], "R: execution.starttime")

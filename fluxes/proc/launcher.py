@@ -20,8 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from fluxes.config import InstanceConfig
 from fluxes.domain.graph.table import recorded_table
 from fluxes.domain.sched.inventory import Inventory
@@ -31,6 +29,7 @@ from fluxes.proc.lifetime import die_with_parent
 from fluxes.proc.redis_server import RedisServer
 from fluxes.store import acl
 from fluxes.store.connection import connect
+from fluxes.store.errors import Client
 from fluxes.store.instance import InstanceURI, current_user, record_instance
 from fluxes.store.keys import Keys
 from fluxes.store.security import (
@@ -227,7 +226,7 @@ class Launcher:
         write_credentials(self.credentials, Credentials(str(InstanceURI(url, self.namespace))))
         return strip_password(url)
 
-    def _record(self, client: redis.Redis, config: InstanceConfig,
+    def _record(self, client: Client, config: InstanceConfig,
                 resources: dict[str, Any]) -> None:
         record_instance(client, self.namespace, self.partitions, config, resources,
                         current_user(), {"supervisor_pid": os.getpid(),

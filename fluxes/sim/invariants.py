@@ -115,6 +115,14 @@ def check_schedule(runs: Iterable[Ran], machine: Machine, checked: Checked | Non
     for jobid in leftovers:
         out.fail("every job ends", f"job {jobid} is still held when the run is over")
     points.sort()
+    _sweep(points, runs, total, out)
+    return out
+
+
+def _sweep(points: list[tuple[float, int, int, int]], runs: list[Ran], total: int,
+           out: Checked) -> None:
+    """Replay the sorted starts and ends: no core held twice, never more cores than
+    ``total``, every core free at the end."""
     busy: dict[int, int] = {}
     used = 0
     for when, kind, jobid, index in points:
@@ -137,7 +145,6 @@ def check_schedule(runs: Iterable[Ran], machine: Machine, checked: Checked | Non
                      f"{used} cores in use at {when:.3f}, the machine has {total}")
     if any(busy.values()):
         out.fail("every job ends", "cores still busy when the run is over")
-    return out
 
 
 def _mask(ranges: Iterable[tuple[int, int]]) -> int:

@@ -239,26 +239,7 @@ def jobs_from_journal(records: Iterable[Mapping[str, Any]], skipped: Counter[str
             if name != "purge":
                 seen[jobid] = _Seen()
             continue
-        ctx = rec.get("c") or {}
-        if name == "alloc" and job.t_alloc is None:
-            job.t_alloc = stamp
-        elif name == "start" and job.t_start is None:
-            job.t_start = stamp
-        elif name == "finish" and job.t_finish is None:
-            job.t_finish = stamp
-            if isinstance(ctx, Mapping):
-                job.status = _int(ctx.get("status"), 0)
-        elif name == "exception" and job.exception is None and isinstance(ctx, Mapping) \
-                and _int(ctx.get("severity"), 0) == 0:
-            job.exception = (str(ctx.get("type", "")), stamp)
-        elif name == "urgency" and job.t_alloc is None and isinstance(ctx, Mapping):
-            # the urgency it had when it was scheduled (a held job released later ran)
-            job.urgency = _int(ctx.get("urgency"), job.urgency)
-        elif name == "jobspec-update" and isinstance(ctx, Mapping):
-            for key, attr in (("attributes.system.duration", "duration"),
-                              ("attributes.system.queue", "queue")):
-                if key in ctx:
-                    job.info[attr] = ctx[key]
+        _note_event(job, name, rec.get("c") or {}, stamp)
     out: list[SimJob] = []
     for jobid, job in seen.items():
         made = _journal_job(jobid, job, skipped)
@@ -266,6 +247,29 @@ def jobs_from_journal(records: Iterable[Mapping[str, Any]], skipped: Counter[str
             out.append(made)
     out.sort(key=lambda j: (j.submit, j.id))
     return out
+
+
+def _note_event(job: _Seen, name: str, ctx: object, stamp: float) -> None:
+    """Note in ``job`` what its event ``name`` (after submit, with context ``ctx``) tells."""
+    if name == "alloc" and job.t_alloc is None:
+        job.t_alloc = stamp
+    elif name == "start" and job.t_start is None:
+        job.t_start = stamp
+    elif name == "finish" and job.t_finish is None:
+        job.t_finish = stamp
+        if isinstance(ctx, Mapping):
+            job.status = _int(ctx.get("status"), 0)
+    elif name == "exception" and job.exception is None and isinstance(ctx, Mapping) \
+            and _int(ctx.get("severity"), 0) == 0:
+        job.exception = (str(ctx.get("type", "")), stamp)
+    elif name == "urgency" and job.t_alloc is None and isinstance(ctx, Mapping):
+        # the urgency it had when it was scheduled (a held job released later ran)
+        job.urgency = _int(ctx.get("urgency"), job.urgency)
+    elif name == "jobspec-update" and isinstance(ctx, Mapping):
+        for key, attr in (("attributes.system.duration", "duration"),
+                          ("attributes.system.queue", "queue")):
+            if key in ctx:
+                job.info[attr] = ctx[key]
 
 
 def _int(value: object, default: int) -> int:

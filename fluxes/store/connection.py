@@ -188,28 +188,9 @@ def _parse(url: str) -> RedisTarget:
         username = unquote(user_text) or None
         password = unquote(pass_text) if colon else None
 
-    options: dict[str, Any] = {}
-    for name, value in parse_qsl(parts.query, keep_blank_values=True, strict_parsing=False):
-        option = OPTIONS.get(name)
-        if option is None or kind not in option.kinds:
-            known = ", ".join(n for n, o in OPTIONS.items() if kind in o.kinds)
-            raise ValueError(f"unknown option {name!r} for {scheme}:// (known: {known})")
-        if option.tls_only and not tls:
-            secure = "rediss" if kind == "single" else f"rediss+{kind}"
-            raise ValueError(f"{name} needs TLS (use {secure}://)")
-        try:
-            options[name] = option.parse(value)
-        except ValueError as exc:
-            raise ValueError(f"{name}: {exc}") from None
-
-    if "username" in options:
-        if username is not None:
-            raise ValueError("username given twice (before '@' and username=)")
-        username = options.pop("username")
-    if "password" in options:
-        if password is not None:
-            raise ValueError("password given twice (before '@' and password=)")
-        password = options.pop("password")
+    options = _query_options(parts.query, scheme, kind, tls)
+    username = _only_once("username", username, options)
+    password = _only_once("password", password, options)
 
     path = unquote(parts.path)
     if scheme.lower() == "unix":
@@ -225,8 +206,44 @@ def _parse(url: str) -> RedisTarget:
         raise ValueError("no host")
     default_port = DEFAULT_SENTINEL_PORT if kind == "sentinel" else DEFAULT_PORT
     nodes = _split_nodes(hosts, default_port)
-    service = None
-    name = path.strip("/")
+    service = _path_meaning(kind, nodes, path.strip("/"), options)
+    return RedisTarget(kind, tls, nodes=nodes, service=service, username=username,
+                       password=password, options=options)
+
+
+def _query_options(query: str, scheme: str, kind: str, tls: bool) -> dict[str, Any]:
+    """The connection options of a URL's query, parsed and checked against ``kind``."""
+    options: dict[str, Any] = {}
+    for name, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        option = OPTIONS.get(name)
+        if option is None or kind not in option.kinds:
+            known = ", ".join(n for n, o in OPTIONS.items() if kind in o.kinds)
+            raise ValueError(f"unknown option {name!r} for {scheme}:// (known: {known})")
+        if option.tls_only and not tls:
+            secure = "rediss" if kind == "single" else f"rediss+{kind}"
+            raise ValueError(f"{name} needs TLS (use {secure}://)")
+        try:
+            options[name] = option.parse(value)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+    return options
+
+
+def _only_once(field: str, before_at: str | None, options: dict[str, Any]) -> str | None:
+    """``field`` (username or password) from before the '@' or from ``options``, not both;
+    taken out of ``options``."""
+    if field not in options:
+        return before_at
+    if before_at is not None:
+        raise ValueError(f"{field} given twice (before '@' and {field}=)")
+    value: str = options.pop(field)
+    return value
+
+
+def _path_meaning(kind: str, nodes: tuple[tuple[str, int], ...], name: str,
+                  options: dict[str, Any]) -> str | None:
+    """Check a URL's path (without slashes) for ``kind``; a database number goes into
+    ``options``; returns the Sentinel service name (None for the other kinds)."""
     if kind == "single":
         if len(nodes) > 1:
             raise ValueError("several hosts need redis+sentinel:// or redis+cluster://")
@@ -236,15 +253,15 @@ def _parse(url: str) -> RedisTarget:
             if not name.isdigit():
                 raise ValueError("the path must be a database number")
             options["db"] = int(name)
-    elif kind == "sentinel":
+        return None
+    if kind == "sentinel":
         if not name or "/" in name:
             raise ValueError("want the Sentinel service name as the path "
                              "(redis+sentinel://host:26379/mymaster)")
-        service = name
-    elif name:
+        return name
+    if name:
         raise ValueError("a cluster has no databases; drop the path")
-    return RedisTarget(kind, tls, nodes=nodes, service=service, username=username,
-                       password=password, options=options)
+    return None
 
 
 def _client_options(target: RedisTarget, client_name: str | None) -> dict[str, Any]:

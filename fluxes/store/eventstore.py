@@ -5,6 +5,10 @@ writer's fencing token is checked, each job's eventlog must be at the length
 the writer expects, and then the events, the journal entries, outbound
 messages and the acknowledgements of the inputs that caused them are written
 together. A stale writer or a conflicting one writes nothing.
+
+Why one module: the write side (:class:`Batch`) and the read side (:class:`EventStore`:
+reads, replay, checkpoints) share the journal entry layout and commit.lua's argument
+format, which must change together.
 """
 
 from __future__ import annotations
@@ -482,7 +486,7 @@ class EventStore:
             return trim.lost_t if trim.lost_t is not None else 0.0
         return None
 
-    def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",
+    def replay(self, partition: int, start: Checkpoint | None = None, until: str = "+",  # noqa: C901 -- the per-entry hot loop, kept inline for speed
                until_time: float | None = None, drop_inactive: bool = False,
                until_margin: float = UNTIL_MARGIN_S,
                archive: Archive | None = None) -> ReplayResult:

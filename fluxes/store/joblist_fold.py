@@ -58,15 +58,7 @@ class PartitionFolder:
         if not entries:
             return
         cache = self.cache
-        # A comprehension, not "set - cache.keys()": that copies and walks every cached
-        # job (tens of thousands pending), once per block.
-        missing = {jobid for jobid in {int(f[b"j"]) for _, f in entries
-                                       if f.get(b"j", b"").isdigit()} if jobid not in cache}
-        if missing:
-            for jobid, summary in zip(sorted(missing), self.store.get_many(sorted(missing)),
-                                      strict=True):
-                if summary is not None:
-                    cache[jobid] = summary
+        self._load_missing(entries)
         # Each job's summary before the block and its newest: the read model gets one
         # change per job and block, however many of its entries the block holds.
         before: dict[int, JobSummary | None] = {}
@@ -103,6 +95,30 @@ class PartitionFolder:
                 before[jobid] = current
             newest[jobid] = summary
         changes = [change_between(before[jobid], summary) for jobid, summary in newest.items()]
+        self._update_cache(newest, purged)
+        position = entries[-1][0].decode()
+        read = None if self.entries_read is None else self.entries_read + len(entries)
+        self.store.write(self.partition, changes, position, read, self.token,
+                         {jobid: before[jobid] for jobid in purged})
+        self.position, self.entries_read = position, read
+        self.folded += len(entries)
+
+    def _load_missing(self, entries: Sequence[Entry]) -> None:
+        """Read into the cache the summaries of the jobs of ``entries`` it does not hold."""
+        cache = self.cache
+        # A comprehension, not "set - cache.keys()": that copies and walks every cached
+        # job (tens of thousands pending), once per block.
+        missing = {jobid for jobid in {int(f[b"j"]) for _, f in entries
+                                       if f.get(b"j", b"").isdigit()} if jobid not in cache}
+        if missing:
+            for jobid, summary in zip(sorted(missing), self.store.get_many(sorted(missing)),
+                                      strict=True):
+                if summary is not None:
+                    cache[jobid] = summary
+
+    def _update_cache(self, newest: dict[int, JobSummary], purged: set[int]) -> None:
+        """Keep the newest summaries of active jobs; forget inactive and purged ones."""
+        cache = self.cache
         for jobid, summary in newest.items():
             if summary.job.state is JobState.INACTIVE:
                 cache.pop(jobid, None)
@@ -110,9 +126,3 @@ class PartitionFolder:
                 cache[jobid] = summary
         for jobid in purged:
             cache.pop(jobid, None)
-        position = entries[-1][0].decode()
-        read = None if self.entries_read is None else self.entries_read + len(entries)
-        self.store.write(self.partition, changes, position, read, self.token,
-                         {jobid: before[jobid] for jobid in purged})
-        self.position, self.entries_read = position, read
-        self.folded += len(entries)

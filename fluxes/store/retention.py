@@ -25,6 +25,11 @@ rebuild of the job list and ``fluxes eventlog check`` never miss one), and
 (3) it is archived (:mod:`fluxes.store.archive`), unless archiving is off.
 Accounting first stores its model as of its folded position
 (:func:`fluxes.store.accounting.save_base`): a rebuild starts there.
+
+Why one module: purging, stream trimming and journal trimming obey one rule (nothing
+goes that a reader still needs) and share the trim-state record every reader consults;
+the :class:`Housekeeper` schedules all three (and the lost-write marks) for the job-list
+worker. The archive is apart (:mod:`fluxes.store.archive`).
 """
 
 from __future__ import annotations

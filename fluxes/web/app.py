@@ -10,6 +10,10 @@ the server's, and never to private data); actions (drain, queue admin,
 cancel) go through the same paths as the CLI, with the session's identity,
 so Redis' ACLs and the ingest decide what is allowed. Every form carries the
 session's CSRF token.
+
+Why one module: the route table (:func:`create_app`) and the thin handlers it names
+belong together; the data is in :mod:`fluxes.web.data`, the HTML in
+:mod:`fluxes.web.render`, login in :mod:`fluxes.web.auth`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 import orjson
-import redis
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -36,6 +39,13 @@ from starlette.staticfiles import StaticFiles
 
 from fluxes.errors import FluxesError
 from fluxes.formats import jobid as jobids
+from fluxes.store.errors import (
+    AuthenticationError,
+    NoPermissionError,
+    StoreConnectionError,
+    StoreError,
+    StoreTimeoutError,
+)
 from fluxes.store.instance import Instance
 from fluxes.web import data, render
 from fluxes.web.auth import (
@@ -106,7 +116,7 @@ class Live:
 
                         freeze()
                 got = self.index.follow(FOLLOW_BLOCK_MS)
-            except (redis.RedisError, OSError, FluxesError, ValueError) as exc:
+            except (StoreError, OSError, FluxesError, ValueError) as exc:
                 log.warning("following the journal failed, retrying",
                             extra={"error": str(exc)[:200]})
                 self.stopping.wait(1.0)
@@ -231,7 +241,7 @@ def _guarded(call: Call, handler: Callable[[Call], Response], api: bool) -> Resp
     """Run ``handler``, turning what goes wrong into a status and a one-line message."""
     try:
         return handler(call)
-    except (LoginError, redis.AuthenticationError) as exc:
+    except (LoginError, AuthenticationError) as exc:
         # the password stopped working (renewed, user deleted): back to guest
         call.web.identities.forget(call.session)
         call.session = new_session()
@@ -241,9 +251,9 @@ def _guarded(call: Call, handler: Callable[[Call], Response], api: bool) -> Resp
         return _failure(call, 404, str(exc), api)
     except IndexNotReady as exc:
         return _failure(call, 503, str(exc), api)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return _failure(call, 403, "not allowed with your credentials", api)
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except (StoreConnectionError, StoreTimeoutError) as exc:
         # Redis closes a deleted user's connections: the next request logs in afresh
         call.web.identities.forget(call.session)
         return _failure(call, 503, f"the instance does not answer: {str(exc)[:120]}", api)
@@ -551,7 +561,7 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
     try:
         inst.redis.xadd(inst.keys.resource_events,
                         {"d": resource_event(kind, str(ranks), reason)})
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return _redirect(call, _back(call), f"{kind}: only the instance owner may do this",
                          error=True)
     hosts = str(rset.copy_ranks(ranks).hostlist)
@@ -591,7 +601,7 @@ def act_queue(call: Call, form: dict[str, str]) -> Response:
         pipe.xadd(inst.keys.jm_ctl(p), proto.encode_entry([proto.QueuesChanged()]))
     try:
         pipe.execute()
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return _redirect(call, _back(call, "/queues"),
                          f"queue {kind}: only the instance owner may do this", error=True)
     return _redirect(call, _back(call, "/queues"), f"queue {name or '(default)'}: {kind} sent")

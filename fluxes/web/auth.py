@@ -29,9 +29,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import itsdangerous
-import redis
 
 from fluxes.store.connection import connect
+from fluxes.store.errors import NoPermissionError, StoreError
 from fluxes.store.instance import Instance, InstanceURI, NoInstanceError
 from fluxes.store.security import REDIS_DEFAULT_USER, USER_NAME, with_userinfo
 
@@ -226,7 +226,7 @@ class Identities:
                 inst = self._open(redis_user, password)
             except LoginError:
                 continue
-            except (redis.RedisError, OSError) as exc:
+            except (StoreError, OSError) as exc:
                 raise LoginError(f"cannot reach the instance: {str(exc)[:100]}") from None
             try:
                 if self._accepts_any_password(redis_user):
@@ -258,7 +258,7 @@ class Identities:
             raw = self.server.redis.hget(self.server.keys.users, name)
             if raw is not None:
                 return int(raw)
-        except (redis.exceptions.NoPermissionError, ValueError):
+        except (NoPermissionError, ValueError):
             pass
         try:
             return pwd.getpwnam(name).pw_uid
@@ -271,6 +271,6 @@ def _is_owner(inst: Instance) -> bool:
     which no fluxes user may)."""
     try:
         inst.redis.hlen(inst.keys.users)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return False
     return True

@@ -8,6 +8,10 @@ a guest), except the history of public streams, which the server's time index
 (:mod:`fluxes.web.timeindex`) and its own connection read.
 
 ``View.at`` set: everything as it was at that moment (time travel).
+
+Why one module: each function is the document of one endpoint, and they share the View,
+the user and time-travel helpers and the reading of job records; a module per page would
+scatter those shared helpers (the HTML is in render.py, the routes in app.py).
 """
 
 from __future__ import annotations
@@ -19,11 +23,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
-import redis
 
 from fluxes.domain.job.states import JobResult, JobState, parse_states
 from fluxes.errors import FluxesError
 from fluxes.formats import jobid as jobids
+from fluxes.store.errors import NoPermissionError
 
 if TYPE_CHECKING:
     from fluxes.domain.jm.queues import QueueState
@@ -111,7 +115,7 @@ def resolve_user(view: View, text: str) -> int:
     for inst in (view.inst, view.server):
         try:
             raw = inst.redis.hget(inst.keys.users, text)
-        except redis.exceptions.NoPermissionError:
+        except NoPermissionError:
             continue
         if raw is not None:
             return int(raw)
@@ -322,13 +326,13 @@ def _private_parts(view: View, jobid: int, owner: int | None
         [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
         jobspec: dict[str, Any] = {"private": False,
                                    "jobspec": _json_or_text(spec) if spec else None}
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         jobspec = {"private": True, "why": why}
     if owner is None:
         return jobspec, {"private": False, "lines": [], "truncated": False}
     try:
         entries = inst.redis.xrevrange(inst.keys.output(owner, jobid), count=OUTPUT_TAIL)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return jobspec, {"private": True, "why": why}
     lines = []
     for _sid, fields in reversed(entries):
@@ -428,7 +432,7 @@ def _drained(view: View) -> tuple[dict[int, str], str | None]:
     server = view.server
     try:
         entries = server.redis.xrange(server.keys.resource_events)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return {}, "drains in the past are not readable with this server's credentials"
     drained: dict[int, str] = {}
     for _sid, fields in entries:
@@ -457,7 +461,7 @@ def _online(view: View) -> set[int] | None:
     inst = view.inst
     try:
         beats = inst.redis.hgetall(inst.keys.exec_registry)
-    except redis.exceptions.NoPermissionError:
+    except NoPermissionError:
         return None
     now = time.time()
     out = set()

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import redis
-
 from fluxes.domain.job.record import JobRecord
 from fluxes.store.direct import Direct
+from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import UNTIL_MARGIN_S
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
@@ -141,7 +140,7 @@ class TimeIndex:
             if trim.was_trimmed:
                 try:
                     archive = archive_for(client, self.keys, config.retention, p)
-                except (OSError, redis.RedisError):
+                except (OSError, StoreError):
                     archive = None
             archives.append(archive)
             gap = self._gap(p, trim, archive)

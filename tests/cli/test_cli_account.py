@@ -36,7 +36,7 @@ def client(monkeypatch: pytest.MonkeyPatch, fake_redis: redis.Redis) -> Iterator
                         user=user["name"])
 
     monkeypatch.setattr(Instance, "connect", classmethod(connect))
-    fake_redis.user_switch = user  # type: ignore[attr-defined]
+    fake_redis.user_switch = user
     yield fake_redis
 
 
@@ -122,7 +122,7 @@ def test_mistakes_are_one_line(client: redis.Redis, capsys: pytest.CaptureFixtur
 
 def test_only_the_owner_changes_accounting(client: redis.Redis,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    client.user_switch["name"] = "mallory"  # type: ignore[attr-defined]
+    client.user_switch["name"] = "mallory"
     code, _out, err = run(capsys, "account", "add-bank", "root", "1")
     assert code != 0 and "only the instance owner can change accounting" in err
     assert client.xlen(KEYS.accounting) == 0

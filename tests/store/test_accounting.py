@@ -74,7 +74,7 @@ class Workload:
                 submit = ev.decode("submit", self.clock, {"urgency": 16,
                                                           "userid": 1000 + jobid % 3,
                                                           "flags": 0, "version": 1})
-                extra = {"name": "x", "ncores": rng.randint(1, 8), "nnodes": 1,
+                extra: dict[str, Any] | None = {"name": "x", "ncores": rng.randint(1, 8), "nnodes": 1,
                          "ngpus": rng.randint(0, 1), "bank": rng.choice(["", "a", "b"])}
                 batch = self.store.batch()
                 batch.append(KEYS.eventlog(jobid), jobid, 0,

@@ -269,7 +269,7 @@ class EventStoreContract:
         store.commit(_create(store, 1))
         # a journal entry and a message first: ops pass 2 would have written
         ok = ["J", "1", "annotations", repr(T), "", "X", "3", "1", "d", "x"]
-        bad: list[str | int] = {
+        cases: dict[str, list[str | int]] = {
             "bad stream id": ["A", "3", "g", "2", "1-1", "1-x"],
             "unknown op": ["Q", "3"],
             "no such key": ["H", "9", "1", "f", "v"],
@@ -278,7 +278,8 @@ class EventStoreContract:
                                   *["f", "v"] * (MAX_MESSAGE_FIELDS + 1)],
             "bad ttl": ["S", "4", "-5", "v"],
             "empty hset": ["H", "4", "0"],
-        }[case]
+        }
+        bad = cases[case]
         keys = [KEYS.jm_fence(0), KEYS.journal(0), "t:out", "t:other"]
         before = _snapshot(client)
         with pytest.raises(redis.ResponseError) as info:

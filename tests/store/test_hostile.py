@@ -100,6 +100,7 @@ def test_new_for_a_job_that_is_not_waiting_is_refused_without_a_rebuild(
     assert system.events(done)[-1] == "clean"
     holder, waiting = held_and_waiting(system)
     core = system.jm.core
+    assert core is not None
     epoch = system.sched.sessions[0].epoch
     before = system.events(waiting)
     stream = system.keys.jm_new(0)
@@ -303,8 +304,7 @@ def test_job_manager_dying_on_an_entry_refuses_it_after_five_deliveries(
 def test_ingest_dying_on_a_request_refuses_it_after_five_deliveries(
         system: System, monkeypatch: pytest.MonkeyPatch) -> None:
     import workers.ingest
-
-    real = workers.ingest.prepare_job
+    from fluxes.domain.jm.submission import prepare_job as real
 
     def dies(item: Any, *args: Any, **kw: Any) -> Any:
         if item.get("jobspec", {}).get("attributes", {}).get("user", {}).get("die"):

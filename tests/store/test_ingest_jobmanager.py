@@ -39,7 +39,9 @@ class FakeScheduler:
     def hello(self) -> None:
         last = self.redis.xrevrange(self.keys.sched_req(0), count=1)
         self.pos = last[0][0].decode() if last else "0-0"
-        self.epoch = int(self.lease.try_acquire() if not self.epoch else self.lease.bump())
+        token = self.lease.try_acquire() if not self.epoch else self.lease.bump()
+        assert token is not None
+        self.epoch = int(token)
         self.send([{"t": "hello"}])
 
     def send(self, msgs: list[dict[str, Any]]) -> None:
@@ -99,6 +101,7 @@ class FakeExec:
                 msgs = wire.messages(fields)
                 for msg in msgs:
                     jobid = msg["id"]
+                    report: dict[str, Any]
                     if msg["t"] == "start" and jobid in self.hold:
                         report = {"started": True}
                     elif msg["t"] == "start":
@@ -228,3 +231,35 @@ def test_checkpoint_taken_with_unread_new_jobs_loses_nothing(system: System) -> 
     assert fresh.core is not None
     assert second in fresh.core.jobs and first in fresh.core.jobs
     assert fresh.core.jobs[second].job.seq == len(system.events(second))
+
+
+def test_commit_with_writes_in_another_slot_keeps_its_journal_position(
+        real_redis: redis.Redis) -> None:
+    # two partitions: a reply list ({ns}) is not in the journal's slot ({ns:p0}), so the job
+    # manager writes it after the commit; that must not stand in for the commit's result
+    real_redis.hset(Keys(NS).instance, mapping={"partitions": 2, "owner": "me",
+                                                 "owner_uid": 1000})
+    instance = Instance(InstanceURI("redis://unused", NS), client=real_redis)
+    keys = instance.keys
+    ingest = IngestWorker(instance)
+    ingest.setup()
+    jm = JobManagerWorker(instance, partition=0)
+    jm.setup()
+    jm.step()  # leads partition 0
+    client = Client(instance, user="me")
+    spec = Jobspec.from_command(["true"]).to_dict()
+    [sent] = client._send([{"t": "submit", "jobs": [{"jobspec": spec}] * 4}])
+    ingest.step()
+    ids = [r["id"] for r in client._wait(sent, 1.0)[0]["jobs"]]
+    mine = [j for j in ids if keys.partition_of(j) == 0]
+    assert mine and not keys.same_slot(keys.reply("me", "x"), keys.journal(0))
+    jm.step()  # takes the new jobs
+    [sent] = client._send([{"t": "cancel", "ids": mine}])
+    ingest.step()
+    jm.step()  # events and the reply (in another slot) in one step
+    assert client._wait(sent, 1.0)[0]["ok"] == mine
+    store = EventStore(real_redis, keys)
+    for jobid in mine:
+        assert [e.event_name for e in store.eventlog(jobid)][-2:] == ["exception", "clean"]
+    last = real_redis.xrevrange(keys.journal(0), count=1)[0][0].decode()
+    assert jm._last_journal_id == last

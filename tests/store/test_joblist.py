@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 import redis
@@ -34,6 +35,7 @@ def _submit(jobid: int, queue: str = "batch") -> tuple[list[ev.Event], dict[str,
             {"name": f"job{jobid}", "queue": queue, "ntasks": 1, "nnodes": 1})
 
 
+LIFE: list[tuple[str, dict[str, Any]]]
 LIFE = [("depend", {}), ("priority", {"priority": 16}), ("alloc", {}), ("start", {}),
         ("finish", {"status": 0}), ("release", {"ranks": "all", "final": True}),
         ("free", {}), ("clean", {})]

@@ -129,8 +129,7 @@ def test_request_whose_handling_raises_is_refused_alone(system: System,
     """Anything a handler raises (not only MessageError): that request is dead-lettered
     and answered, the others of its block are handled."""
     import workers.ingest
-
-    real = workers.ingest.prepare_job
+    from fluxes.domain.jm.submission import prepare_job as real
 
     def flaky(item: Any, *args: Any, **kw: Any) -> Any:
         if item.get("jobspec", {}).get("attributes", {}).get("user", {}).get("boom"):
@@ -356,7 +355,7 @@ def test_job_list_entry_whose_fold_raises(system: System,
     [good] = system.submit(spec())
     [bad] = system.submit(spec())
     system.run()
-    real = fold.apply_record
+    real = fold.apply_record  # type: ignore[attr-defined]  # the name the folder calls
 
     def broken(summary: Any, jobid: int, event: Any, extra: Any) -> Any:
         if jobid == bad and event.event_name == "clean":  # its last entry

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -37,6 +38,7 @@ from workers.joblist import JobListWorker
 KEYS = Keys("t")
 T = 1_000_000.0
 ALICE, BOB = 1000, 2000
+LIFE: list[tuple[str, dict[str, Any]]]
 LIFE = [("depend", {}), ("priority", {"priority": 16}), ("alloc", {}), ("start", {}),
         ("finish", {"status": 0}), ("release", {"ranks": "all", "final": True}),
         ("free", {}), ("clean", {})]

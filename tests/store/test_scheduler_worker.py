@@ -13,6 +13,7 @@ import orjson
 import pytest
 import redis
 
+from fluxes.domain.sched.pool import ResourcePool
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.store import jobhash
@@ -176,6 +177,7 @@ def test_allocation_that_cannot_be_recovered_fails_the_job_and_keeps_its_ranks(
     system.run(4)
     assert system.events(a)[-1] == "start"
     rank = ResourceSet(system.redis.hget(system.keys.job(a), "R")).ranks.first()
+    assert rank is not None
     system.redis.hset(system.keys.job(a), "R", b"{not R")  # e.g. a corrupted hash
     system.redis.delete(system.keys.sched_lease(0))
     system.sched = SchedulerWorker(system.instance)
@@ -272,7 +274,7 @@ def test_recovery_reads_the_stored_request(system: System) -> None:
     system.sched = SchedulerWorker(system.instance)
     system.run(3, exec_too=False)
     pool = system.sched.pool
-    assert pool is not None and pool.jobids() == [a]
+    assert isinstance(pool, ResourcePool) and pool.jobids() == [a]
     assert not [e for e in system.store.eventlog(a) if e.event_name == "exception"]
     # adopted as the request says (R alone cannot tell an exclusive allocation)
     [held] = pool.save()["allocations"]

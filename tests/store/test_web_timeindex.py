@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from typing import Any
 
 import orjson
 import pytest
@@ -20,6 +21,7 @@ from tests.backends import OnFakeRedis, OnRealRedis
 
 NS = "tt"
 T = 1000.0
+LIFE: list[tuple[str, dict[str, Any]]]
 LIFE = [("depend", {}), ("priority", {"priority": 16}), ("alloc", {}), ("start", {}),
         ("finish", {"status": 0}), ("release", {"ranks": "all", "final": True}),
         ("free", {}), ("clean", {})]

@@ -91,6 +91,7 @@ def _task_pids(uri: str, jobid: int) -> list[int]:
     """The pids of the job's task wrappers, from the exec worker's record."""
     inst = Instance.connect(uri)
     rank = ResourceSet(inst.redis.hget(inst.keys.job(jobid), "R")).ranks.first()
+    assert rank is not None
     record = orjson.loads(inst.redis.hget(inst.keys.exec_jobs(rank), str(jobid)))
     return [int(task[1]) for task in record["t"]]
 
@@ -171,6 +172,7 @@ def test_job_whose_tasks_died_with_the_exec_worker_still_ends(
     assert cli(uri, "job", "wait-event", "-t", "30s", str(jobid), "start") == 0
     inst = Instance.connect(uri)
     rank = ResourceSet(inst.redis.hget(inst.keys.job(jobid), "R")).ranks.first()
+    assert rank is not None
     record = orjson.loads(inst.redis.hget(inst.keys.exec_jobs(rank), str(jobid)))
     task_pids = [int(task[1]) for task in record["t"]]
     worker = launcher.worker(f"exec-{rank}")

@@ -111,7 +111,7 @@ class Harness:
     # -- reading
 
     def reports(self, jobid: int, rank: int = 0) -> list[dict[str, Any]]:
-        out = []
+        out: list[dict[str, Any]] = []
         for _id, fields in self.client.xrange(KEYS.exec_events(0)):
             msgs = wire.full(proto.EXEC_EVENTS, fields)
             out.extend(m for m in msgs if m["id"] == jobid and m["rank"] == rank)

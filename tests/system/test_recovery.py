@@ -139,8 +139,8 @@ def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Inst
         time.sleep(0.2)
         kill(launcher, "scheduler")
         deadline = time.monotonic() + 10
-        while launcher.worker("scheduler").proc.poll() is not None \
-                and time.monotonic() < deadline:  # type: ignore[union-attr]
+        while (launcher.worker("scheduler").proc.poll() is not None  # type: ignore[union-attr]
+               and time.monotonic() < deadline):
             launcher.supervise_once()
             time.sleep(0.05)
     wait_all(launcher, inst, ids)

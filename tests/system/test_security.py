@@ -398,6 +398,7 @@ def test_require_auth_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     launcher = Launcher(state_dir=state, nodes=1, cores_per_node=2, require_auth=True)
     launcher.start()
     try:
+        assert launcher.uri is not None
         uri = str(launcher.uri)
         assert launcher.credentials == state / "credentials.json"
         assert "@" not in uri  # no password on worker command lines

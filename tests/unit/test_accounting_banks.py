@@ -216,6 +216,6 @@ def test_the_stream_replays_to_the_same_state_in_any_pieces(events: list[Account
     for assoc in whole.associations.values():
         if assoc.active:
             assert whole.banks[assoc.bank].active
-    for bank in whole.banks.values():
-        if bank.active and bank.parent is not None:
-            assert whole.banks[bank.parent].active
+    for node in whole.banks.values():
+        if node.active and node.parent is not None:
+            assert whole.banks[node.parent].active

@@ -77,6 +77,7 @@ def test_defaults_that_change_the_environment_keep_both_whole() -> None:
 
 
 def test_no_environment_to_split() -> None:
+    doc: object
     for doc in ({"attributes": {"system": {"environment": {}}}}, {"attributes": 3}, [1]):
         raw = orjson.dumps(doc)
         assert split(raw) == (raw, None)

@@ -267,7 +267,7 @@ class World:
     """A tiny job table to look targets up in."""
 
     def __init__(self) -> None:
-        self.jobs: dict[int, TargetStatus] = {}
+        self.jobs: dict[int, TargetStatus | None] = {}
 
     def __call__(self, job: int) -> TargetStatus | None:
         return self.jobs.get(job)
@@ -562,6 +562,26 @@ TARGETS = [A, B, C_ID]
 
 
 @settings(max_examples=200)
+def _record(actions: DependencyActions, added: dict[int, set[str]],
+            removed: dict[int, set[str]], outcome: dict[int, str]) -> None:
+    """Check one job's actions against what it was told before, and note them."""
+    job = actions.jobid
+    assert job not in outcome, "a job resolved twice"
+    have = added.setdefault(job, set())
+    gone = removed.setdefault(job, set())
+    for desc in actions.add:
+        assert desc not in have
+        have.add(desc)
+    for desc in actions.remove:
+        assert desc in have and desc not in gone
+        gone.add(desc)
+    if actions.fail:
+        outcome[job] = "fail"
+    elif actions.ready:
+        assert gone == have
+        outcome[job] = "ready"
+
+
 @given(
     paths=st.lists(st.sampled_from(sorted(PATHS)), min_size=3, max_size=3),
     dependents=st.lists(
@@ -584,21 +604,7 @@ def test_index_agrees_with_rules(paths: list[str], dependents: list[list[tuple[s
     outcome: dict[int, str] = {}
 
     def record(actions: DependencyActions) -> None:
-        job = actions.jobid
-        assert job not in outcome, "a job resolved twice"
-        have = added.setdefault(job, set())
-        gone = removed.setdefault(job, set())
-        for desc in actions.add:
-            assert desc not in have
-            have.add(desc)
-        for desc in actions.remove:
-            assert desc in have and desc not in gone
-            gone.add(desc)
-        if actions.fail:
-            outcome[job] = "fail"
-        elif actions.ready:
-            assert gone == have
-            outcome[job] = "ready"
+        _record(actions, added, removed, outcome)
 
     def add(i: int) -> None:
         job = 1000 + i

@@ -37,6 +37,8 @@ from redis.retry import Retry
 
 from fluxes.cli.main import build_parser as fluxes_parser
 from fluxes.cli.util import UsageError
+from fluxes.cli.worker_args import KINDS
+from fluxes.cli.worker_args import build_parser as workers_parser
 from fluxes.config import InstanceConfig
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.errors import FluxesError
@@ -46,8 +48,6 @@ from fluxes.store.connection import parse_redis_url
 from fluxes.store.instance import InstanceURI
 from fluxes.store.keys import Keys
 from tests.system.test_connections import every_key
-from workers.__main__ import KINDS
-from workers.__main__ import build_parser as workers_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -546,7 +546,7 @@ def test_systemd_units_restart_read_the_env_file_and_run_valid_workers() -> None
 
 def metrics_ports(env: dict[str, str]) -> dict[str, int | None]:
     """Unit file name -> the metrics port its worker serves on with ``env`` as the file."""
-    from workers.__main__ import build_parser as parser
+    from fluxes.cli.worker_args import build_parser as parser
 
     ports = {}
     for path in deploy_files("*.service"):

@@ -6,6 +6,7 @@ A regression of any check to "always OK" fails here.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ from fluxes.drill.invariants import (
 from fluxes.formats.rset import ResourceSet
 
 SUBMIT = {"urgency": 16, "userid": 1000, "flags": 0, "version": 1}
+LIFE: list[tuple[str, dict[str, Any]]]
 LIFE = [("submit", SUBMIT), ("validate", {}), ("depend", {}), ("priority", {"priority": 16}),
         ("alloc", {}), ("start", {}), ("finish", {"status": 0}),
         ("release", {"ranks": "all", "final": True}), ("free", {}), ("clean", {})]

@@ -134,7 +134,8 @@ def test_unrecorded_start_with_live_wrappers() -> None:
 
 def test_lost_error_is_given_once_and_never_replaces_another() -> None:
     job = ExecJob(1, 0, "run", tasks=[TaskProc(0, 1, False), TaskProc(1, 2, False)])
-    assert lost_error(job) is False and job.error is None
+    # a tuple: mypy would keep job.error narrowed to None past lost_error(), which sets it
+    assert (lost_error(job), job.error) == (False, None)
     job.tasks[1].lost = True
     assert lost_error(job) is True and job.error == LOST_ERROR
     assert lost_error(job) is False

@@ -18,7 +18,7 @@ json_scalars = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(m
 annotation_values = st.recursive(
     json_scalars, lambda inner: st.dictionaries(st.text(max_size=3), inner, max_size=3),
     max_leaves=6)
-annotations = st.dictionaries(st.sampled_from(["sched", "user", "x"]), annotation_values,
+annotation_dicts = st.dictionaries(st.sampled_from(["sched", "user", "x"]), annotation_values,
                               max_size=3)
 
 
@@ -46,7 +46,7 @@ def common_history(draw: st.DrawFn) -> list[list[bytes]]:
         "finish": {"status": draw(st.integers(0, 0xFFFF))},
         "release": {"ranks": draw(st.sampled_from(["all", "0", "0-3"])), "final": True},
     }
-    alloc_ann = draw(st.none() | annotations)
+    alloc_ann = draw(st.none() | annotation_dicts)
     if alloc_ann is not None:
         ctx["alloc"] = {"annotations": alloc_ann}
     extras = {"submit": {"name": "x", "ntasks": draw(st.integers(1, 9)), "queue": "q"},
@@ -56,7 +56,7 @@ def common_history(draw: st.DrawFn) -> list[list[bytes]]:
         out.append(entry(pos, name, t[pos], ctx.get(name), extras.get(name)))
         if name in ("validate", "priority") and draw(st.booleans()):
             out.append(entry(None, "annotations", t[pos],
-                             {"annotations": draw(st.none() | annotations)}))
+                             {"annotations": draw(st.none() | annotation_dicts)}))
     return out
 
 

@@ -45,10 +45,11 @@ def inventories(draw: st.DrawFn) -> Inventory:
 @st.composite
 def requests(draw: st.DrawFn) -> Request:
     """A node/core/gpu-only request: fixed counts, or a range of nodes (the most that fit)."""
-    nnodes: int | Count = draw(st.integers(0, 3))
-    exclusive = nnodes > 0 and draw(st.booleans())
-    if nnodes and draw(st.booleans()):
-        nnodes = Count(nnodes, nnodes + draw(st.integers(1, 3)))
+    least = draw(st.integers(0, 3))
+    nnodes: int | Count = least
+    exclusive = least > 0 and draw(st.booleans())
+    if least and draw(st.booleans()):
+        nnodes = Count(least, least + draw(st.integers(1, 3)))
     cores = draw(st.integers(0, 4))
     gpus = draw(st.integers(0, 2))
     if cores == 0 and gpus == 0 and not exclusive:

@@ -173,6 +173,7 @@ def test_nodes_under_one_switch() -> None:
     for _ in range(3):
         assert s.alloc(r("slot", 1, r("node", 1))) is not None  # node0-2 of switch0
     hold = s.alloc(r("switch", 1, r("node", 2, r("slot", 1, r("core", 8)))))
+    assert hold is not None
     assert s.hosts(hold) == {"node4": 8, "node5": 8}  # switch0 has one node left
     assert s.taken(hold, "switch") == []
     assert {s.g.names[v] for v in hold.shown if s.g.types[v] == "switch"} == {"switch1"}

@@ -151,7 +151,7 @@ def test_verdicts_are_cached_by_shape_not_by_command(
 def test_cache_tells_constraints_and_queues_apart(config: InstanceConfig,
                                                   feasibility: Feasibility) -> None:
     # same resources, different constraints: a key without them would reuse a verdict
-    two = {"nnodes": 2, "ntasks": 2, "exclusive": True}
+    two: dict[str, Any] = {"nnodes": 2, "ntasks": 2, "exclusive": True}
     assert prepare(spec(**two), config, feasibility)
     with pytest.raises(InfeasibleRequest, match=r"^job requests 2 nodes, only 1 match \[ssd\]$"):
         prepare(spec(constraints=parse_requires(["ssd"]), **two), config, feasibility)

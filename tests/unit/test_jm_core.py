@@ -516,7 +516,8 @@ def test_scheduler_error_suspends_scheduling_until_the_next_hello() -> None:
     assert {"t": "free", "id": 1} in h.sched
     h.free_responses()
     assert h.state(1) == JobState.INACTIVE
-    assert h.core.session.suspended is None and h.core.session.ready
+    session = h.core.session  # read anew: mypy would keep the narrowing of the assert above
+    assert session.suspended is None and session.ready
 
 
 def test_error_of_another_epoch_is_ignored() -> None:

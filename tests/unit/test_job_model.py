@@ -28,7 +28,7 @@ def run(*names_or_events: ev.Event | str) -> Job:
     return job
 
 
-HAPPY = [SUBMIT, "validate", "depend", e("priority", priority=100), "alloc", "start",
+HAPPY: list[ev.Event | str] = [SUBMIT, "validate", "depend", e("priority", priority=100), "alloc", "start",
          e("finish", status=0), e("release", ranks="all", final=True), "free", "clean"]
 
 
@@ -108,11 +108,11 @@ def test_dependencies_hold_in_depend() -> None:
 def test_sched_back_to_priority(name: str) -> None:
     job = run(SUBMIT, "validate", "depend", e("priority", priority=7))
     assert job.state == JobState.SCHED
-    ctx: dict[str, object] = {
+    ctx: dict[str, object] = dict({
         "urgency": {"urgency": 0, "userid": 1},
         "flux-restart": {},
         "jobspec-update": {"attributes.system.duration": 60},
-    }[name]
+    }[name])
     job = apply(ev.decode(name, T, ctx), job)
     assert job.state == JobState.PRIORITY
     job = apply(e("priority", priority=0), job)
@@ -155,7 +155,8 @@ def test_fatal_exception_from_every_active_state(state_events: list[ev.Event | s
 
 
 def test_timeout_and_failed_results_and_exit_codes() -> None:
-    base = [SUBMIT, "validate", "depend", e("priority", priority=1), "alloc", "start"]
+    base: list[ev.Event | str] = [SUBMIT, "validate", "depend", e("priority", priority=1),
+                                  "alloc", "start"]
     job = run(*base, e("exception", type="timelimit", severity=0, note=""),
               e("finish", status=15), e("release", ranks="all", final=True), "free", "clean")
     assert job.result == JobResult.TIMEOUT and job.exit_code == 128 + 15
@@ -182,10 +183,10 @@ def test_prolog_and_epilog_holds() -> None:
     assert not job.can_start
     with pytest.raises(TransitionError, match="prolog"):
         apply(e("start"), job)
-    job = run(*[SUBMIT, "validate", "depend", e("priority", priority=1), "alloc",
+    job = run(SUBMIT, "validate", "depend", e("priority", priority=1), "alloc",
                 e("prolog-start", description="p"), e("prolog-finish", description="p", status=0),
                 "start", e("finish", status=0), e("release", ranks="all", final=True),
-                e("epilog-start", description="q")])
+                e("epilog-start", description="q"))
     assert job.free_owed and not job.can_free
     with pytest.raises(TransitionError, match="epilog"):
         apply(e("free"), job)
@@ -282,6 +283,7 @@ def test_bad_contexts_rejected(name: str, ctx: dict[str, object], fragment: str)
 
 
 def test_bad_event_shapes() -> None:
+    bad: object
     for bad in (None, 1, "x", [], {"name": "submit"}, {"timestamp": 1.0},
                 {"name": "", "timestamp": 1.0}, {"name": "x", "timestamp": -1},
                 {"name": "x", "timestamp": float("nan")}, {"name": "x", "timestamp": 1, "context": 3}):

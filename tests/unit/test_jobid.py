@@ -324,7 +324,7 @@ def test_fields() -> None:
 def test_fields_bad_id(bad: object) -> None:
     for func in (fluid_timestamp, fluid_generator, fluid_sequence):
         with pytest.raises(ValueError):
-            func(bad)  # type: ignore[operator]
+            func(bad)  # type: ignore[arg-type]
 
 
 def test_timestamp_bad_epoch() -> None:

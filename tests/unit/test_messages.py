@@ -71,7 +71,8 @@ def test_every_message_round_trips(channel: str, msg: proto.Message) -> None:
 
 @pytest.mark.parametrize("request_", REQUESTS, ids=lambda r: type(r).__name__)
 def test_every_request_round_trips(request_: proto.Request) -> None:
-    assert proto.decode_request(proto.encode_request(request_)) == request_
+    # as Redis hands it back: field names are bytes
+    assert proto.decode_request({b"d": proto.encode_request(request_)["d"]}) == request_
 
 
 def test_replies_and_resource_events_round_trip() -> None:

@@ -135,7 +135,7 @@ def test_stop_forgets_the_port(server: int) -> None:
 
 def test_metrics_port_option_of_python_m_workers() -> None:
     from fluxes.cli.util import UsageError
-    from workers.__main__ import build_parser
+    from fluxes.cli.worker_args import build_parser
 
     assert build_parser().parse_args(["ingest"]).metrics_port is None
     assert build_parser().parse_args(["ingest", "--metrics-port", "0"]).metrics_port == 0

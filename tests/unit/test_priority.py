@@ -185,7 +185,7 @@ def test_urgency_range(urgency: int) -> None:
 
 def test_urgency_type() -> None:
     with pytest.raises(PolicyError, match="urgency must be an integer, not bool"):
-        check_urgency_change(True, ALICE, ALICE, False)  # type: ignore[arg-type]
+        check_urgency_change(True, ALICE, ALICE, False)
 
 
 def test_no_change_once_allocated() -> None:

@@ -645,7 +645,7 @@ def test_admit_disabled_queue(site: QueueConfig) -> None:
 
 
 def test_admit_disabled_without_reason(site: QueueConfig) -> None:
-    states = {"debug": QueueState(enabled=False)}
+    states: dict[str | None, QueueState] = {"debug": QueueState(enabled=False)}
     with pytest.raises(PolicyError) as info:
         site.admit(spec(queue="debug"), 1, "alice", ["devs"], states)
     assert str(info.value) == "queue debug is disabled"
@@ -666,7 +666,8 @@ def test_stopped_queue_still_admits(site: QueueConfig) -> None:
 
 def test_admission_checks_run_in_order(site: QueueConfig) -> None:
     # A disabled queue is reported before access, access before limits.
-    states = {"debug": QueueState(enabled=False, enable_reason="off")}
+    states: dict[str | None, QueueState] = {
+        "debug": QueueState(enabled=False, enable_reason="off")}
     big = spec(queue="debug", nnodes=8, ntasks=8)
     with pytest.raises(PolicyError, match="disabled"):
         site.admit(big, 1, "eve", [], states)

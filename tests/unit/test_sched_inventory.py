@@ -162,7 +162,7 @@ INVALID: list[tuple[Any, str]] = [
     ({}, "resource.config: is required"),
     ({"resource": []}, "resource: expected a table, got list"),
     ({"resource": {"config": "n0"}}, "resource.config: expected an array of tables, got str"),
-    (config("n0"), "resource.config[0]: expected a table, got str"),
+    (config("n0"), "resource.config[0]: expected a table, got str"),  # type: ignore[arg-type]
     (config({"hosts": "n[0-4294967294]", "cores": "0"}),
      "resource.config[0].hosts: invalid hostlist"),
 ]

@@ -727,7 +727,7 @@ def test_clock_is_used() -> None:
 
 # -- invariants under random operations ------------------------------------------------------
 
-INV = [
+INV: list[dict[str, Any]] = [
     {"hosts": "a[0-2]", "cores": "0-3", "memory": "4G", "sockets": 2},
     {"hosts": "g[0-1]", "cores": "0-7", "gpus": "0-1", "memory": "8G",
      "properties": ["gpu"]},
@@ -814,14 +814,93 @@ def check_invariants(pool: ResourcePool) -> None:
     # Exclusive allocations hold whole nodes.
     for _, _, exclusive, rset, mem in records:
         if exclusive:
-            for rank in rset.ranks:
-                target = pool.inventory[rank]
-                assert rset.cores(rank) == target.cores and rset.gpus(rank) == target.gpus
-                assert mem.get(str(rank), 0) == (target.memory or 0)
+            for r in rset.ranks:
+                target = pool.inventory[r]
+                assert rset.cores(r) == target.cores and rset.gpus(r) == target.gpus
+                assert mem.get(str(r), 0) == (target.memory or 0)
     assert ResourcePool.load(data).save() == data
     counts = pool.counts()
     up_free = sum(len(available.cores(r)) for r in available.ranks if r not in pool.down)
     assert counts["free_cores"] == up_free
+
+
+def _op_alloc(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    try:
+        pool.alloc(op[1], next_id, op[2])
+    except SchedError:
+        pass
+    return next_id + 1
+
+
+def _op_reserve(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    try:
+        pool.alloc(op[1], next_id, start=now[0] + op[2])
+    except SchedError:
+        pass
+    return next_id + 1
+
+
+def _op_plan(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    when = pool.earliest_start(op[1])
+    if op[1].exclusive and when is not None and when > now[0]:
+        # The whole-node shortcut agrees with the general walk.
+        plan = pool._plan(op[1])
+        length = op[1].duration or math.inf
+        assert pool._walk(plan, now[0], length, None) == when
+    if when is not None and when < math.inf:
+        # What earliest_start promises, alloc must keep: a reservation
+        # at that time always succeeds; "now" starts now unless it
+        # counts on an overdue job ending.
+        try:
+            if when != now[0]:
+                raise InsufficientResources("later")
+            pool.alloc(op[1], next_id)
+        except InsufficientResources:
+            pool.alloc(op[1], next_id, start=when)
+        next_id += 1
+    return next_id
+
+
+def _op_free(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    jobs = pool.jobids() + list(pool.reservations())
+    if jobs:
+        pool.free(jobs[op[1] % len(jobs)])
+    return next_id
+
+
+def _op_free_part(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    jobs = pool.jobids()
+    if jobs:
+        jobid = jobs[op[1] % len(jobs)]
+        R = pool.allocation_of(jobid)  # noqa: N806
+        first = R.ranks.first()
+        if first is None:  # all its ranks were removed
+            pool.free(jobid)
+        else:
+            pool.free(R.copy_ranks([first]))
+    return next_id
+
+
+def _op_tick(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    now[0] += op[1]
+    return next_id
+
+
+def _op_simple(pool: ResourcePool, op: Any, now: list[float], next_id: int) -> int:
+    if op[0] == "down":
+        pool.mark_down([op[1]])
+    elif op[0] == "up":
+        pool.mark_up([op[1]])
+    elif op[0] == "remove":
+        pool.remove_ranks([op[1]])
+    else:
+        pool.clear_reservations()
+    return next_id
+
+
+#: operation kind -> what it does; it returns the next job id
+_OPS = {"alloc": _op_alloc, "reserve": _op_reserve, "plan": _op_plan, "free": _op_free,
+        "free_part": _op_free_part, "tick": _op_tick}
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -832,59 +911,5 @@ def test_random_operations_keep_invariants(ops: list[tuple[str, Any, Any] | tupl
     pool = ResourcePool(inventory(*INV), clock=lambda: now[0])
     next_id = 0
     for op in ops:
-        kind = op[0]
-        if kind == "alloc":
-            try:
-                pool.alloc(op[1], next_id, op[2])  # type: ignore[misc]
-            except SchedError:
-                pass
-            next_id += 1
-        elif kind == "reserve":
-            try:
-                pool.alloc(op[1], next_id, start=now[0] + op[2])  # type: ignore[misc]
-            except SchedError:
-                pass
-            next_id += 1
-        elif kind == "plan":
-            when = pool.earliest_start(op[1])
-            if op[1].exclusive and when is not None and when > now[0]:
-                # The whole-node shortcut agrees with the general walk.
-                plan = pool._plan(op[1])
-                length = op[1].duration or math.inf
-                assert pool._walk(plan, now[0], length, None) == when
-            if when is not None and when < math.inf:
-                # What earliest_start promises, alloc must keep: a reservation
-                # at that time always succeeds; "now" starts now unless it
-                # counts on an overdue job ending.
-                try:
-                    if when != now[0]:
-                        raise InsufficientResources("later")
-                    pool.alloc(op[1], next_id)
-                except InsufficientResources:
-                    pool.alloc(op[1], next_id, start=when)
-                next_id += 1
-        elif kind == "free":
-            jobs = pool.jobids() + list(pool.reservations())
-            if jobs:
-                pool.free(jobs[op[1] % len(jobs)])
-        elif kind == "free_part":
-            jobs = pool.jobids()
-            if jobs:
-                jobid = jobs[op[1] % len(jobs)]
-                R = pool.allocation_of(jobid)  # noqa: N806
-                first = R.ranks.first()
-                if first is None:  # all its ranks were removed
-                    pool.free(jobid)
-                else:
-                    pool.free(R.copy_ranks([first]))
-        elif kind == "down":
-            pool.mark_down([op[1]])
-        elif kind == "up":
-            pool.mark_up([op[1]])
-        elif kind == "remove":
-            pool.remove_ranks([op[1]])
-        elif kind == "tick":
-            now[0] += op[1]
-        else:
-            pool.clear_reservations()
+        next_id = _OPS.get(op[0], _op_simple)(pool, op, now, next_id)
         check_invariants(pool)

@@ -320,6 +320,7 @@ def test_frozen() -> None:
 
 # -- the wire form ---------------------------------------------------------------------------
 
+_CONSTRAINTS: list[dict[str, Any]]
 _CONSTRAINTS = [{"properties": ["gpu"]}, {"properties": ["^login", "amd"]},
                 {"hostlist": ["node[0-3]"]}, {"ranks": ["0-7,9"]},
                 {"and": [{"properties": ["gpu"]}, {"not": [{"hostlist": ["node1"]}]}]},

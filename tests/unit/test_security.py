@@ -307,8 +307,9 @@ def test_write_credentials_chowns_only_as_root(tmp_path: Path) -> None:
 def test_workers_refuse_a_shared_redis_without_a_password(monkeypatch: pytest.MonkeyPatch,
                                                           tmp_path: Path) -> None:
     # the same rule as fluxes start --redis, checked before connecting
+    from fluxes.cli.worker_args import build_parser
     from fluxes.errors import FluxesError
-    from workers.__main__ import build_parser, refuse_open_redis
+    from workers.__main__ import refuse_open_redis
 
     monkeypatch.setenv("FLUXES_CREDENTIALS", "")
     with pytest.raises(FluxesError, match="a password or ACL user is required"):

@@ -89,60 +89,70 @@ def read_jgf(doc: object) -> ResourceGraph:
     builder = GraphBuilder()
     handles: dict[str, int] = {}
     for i, node in enumerate(nodes):
-        where = f"jgf: nodes[{i}]"
-        if not isinstance(node, Mapping):
-            raise ValueError(f"{where}: expected an object")
-        key = node.get("id")
-        if isinstance(key, int) and not isinstance(key, bool):
-            key = str(key)
-        if not isinstance(key, str):
-            raise ValueError(f"{where}.id: expected a string")
-        if key in handles:
-            raise ValueError(f"{where}.id: {key!r} appears twice")
-        meta = node.get("metadata")
-        if not isinstance(meta, Mapping):
-            raise ValueError(f"{where}.metadata: expected an object")
-        kind = meta.get("type")
-        if not isinstance(kind, str):
-            raise ValueError(f"{where}.metadata.type: expected a string")
-        mwhere = f"{where}.metadata"
-        props = meta.get("properties") or {}
-        if not isinstance(props, Mapping):
-            raise ValueError(f"{mwhere}.properties: expected an object")
-        name = meta.get("name")
-        basename = meta.get("basename")
-        unit = meta.get("unit") or ""
-        for field_name, value in (("name", name), ("basename", basename), ("unit", unit)):
-            if value is not None and not isinstance(value, str):
-                raise ValueError(f"{mwhere}.{field_name}: expected a string")
-        uniq = _meta_int(meta, "uniq_id", int(key) if key.isdigit() else i, mwhere)
-        try:
-            handles[key] = builder.add(
-                None, kind, id=_meta_int(meta, "id", -1, mwhere), name=name or None,
-                basename=basename or None, rank=_meta_int(meta, "rank", -1, mwhere),
-                size=_meta_int(meta, "size", 1, mwhere), unit=unit, uniq_id=uniq,
-                properties={str(k): str(v) for k, v in props.items()})
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        _add_node(builder, handles, i, node)
     for i, edge in enumerate(edges):
-        where = f"jgf: edges[{i}]"
-        if not isinstance(edge, Mapping):
-            raise ValueError(f"{where}: expected an object")
-        if not _is_containment(edge):
-            continue
-        ends = []
-        for end in ("source", "target"):
-            value = edge.get(end)
-            if isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)
-            if not isinstance(value, str) or value not in handles:
-                raise ValueError(f"{where}.{end}: unknown vertex {value!r}")
-            ends.append(handles[value])
-        try:
-            builder.attach(ends[0], ends[1])
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
+        _add_edge(builder, handles, i, edge)
     return builder.build()
+
+
+def _add_node(builder: GraphBuilder, handles: dict[str, int], i: int, node: object) -> None:
+    """Add JGF node ``i`` to ``builder``; ``handles`` maps its id to the new vertex."""
+    where = f"jgf: nodes[{i}]"
+    if not isinstance(node, Mapping):
+        raise ValueError(f"{where}: expected an object")
+    key = node.get("id")
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not isinstance(key, str):
+        raise ValueError(f"{where}.id: expected a string")
+    if key in handles:
+        raise ValueError(f"{where}.id: {key!r} appears twice")
+    meta = node.get("metadata")
+    if not isinstance(meta, Mapping):
+        raise ValueError(f"{where}.metadata: expected an object")
+    kind = meta.get("type")
+    if not isinstance(kind, str):
+        raise ValueError(f"{where}.metadata.type: expected a string")
+    mwhere = f"{where}.metadata"
+    props = meta.get("properties") or {}
+    if not isinstance(props, Mapping):
+        raise ValueError(f"{mwhere}.properties: expected an object")
+    name = meta.get("name")
+    basename = meta.get("basename")
+    unit = meta.get("unit") or ""
+    for field_name, value in (("name", name), ("basename", basename), ("unit", unit)):
+        if value is not None and not isinstance(value, str):
+            raise ValueError(f"{mwhere}.{field_name}: expected a string")
+    uniq = _meta_int(meta, "uniq_id", int(key) if key.isdigit() else i, mwhere)
+    try:
+        handles[key] = builder.add(
+            None, kind, id=_meta_int(meta, "id", -1, mwhere), name=name or None,
+            basename=basename or None, rank=_meta_int(meta, "rank", -1, mwhere),
+            size=_meta_int(meta, "size", 1, mwhere), unit=unit, uniq_id=uniq,
+            properties={str(k): str(v) for k, v in props.items()})
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _add_edge(builder: GraphBuilder, handles: dict[str, int], i: int, edge: object) -> None:
+    """Attach the target of JGF edge ``i`` to its source, if it is a containment edge."""
+    where = f"jgf: edges[{i}]"
+    if not isinstance(edge, Mapping):
+        raise ValueError(f"{where}: expected an object")
+    if not _is_containment(edge):
+        return
+    ends = []
+    for end in ("source", "target"):
+        value = edge.get(end)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, str) or value not in handles:
+            raise ValueError(f"{where}.{end}: unknown vertex {value!r}")
+        ends.append(handles[value])
+    try:
+        builder.attach(ends[0], ends[1])
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
 
 
 def _vertex_doc(g: ResourceGraph, v: int, size: int, exclusive: bool) -> dict[str, Any]:

@@ -12,6 +12,11 @@ Per job the core keeps the event-sourced :class:`~fluxes.domain.job.record.JobRe
 plus runtime facts that are not events (an outstanding alloc request, the
 exec progress per rank, timers); the runtime facts are rebuilt after a
 restart from the pending inputs and by re-sending requests.
+
+Why one module: :class:`JobManagerCore` is the job manager's one state machine over
+every input (new jobs, scheduler responses, exec reports, control requests, timers),
+whose handlers share the per-job runtime facts; the parts that stand alone are apart
+already (dependencies, priority, queues, submission, feasibility).
 """
 
 from __future__ import annotations

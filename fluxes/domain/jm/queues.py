@@ -14,6 +14,10 @@ Three parts, all pure (the workers that call them own the I/O):
   which is event-sourced elsewhere.
 
 See ``docs/queues.md``.
+
+Why one module: the admin-state fold (the third part) could stand alone, but its initial
+states and checks come from :class:`QueueConfig` and admission reads its states, so
+apart the two modules would import each other.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Load one from flux-style TOML (``[[resource.config]]`` entries, plus our
 :class:`~fluxes.errors.ConfigError` naming the entry, e.g.
 ``resource.config[2].cores: invalid idset '0-': range '0-' has no end``.
 See ``docs/scheduler-pool.md``.
+
+Why one module: the two types and their two loaders (TOML, R) check the same fields with
+the same messages, through parsing helpers private to them.
 """
 
 from __future__ import annotations

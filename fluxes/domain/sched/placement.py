@@ -10,6 +10,10 @@ computed once per request shape and cached by the pool.
 defines and returns ``{rank: (cores, gpus, memory)}``, or None when the
 request does not fit.  An :class:`Overlay` subtracts planned reservations
 from what is free, so work started now cannot run into them.
+
+Why one module: Plan and Placer are two halves of one computation (the placer builds the
+plans, caches them and walks them) over the same node groups; apart, each would reach
+into the other's internals.
 """
 
 from __future__ import annotations
@@ -179,6 +183,33 @@ class _Group:
     ranks: IDSet
 
 
+def _slot_too_big(plan: Plan, groups: list[_Group], matching: str) -> str | None:
+    """Why one slot of *plan* fits on none of the node *groups* (one line), or None."""
+    max_c = max(grp.ncores for grp in groups)
+    max_g = max(grp.ngpus for grp in groups)
+    max_m = max(grp.memory for grp in groups)
+    max_sockets = max(len(grp.sockets) for grp in groups)
+    max_socket = max((max(grp.sockets, default=0) for grp in groups), default=0)
+    if plan.sk:
+        if plan.sk > max_sockets:
+            return (f"job requests {plan.sk} sockets per slot, nodes{matching} have at "
+                    f"most {max_sockets}")
+        if plan.cps > max_socket:
+            return (f"job requests {plan.cps} cores per socket, sockets{matching} have "
+                    f"at most {max_socket}")
+    elif plan.c > max_c:
+        return f"job requests {plan.c} cores per slot, nodes{matching} have at most {max_c}"
+    if plan.g > max_g:
+        return f"job requests {plan.g} gpus per slot, nodes{matching} have at most {max_g}"
+    if plan.m > max_m:
+        if max_m == 0:
+            return (f"job requests {format_size(plan.m)} memory per slot, no node"
+                    f"{matching} declares memory")
+        return (f"job requests {format_size(plan.m)} memory per slot, nodes{matching} "
+                f"have at most {format_size(max_m)}")
+    return None
+
+
 class Placer:
     """Plans and places requests for one inventory (its capacity never changes)."""
 
@@ -277,28 +308,9 @@ class Placer:
         if not cset:
             return f"no node matches {constraint}"
         groups = [grp for grp in self._groups if grp.ranks.intersects(cset)]
-        max_c = max(grp.ncores for grp in groups)
-        max_g = max(grp.ngpus for grp in groups)
-        max_m = max(grp.memory for grp in groups)
-        max_sockets = max(len(grp.sockets) for grp in groups)
-        max_socket = max((max(grp.sockets, default=0) for grp in groups), default=0)
-        if plan.sk:
-            if plan.sk > max_sockets:
-                return (f"job requests {plan.sk} sockets per slot, nodes{matching} have at "
-                        f"most {max_sockets}")
-            if plan.cps > max_socket:
-                return (f"job requests {plan.cps} cores per socket, sockets{matching} have "
-                        f"at most {max_socket}")
-        elif plan.c > max_c:
-            return f"job requests {plan.c} cores per slot, nodes{matching} have at most {max_c}"
-        if plan.g > max_g:
-            return f"job requests {plan.g} gpus per slot, nodes{matching} have at most {max_g}"
-        if plan.m > max_m:
-            if max_m == 0:
-                return (f"job requests {format_size(plan.m)} memory per slot, no node"
-                        f"{matching} declares memory")
-            return (f"job requests {format_size(plan.m)} memory per slot, nodes{matching} "
-                    f"have at most {format_size(max_m)}")
+        too_big = _slot_too_big(plan, groups, matching)
+        if too_big is not None:
+            return too_big
         slot = req.describe_slot()
         if plan.mode == MODE_SLOTS:
             if total_fit == 0:

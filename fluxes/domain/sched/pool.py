@@ -21,6 +21,10 @@ time windows overlap, memory held on a node never exceeds its size, a job
 holding a node exclusively holds all of it, and allocated plus available
 plus the idle resources of drained ranks is the inventory (available, as in
 flux, never counts drained ranks).  See ``docs/scheduler-pool.md``.
+
+Why one module: :class:`ResourcePool`'s methods keep the RFC 16 invariants over one
+shared state (free state, job table, reservations); placement (placement.py), the free
+state (state.py) and request shapes (shapes.py) are apart already.
 """
 
 from __future__ import annotations
@@ -570,16 +574,7 @@ class ResourcePool:
                 tfc += job.ncores
                 tfg += job.ngpus
                 if k:
-                    for r, part in job.parts.items():
-                        a = nfc[r]
-                        b = nfc[r] = a + len(part[0])
-                        if r in down or (static is not None and r not in static):
-                            continue
-                        if per_node:
-                            if a < k <= b:
-                                room += 1
-                        else:
-                            room += b // k - a // k
+                    room += _released_room(job.parts, nfc, k, per_node, down, static)
                 done += 1
             if plan.total_c > tfc or plan.total_g > tfg or (k and room < target):
                 continue
@@ -941,6 +936,24 @@ class ResourcePool:
             if not cores.issubset(st.fc[r]) or not gpus.issubset(st.fg[r]) or mem > st.fm[r]:
                 raise ValueError(f"{where}: job {job.jobid} overlaps another allocation on "
                                  f"rank {r}")
+
+
+def _released_room(parts: Mapping[int, Part], nfc: dict[int, int], k: int, per_node: bool,
+                   down: set[int], static: IDSet | None) -> int:
+    """Give ``parts``' cores back to the free-core counts ``nfc``; the room they add for
+    ``_walk``: nodes reaching ``k`` free cores (``per_node``), else slots of ``k`` cores."""
+    room = 0
+    for r, part in parts.items():
+        a = nfc[r]
+        b = nfc[r] = a + len(part[0])
+        if r in down or (static is not None and r not in static):
+            continue
+        if per_node:
+            if a < k <= b:
+                room += 1
+        else:
+            room += b // k - a // k
+    return room
 
 
 def _text(value: object, where: str) -> str:
