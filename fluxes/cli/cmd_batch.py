@@ -87,10 +87,7 @@ def merge_directives(args: argparse.Namespace, words: list[str]) -> argparse.Nam
     if not words:
         return args
     parser = _options_parser()
-    try:
-        found, extra = parser.parse_known_args(words)
-    except UsageError as exc:
-        raise UsageError(f"{exc}") from None
+    found, extra = parser.parse_known_args(words)
     if extra:
         raise UsageError(f"fluxes batch: directive: not an option: {' '.join(extra)}")
     defaults = vars(parser.parse_args([]))

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import redis
 
 from fluxes.domain.nested import child_namespace, child_resources
 from fluxes.env import ENV_URI
@@ -100,6 +101,12 @@ def run_child(command: Sequence[str], *, batch: bool,
         if node_rank == 0:
             return _leader(parent, jobid, uri, state, list(command), batch, stop)
         return _follower(parent, uri, node_rank, state, stop)
+    except redis.exceptions.NoPermissionError:
+        # A fluxes user's ACL reaches only the parent's keys: a child needs an ACL user
+        # scoped to its namespace, which the parent does not create yet (docs/nested.md).
+        raise FluxesError("child instance: this instance's Redis ACL user may not write "
+                          f"the child's keys ({uri.ns}); child instances need the instance "
+                          "owner's credentials for now (docs/nested.md)") from None
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
