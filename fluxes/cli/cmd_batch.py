@@ -24,11 +24,11 @@ from fluxes.cli.util import (
     job_id_arg,
     print_json,
 )
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 
 if TYPE_CHECKING:
     from fluxes.formats.jobspec import Jobspec
-    from fluxes.store.instance import Instance, InstanceURI
 
 #: The hidden command every task of a batch or alloc job runs.
 CHILD_COMMAND = "instance-child"
@@ -70,6 +70,7 @@ def register(subparsers: Any) -> None:
     cp.add_argument("--batch", action="store_true", help="run the job's batch script")
     cp.add_argument("command", nargs=argparse.REMAINDER, metavar="ARGS...")
     cp.set_defaults(func=_instance_child)
+    register_pstree(subparsers)
 
 
 # ------------------------------------------------------------------ options
@@ -289,3 +290,85 @@ def _instance_child(args: argparse.Namespace) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     return run_child(command, batch=args.batch)
+
+
+# ------------------------------------------------------------------ jobs -R, pstree
+
+def child_instance(inst: Instance, jobid: int) -> Instance | None:
+    """The child instance job ``jobid`` ran or runs (its keys are kept), else None."""
+    ns = inst.redis.hget(inst.keys.children, str(jobid))
+    return None if ns is None else instance_of(inst, ns.decode())
+
+
+def print_children(inst: Instance, jobid: int, fmt: Any, args: argparse.Namespace,
+                   depth: int) -> None:
+    """``fluxes jobs -R``: the jobs of job ``jobid``'s child instance (every user's,
+    with the listing's state filter), indented under it, and theirs below them."""
+    from fluxes.cli.cmd_jobs import select_jobs
+
+    child = child_instance(inst, jobid)
+    if child is None:
+        return
+    states = args.filter or ("active,inactive" if args.a else "active")
+    records = select_jobs(child, states=states, everyone=True)
+    _header, lines = fmt.render(vars(row) for row in _rows(records))
+    for rec, line in zip(records, lines, strict=True):
+        print("  " * depth + line)
+        print_children(child, rec.id, fmt, args, depth + 1)
+
+
+def _rows(records: list[Any]) -> list[Any]:
+    from fluxes.cli.cmd_jobs import iter_rows
+
+    return iter_rows(records)
+
+
+def instance_summary(child: Instance) -> str:
+    """``N running, M pending, K done`` from a child instance's job counters."""
+    from fluxes.store.joblist import JobListStore
+
+    counts = JobListStore(child.redis, child.keys).counters()
+    running = counts.get("state:RUN", 0) + counts.get("state:CLEANUP", 0)
+    pending = sum(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
+    done = counts.get("state:INACTIVE", 0)
+    stopped = child.redis.hexists(child.keys.instance, "stopped")
+    return (f"{running} running, {pending} pending, {done} inactive"
+            + (" (ended)" if stopped else ""))
+
+
+def register_pstree(subparsers: Any) -> None:
+    """Add ``pstree``."""
+    tp = subparsers.add_parser("pstree", **help_with_example(
+        "Show the tree of instances: batch and alloc jobs and the instances they run,\n"
+        "with each child's job counts.", ["fluxes pstree", "fluxes pstree -a"]))
+    tp.add_argument("-a", "--all", action="store_true",
+                    help="also instances that have ended (their jobs are kept)")
+    tp.set_defaults(func=_pstree)
+
+
+def _pstree(args: argparse.Namespace) -> int:
+    inst = instance(args)
+    print(".")
+    _tree(inst, args.all, "")
+    return 0
+
+
+def _tree(inst: Instance, everything: bool, indent: str) -> None:
+    """Print ``inst``'s child instances below it, depth first."""
+    children = sorted((int(k), v.decode()) for k, v in
+                      inst.redis.hgetall(inst.keys.children).items())
+    shown = []
+    for jobid, ns in children:
+        child = instance_of(inst, ns)
+        if everything or not child.redis.hexists(child.keys.instance, "stopped"):
+            shown.append((jobid, child))
+    for i, (jobid, child) in enumerate(shown):
+        last = i == len(shown) - 1
+        print(f"{indent}{'└── ' if last else '├── '}{fmt_id(jobid)}: "
+              f"{instance_summary(child)}")
+        _tree(child, everything, indent + ("    " if last else "│   "))
+
+
+def instance_of(inst: Instance, ns: str) -> Instance:
+    """The instance of namespace ``ns`` on ``inst``'s Redis (same connection)."""
+    return Instance(InstanceURI(inst.uri.redis_url, ns), client=inst.redis)

@@ -290,6 +290,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--stats", action="store_true", help="print job counts first")
     p.add_argument("--stats-only", action="store_true", help="print only job counts")
+    p.add_argument("-R", "--recursive", action="store_true",
+                   help="after each batch/alloc job, its child instance's jobs, indented")
     p.set_defaults(func=_jobs)
 
 
@@ -355,8 +357,15 @@ def _jobs(args: argparse.Namespace) -> int:
         print(stats_line(inst))
     if not args.no_header:
         print(header)
-    for line in lines:
+    if not getattr(args, "recursive", False):
+        for line in lines:
+            print(line)
+        return _report_missing(missing)
+    from fluxes.cli.cmd_batch import print_children
+
+    for rec, line in zip(records, lines, strict=True):
         print(line)
+        print_children(inst, rec.id, fmt, args, depth=1)
     return _report_missing(missing)
 
 

@@ -116,6 +116,19 @@ def test_batch_steps_run_in_the_allocation_and_the_exit_code_is_the_scripts(
     assert {good, bad} <= seen
     for jobid in (good, bad):
         assert not set(child_jobs(child_of(parent, jobid))) & seen
+    capsys.readouterr()
+    # jobs -R lists each child's jobs indented under its batch job; pstree shows the tree
+    assert main(["--uri", uri, "jobs", "-a", "-R", "-n", "-o", "{id.dec} {name}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    top = lines.index(f"{good} steps")
+    under = [line.strip().split()[0] for line in lines[top + 1:top + 12]]
+    assert sorted(map(int, under)) == child_jobs(child_of(parent, good))
+    assert all(line.startswith("  ") for line in lines[top + 1:top + 12])
+    assert main(["--uri", uri, "pstree"]) == 0
+    assert capsys.readouterr().out == ".\n"  # both children have ended
+    assert main(["--uri", uri, "pstree", "-a"]) == 0
+    tree = capsys.readouterr().out
+    assert f"{_f58(good)}: 0 running, 0 pending, 11 inactive (ended)" in tree
 
 
 def _f58(jobid: int) -> str:
