@@ -372,3 +372,15 @@ def _tree(inst: Instance, everything: bool, indent: str) -> None:
 def instance_of(inst: Instance, ns: str) -> Instance:
     """The instance of namespace ``ns`` on ``inst``'s Redis (same connection)."""
     return Instance(InstanceURI(inst.uri.redis_url, ns), client=inst.redis)
+
+
+def mark_instances(inst: Instance, rows: list[Any]) -> None:
+    """Fill the ``instance`` (the child's namespace) and ``instance_stats`` (its job
+    counts) fields of the ``fluxes jobs`` rows of batch and alloc jobs."""
+    for start in range(0, len(rows), 1000):
+        chunk = rows[start:start + 1000]
+        names = inst.redis.hmget(inst.keys.children, [str(int(r.id)) for r in chunk])
+        for row, ns in zip(chunk, names, strict=True):
+            if ns is not None:
+                row.instance = ns.decode()
+                row.instance_stats = instance_summary(instance_of(inst, row.instance))

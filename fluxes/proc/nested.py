@@ -22,6 +22,7 @@ outright takes its workers with it (they die with their parent).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -44,6 +45,7 @@ from fluxes.proc.launcher import READY_TIMEOUT_S, Launcher, _exit_code
 from fluxes.store.client import Client
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.jobhash import JobHashes
+from fluxes.store.keys import Keys
 
 #: How long the leader waits for the child's canceled jobs to end before stopping it.
 DRAIN_TIMEOUT_S = 10.0
@@ -123,9 +125,9 @@ def _leader(parent: Instance, jobid: int, uri: InstanceURI, state: Path,
                         partitions=1, resource_table=resources, exec_ranks=[0],
                         facts={"parent_ns": parent.keys.ns, "parent_jobid": jobid,
                                "parent_ranks": str(IDSet(ranks))})
-    launcher.start()
-    code = 0
+    code = 1  # what the job ends with if the child cannot be brought up
     try:
+        launcher.start()
         parent.redis.hset(parent.keys.children, str(jobid), uri.ns)
         child = Instance(uri, client_name="fluxes-child")
         if script is not None:
@@ -137,10 +139,13 @@ def _leader(parent: Instance, jobid: int, uri: InstanceURI, state: Path,
             code = _run_script(launcher, command, uri, stop)
         else:
             _wait_for_stop(launcher, child, stop)
+            code = 0
         _drain(child, DRAIN_TIMEOUT_SIGNALED_S if stop.signum else DRAIN_TIMEOUT_S)
-        child.redis.hset(child.keys.instance, mapping={STOPPED: repr(time.time()),
-                                                        EXIT_CODE: code})
     finally:
+        # whatever happened, the other nodes' tasks must learn that the child is over
+        with contextlib.suppress(redis.RedisError):
+            parent.redis.hset(Keys(uri.ns).instance, mapping={STOPPED: repr(time.time()),
+                                                              EXIT_CODE: code})
         launcher.stop()
     return code
 
@@ -169,8 +174,12 @@ def child_environment(uri: InstanceURI, environ: Mapping[str, str]) -> dict[str,
 def _run_script(launcher: Launcher, command: list[str], uri: InstanceURI, stop: _Stop) -> int:
     """Run the script in the child, supervising its workers; its exit code."""
     # Same process group as this task: the parent's kill signals reach the script too.
-    proc = subprocess.Popen(command, env=child_environment(uri, os.environ),
-                            stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.Popen(command, env=child_environment(uri, os.environ),
+                                stdin=subprocess.DEVNULL)
+    except OSError as exc:
+        print(f"fluxes: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 126
     signaled = False
     while True:
         try:

@@ -124,6 +124,9 @@ def test_batch_steps_run_in_the_allocation_and_the_exit_code_is_the_scripts(
     under = [line.strip().split()[0] for line in lines[top + 1:top + 12]]
     assert sorted(map(int, under)) == child_jobs(child_of(parent, good))
     assert all(line.startswith("  ") for line in lines[top + 1:top + 12])
+    assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec}:{instance_stats}"]) == 0
+    marked = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
+    assert marked[str(good)] == "0 running, 0 pending, 11 inactive (ended)"
     assert main(["--uri", uri, "pstree"]) == 0
     assert capsys.readouterr().out == ".\n"  # both children have ended
     assert main(["--uri", uri, "pstree", "-a"]) == 0
