@@ -172,6 +172,12 @@ def test_canceling_a_batch_job_ends_its_child_and_every_step(
                 break
         time.sleep(0.1)
     assert child is not None and _processes_with("sleep 3171 ").count("sleep 3171 ") == 2
+    # proxy connects a command to the running child: it sees the steps, the parent does not
+    env = dict(os.environ, FLUXES_URI=uri)
+    done = subprocess.run([FLUXES, "proxy", str(jobid), "fluxes", "jobs", "-n", "-o",
+                           "{name} {nnodes}"], env=env, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "sleep 1\nsleep 1\n"), done.stderr
     assert main(["--uri", uri, "cancel", str(jobid)]) == 0
     events = wait_ended(parent, jobid)
     assert any(n == "exception" and c.get("type") == "cancel" for n, c in events)
