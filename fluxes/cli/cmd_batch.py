@@ -71,6 +71,7 @@ def register(subparsers: Any) -> None:
     cp.add_argument("command", nargs=argparse.REMAINDER, metavar="ARGS...")
     cp.set_defaults(func=_instance_child)
     register_pstree(subparsers)
+    register_top(subparsers)
 
 
 # ------------------------------------------------------------------ options
@@ -384,3 +385,34 @@ def mark_instances(inst: Instance, rows: list[Any]) -> None:
             if ns is not None:
                 row.instance = ns.decode()
                 row.instance_stats = instance_summary(instance_of(inst, row.instance))
+
+
+def register_top(subparsers: Any) -> None:
+    """Add ``top``."""
+    tp = subparsers.add_parser("top", **help_with_example(
+        "The live view of an instance: resources and utilization, job counts, running and\n"
+        "pending jobs (batch and alloc jobs marked +), refreshed in place. Keys: j/k or the\n"
+        "arrows move, Enter goes into a + job's child instance, h goes up, q quits.",
+        ["fluxes top", "fluxes top ƒ2t6V2H", "fluxes top --interval 1"]))
+    tp.add_argument("id", nargs="?", type=job_id_arg, metavar="JOBID",
+                    help="start in this batch or alloc job's child instance")
+    tp.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                    help="refresh period (default 2)")
+    tp.add_argument("--iterations", type=int, default=None, metavar="N",
+                    help="stop after N frames (default: until q)")
+    tp.set_defaults(func=_top)
+
+
+def _top(args: argparse.Namespace) -> int:
+    from fluxes.cli import top
+
+    if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
+        raise UsageError("fluxes top: --interval must be > 0 and --iterations >= 1")
+    inst = instance(args)
+    if args.id is not None:
+        child = child_instance(inst, int(args.id))
+        if child is None:
+            die(f"job {fmt_id(int(args.id))} runs no instance (not a batch or alloc job, "
+                "or not started yet)")
+        inst = child
+    return top.run(inst, interval=args.interval, iterations=args.iterations)

@@ -209,3 +209,59 @@ def test_alloc_runs_a_command_in_a_new_allocation(launcher: Launcher) -> None:
     assert children  # the allocation was an instance, and it ended
     for jobid in children:
         wait_ended(parent, int(jobid))
+
+
+def test_top_shows_a_batch_job_and_descends_into_its_child_under_tmux(
+        launcher: Launcher, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    if shutil.which("tmux") is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is not installed, and CI is set")
+        pytest.skip("tmux is not installed")
+    uri = str(launcher.uri)
+    parent = Instance(launcher.uri)
+    script = tmp_path / "top.sh"
+    script.write_text("#!/bin/sh\nfluxes submit --job-name=inner sleep 3174\nsleep 3175\n")
+    jobid = batch(uri, capsys, "-N1", f"--output={tmp_path}/top.out", str(script))
+    tmux = ["tmux", "-u", "-L", f"fluxes-test-{os.getpid()}"]
+    command = " ".join(["env", f"FLUXES_URI='{uri}'",
+                        f"PYTHONPATH='{os.environ.get('PYTHONPATH', '')}'",
+                        FLUXES, "top", "--interval", "0.3"])
+
+    def screen(*wants: str) -> str:
+        """The pane once it shows everything wanted (the view refreshes every 0.3 s)."""
+        deadline = time.monotonic() + 60
+        text = ""
+        while time.monotonic() < deadline:
+            text = subprocess.run([*tmux, "capture-pane", "-p", "-t", "top"],
+                                  capture_output=True, text=True, check=False).stdout
+            if all(want in text for want in wants):
+                return text
+            time.sleep(0.2)
+        raise AssertionError(f"{wants!r} never shown:\n{text}")
+
+    try:
+        while not _processes_with("sleep 3174 "):
+            time.sleep(0.1)
+        subprocess.run([*tmux, "new-session", "-d", "-s", "top", "-x", "100", "-y", "30",
+                        command], check=True)
+        screen(f"+ {_f58(jobid):>13}", "fluxes top: fx\n", "] 1/4 used", "q quit")
+        subprocess.run([*tmux, "send-keys", "-t", "top", "Enter"], check=True)
+        # the child's job, seen from inside; its scheduler's status follows within moments
+        screen(f"fluxes top: {parent.keys.ns}.{jobid} (depth 1", " jobs 1 running",
+               "nodes [" + "#" * 30 + "] 1/1 used", "s inner", "q quit")
+        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+        screen("fluxes top: fx\n")
+        subprocess.run([*tmux, "send-keys", "-t", "top", "q"], check=True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and subprocess.run(
+                [*tmux, "has-session", "-t", "top"], capture_output=True,
+                check=False).returncode == 0:
+            time.sleep(0.1)
+        assert subprocess.run([*tmux, "has-session", "-t", "top"], capture_output=True,
+                              check=False).returncode != 0, "q did not end fluxes top"
+    finally:
+        subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
+        main(["--uri", uri, "cancel", str(jobid)])
+    wait_ended(parent, jobid)
