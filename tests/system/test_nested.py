@@ -265,3 +265,24 @@ def test_top_shows_a_batch_job_and_descends_into_its_child_under_tmux(
         subprocess.run([*tmux, "kill-server"], capture_output=True, check=False)
         main(["--uri", uri, "cancel", str(jobid)])
     wait_ended(parent, jobid)
+
+
+def test_a_drill_kills_a_childs_scheduler_and_the_child_recovers(
+        launcher: Launcher, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = str(launcher.uri)
+    parent = Instance(launcher.uri)
+    jobid = batch(uri, capsys, "-N1", f"--output={tmp_path}/drill.out", "--wrap",
+                  "sleep", "3176")
+    try:
+        deadline = time.monotonic() + 60
+        while not parent.redis.hexists(parent.keys.children, str(jobid)):
+            assert time.monotonic() < deadline, "the child instance never came up"
+            time.sleep(0.1)
+        child = child_of(parent, jobid)
+        # the leader task supervises the child's workers as fluxes start does
+        assert main(["drill", "--uri", str(child.uri), "--kill", "scheduler", "--rounds",
+                     "1", "--jobs", "20"]) == 0
+        assert "all invariants hold" in capsys.readouterr().out
+    finally:
+        main(["--uri", uri, "cancel", str(jobid)])
+    wait_ended(parent, jobid)
