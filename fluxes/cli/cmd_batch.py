@@ -1,5 +1,6 @@
-"""``fluxes batch``, ``fluxes alloc``, ``fluxes proxy`` and ``fluxes instance-child``:
-batch scripts and allocations run in a child instance (docs/nested.md)."""
+"""``fluxes batch``, ``fluxes alloc``, ``fluxes proxy``, ``fluxes pstree``, ``fluxes top``
+and ``fluxes instance-child``: batch scripts and allocations run in a child instance
+(docs/nested.md), and the views of the instance tree."""
 
 from __future__ import annotations
 
