@@ -1,6 +1,7 @@
 # Sourced by scripts/demo and scripts/test: makes a fresh Debian machine ready.
-# - installs redis-server, iproute2 (the multi-host test's network namespaces) and
-#   chromium (the web browser tests) from the OS packages when they are missing
+# - installs redis-server, iproute2 (the multi-host test's network namespaces),
+#   chromium (the web browser tests) and tmux (the fluxes top test) from the OS
+#   packages when they are missing
 #   (needs root or sudo)
 # - creates .venv and installs the locked dependencies (requirements.lock, with
 #   hashes) and fluxes itself (editable)
@@ -34,6 +35,12 @@ if ! command -v ip >/dev/null 2>&1; then
     # the multi-host system test builds hosts from network namespaces
     echo "setup: installing iproute2 from the OS packages" >&2
     apt_install iproute2 || echo "setup: could not install iproute2 (not root?); the multi-host test will skip" >&2
+fi
+
+if ! command -v tmux >/dev/null 2>&1; then
+    # the system test of fluxes top drives it in a tmux pane
+    echo "setup: installing tmux from the OS packages" >&2
+    apt_install tmux || echo "setup: could not install tmux (not root?); the fluxes top test will skip" >&2
 fi
 
 PY=${PYTHON:-python3}

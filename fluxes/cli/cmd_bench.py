@@ -73,6 +73,16 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_sched)
 
+    np_ = sub.add_parser("nested", **help_with_example(
+        "Child instances: time from submitting a 'fluxes batch -N2' script to its first\n"
+        "line, and the rate of N short jobs inside a 2-node child vs in the parent.",
+        ["fluxes bench nested", "fluxes bench nested --jobs 200 --json"]))
+    np_.add_argument("--jobs", type=int, default=1000, help="short jobs (default 1000)")
+    np_.add_argument("--starts", type=int, default=3, help="child starts timed (default 3)")
+    np_.add_argument("--exec", action="store_true", help="real 'true' processes")
+    np_.add_argument("--json", action="store_true")
+    np_.set_defaults(func=_nested)
+
     rt = sub.add_parser("retention", **help_with_example(
         "Retention: Redis memory per finished job with inactive jobs purged after\n"
         "--age-limit (the journal archived, message streams trimmed), read at 10%, 50%\n"
@@ -171,6 +181,16 @@ def _sched(args: argparse.Namespace) -> int:
     from fluxes.bench.common import report
 
     report(sched.run_graph() if args.graph else sched.run(), args.json)
+    return 0
+
+
+def _nested(args: argparse.Namespace) -> int:
+    from fluxes.bench import nested
+    from fluxes.bench.common import report
+
+    if args.jobs < 1 or args.starts < 1:
+        raise ValueError("--jobs and --starts must be >= 1")
+    report(nested.run(jobs=args.jobs, starts=args.starts, real=args.exec), args.json)
     return 0
 
 

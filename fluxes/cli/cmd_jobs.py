@@ -89,6 +89,10 @@ class Row:
         self.t_cleanup = job.t_cleanup
         self.t_inactive = job.t_inactive
         self.annotations: dict[str, Any] = dict(job.annotations or {})
+        #: The child instance a batch/alloc job runs (namespace) and its job counts
+        #: (filled by :func:`fluxes.cli.cmd_batch.mark_instances` when a listing names them).
+        self.instance: str | None = None
+        self.instance_stats: str | None = None
         self.t_submit_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.t_submit))
         end = job.t_cleanup or (now if job.state & JobState.RUNNING else None)
         self.runtime = (end - job.t_run) if job.t_run is not None and end is not None else 0.0
@@ -290,6 +294,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.add_argument("--stats", action="store_true", help="print job counts first")
     p.add_argument("--stats-only", action="store_true", help="print only job counts")
+    p.add_argument("-R", "--recursive", action="store_true",
+                   help="after each batch/alloc job, its child instance's jobs, indented")
     p.set_defaults(func=_jobs)
 
 
@@ -341,6 +347,10 @@ def _jobs(args: argparse.Namespace) -> int:
         queues = queue_states(inst)
     now = time.time()
     rows = [Row(rec, now, queues) for rec in records]
+    if fmt is not None and "instance" in FORMATS.get(args.format, args.format):
+        from fluxes.cli.cmd_batch import mark_instances
+
+        mark_instances(inst, rows)
     if fmt is None:
         if args.stats:
             print(stats_line(inst))
@@ -355,8 +365,15 @@ def _jobs(args: argparse.Namespace) -> int:
         print(stats_line(inst))
     if not args.no_header:
         print(header)
-    for line in lines:
+    if not getattr(args, "recursive", False):
+        for line in lines:
+            print(line)
+        return _report_missing(missing)
+    from fluxes.cli.cmd_batch import print_children
+
+    for rec, line in zip(records, lines, strict=True):
         print(line)
+        print_children(inst, rec.id, fmt, args, depth=1)
     return _report_missing(missing)
 
 

@@ -41,7 +41,7 @@ HEADERS = {
     "contextual_info": "INFO", "priority": "PRI", "urgency": "URG",
     "runtime_text": "RUNTIME", "nodelist": "NODELIST", "exit_code": "EXIT",
     "duration_text": "LIMIT", "t_submit_text": "SUBMITTED", "returncode": "RC",
-    "waitstatus": "WSTATUS",
+    "waitstatus": "WSTATUS", "instance": "INSTANCE", "instance_stats": "INSTANCE-JOBS",
     "sched.reason_pending": "REASON", "annotations.sched.reason_pending": "REASON",
     "sched.t_estimate": "T_ESTIMATE", "annotations.sched.t_estimate": "T_ESTIMATE",
     "sched.resource_summary": "RESOURCES", "annotations.sched.resource_summary": "RESOURCES",

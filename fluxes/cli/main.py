@@ -15,6 +15,7 @@ from fluxes import __version__
 from fluxes.cli import (
     cmd_account,
     cmd_admin,
+    cmd_batch,
     cmd_bench,
     cmd_drill,
     cmd_eventlog,
@@ -42,8 +43,8 @@ from fluxes.cli.util import (
     run_cli,
 )
 
-_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource, cmd_resource_query,
-           cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill, cmd_simulate,
+_GROUPS = (cmd_start, cmd_submit, cmd_batch, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
+           cmd_resource_query, cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill, cmd_simulate,
            cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web)
 
 #: What a first session looks like: start an instance, run and watch jobs.

@@ -85,9 +85,20 @@ class Launcher:
     credentials: Path | None = None
     #: Also run ``fluxes web`` on 127.0.0.1:web_port (``fluxes start --web``).
     web_port: int | None = None
+    #: The ``[resource]`` table to use instead of the configuration's (a child instance: its R).
+    resource_table: dict[str, Any] | None = None
+    #: The exec workers this launcher runs (None: every rank); a child instance runs its
+    #: other ranks' exec workers on their own nodes (fluxes/proc/nested.py).
+    exec_ranks: list[int] | None = None
+    #: Run (and record) the instance's services, not only exec workers.
+    services: bool = True
+    #: More instance facts to record (a child instance: its parent).
+    facts: dict[str, str | int] = field(default_factory=dict)
 
     def resources(self, config: InstanceConfig) -> dict[str, Any]:
-        """The ``[resource]`` table: from the configuration, else N simulated nodes."""
+        """The ``[resource]`` table: given, from the configuration, else N simulated nodes."""
+        if self.resource_table is not None:
+            return dict(self.resource_table)
         if config.resource:
             table = dict(config.resource)
             path = table.get("path")
@@ -113,8 +124,9 @@ class Launcher:
     def start(self) -> InstanceURI:
         """Start Redis (unless given) and every worker; return the instance URI."""
         config = InstanceConfig.from_toml(self.config_text)
-        resources = self.resources(config)
-        nranks = self.nranks(resources)
+        # exec workers alone (a child's other nodes) need not know the inventory
+        resources = self.resources(config) if self.services else {}
+        nranks = self.nranks(resources) if self.services else 0
         self.state_dir.mkdir(parents=True, exist_ok=True)
         if self.redis_url is None:
             url = self._start_server()
@@ -122,15 +134,17 @@ class Launcher:
             # the owner's credentials file may hold the shared Redis's password
             url = apply_credentials(self.redis_url)[0] or self.redis_url
         self.uri = InstanceURI(self._owner_credentials(url), self.namespace)
-        client = connect(url)
-        try:
-            self._record(client, config, resources)
-        finally:
-            client.close()
+        if self.services:
+            client = connect(url)
+            try:
+                self._record(client, config, resources)
+            finally:
+                client.close()
         self._define_workers(nranks)
         for spec in self.workers:
             self._spawn(spec)
-        self._wait_ready(url, nranks)
+        if self.services:
+            self._wait_ready(url, nranks)
         return self.uri
 
     def _wait_ready(self, url: str, nranks: int, timeout: float = READY_TIMEOUT_S) -> None:
@@ -231,24 +245,26 @@ class Launcher:
         record_instance(client, self.namespace, self.partitions, config, resources,
                         current_user(), {"supervisor_pid": os.getpid(),
                                          "supervisor_host": os.uname().nodename,
-                                         "state_dir": str(self.state_dir)})
+                                         "state_dir": str(self.state_dir), **self.facts})
 
     def _define_workers(self, nranks: int) -> None:
         uri = str(self.uri)
         base = [sys.executable, "-m", "workers"]
-        specs = [WorkerSpec("ingest", [*base, "ingest", "--uri", uri]),
-                 WorkerSpec("scheduler", [*base, "scheduler", "--uri", uri]),
-                 WorkerSpec("job-list", [*base, "job-list", "--uri", uri]),
-                 WorkerSpec("accounting", [*base, "accounting", "--uri", uri])]
-        for p in range(self.partitions):
+        specs: list[WorkerSpec] = []
+        if self.services:
+            specs += [WorkerSpec("ingest", [*base, "ingest", "--uri", uri]),
+                      WorkerSpec("scheduler", [*base, "scheduler", "--uri", uri]),
+                      WorkerSpec("job-list", [*base, "job-list", "--uri", uri]),
+                      WorkerSpec("accounting", [*base, "accounting", "--uri", uri])]
+        for p in range(self.partitions if self.services else 0):
             specs.append(WorkerSpec(f"job-manager-{p}", [*base, "job-manager", "--uri", uri,
                                                          "--partition", str(p)]))
         exec_dir = self.state_dir / "exec"
-        for rank in range(nranks):
+        for rank in range(nranks) if self.exec_ranks is None else self.exec_ranks:
             specs.append(WorkerSpec(f"exec-{rank}", [*base, "exec", "--uri", uri,
                                                      "--ranks", str(rank),
                                                      "--state-dir", str(exec_dir)]))
-        if self.web_port is not None:
+        if self.web_port is not None and self.services:
             specs.append(self._web_spec(uri))
         self.workers = specs
 

@@ -68,6 +68,12 @@ class Keys:
         return f"{self.g}:instance"
 
     @property
+    def children(self) -> str:
+        """Hash: jobid -> the namespace of the child instance the job runs (batch, alloc),
+        kept after the job ends so the child's jobs stay inspectable."""
+        return f"{self.g}:children"
+
+    @property
     def users(self) -> str:
         """Hash: user name -> uid, for every user allowed to submit."""
         return f"{self.g}:users"

@@ -1,0 +1,419 @@
+"""``fluxes batch``, ``fluxes alloc``, ``fluxes proxy``, ``fluxes pstree``, ``fluxes top``
+and ``fluxes instance-child``: batch scripts and allocations run in a child instance
+(docs/nested.md), and the views of the instance tree."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fluxes.cli.cmd_submit import add_job_options, build_jobspec
+from fluxes.cli.display import fmt_id
+from fluxes.cli.util import (
+    ArgumentParser,
+    UsageError,
+    die,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.keys import Keys
+
+if TYPE_CHECKING:
+    from fluxes.formats.jobspec import Jobspec
+
+#: The hidden command every task of a batch or alloc job runs.
+CHILD_COMMAND = "instance-child"
+#: How long ``alloc``/``proxy`` wait for a child instance to come up.
+WAIT_CHILD_S = 120.0
+
+
+def register(subparsers: Any) -> None:
+    """Add ``batch``, ``alloc``, ``proxy`` and ``instance-child``."""
+    bp = subparsers.add_parser("batch", **help_with_example(
+        "Submit a batch script: it runs in a child instance on the allocation, where\n"
+        "fluxes run/submit/jobs act within it. #FLUX: (RFC 36) and #SBATCH directives in\n"
+        "the script give options; the command line overrides them. Prints the job id.",
+        ["fluxes batch -N2 -t 1h job.sh arg1", "fluxes batch --wrap -N1 fluxes run hostname",
+         "fluxes batch --output=out.log --job-name=nightly nightly.sh"]))
+    add_job_options(bp)
+    bp.add_argument("--wrap", action="store_true", help="wrap COMMAND... in a /bin/sh script")
+    bp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
+    bp.add_argument("command", nargs=argparse.REMAINDER, metavar="SCRIPT [ARGS...]")
+    bp.set_defaults(func=_batch)
+
+    ap = subparsers.add_parser("alloc", **help_with_example(
+        "Allocate resources and run COMMAND (an interactive shell when stdin is a terminal)\n"
+        "connected to a child instance on them; the allocation ends with COMMAND.",
+        ["fluxes alloc -N2 -- fluxes run -N2 hostname", "fluxes alloc -N1"]))
+    add_job_options(ap)
+    ap.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
+    ap.set_defaults(func=_alloc)
+
+    pp = subparsers.add_parser("proxy", **help_with_example(
+        "Run COMMAND (default: a shell) connected to the child instance of a running\n"
+        "batch or alloc job.", ["fluxes proxy ƒ2t6V2H fluxes jobs", "fluxes proxy ƒ2t6V2H"]))
+    pp.add_argument("id", type=job_id_arg, metavar="JOBID")
+    pp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
+    pp.set_defaults(func=_proxy)
+
+    cp = subparsers.add_parser(CHILD_COMMAND, help=argparse.SUPPRESS,
+                               description="internal: a task of a batch or alloc job")
+    cp.add_argument("--batch", action="store_true", help="run the job's batch script")
+    cp.add_argument("command", nargs=argparse.REMAINDER, metavar="ARGS...")
+    cp.set_defaults(func=_instance_child)
+    register_pstree(subparsers)
+    register_top(subparsers)
+
+
+# ------------------------------------------------------------------ options
+
+def _options_parser() -> ArgumentParser:
+    """The job options alone, for reading a script's directives."""
+    parser = ArgumentParser(prog="fluxes batch: directive", add_help=False)
+    add_job_options(parser)
+    return parser
+
+
+def merge_directives(args: argparse.Namespace, words: list[str]) -> argparse.Namespace:
+    """``args`` with the options of ``words`` (a script's directives) filled in where
+    the command line left them unset; repeatable options get the directives' first."""
+    if not words:
+        return args
+    parser = _options_parser()
+    found, extra = parser.parse_known_args(words)
+    if extra:
+        raise UsageError(f"fluxes batch: directive: not an option: {' '.join(extra)}")
+    defaults = vars(parser.parse_args([]))
+    for dest, value in vars(found).items():
+        if dest.startswith("_") or value == defaults.get(dest):
+            continue
+        given = getattr(args, dest, None)
+        if isinstance(value, list):
+            setattr(args, dest, [*value, *(given or [])])
+        elif given == defaults.get(dest):
+            setattr(args, dest, value)
+    return args
+
+
+def allocation_jobspec(args: argparse.Namespace, child_args: list[str],
+                       script: str | None) -> Jobspec:
+    """The jobspec of a batch/alloc job: one ``instance-child`` task per node.
+
+    ``-N`` alone asks for whole nodes; ``-n``/``-c``/``-g`` ask for ``n`` slots of
+    ``c`` cores (and ``g`` GPUs each) spread evenly over the ``-N`` nodes (default 1).
+    """
+    from fluxes.proc.nested import SCRIPT_ATTRIBUTE
+
+    nodes = args.nodes if args.nodes is not None else 1
+    if nodes < 1:
+        die("-N/--nodes must be >= 1")
+    for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
+                        ("-g", args.gpus_per_task)):
+        if value is not None and value < 1:
+            die(f"{flag} must be >= 1")
+    whole = args.nodes is not None and args.ntasks is None and args.cores_per_task is None
+    slots = args.ntasks if args.ntasks is not None else 1
+    cores = math.ceil(slots * (args.cores_per_task or 1) / nodes)
+    gpus = math.ceil(slots * args.gpus_per_task / nodes) if args.gpus_per_task else None
+    shaped = argparse.Namespace(**vars(args))
+    shaped.nodes, shaped.ntasks, shaped.cores_per_task = nodes, nodes, cores
+    shaped.gpus_per_task = gpus
+    shaped.exclusive = bool(args.exclusive or whole)
+    command = [sys.executable, "-m", "fluxes.cli.main", CHILD_COMMAND]
+    if script is not None:
+        command.append("--batch")
+        shaped.setattr = [*args.setattr, f"system.{SCRIPT_ATTRIBUTE}.script=" + _as_json(script)]
+    return build_jobspec(shaped, [*command, "--", *child_args])
+
+
+def _as_json(text: str) -> str:
+    """``text`` as a JSON string (so --setattr keeps it a string, whatever it looks like)."""
+    import orjson
+
+    return orjson.dumps(text).decode()
+
+
+def _read_script(args: argparse.Namespace) -> tuple[str, list[str], str]:
+    """The script's text, its arguments and the job's default name."""
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if args.wrap:
+        if not command:
+            raise UsageError("fluxes batch: --wrap needs a COMMAND")
+        return "#!/bin/sh\n" + shlex.join(command) + "\n", [], "wrap"
+    if not command:
+        if sys.stdin.isatty():
+            raise UsageError("fluxes batch: no SCRIPT given (or pipe one on stdin, or --wrap)")
+        text, args_, name = sys.stdin.read(), [], "stdin"
+    else:
+        try:
+            text = Path(command[0]).read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            die(f"{command[0]}: {getattr(exc, 'strerror', None) or exc}")
+        args_, name = command[1:], os.path.basename(command[0])
+    if not text.startswith("#!"):
+        die(f"{name}: the script does not start with #! (e.g. #!/bin/sh), or use --wrap")
+    return text, args_, name
+
+
+def _batch(args: argparse.Namespace) -> int:
+    from fluxes.formats.directives import script_directives
+
+    text, script_args, name = _read_script(args)
+    try:
+        words = script_directives(text)
+    except ValueError as exc:
+        die(f"{name}: {exc}")
+    args = merge_directives(args, words)
+    if args.job_name is None:
+        args.job_name = name
+    if args.output is None:
+        # as flux batch: the script's output goes to a file named by the job id
+        args.output = "fluxes-{{id}}.out"
+    spec = allocation_jobspec(args, script_args, text)
+    if args.dry_run:
+        print_json(spec.to_dict())
+        return 0
+    jobid = _submit(args, spec)
+    print(fmt_id(jobid))
+    return 0
+
+
+def _submit(args: argparse.Namespace, spec: Jobspec) -> int:
+    from fluxes.domain.jm.priority import parse_urgency
+    from fluxes.store.client import Client
+
+    urgency = None if args.urgency is None else parse_urgency(args.urgency)
+    [result] = Client(instance(args)).submit([{"jobspec": spec, "urgency": urgency}])
+    if not isinstance(result, int):
+        die(result)
+    return result
+
+
+# ------------------------------------------------------------------ alloc, proxy
+
+def _child_command(command: list[str]) -> list[str]:
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        if not sys.stdin.isatty():
+            raise UsageError("fluxes: no COMMAND given and stdin is not a terminal "
+                             "(for a shell, run from a terminal)")
+        command = [os.environ.get("SHELL", "/bin/sh")]
+    return command
+
+
+def wait_for_child(inst: Instance, jobid: int, timeout: float = WAIT_CHILD_S) -> InstanceURI:
+    """The URI of job ``jobid``'s child instance once it is up; FluxesError when the
+    job ends first, is not an instance, or the wait times out."""
+    from fluxes.proc.nested import STOPPED, child_uri
+    from fluxes.store.jobhash import RESULT
+
+    uri = child_uri(inst, jobid)
+    deadline = time.monotonic() + timeout
+    while True:
+        ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
+            inst.redis.hget(inst.keys.job(jobid), RESULT)
+        if ns is not None:
+            if inst.redis.hexists(Keys(uri.ns).instance, STOPPED):
+                die(f"job {fmt_id(jobid)}: its instance has ended")
+            return uri
+        if result is not None:
+            die(f"job {fmt_id(jobid)} ended ({result.decode()}) before its instance started")
+        if time.monotonic() > deadline:
+            die(f"job {fmt_id(jobid)}: no instance after {timeout:g}s")
+        time.sleep(0.1)
+
+
+def _run_in(uri: InstanceURI, command: list[str]) -> int:
+    """Run ``command`` here with FLUXES_URI naming ``uri``; its exit code."""
+    from fluxes.proc.launcher import _exit_code
+    from fluxes.proc.nested import child_environment
+
+    try:
+        return _exit_code(subprocess.call(command, env=child_environment(uri, os.environ)))
+    except OSError as exc:
+        die(f"{command[0]}: {exc.strerror or exc}")
+
+
+def _alloc(args: argparse.Namespace) -> int:
+    from fluxes.proc.nested import STOP_REQUESTED
+    from fluxes.store.client import Client
+    from fluxes.store.jobhash import RESULT
+
+    command = _child_command(list(args.command))
+    inst = instance(args)
+    if args.job_name is None:
+        args.job_name = "alloc"
+    spec = allocation_jobspec(args, [], None)
+    jobid = _submit(args, spec)
+    try:
+        uri = wait_for_child(inst, jobid)
+    except BaseException:
+        Client(inst).cancel([jobid], note="fluxes alloc gave up")
+        raise
+    try:
+        code = _run_in(uri, command)
+    finally:
+        inst.redis.hset(Keys(uri.ns).instance, STOP_REQUESTED, repr(time.time()))
+    deadline = time.monotonic() + 60
+    while inst.redis.hget(inst.keys.job(jobid), RESULT) is None:
+        if time.monotonic() > deadline:
+            print(f"fluxes: job {fmt_id(jobid)} did not end within 60s", file=sys.stderr)
+            break
+        time.sleep(0.1)
+    return code
+
+
+def _proxy(args: argparse.Namespace) -> int:
+    inst = instance(args)
+    if inst.redis.hget(inst.keys.children, str(int(args.id))) is None:
+        die(f"job {fmt_id(int(args.id))} runs no instance (not a batch or alloc job, "
+            "or not started yet)")
+    uri = wait_for_child(inst, int(args.id), timeout=0)
+    return _run_in(uri, _child_command(list(args.command)))
+
+
+def _instance_child(args: argparse.Namespace) -> int:
+    from fluxes.proc.nested import run_child
+
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    return run_child(command, batch=args.batch)
+
+
+# ------------------------------------------------------------------ jobs -R, pstree
+
+def child_instance(inst: Instance, jobid: int) -> Instance | None:
+    """The child instance job ``jobid`` ran or runs (its keys are kept), else None."""
+    ns = inst.redis.hget(inst.keys.children, str(jobid))
+    return None if ns is None else instance_of(inst, ns.decode())
+
+
+def print_children(inst: Instance, jobid: int, fmt: Any, args: argparse.Namespace,
+                   depth: int) -> None:
+    """``fluxes jobs -R``: the jobs of job ``jobid``'s child instance (every user's,
+    with the listing's state filter), indented under it, and theirs below them."""
+    from fluxes.cli.cmd_jobs import select_jobs
+
+    child = child_instance(inst, jobid)
+    if child is None:
+        return
+    states = args.filter or ("active,inactive" if args.a else "active")
+    records = select_jobs(child, states=states, everyone=True)
+    _header, lines = fmt.render(vars(row) for row in _rows(records))
+    for rec, line in zip(records, lines, strict=True):
+        print("  " * depth + line)
+        print_children(child, rec.id, fmt, args, depth + 1)
+
+
+def _rows(records: list[Any]) -> list[Any]:
+    from fluxes.cli.cmd_jobs import iter_rows
+
+    return iter_rows(records)
+
+
+def instance_summary(child: Instance) -> str:
+    """``N running, M pending, K done`` from a child instance's job counters."""
+    from fluxes.store.joblist import JobListStore
+
+    counts = JobListStore(child.redis, child.keys).counters()
+    running = counts.get("state:RUN", 0) + counts.get("state:CLEANUP", 0)
+    pending = sum(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
+    done = counts.get("state:INACTIVE", 0)
+    stopped = child.redis.hexists(child.keys.instance, "stopped")
+    return (f"{running} running, {pending} pending, {done} inactive"
+            + (" (ended)" if stopped else ""))
+
+
+def register_pstree(subparsers: Any) -> None:
+    """Add ``pstree``."""
+    tp = subparsers.add_parser("pstree", **help_with_example(
+        "Show the tree of instances: batch and alloc jobs and the instances they run,\n"
+        "with each child's job counts.", ["fluxes pstree", "fluxes pstree -a"]))
+    tp.add_argument("-a", "--all", action="store_true",
+                    help="also instances that have ended (their jobs are kept)")
+    tp.set_defaults(func=_pstree)
+
+
+def _pstree(args: argparse.Namespace) -> int:
+    inst = instance(args)
+    print(".")
+    _tree(inst, args.all, "")
+    return 0
+
+
+def _tree(inst: Instance, everything: bool, indent: str) -> None:
+    """Print ``inst``'s child instances below it, depth first."""
+    children = sorted((int(k), v.decode()) for k, v in
+                      inst.redis.hgetall(inst.keys.children).items())
+    shown = []
+    for jobid, ns in children:
+        child = instance_of(inst, ns)
+        if everything or not child.redis.hexists(child.keys.instance, "stopped"):
+            shown.append((jobid, child))
+    for i, (jobid, child) in enumerate(shown):
+        last = i == len(shown) - 1
+        print(f"{indent}{'└── ' if last else '├── '}{fmt_id(jobid)}: "
+              f"{instance_summary(child)}")
+        _tree(child, everything, indent + ("    " if last else "│   "))
+
+
+def instance_of(inst: Instance, ns: str) -> Instance:
+    """The instance of namespace ``ns`` on ``inst``'s Redis (same connection)."""
+    return Instance(InstanceURI(inst.uri.redis_url, ns), client=inst.redis)
+
+
+def mark_instances(inst: Instance, rows: list[Any]) -> None:
+    """Fill the ``instance`` (the child's namespace) and ``instance_stats`` (its job
+    counts) fields of the ``fluxes jobs`` rows of batch and alloc jobs."""
+    for start in range(0, len(rows), 1000):
+        chunk = rows[start:start + 1000]
+        names = inst.redis.hmget(inst.keys.children, [str(int(r.id)) for r in chunk])
+        for row, ns in zip(chunk, names, strict=True):
+            if ns is not None:
+                row.instance = ns.decode()
+                row.instance_stats = instance_summary(instance_of(inst, row.instance))
+
+
+def register_top(subparsers: Any) -> None:
+    """Add ``top``."""
+    tp = subparsers.add_parser("top", **help_with_example(
+        "The live view of an instance: resources and utilization, job counts, running and\n"
+        "pending jobs (batch and alloc jobs marked +), refreshed in place. Keys: j/k or the\n"
+        "arrows move, Enter goes into a + job's child instance, h goes up, q quits.",
+        ["fluxes top", "fluxes top ƒ2t6V2H", "fluxes top --interval 1"]))
+    tp.add_argument("id", nargs="?", type=job_id_arg, metavar="JOBID",
+                    help="start in this batch or alloc job's child instance")
+    tp.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+                    help="refresh period (default 2)")
+    tp.add_argument("--iterations", type=int, default=None, metavar="N",
+                    help="stop after N frames (default: until q)")
+    tp.set_defaults(func=_top)
+
+
+def _top(args: argparse.Namespace) -> int:
+    from fluxes.cli import top
+
+    if args.interval <= 0 or (args.iterations is not None and args.iterations < 1):
+        raise UsageError("fluxes top: --interval must be > 0 and --iterations >= 1")
+    inst = instance(args)
+    if args.id is not None:
+        child = child_instance(inst, int(args.id))
+        if child is None:
+            die(f"job {fmt_id(int(args.id))} runs no instance (not a batch or alloc job, "
+                "or not started yet)")
+        inst = child
+    return top.run(inst, interval=args.interval, iterations=args.iterations)

@@ -1,0 +1,56 @@
+"""Nested instances, pure: a child's namespace and its inventory from the parent job's R.
+
+A batch job or an allocation runs a child instance inside the job's
+allocation, on the parent's Redis under a namespace of its own (so its own
+hash tag: on a Redis Cluster the child's keys may live on another shard).
+The child's execution targets are the job's ranks renumbered from 0, in
+the parent's rank order, keeping hostnames, cores and GPUs, as a flux
+child instance numbers its brokers (docs/nested.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from fluxes.formats.rset import ResourceSet
+
+#: Separates a parent namespace from the child's job id in the child's namespace.
+CHILD_SEP = "."
+
+
+def child_namespace(parent_ns: str, jobid: int) -> str:
+    """The namespace of the child instance run by job ``jobid`` of instance ``parent_ns``."""
+    if jobid < 0:
+        raise ValueError(f"child namespace: job id must be >= 0, got {jobid}")
+    return f"{parent_ns}{CHILD_SEP}{jobid}"
+
+
+def parent_of(ns: str) -> tuple[str, int] | None:
+    """The parent namespace and job id of a child namespace; None for a top instance."""
+    head, sep, tail = ns.rpartition(CHILD_SEP)
+    if not sep or not head or not tail.isdigit():
+        return None
+    return head, int(tail)
+
+
+def child_resources(R: Mapping[str, Any] | str | bytes) -> tuple[dict[str, Any], list[int]]:  # noqa: N803
+    """The child's ``[resource]`` table (one ``config`` entry per rank of the job's R, in
+    rank order, so child rank i is the job's i-th rank) and, by child rank, the parent
+    rank it stands for. Ranks keep their hostnames (``rank<N>`` when R has none, or
+    when two ranks share one), cores and GPUs. ValueError for an R without ranks."""
+    parent = ResourceSet(R)
+    ranks = sorted(parent.ranks)
+    if not ranks:
+        raise ValueError("child instance: the job's R holds no ranks")
+    names = [parent.hostname(r) for r in ranks]
+    if None in names or len(set(names)) != len(names):
+        names = [f"rank{r}" for r in ranks]
+    entries: list[dict[str, Any]] = []
+    for rank, name in zip(ranks, names, strict=True):
+        entry: dict[str, Any] = {"hosts": name, "cores": parent.cores(rank).encode()}
+        gpus = parent.gpus(rank)
+        if gpus:
+            entry["gpus"] = gpus.encode()
+        entries.append(entry)
+    return {"config": entries}, ranks
