@@ -44,7 +44,7 @@ import redis
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Start
+from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Signal, Start
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
@@ -363,6 +363,9 @@ class ExecWorker(Worker):
             case Kill(id=jobid, signal=sig):
                 signal_tasks(self.table.kill(box, rank, jobid, sig, time.time(),
                                              time.monotonic(), self.kill_grace), sig)
+                return
+            case Signal(id=jobid, signal=sig):
+                signal_tasks(self.table.signal(rank, jobid), sig)
                 return
             case Start(id=jobid):
                 pass

@@ -65,7 +65,7 @@ from fluxes.store import jobhash
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
-from fluxes.store.keys import GROUP_INGEST
+from fluxes.store.keys import GROUP_INGEST, Keys
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
@@ -442,7 +442,7 @@ class IngestWorker(Worker):
                     answer = proto.encode_reply(proto.Reply(errors=[error]))
                 else:
                     answer = b""  # the job manager answers
-                    for part in {keys.partition_of(j) for j in _control_ids(request)}:
+                    for part in _control_parts(keys, request):
                         self._forwarded.setdefault(part, set()).add(
                             _record_name(pending.user, request))
             answers[n] = answer
@@ -634,7 +634,9 @@ class IngestWorker(Worker):
                 return None
             case proto.RaiseOnJobs(type=etype) if not etype:
                 return "raise request needs a type"
-            case proto.CancelJobs(ids=ids) | proto.RaiseOnJobs(ids=ids):
+            case proto.KillAll():
+                return self._forward_killall(request, uid, reply_key, forwards)
+            case proto.CancelJobs(ids=ids) | proto.RaiseOnJobs(ids=ids) | proto.SignalJobs(ids=ids):
                 pass
             case _:
                 return "submit requests are not forwarded"
@@ -646,12 +648,28 @@ class IngestWorker(Worker):
             if isinstance(request, proto.CancelJobs):
                 msg = proto.CancelRequest(ids=part_ids, userid=uid, note=request.note,
                                           reply=reply_key)
+            elif isinstance(request, proto.SignalJobs):
+                msg = proto.SignalRequest(ids=part_ids, userid=uid, signal=request.signal,
+                                          reply=reply_key)
             else:
                 assert isinstance(request, proto.RaiseOnJobs)
                 msg = proto.RaiseRequest(ids=part_ids, userid=uid, type=request.type,
                                          severity=request.severity, note=request.note,
                                          reply=reply_key)
             forwards.setdefault(part, []).append(msg)
+        return None
+
+    def _forward_killall(self, request: proto.KillAll, uid: int, reply_key: str,
+                         forwards: dict[int, list[proto.Control]]) -> str | None:
+        """Send a ``job killall`` to every partition's job manager (each answers for
+        its jobs); only the instance owner may name another user or all of them."""
+        target = -1 if request.all_users else uid if request.user is None else request.user
+        if uid not in (target, self.owner_uid):
+            return "permission denied: only the instance owner may signal other users' jobs"
+        for part in range(self.keys.partitions):
+            forwards.setdefault(part, []).append(proto.KillAllRequest(
+                userid=uid, target=target, signal=request.signal, dry_run=request.dry_run,
+                reply=reply_key))
         return None
 
     def _commit(self, batches: dict[int, Batch], new_msgs: dict[int, list[proto.New]],
@@ -746,13 +764,18 @@ def _reused(request: proto.Request) -> str:
             "hours: send it with a new one")
 
 
-def _control_ids(request: proto.Request) -> list[int]:
-    """The job ids a control request names (its partitions get its record)."""
+def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
+    """The partitions a control request goes to (each gets its record): those of the
+    job ids it names, or all of them (``job killall``)."""
+    if isinstance(request, proto.KillAll):
+        return set(range(keys.partitions))
     if isinstance(request, proto.SetUrgency):
-        return [request.id]
-    if isinstance(request, proto.CancelJobs | proto.RaiseOnJobs):
-        return list(request.ids)
-    return []
+        ids = [request.id]
+    elif isinstance(request, proto.CancelJobs | proto.RaiseOnJobs | proto.SignalJobs):
+        ids = list(request.ids)
+    else:
+        ids = []
+    return {keys.partition_of(j) for j in ids}
 
 
 def _item_dict(item: proto.SubmitItem) -> dict[str, Any]:

@@ -207,6 +207,70 @@ def test_cancel_running_job_kills_it() -> None:
     assert job.result == JobResult.CANCELED and job.exit_code == 128 + 15
 
 
+def test_signal_request_goes_to_every_rank_and_the_job_runs_on() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.hello()
+    h.allocs()
+    h.grant(1, ranks="0-1")
+    h.exec_report(1, 0, started=True)
+    h.exec_report(1, 1, started=True)
+    before = list(h.log[1])
+    h.step(h.core.on_ctl, {"t": "signal-request", "ids": [1], "userid": OTHER, "signal": 10,
+                           "reply": "r"})
+    assert h.replies[-1] == {"ok": [1], "errors": []}
+    assert h.exec[0][-1] == h.exec[1][-1] == {"t": "signal", "id": 1, "signal": 10}
+    assert h.log[1] == before and h.state(1) == JobState.RUN  # no event: it runs on
+    # the instance owner may signal it too
+    h.step(h.core.on_ctl, {"t": "signal-request", "ids": [1], "userid": OWNER, "reply": "r"})
+    assert h.replies[-1]["ok"] == [1] and h.exec[0][-1]["signal"] == 15
+
+
+def test_signal_request_refusals() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.submit(2, userid=3000)
+    h.hello()
+    h.allocs()
+    h.grant(2)
+    h.step(h.core.on_ctl, {"t": "signal-request", "ids": [1, 2, 99], "userid": OTHER,
+                           "signal": 10, "reply": "r"})
+    assert h.replies[-1]["ok"] == []
+    errors = h.replies[-1]["errors"]
+    assert errors[0].endswith(": job is not running")
+    assert errors[1].endswith(": permission denied")
+    assert errors[2].endswith(": job is inactive or unknown")
+    assert not any(m["t"] == "signal" for msgs in h.exec.values() for m in msgs)
+
+
+def test_killall_signals_the_targets_running_jobs_or_only_names_them() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.submit(2, userid=3000)
+    h.submit(3, userid=OTHER)  # pending: not matched
+    h.hello()
+    h.allocs()
+    h.grant(1, ranks="0")
+    h.grant(2, ranks="1")
+
+    def signals() -> list[tuple[int, int]]:
+        return [(r, m["id"]) for r, msgs in h.exec.items() for m in msgs if m["t"] == "signal"]
+
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OTHER, "target": OTHER,
+                           "dry_run": True, "reply": "r"})
+    assert h.replies[-1]["ok"] == [1] and signals() == []
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OTHER, "target": OTHER,
+                           "signal": 10, "reply": "r"})
+    assert h.replies[-1]["ok"] == [1] and signals() == [(0, 1)]
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OTHER, "target": -1,
+                           "reply": "r"})
+    assert "permission denied" in h.replies[-1]["errors"][0] and signals() == [(0, 1)]
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OWNER, "target": -1,
+                           "reply": "r"})
+    assert sorted(h.replies[-1]["ok"]) == [1, 2] and sorted(signals()) == [(0, 1), (0, 1),
+                                                                           (1, 2)]
+
+
 def test_users_cancel_only_their_own_jobs() -> None:
     h = Harness()
     h.submit(1, userid=OTHER)

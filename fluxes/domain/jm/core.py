@@ -55,6 +55,7 @@ from fluxes.messages import (
     Hello,
     HelloReply,
     Kill,
+    KillAllRequest,
     LostRanks,
     New,
     Prioritize,
@@ -66,7 +67,10 @@ from fluxes.messages import (
     SchedError,
     SchedRequest,
     SchedResponse,
+    Signal,
+    SignalRequest,
     Start,
+    UpdateRequest,
     UrgencyRequest,
 )
 
@@ -747,7 +751,8 @@ class JobManagerCore:
     # ------------------------------------------------------------ user requests
 
     def on_ctl(self, fx: Effects, msg: Control, ack: Ack | None = None) -> None:
-        """A forwarded user request (cancel, urgency, raise), lost ranks or a queue change."""
+        """A forwarded user request (cancel, urgency, raise, signal), lost ranks or a
+        queue change."""
         userid = getattr(msg, "userid", 0)
         if userid < 0:
             # events record the requester's userid, and replay refuses a negative one
@@ -768,6 +773,12 @@ class JobManagerCore:
                 answer = self._raise_many(fx, ids, userid, etype, severity, note)
             case UrgencyRequest(id=jobid, urgency=urgency, userid=userid):
                 answer = self._urgency(fx, jobid, urgency, userid)
+            case SignalRequest(ids=ids, userid=userid, signal=sig):
+                answer = self._signal_many(fx, ids, userid, sig)
+            case KillAllRequest(userid=userid, target=target, signal=sig, dry_run=dry_run):
+                answer = self._killall(fx, userid, target, sig, dry_run)
+            case UpdateRequest(id=jobid):
+                answer = Reply(ok=[], errors=[f"{_show_id(jobid)}: updates are not supported"])
             case QueuesChanged(stopped=stopped):
                 if stopped is not None:
                     self.set_stopped_queues(fx, set(stopped))
@@ -831,6 +842,48 @@ class JobManagerCore:
             self._advance(fx, act)
             done.append(jobid)
         return Reply(ok=done, errors=errors)
+
+    def _signal(self, fx: Effects, act: Active, sig: int) -> None:
+        """Ask the exec worker of each of the job's ranks to signal its tasks there."""
+        assert act.ranks is not None
+        for rank in act.ranks:
+            fx.exec.setdefault(rank, []).append(Signal(id=act.rec.id, signal=sig))
+
+    def _signal_many(self, fx: Effects, ids: list[int], userid: int, sig: int) -> Reply:
+        """``fluxes job kill``: signal the tasks of running jobs; the jobs go on."""
+        errors = []
+        done = []
+        for jobid in ids:
+            act = self.jobs.get(jobid)
+            if act is None or act.job.state is _INACTIVE:
+                errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
+            elif userid not in (self.owner_uid, act.job.userid):
+                errors.append(f"{_show_id(jobid)}: permission denied")
+            elif act.job.state is not _RUN or act.ranks is None:
+                errors.append(f"{_show_id(jobid)}: job is not running")
+            else:
+                self._signal(fx, act, sig)
+                done.append(jobid)
+        return Reply(ok=done, errors=errors)
+
+    def _killall(self, fx: Effects, userid: int, target: int, sig: int,
+                 dry_run: bool) -> Reply:
+        """``fluxes job killall``: signal every running job of ``target`` (-1: of
+        every user), or only name them (``dry_run``); only the instance owner may
+        name another user's jobs."""
+        if userid not in (target, self.owner_uid):
+            return Reply(ok=[], errors=["permission denied: only the instance owner may "
+                                        "signal other users' jobs"])
+        matched = []
+        for act in self.jobs.values():
+            if act.job.state is not _RUN or act.ranks is None:
+                continue
+            if target not in (-1, act.job.userid):
+                continue
+            if not dry_run:
+                self._signal(fx, act, sig)
+            matched.append(act.rec.id)
+        return Reply(ok=matched)
 
     def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> Reply:
         act = self.jobs.get(jobid)
