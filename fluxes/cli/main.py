@@ -28,6 +28,7 @@ from fluxes.cli import (
     cmd_start,
     cmd_status,
     cmd_submit,
+    cmd_update,
     cmd_web,
     cmd_worker,
 )
@@ -42,7 +43,8 @@ from fluxes.cli.util import (
     run_cli,
 )
 
-_GROUPS = (cmd_start, cmd_submit, cmd_jobs, cmd_job, cmd_queue, cmd_resource, cmd_resource_query,
+_GROUPS = (cmd_start, cmd_submit, cmd_update, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
+           cmd_resource_query,
            cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill, cmd_simulate,
            cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web)
 

@@ -85,9 +85,6 @@ class HeldJob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     userid: int = 0
     #: its ranks, so the scheduler can keep them out of use if its R is unreadable
     ranks: str | None = None
-    #: its end when a ``resource-update`` moved it (``fluxes update`` of a running
-    #: job): it replaces the stored R's expiration
-    expiration: float | None = None
 
 
 class HelloReply(Message, tag="hello-reply", frozen=True):

@@ -152,6 +152,8 @@ class Client:
             merged["errors"] += answer.errors or []
             if answer.old is not None:
                 merged["old"] = answer.old
+            if answer.updates is not None:
+                merged["updates"] = answer.updates
             if answer.ok is None and answer.errors:
                 break  # the ingest refused the whole request: no job manager answers
         return merged
@@ -182,6 +184,14 @@ class Client:
                                 dry_run=dry_run)
         # every partition's job manager answers for its own jobs
         return self._control(request, [], timeout, answers=self.keys.partitions)
+
+    def update(self, jobid: int, updates: Mapping[str, Any], dry_run: bool = False,
+               timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """Update a job's jobspec (``flux update``): ``updates`` maps keys (``duration``,
+        ``queue``, ``name``) to values; the answer's ``updates`` says what was (dry run:
+        would be) applied."""
+        return self._control(proto.UpdateJob(req=_req(), id=jobid, updates=dict(updates),
+                                              dry_run=dry_run), [jobid], timeout)
 
     def urgency(self, jobid: int, urgency: int,
                 timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:

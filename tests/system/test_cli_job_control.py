@@ -1,5 +1,6 @@
-"""Commands that act on jobs already submitted (``job kill``, ``job killall``), on one
-real instance shared by this module."""
+"""Commands that act on jobs already submitted (``job kill``, ``job killall``,
+``update``), on one real instance shared by this module (2 nodes x 4 cores, queues
+``batch``, the default, and ``short``, whose jobs may last 10 minutes at most)."""
 
 from __future__ import annotations
 
@@ -19,12 +20,26 @@ pytestmark = pytest.mark.system
 PATIENCE_S = 60.0
 
 
+CONFIG = """
+[exec]
+kill-timeout = "2s"
+
+[policy.jobspec.defaults.system]
+queue = "batch"
+
+[queues.batch]
+
+[queues.short]
+policy.limits.duration = "10m"
+"""
+
+
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    """This module's instance (2 nodes x 4 cores)."""
+    """This module's instance."""
     from tests.system.conftest import running_instance
 
-    with running_instance() as inst:
+    with running_instance(config_text=CONFIG) as inst:
         yield inst
 
 
@@ -81,3 +96,57 @@ def test_job_kill_of_a_job_not_running_is_an_error(
     assert cli(uri, "job", "kill", "-s", "NOSUCH", str(held)) == 2
     assert "unknown signal 'NOSUCH'" in capsys.readouterr().err
     assert cli(uri, "cancel", str(held)) == 0
+
+
+def eventlog(uri: str, capsys: pytest.CaptureFixture[str], jobid: int) -> list[str]:
+    """The job's eventlog lines, without their timestamps."""
+    capsys.readouterr()
+    assert cli(uri, "job", "eventlog", str(jobid)) == 0
+    return [line.split(" ", 1)[1] for line in capsys.readouterr().out.splitlines()]
+
+
+def test_update_of_a_pending_job_is_checked_and_recorded(
+        uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    jobid = submit(uri, capsys, "--urgency=hold", "-t", "5m", "true")
+    assert cli(uri, "update", "-n", str(jobid), "duration=+1m") == 0
+    assert capsys.readouterr().out == '{"attributes.system.duration":360.0}\n'
+    # all or nothing: the name is fine, the duration is over the new queue's limit
+    assert cli(uri, "update", str(jobid), "name=renamed", "queue=short", "duration=+1h") == 1
+    assert "duration" in capsys.readouterr().err
+    assert cli(uri, "update", str(jobid), "bogus=1") == 1
+    assert "updating 'bogus' is not supported" in capsys.readouterr().err
+    assert not any("jobspec-update" in line for line in eventlog(uri, capsys, jobid))
+
+    assert cli(uri, "update", str(jobid), "name=renamed", "queue=short", "duration=+2m") == 0
+    updates = [line for line in eventlog(uri, capsys, jobid) if "jobspec-update" in line]
+    assert updates == ['jobspec-update attributes.system.job.name="renamed" '
+                       'attributes.system.queue="short" attributes.system.duration=420.0']
+    # the next relative update starts from the updated duration
+    assert cli(uri, "update", "-n", str(jobid), "duration=-1m") == 0
+    assert capsys.readouterr().out == '{"attributes.system.duration":360.0}\n'
+    # released, it runs in its new queue under its new name
+    assert cli(uri, "job", "urgency", str(jobid), "default") == 0
+    assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) == 0
+    capsys.readouterr()
+    assert cli(uri, "jobs", "-n", "-o", "{name} {queue} {duration}", str(jobid)) == 0
+    assert capsys.readouterr().out.split() == ["renamed", "short", "420.0"]
+
+
+def test_update_of_a_running_job_moves_its_time_limit(
+        uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    jobid = submit(uri, capsys, "--cwd", str(tmp_path), "-t", "1h", "sh", "-c",
+                   "touch ready; sleep 60")
+    wait_for(tmp_path / "ready")
+    assert cli(uri, "update", str(jobid), "queue=short") == 1
+    assert "only the duration of a running job" in capsys.readouterr().err
+    assert cli(uri, "update", str(jobid), "duration=+1h") == 0
+    lines = eventlog(uri, capsys, jobid)
+    alloc = [line for line in lines if line.startswith("alloc")]
+    assert alloc and [line for line in lines if line.startswith("resource-update")]
+    # shortened to 1s, its time limit (already passed) ends it at once
+    assert cli(uri, "update", str(jobid), "duration=1") == 0
+    assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) == 1
+    lines = eventlog(uri, capsys, jobid)
+    assert [line.split()[0] for line in lines if line.startswith("resource-update")] == \
+        ["resource-update"] * 2
+    assert any(line.startswith("exception type=\"timelimit\"") for line in lines)
