@@ -4,6 +4,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fluxes.cli.main import main
-from fluxes.formats.jobid import parse
+from fluxes.formats.jobid import encode, parse
 from fluxes.proc.launcher import Launcher
 
 pytestmark = pytest.mark.system
@@ -150,3 +152,40 @@ def test_update_of_a_running_job_moves_its_time_limit(
     assert [line.split()[0] for line in lines if line.startswith("resource-update")] == \
         ["resource-update"] * 2
     assert any(line.startswith("exception type=\"timelimit\"") for line in lines)
+
+
+def out_of(uri: str, capsys: pytest.CaptureFixture[str], *args: str, code: int = 0) -> str:
+    capsys.readouterr()
+    assert cli(uri, *args) == code
+    return capsys.readouterr().out
+
+
+def test_job_timeleft_last_status_and_taskmap(
+        uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fluxes = os.path.join(os.path.dirname(sys.executable), "fluxes")
+    # inside a job, the job is the one in $FLUXES_JOB_ID
+    inside = submit(uri, capsys, "--cwd", str(tmp_path), "-t", "1h", "sh", "-c",
+                    f"{fluxes} --uri {uri} job timeleft > left; touch ready; sleep 60")
+    wait_for(tmp_path / "ready")
+    assert 3000 < int((tmp_path / "left").read_text()) <= 3600
+    assert 3000 < int(out_of(uri, capsys, "job", "timeleft", str(inside))) <= 3600
+    assert out_of(uri, capsys, "job", "timeleft", "-H", str(inside)).strip().endswith("m")
+    held = submit(uri, capsys, "--urgency=hold", "true")
+    assert cli(uri, "job", "timeleft", str(held)) == 1
+    assert capsys.readouterr().err.endswith("has not started\n")
+    # the most recent submissions, newest first
+    assert out_of(uri, capsys, "job", "last").split() == [encode(held, "f58")]
+    assert out_of(uri, capsys, "job", "last", "[:2]").split() == \
+        [encode(held, "f58"), encode(inside, "f58")]
+    assert cli(uri, "cancel", str(held), str(inside)) == 0
+    assert out_of(uri, capsys, "job", "timeleft", str(inside)) == "0\n"
+
+    spread = submit(uri, capsys, "-N2", "-n4", "sh", "-c", "exit 3")
+    assert cli(uri, "job", "status", str(spread)) == 3
+    assert cli(uri, "job", "status", "-e", "99", str(spread), str(held)) == 99
+    assert cli(uri, "job", "status", str(held)) == 1  # canceled before it ran
+    assert out_of(uri, capsys, "job", "taskmap", str(spread)) == \
+        '{"version":1,"map":[[0,2,2,1]]}\n'
+    assert out_of(uri, capsys, "job", "taskmap", "--to=raw", str(spread)) == "0-1;2-3\n"
+    assert out_of(uri, capsys, "job", "taskmap", "--nodeid=3", str(spread)) == "1\n"
+    assert out_of(uri, capsys, "job", "taskmap", "--ntasks=0", str(spread)) == "2\n"
