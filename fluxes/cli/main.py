@@ -16,6 +16,7 @@ from fluxes.cli import (
     cmd_account,
     cmd_admin,
     cmd_bench,
+    cmd_bulksubmit,
     cmd_drill,
     cmd_eventlog,
     cmd_job,
@@ -43,8 +44,8 @@ from fluxes.cli.util import (
     run_cli,
 )
 
-_GROUPS = (cmd_start, cmd_submit, cmd_update, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
-           cmd_resource_query,
+_GROUPS = (cmd_start, cmd_submit, cmd_bulksubmit, cmd_update, cmd_jobs, cmd_job, cmd_queue,
+           cmd_resource, cmd_resource_query,
            cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill, cmd_simulate,
            cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web)
 

@@ -189,3 +189,17 @@ def test_job_timeleft_last_status_and_taskmap(
     assert out_of(uri, capsys, "job", "taskmap", "--to=raw", str(spread)) == "0-1;2-3\n"
     assert out_of(uri, capsys, "job", "taskmap", "--nodeid=3", str(spread)) == "1\n"
     assert out_of(uri, capsys, "job", "taskmap", "--ntasks=0", str(spread)) == "2\n"
+
+
+def test_bulksubmit_submits_one_job_per_input(
+        uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    assert cli(uri, "bulksubmit", "--cwd", str(tmp_path), "--job-name=bulk-{seq}", "sh", "-c",
+               "echo {0}{1} > out-{seq1}", ":::", "a", "b", ":::+", "x") == 0
+    ids = [parse(line) for line in capsys.readouterr().out.split()]
+    assert len(ids) == 2
+    assert cli(uri, "job", "wait", "-t", "60s", *map(str, ids)) == 0
+    assert [(tmp_path / f"out-{n}").read_text() for n in (1, 2)] == ["ax\n", "bx\n"]
+    capsys.readouterr()
+    assert cli(uri, "jobs", "-a", "-n", "-o", "{name}", *map(str, ids)) == 0
+    assert sorted(capsys.readouterr().out.split()) == ["bulk-0", "bulk-1"]
