@@ -57,7 +57,7 @@ from fluxes.domain.exec.jobs import (
 )
 from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
-from fluxes.domain.exec.output import Budget
+from fluxes.domain.exec.output import Budget, pids_entry
 from fluxes.domain.exec.table import JobTable
 from fluxes.formats.idset import IDSet
 from fluxes.proc import hops, metrics
@@ -423,10 +423,12 @@ class ExecWorker(Worker):
                       as_user=user is not None)
         if plan.share.ntasks == 0:
             table.done(job, now, status=0)
+            box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), []))
             table.eof(box, job)
             return job
         self.launcher.launch(job, plan, prepared)
         table.watch(job)
+        box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
 
     def _adopt_unrecorded(self, rank: int, jobid: int, share: RankShare, forward: str,

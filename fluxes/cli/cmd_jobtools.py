@@ -1,4 +1,5 @@
-"""``fluxes job timeleft|last|status|taskmap``: small questions about jobs, as flux's."""
+"""``fluxes job timeleft|last|status|taskmap|hostpids``: small questions about jobs, as
+flux's."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ UNLIMITED = 4294967295
 
 
 def register(sub: Any) -> None:
-    """Add ``job timeleft``, ``job last``, ``job status`` and ``job taskmap``."""
+    """Add ``job timeleft``, ``job last``, ``job status``, ``job taskmap`` and
+    ``job hostpids``."""
     tp = sub.add_parser("timeleft", **help_with_example(
         "Print the whole seconds left before a running job's time limit (0 once it\n"
         "ended, 4294967295 without a limit). Inside a job, the job is $FLUXES_JOB_ID.",
@@ -62,6 +64,18 @@ def register(sub: Any) -> None:
     what.add_argument("--hostname", type=int, metavar="TASKID", help="the host of a task")
     mp.add_argument("id", type=job_id_arg, metavar="ID")
     mp.set_defaults(func=_taskmap)
+
+    hp = sub.add_parser("hostpids", **help_with_example(
+        "Print HOST:PID of each task of a running job, in task order (the pid of the\n"
+        "task's process group: 'kill -- -PID' on HOST reaches the task). Waits until\n"
+        "every rank of the job started its tasks.",
+        ["fluxes job hostpids ƒ2t6V2H", "fluxes job hostpids -d ' ' ƒ2t6V2H"]))
+    hp.add_argument("-d", "--delimiter", default=",", metavar="STR",
+                    help="between HOST:PID pairs (default ',')")
+    hp.add_argument("-t", "--timeout", default=None, metavar="FSD",
+                    help="give up after this long (default: wait)")
+    hp.add_argument("id", type=job_id_arg, metavar="ID")
+    hp.set_defaults(func=_hostpids)
 
 
 def _job(inst: Instance, jobid: int) -> Job:
@@ -237,3 +251,55 @@ def _node(per_node: list[Any], node: int) -> Any:
     if not 0 <= node < len(per_node):
         raise ValueError(f"node {node} is not in the task map (0-{len(per_node) - 1})")
     return per_node[node]
+
+
+def _hostpids(args: argparse.Namespace) -> int:
+    import redis
+
+    from fluxes.cli.attach import output_key, private_output
+    from fluxes.domain.exec.output import parse_pids
+    from fluxes.domain.job.states import JobState
+    from fluxes.formats.fsd import parse_duration
+    from fluxes.formats.rset import ResourceSet
+    from fluxes.store.jobhash import JobHashes, R
+
+    inst = instance(args)
+    jobid = int(args.id)
+    timeout = parse_duration(args.timeout) if args.timeout else None
+    deadline = None if timeout is None else time.monotonic() + timeout
+    key = output_key(inst, jobid)
+    if key is None:
+        die(f"job {shown_id(args.id)} not found")
+    found: dict[int, tuple[str, int]] = {}
+    ranks_seen: set[bytes] = set()
+    position = "0-0"
+    while True:
+        if not _job(inst, jobid).state & (JobState.PENDING | JobState.RUN):
+            die(f"job {shown_id(args.id)} is not running")
+        [raw] = JobHashes(inst.redis, inst.keys).field([jobid], R)
+        if raw and len(ranks_seen) >= len(ResourceSet(raw).ranks):
+            break
+        block = 1000
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                die(f"job {shown_id(args.id)}: timeout waiting for its tasks to start")
+            block = max(1, min(block, int(left * 1000)))
+        try:
+            got = inst.redis.xread({key: position}, count=1000, block=block)
+        except redis.exceptions.NoPermissionError:
+            die(private_output(jobid))
+        for _stream, entries in got or []:
+            for sid, fields in entries:
+                position = sid.decode()
+                if b"pids" not in fields:
+                    continue
+                try:
+                    triples = parse_pids(fields)
+                except ValueError as exc:
+                    die(f"job {shown_id(args.id)}: {exc}")
+                ranks_seen.add(fields.get(b"rank", b""))
+                for task, host, pid in triples:
+                    found[task] = (host, pid)
+    print(args.delimiter.join(f"{host}:{pid}" for _t, (host, pid) in sorted(found.items())))
+    return 0

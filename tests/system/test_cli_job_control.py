@@ -160,7 +160,7 @@ def out_of(uri: str, capsys: pytest.CaptureFixture[str], *args: str, code: int =
     return capsys.readouterr().out
 
 
-def test_job_timeleft_last_status_and_taskmap(
+def test_job_timeleft_last_status_taskmap_and_hostpids(
         uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     fluxes = os.path.join(os.path.dirname(sys.executable), "fluxes")
     # inside a job, the job is the one in $FLUXES_JOB_ID
@@ -170,7 +170,12 @@ def test_job_timeleft_last_status_and_taskmap(
     assert 3000 < int((tmp_path / "left").read_text()) <= 3600
     assert 3000 < int(out_of(uri, capsys, "job", "timeleft", str(inside))) <= 3600
     assert out_of(uri, capsys, "job", "timeleft", "-H", str(inside)).strip().endswith("m")
+    # where its one task runs: that process group is alive
+    host, pid = out_of(uri, capsys, "job", "hostpids", str(inside)).strip().split(":")
+    assert host and os.getpgid(int(pid)) == int(pid)
     held = submit(uri, capsys, "--urgency=hold", "true")
+    assert cli(uri, "job", "hostpids", "-t", "0.2s", str(held)) == 1
+    assert capsys.readouterr().err.endswith("timeout waiting for its tasks to start\n")
     assert cli(uri, "job", "timeleft", str(held)) == 1
     assert capsys.readouterr().err.endswith("has not started\n")
     # the most recent submissions, newest first
@@ -189,6 +194,8 @@ def test_job_timeleft_last_status_and_taskmap(
     assert out_of(uri, capsys, "job", "taskmap", "--to=raw", str(spread)) == "0-1;2-3\n"
     assert out_of(uri, capsys, "job", "taskmap", "--nodeid=3", str(spread)) == "1\n"
     assert out_of(uri, capsys, "job", "taskmap", "--ntasks=0", str(spread)) == "2\n"
+    assert cli(uri, "job", "hostpids", str(spread)) == 1
+    assert capsys.readouterr().err.endswith("is not running\n")
 
 
 def test_bulksubmit_submits_one_job_per_input(
