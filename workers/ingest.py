@@ -689,7 +689,10 @@ class IngestWorker(Worker):
         jobid = request.id
         shown = encode_id(jobid, "f58") if 0 <= jobid <= MAX_JOBID else str(jobid)
         stored = jobhash.JobHashes(self.redis, self.keys).get(jobid)
-        job = self.store.replay_job(jobid) if stored is not None else None
+        try:
+            job = self.store.replay_job(jobid) if stored is not None else None
+        except ValueError as exc:  # an eventlog replay refuses: not this request's fault
+            return f"{shown}: its eventlog cannot be read: {str(exc)[:200]}"
         if stored is None or job is None or not job.state & JobState.ACTIVE \
                 or stored.owner is None:
             return f"{shown}: job is inactive or unknown"
