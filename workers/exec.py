@@ -42,7 +42,7 @@ from typing import Any
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Start
+from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Signal, Start
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
@@ -55,7 +55,7 @@ from fluxes.domain.exec.jobs import (
 )
 from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
-from fluxes.domain.exec.output import Budget
+from fluxes.domain.exec.output import Budget, pids_entry
 from fluxes.domain.exec.table import JobTable
 from fluxes.formats.idset import IDSet
 from fluxes.proc import hops, metrics
@@ -363,6 +363,9 @@ class ExecWorker(Worker):
                 signal_tasks(self.table.kill(box, rank, jobid, sig, time.time(),
                                              time.monotonic(), self.kill_grace), sig)
                 return
+            case Signal(id=jobid, signal=sig):
+                signal_tasks(self.table.signal(rank, jobid), sig)
+                return
             case Start(id=jobid):
                 pass
         job = self.table.get(rank, jobid)
@@ -419,10 +422,12 @@ class ExecWorker(Worker):
                       as_user=user is not None)
         if plan.share.ntasks == 0:
             table.done(job, now, status=0)
+            box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), []))
             table.eof(box, job)
             return job
         self.launcher.launch(job, plan, prepared)
         table.watch(job)
+        box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
 
     def _adopt_unrecorded(self, rank: int, jobid: int, share: RankShare, forward: str,

@@ -52,17 +52,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
+import orjson
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
-from fluxes.domain.jm import request_progress
+from fluxes.domain.jm import request_progress, update
 from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_feasibility, unknown_target
 from fluxes.domain.jm.queues import QueueState, fold_queue_events
 from fluxes.domain.jm.submission import PreparedJob, prepare_job
 from fluxes.domain.job import events as ev
+from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_GENERATOR_ID, FluidGenerator
+from fluxes.formats.jobid import MAX_ID as MAX_JOBID
+from fluxes.formats.jobid import encode as encode_id
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store import jobhash
@@ -70,7 +74,7 @@ from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import RESOURCES_DIGEST, Instance
-from fluxes.store.keys import GROUP_INGEST
+from fluxes.store.keys import GROUP_INGEST, Keys
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
@@ -445,18 +449,25 @@ class IngestWorker(Worker):
                 answer = proto.encode_reply(proto.Reply(errors=[
                     f"request {request.req[:64]!r} was handled already: not done twice"]))
             else:
-                error = self._forward(request, pending.uid, reply_key, forwards)
-                if error:
-                    answer = proto.encode_reply(proto.Reply(errors=[error]))
-                else:
-                    answer = b""  # the job manager answers
-                    for part in {keys.partition_of(j) for j in _control_ids(request)}:
-                        self._forwarded.setdefault(part, set()).add(
-                            _record_name(pending.user, request))
+                answer = self._forward_answer(pending, reply_key, forwards)
             answers[n] = answer
             if answer:
                 replies.append((reply_key, answer))
         self._commit(batches, new_msgs, replies, forwards, later_acks)
+
+    def _forward_answer(self, pending: _Pending, reply_key: str,
+                        forwards: dict[int, list[proto.Control]]) -> bytes:
+        """Forward a control request to the job managers; the ingest's own answer (an
+        error, a dry run's result), or nothing when the job manager will answer."""
+        request = pending.request
+        error = self._forward(request, pending.uid, reply_key, forwards)
+        if isinstance(error, proto.Reply):
+            return proto.encode_reply(error)
+        if error:
+            return proto.encode_reply(proto.Reply(errors=[error]))
+        for part in _control_parts(self.keys, request):
+            self._forwarded.setdefault(part, set()).add(_record_name(pending.user, request))
+        return b""
 
     def _seen_before(self, requests: list[_Pending], firsts: list[int]
                      ) -> tuple[dict[int, dict[int, int] | None], dict[int, str]]:
@@ -646,8 +657,9 @@ class IngestWorker(Worker):
                 [], self._digests.get(name)), PROGRESS_TTL_MS)
 
     def _forward(self, request: proto.Request, uid: int, reply_key: str,
-                 forwards: dict[int, list[proto.Control]]) -> str | None:
-        """Route a control request to the job manager(s); an error line if it cannot be."""
+                 forwards: dict[int, list[proto.Control]]) -> str | proto.Reply | None:
+        """Route a control request to the job manager(s); an error line if it cannot be,
+        or the ingest's own answer when no job manager needs to see it."""
         keys = self.keys
         match request:
             case proto.SetUrgency(id=jobid, urgency=urgency):
@@ -656,7 +668,11 @@ class IngestWorker(Worker):
                 return None
             case proto.RaiseOnJobs(type=etype) if not etype:
                 return "raise request needs a type"
-            case proto.CancelJobs(ids=ids) | proto.RaiseOnJobs(ids=ids):
+            case proto.KillAll():
+                return self._forward_killall(request, uid, reply_key, forwards)
+            case proto.UpdateJob():
+                return self._forward_update(request, uid, reply_key, forwards)
+            case proto.CancelJobs(ids=ids) | proto.RaiseOnJobs(ids=ids) | proto.SignalJobs(ids=ids):
                 pass
             case _:
                 return "submit requests are not forwarded"
@@ -668,12 +684,73 @@ class IngestWorker(Worker):
             if isinstance(request, proto.CancelJobs):
                 msg = proto.CancelRequest(ids=part_ids, userid=uid, note=request.note,
                                           reply=reply_key)
+            elif isinstance(request, proto.SignalJobs):
+                msg = proto.SignalRequest(ids=part_ids, userid=uid, signal=request.signal,
+                                          reply=reply_key)
             else:
                 assert isinstance(request, proto.RaiseOnJobs)
                 msg = proto.RaiseRequest(ids=part_ids, userid=uid, type=request.type,
                                          severity=request.severity, note=request.note,
                                          reply=reply_key)
             forwards.setdefault(part, []).append(msg)
+        return None
+
+    def _forward_killall(self, request: proto.KillAll, uid: int, reply_key: str,
+                         forwards: dict[int, list[proto.Control]]) -> str | None:
+        """Send a ``job killall`` to every partition's job manager (each answers for
+        its jobs); only the instance owner may name another user or all of them."""
+        target = -1 if request.all_users else uid if request.user is None else request.user
+        if uid not in (target, self.owner_uid):
+            return "permission denied: only the instance owner may signal other users' jobs"
+        for part in range(self.keys.partitions):
+            forwards.setdefault(part, []).append(proto.KillAllRequest(
+                userid=uid, target=target, signal=request.signal, dry_run=request.dry_run,
+                reply=reply_key))
+        return None
+
+    def _forward_update(self, request: proto.UpdateJob, uid: int, reply_key: str,
+                        forwards: dict[int, list[proto.Control]]) -> str | proto.Reply | None:
+        """Check a ``fluxes update`` against the job as stored, as at submission, and
+        send it to the job's job manager; an error line when it cannot be done, the
+        answer itself for a dry run."""
+        jobid = request.id
+        shown = encode_id(jobid, "f58") if 0 <= jobid <= MAX_JOBID else str(jobid)
+        stored = jobhash.JobHashes(self.redis, self.keys).get(jobid)
+        try:
+            job = self.store.replay_job(jobid) if stored is not None else None
+        except ValueError as exc:  # an eventlog replay refuses: not this request's fault
+            return f"{shown}: its eventlog cannot be read: {str(exc)[:200]}"
+        if stored is None or job is None or not job.state & JobState.ACTIVE \
+                or stored.owner is None:
+            return f"{shown}: job is inactive or unknown"
+        is_owner = uid == self.owner_uid
+        if uid != stored.owner and not is_owner:
+            return f"{shown}: permission denied"
+        if not is_owner and update.IMMUTABLE_FLAG in job.set_flags:
+            return f"{shown}: job is immutable due to previous instance owner update"
+        running = not job.state & JobState.PENDING
+        if running and not is_owner:
+            return f"{shown}: only the instance owner may update a running job"
+        if running and job.state is not JobState.RUN:
+            return f"{shown}: job is finishing: it can no longer be updated"
+        owner_name = next((n for n, u in self.users.items() if u == stored.owner), None)
+        try:
+            submitted = orjson.loads(stored.jobspec or b"{}")
+            effective = orjson.loads(stored.effective_jobspec or b"{}")
+            plan = update.plan_update(
+                submitted, effective, job.jobspec_updates, request.updates, running=running,
+                config=self.config, userid=stored.owner, username=owner_name,
+                groups=user_groups(owner_name, stored.owner) if owner_name else (),
+                queue_states=self.queue_states, check_limits=not is_owner or uid == stored.owner,
+                feasibility=self.feasibility)
+        except (ValueError, FluxesError) as exc:
+            return f"{shown}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+        if request.dry_run:
+            return proto.Reply(ok=[jobid], updates=plan.updates)
+        forwards.setdefault(self.keys.partition_of(jobid), []).append(proto.UpdateRequest(
+            id=jobid, userid=uid, updates=plan.updates, base=dict(job.jobspec_updates),
+            base_expiration=job.expiration, request=plan.request,
+            immutable=is_owner and uid != stored.owner, reply=reply_key))
         return None
 
     def _commit(self, batches: dict[int, Batch], new_msgs: dict[int, list[proto.New]],
@@ -773,13 +850,20 @@ def _reused(request: proto.Request) -> str:
             "hours: send it with a new one")
 
 
-def _control_ids(request: proto.Request) -> list[int]:
-    """The job ids a control request names (its partitions get its record)."""
+def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
+    """The partitions a control request goes to (each gets its record): those of the
+    job ids it names, or all of them (``job killall``)."""
+    if isinstance(request, proto.KillAll):
+        return set(range(keys.partitions))
     if isinstance(request, proto.SetUrgency):
-        return [request.id]
-    if isinstance(request, proto.CancelJobs | proto.RaiseOnJobs):
-        return list(request.ids)
-    return []
+        ids = [request.id]
+    elif isinstance(request, proto.CancelJobs | proto.RaiseOnJobs | proto.SignalJobs):
+        ids = list(request.ids)
+    elif isinstance(request, proto.UpdateJob):
+        ids = [request.id]
+    else:
+        ids = []
+    return {keys.partition_of(j) for j in ids}
 
 
 def _item_dict(item: proto.SubmitItem) -> dict[str, Any]:

@@ -561,6 +561,8 @@ class JobManagerWorker(Worker):
         p = self.partition
         batches = self._event_batches(fx)
         batch = batches[-1]
+        for jobid, fields in fx.job_fields.items():
+            jobhash.set_updated(batch, keys, jobid, fields)
         for jobid, (result, t_inactive) in fx.retired.items():
             jobhash.set_result(batch, keys, jobid, result, t_inactive)
         progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli import cmd_account, cmd_purge, cmd_submit
+from fluxes.cli import cmd_account, cmd_jobtools, cmd_kill, cmd_purge, cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -85,6 +85,8 @@ def register(subparsers: Any) -> None:
     wep.add_argument("event", type=_event_name, metavar="EVENT")
     wep.set_defaults(func=_wait_event)
     cmd_submit.register_job(sub)
+    cmd_kill.register(sub)
+    cmd_jobtools.register(sub)
     cmd_purge.register(sub)
 
     ip = sub.add_parser("info", **help_with_example(

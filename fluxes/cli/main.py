@@ -17,6 +17,7 @@ from fluxes.cli import (
     cmd_admin,
     cmd_batch,
     cmd_bench,
+    cmd_bulksubmit,
     cmd_drill,
     cmd_eventlog,
     cmd_job,
@@ -29,6 +30,7 @@ from fluxes.cli import (
     cmd_start,
     cmd_status,
     cmd_submit,
+    cmd_update,
     cmd_web,
     cmd_worker,
 )
@@ -43,8 +45,9 @@ from fluxes.cli.util import (
     run_cli,
 )
 
-_GROUPS = (cmd_start, cmd_submit, cmd_batch, cmd_jobs, cmd_job, cmd_queue, cmd_resource,
-           cmd_resource_query, cmd_eventlog, cmd_jobspec, cmd_bench, cmd_drill, cmd_simulate,
+_GROUPS = (cmd_start, cmd_submit, cmd_bulksubmit, cmd_update, cmd_batch, cmd_jobs, cmd_job,
+           cmd_queue, cmd_resource, cmd_resource_query, cmd_eventlog, cmd_jobspec, cmd_bench,
+           cmd_drill, cmd_simulate,
            cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web)
 
 #: What a first session looks like: start an instance, run and watch jobs.

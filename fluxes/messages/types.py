@@ -148,7 +148,16 @@ class Kill(Message, tag="kill", frozen=True):
     signal: int
 
 
-ExecRequest = Start | Kill
+class Signal(Message, tag="signal", frozen=True):
+    """Deliver ``signal`` to a job's running tasks on this rank, and nothing more
+    (``fluxes job kill``): no escalation, no release, nothing remembered; a job the
+    rank does not run (yet, or any more) is left alone."""
+
+    id: int
+    signal: Annotated[int, msgspec.Meta(ge=1, le=64)]
+
+
+ExecRequest = Start | Kill | Signal
 
 
 class ExecReport(Message, tag="exec", frozen=True):
@@ -211,6 +220,49 @@ class UrgencyRequest(Message, tag="urgency-request", frozen=True):
     reply: str | None = None
 
 
+class SignalRequest(Message, tag="signal-request", frozen=True):
+    """A user's ``job kill``, forwarded with the authenticated userid: the running
+    jobs' tasks get ``signal`` (through their ranks' exec workers)."""
+
+    ids: list[int]
+    userid: UserId
+    signal: Annotated[int, msgspec.Meta(ge=1, le=64)] = 15
+    reply: str | None = None
+
+
+class KillAllRequest(Message, tag="killall-request", frozen=True):
+    """A user's ``job killall``: signal every running job of ``target`` (a uid, -1
+    every user's), or with ``dry_run`` only count them."""
+
+    userid: UserId
+    target: Annotated[int, msgspec.Meta(ge=-1)]
+    signal: Annotated[int, msgspec.Meta(ge=1, le=64)] = 15
+    dry_run: bool = False
+    reply: str | None = None
+
+
+class UpdateRequest(Message, tag="update-request", frozen=True):
+    """A user's ``fluxes update``, checked by the ingest as at submission and
+    forwarded with the authenticated userid.
+
+    ``updates`` is the ``jobspec-update`` context (``attributes.*`` keys, relative
+    durations resolved); ``base`` the job's earlier updates and ``base_expiration``
+    its expiration the ingest judged against (the job manager refuses the update
+    when either changed since); ``request`` the scheduler's new request
+    (``Request.to_wire``) for a pending job; ``immutable`` marks an instance
+    owner's update of another user's job that passed no limits.
+    """
+
+    id: int
+    userid: UserId
+    updates: dict[str, Any]
+    base: dict[str, Any] = msgspec.field(default_factory=dict)
+    base_expiration: float | None = None
+    request: str | None = None
+    immutable: bool = False
+    reply: str | None = None
+
+
 class QueuesChanged(Message, tag="queues", frozen=True):
     """Queue admin states changed: re-read them (``stopped`` is filled in by the reader)."""
 
@@ -225,7 +277,8 @@ class LostRanks(Message, tag="lost-ranks", frozen=True):
     reply: str | None = None
 
 
-Control = CancelRequest | RaiseRequest | UrgencyRequest | QueuesChanged | LostRanks
+Control = (CancelRequest | RaiseRequest | UrgencyRequest | QueuesChanged | LostRanks
+           | SignalRequest | KillAllRequest | UpdateRequest)
 
 
 # -- users -> ingest ({ns}:submit:<user>), one request per entry ---------------------------
@@ -275,7 +328,36 @@ class RaiseOnJobs(UserRequest, tag="raise", frozen=True):
     note: str = ""
 
 
-Request = SubmitJobs | CancelJobs | SetUrgency | RaiseOnJobs
+class SignalJobs(UserRequest, tag="kill", frozen=True):
+    """Send a signal to running jobs' tasks (``flux job kill``)."""
+
+    ids: list[int]
+    signal: Annotated[int, msgspec.Meta(ge=1, le=64)] = 15
+
+
+class KillAll(UserRequest, tag="killall", frozen=True):
+    """Signal all running jobs of a user (``flux job killall``): ``user`` a uid (None:
+    the requester), ``all_users`` everyone's (instance owner only); ``dry_run`` only
+    counts them."""
+
+    signal: Annotated[int, msgspec.Meta(ge=1, le=64)] = 15
+    user: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    all_users: bool = False
+    dry_run: bool = False
+
+
+class UpdateJob(UserRequest, tag="update", frozen=True):
+    """Update an active job's jobspec attributes (``flux update``): ``updates`` maps
+    keys (``duration``, ``queue``, ``name`` or ``attributes.system.*`` paths) to
+    values; a duration may be ``+FSD``/``-FSD``. ``dry_run`` checks it and answers
+    with the resolved updates without applying them."""
+
+    id: int
+    updates: dict[str, Any]
+    dry_run: bool = False
+
+
+Request = SubmitJobs | CancelJobs | SetUrgency | RaiseOnJobs | SignalJobs | KillAll | UpdateJob
 
 
 class JobResult(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -290,13 +372,15 @@ class Reply(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     A submit is answered with ``jobs`` (one result per job, in order) or a
     request-wide ``errors``; control requests with the ``ok`` ids, ``errors``
-    lines, and (urgency) the ``old`` urgency.
+    lines, and (urgency) the ``old`` urgency; an update with the ``updates`` it
+    applied (or, dry run, would apply).
     """
 
     jobs: list[JobResult] | None = None
     ok: list[int] | None = None
     errors: list[str] | None = None
     old: int | None = None
+    updates: dict[str, Any] | None = None
 
 
 class SubmitReqId(msgspec.Struct):

@@ -142,15 +142,20 @@ class Client:
         return out
 
     def _control(self, request: proto.UserRequest, ids: Sequence[int],
-                 timeout: float) -> dict[str, Any]:
+                 timeout: float, answers: int | None = None) -> dict[str, Any]:
         parts = {self.keys.partition_of(j) for j in ids} or {0}
         key = self._post([request])[0]
         merged: dict[str, Any] = {"ok": [], "errors": []}
-        for answer in self._answers(key, timeout, count=len(parts)):
+        for _ in range(answers or len(parts)):
+            answer = self._answers(key, timeout)[0]
             merged["ok"] += answer.ok or []
             merged["errors"] += answer.errors or []
             if answer.old is not None:
                 merged["old"] = answer.old
+            if answer.updates is not None:
+                merged["updates"] = answer.updates
+            if answer.ok is None and answer.errors:
+                break  # the ingest refused the whole request: no job manager answers
         return merged
 
     def cancel(self, ids: Sequence[int], note: str = "",
@@ -164,6 +169,29 @@ class Client:
         """Raise an exception on jobs (``flux job raise``)."""
         return self._control(proto.RaiseOnJobs(req=_req(), ids=list(ids), type=etype,
                                                severity=severity, note=note), ids, timeout)
+
+    def signal(self, ids: Sequence[int], sig: int,
+               timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """Send ``sig`` to running jobs' tasks (``flux job kill``); the jobs go on."""
+        return self._control(proto.SignalJobs(req=_req(), ids=list(ids), signal=sig), ids,
+                             timeout)
+
+    def killall(self, sig: int, user: int | None = None, all_users: bool = False,
+                dry_run: bool = False, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """Signal every running job of ``user`` (a uid; default yours), or of every
+        user; ``dry_run`` only names them. ``ok`` lists the jobs matched."""
+        request = proto.KillAll(req=_req(), signal=sig, user=user, all_users=all_users,
+                                dry_run=dry_run)
+        # every partition's job manager answers for its own jobs
+        return self._control(request, [], timeout, answers=self.keys.partitions)
+
+    def update(self, jobid: int, updates: Mapping[str, Any], dry_run: bool = False,
+               timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+        """Update a job's jobspec (``flux update``): ``updates`` maps keys (``duration``,
+        ``queue``, ``name``) to values; the answer's ``updates`` says what was (dry run:
+        would be) applied."""
+        return self._control(proto.UpdateJob(req=_req(), id=jobid, updates=dict(updates),
+                                              dry_run=dry_run), [jobid], timeout)
 
     def urgency(self, jobid: int, urgency: int,
                 timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:

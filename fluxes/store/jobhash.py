@@ -167,6 +167,22 @@ def set_r(batch: Batch, keys: Keys, jobid: int, r: bytes) -> None:
     batch.hset(keys.job(jobid), {R: r})
 
 
+def set_updated(batch: Batch, keys: Keys, jobid: int,
+                fields: Mapping[str, str | None]) -> None:
+    """Add to ``batch`` the facts a ``fluxes update`` of a pending job changed (the job
+    manager, with the ``jobspec-update`` event): ``queue`` and ``request`` (None: the
+    scheduler reads the jobspec instead)."""
+    unknown = set(fields) - {QUEUE, REQUEST}
+    if unknown:
+        raise ValueError(f"job hash: {sorted(unknown)} cannot be updated")
+    values = {name: value for name, value in fields.items() if value is not None}
+    gone = [name for name, value in fields.items() if value is None]
+    if values:
+        batch.hset(keys.job(jobid), values)
+    if gone:
+        batch.hdel(keys.job(jobid), gone)
+
+
 def set_result(batch: Batch, keys: Keys, jobid: int, result: str, t_inactive: float) -> None:
     """Add to ``batch`` the outcome of a job that became inactive (the job manager)."""
     batch.hset(keys.job(jobid), {RESULT: result, T_INACTIVE: repr(t_inactive)})

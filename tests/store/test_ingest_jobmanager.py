@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import redis
 
+from fluxes.formats.jobid import encode
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
@@ -92,6 +93,7 @@ class FakeExec:
         self.keys = keys
         self.pos = "0-0"
         self.hold = hold or set()
+        self.signals: list[tuple[int, int]] = []  # (job, signal) of signal requests
 
     def step(self) -> None:
         entries = self.redis.xread({self.keys.exec_rank(0): self.pos}, count=1000)
@@ -101,6 +103,9 @@ class FakeExec:
                 msgs = wire.messages(fields)
                 for msg in msgs:
                     jobid = msg["id"]
+                    if msg["t"] == "signal":  # the tasks get it; nothing to report
+                        self.signals.append((jobid, msg["signal"]))
+                        continue
                     report: dict[str, Any]
                     if msg["t"] == "start" and jobid in self.hold:
                         report = {"started": True}
@@ -263,3 +268,65 @@ def test_commit_with_writes_in_another_slot_keeps_its_journal_position(
         assert [e.event_name for e in store.eventlog(jobid)][-2:] == ["exception", "clean"]
     last = real_redis.xrevrange(keys.journal(0), count=1)[0][0].decode()
     assert jm._last_journal_id == last
+
+
+def ask(system: System, client: Client, request: dict[str, Any]) -> dict[str, Any]:
+    """Send ``request`` as ``client``'s user, let ingest and job manager handle it."""
+    [key] = client._send([request])
+    system.ingest.step()
+    system.jm.step()
+    return client._wait(key, 1.0)[0]
+
+
+def test_signals_and_updates_are_checked_per_user(system: System) -> None:
+    system.redis.hset(system.keys.users, "bob", 2000)
+    system.ingest.refresh(force=True)
+    bob = Client(system.instance, user="bob")
+    system.jm.step()
+    system.sched.hello()
+    spec = Jobspec.from_command(["true"], duration=60).to_dict()
+    [key] = bob._send([{"t": "submit", "jobs": [{"jobspec": spec}, {"jobspec": spec,
+                                                                     "urgency": 0}]}])
+    system.ingest.step()
+    running, held = (r["id"] for r in bob._wait(key, 1.0)[0]["jobs"])
+    [mine] = system.submit()
+    system.exec.hold |= {running, mine}
+    system.run()
+    assert system.events(running)[-1] == "start" and system.events(held)[-1] == "priority"
+
+    # signals: bob's own running job only; killall of everyone's is the owner's
+    assert ask(system, bob, {"t": "kill", "ids": [running, mine], "signal": 10}) == {
+        "ok": [running], "errors": [f"{encode(mine, 'f58')}: permission denied"]}
+    assert ask(system, bob, {"t": "killall", "all_users": True}) == {
+        "errors": ["permission denied: only the instance owner may signal other users' jobs"]}
+    assert ask(system, bob, {"t": "killall", "dry_run": True})["ok"] == [running]
+    assert ask(system, system.client, {"t": "killall", "all_users": True, "signal": 12}
+               )["ok"] == sorted([running, mine])
+    system.exec.step()
+    assert sorted(system.exec.signals) == sorted([(running, 10), (running, 12), (mine, 12)])
+    assert system.events(running)[-1] == "start"  # still running
+
+    # updates: a dry run is the ingest's answer, nothing recorded
+    answer = ask(system, bob, {"t": "update", "id": held, "updates": {"duration": "+1m"},
+                               "dry_run": True})
+    assert answer == {"ok": [held], "updates": {"attributes.system.duration": 120.0}}
+    assert "jobspec-update" not in system.events(held)
+    assert ask(system, bob, {"t": "update", "id": running, "updates": {"duration": "+1m"}}
+               )["errors"] == [f"{encode(running, 'f58')}: only the instance owner may "
+                               "update a running job"]
+    assert ask(system, bob, {"t": "update", "id": mine, "updates": {"name": "x"}}
+               )["errors"] == [f"{encode(mine, 'f58')}: permission denied"]
+    assert ask(system, bob, {"t": "update", "id": held, "updates": {"name": "b"}})["ok"] == \
+        [held]
+    # the owner's update of bob's job may pass limits: bob may not update it any more
+    assert ask(system, system.client, {"t": "update", "id": held,
+                                       "updates": {"duration": "1d"}})["ok"] == [held]
+    assert ask(system, bob, {"t": "update", "id": held, "updates": {"name": "c"}}
+               )["errors"] == [f"{encode(held, 'f58')}: job is immutable due to previous "
+                               "instance owner update"]
+    assert [e for e in system.events(held) if e in ("jobspec-update", "set-flags")] == \
+        ["jobspec-update", "set-flags", "jobspec-update"]
+    # the owner extends the running job: a resource-update
+    assert ask(system, system.client, {"t": "update", "id": running,
+                                       "updates": {"duration": "+1h"}})["ok"] == [running]
+    assert system.events(running)[-1] == "resource-update"

@@ -283,7 +283,9 @@ def test_output_file_templates(harness: Harness, tmp_path: Path) -> None:
     f58 = fjobid.encode(10, "f58")
     assert sorted((tmp_path / f"out-{f58}.txt").read_text().splitlines()) == ["hi", "oops"]
     assert harness.lines(10) == []  # the file replaces the output stream
-    assert harness.output(10) == [{"eof": "1", "rank": "0", "tasks": "0"}]
+    pids, eof = harness.output(10)  # where its tasks ran, then its end
+    assert pids["rank"] == "0" and pids["pids"].startswith("0:")
+    assert eof == {"eof": "1", "rank": "0", "tasks": "0"}
     assert (tmp_path / "11-0.out").read_text() == "task 0\n"
     assert (tmp_path / "11-1.out").read_text() == "task 1\n"
     assert (tmp_path / f"err-{fjobid.encode(11, 'f58')}").read_text() == "e\ne\n"

@@ -14,6 +14,7 @@ from fluxes.domain.exec.intake import (
     Kill,
     MessageError,
     Request,
+    Signal,
     Start,
     decode_requests,
     encode_reports,
@@ -35,6 +36,11 @@ def test_starts_and_kills_are_decoded_in_order() -> None:
     assert Start is proto.Start and Kill is proto.Kill  # the typed messages themselves
 
 
+def test_signal_requests_are_decoded() -> None:
+    got = decode_requests(entry({"t": "signal", "id": 5, "signal": 10}))
+    assert got == [Signal(id=5, signal=10)]
+
+
 @pytest.mark.parametrize(("fields", "error"), [
     (None, "entry has no fields"),
     ({}, "entry has no fields"),
@@ -42,6 +48,8 @@ def test_starts_and_kills_are_decoded_in_order() -> None:
     (entry({"t": "kill", "id": 1, "signal": 0}), "kill: bad signal 0"),
     (entry({"t": "kill", "id": 1, "signal": signal.NSIG}), f"kill: bad signal {signal.NSIG}"),
     (entry({"t": "kill", "id": 1, "signal": -1}), "kill: bad signal -1"),
+    (entry({"t": "signal", "id": 1, "signal": 0}), r">= 1 - at `\$.m\[0\].signal`"),
+    (entry({"t": "signal", "id": 1, "signal": 65}), r"<= 64 - at `\$.m\[0\].signal`"),
 ])
 def test_requests_exec_refuses(fields: Any, error: str) -> None:
     with pytest.raises(MessageError, match=error):

@@ -188,3 +188,17 @@ def test_a_line_that_only_looks_like_the_note_stays_on_its_stream() -> None:
 def test_the_end_marker_names_the_exec_rank_and_task_ranks() -> None:
     assert eof_entry(2, [4, 5, 6, 9]) == {"eof": "1", "rank": "2", "tasks": "4-6,9"}
     assert eof_entry(0, []) == {"eof": "1", "rank": "0", "tasks": ""}
+
+
+def test_pids_entries_round_trip() -> None:
+    from fluxes.domain.exec.jobs import TaskProc
+    from fluxes.domain.exec.output import parse_pids, pids_entry
+
+    entry = pids_entry(3, "node7", [TaskProc(4, 1001, True), TaskProc(5, 1002, True)])
+    assert entry == {"pids": "4:1001,5:1002", "rank": "3", "host": "node7"}
+    fields = {k.encode(): v.encode() for k, v in entry.items()}
+    assert parse_pids(fields) == [(4, "node7", 1001), (5, "node7", 1002)]
+    assert parse_pids({b"pids": b"", b"rank": b"1"}) == []
+    for bad in ({b"data": b"x"}, {b"pids": b"4-1001"}, {b"pids": b"a:1"}):
+        with pytest.raises(ValueError):
+            parse_pids(bad)

@@ -81,6 +81,27 @@ def test_kill_of_a_simulated_job_ends_it_with_the_signal() -> None:
     assert table.fire(box, 105.0, 150.0) == [] and job.status == 9  # its end timer is moot
 
 
+def test_signal_names_the_running_tasks_and_changes_nothing() -> None:
+    table, box = JobTable([0]), Outbox()
+    job = running(table, ntasks=3)
+    job.tasks[1].status = 0
+    assert [t.pid for t in table.signal(0, 1)] == [100, 102]
+    assert (job.kind, job.kill_signal, job.status) == ("run", 0, None)
+    assert table.timers.next_due() is None  # no escalation armed
+    assert not box.reports and not box.records
+
+
+def test_signal_leaves_jobs_not_running_here_alone() -> None:
+    table = JobTable([0])
+    assert table.signal(0, 9) == []
+    assert not table.knows(0, 9)  # unlike a kill, nothing remembered
+    table.add(table.simulate(0, 4, 50.0, 5.0, 100.0))
+    assert table.signal(0, 4) == []
+    done = running(table, jobid=5)
+    table.done(done, 1.0, status=0)
+    assert table.signal(0, 5) == []
+
+
 # ----------------------------------------------------------------------------- simulated
 
 

@@ -207,6 +207,169 @@ def test_cancel_running_job_kills_it() -> None:
     assert job.result == JobResult.CANCELED and job.exit_code == 128 + 15
 
 
+def test_signal_request_goes_to_every_rank_and_the_job_runs_on() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.hello()
+    h.allocs()
+    h.grant(1, ranks="0-1")
+    h.exec_report(1, 0, started=True)
+    h.exec_report(1, 1, started=True)
+    before = list(h.log[1])
+    h.step(h.core.on_ctl, {"t": "signal-request", "ids": [1], "userid": OTHER, "signal": 10,
+                           "reply": "r"})
+    assert h.replies[-1] == {"ok": [1], "errors": []}
+    assert h.exec[0][-1] == h.exec[1][-1] == {"t": "signal", "id": 1, "signal": 10}
+    assert h.log[1] == before and h.state(1) == JobState.RUN  # no event: it runs on
+    # the instance owner may signal it too
+    h.step(h.core.on_ctl, {"t": "signal-request", "ids": [1], "userid": OWNER, "reply": "r"})
+    assert h.replies[-1]["ok"] == [1] and h.exec[0][-1]["signal"] == 15
+
+
+def test_signal_request_refusals() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.submit(2, userid=3000)
+    h.hello()
+    h.allocs()
+    h.grant(2)
+    h.step(h.core.on_ctl, {"t": "signal-request", "ids": [1, 2, 99], "userid": OTHER,
+                           "signal": 10, "reply": "r"})
+    assert h.replies[-1]["ok"] == []
+    errors = h.replies[-1]["errors"]
+    assert errors[0].endswith(": job is not running")
+    assert errors[1].endswith(": permission denied")
+    assert errors[2].endswith(": job is inactive or unknown")
+    assert not any(m["t"] == "signal" for msgs in h.exec.values() for m in msgs)
+
+
+def test_killall_signals_the_targets_running_jobs_or_only_names_them() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    h.submit(2, userid=3000)
+    h.submit(3, userid=OTHER)  # pending: not matched
+    h.hello()
+    h.allocs()
+    h.grant(1, ranks="0")
+    h.grant(2, ranks="1")
+
+    def signals() -> list[tuple[int, int]]:
+        return [(r, m["id"]) for r, msgs in h.exec.items() for m in msgs if m["t"] == "signal"]
+
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OTHER, "target": OTHER,
+                           "dry_run": True, "reply": "r"})
+    assert h.replies[-1]["ok"] == [1] and signals() == []
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OTHER, "target": OTHER,
+                           "signal": 10, "reply": "r"})
+    assert h.replies[-1]["ok"] == [1] and signals() == [(0, 1)]
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OTHER, "target": -1,
+                           "reply": "r"})
+    assert "permission denied" in h.replies[-1]["errors"][0] and signals() == [(0, 1)]
+    h.step(h.core.on_ctl, {"t": "killall-request", "userid": OWNER, "target": -1,
+                           "reply": "r"})
+    assert sorted(h.replies[-1]["ok"]) == [1, 2] and sorted(signals()) == [(0, 1), (0, 1),
+                                                                           (1, 2)]
+
+
+DUR, QUEUE_KEY, NAME_KEY = ("attributes.system.duration", "attributes.system.queue",
+                            "attributes.system.job.name")
+
+
+def update(h: Harness, jobid: int, updates: dict[str, Any], userid: int = OTHER,
+           **kw: Any) -> dict[str, Any]:
+    h.step(h.core.on_ctl, {"t": "update-request", "id": jobid, "userid": userid,
+                           "updates": updates, "reply": "r", **kw})
+    return h.replies[-1]
+
+
+def test_update_of_a_pending_job_replaces_its_request() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER, request="old", duration=60.0, queue="batch")
+    h.hello()
+    assert h.allocs() == [1]
+    fx = Effects()
+    h.core.on_ctl(fx, proto.convert(proto.CONTROL, {
+        "t": "update-request", "id": 1, "userid": OTHER, "reply": "r", "request": "new",
+        "updates": {DUR: 120.0, QUEUE_KEY: "short", NAME_KEY: "n"}}))
+    assert fx.job_fields == {1: {"request": "new", "queue": "short"}}
+    assert fx.replies[-1][1].ok == [1]
+    assert [m.__class__.__name__ for m in fx.sched] == ["Cancel"]  # the old request
+    h.step(h.core.on_sched, h.epoch, {"t": "alloc-response", "id": 1,
+                                      "type": proto.ALLOC_CANCEL})
+    assert h.state(1) == JobState.SCHED
+    # the CANCEL answer requeued it: asked again with its new request
+    assert [m for m in h.sched if m["t"] == "alloc"][-1]["request"] == "new"
+
+
+def test_update_is_replayed_like_any_event() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER, duration=60.0, queue="batch")
+    assert update(h, 1, {DUR: 120.0, NAME_KEY: "n"}) == {
+        "ok": [1], "updates": {DUR: 120.0, NAME_KEY: "n"}}
+    assert "jobspec-update" in h.log[1]
+    info = h.replica[1].info
+    assert (info["duration"], info["name"], info["queue"]) == (120.0, "n", "batch")
+
+
+def test_update_refused_when_the_job_changed_since_the_check() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    assert update(h, 1, {NAME_KEY: "a"})["ok"] == [1]
+    answer = update(h, 1, {NAME_KEY: "b"})  # checked against no earlier update
+    assert answer["errors"][0].endswith("the job changed while the update was checked: "
+                                        "try again")
+    assert update(h, 1, {NAME_KEY: "b"}, base={NAME_KEY: "a"})["ok"] == [1]
+    assert update(h, 1, {NAME_KEY: "c"}, userid=3000, base={NAME_KEY: "b"})["errors"][0] \
+        .endswith("permission denied")
+    assert h.log[1].count("jobspec-update") == 2
+
+
+def test_an_owners_update_past_the_limits_makes_the_job_immutable() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    assert update(h, 1, {DUR: 1e6}, userid=OWNER, immutable=True)["ok"] == [1]
+    assert h.replica[1].job.set_flags == frozenset({"immutable"})
+
+
+def test_update_of_a_running_job_moves_its_time_limit() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER, duration=5)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.exec_report(1, 0, started=True)
+    assert h.core.next_timer() == pytest.approx(1005.0)
+    assert update(h, 1, {DUR: 100.0}, userid=OWNER)["ok"] == [1]
+    assert h.log[1][-1] == "resource-update"
+    assert h.replica[1].job.expiration == pytest.approx(1100.0)
+    h.clock.now = 1006.0
+    h.step(h.core.on_timers)  # the old limit is gone
+    assert h.state(1) == JobState.RUN
+    assert h.core.next_timer() == pytest.approx(1100.0)
+    assert update(h, 1, {NAME_KEY: "x"}, userid=OWNER, base_expiration=1100.0)["errors"][0] \
+        .endswith("only the duration of a running job may be updated")
+    assert update(h, 1, {DUR: 0}, userid=OWNER, base_expiration=1100.0)["errors"][0] \
+        .endswith("cannot become unlimited")
+    assert update(h, 1, {DUR: 2.0}, userid=OWNER, base_expiration=1100.0)["ok"] == [1]
+    h.step(h.core.on_timers)  # 1002 is past: it times out now
+    assert h.state(1) == JobState.CLEANUP
+
+
+@pytest.mark.parametrize("updates", [
+    {}, {"attributes.system.urgency": 1}, {DUR: -1}, {DUR: "1h"}, {DUR: True},
+    {NAME_KEY: ""}, {QUEUE_KEY: 3},
+])
+def test_malformed_update_requests_are_refused_whole(updates: dict[str, Any]) -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER)
+    fx = Effects()
+    msg = proto.convert(proto.CONTROL, {"t": "update-request", "id": 1, "userid": OTHER,
+                                        "updates": updates})
+    with pytest.raises(proto.MessageError):
+        h.core.on_ctl(fx, msg, ("s", b"1-0"))
+    assert not fx.acks and not fx.ops
+
+
 def test_users_cancel_only_their_own_jobs() -> None:
     h = Harness()
     h.submit(1, userid=OTHER)

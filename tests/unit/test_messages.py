@@ -30,7 +30,8 @@ SAMPLES: dict[str, list[proto.Message]] = {
                             ranks="0", nodelist="n0"),
         proto.AllocResponse(id=1, type=proto.ALLOC_DENY, note="no"),
         proto.FreeResponse(id=1), proto.SchedError(note="gone", id=5)],
-    "EXEC_REQUESTS": [proto.Start(id=1, ranks="0-3"), proto.Kill(id=1, signal=15)],
+    "EXEC_REQUESTS": [proto.Start(id=1, ranks="0-3"), proto.Kill(id=1, signal=15),
+                      proto.Signal(id=1, signal=10)],
     "EXEC_EVENTS": [proto.ExecReport(id=1, rank=0, started=True, status=256, released=True,
                                      error="x")],
     "NEW_JOBS": [proto.New(id=2**64 - 1, userid=1000, urgency=16, flags=0, t_submit=1.5,
@@ -39,13 +40,21 @@ SAMPLES: dict[str, list[proto.Message]] = {
         proto.CancelRequest(ids=[1, 2], userid=1000, note="n", reply="k"),
         proto.RaiseRequest(ids=[1], userid=0, type="t", severity=7, note="n", reply="k"),
         proto.UrgencyRequest(id=1, urgency=3, userid=1000, reply="k"),
-        proto.QueuesChanged(stopped=["batch"]), proto.LostRanks(ranks="0-7")],
+        proto.QueuesChanged(stopped=["batch"]), proto.LostRanks(ranks="0-7"),
+        proto.SignalRequest(ids=[1, 2], userid=1000, signal=10, reply="k"),
+        proto.KillAllRequest(userid=1000, target=-1, signal=12, dry_run=True, reply="k"),
+        proto.UpdateRequest(id=1, userid=1000, updates={"attributes.system.duration": 60.0},
+                            base={"attributes.system.job.name": "a"}, base_expiration=5.0,
+                            request="r", immutable=True, reply="k")],
 }
 REQUESTS: list[proto.Request] = [
     proto.SubmitJobs(req="r", jobs=[proto.SubmitItem(jobspec={"version": 1}, urgency=3,
                                                      flags=1), proto.SubmitItem(yaml="x")]),
     proto.CancelJobs(req="r", ids=[1], note="n"), proto.SetUrgency(req="r", id=1, urgency=2),
-    proto.RaiseOnJobs(req="r", ids=[1, 2], type="t", severity=3, note="n")]
+    proto.RaiseOnJobs(req="r", ids=[1, 2], type="t", severity=3, note="n"),
+    proto.SignalJobs(req="r", ids=[1], signal=10),
+    proto.KillAll(req="r", signal=9, user=1000, all_users=False, dry_run=True),
+    proto.UpdateJob(req="r", id=1, updates={"duration": "+1h", "name": "x"}, dry_run=True)]
 CASES = [(name, msg) for name, msgs in SAMPLES.items() for msg in msgs]
 
 
@@ -77,7 +86,8 @@ def test_every_request_round_trips(request_: proto.Request) -> None:
 
 def test_replies_and_resource_events_round_trip() -> None:
     for reply in (proto.Reply(jobs=[proto.JobResult(id=1), proto.JobResult(error="e")]),
-                  proto.Reply(ok=[1], errors=["x"], old=3), proto.Reply(errors=[])):
+                  proto.Reply(ok=[1], errors=["x"], old=3), proto.Reply(errors=[]),
+                  proto.Reply(ok=[1], updates={"attributes.system.duration": 1.0})):
         assert proto.decode_reply(proto.encode_reply(reply)) == reply
     for event in (proto.Drain(ranks="0", reason="r", auto=True, timestamp=1.0),
                   proto.Undrain(ranks="1-2")):

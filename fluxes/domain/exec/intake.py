@@ -1,6 +1,6 @@
 """The exec worker's intake and messages, in one place: requests in, reports out.
 
-The job manager sends ``start`` and ``kill`` messages on each rank's request
+The job manager sends ``start``, ``kill`` and ``signal`` messages on each rank's request
 stream; the worker answers with cumulative ``exec`` reports on the job's
 partition stream (docs/exec.md, "Contract with the job manager").  This
 module is the only part of the exec worker that knows the wire form
@@ -24,7 +24,7 @@ from typing import Any
 
 from fluxes import messages as proto
 from fluxes.domain.exec.jobs import ExecJob
-from fluxes.messages import ExecReport, Kill, Start
+from fluxes.messages import ExecReport, Kill, Signal, Start
 
 #: A request entry that does not follow the protocol (dead-lettered by the worker).
 MessageError = proto.MessageError
@@ -33,11 +33,11 @@ MessageError = proto.MessageError
 REPORT_CHUNK = 1000
 
 #: What a rank's request stream carries (the typed messages of :mod:`fluxes.messages`).
-Request = Start | Kill
+Request = Start | Kill | Signal
 
 __all__ = ["REPORT_CHUNK", "Backlog", "Entry", "Intake", "Kill", "MessageError", "Poison",
-           "Refusal", "Request", "Start", "decode_requests", "decode_sent", "encode_reports",
-           "report"]
+           "Refusal", "Request", "Signal", "Start", "decode_requests", "decode_sent",
+           "encode_reports", "report"]
 
 
 def decode_requests(fields: Mapping[Any, Any] | None) -> list[Request]:
@@ -57,8 +57,8 @@ def decode_sent(fields: Mapping[Any, Any] | None) -> tuple[list[Request], float]
     _epoch, msgs, sent = proto.decode_entry_sent(proto.EXEC_REQUESTS, fields)
     for msg in msgs:
         match msg:
-            case Kill(signal=sig) if not 0 < sig < signal.NSIG:
-                raise MessageError(f"kill: bad signal {sig}")
+            case Kill(signal=sig) | Signal(signal=sig) if not 0 < sig < signal.NSIG:
+                raise MessageError(f"{type(msg).__name__.lower()}: bad signal {sig}")
     return msgs, sent
 
 

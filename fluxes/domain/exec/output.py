@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from fluxes.domain.exec.jobs import ExecJob, Stream
+from fluxes.domain.exec.jobs import ExecJob, Stream, TaskProc
 from fluxes.domain.sched.inventory import format_size
 from fluxes.formats.idset import IDSet
 
@@ -142,3 +142,26 @@ def add_lines(entries: list[dict[str, Any]], job: ExecJob, task_rank: int, strea
 def eof_entry(rank: int, task_ranks: Iterable[int]) -> dict[str, str]:
     """The end marker of a rank's output: readers know its tasks' output is complete."""
     return {"eof": "1", "rank": str(rank), "tasks": str(IDSet(task_ranks))}
+
+
+def pids_entry(rank: int, host: str, tasks: Iterable[TaskProc]) -> dict[str, str]:
+    """The entry that says where a rank's tasks run (``fluxes job hostpids``): its host
+    and, per task rank, the pid of its process group (the task's wrapper)."""
+    pids = ",".join(f"{task.rank}:{task.pid}" for task in tasks)
+    return {"pids": pids, "rank": str(rank), "host": host}
+
+
+def parse_pids(fields: dict[bytes, bytes]) -> list[tuple[int, str, int]]:
+    """``(task rank, host, pid)`` of a :func:`pids_entry` read back; ValueError when the
+    entry is not one."""
+    raw = fields.get(b"pids")
+    if raw is None:
+        raise ValueError("not a pids entry")
+    host = fields.get(b"host", b"").decode("utf-8", "replace")
+    out: list[tuple[int, str, int]] = []
+    for item in filter(None, raw.decode().split(",")):  # a rank without tasks has none
+        task, sep, pid = item.partition(":")
+        if not sep or not task.isdigit() or not pid.isdigit():
+            raise ValueError(f"bad pids entry {raw[:40]!r}")
+        out.append((int(task), host, int(pid)))
+    return out

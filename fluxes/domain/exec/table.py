@@ -169,6 +169,18 @@ class JobTable:
         box.touch(job, report=False)
         return job.tasks
 
+    def signal(self, rank: int, jobid: int) -> list[TaskProc]:
+        """A signal request (``fluxes job kill``): the tasks to send it to.
+
+        Only a real job running here has any; nothing is recorded, so the job
+        runs on (or ends) as its tasks decide, and a job not (or no longer)
+        running here is left alone.
+        """
+        job = self.get(rank, jobid)
+        if job is None or job.kind != "run":
+            return []
+        return [task for task in job.tasks if not task.ended]
+
     def fire(self, box: Outbox, mono: float, wall: float) -> list[ExecJob]:
         """Handle the timers due at ``mono``; the jobs whose tasks must get SIGKILL."""
         kill = []

@@ -38,6 +38,9 @@ from fluxes.domain.jm.priority import (
     check_urgency_change,
     job_priority,
 )
+from fluxes.domain.jm.update import DURATION as DURATION_KEY
+from fluxes.domain.jm.update import IMMUTABLE_FLAG, UPDATABLE
+from fluxes.domain.jm.update import QUEUE as QUEUE_KEY
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import Job, merge_annotations
 from fluxes.domain.job.record import JobRecord, apply_record
@@ -60,6 +63,7 @@ from fluxes.messages import (
     Hello,
     HelloReply,
     Kill,
+    KillAllRequest,
     LostRanks,
     New,
     Prioritize,
@@ -71,7 +75,10 @@ from fluxes.messages import (
     SchedError,
     SchedRequest,
     SchedResponse,
+    Signal,
+    SignalRequest,
     Start,
+    UpdateRequest,
     UrgencyRequest,
 )
 
@@ -141,6 +148,9 @@ class Effects:
     #: restarted job manager does not lose which ranks already reported
     progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
+    #: per job, the facts of its hash an update changed (``queue``, ``request``; None:
+    #: no longer any), written with its ``jobspec-update`` event
+    job_fields: dict[int, dict[str, str | None]] = field(default_factory=dict)
     #: records of inputs refused (the worker's dead letters), written with their acks
     dead_letters: list[dict[str, bytes | str]] = field(default_factory=list)
     sched_epoch: int = 0
@@ -375,7 +385,7 @@ class JobManagerCore:
                     # the alloc request is still with the scheduler: tell it
                     if prio == 0:
                         self._send_cancel(fx, act)
-                    else:
+                    elif not act.cancel_sent:  # (an update cancels it to ask anew)
                         self._prioritize[act.rec.id] = prio
             elif state is _SCHED:
                 if act.alloc_epoch is None and job.priority:
@@ -497,6 +507,11 @@ class JobManagerCore:
     def _arm_timelimit(self, act: Active) -> None:
         """Set the job's time-limit timer (from its alloc time) once."""
         if act.deadline is not None:
+            return
+        if act.job.expiration is not None:
+            # moved by a resource-update (``fluxes update`` of the running job)
+            act.deadline = act.job.expiration
+            heapq.heappush(self._timers, (act.deadline, act.rec.id, "timelimit"))
             return
         duration = act.rec.info.get("duration")
         if isinstance(duration, int | float) and not isinstance(duration, bool) \
@@ -752,37 +767,38 @@ class JobManagerCore:
     # ------------------------------------------------------------ user requests
 
     def on_ctl(self, fx: Effects, msg: Control, ack: Ack | None = None) -> None:
-        """A forwarded user request (cancel, urgency, raise), lost ranks or a queue change."""
-        userid = getattr(msg, "userid", 0)
-        if userid < 0:
-            # events record the requester's userid, and replay refuses a negative one
-            # (decoding refuses it already; this guards messages built in memory)
-            raise proto.MessageError("control request: 'userid' must be >= 0")
-        lost = None
-        if isinstance(msg, LostRanks):
-            try:
-                lost = IDSet(msg.ranks)
-            except ValueError as exc:
-                raise proto.MessageError(f"lost-ranks: {exc}") from None
+        """A forwarded user request (cancel, urgency, raise, signal), lost ranks or a
+        queue change."""
+        lost = _checked_control(msg)
         if ack is not None:
             fx.acks.append(ack)
-        match msg:
-            case CancelRequest(ids=ids, userid=userid, note=note):
-                answer = self._raise_many(fx, ids, userid, "cancel", 0, note)
-            case RaiseRequest(ids=ids, userid=userid, type=etype, severity=severity, note=note):
-                answer = self._raise_many(fx, ids, userid, etype, severity, note)
-            case UrgencyRequest(id=jobid, urgency=urgency, userid=userid):
-                answer = self._urgency(fx, jobid, urgency, userid)
-            case QueuesChanged(stopped=stopped):
-                if stopped is not None:
-                    self.set_stopped_queues(fx, set(stopped))
-                answer = Reply(ok=[])
-            case LostRanks():
-                assert lost is not None
-                answer = self._lost_ranks(fx, lost)
+        answer = self._answer_control(fx, msg, lost)
         if msg.reply:
             fx.replies.append((msg.reply, answer))
         self.pump(fx)
+
+    def _answer_control(self, fx: Effects, msg: Control, lost: IDSet | None) -> Reply:
+        """Act on a checked control request; its answer."""
+        match msg:
+            case CancelRequest(ids=ids, userid=userid, note=note):
+                return self._raise_many(fx, ids, userid, "cancel", 0, note)
+            case RaiseRequest(ids=ids, userid=userid, type=etype, severity=severity, note=note):
+                return self._raise_many(fx, ids, userid, etype, severity, note)
+            case UrgencyRequest(id=jobid, urgency=urgency, userid=userid):
+                return self._urgency(fx, jobid, urgency, userid)
+            case SignalRequest(ids=ids, userid=userid, signal=sig):
+                return self._signal_many(fx, ids, userid, sig)
+            case KillAllRequest(userid=userid, target=target, signal=sig, dry_run=dry_run):
+                return self._killall(fx, userid, target, sig, dry_run)
+            case UpdateRequest():
+                return self._update(fx, msg)
+            case QueuesChanged(stopped=stopped):
+                if stopped is not None:
+                    self.set_stopped_queues(fx, set(stopped))
+                return Reply(ok=[])
+            case LostRanks():
+                assert lost is not None
+                return self._lost_ranks(fx, lost)
 
     def _lost_ranks(self, fx: Effects, lost: IDSet) -> Reply:
         """Exec workers of ``lost`` are gone: fail their jobs and count those ranks as done.
@@ -836,6 +852,96 @@ class JobManagerCore:
             self._advance(fx, act)
             done.append(jobid)
         return Reply(ok=done, errors=errors)
+
+    def _signal(self, fx: Effects, act: Active, sig: int) -> None:
+        """Ask the exec worker of each of the job's ranks to signal its tasks there."""
+        assert act.ranks is not None
+        for rank in act.ranks:
+            fx.exec.setdefault(rank, []).append(Signal(id=act.rec.id, signal=sig))
+
+    def _signal_many(self, fx: Effects, ids: list[int], userid: int, sig: int) -> Reply:
+        """``fluxes job kill``: signal the tasks of running jobs; the jobs go on."""
+        errors = []
+        done = []
+        for jobid in ids:
+            act = self.jobs.get(jobid)
+            if act is None or act.job.state is _INACTIVE:
+                errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
+            elif userid not in (self.owner_uid, act.job.userid):
+                errors.append(f"{_show_id(jobid)}: permission denied")
+            elif act.job.state is not _RUN or act.ranks is None:
+                errors.append(f"{_show_id(jobid)}: job is not running")
+            else:
+                self._signal(fx, act, sig)
+                done.append(jobid)
+        return Reply(ok=done, errors=errors)
+
+    def _killall(self, fx: Effects, userid: int, target: int, sig: int,
+                 dry_run: bool) -> Reply:
+        """``fluxes job killall``: signal every running job of ``target`` (-1: of
+        every user), or only name them (``dry_run``); only the instance owner may
+        name another user's jobs."""
+        if userid not in (target, self.owner_uid):
+            return Reply(ok=[], errors=["permission denied: only the instance owner may "
+                                        "signal other users' jobs"])
+        matched = []
+        for act in self.jobs.values():
+            if act.job.state is not _RUN or act.ranks is None:
+                continue
+            if target not in (-1, act.job.userid):
+                continue
+            if not dry_run:
+                self._signal(fx, act, sig)
+            matched.append(act.rec.id)
+        return Reply(ok=matched)
+
+    def _update(self, fx: Effects, msg: UpdateRequest) -> Reply:
+        """``fluxes update``, checked by the ingest against the job as it was then: a
+        pending job gets a ``jobspec-update`` (and its new scheduler request, the old
+        alloc request canceled), a running one a ``resource-update`` with its new
+        expiration and time limit. Refused when the job changed since the check."""
+        jobid = msg.id
+        act = self.jobs.get(jobid)
+        if act is None or act.job.state is _INACTIVE:
+            return Reply(errors=[f"{_show_id(jobid)}: job is inactive or unknown"])
+        job = act.job
+        if msg.userid not in (self.owner_uid, job.userid):
+            return Reply(errors=[f"{_show_id(jobid)}: permission denied"])
+        if dict(job.jobspec_updates) != msg.base or job.expiration != msg.base_expiration:
+            return Reply(errors=[f"{_show_id(jobid)}: the job changed while the update was "
+                                 "checked: try again"])
+        now = self.clock()
+        if job.state & JobState.PENDING:
+            if msg.immutable:
+                self._post(fx, act, ev.SetFlags(timestamp=now, flags=(IMMUTABLE_FLAG,)))
+            self._post(fx, act, ev.JobspecUpdate(timestamp=now, updates=dict(msg.updates)))
+            act.request = self._shared(msg.request)
+            fields = fx.job_fields.setdefault(jobid, {})
+            fields["request"] = msg.request
+            if QUEUE_KEY in msg.updates:
+                fields["queue"] = str(msg.updates[QUEUE_KEY])
+            if act.alloc_epoch is not None:
+                # the scheduler holds the old request: the CANCEL answer requeues the job
+                self._send_cancel(fx, act)
+            self._advance(fx, act)
+        elif job.state is _RUN and set(msg.updates) == {DURATION_KEY}:
+            duration = msg.updates[DURATION_KEY]
+            if not duration:
+                return Reply(errors=[f"{_show_id(jobid)}: a running job's duration cannot "
+                                     "become unlimited"])
+            expiration = (job.t_run or now) + float(duration)
+            if msg.immutable:
+                self._post(fx, act, ev.SetFlags(timestamp=now, flags=(IMMUTABLE_FLAG,)))
+            self._post(fx, act, ev.ResourceUpdate(timestamp=now, expiration=expiration))
+            act.deadline = None
+            self._arm_timelimit(act)
+        elif job.state is _RUN:
+            return Reply(errors=[f"{_show_id(jobid)}: only the duration of a running job "
+                                 "may be updated"])
+        else:
+            return Reply(errors=[f"{_show_id(jobid)}: job is finishing: it can no longer "
+                                 "be updated"])
+        return Reply(ok=[jobid], updates=dict(msg.updates))
 
     def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> Reply:
         act = self.jobs.get(jobid)
@@ -894,6 +1000,38 @@ class JobManagerCore:
             self._advance(fx, act)
         self._dependency_actions(fx, self.deps.due(now))
         self.pump(fx)
+
+
+def _checked_control(msg: Control) -> IDSet | None:
+    """Refuse a control request no replay could accept; the lost ranks of a ``lost-ranks``."""
+    if getattr(msg, "userid", 0) < 0:
+        # events record the requester's userid, and replay refuses a negative one
+        # (decoding refuses it already; this guards messages built in memory)
+        raise proto.MessageError("control request: 'userid' must be >= 0")
+    if isinstance(msg, UpdateRequest):
+        _check_update(msg)
+    if not isinstance(msg, LostRanks):
+        return None
+    try:
+        return IDSet(msg.ranks)
+    except ValueError as exc:
+        raise proto.MessageError(f"lost-ranks: {exc}") from None
+
+
+def _check_update(msg: UpdateRequest) -> None:
+    """MessageError unless the update names only keys an update may change, each with
+    a value of its kind (text; a duration a number of seconds >= 0)."""
+    if not msg.updates:
+        raise proto.MessageError("update-request: no updates")
+    for key, value in msg.updates.items():
+        if key not in UPDATABLE:
+            raise proto.MessageError(f"update-request: key {key[:40]!r} cannot be updated")
+        if key == DURATION_KEY:
+            if isinstance(value, bool) or not isinstance(value, int | float) \
+                    or not 0 <= value < float("inf"):
+                raise proto.MessageError("update-request: duration must be a number >= 0")
+        elif not isinstance(value, str) or not value:
+            raise proto.MessageError(f"update-request: {key} must be a non-empty string")
 
 
 def _check_jobid(jobid: int) -> int:

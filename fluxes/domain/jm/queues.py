@@ -577,6 +577,7 @@ class QueueConfig:
         username: str | None,
         groups: Iterable[str] = (),
         queue_states: Mapping[str | None, QueueState] | None = None,
+        check_limits: bool = True,
     ) -> Admission:
         """Decide whether ``jobspec`` may be submitted, and to which queue.
 
@@ -587,6 +588,9 @@ class QueueConfig:
         a duration exceeds any duration limit, as in flux.  Returns an
         :class:`Admission` whose jobspec also requires the queue's
         ``requires`` properties; raises :class:`PolicyError` otherwise.
+        Without ``check_limits`` (an instance owner's update of another user's
+        job, which flux lets bypass them) the size and duration limits are not
+        checked; everything else is.
         """
         named = bool(self._queues)
         requested = jobspec.queue
@@ -625,7 +629,8 @@ class QueueConfig:
                 duration=policy.default_duration if needs_duration else None,
                 queue=queue if needs_queue else None,
             )
-        _check_limits(spec, policy, queue)
+        if check_limits:
+            _check_limits(spec, policy, queue)
         if entry is not None and entry.requires:
             spec = spec.add_required_properties(list(entry.requires))
         return Admission(queue, spec, policy)
