@@ -117,6 +117,31 @@ def load_accounts(client: redis.Redis, keys: Keys) -> Accounts:
     return replay(read_admin(client, keys)[0])
 
 
+class AccountsFollower:
+    """The banks and associations, kept current by reading only the admin entries
+    written since the last :meth:`refresh` (one XRANGE, usually empty): what the
+    ingest, the job manager and the scheduler hold."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+        self.position = "0-0"
+        self.accounts = Accounts()
+
+    def refresh(self) -> Accounts:
+        """The state after every admin entry written so far."""
+        start = "-" if self.position == "0-0" else "(" + self.position
+        state = self.accounts
+        for sid, fields in self.redis.xrange(self.keys.accounting, min=start):
+            self.position = _text(sid)
+            try:
+                state = apply(event_from_dict(orjson.loads(fields.get(b"d", b""))), state)
+            except (orjson.JSONDecodeError, AccountError):
+                continue  # as replay: a foreign or refused entry changes nothing
+        self.accounts = state
+        return state
+
+
 def append_admin(client: redis.Redis, keys: Keys,
                  make: Callable[[Accounts], AccountEvent]) -> tuple[AccountEvent, Accounts]:
     """Append the event ``make(accounts)`` builds from the current state, once it applies
