@@ -53,7 +53,13 @@ import redis
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
 from fluxes.domain.accounting.banks import Accounts
-from fluxes.domain.accounting.limits import HeldJob, Holdings, SubmitLedger, check_submit
+from fluxes.domain.accounting.limits import (
+    HeldJob,
+    Holdings,
+    SubmitLedger,
+    check_submit,
+    limits_active_jobs,
+)
 from fluxes.domain.jm import request_progress
 from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_inventory, unknown_target
@@ -560,6 +566,12 @@ class IngestWorker(Worker):
         association holds (the folded active jobs plus those created since)."""
         accounts = self._accounts.refresh()
         if not accounts.enabled:
+            return
+        if not limits_active_jobs(accounts):
+            # nothing caps active jobs: no need to read every active job (nor to keep
+            # the jobs created lately, which only such a count needs)
+            self._ledger.recent.clear()
+            self._charging = (accounts, Holdings())
             return
         snapshot = {jobid: HeldJob(job.userid, job.bank or None, job.t_alloc is not None,
                                    job.nnodes, job.ncores)

@@ -14,6 +14,7 @@ from fluxes.domain.accounting.limits import (
     SubmitLedger,
     check_submit,
     holdings,
+    limits_active_jobs,
     start_refusal,
 )
 from fluxes.domain.sched import Inventory, Request, ResourcePool
@@ -191,3 +192,14 @@ def test_the_ingest_ledger_counts_jobs_the_fold_does_not_show_yet() -> None:
         ledger.created(3, pending, 200.0)
         ledger.created(4, pending, 200.0)
         check_submit(acc, ledger.holdings(acc, {1: pending}, 200.0), "alice", pending)
+
+
+def test_active_jobs_are_counted_only_when_some_limit_caps_them() -> None:
+    acc = accounts()
+    assert limits_active_jobs(acc)
+    plain = replay([BankAdd(timestamp=T, bank="root", shares=1,
+                            limits={"max_running_jobs": 3}),
+                    UserAdd(timestamp=T, username="bob", userid=BOB, bank="root")])
+    assert not limits_active_jobs(plain)
+    assert limits_active_jobs(apply(UserEdit(timestamp=T, username="bob",
+                                             limits={"max_active_jobs": 1}), plain))

@@ -85,6 +85,14 @@ class Holdings:
         self._apply(accounts, job, -1)
 
 
+def limits_active_jobs(accounts: Accounts) -> bool:
+    """True when some active association or bank has a ``max-active-jobs`` limit: only then
+    does :func:`check_submit` need to know what is active."""
+    return any(a.active and a.limits.max_active_jobs is not None
+               for a in accounts.associations.values()) or any(
+        b.active and b.limits.max_active_jobs is not None for b in accounts.banks.values())
+
+
 def holdings(accounts: Accounts, jobs: Iterable[HeldJob]) -> Holdings:
     """The holdings of ``jobs`` (every active job of the instance)."""
     out = Holdings()
