@@ -322,7 +322,7 @@ def register(subparsers: Any) -> None:
         "With JOBIDs, just those jobs, whatever their state or owner (-f, -q, -u\n"
         "still narrow the list when given); an unknown one is an error.",
         ["fluxes jobs", "fluxes jobs -a", "fluxes jobs ƒ2t6V2H ƒ2t6V2J",
-         "fluxes jobs -A -f running",
+         "fluxes jobs -A -f running", "fluxes jobs -A --since=-1d -B physics --csv",
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
          "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
          "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'"]))

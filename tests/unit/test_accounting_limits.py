@@ -203,3 +203,10 @@ def test_active_jobs_are_counted_only_when_some_limit_caps_them() -> None:
     assert not limits_active_jobs(plain)
     assert limits_active_jobs(apply(UserEdit(timestamp=T, username="bob",
                                              limits={"max_active_jobs": 1}), plain))
+
+
+def test_a_bank_name_from_the_user_is_shown_bounded() -> None:
+    with pytest.raises(PolicyError) as caught:
+        check_submit(accounts(), Holdings(), "alice", HeldJob(ALICE, "x\n" * 5000, False))
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 150

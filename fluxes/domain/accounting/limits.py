@@ -161,7 +161,10 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
         assoc = accounts.associations.get((username, job.bank))
         if assoc is None or not assoc.active:
             known = ", ".join(a.bank for a in mine)
-            raise PolicyError(f"user {username} is not in bank {job.bank} (their banks: "
+            # the name is the user's own input: shown quoted when odd or long
+            name = job.bank if job.bank.isprintable() and len(job.bank) <= 40 \
+                else repr(job.bank[:37]) + "..."
+            raise PolicyError(f"user {username} is not in bank {name} (their banks: "
                               f"{known})")
     else:
         default = accounts.default_banks.get(username)
