@@ -600,7 +600,6 @@ def test_reprioritize_posts_changed_priorities_and_tells_the_scheduler() -> None
     assert h.replica[1].job.priority == 10 and h.replica[2].job.priority == 70
     assert h.replica[3].job.priority == 0
     assert h.log[2][-1] == "priority" and h.state(2) == JobState.SCHED
-    h.step(h.core.pump)
     assert {"t": "prioritize", "jobs": [[1, 10]]} in h.sched
     assert h.step(h.core.reprioritize).ops == {}  # nothing changed: no event
     # a queued job that rose goes out in its new place

@@ -415,6 +415,8 @@ class JobManagerCore:
             elif act.rec.id in self._queued:
                 # its heap entry is stale now: pump puts it back at its new priority
                 heapq.heappush(self._waiting, (-prio, job.t_submit, act.rec.id))
+        if changed:
+            self.pump(fx)  # the prioritize message goes out with these events
         return changed
 
     def _cleanup(self, fx: Effects, act: Active) -> None:
