@@ -41,6 +41,7 @@ state, while the checks themselves are pure modules (:mod:`fluxes.domain.jm.subm
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import grp
 import hashlib
@@ -56,6 +57,14 @@ import orjson
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
+from fluxes.domain.accounting.banks import Accounts
+from fluxes.domain.accounting.limits import (
+    HeldJob,
+    Holdings,
+    SubmitLedger,
+    check_submit,
+    limits_active_jobs,
+)
 from fluxes.domain.jm import request_progress, update
 from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_feasibility, unknown_target
@@ -70,6 +79,7 @@ from fluxes.formats.jobid import encode as encode_id
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
 from fluxes.store import jobhash
+from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.groups import ensure_group
@@ -151,6 +161,12 @@ class IngestWorker(Worker):
         self.submitted = 0
         self._pending = True
         self._claim_at = 0.0
+        #: banks and associations (docs/accounting.md): once a bank exists, every job is
+        #: charged to an association and max-active-jobs is enforced here
+        self._accounts = AccountsFollower(self.redis, self.keys)
+        self._ledger = SubmitLedger()
+        #: the accounts and active holdings of the block being handled (None: no banks)
+        self._charging: tuple[Accounts, Holdings] | None = None
 
     def setup(self) -> None:
         """Get a FLUID generator id and read users, configuration and queue states."""
@@ -424,6 +440,9 @@ class IngestWorker(Worker):
         # every job of the block is checked first, so that the dependency
         # targets of all of them are looked up in one round trip
         checked: dict[int, _Checked] = {}
+        self._charging = None
+        if any(isinstance(requests[n].request, proto.SubmitJobs) for n in firsts):
+            self._load_charging()
         for n in firsts:
             submit = requests[n].request
             if isinstance(submit, proto.SubmitJobs) and n not in reused:
@@ -563,12 +582,50 @@ class IngestWorker(Worker):
                 except (ValueError, FluxesError) as exc:
                     found = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 cache[cache_key] = found
+            if not isinstance(found, str) and self._charging is not None:
+                try:
+                    found = self._charge(found, user, uid)
+                except (ValueError, FluxesError) as exc:
+                    found = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if isinstance(found, str):
                 out.results.append({"error": found})
             else:
                 out.prepared.append((index, found))
                 out.results.append({})
         return out
+
+    def _load_charging(self) -> None:
+        """Read the banks (new admin entries only) and, once a bank exists, what every
+        association holds (the folded active jobs plus those created since)."""
+        accounts = self._accounts.refresh()
+        if not accounts.enabled:
+            return
+        if not limits_active_jobs(accounts):
+            # nothing caps active jobs: no need to read every active job (nor to keep
+            # the jobs created lately, which only such a count needs)
+            self._ledger.recent.clear()
+            self._charging = (accounts, Holdings())
+            return
+        snapshot = {jobid: HeldJob(job.userid, job.bank or None, job.t_alloc is not None,
+                                   job.nnodes, job.ncores)
+                    for jobid, job in UsageStore(self.redis, self.keys).open_jobs().items()}
+        self._charging = (accounts, self._ledger.holdings(accounts, snapshot, time.time()))
+
+    def _charge(self, job: PreparedJob, user: str, uid: int) -> PreparedJob:
+        """The association ``job`` is charged to, in its submit extras (``bank``); a
+        PolicyError when the user may not submit it (no association, not in the bank,
+        max-active-jobs reached). The job counts as active from here on."""
+        assert self._charging is not None
+        accounts, held = self._charging
+        info = job.info
+        want = info.get("bank")
+        pending = HeldJob(uid, want if isinstance(want, str) else None, False,
+                          _int(info.get("nnodes")), _int(info.get("ncores")))
+        assoc = check_submit(accounts, held, user, pending)
+        if assoc is None:
+            return job
+        held.add(accounts, pending._replace(bank=assoc.bank))
+        return dataclasses.replace(job, info={**info, "bank": assoc.bank})
 
     def _existing_targets(self, checked: Iterable[_Checked]) -> set[int]:
         """Which of the jobs named by the checked jobs' dependencies exist.
@@ -614,6 +671,11 @@ class IngestWorker(Worker):
             job = next(pending)
             jobid = next(ids)
             result["id"] = jobid
+            if self._charging is not None:
+                info = job.info
+                self._ledger.created(jobid, HeldJob(
+                    uid, info.get("bank"), False, _int(info.get("nnodes")),
+                    _int(info.get("ncores"))), now)
             part = keys.partition_of(jobid)
             batch = batches.get(part)
             if batch is None or batch.events >= MAX_BATCH_EVENTS:
@@ -864,6 +926,11 @@ def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
     else:
         ids = []
     return {keys.partition_of(j) for j in ids}
+
+
+def _int(value: Any) -> int:
+    """A count from submit extras (0 when absent or not an integer)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def _item_dict(item: proto.SubmitItem) -> dict[str, Any]:

@@ -38,14 +38,17 @@ import msgspec
 import orjson
 
 from fluxes import messages as proto
+from fluxes.domain.accounting.priority import JobFacts, MultiFactorPriority, facts_from_info
 from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
 from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
+from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
+from fluxes.store.accounting import AccountsFollower, fair_share_now
 from fluxes.store.deadletters import counts_key
 from fluxes.store.errors import ResponseError, StoreError
 from fluxes.store.eventstore import (
@@ -61,6 +64,7 @@ from fluxes.store.groups import ensure_group, read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
+from fluxes.store.resources import load_inventory
 from workers.base import (
     INPUT_REPLIES,
     Worker,
@@ -150,6 +154,12 @@ class JobManagerWorker(Worker):
         #: commit: their hand-offs end when it is written (fluxes/proc/hops.py)
         self._sent_exec: list[float] = []
         self._sent_alloc: list[float] = []
+        #: the multi-factor priority plugin (None: flux's default, urgency only) and when
+        #: it is next given a new fair-share table and every pending job reprioritized
+        self._multifactor: MultiFactorPriority | None = None
+        self._reprioritize_every = 60.0
+        self._reprioritize_at = 0.0
+        self._accounts = AccountsFollower(self.redis, self.keys)
 
     def _instance_owner(self) -> int:
         raw = self.redis.hget(self.keys.instance, "owner_uid")
@@ -189,7 +199,8 @@ class JobManagerWorker(Worker):
         started = time.monotonic()
         result, _used = self.store.restore(self.partition)
         core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
-                              stopped_queues=stopped_queues(self.instance))
+                              stopped_queues=stopped_queues(self.instance),
+                              priority=self._priority_plugin())
         saved = {int(k): orjson.loads(v) for k, v in
                  self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
         requests = self._stored_requests(core.pending_ids(result.records.values()))
@@ -211,6 +222,50 @@ class JobManagerWorker(Worker):
                                         "active_jobs": len(core.jobs),
                                         "replayed_events": result.events,
                                         "restore_s": round(self.restored_in, 3)})
+
+    def _priority_plugin(self) -> MultiFactorPriority | None:
+        """The plugin ``[accounting] priority-plugin`` names (None: the default), with the
+        fair-share table as of now (docs/accounting.md)."""
+        accounting = self.instance.config().accounting
+        self._multifactor = None
+        if accounting.priority_plugin != "multifactor":
+            return None
+        try:
+            inventory = load_inventory(self.instance)
+            cores, nodes = inventory.ncores, len(inventory)
+        except (FluxesError, ValueError):
+            cores, nodes = 0, 0  # no job-size factor without an inventory
+        plugin = MultiFactorPriority(accounting.weights, facts=self._facts,
+                                     total_cores=cores, total_nodes=nodes)
+        self._multifactor = plugin
+        self._reprioritize_every = accounting.reprioritize_interval
+        self._refresh_fair_share()
+        return plugin
+
+    def _facts(self, jobid: int) -> JobFacts | None:
+        """A job's bank and size for the multi-factor plugin, from its submit extras."""
+        act = self.core.jobs.get(jobid) if self.core is not None else None
+        return facts_from_info(act.rec.info) if act is not None else None
+
+    def _refresh_fair_share(self) -> None:
+        """Give the plugin the fair-share table of the banks and the usage folded so far."""
+        plugin = self._multifactor
+        if plugin is None:
+            return
+        self._reprioritize_at = time.monotonic() + self._reprioritize_every
+        plugin.update(fair_share_now(self.redis, self.keys, self.instance.config(),
+                                     time.time(), accounts=self._accounts.refresh()))
+
+    def reprioritize(self, core: JobManagerCore, fx: Effects) -> None:
+        """Every ``reprioritize-interval``: a new fair-share table (usage changed, banks
+        changed) and every pending job's priority recomputed with it (age drifts too)."""
+        if self._multifactor is None or time.monotonic() < self._reprioritize_at:
+            return
+        self._refresh_fair_share()
+        changed = core.reprioritize(fx)
+        if changed:
+            self.log.debug("reprioritized", extra={"partition": self.partition,
+                                                   "changed": changed})
 
     def _stored_requests(self, jobids: list[int]) -> dict[int, str | None]:
         """The stored scheduler requests of pending jobs (their alloc messages carry
@@ -304,6 +359,7 @@ class JobManagerWorker(Worker):
         if self._pending and got == 0:
             self._pending = False
         core.on_timers(fx)
+        self.reprioritize(core, fx)
         self.commit(fx)
 
     def _try_to_lead(self) -> None:

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import orjson
 
 from fluxes import messages as proto
+from fluxes.domain.accounting.limits import LimitGate
 from fluxes.domain.graph.pool import GraphPool
 from fluxes.domain.graph.wants import graph_request
 from fluxes.domain.sched.errors import InfeasibleRequest
@@ -46,6 +47,7 @@ from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
+from fluxes.store.accounting import AccountsFollower
 from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
@@ -129,6 +131,9 @@ class SchedulerWorker(Worker):
         self._alloc_origin: dict[int, bytes] = {}
         #: decoded requests by wire form (jobs of one shape share one)
         self._requests: dict[str, Request] = {}
+        #: accounting's running limits (docs/accounting.md), banks read at housekeeping
+        self._accounts = AccountsFollower(self.redis, self.keys)
+        self.gate = LimitGate()
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
@@ -199,7 +204,8 @@ class SchedulerWorker(Worker):
         # chosen once: a graph pool when the resources come with a graph
         self.pool = load_pool(self.instance)
         self.graph = isinstance(self.pool, GraphPool)
-        self.sched = Scheduler(self.pool, self._queue_policies(config))
+        self.gate = LimitGate(self._accounts.refresh())
+        self.sched = Scheduler(self.pool, self._queue_policies(config), gate=self.gate)
         self.sent = {}
         self.drained = {}
         self._quarantined = {}
@@ -337,6 +343,10 @@ class SchedulerWorker(Worker):
         pool = self.pool
         if pool is None:
             return
+        accounts = self._accounts.refresh()
+        if accounts != self.gate.accounts:
+            self.gate.set_accounts(accounts)
+            self._dirty = True  # a limit may have been raised
         self._read_resource_events()
         now = time.time()
         seen: dict[int, float] = {}
@@ -473,6 +483,7 @@ class SchedulerWorker(Worker):
                     sched.prioritize(jobid, priority)
                 self._dirty = True
             case proto.Free(id=jobid):
+                self.gate.end(jobid)
                 try:
                     pool.free(jobid)
                 except ValueError:
@@ -497,6 +508,7 @@ class SchedulerWorker(Worker):
             self._alloc_origin.pop(jobid, None)
         for jobid in [j for j in pool.jobids() if self.keys.partition_of(j) == p]:
             pool.free(jobid)
+            self.gate.end(jobid)
         self._recover_started = time.monotonic()  # recovery_s measures this new epoch
         self._hello(session, bump=True)
 
@@ -506,6 +518,7 @@ class SchedulerWorker(Worker):
         pool = self.pool
         assert pool is not None
         held = {a.id: a.ranks for a in alloc}
+        owners = {a.id: a for a in alloc}
         ids = list(held)
         lost: list[tuple[int, str]] = []
         rows = self.hashes.allocations(ids)
@@ -532,6 +545,8 @@ class SchedulerWorker(Worker):
                 # a graph pool takes back exactly what R's scheduling subgraph lists
                 pool.adopt(jobid, raw_r.decode() if self.graph else rset, memory=memory,
                            exclusive=bool(request is not None and request.exclusive))
+                owner = owners[jobid]
+                self.gate.adopt(jobid, owner.userid, owner.bank, rset.nnodes, rset.ncores)
             except Exception as exc:
                 if not_the_input(exc):
                     raise
@@ -632,7 +647,7 @@ class SchedulerWorker(Worker):
                     request = _request_of(raw, self.graph)
                 pool.check(request)
                 pending = PendingJob(jobid, msg.priority, msg.t_submit, msg.userid, msg.queue,
-                                     request)
+                                     request, bank=msg.bank)
             except Exception as exc:
                 if not_the_input(exc):
                     raise
@@ -676,7 +691,7 @@ class SchedulerWorker(Worker):
                                              "reason_pending": None, "t_estimate": None}}
             out.setdefault(part, []).append(proto.AllocResponse(
                 id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=ranks,
-                nodelist=nodelist))
+                nodelist=nodelist, ncores=rset.ncores, ngpus=rset.ngpus))
             self.sent.pop(jobid, None)
             self.allocations += 1
             arrival = self._alloc_arrived.pop(jobid, None)
@@ -746,6 +761,7 @@ class SchedulerWorker(Worker):
         refused = set(jobids)
         for jobid in jobids:
             rs.pop(jobid, None)
+            self.gate.end(jobid)
             if pool is not None:
                 try:
                     pool.free(jobid)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import csv
 import pwd
 import sys
 import time
@@ -12,7 +13,14 @@ from typing import TYPE_CHECKING, Any
 from fluxes.cli.cmd_queue import known_queue, queue_states
 from fluxes.cli.display import shown_id, username
 from fluxes.cli.jobformat import FormatError, JobFormat
-from fluxes.cli.util import die, help_with_example, instance, job_id_arg, print_json
+from fluxes.cli.util import (
+    UsageError,
+    die,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
 from fluxes.domain.job.states import JobResult, JobState, parse_states
 from fluxes.formats import jobid as jobids
 from fluxes.formats.fsd import format_duration
@@ -42,6 +50,10 @@ FORMATS = {
             "{ntasks:>6} {nnodes:>6} {priority:>10} {runtime_text:>8} {result:<9} "
             "{contextual_info}",
     "ids": "{id.f58}",
+    # sacct's everyday columns; the default of --csv
+    "accounting": "{id.f58:>12} {username:<8.8} {bank:<8.8} ?:{queue:<8.8} {name:<10.10} "
+                  "{status:<9} {ncores:>6} {nnodes:>6} {t_submit!D:<19} {t_run!D:<19} "
+                  "{t_inactive!D:<19} {runtime:>8.1f} {returncode:>4}",
 }
 
 class JobId(int):
@@ -65,6 +77,7 @@ class Row:
         self.username = username(job.userid) if job.userid >= 0 else "-"
         self.name = str(info.get("name") or "")
         self.queue = rec.queue
+        self.bank = str(info.get("bank") or "")
         self.state = job.state.name or ""
         result = job.result
         self.result = result.name if result is not None else ""
@@ -217,7 +230,7 @@ def caught_up(inst: Instance, timeout: float = CATCH_UP_S) -> JobListStore:
 
 def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
                 queue: str | None = None, everyone: bool = False,
-                limit: int | None = None) -> list[JobRecord]:
+                limit: int | None = None, window: Window | None = None) -> list[JobRecord]:
     """Job records matching the filters, newest first (active jobs before inactive)."""
     want_states, want_results = _wanted(states)
     need_inactive = bool(want_results) or bool(want_states & JobState.INACTIVE)
@@ -236,6 +249,8 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
                 continue
             if queue is not None and rec.queue != queue:
                 continue
+            if window is not None and not window.holds(rec):
+                continue
             result = job.result
             if not (job.state & want_states or (result is not None and result & want_results)):
                 continue
@@ -243,6 +258,44 @@ def select_jobs(inst: Instance, states: str = "active", user: str | None = None,
             if limit and len(out) >= limit:
                 return out
     return out
+
+
+class Window:
+    """The history filters ``sacct`` users reach for: jobs active at some time in
+    [since, until) (submitted before ``until``, not inactive before ``since``) and
+    charged to ``bank``."""
+
+    def __init__(self, since: float | None = None, until: float | None = None,
+                 bank: str | None = None) -> None:
+        self.since = since
+        self.until = until
+        self.bank = bank
+
+    def holds(self, rec: JobRecord) -> bool:
+        """True when the job passes every filter given."""
+        job = rec.job
+        if self.until is not None and job.t_submit >= self.until:
+            return False
+        if self.since is not None and job.t_inactive is not None \
+                and job.t_inactive < self.since:
+            return False
+        return self.bank is None or rec.info.get("bank") == self.bank
+
+
+def _window(args: argparse.Namespace) -> Window | None:
+    """The ``--since``/``--until``/``--bank`` filters (None when none is given)."""
+    from fluxes.cli.display import parse_time
+
+    if args.since is None and args.until is None and args.bank is None:
+        return None
+    try:
+        since = parse_time(args.since) if args.since is not None else None
+        until = parse_time(args.until) if args.until is not None else None
+    except ValueError as exc:
+        raise UsageError(f"fluxes jobs: {exc}") from None
+    if since is not None and until is not None and until < since:
+        raise UsageError("fluxes jobs: --until is before --since")
+    return Window(since, until, args.bank)
 
 
 def user_id(inst: Instance, user: str | None = None) -> int:
@@ -273,7 +326,7 @@ def register(subparsers: Any) -> None:
         "With JOBIDs, just those jobs, whatever their state or owner (-f, -q, -u\n"
         "still narrow the list when given); an unknown one is an error.",
         ["fluxes jobs", "fluxes jobs -a", "fluxes jobs ƒ2t6V2H ƒ2t6V2J",
-         "fluxes jobs -A -f running",
+         "fluxes jobs -A -f running", "fluxes jobs -A --since=-1d -B physics --csv",
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
          "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
          "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'"]))
@@ -283,6 +336,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("-A", action="store_true", help="every user's jobs")
     p.add_argument("-u", "--user", metavar="USER")
     p.add_argument("-q", "--queue", metavar="QUEUE")
+    p.add_argument("--since", metavar="TIME",
+                   help="jobs active at or after TIME (implies -a): a UNIX time, an ISO 8601 "
+                        "date/time, or -FSD (that long ago)")
+    p.add_argument("--until", metavar="TIME", help="jobs submitted before TIME")
+    p.add_argument("-B", "--bank", metavar="BANK", help="jobs charged to BANK")
     p.add_argument("-f", "--filter", metavar="STATES|RESULTS",
                    help="e.g. pending,running or completed,failed")
     p.add_argument("-o", "--format", default="default", metavar="FORMAT",
@@ -292,6 +350,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("-c", "--count", type=_count, metavar="N",
                    help="at most N jobs (0: no limit)")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--csv", action="store_true",
+                   help="the format's fields as CSV (default format: accounting)")
     p.add_argument("--stats", action="store_true", help="print job counts first")
     p.add_argument("--stats-only", action="store_true", help="print only job counts")
     p.add_argument("-R", "--recursive", action="store_true",
@@ -326,23 +386,13 @@ def _jobs(args: argparse.Namespace) -> int:
     if args.stats_only:
         print(stats_line(instance(args)))
         return 0
-    fmt = None if args.json else _format(FORMATS.get(args.format, args.format))
+    if args.json and args.csv:
+        raise UsageError("fluxes jobs: --json and --csv cannot be combined")
+    name = "accounting" if args.csv and args.format == "default" else args.format
+    fmt = None if args.json else _format(FORMATS.get(name, name))
+    window = _window(args)
     inst = instance(args)
-    queues: dict[str | None, QueueState] | None = None
-    if args.queue is not None:
-        # an unknown queue has no jobs: without this a typo would list nothing, quietly
-        queues = queue_states(inst)
-        known_queue(args.queue, queues)
-    missing: list[int] = []
-    if args.ids:
-        records, missing = jobs_by_id(inst, args.ids)
-        records = _narrow(inst, records, args)
-        if args.count:
-            records = records[:args.count]
-    else:
-        states = args.filter or ("active,inactive" if args.a else "active")
-        records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
-                              everyone=args.A, limit=args.count or None)
+    records, missing, queues = _selected(inst, args, window)
     if queues is None and any(rec.job.state is JobState.SCHED for rec in records):
         queues = queue_states(inst)
     now = time.time()
@@ -355,6 +405,14 @@ def _jobs(args: argparse.Namespace) -> int:
         if args.stats:
             print(stats_line(inst))
         print_json({"jobs": [r.as_dict() for r in rows]})
+        return _report_missing(missing)
+    if args.csv:
+        try:
+            records_csv = fmt.render_csv(vars(row) for row in rows)
+        except FormatError as exc:
+            die(str(exc))
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerows(records_csv[1:] if args.no_header else records_csv)
         return _report_missing(missing)
     try:
         header, lines = fmt.render(vars(row) for row in rows)
@@ -375,6 +433,26 @@ def _jobs(args: argparse.Namespace) -> int:
         print(line)
         print_children(inst, rec.id, fmt, args, depth=1)
     return _report_missing(missing)
+
+
+def _selected(inst: Instance, args: argparse.Namespace, window: Window | None
+              ) -> tuple[list[JobRecord], list[int], dict[str | None, QueueState] | None]:
+    """The records ``args`` ask for, the ids that named no job, and the queue states
+    when they had to be read to check ``-q``."""
+    queues: dict[str | None, QueueState] | None = None
+    if args.queue is not None:
+        # an unknown queue has no jobs: without this a typo would list nothing, quietly
+        queues = queue_states(inst)
+        known_queue(args.queue, queues)
+    if args.ids:
+        records, missing = jobs_by_id(inst, args.ids)
+        records = _narrow(inst, records, args)
+        return (records[:args.count] if args.count else records), missing, queues
+    history = args.a or args.since is not None
+    states = args.filter or ("active,inactive" if history else "active")
+    records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
+                          everyone=args.A, limit=args.count or None, window=window)
+    return records, [], queues
 
 
 def _report_missing(missing: list[int]) -> int:
@@ -426,6 +504,9 @@ def _narrow(inst: Instance, records: list[JobRecord],
         out = [r for r in out if r.job.userid == uid]
     if args.queue is not None:
         out = [r for r in out if r.queue == args.queue]
+    window = _window(args)
+    if window is not None:
+        out = [r for r in out if window.holds(r)]
     return out
 
 

@@ -52,6 +52,8 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                        help="minutes, a duration such as 30s, 10m, 2h, or Slurm's M:S, "
                             "H:M:S, D-H, D-H:M, D-H:M:S")
     attrs.add_argument("-q", "--queue", metavar="QUEUE")
+    attrs.add_argument("-B", "--bank", metavar="BANK",
+                       help="charge the job to BANK (default: your default bank)")
     # No default here: without --urgency the client submits with the jobspec's
     # own urgency, and the instance applies its default when there is none.
     attrs.add_argument("--urgency", default=None, metavar="N",
@@ -129,6 +131,14 @@ def _set_attr(attributes: dict[str, Any], text: str) -> None:
     node[parts[-1]] = value
 
 
+def _set_bank(attributes: dict[str, Any], bank: str) -> None:
+    """``-B/--bank``: flux-accounting's ``attributes.system.bank``."""
+    system = attributes.get("system")
+    if not isinstance(system, dict):
+        system = attributes["system"] = {}
+    system["bank"] = bank
+
+
 def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     """The jobspec the options describe (``args.command`` or a jobspec file).
 
@@ -146,6 +156,8 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     attributes: dict[str, Any] = {}
     for text in args.setattr:
         _set_attr(attributes, text)
+    if getattr(args, "bank", None):
+        _set_bank(attributes, args.bank)
     constraints = parse_requires(args.requires) if args.requires else None
     now = time.time()
     deps = [parse_dependency(d, now=now) for d in args.dependency]
@@ -198,7 +210,7 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
             "-t, -q, --job-name, --dependency, --setattr, --urgency and --cc apply)")
     spec = Jobspec.from_file(path)
     if not (args.time_limit or args.queue or args.job_name or args.dependency
-            or args.setattr):
+            or args.setattr or getattr(args, "bank", None)):
         return spec
     doc = spec.to_dict()
     attributes = doc.setdefault("attributes", {})
@@ -209,6 +221,8 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
         system["duration"] = args.time_limit
     if args.queue:
         system["queue"] = args.queue
+    if getattr(args, "bank", None):
+        _set_bank(attributes, args.bank)
     if args.job_name:
         if not isinstance(system.get("job"), dict):
             system["job"] = {}

@@ -42,6 +42,7 @@ HEADERS = {
     "runtime_text": "RUNTIME", "nodelist": "NODELIST", "exit_code": "EXIT",
     "duration_text": "LIMIT", "t_submit_text": "SUBMITTED", "returncode": "RC",
     "waitstatus": "WSTATUS", "instance": "INSTANCE", "instance_stats": "INSTANCE-JOBS",
+    "bank": "BANK",
     "sched.reason_pending": "REASON", "annotations.sched.reason_pending": "REASON",
     "sched.t_estimate": "T_ESTIMATE", "annotations.sched.t_estimate": "T_ESTIMATE",
     "sched.resource_summary": "RESOURCES", "annotations.sched.resource_summary": "RESOURCES",
@@ -232,6 +233,23 @@ class JobFormat:
         header = "".join(literal + (format(title(field), _header_spec(spec)) if field else "")
                          for literal, field, spec, _conv, _opt in parts).rstrip()
         return header, lines
+
+    def render_csv(self, rows: Iterable[Mapping[str, Any]]) -> list[list[str]]:
+        """The format's fields as CSV records (``--csv``): a header of titles, then one
+        record per row, each value formatted (conversions applied) without padding;
+        the literal text between fields is left out. FormatError as :meth:`render`."""
+        fields = [(field, spec, conv) for _lit, field, spec, conv, _opt in self.parts
+                  if field is not None]
+        out = [[title(field) for field, _spec, _conv in fields]]
+        try:
+            for row in rows:
+                out.append([self._value(row, field, spec, conv).strip()
+                             for field, spec, conv in fields])
+        except (ValueError, TypeError, KeyError, AttributeError, OverflowError) as exc:
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else \
+                type(exc).__name__
+            raise FormatError(f"bad format: {message}") from None
+        return out
 
 
 def _check_field(field: str, conv: str | None) -> None:

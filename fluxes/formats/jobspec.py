@@ -736,6 +736,12 @@ class Jobspec:
         return queue if isinstance(queue, str) else None
 
     @property
+    def bank(self) -> str | None:
+        """The bank to charge (``attributes.system.bank``, ``-B``), if any."""
+        bank = self._system().get("bank")
+        return bank if isinstance(bank, str) and bank else None
+
+    @property
     def command(self) -> list[str]:
         """The first task's command (a copy)."""
         return list(self._doc["tasks"][0]["command"])

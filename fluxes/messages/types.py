@@ -56,6 +56,9 @@ class AllocResponse(Message, tag="alloc-response", frozen=True):
     note: str | None = None
     ranks: str | None = None
     nodelist: str | None = None
+    #: the allocation's cores and gpus (SUCCESS), the alloc entry's extras for accounting
+    ncores: int | None = None
+    ngpus: int | None = None
 
 
 class FreeResponse(Message, tag="free-response", frozen=True):
@@ -85,6 +88,8 @@ class HeldJob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     userid: int = 0
     #: its ranks, so the scheduler can keep them out of use if its R is unreadable
     ranks: str | None = None
+    #: the bank it is charged to (docs/accounting.md), for the scheduler's running limits
+    bank: str | None = None
 
 
 class HelloReply(Message, tag="hello-reply", frozen=True):
@@ -104,6 +109,8 @@ class Alloc(Message, tag="alloc", frozen=True):
     #: what the job asks for, normalized by the ingest (``Request.to_wire``; flux's
     #: alloc carries the jobspec); absent for older jobs: the scheduler reads the jobspec
     request: str | None = None
+    #: the bank it is charged to (docs/accounting.md), for the scheduler's running limits
+    bank: str | None = None
 
 
 class Cancel(Message, tag="cancel", frozen=True):

@@ -19,6 +19,10 @@ and each block written with the new position in one step fenced by the
 lease's token (``accounting_write.lua``), so after any crash position and
 model agree and a deposed folder writes nothing. :func:`rebuild` (``fluxes
 admin rebuild-accounting``) refolds from scratch the same way.
+
+Why one module: the admin stream, the usage store, its folder, the rebuild and
+the trim-point base copy share one key layout and one fenced write step; they
+change together, and a reader of one needs the others' invariants in view.
 """
 
 from __future__ import annotations
@@ -115,6 +119,31 @@ def read_admin(client: redis.Redis, keys: Keys) -> tuple[list[AccountEvent], str
 def load_accounts(client: redis.Redis, keys: Keys) -> Accounts:
     """The banks and associations: the admin stream folded."""
     return replay(read_admin(client, keys)[0])
+
+
+class AccountsFollower:
+    """The banks and associations, kept current by reading only the admin entries
+    written since the last :meth:`refresh` (one XRANGE, usually empty): what the
+    ingest, the job manager and the scheduler hold."""
+
+    def __init__(self, client: redis.Redis, keys: Keys) -> None:
+        self.redis = client
+        self.keys = keys
+        self.position = "0-0"
+        self.accounts = Accounts()
+
+    def refresh(self) -> Accounts:
+        """The state after every admin entry written so far."""
+        start = "-" if self.position == "0-0" else "(" + self.position
+        state = self.accounts
+        for sid, fields in self.redis.xrange(self.keys.accounting, min=start):
+            self.position = _text(sid)
+            try:
+                state = apply(event_from_dict(orjson.loads(fields.get(b"d", b""))), state)
+            except (orjson.JSONDecodeError, AccountError):
+                continue  # as replay: a foreign or refused entry changes nothing
+        self.accounts = state
+        return state
 
 
 def append_admin(client: redis.Redis, keys: Keys,

@@ -213,3 +213,39 @@ def test_share_and_job_priority_show_the_factors(client: redis.Redis,
 
 def test_share_before_any_bank(client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     assert "no banks yet" in ok(capsys, "account", "share")
+
+
+def test_jobs_history_filters_and_csv_as_sacct_users_want(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")
+    write_job(client, 2, 1001, T + 50, T + 60, bank="chem")
+    write_job(client, 3, 1002, T + 100, None, bank="chem")  # still running
+    rebuild_joblist(client, KEYS)
+
+    def ids(*argv: str) -> list[str]:
+        who = () if "-u" in argv else ("-A",)
+        rows = list(csv.reader(io.StringIO(ok(capsys, "jobs", *who, "--csv", "-o",
+                                              "{id.dec},{bank},{userid}", *argv))))
+        assert rows[0] == ["JOBID", "BANK", "UID"]
+        return sorted(r[0] for r in rows[1:])
+
+    assert ids("-a") == ["1", "2", "3"]
+    assert ids("--bank=chem", "-a") == ["2", "3"]
+    assert ids("-u", "1001", "-a") == ["1", "2"]
+    # --since implies -a: jobs ended before it are left out, running ones stay
+    assert ids(f"--since={T + 100}") == ["1", "3"]
+    assert ids(f"--since={T + 200}") == ["3"]
+    assert ids("-a", f"--until={T}") == []  # every job was submitted at T
+    assert ids("-a", f"--until={T + 1}") == ["1", "2", "3"]
+    assert ids("-f", "completed", "--bank=chem") == ["2"]
+    table = list(csv.reader(io.StringIO(ok(capsys, "jobs", "-A", "-a", "--csv"))))
+    # every column, even one empty for all (a script reads the same columns each time)
+    assert table[0][:5] == ["JOBID", "USER", "BANK", "QUEUE", "NAME"]
+    assert len(table) == 4 and all(len(row) == len(table[0]) for row in table)
+    rows = {row[table[0].index("BANK")] + row[table[0].index("STATUS")] for row in table[1:]}
+    assert rows == {"physicsCOMPLETED", "chemCOMPLETED", "chemRUN"}
+    code, _out, err = run(capsys, "jobs", "--since=yesterday")
+    assert code == 2 and "invalid time" in err
+    code, _out, err = run(capsys, "jobs", "--csv", "--json")
+    assert code == 2 and "cannot be combined" in err

@@ -224,3 +224,20 @@ def test_submit_file_urgency(monkeypatch: pytest.MonkeyPatch,
     path = str(SPEC / "rfc14" / "example1.yaml")
     assert _submitted(monkeypatch, ["--urgency", "4", path])[0]["urgency"] == 4
     assert "urgency" not in _submitted(monkeypatch, [path])[0]
+
+
+def test_submit_bank_option_sets_the_system_attribute(capsys: pytest.CaptureFixture[str]) -> None:
+    import orjson
+
+    from fluxes.config import InstanceConfig
+    from fluxes.domain.jm.submission import prepare_job
+
+    assert main(["submit", "--dry-run", "-B", "physics", "true"]) == 0
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["attributes"]["system"]["bank"] == "physics"
+    # the ingest records it in the submit entry's extras, which accounting reads
+    prepared = prepare_job({"jobspec": doc}, 1000, "u", InstanceConfig())
+    assert prepared.info["bank"] == "physics"
+    path = str(SPEC / "rfc14" / "example1.yaml")
+    assert main(["submit", "--dry-run", "--bank=chem", path]) == 0
+    assert orjson.loads(capsys.readouterr().out)["attributes"]["system"]["bank"] == "chem"

@@ -118,7 +118,7 @@ def listed(monkeypatch: pytest.MonkeyPatch,
 
     def select(inst: Any, states: str = "active", user: str | None = None,
                queue: str | None = None, everyone: bool = False,
-               limit: int | None = None) -> list[JobRecord]:
+               limit: int | None = None, window: Any = None) -> list[JobRecord]:
         asked.append(limit)
         return records[:limit] if limit else list(records)
 

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import pytest
 
-from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, replay
+from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, UserEdit, apply, replay
 from fluxes.domain.accounting.limits import (
+    RECENT_S,
     Held,
     HeldJob,
     Holdings,
+    LimitGate,
+    SubmitLedger,
     check_submit,
     holdings,
+    limits_active_jobs,
     start_refusal,
 )
+from fluxes.domain.sched import Inventory, Request, ResourcePool
+from fluxes.domain.sched.policy import PendingJob, QueuePolicy, Scheduler
 from fluxes.errors import PolicyError
 
 T = 0.0
@@ -121,3 +127,86 @@ def test_a_job_bigger_than_a_limit_is_refused_at_once() -> None:
     with pytest.raises(PolicyError, match=r"requests 11 cores, more than the max-cores limit "
                                           r"\(10\) of bank physics"):
         check_submit(acc, Holdings(), "bob", HeldJob(BOB, None, False, 1, 11))
+
+
+def _pending(jobid: int, uid: int, bank: str | None, priority: int) -> PendingJob:
+    return PendingJob(jobid, priority, float(jobid), uid, None, Request(nslots=1, duration=10.0),
+                      bank=bank)
+
+
+def _scheduler(gate: LimitGate, depth: int = 1000) -> Scheduler:
+    pool = ResourcePool(Inventory.from_config([{"hosts": "n[0-1]", "cores": "0-3"}]),
+                        clock=lambda: 0.0)
+    return Scheduler(pool, default=QueuePolicy("fcfs", queue_depth=depth), gate=gate)
+
+
+def test_a_job_over_a_running_limit_waits_with_the_reason_and_blocks_nobody() -> None:
+    gate = LimitGate(accounts())
+    sched = _scheduler(gate, depth=4)
+    # alice's five jobs come first (fcfs, higher priority); her limit is 2 running
+    for jobid in range(1, 6):
+        sched.add(_pending(jobid, ALICE, "physics", 100))
+    for jobid in range(6, 9):
+        sched.add(_pending(jobid, BOB, None, 50))
+    result = sched.schedule(0.0)
+    assert [jobid for jobid, _r in result.allocated] == [1, 2, 6]
+    assert result.annotations[3]["reason_pending"] == \
+        "max-running-jobs limit (2) reached for alice/physics"
+    # held-back jobs did not use up the depth of 4: bob's jobs behind them were reached,
+    # his next ones meet the limit of his bank's parent (physics: 3 running)
+    for jobid in (7, 8):
+        assert result.annotations[jobid]["reason_pending"] == \
+            "max-running-jobs limit (3) reached for bank physics"
+    assert gate.held.by_assoc[("alice", "physics")].running == 2
+    assert gate.held.by_bank["physics"].running == 3  # theory is below physics
+    gate.end(1)
+    result = sched.schedule(0.0)
+    assert [jobid for jobid, _r in result.allocated] == [3]
+
+
+def test_the_gate_counts_recovered_jobs_and_follows_new_limits() -> None:
+    gate = LimitGate(accounts())
+    gate.adopt(10, ALICE, None, 1, 1)  # recovered after a restart: the default bank
+    gate.adopt(11, ALICE, "physics", 1, 1)
+    job = _pending(1, ALICE, "physics", 1)
+    assert gate.refusal(job) == "max-running-jobs limit (2) reached for alice/physics"
+    gate.set_accounts(apply(UserEdit(timestamp=T, username="alice", bank="physics",
+                                     limits={"max_running_jobs": None}), gate.accounts))
+    assert gate.refusal(job) is None
+    assert LimitGate().refusal(job) is None  # no bank yet: nothing is held back
+
+
+def test_the_ingest_ledger_counts_jobs_the_fold_does_not_show_yet() -> None:
+    acc = accounts()
+    ledger = SubmitLedger()
+    pending = HeldJob(ALICE, "physics", False)
+    ledger.created(1, pending, 100.0)
+    ledger.created(2, pending, 100.0)
+    held = ledger.holdings(acc, {}, 100.5)  # the fold has shown neither yet
+    assert held.by_assoc[("alice", "physics")].active == 2
+    held = ledger.holdings(acc, {1: pending}, 101.0)  # 1 folded: counted once
+    assert held.by_assoc[("alice", "physics")].active == 2 and list(ledger.recent) == [2]
+    held = ledger.holdings(acc, {1: pending}, 100.0 + RECENT_S + 1)
+    assert held.by_assoc[("alice", "physics")].active == 1 and not ledger.recent
+    with pytest.raises(PolicyError, match=r"max-active-jobs limit \(3\) reached"):
+        ledger.created(3, pending, 200.0)
+        ledger.created(4, pending, 200.0)
+        check_submit(acc, ledger.holdings(acc, {1: pending}, 200.0), "alice", pending)
+
+
+def test_active_jobs_are_counted_only_when_some_limit_caps_them() -> None:
+    acc = accounts()
+    assert limits_active_jobs(acc)
+    plain = replay([BankAdd(timestamp=T, bank="root", shares=1,
+                            limits={"max_running_jobs": 3}),
+                    UserAdd(timestamp=T, username="bob", userid=BOB, bank="root")])
+    assert not limits_active_jobs(plain)
+    assert limits_active_jobs(apply(UserEdit(timestamp=T, username="bob",
+                                             limits={"max_active_jobs": 1}), plain))
+
+
+def test_a_bank_name_from_the_user_is_shown_bounded() -> None:
+    with pytest.raises(PolicyError) as caught:
+        check_submit(accounts(), Holdings(), "alice", HeldJob(ALICE, "x\n" * 5000, False))
+    message = str(caught.value)
+    assert "\n" not in message and len(message) < 150

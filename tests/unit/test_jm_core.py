@@ -738,3 +738,50 @@ def test_cancel_in_priority_state() -> None:
     assert h.log[1][-2:] == ["exception", "clean"]
     assert h.replica[1].job.result == JobResult.CANCELED
     assert h.replies == [{"ok": [1], "errors": []}]
+
+
+class _Table:
+    """A priority plugin whose answers the test changes (fair share moving)."""
+
+    def __init__(self) -> None:
+        self.by_user: dict[int, int] = {OWNER: 100, OTHER: 50}
+
+    def priority(self, job: Any) -> int:
+        return self.by_user[job.userid]
+
+
+def test_reprioritize_posts_changed_priorities_and_tells_the_scheduler() -> None:
+    plugin = _Table()
+    h = Harness(priority=plugin)
+    h.submit(1, userid=OWNER)
+    h.submit(2, userid=OTHER)
+    h.submit(3, userid=OTHER, urgency=0)  # held: stays held whatever the plugin says
+    h.hello("single")
+    assert h.allocs() == [1]  # outstanding: it learns of changes by prioritize
+    plugin.by_user = {OWNER: 10, OTHER: 70}
+    fx = h.step(h.core.reprioritize)
+    assert sorted(fx.ops) == [1, 2]
+    assert h.replica[1].job.priority == 10 and h.replica[2].job.priority == 70
+    assert h.replica[3].job.priority == 0
+    assert h.log[2][-1] == "priority" and h.state(2) == JobState.SCHED
+    assert {"t": "prioritize", "jobs": [[1, 10]]} in h.sched
+    assert h.step(h.core.reprioritize).ops == {}  # nothing changed: no event
+    # a queued job that rose goes out in its new place
+    h.submit(4, userid=OWNER)
+    plugin.by_user = {OWNER: 90, OTHER: 70}
+    h.step(h.core.reprioritize)
+    h.grant(1)
+    assert h.allocs() == [4]
+
+
+def test_alloc_requests_and_hello_carry_the_bank() -> None:
+    h = Harness()
+    h.submit(1, bank="physics")
+    h.hello()
+    assert [m.get("bank") for m in h.sched if m["t"] == "alloc"] == ["physics"]
+    h.respond(1, proto.ALLOC_SUCCESS, ranks="0", nodelist="node0", ncores=4, ngpus=0)
+    assert h.replica[1].info["ncores"] == 4  # R's count, in the alloc extras
+    h.step(h.core.on_sched, h.epoch + 1, {"t": "hello"})
+    reply = [m for m in h.sched if m["t"] == "hello-reply"][-1]
+    assert reply["alloc"] == [{"id": 1, "priority": 16, "userid": OWNER, "ranks": "0",
+                               "bank": "physics"}]

@@ -18,12 +18,14 @@ scheduler its running ones), kept up to date with :meth:`Holdings.add` and
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fluxes.domain.accounting.banks import Accounts, Association, Limits
+from fluxes.domain.sched.policy import PendingJob
 from fluxes.errors import PolicyError
+from fluxes.formats.rset import ResourceSet
 
 
 class Held(NamedTuple):
@@ -81,6 +83,14 @@ class Holdings:
     def remove(self, accounts: Accounts, job: HeldJob) -> None:
         """Stop counting ``job`` (it ended, or it started and is added again as running)."""
         self._apply(accounts, job, -1)
+
+
+def limits_active_jobs(accounts: Accounts) -> bool:
+    """True when some active association or bank has a ``max-active-jobs`` limit: only then
+    does :func:`check_submit` need to know what is active."""
+    return any(a.active and a.limits.max_active_jobs is not None
+               for a in accounts.associations.values()) or any(
+        b.active and b.limits.max_active_jobs is not None for b in accounts.banks.values())
 
 
 def holdings(accounts: Accounts, jobs: Iterable[HeldJob]) -> Holdings:
@@ -151,7 +161,10 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
         assoc = accounts.associations.get((username, job.bank))
         if assoc is None or not assoc.active:
             known = ", ".join(a.bank for a in mine)
-            raise PolicyError(f"user {username} is not in bank {job.bank} (their banks: "
+            # the name is the user's own input: shown quoted when odd or long
+            name = job.bank if job.bank.isprintable() and len(job.bank) <= 40 \
+                else repr(job.bank[:37]) + "..."
+            raise PolicyError(f"user {username} is not in bank {name} (their banks: "
                               f"{known})")
     else:
         default = accounts.default_banks.get(username)
@@ -169,3 +182,79 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
         if reason is not None:
             raise PolicyError(reason)
     return assoc
+
+
+#: How long the ingest counts a job it created that the folded active jobs do not show:
+#: far longer than the accounting worker's fold lag (a fraction of a second).
+RECENT_S = 10.0
+
+
+@dataclass
+class SubmitLedger:
+    """What the ingest counts against ``max-active-jobs``: the active jobs the accounting
+    worker has folded (a snapshot lagging the journal by its fold) plus the jobs this
+    ingest created that the snapshot does not show yet, so that a burst of submissions
+    cannot slip through the lag."""
+
+    #: jobid -> (when created, the job)
+    recent: dict[int, tuple[float, HeldJob]] = field(default_factory=dict)
+
+    def holdings(self, accounts: Accounts, snapshot: Mapping[int, HeldJob],
+                 now: float) -> Holdings:
+        """The holdings of the snapshot and of the recent jobs it does not include yet
+        (a recent job the snapshot shows, or older than RECENT_S, is forgotten)."""
+        for jobid in [j for j, (t, _job) in self.recent.items()
+                      if j in snapshot or now - t > RECENT_S]:
+            del self.recent[jobid]
+        return holdings(accounts, [*snapshot.values(),
+                                   *(job for _t, job in self.recent.values())])
+
+    def created(self, jobid: int, job: HeldJob, now: float) -> None:
+        """The ingest created ``job``."""
+        self.recent[jobid] = (now, job)
+
+
+class LimitGate:
+    """The scheduler's start gate (:class:`fluxes.domain.sched.policy.StartGate`) for the
+    running limits of associations and banks: it counts the jobs running on the
+    scheduler's pool and holds back a job whose start would break a limit, with
+    :func:`start_refusal`'s reason. Before any bank exists it holds back nothing."""
+
+    def __init__(self, accounts: Accounts | None = None) -> None:
+        self.accounts = accounts if accounts is not None else Accounts()
+        #: jobid -> the running job as limits see it
+        self.running: dict[int, HeldJob] = {}
+        self.held = Holdings()
+
+    def set_accounts(self, accounts: Accounts) -> None:
+        """New banks and associations: count the running jobs again under them."""
+        if accounts == self.accounts:
+            return
+        self.accounts = accounts
+        self.held = holdings(accounts, self.running.values())
+
+    def refusal(self, job: PendingJob) -> str | None:
+        """Why the pending ``job`` may not start now; None: it may."""
+        if not self.accounts.enabled:
+            return None
+        request = job.request
+        return start_refusal(self.accounts, self.held, HeldJob(
+            job.userid, job.bank, True, request.min_nodes, request.min_cores))
+
+    def started(self, job: PendingJob, rset: ResourceSet) -> None:
+        """``job`` was allocated ``rset``: it holds its nodes and cores."""
+        self.adopt(job.id, job.userid, job.bank, rset.nnodes, rset.ncores)
+
+    def adopt(self, jobid: int, userid: int, bank: str | None, nnodes: int,
+              ncores: int) -> None:
+        """Count a running job (an allocation made now, or recovered after a restart)."""
+        self.end(jobid)
+        running = HeldJob(userid, bank, True, nnodes, ncores)
+        self.running[jobid] = running
+        self.held.add(self.accounts, running)
+
+    def end(self, jobid: int) -> None:
+        """The job's resources were freed (unknown jobs are ignored)."""
+        running = self.running.pop(jobid, None)
+        if running is not None:
+            self.held.remove(self.accounts, running)

@@ -410,6 +410,30 @@ class JobManagerCore:
             jobid=act.rec.id, urgency=job.urgency, userid=job.userid, t_submit=job.t_submit,
             queue=act.rec.queue or None))
 
+    def reprioritize(self, fx: Effects) -> int:
+        """Recompute the priority of every job waiting in SCHED (the plugin's inputs drift:
+        fair share, age) and post a ``priority`` event for each that changed; an
+        outstanding alloc request is updated with RFC 27 ``prioritize``, a queued one
+        goes out in its new place. The number of jobs whose priority changed."""
+        changed = 0
+        for act in self.jobs.values():
+            job = act.job
+            if job.state is not _SCHED or not job.priority:
+                continue  # held jobs stay held; jobs in PRIORITY get theirs anyway
+            prio = self._priority_of(act)
+            if prio == job.priority:
+                continue
+            changed += 1
+            self._post(fx, act, ev.Priority(timestamp=self.clock(), priority=prio))
+            if act.alloc_epoch is not None:
+                self._prioritize[act.rec.id] = prio
+            elif act.rec.id in self._queued:
+                # its heap entry is stale now: pump puts it back at its new priority
+                heapq.heappush(self._waiting, (-prio, job.t_submit, act.rec.id))
+        if changed:
+            self.pump(fx)  # the prioritize message goes out with these events
+        return changed
+
     def _cleanup(self, fx: Effects, act: Active) -> None:
         job = act.job
         if act.alloc_epoch is not None:
@@ -486,7 +510,7 @@ class JobManagerCore:
             job = act.job
             fx.sched.append(Alloc(id=jobid, priority=job.priority or 0, userid=job.userid,
                                   t_submit=job.t_submit, queue=queue or None,
-                                  request=act.request))
+                                  request=act.request, bank=_bank(act)))
 
     def _send_cancel(self, fx: Effects, act: Active) -> None:
         # Not while suspended: the next hello forgets every outstanding
@@ -646,7 +670,8 @@ class JobManagerCore:
                 # job's stored R be unreadable
                 alloc.append(HeldJob(id=act.rec.id, priority=job.priority or 0,
                                      userid=job.userid,
-                                     ranks=None if act.ranks is None else str(act.ranks)))
+                                     ranks=None if act.ranks is None else str(act.ranks),
+                                     bank=_bank(act)))
         fx.sched.append(HelloReply(alloc=alloc))
         fx.sched_epoch = epoch
         # jobs canceled while their request was with the old scheduler can finish now
@@ -691,6 +716,10 @@ class JobManagerCore:
                 act.ranks = granted
             if msg.nodelist is not None:
                 extra["nodelist"] = msg.nodelist
+            if msg.ncores is not None:
+                # what accounting charges (docs/accounting.md): R's own counts
+                extra["ncores"] = msg.ncores
+                extra["ngpus"] = msg.ngpus or 0
             self._post(fx, act, ev.Alloc(timestamp=now, annotations=dict(merged) if merged
                                          else None), extra or None)
         elif kind == proto.ALLOC_DENY:
@@ -1000,6 +1029,12 @@ class JobManagerCore:
             self._advance(fx, act)
         self._dependency_actions(fx, self.deps.due(now))
         self.pump(fx)
+
+
+def _bank(act: Active) -> str | None:
+    """The bank a job is charged to (its submit extras), None when it names none."""
+    bank = act.rec.info.get("bank")
+    return bank if isinstance(bank, str) and bank else None
 
 
 def _checked_control(msg: Control) -> IDSet | None:

@@ -100,6 +100,8 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
     }
     if admission.queue is not None:
         info["queue"] = admission.queue
+    if full.bank is not None:
+        info["bank"] = full.bank
     if full.dependencies:
         info["dependencies"] = list(full.dependencies)
     if full.cwd:

@@ -25,7 +25,7 @@ import heapq
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.placement import POLICIES as PLACEMENTS
@@ -49,6 +49,7 @@ __all__ = [
     "PendingJob",
     "QueuePolicy",
     "Scheduler",
+    "StartGate",
 ]
 
 POLICIES: Final = ("fcfs", "easy", "conservative")
@@ -114,6 +115,23 @@ class PendingJob:
     userid: int
     queue: str | None
     request: Request
+    #: the bank it is charged to (None: the user's default), for a :class:`StartGate`
+    bank: str | None = None
+
+
+class StartGate(Protocol):
+    """Says whether a job may start now beyond fitting the resources (accounting's
+    running limits, :mod:`fluxes.domain.accounting.limits`). A job it holds back waits
+    with its reason as ``reason_pending`` and blocks nobody: the pass goes on with the
+    next job, and held-back jobs do not use up the queue depth."""
+
+    def refusal(self, job: PendingJob) -> str | None:
+        """Why ``job`` may not start now (None: it may)."""
+        ...
+
+    def started(self, job: PendingJob, rset: ResourceSet) -> None:
+        """``job`` was given ``rset`` in this pass (count it before the next refusal)."""
+        ...
 
 
 @dataclass
@@ -170,8 +188,10 @@ class _Order:
         return out
 
     def popping(self, n: int, pending: Mapping[int, PendingJob],
-                out: list[PendingJob]) -> Iterator[PendingJob]:
-        """Pop up to *n* live jobs lazily, in order, each also appended to *out*.
+                out: list[PendingJob], state: _QueuePass | None = None
+                ) -> Iterator[PendingJob]:
+        """Pop up to *n* live jobs lazily, in order, each also appended to *out*
+        (jobs a start gate held back, counted in ``state.gated``, come on top).
 
         Lazy so that a pass that stops early pops (and later puts back) only
         the jobs it looked at, not the whole queue depth.
@@ -179,7 +199,7 @@ class _Order:
         heap = self.heap
         seen: set[int] = set()
         pop = heapq.heappop
-        while heap and len(out) < n:
+        while heap and len(out) - (state.gated if state is not None else 0) < n:
             entry = pop(heap)
             jobid = entry[2]
             if jobid in seen or not self._live(entry, pending):
@@ -227,6 +247,8 @@ class _QueuePass:
     blocked: bool = False
     reserved: int = 0
     unknown: int = 0
+    #: jobs a start gate held back (they do not use up the queue depth)
+    gated: int = 0
 
 
 class Scheduler:
@@ -241,9 +263,10 @@ class Scheduler:
 
     def __init__(self, pool: SchedulerPool,
                  queues: Mapping[str | None, QueuePolicy] | None = None,
-                 default: QueuePolicy | None = None) -> None:
-        """Schedule on *pool* with per-queue policies."""
+                 default: QueuePolicy | None = None, gate: StartGate | None = None) -> None:
+        """Schedule on *pool* with per-queue policies (and a start gate)."""
         self.pool = pool
+        self.gate = gate
         self.default = default or QueuePolicy()
         self.queues: dict[str | None, QueuePolicy] = dict(queues or {})
         self.pending: dict[int, PendingJob] = {}
@@ -353,12 +376,13 @@ class Scheduler:
         taken: list[tuple[_Order, list[PendingJob]]] = []
         runs: list[Iterator[PendingJob]] = []
         states: dict[str | None, _QueuePass] = {}
+        gate = self.gate
         for name, order in self._orders.items():
             policy = self.policy_of(name)
             jobs: list[PendingJob] = []
-            runs.append(order.popping(policy.queue_depth, self.pending, jobs))
+            state = states[name] = _QueuePass(policy)
+            runs.append(order.popping(policy.queue_depth, self.pending, jobs, state))
             taken.append((order, jobs))
-            states[name] = _QueuePass(policy)
         done: list[PendingJob] = []
         annotations = result.annotations
         try:
@@ -374,6 +398,11 @@ class Scheduler:
                 if state.blocked:
                     annotations[job.id] = self._note(job, WAITING)
                     continue
+                held_back = gate.refusal(job) if gate is not None else None
+                if held_back is not None:
+                    state.gated += 1
+                    annotations[job.id] = self._note(job, held_back)
+                    continue
                 try:
                     outcome = planner.start(job.request, job.id, state.policy.placement)
                 except (InfeasibleRequest, ValueError) as exc:
@@ -385,6 +414,8 @@ class Scheduler:
                 if isinstance(outcome, ResourceSet):
                     result.allocated.append((job.id, outcome))
                     done.append(job)
+                    if gate is not None:
+                        gate.started(job, outcome)
                     continue
                 annotations[job.id] = self._blocked(job, outcome, state, planner)
         finally:

@@ -1,0 +1,83 @@
+"""The ingest charges every job to an association once banks exist (docs/accounting.md):
+the bank a job names or the user's default, recorded in the submit entry's extras;
+a user without a bank, a bank the user is not in, and a job over max-active-jobs
+are refused, however many come in one request (the fold's lag lets none through)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from fluxes.domain.accounting.banks import AccountEvent, BankAdd, UserAdd
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
+from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.keys import Keys
+from tests.backends import OnFakeRedis
+from workers.ingest import IngestWorker
+
+NS = "t"
+
+
+def admin(instance: Instance, event: AccountEvent) -> None:
+    instance.redis.xadd(instance.keys.accounting, {"d": orjson.dumps(event.to_dict())})
+
+
+def submit(instance: Instance, worker: IngestWorker, user: str, n: int = 1,
+           bank: str | None = None) -> list[dict[str, Any]]:
+    attrs = {"system": {"bank": bank}} if bank else None
+    spec = Jobspec.from_command(["true"], attributes=attrs).to_dict()
+    client = Client(instance, user=user)
+    [key] = client._send([{"t": "submit", "jobs": [{"jobspec": spec}] * n}])
+    worker.step()
+    [answer] = client._wait(key, 1.0)
+    jobs: list[dict[str, Any]] = answer["jobs"]
+    return jobs
+
+
+def submit_extras(instance: Instance) -> list[dict[str, Any]]:
+    return [orjson.loads(f[b"x"]) for _id, f in instance.redis.xrange(instance.keys.journal(0))
+            if f[b"n"] == b"submit"]
+
+
+class TestIngestCharges(OnFakeRedis):
+    """On fakeredis: the worker's step is driven by the test."""
+
+    @pytest.fixture
+    def instance(self, client: redis.Redis) -> Instance:
+        keys = Keys(NS)
+        client.hset(keys.instance, mapping={"partitions": 1, "owner": "me",
+                                            "owner_uid": 1000})
+        client.hset(keys.users, mapping={"alice": 1001, "bob": 1002})
+        return Instance(InstanceURI("redis://unused", NS), client=client)
+
+    def test_banks_and_the_active_limit_at_submission(self, instance: Instance) -> None:
+        worker = IngestWorker(instance, name="ingest-a")
+        worker.setup()
+        assert "id" in submit(instance, worker, "alice")[0]  # no bank yet: no rule
+        t = time.time()
+        admin(instance, BankAdd(timestamp=t, bank="root", shares=1))
+        admin(instance, BankAdd(timestamp=t, bank="physics", parent="root", shares=1))
+        admin(instance, BankAdd(timestamp=t, bank="chem", parent="root", shares=1))
+        admin(instance, UserAdd(timestamp=t, username="alice", userid=1001, bank="physics",
+                                limits={"max_active_jobs": 2}))
+        admin(instance, UserAdd(timestamp=t, username="alice", userid=1001, bank="chem"))
+        [refused] = submit(instance, worker, "bob")
+        assert "fluxes account add-user --username=bob" in refused["error"]
+        [refused] = submit(instance, worker, "alice", bank="biology")
+        assert refused["error"] == "user alice is not in bank biology (their banks: chem, " \
+                                   "physics)"
+        # the first job (before banks) is not charged to physics: two more fit, in one
+        # request, and the third is refused although nothing was folded meanwhile
+        three = submit(instance, worker, "alice", n=3)
+        assert ["id" in r for r in three] == [True, True, False]
+        assert three[2]["error"] == "max-active-jobs limit (2) reached for alice/physics"
+        [again] = submit(instance, worker, "alice")
+        assert again.get("error") == "max-active-jobs limit (2) reached for alice/physics"
+        assert "id" in submit(instance, worker, "alice", bank="chem")[0]
+        banks = [x.get("bank") for x in submit_extras(instance)]
+        assert banks == [None, "physics", "physics", "chem"]
