@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from fluxes.cli.main import main
-from fluxes.formats.jobid import encode, parse
+from fluxes.formats.jobid import encode
 from fluxes.proc.launcher import Launcher
+from tests.system.clitools import cli, submit
 
 pytestmark = pytest.mark.system
 
@@ -31,13 +31,6 @@ def launcher() -> Iterator[Launcher]:
         yield inst
 
 
-def cli(uri: str, *args: str) -> int:
-    return main(["--uri", uri, *args])
-
-
-def submit(uri: str, capsys: pytest.CaptureFixture[str], *args: str) -> int:
-    assert cli(uri, "submit", *args) == 0
-    return parse(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def test_wait_event_on_an_ended_job_fails_instead_of_blocking(

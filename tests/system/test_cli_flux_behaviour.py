@@ -11,9 +11,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fluxes.cli.main import main
-from fluxes.formats.jobid import encode, parse
+from fluxes.formats.jobid import encode
 from fluxes.proc.launcher import Launcher
+from tests.system.clitools import cli, submit
 
 pytestmark = pytest.mark.system
 
@@ -30,13 +30,6 @@ def launcher() -> Iterator[Launcher]:
         yield inst
 
 
-def cli(uri: str, *args: str) -> int:
-    return main(["--uri", uri, *args])
-
-
-def submit(uri: str, capsys: pytest.CaptureFixture[str], *args: str) -> int:
-    assert cli(uri, "submit", *args) == 0, capsys.readouterr().err
-    return parse(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def listed(uri: str, capsys: pytest.CaptureFixture[str], fmt: str, *ids: str) -> list[str]:

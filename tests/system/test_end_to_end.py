@@ -12,23 +12,15 @@ from pathlib import Path
 import orjson
 import pytest
 
-from fluxes.cli.main import main
-from fluxes.formats.jobid import parse
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.launcher import Launcher
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance
+from tests.system.clitools import cli, submit
 
 pytestmark = pytest.mark.system
 
 
-def cli(uri: str, *args: str) -> int:
-    return main(["--uri", uri, *args])
-
-
-def submit(uri: str, capsys: pytest.CaptureFixture[str], *args: str) -> int:
-    assert cli(uri, "submit", *args) == 0
-    return parse(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def events(launcher: Launcher, jobid: int) -> list[str]:

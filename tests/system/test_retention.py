@@ -11,10 +11,9 @@ import orjson
 import pytest
 import redis
 
-from fluxes.cli.main import main
-from fluxes.formats.jobid import parse
 from fluxes.store.instance import Instance
 from fluxes.store.joblist import JobListStore
+from tests.system.clitools import cli, submit
 from tests.system.conftest import running_instance
 
 pytestmark = pytest.mark.system
@@ -24,13 +23,6 @@ pytestmark = pytest.mark.system
 DEADLINE_S = 60.0
 
 
-def cli(uri: str, *args: str) -> int:
-    return main(["--uri", uri, *args])
-
-
-def submit(uri: str, capsys: pytest.CaptureFixture[str], *args: str) -> int:
-    assert cli(uri, "submit", *args) == 0
-    return parse(capsys.readouterr().out.strip().splitlines()[-1])
 
 
 def wait_until(what: str, check: Callable[[], bool]) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from fluxes.cli.main import main
 from fluxes.formats.jobid import encode, parse
 from fluxes.proc.launcher import Launcher
 from fluxes.store.instance import Instance
+from tests.system.clitools import cli
 
 pytestmark = pytest.mark.system
 
@@ -49,9 +49,6 @@ def launcher() -> Iterator[Launcher]:
     with running_instance(config_text=CONFIG) as inst:
         yield inst
 
-
-def cli(uri: str, *args: str) -> int:
-    return main(["--uri", uri, *args])
 
 
 def stored_jobs(uri: str) -> set[bytes]:

@@ -859,17 +859,24 @@ class JobManagerCore:
             self.on_exec(fx, ExecReport(id=act.rec.id, rank=next(iter(gone))))
         return Reply(ok=failed)
 
+    def _acting_on(self, jobid: int, userid: int) -> Active | str:
+        """The active job ``jobid`` if ``userid`` may act on it (its owner or the
+        instance owner), else why not (a line naming the job)."""
+        act = self.jobs.get(jobid)
+        if act is None or act.job.state is _INACTIVE:
+            return f"{_show_id(jobid)}: job is inactive or unknown"
+        if userid not in (self.owner_uid, act.job.userid):
+            return f"{_show_id(jobid)}: permission denied"
+        return act
+
     def _raise_many(self, fx: Effects, ids: list[int], userid: int, kind: str,
                     severity: int, note: str) -> Reply:
         errors = []
         done = []
         for jobid in ids:
-            act = self.jobs.get(jobid)
-            if act is None or act.job.state is _INACTIVE:
-                errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
-                continue
-            if userid not in (self.owner_uid, act.job.userid):
-                errors.append(f"{_show_id(jobid)}: permission denied")
+            act = self._acting_on(jobid, userid)
+            if isinstance(act, str):
+                errors.append(act)
                 continue
             if not 0 <= severity <= 7:
                 errors.append(f"{_show_id(jobid)}: severity must be 0-7")
@@ -893,11 +900,9 @@ class JobManagerCore:
         errors = []
         done = []
         for jobid in ids:
-            act = self.jobs.get(jobid)
-            if act is None or act.job.state is _INACTIVE:
-                errors.append(f"{_show_id(jobid)}: job is inactive or unknown")
-            elif userid not in (self.owner_uid, act.job.userid):
-                errors.append(f"{_show_id(jobid)}: permission denied")
+            act = self._acting_on(jobid, userid)
+            if isinstance(act, str):
+                errors.append(act)
             elif act.job.state is not _RUN or act.ranks is None:
                 errors.append(f"{_show_id(jobid)}: job is not running")
             else:
@@ -930,12 +935,10 @@ class JobManagerCore:
         alloc request canceled), a running one a ``resource-update`` with its new
         expiration and time limit. Refused when the job changed since the check."""
         jobid = msg.id
-        act = self.jobs.get(jobid)
-        if act is None or act.job.state is _INACTIVE:
-            return Reply(errors=[f"{_show_id(jobid)}: job is inactive or unknown"])
+        act = self._acting_on(jobid, msg.userid)
+        if isinstance(act, str):
+            return Reply(errors=[act])
         job = act.job
-        if msg.userid not in (self.owner_uid, job.userid):
-            return Reply(errors=[f"{_show_id(jobid)}: permission denied"])
         if dict(job.jobspec_updates) != msg.base or job.expiration != msg.base_expiration:
             return Reply(errors=[f"{_show_id(jobid)}: the job changed while the update was "
                                  "checked: try again"])
