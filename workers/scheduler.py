@@ -482,6 +482,10 @@ class SchedulerWorker(Worker):
                 for jobid, priority in pairs:
                     sched.prioritize(jobid, priority)
                 self._dirty = True
+            case proto.Expiration(id=jobid, expiration=expiration):
+                # a job freed meanwhile holds nothing to move
+                if pool.set_expiration(jobid, expiration):
+                    self._dirty = True
             case proto.Free(id=jobid):
                 self.gate.end(jobid)
                 try:
@@ -546,6 +550,9 @@ class SchedulerWorker(Worker):
                 pool.adopt(jobid, raw_r.decode() if self.graph else rset, memory=memory,
                            exclusive=bool(request is not None and request.exclusive))
                 owner = owners[jobid]
+                if owner.expiration is not None:
+                    # moved by a resource-update: the stored R keeps its first end
+                    pool.set_expiration(jobid, owner.expiration)
                 self.gate.adopt(jobid, owner.userid, owner.bank, rset.nnodes, rset.ncores)
             except Exception as exc:
                 if not_the_input(exc):

@@ -90,6 +90,9 @@ class HeldJob(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ranks: str | None = None
     #: the bank it is charged to (docs/accounting.md), for the scheduler's running limits
     bank: str | None = None
+    #: its end when a ``resource-update`` moved it (``fluxes update`` of a running job):
+    #: it replaces the stored R's expiration, which is the scheduler's and never rewritten
+    expiration: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
 class HelloReply(Message, tag="hello-reply", frozen=True):
@@ -135,7 +138,15 @@ class Reset(Message, tag="reset", frozen=True):
     """The job manager restarted: start a new epoch with a hello (ours, not RFC 27)."""
 
 
-SchedRequest = HelloReply | Alloc | Cancel | Prioritize | Free | Reset
+class Expiration(Message, tag="expiration", frozen=True):
+    """A running job's new end (RFC 27 ``sched.expiration``; one-way here: the scheduler
+    moves the end of the job's allocation in its plan and answers nothing)."""
+
+    id: int
+    expiration: Annotated[float, msgspec.Meta(gt=0)]
+
+
+SchedRequest = HelloReply | Alloc | Cancel | Prioritize | Free | Reset | Expiration
 
 
 # -- job manager -> exec ({ns}:exec:rank:<r>) and back ({p}:exec:events) -----------------

@@ -151,6 +151,24 @@ def test_allocation_now_replaces_the_jobs_own_reservation() -> None:
     assert pool.reservations() == {} and pool.jobids() == [1]
 
 
+def test_set_expiration_moves_when_a_running_job_frees_its_nodes() -> None:
+    pool = pool_of()
+    pool.alloc(Request(nnodes=4, exclusive=True, duration=100.0), 1)
+    wide = Request(nnodes=2, exclusive=True, duration=50.0)
+    assert pool.earliest_start(wide) == 100.0
+    assert pool.set_expiration(1, 400.0)
+    assert pool.earliest_start(wide) == 400.0
+    assert pool.allocation_of(1).expiration == 400.0
+    with pytest.raises(InsufficientResources):
+        pool.alloc(wide, 2, start=100.0)  # planned at the old end: taken till 400 now
+    assert pool.set_expiration(1, 50.0)
+    assert pool.earliest_start(wide) == 50.0
+    assert pool.set_expiration(1, None) and pool.earliest_start(wide) == math.inf
+    assert not pool.set_expiration(7, 10.0)
+    with pytest.raises(ValueError, match="set_expiration"):
+        pool.set_expiration(1, math.nan)
+
+
 # -- recovery -------------------------------------------------------------------------
 
 

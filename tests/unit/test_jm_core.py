@@ -355,6 +355,24 @@ def test_update_of_a_running_job_moves_its_time_limit() -> None:
     assert h.state(1) == JobState.CLEANUP
 
 
+def test_a_running_jobs_new_end_reaches_the_scheduler_and_its_next_hello() -> None:
+    h = Harness()
+    h.submit(1, userid=OTHER, duration=5)
+    assert update(h, 1, {DUR: 50.0}, userid=OWNER)["ok"] == [1]  # pending: no expiration
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.sched.clear()
+    assert update(h, 1, {DUR: 100.0}, userid=OWNER, base={DUR: 50.0})["ok"] == [1]
+    assert h.sched == [{"t": "expiration", "id": 1, "expiration": pytest.approx(1100.0)}]
+    # a restarted scheduler's hello: the stored R still ends at 1050, the reply says 1100
+    h.sched.clear()
+    h.epoch += 1
+    h.step(h.core.on_sched, h.epoch, {"t": "hello"})
+    assert h.sched[0] == {"t": "hello-reply", "alloc": [
+        {"id": 1, "userid": OTHER, "ranks": "0", "expiration": pytest.approx(1100.0)}]}
+
+
 @pytest.mark.parametrize("updates", [
     {}, {"attributes.system.urgency": 1}, {DUR: -1}, {DUR: "1h"}, {DUR: True},
     {NAME_KEY: ""}, {QUEUE_KEY: 3},

@@ -20,10 +20,11 @@ from workers.base import payload_prefix
 SAMPLES: dict[str, list[proto.Message]] = {
     "SCHED_REQUESTS": [
         proto.HelloReply(alloc=[proto.HeldJob(id=1, priority=2, userid=3, ranks="0-1"),
-                                proto.HeldJob(id=2)]),
+                                proto.HeldJob(id=2),
+                                proto.HeldJob(id=3, expiration=1800000000.5)]),
         proto.Alloc(id=1, priority=16, userid=1000, t_submit=1.5, queue="batch"),
         proto.Cancel(id=1), proto.Prioritize(jobs=[(1, 2), (3, 4)]), proto.Free(id=1),
-        proto.Reset()],
+        proto.Reset(), proto.Expiration(id=1, expiration=1800000000.5)],
     "SCHED_RESPONSES": [
         proto.Hello(), proto.Ready(mode="limited", limit=3),
         proto.AllocResponse(id=1, type=proto.ALLOC_SUCCESS, annotations={"sched": {"a": [1]}},
@@ -157,6 +158,17 @@ def test_request_id_of_a_refused_request() -> None:
     assert proto.request_id({b"d": b'{"t": "melt", "req": "r9"}'}) == "r9"
     assert proto.request_id({b"d": b'{"t": "melt"}'}) is None
     assert proto.request_id({b"d": b'{"req": ' + b"[" * 100 + b"]" * 100 + b"}"}) is None
+
+
+@pytest.mark.parametrize("entry", [
+    b'{"t": "expiration", "id": 1, "expiration": 0}',
+    b'{"t": "expiration", "id": 1, "expiration": -5.0}',
+    b'{"t": "expiration", "id": 1, "expiration": 1e400}',
+    b'{"t": "expiration", "id": 1}',
+    b'{"t": "hello-reply", "alloc": [{"id": 1, "expiration": 0}]}'])
+def test_an_expiration_must_be_a_finite_time_after_the_epoch(entry: bytes) -> None:
+    with pytest.raises(MessageError):
+        proto.decode_entry(proto.SCHED_REQUESTS, {b"d": b'{"e": 0, "m": [' + entry + b"]}"})
 
 
 @pytest.mark.parametrize(("fields", "reason"), [

@@ -913,3 +913,44 @@ def test_random_operations_keep_invariants(ops: list[tuple[str, Any, Any] | tupl
     for op in ops:
         next_id = _OPS.get(op[0], _op_simple)(pool, op, now, next_id)
         check_invariants(pool)
+
+
+# -- a running job's new end (fluxes update duration=..., RFC 27 sched.expiration) ---------
+
+
+def test_set_expiration_moves_when_the_resources_free_in_every_plan() -> None:
+    pool = pool_of(nodes(1, 4))
+    pool.alloc(Request(nslots=3), 1, now=0.0, duration=10.0)
+    pool.alloc(Request(nslots=1), 2, now=0.0, duration=20.0)
+    three = Request(nslots=3, duration=1.0)
+    assert pool.earliest_start(three, now=1.0) == 10.0
+    pool.alloc(three, 9, start=15.0)  # a reservation: planned on job 1's cores
+    pool.cancel_reservation(9)
+    assert pool.set_expiration(1, 30.0) and pool.set_expiration(2, 12.0)
+    with pytest.raises(InsufficientResources):
+        pool.alloc(three, 9, start=15.0)
+    # the plan made before (job 1's cores free at 10) is gone: at 12 only job 2's core is
+    assert pool.earliest_start(three, now=1.0) == 30.0
+    assert pool.earliest_start(Request(nnodes=1, exclusive=True), now=1.0) == 30.0
+    assert pool.allocation_of(1).expiration == 30.0
+    with pytest.raises(InsufficientResources):
+        pool.alloc(three, 3, start=10.0)
+    # shortened again: the node's last end follows it down
+    assert pool.set_expiration(1, 15.0)
+    assert pool.earliest_start(Request(nnodes=1, exclusive=True), now=1.0) == 15.0
+    assert pool.set_expiration(1, None)
+    assert pool.earliest_start(three, now=1.0) == math.inf
+    assert pool.allocation_of(1).expiration in (None, 0.0)
+
+
+def test_set_expiration_of_a_job_holding_nothing_or_a_bad_time() -> None:
+    pool = pool_of(nodes(1, 4))
+    pool.alloc(Request(nslots=1), 1, now=0.0, duration=10.0)
+    assert not pool.set_expiration(2, 50.0)
+    pool.free(1)
+    assert not pool.set_expiration(1, 50.0)
+    pool.alloc(Request(nslots=1), 1, now=0.0, duration=10.0)
+    for bad in (math.nan, math.inf, "5", True):
+        with pytest.raises(ValueError, match="set_expiration"):
+            pool.set_expiration(1, bad)  # type: ignore[arg-type]
+    assert pool.allocation_of(1).expiration == 10.0

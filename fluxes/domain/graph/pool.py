@@ -285,6 +285,16 @@ class GraphPool:
         trav.commit(hold)
         self._rsets.pop(jobid, None)
 
+    def set_expiration(self, jobid: int, expiration: float | None) -> bool:
+        """Move the end of *jobid*'s allocation to *expiration* (None: unlimited), as a
+        running job's ``resource-update`` does; False when it holds no allocation here."""
+        jobid = _check_jobid(jobid, "set_expiration")
+        end = _INF if expiration is None else _check_time(expiration, "set_expiration")
+        if not self._trav.set_end(jobid, end):
+            return False
+        self._rsets.pop(jobid, None)  # its R carries the old expiration
+        return True
+
     # -- reservations ----------------------------------------------------------------------
 
     def reservations(self) -> dict[int, tuple[float, float]]:

@@ -97,6 +97,15 @@ class GraphState:
                 h[jobid] = end
         self._take(hold, 1)
 
+    def set_end(self, hold: Hold, end: float) -> None:
+        """Move the end of allocation *hold* (held in this state) to *end*."""
+        hold.end = end
+        holds = self.holds
+        for v in hold.shown:
+            h = holds[v]
+            if h is not None and hold.jobid in h:
+                h[hold.jobid] = end
+
     def release(self, hold: Hold) -> None:
         """Forget *hold* (allocation or reservation)."""
         jobid = hold.jobid

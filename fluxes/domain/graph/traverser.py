@@ -222,6 +222,18 @@ class Traverser:
             del self._ends[i]
         return hold
 
+    def set_end(self, jobid: int, end: float) -> bool:
+        """Move the end of *jobid*'s allocation to *end*; False if it holds none."""
+        hold = self.allocs.get(jobid)
+        if hold is None:
+            return False
+        if hold.end != _INF:
+            del self._ends[bisect_left(self._ends, (hold.end, jobid))]
+        self.state.set_end(hold, end)
+        if end != _INF:
+            insort(self._ends, (end, jobid))
+        return True
+
     def clear_reservations(self) -> None:
         """Drop every reservation."""
         for jobid in list(self.resvs):

@@ -671,7 +671,7 @@ class JobManagerCore:
                 alloc.append(HeldJob(id=act.rec.id, priority=job.priority or 0,
                                      userid=job.userid,
                                      ranks=None if act.ranks is None else str(act.ranks),
-                                     bank=_bank(act)))
+                                     bank=_bank(act), expiration=job.expiration or None))
         fx.sched.append(HelloReply(alloc=alloc))
         fx.sched_epoch = epoch
         # jobs canceled while their request was with the old scheduler can finish now
@@ -965,6 +965,10 @@ class JobManagerCore:
             if msg.immutable:
                 self._post(fx, act, ev.SetFlags(timestamp=now, flags=(IMMUTABLE_FLAG,)))
             self._post(fx, act, ev.ResourceUpdate(timestamp=now, expiration=expiration))
+            if self.session.epoch is not None:
+                # the scheduler plans with the new end; with no session yet, the
+                # hello reply carries it (as after any scheduler restart)
+                fx.sched.append(proto.Expiration(id=jobid, expiration=expiration))
             act.deadline = None
             self._arm_timelimit(act)
         elif job.state is _RUN:

@@ -695,6 +695,29 @@ class ResourcePool:
             else:
                 self._release(job)  # nothing left to give back: just forget it
 
+    def set_expiration(self, jobid: int, expiration: float | None) -> bool:
+        """Move the end of *jobid*'s allocation to *expiration* (None: unlimited), as a
+        ``resource-update`` of a running job does (RFC 27 ``sched.expiration``): plans
+        made from now on see its resources free only then. False when the job holds
+        no allocation here (freed meanwhile); ValueError for a bad time."""
+        jobid = _check_jobid(jobid, "set_expiration")
+        end = _INF if expiration is None else _check_time(expiration, "set_expiration")
+        job = self._jobs.get(jobid)
+        if job is None:
+            return False
+        if job.end == end:
+            return True
+        if job.end != _INF:
+            del self._ends[bisect_left(self._ends, (job.end, jobid))]
+        job.end = end
+        if end != _INF:
+            insort(self._ends, (end, jobid))
+        # the last end of its ranks may have been its old end: recomputed when needed
+        self._stale.update(job.parts)
+        job.R = None  # rebuilt with the new expiration when asked for
+        self._future = None  # the cached future state replayed releases by the old ends
+        return True
+
     # -- queries ---------------------------------------------------------------------------
 
     def allocation_of(self, jobid: int) -> ResourceSet:

@@ -55,6 +55,9 @@ class SchedulerPool(Protocol):
               now: float | None = None) -> None:
         """Take back an allocation made earlier (R as stored)."""
 
+    def set_expiration(self, jobid: int, expiration: float | None) -> bool:
+        """Move the end of a held allocation (False: the job holds none)."""
+
     def earliest_start(self, request: Request, now: float | None = None,
                        duration: float | None = None, jobid: int | None = None
                        ) -> float | None:
