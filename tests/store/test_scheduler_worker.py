@@ -22,6 +22,7 @@ from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests import wire
 from tests.store.test_ingest_jobmanager import FakeExec
+from workers import scheduler as scheduler_worker
 from workers.ingest import IngestWorker
 from workers.jobmanager import JobManagerWorker
 from workers.scheduler import SchedulerWorker
@@ -30,11 +31,14 @@ NS = "t"
 
 
 class System:
-    def __init__(self, client: redis.Redis, nodes: int = 2, cores: int = 2) -> None:
+    def __init__(self, client: redis.Redis, nodes: int = 2, cores: int = 2,
+                 config: str | None = None) -> None:
         resources = {"config": [{"hosts": f"node[0-{nodes - 1}]", "cores": f"0-{cores - 1}"}]}
         client.hset(Keys(NS).instance, mapping={
             "partitions": 1, "owner": "me", "owner_uid": 1000,
             "resources": orjson.dumps(resources)})
+        if config is not None:
+            client.hset(Keys(NS).instance, "config", config)
         self.instance = Instance(InstanceURI("redis://unused", NS), client=client)
         self.redis = client
         self.keys = self.instance.keys
@@ -328,3 +332,59 @@ def test_on_a_graph_recovery_takes_back_what_the_subgraph_lists(real_redis: redi
     # needs memory, went to another node though a core is free on a's
     held_b = ResourceSet(system.redis.hget(system.keys.job(b), "R")).ranks
     assert held_b.first() != ResourceSet(stored).ranks.first()
+
+
+def _t_estimate(system: System, jobid: int) -> float | None:
+    """The ``t_estimate`` the scheduler last published for a pending job."""
+    assert system.jm.core is not None
+    ann = system.jm.core.jobs[jobid].rec.job.annotations or {}
+    return ann.get("sched", {}).get("t_estimate")
+
+
+def test_extended_running_job_moves_the_plan_and_a_new_scheduler_keeps_it(
+        real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # fluxes update of a running job's duration: the scheduler's plan must stop
+    # counting on its nodes at the old end, now and after a scheduler restart
+    monkeypatch.setattr(scheduler_worker, "FULL_PASS_S", 0.0)  # every pass annotates
+    system = System(real_redis, config='[policy.scheduler]\npolicy = "easy"\n')
+    for fake in system.execs.values():
+        fake.hold = set()
+    [a] = system.submit(spec(nnodes=2, ntasks=2, exclusive=True, duration=100.0))
+    for fake in system.execs.values():
+        fake.hold.add(a)
+    system.run(4)
+    assert system.events(a)[-1] == "start"
+    start = ResourceSet(system.redis.hget(system.keys.job(a), "R")).starttime
+    assert start is not None
+    # the head job blocks: its reservation (and t_estimate) is at a's end
+    [b] = system.submit(spec(nnodes=2, ntasks=2, exclusive=True, duration=10.0))
+    system.run(3, exec_too=False)
+    assert _t_estimate(system, b) == pytest.approx(start + 100.0, abs=1.0)
+
+    from fluxes.store.client import Client
+
+    client = Client(system.instance, user="me")
+    [reply] = client._send([{"t": "update", "id": a, "updates": {"duration": 1000.0}}])
+    system.ingest.step()
+    system.run(3, exec_too=False)
+    answer = client._wait(reply, 1.0)[0]
+    assert answer.get("ok") == [a], answer
+    assert system.events(a)[-1] == "resource-update"
+    pool = system.sched.pool
+    assert isinstance(pool, ResourcePool)
+    assert pool.allocation_of(a).expiration == pytest.approx(start + 1000.0, abs=1.0)
+    # no longer planned at the old end
+    assert _t_estimate(system, b) == pytest.approx(start + 1000.0, abs=1.0)
+    # the stored R is the scheduler's and keeps the first end
+    stored = ResourceSet(system.redis.hget(system.keys.job(a), "R"))
+    assert stored.expiration == pytest.approx(start + 100.0, abs=1.0)
+
+    # the scheduler dies; the new one recovers a's allocation with the new end
+    system.redis.delete(system.keys.sched_lease(0))
+    system.sched = SchedulerWorker(system.instance)
+    system.run(4, exec_too=False)
+    pool = system.sched.pool
+    assert isinstance(pool, ResourcePool) and pool.jobids() == [a]
+    assert pool.allocation_of(a).expiration == pytest.approx(start + 1000.0, abs=1.0)
+    assert pool.reservations()[b][0] == pytest.approx(start + 1000.0, abs=1.0)
+    assert system.events(b)[-1] == "priority"

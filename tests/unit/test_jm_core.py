@@ -370,7 +370,8 @@ def test_a_running_jobs_new_end_reaches_the_scheduler_and_its_next_hello() -> No
     h.epoch += 1
     h.step(h.core.on_sched, h.epoch, {"t": "hello"})
     assert h.sched[0] == {"t": "hello-reply", "alloc": [
-        {"id": 1, "userid": OTHER, "ranks": "0", "expiration": pytest.approx(1100.0)}]}
+        {"id": 1, "priority": 16, "userid": OTHER, "ranks": "0",
+         "expiration": pytest.approx(1100.0)}]}
 
 
 @pytest.mark.parametrize("updates", [
