@@ -90,9 +90,14 @@ def register(subparsers: Any) -> None:
     cmd_purge.register(sub)
 
     ip = sub.add_parser("info", **help_with_example(
-        "Print what is stored for a job: jobspec (as submitted), jobspec_full (defaults\n"
-        "applied), R, eventlog, or (no KEY) every field of the job record.",
-        ["fluxes job info ƒ2t6V2H R", "fluxes job info ƒ2t6V2H jobspec eventlog"]))
+        "Print what is stored for a job: jobspec (as submitted, with its updates),\n"
+        "jobspec_full (defaults applied), R, eventlog, or (no KEY) every field of the\n"
+        "job record. jobspec, jobspec_full and R show their current value: the\n"
+        "jobspec-update and resource-update events applied (--base: as stored).",
+        ["fluxes job info ƒ2t6V2H R", "fluxes job info ƒ2t6V2H jobspec eventlog",
+         "fluxes job info --base ƒ2t6V2H jobspec"]))
+    ip.add_argument("-b", "--base", action="store_true",
+                    help="jobspec and R as stored, without the updates of the eventlog")
     ip.add_argument("id", type=job_id_arg, metavar="ID")
     ip.add_argument("keys", nargs="*", metavar="KEY")
     ip.set_defaults(func=_info)
@@ -146,6 +151,13 @@ def _info(args: argparse.Namespace) -> int:
     store = _store(args)
     if not record and not store.job_exists(args.id):
         die(f"job {shown_id(args.id)} not found")
+    if found is not None and JOBSPEC_FULL in (args.keys or ()):
+        # the jobspec the job runs with (stored apart only when defaults changed it)
+        spec = found.effective_jobspec
+        record[JOBSPEC_FULL] = spec.decode("utf-8", "replace") if spec else ""
+    if not args.base and not private and (
+            not args.keys or {JOBSPEC, JOBSPEC_FULL, "R"} & set(args.keys)):
+        _apply_updates(store, args.id, record)
     if not args.keys:
         for key, value in sorted(record.items()):
             print(f"{key}: {value}")
@@ -161,15 +173,44 @@ def _info(args: argparse.Namespace) -> int:
             for event in store.eventlog(args.id):
                 print_json(event.to_rfc18())
         elif key == JOBSPEC_FULL:
-            # the jobspec the job runs with (stored apart only when defaults changed it)
-            spec = found.effective_jobspec if found is not None else None
-            print(spec.decode("utf-8", "replace") if spec else "")
+            print(record.get(JOBSPEC_FULL, ""))
         elif key in record:
             print(record[key])
         else:
             die(f"job {shown_id(args.id)} has no {key!r} (known: eventlog, "
                 f"{', '.join(sorted(record))})")
     return 0
+
+
+def _apply_updates(store: EventStore, jobid: int, record: dict[str, str]) -> None:
+    """Replace the jobspecs and R of ``record`` by their current values: the contexts of
+    the job's ``jobspec-update`` and ``resource-update`` events applied (RFC 21), as
+    flux's ``flux job info`` shows them. A value that cannot be updated stays as
+    stored, with a note on stderr."""
+    from fluxes.domain.jm.update import current_jobspec, current_r
+    from fluxes.store.jobhash import JOBSPEC, JOBSPEC_FULL
+
+    specs: list[dict[str, Any]] = []
+    rs: list[dict[str, Any]] = []
+    for event in store.eventlog(jobid):
+        if event.event_name == "jobspec-update":
+            specs.append(event.context())
+        elif event.event_name == "resource-update":
+            rs.append(event.context())
+    for key, updates, apply in ((JOBSPEC, specs, current_jobspec),
+                                (JOBSPEC_FULL, specs, current_jobspec), ("R", rs, current_r)):
+        text = record.get(key)
+        if not updates or not text:
+            continue
+        try:
+            value = orjson.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError("not a JSON object")
+            record[key] = orjson.dumps(apply(value, updates)).decode()
+        except ValueError as exc:
+            print(f"fluxes: job {fmt_id(jobid)}: {key} shown as stored: its updates do not "
+                  f"apply ({str(exc).splitlines()[0] if str(exc) else exc!r})",
+                  file=sys.stderr)
 
 
 def _wait(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from fluxes.formats.jobid import encode, parse
@@ -116,6 +117,14 @@ def test_update_of_a_pending_job_is_checked_and_recorded(
     updates = [line for line in eventlog(uri, capsys, jobid) if "jobspec-update" in line]
     assert updates == ['jobspec-update attributes.system.job.name="renamed" '
                        'attributes.system.queue="short" attributes.system.duration=420.0']
+    # job info shows the jobspec with its updates applied, --base as submitted
+    current = orjson.loads(out_of(uri, capsys, "job", "info", str(jobid), "jobspec"))
+    system = current["attributes"]["system"]
+    assert (system["job"]["name"], system["queue"], system["duration"]) == \
+        ("renamed", "short", 420.0)
+    base = orjson.loads(out_of(uri, capsys, "job", "info", "--base", str(jobid), "jobspec"))
+    assert base["attributes"]["system"]["duration"] == 300.0
+    assert "job" not in base["attributes"]["system"]
     # the next relative update starts from the updated duration
     assert cli(uri, "update", "-n", str(jobid), "duration=-1m") == 0
     assert capsys.readouterr().out == '{"attributes.system.duration":360.0}\n'
@@ -138,6 +147,11 @@ def test_update_of_a_running_job_moves_its_time_limit(
     lines = eventlog(uri, capsys, jobid)
     alloc = [line for line in lines if line.startswith("alloc")]
     assert alloc and [line for line in lines if line.startswith("resource-update")]
+    # R as the job holds it now: the new expiration; --base: as the scheduler wrote it
+    now_r = orjson.loads(out_of(uri, capsys, "job", "info", str(jobid), "R"))["execution"]
+    base_r = orjson.loads(out_of(uri, capsys, "job", "info", "-b", str(jobid), "R"))["execution"]
+    assert base_r["expiration"] - base_r["starttime"] == pytest.approx(3600.0, abs=1.0)
+    assert now_r["expiration"] - base_r["starttime"] == pytest.approx(7200.0, abs=1.0)
     # shortened to 1s, its time limit (already passed) ends it at once
     assert cli(uri, "update", str(jobid), "duration=1") == 0
     assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) == 1

@@ -11,6 +11,8 @@ from fluxes.domain.jm.update import (
     DURATION,
     NAME,
     QUEUE,
+    current_jobspec,
+    current_r,
     full_key,
     parse_pairs,
     plan_update,
@@ -137,3 +139,27 @@ def test_a_running_job_may_only_change_its_duration() -> None:
         plan({"duration": "+1h", "name": "x"}, running=True)
     with pytest.raises(PolicyError, match="cannot become unlimited"):
         plan({"duration": 0}, running=True)
+
+
+def test_current_jobspec_applies_each_update_in_order() -> None:
+    spec = {"version": 1, "attributes": {"system": {"duration": 300.0, "queue": "batch"}},
+            "tasks": [{"command": ["true"]}]}
+    current = current_jobspec(spec, [
+        {DURATION: 420.0, NAME: "first"},
+        {NAME: "renamed", QUEUE: "short"}])
+    assert current["attributes"]["system"] == {
+        "duration": 420.0, "queue": "short", "job": {"name": "renamed"}}
+    assert current["tasks"] == spec["tasks"]
+    assert spec["attributes"]["system"] == {"duration": 300.0, "queue": "batch"}  # untouched
+    assert current_jobspec(spec, []) == spec
+    with pytest.raises(ValueError, match="bad key"):
+        current_jobspec(spec, [{"attributes..x": 1}])
+
+
+def test_current_r_takes_the_last_expiration() -> None:
+    r = {"version": 1, "execution": {"R_lite": [], "starttime": 10.0, "expiration": 110.0}}
+    assert current_r(r, [{"expiration": 1010.0}, {}, {"expiration": 510.0}]) == {
+        "version": 1, "execution": {"R_lite": [], "starttime": 10.0, "expiration": 510.0}}
+    assert r["execution"]["expiration"] == 110.0  # untouched
+    with pytest.raises(ValueError, match="no execution"):
+        current_r({"version": 1}, [{"expiration": 5.0}])

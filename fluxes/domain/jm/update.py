@@ -171,3 +171,32 @@ def plan_update(submitted: Mapping[str, Any], effective: Mapping[str, Any],
     except (ValueError, InfeasibleRequest):
         request = None
     return UpdatePlan(resolved, request)
+
+
+def current_jobspec(jobspec: Mapping[str, Any],
+                    updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The jobspec with the contexts of its ``jobspec-update`` events applied in order
+    (RFC 21: each sets period-delimited keys), what ``fluxes job info ID jobspec``
+    shows as flux's does; ValueError for a context naming no path."""
+    out = copy.deepcopy(dict(jobspec))
+    for context in updates:
+        for path in context:
+            if not isinstance(path, str) or not all(path.split(".")):
+                raise ValueError(f"jobspec-update: bad key {str(path)[:40]!r}")
+        out = updated_jobspec(out, context)
+    return out
+
+
+def current_r(r: Mapping[str, Any], updates: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """R with the contexts of its ``resource-update`` events applied in order (RFC 21:
+    ``expiration`` replaces ``execution.expiration``)."""
+    out = copy.deepcopy(dict(r))
+    for context in updates:
+        expiration = context.get("expiration")
+        if expiration is None:
+            continue
+        execution = out.get("execution")
+        if not isinstance(execution, dict):
+            raise ValueError("resource-update: R has no execution object")
+        execution["expiration"] = expiration
+    return out
