@@ -142,7 +142,7 @@ def test_a_running_job_may_only_change_its_duration() -> None:
 
 
 def test_current_jobspec_applies_each_update_in_order() -> None:
-    spec = {"version": 1, "attributes": {"system": {"duration": 300.0, "queue": "batch"}},
+    spec: dict[str, Any] = {"version": 1, "attributes": {"system": {"duration": 300.0, "queue": "batch"}},
             "tasks": [{"command": ["true"]}]}
     current = current_jobspec(spec, [
         {DURATION: 420.0, NAME: "first"},
@@ -157,7 +157,7 @@ def test_current_jobspec_applies_each_update_in_order() -> None:
 
 
 def test_current_r_takes_the_last_expiration() -> None:
-    r = {"version": 1, "execution": {"R_lite": [], "starttime": 10.0, "expiration": 110.0}}
+    r: dict[str, Any] = {"version": 1, "execution": {"R_lite": [], "starttime": 10.0, "expiration": 110.0}}
     assert current_r(r, [{"expiration": 1010.0}, {}, {"expiration": 510.0}]) == {
         "version": 1, "execution": {"R_lite": [], "starttime": 10.0, "expiration": 510.0}}
     assert r["execution"]["expiration"] == 110.0  # untouched
