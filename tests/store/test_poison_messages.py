@@ -293,6 +293,7 @@ SCHED_MESSAGES: list[dict[str, Any]] = [
     {"t": "hello-reply", "alloc": [{"id": 1, "priority": 1, "userid": 1, "ranks": "0"}]},
     {"t": "alloc", "id": 1, "priority": 1, "userid": 1, "t_submit": 1.0, "queue": "q"},
     {"t": "cancel", "id": 1}, {"t": "prioritize", "jobs": [[1, 2]]}, {"t": "free", "id": 1},
+    {"t": "expiration", "id": 1, "expiration": 1800000000.5},
 ]
 
 
@@ -305,6 +306,19 @@ def test_scheduler_wrong_types(system: System, msg: dict[str, Any], key: str) ->
     runs_a_job(system)
     [letter] = letters(system, stream)
     assert "$.m[0]" in letter["error"]
+
+
+@pytest.mark.parametrize("expiration", [0, -1.0, "1e400"])
+def test_scheduler_refuses_an_expiration_out_of_range(system: System,
+                                                      expiration: float | str) -> None:
+    runs_a_job(system)
+    stream = system.keys.sched_req(0)
+    raw = b'{"e": %d, "m": [{"t": "expiration", "id": 1, "expiration": %s}]}' % (
+        system.sched.sessions[0].epoch, str(expiration).encode())
+    system.redis.xadd(stream, {b"d": raw})
+    runs_a_job(system)
+    [letter] = letters(system, stream)
+    assert "$.m[0].expiration" in letter["error"]
 
 
 def test_scheduler_handler_that_raises(system: System,
