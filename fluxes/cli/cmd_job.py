@@ -155,9 +155,11 @@ def _info(args: argparse.Namespace) -> int:
         # the jobspec the job runs with (stored apart only when defaults changed it)
         spec = found.effective_jobspec
         record[JOBSPEC_FULL] = spec.decode("utf-8", "replace") if spec else ""
-    if not args.base and not private and (
-            not args.keys or {JOBSPEC, JOBSPEC_FULL, "R"} & set(args.keys)):
-        _apply_updates(store, args.id, record)
+    if not args.base and (not args.keys or {JOBSPEC, JOBSPEC_FULL, "R"} & set(args.keys)):
+        try:
+            _apply_updates(store, args.id, record)
+        except NoPermissionError:
+            pass  # an eventlog this user may not read: the values as stored
     if not args.keys:
         for key, value in sorted(record.items()):
             print(f"{key}: {value}")
