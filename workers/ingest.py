@@ -27,7 +27,11 @@ forwards a control request) records them under ``{p}:req:<user>:<req>``
 24 hours: a request delivered again, or sent again by a client that retries
 after a timeout (same user, same ``req``), creates only the jobs not yet
 recorded and is answered with every id; a control request is not forwarded
-twice. Ingest is idempotent on (user, request id) for that long.
+twice. Ingest is idempotent on (user, request id) for that long, even with
+the same request in two ingest workers' hands at once: a worker claims a
+request before it reads its records, and each commit recording it checks the
+claim (:mod:`fluxes.store.request_claims`); the other worker puts its copy
+aside and answers it from the records once the claim is dropped.
 
 Queue admin events (``{ns}:queues``) are read before each block of requests
 is handled, so a submission never meets queue states older than an
