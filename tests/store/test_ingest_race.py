@@ -126,6 +126,33 @@ class RaceContract:
         self.check_once(instance, reply_key)
 
 
+    @pytest.mark.parametrize("partitions", [1, 2])
+    def test_a_control_request_is_forwarded_once(
+            self, client: redis.Redis, partitions: int) -> None:
+        instance = make_instance(client, partitions)
+        keys = instance.keys
+        a = new_ingest(instance, "ingest-a")
+        b = new_ingest(instance, "ingest-b")
+
+        def cancel() -> None:
+            client.xadd(keys.submit("me"), {"d": orjson.dumps(
+                {"t": "cancel", "ids": [1, 2], "note": "", "req": "cancel-once"})})
+
+        def other_worker_handles_the_copy() -> None:
+            cancel()
+            b.step()
+
+        cancel()
+        after_records_read(a, other_worker_handles_the_copy)
+        a.step()
+        for _ in range(3):
+            b.step()
+        forwarded = [client.xrange(keys.jm_ctl(part)) for part in range(partitions)]
+        assert [len(entries) for entries in forwarded] == [1] * partitions
+        [answer] = Client(instance, user="me")._wait(keys.reply("me", "cancel-once"), 1.0)
+        assert "not done twice" in answer["errors"][0]
+        assert client.xpending(keys.submit("me"), "ingest")["pending"] == 0
+
     def test_commit_needs_the_claim_and_its_last_batch_drops_it(
             self, client: redis.Redis) -> None:
         instance = make_instance(client, 1)
