@@ -27,7 +27,11 @@ forwards a control request) records them under ``{p}:req:<user>:<req>``
 24 hours: a request delivered again, or sent again by a client that retries
 after a timeout (same user, same ``req``), creates only the jobs not yet
 recorded and is answered with every id; a control request is not forwarded
-twice. Ingest is idempotent on (user, request id) for that long.
+twice. Ingest is idempotent on (user, request id) for that long, even with
+the same request in two ingest workers' hands at once: a worker claims a
+request before it reads its records, and each commit recording it checks the
+claim (:mod:`fluxes.store.request_claims`); the other worker puts its copy
+aside and answers it from the records once the claim is dropped.
 
 Queue admin events (``{ns}:queues``) are read before each block of requests
 is handled, so a submission never meets queue states older than an
@@ -81,10 +85,11 @@ from fluxes.proc import metrics
 from fluxes.store import jobhash
 from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
-from fluxes.store.eventstore import Batch, EventStore
+from fluxes.store.eventstore import Batch, ClaimedError, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import RESOURCES_DIGEST, Instance
 from fluxes.store.keys import GROUP_INGEST, Keys
+from fluxes.store.request_claims import RequestClaims
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
@@ -105,6 +110,11 @@ REFRESH_S = 1.0
 #: request (user and ``req``) is never done twice, whether it was redelivered
 #: (an ingest died before acknowledging it) or sent again by its client.
 PROGRESS_TTL_MS = 24 * 3600 * 1000
+#: How long a worker's claim on a request lasts (fluxes.store.request_claims): as long as
+#: another ingest waits before taking over the requests a worker left unacknowledged.
+REQUEST_CLAIM_TTL_MS = CLAIM_IDLE_MS
+#: How soon a request another ingest worker holds is tried again.
+DEFER_S = 0.05
 
 
 @functools.lru_cache(maxsize=4096)
@@ -158,6 +168,16 @@ class IngestWorker(Worker):
         self._forwarded: dict[int, set[str]] = {}
         #: the digest of each request of the block, by record key
         self._digests: dict[str, str] = {}
+        #: this process's claims on requests: a worker restarted under the same name takes
+        #: its predecessor's over at once, and the new token fences the old one out
+        self._claims = RequestClaims(self.redis, self.keys,
+                                     f"{self.name}#{os.urandom(6).hex()}",
+                                     REQUEST_CLAIM_TTL_MS)
+        #: the requests of the block this worker claimed (record keys)
+        self._held: set[str] = set()
+        #: blocks of requests another ingest worker held, tried again from _retry_at on
+        self._deferred: list[list[_Pending]] = []
+        self._retry_at = 0.0
         self.submitted = 0
         self._pending = True
         self._claim_at = 0.0
@@ -171,6 +191,7 @@ class IngestWorker(Worker):
     def setup(self) -> None:
         """Get a FLUID generator id and read users, configuration and queue states."""
         self._pending = True
+        self._deferred = []  # still pending in Redis: re-read with the others
         gen = int(self.redis.incr(self.keys.fluid_generators)) % (MAX_GENERATOR_ID + 1)
         self.fluids = FluidGenerator(gen)
         self.refresh(force=True)
@@ -268,6 +289,12 @@ class IngestWorker(Worker):
         another ingest worker read and left idle (that worker died).
         """
         self.refresh()
+        if self._deferred and time.monotonic() >= self._retry_at:
+            deferred, self._deferred = self._deferred, []
+            self.sync_queues()
+            for block in deferred:
+                self._handle_decoded(block, redelivered=False)
+            return
         if self._pending:
             reply = self._next_pending()
             if reply:
@@ -281,8 +308,10 @@ class IngestWorker(Worker):
                 self.handle(claimed, redelivered=True)
                 return
         streams = {self.keys.submit(user): ">" for user in self.users}
+        # requests put aside are tried again soon: the read must not wait longer
+        wait_ms = max(1, min(BLOCK_MS, int(DEFER_S * 1000))) if self._deferred else BLOCK_MS
         reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
-                                      block=BLOCK_MS)
+                                      block=wait_ms)
         if not reply:
             return
         self.handle(reply)
@@ -365,10 +394,17 @@ class IngestWorker(Worker):
                 requests.append(_Pending(stream, msg_id, fields, user, uid, request))
             self.refuse(stream, GROUP_INGEST, refused, answers)
         self._ack_orphans(orphans)
-        if not requests:
-            return
+        if requests:
+            self._handle_decoded(requests, redelivered)
+
+    def _handle_decoded(self, requests: list[_Pending], redelivered: bool) -> None:
+        """Handle decoded requests as one block; should that raise, one by one, refusing
+        the one that raises. A commit refused because another ingest took some of the
+        requests over puts them aside, one per block, to be tried again."""
         try:
             self._handle_block(requests, redelivered)
+        except ClaimedError:
+            self._defer(requests)
         except Exception as exc:
             if not_the_input(exc):
                 raise
@@ -381,10 +417,21 @@ class IngestWorker(Worker):
                 try:
                     # jobs a partial commit created are recorded: not created twice
                     self._handle_block([pending], redelivered=True)
+                except ClaimedError:
+                    self._defer([pending])
                 except Exception as err:
                     if not_the_input(err):
                         raise
                     self._refuse_raised(pending, err)
+
+    def _defer(self, requests: list[_Pending]) -> None:
+        """Put requests aside (unacknowledged, unanswered) to be tried again in DEFER_S:
+        another ingest holds them (or took them over), and they are answered once its
+        records say what it did. Each goes in a block of its own, so that no block
+        outlives the claims it takes again and again."""
+        aside = {(p.stream, p.msg_id) for block in self._deferred for p in block}
+        self._deferred += [[p] for p in requests if (p.stream, p.msg_id) not in aside]
+        self._retry_at = time.monotonic() + DEFER_S
 
     def _ack_orphans(self, orphans: dict[str, list[bytes]]) -> None:
         """Acknowledge the requests of users removed meanwhile (stream -> ids)."""
@@ -397,6 +444,8 @@ class IngestWorker(Worker):
     def _refuse_raised(self, pending: _Pending, exc: Exception) -> None:
         """Dead-letter and acknowledge a request whose handling raised, and answer it."""
         reason = f"{type(exc).__name__}: {exc}"
+        # what it committed is recorded: another worker may take it at once
+        self._claims.drop([_record_name(pending.user, pending.request)])
         answer = proto.encode_reply(proto.Reply(errors=[
             f"request refused: {one_line(reason)}"]))
         self.refuse(pending.stream, GROUP_INGEST, [(pending.msg_id, pending.fields, reason)],
@@ -420,6 +469,9 @@ class IngestWorker(Worker):
         self._full = []
         self._progress = {}
         self._forwarded = {}
+        requests = self._claim(requests)
+        if not requests:
+            return
         batches: dict[int, Batch] = {}
         later_acks: dict[str, list[bytes]] = {}
         new_msgs: dict[int, list[proto.New]] = {}
@@ -473,6 +525,17 @@ class IngestWorker(Worker):
             if answer:
                 replies.append((reply_key, answer))
         self._commit(batches, new_msgs, replies, forwards, later_acks)
+
+    def _claim(self, requests: list[_Pending]) -> list[_Pending]:
+        """Claim the requests (fluxes.store.request_claims) before their records are read:
+        those another ingest worker holds are put aside, the others returned."""
+        names = list(dict.fromkeys(_record_name(p.user, p.request) for p in requests))
+        self._held = self._claims.take(names)
+        if len(self._held) == len(names):
+            return requests
+        held = self._held
+        self._defer([p for p in requests if _record_name(p.user, p.request) not in held])
+        return [p for p in requests if _record_name(p.user, p.request) in held]
 
     def _forward_answer(self, pending: _Pending, reply_key: str,
                         forwards: dict[int, list[proto.Control]]) -> bytes:
@@ -707,6 +770,7 @@ class IngestWorker(Worker):
         its client."""
         keys = self.keys
         for name, (_stream, pairs) in self._progress.pop(part, {}).items():
+            batch.claimed(keys.request_claim(part, name), self._claims.token)
             batch.push_reply(keys.request_done(part, name), request_progress.encode(
                 pairs, self._digests.get(name)), PROGRESS_TTL_MS)
 
@@ -715,6 +779,7 @@ class IngestWorker(Worker):
         it forwards: an empty record says the request was done."""
         keys = self.keys
         for name in sorted(self._forwarded.pop(part, set())):
+            batch.claimed(keys.request_claim(part, name), self._claims.token)
             batch.push_reply(keys.request_done(part, name), request_progress.encode(
                 [], self._digests.get(name)), PROGRESS_TTL_MS)
 
@@ -842,6 +907,11 @@ class IngestWorker(Worker):
             self._record_progress(part, batches[part])
         for part in list(self._forwarded):
             self._record_forwarded(part, batches[part])
+        token = self._claims.token
+        for part, batch in batches.items():
+            # the claims end with the last commits, the very ones whose records they fence
+            for name in sorted(self._held):
+                batch.claimed(keys.request_claim(part, name), token, drop=True)
         leftover_replies = []
         for key, data in replies:
             if keys.same_slot(key, anchor):
@@ -856,6 +926,8 @@ class IngestWorker(Worker):
                 leftover_acks[stream] = ids
         results = self.store.commit_many([b for b in batches.values() if b])
         metrics.EVENTS_INGEST.inc(sum(r.events for r in results))
+        self._claims.drop(self._held, set(range(keys.partitions)) - set(batches))
+        self._held = set()
         self._send_leftovers(leftover_replies, leftover_acks)
 
     def _send_leftovers(self, replies: list[tuple[str, bytes]],

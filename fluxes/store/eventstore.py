@@ -78,6 +78,17 @@ class NotWaitingError(FluxesError):
                          "wait for no allocation")
 
 
+class ClaimedError(FluxesError):
+    """The batch depends on request claims the writer no longer holds (they lapsed;
+    another writer may have taken the requests over: fluxes.store.request_claims).
+    Nothing was written."""
+
+    def __init__(self, claims: list[str]) -> None:
+        self.claims = claims
+        super().__init__(f"commit refused, nothing written: {len(claims)} request claim(s) "
+                         f"no longer held, e.g. {claims[0] if claims else '?'}")
+
+
 #: Most fields of one outbound message (``Batch.xadd``): one XADD from Lua
 #: cannot take more values than commit.lua unpacks per call.
 MAX_MESSAGE_FIELDS = 500
@@ -223,6 +234,12 @@ class Batch:
         """Release the reference a job hash holds in ``field`` to ``blob_key`` (only while
         the field still names ``digest``: releasing twice releases once)."""
         self._args += ("U", self._key(job_key), field, self._key(blob_key), digest)
+
+    def claimed(self, key: str, token: str, drop: bool = False) -> None:
+        """Make the batch depend on the request claim ``key``: refused with
+        :class:`ClaimedError` unless the claim holds ``token``; ``drop`` deletes it
+        with the batch's writes."""
+        self._args += ("C", self._key(key), token, "1" if drop else "0")
 
     def script_args(self, token: str) -> tuple[list[str], list[Any]]:
         """KEYS and ARGV for ``commit.lua``."""
@@ -834,6 +851,8 @@ def _commit_error(exc: redis.ResponseError) -> FluxesError:
         return BadBatchError(f"commit refused, nothing written: malformed op {text[6:]}")
     if text.startswith("NOTWAITING "):
         return NotWaitingError([int(j) for j in text[11:].split(",") if j.isdigit()])
+    if text.startswith("CLAIMED "):
+        return ClaimedError(text[8:].split(","))
     if text.startswith("CONFLICT "):
         conflicts = {}
         for item in text[9:].split(","):

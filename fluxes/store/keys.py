@@ -220,6 +220,13 @@ class Keys:
         creates only the jobs still missing and is answered with all ids."""
         return f"{self.p(partition)}:req:{request}"
 
+    def request_claim(self, partition: int, request: str) -> str:
+        """String with TTL (``request`` is ``<user>:<req>``): the ingest worker handling the
+        request now (its token), one per partition, so that every commit recording the
+        request in the partition can check, atomically, that it still holds it
+        (fluxes.store.request_claims)."""
+        return f"{self.p(partition)}:claim:req:{request}"
+
     def joblist_jobs(self, partition: int) -> str:
         """Hash: jobid -> job summary JSON (the job-list read model)."""
         return f"{self.p(partition)}:jl:jobs"

@@ -157,6 +157,11 @@ class ProgressContract:
             try:
                 dying.step()
             except Killed:
+                if takeover == "claim":
+                    # another worker takes the dead one's requests once they are idle,
+                    # which is when its claims on them lapse (a restart takes them at once)
+                    for key in client.scan_iter(match="*:claim:*"):
+                        client.delete(key)
                 survivor = new_ingest(instance, "ingest-a" if takeover == "restart"
                                       else "ingest-b")
                 # a restarted worker takes its pending requests one per step

@@ -34,6 +34,14 @@
 --                                batch is refused with NOTWAITING
 --   I k n {field incr}*n         HINCRBY KEYS[k] field incr (counters, e.g. dead letters
 --                                per stream; every field must hold an integer or nothing)
+--   C k token drop               the batch depends on the request claim KEYS[k] (a string
+--                                with a TTL, fluxes.store.request_claims): it must
+--                                hold `token`, otherwise the whole batch is refused
+--                                with CLAIMED (the claim lapsed, and another ingest may
+--                                have taken the request over and read its progress
+--                                records: what this batch would record is stale).
+--                                drop "1": delete the claim with the batch's writes
+--                                (the writer's last batch in the partition)
 --
 -- Returns {events appended, last journal id or ""}, or one of these error
 -- replies, after which nothing at all was written:
@@ -42,6 +50,7 @@
 --   "KEYTYPE <command> needs a <type> but <key> holds a <type>"
 --   "BADOP <what is wrong>"                  a malformed op (a bug in the writer)
 --   "NOTWAITING jobid,..."                   R ops for jobs not waiting for an allocation
+--   "CLAIMED key,..."                        C ops whose claim the writer no longer holds
 --
 -- Redis does not undo the writes of a script that fails half way, so pass 1
 -- checks everything a write of pass 2 could fail on and pass 2 only writes
@@ -59,7 +68,7 @@ local MAX_ID_PART = '18446744073709551615'
 
 local COMMAND = {E = 'XADD', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
                  A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL',
-                 R = 'HSET', I = 'HINCRBY'}
+                 R = 'HSET', I = 'HINCRBY', C = 'GET'}
 local nargv = #ARGV
 
 local function badop(i, why)
@@ -197,6 +206,7 @@ end
 local plan = {}     -- {op, index in ARGV of its first value, key, n}
 local conflicts = {}
 local notwaiting = {}  -- jobs of R ops that wait for no allocation
+local claimed = {}     -- claims of C ops another writer holds
 local length = {}
 local journal = KEYS[2]
 local i = 2
@@ -306,6 +316,16 @@ while i <= nargv do
       end
       err = need(key, 'hash', true, cmd)
       if err == nil then err = counters_ok(key, first, n) end
+    elseif op == 'C' then
+      first, nxt = i + 2, i + 4
+      if nxt - 1 > nargv then return badop(i, 'arguments missing') end
+      err = need(key, 'string', false, cmd)
+      if err == nil then
+        local holder = redis.call('GET', key)
+        -- a missing claim is no one's: it lapsed, and another writer may have
+        -- taken it, read the records and dropped it since
+        if holder ~= ARGV[first] then claimed[#claimed + 1] = key end
+      end
     else -- S or L
       local ttl = ARGV[i + 2]
       if ttl == nil or #ttl > MAX_TTL_DIGITS or not string.match(ttl, '^%d+$') then
@@ -329,6 +349,9 @@ if #conflicts > 0 then
 end
 if #notwaiting > 0 then
   return redis.error_reply('NOTWAITING ' .. table.concat(notwaiting, ','))
+end
+if #claimed > 0 then
+  return redis.error_reply('CLAIMED ' .. table.concat(claimed, ','))
 end
 
 -- redis.call(cmd, key, [group,] ARGV[first..last]), at most CHUNK values per call
@@ -398,6 +421,10 @@ for _, step in ipairs(plan) do
   elseif op == 'I' then
     for f = j, j + 2 * (n - 1), 2 do
       redis.call('HINCRBY', key, ARGV[f], ARGV[f + 1])
+    end
+  elseif op == 'C' then
+    if ARGV[j + 1] == '1' and redis.call('GET', key) == ARGV[j] then
+      redis.call('DEL', key)
     end
   elseif op == 'S' then
     local ttl = tonumber(ARGV[j - 1])
