@@ -185,7 +185,9 @@ def test_batch_and_alloc_jobs_are_marked_as_running_a_child() -> None:
     assert runs_child_instance(_cli_jobspec(["alloc", "-N2"]))
     # a batch script alone marks it too (jobspecs built without the CLI)
     assert runs_child_instance({"attributes": {"system": {"batch": {"script": "x"}}}})
-    for spec in ({}, {"attributes": {"system": {"duration": 0}}},
-                 {"attributes": {"system": {"child-instance": "yes"}}},
-                 {"attributes": {"system": {"batch": "x"}}}, {"attributes": []}):
+    specs: list[dict[str, object]] = [
+        {}, {"attributes": {"system": {"duration": 0}}},
+        {"attributes": {"system": {"child-instance": "yes"}}},
+        {"attributes": {"system": {"batch": "x"}}}, {"attributes": []}]
+    for spec in specs:
         assert not runs_child_instance(spec), spec
