@@ -222,13 +222,20 @@ def wait_for_child(inst: Instance, jobid: int, timeout: float = WAIT_CHILD_S) ->
     """The URI of job ``jobid``'s child instance once it is up; FluxesError when the
     job ends first, is not an instance, or the wait times out."""
     from fluxes.proc.nested import READY, STOPPED, child_uri
+    from fluxes.store.errors import NoPermissionError
     from fluxes.store.jobhash import RESULT
 
     uri = child_uri(inst, jobid)
     deadline = time.monotonic() + timeout
     while True:
-        ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
-            inst.redis.hget(inst.keys.job(jobid), RESULT)
+        try:
+            ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
+                inst.redis.hget(inst.keys.job(jobid), RESULT)
+        except NoPermissionError:
+            # a user's ACL identity reaches neither the children hash nor the child's
+            # keys: only the job's own tasks get the child's identity (docs/nested.md)
+            die(f"job {fmt_id(jobid)}: its instance cannot be reached with this Redis ACL "
+                "user's credentials (under ACL users, use fluxes batch; docs/nested.md)")
         if ns is not None:
             if inst.redis.hexists(Keys(uri.ns).instance, STOPPED):
                 die(f"job {fmt_id(jobid)}: its instance has ended")
