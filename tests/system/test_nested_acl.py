@@ -222,6 +222,9 @@ def test_a_users_batch_job_runs_its_child_with_an_identity_of_its_own(
         script = work / "steps.sh"
         script.write_text("#!/bin/sh\n#FLUX: -N2\n"
                           "fluxes run -N2 -n2 echo step-ran || exit 90\n"
+                          "ids=$(fluxes submit --cc=1-3 true) || exit 91\n"
+                          "fluxes job wait $ids || exit 92\n"
+                          'echo "listed=$(fluxes jobs -a -n -o {id} | wc -l)"\n'
                           'echo "uri=$FLUXES_URI"\n'
                           f"while [ ! -e {go} ]; do sleep 0.1; done\n")
         monkeypatch.setenv(ENV_CREDENTIALS, str(base / "creds" / f"{name}.json"))
@@ -238,6 +241,7 @@ def test_a_users_batch_job_runs_its_child_with_an_identity_of_its_own(
         info = creds.stat()
         assert info.st_uid == uid and stat.S_IMODE(info.st_mode) == 0o600
         text = out.read_text()
+        assert "listed=4\n" in text  # the child's job list, as the child's identity
         assert text.count("step-ran\n") == 2 and "@" not in text.split("uri=")[1]
         check_scope(login(base / "state" / "redis" / "redis.sock", creds), admin.keys, jobid,
                     uid, uid + 1)
@@ -250,6 +254,8 @@ def test_a_users_batch_job_runs_its_child_with_an_identity_of_its_own(
         # the child ran the step as the user; the identity and its file are gone
         child = Instance(InstanceURI(admin.uri.redis_url, f"fx.{jobid}"))
         assert child.owner()[1] == uid
+        # the child's workers worked with the identity: nothing refused, jobs listed
+        assert child.redis.xlen(child.keys.dead_letters) == 0
         _wait("the identities' removal", lambda: not users & acl.users(admin.redis), 10)
         assert not creds.exists()
         assert not list((base / "state" / "exec").rglob("*child-credentials*"))
