@@ -274,8 +274,10 @@ class ExecWorker(Worker):
             self._next_prune = now + PRUNE_INTERVAL_S
             candidates = table.prune_candidates(time.time() - self.done_retention)
             if candidates:
-                table.prune(box, candidates, self.store.gone([j.id for j in candidates]),
-                            time.time())
+                gone = self.store.gone([j.id for j in candidates])
+                table.prune(box, candidates, gone, time.time())
+                self.identities.jobs_over(j.id for j, over in zip(candidates, gone,
+                                                                   strict=True) if over)
         decision = self.flushing.decide(box, now, self.stopping)
         if decision == FLUSH:
             self._flush(box)

@@ -14,7 +14,8 @@ directory and starts its tasks as the user, so it is the one that:
   rank also records the child under the parent job (``{ns}:children``), which
   the identity may not write;
 * deletes the identity and the file once the job's end on the rank is
-  recorded, whichever way it ended;
+  recorded, whichever way it ended; the first rank's worker, once the whole
+  job is inactive, also deletes what other ranks left (a lost node's);
 * sweeps, when it (re)starts, the identities of its ranks whose job it no
   longer runs (a worker that died or a node that was lost in between).
 
@@ -64,11 +65,13 @@ class ChildIdentities:
         self.enabled = False
         # (rank, jobid) with an identity -> its credentials file (None: found at setup)
         self.held: dict[tuple[int, int], str | None] = {}
+        self.first: set[int] = set()  # jobs whose first rank is ours (see jobs_over)
 
     def setup(self, ranks: Collection[int], live: Iterable[tuple[int, int]]) -> list[str]:
         """Decide whether identities are made here; delete those of ``ranks`` whose job
         is not among ``live`` (rank, jobid); the names deleted."""
         self.held.clear()
+        self.first.clear()
         self.enabled = acl.manages_users(self.client)
         if not self.enabled:
             return []
@@ -122,6 +125,7 @@ class ChildIdentities:
         write_credentials(Path(path), Credentials(str(uri)), uid=uid)
         if first_rank:
             self.client.hset(self.keys.children, str(jobid), child_ns)
+            self.first.add(jobid)
         acl.persist(self.client)
         return path
 
@@ -139,3 +143,22 @@ class ChildIdentities:
             acl.persist(self.client)
         del self.held[key]
         return True
+
+    def jobs_over(self, jobids: Iterable[int]) -> list[str]:
+        """Delete what is left of the identities of ``jobids`` (jobs now inactive) on every
+        rank, for those whose first rank is ours: a rank whose worker is gone (a lost
+        node) cannot revoke its own. The names deleted."""
+        ended = self.first.intersection(jobids)
+        if not ended:
+            return []
+        self.first -= ended
+        spaces = {child_namespace(self.keys.ns, jobid) for jobid in ended}
+        gone = []
+        for name in sorted(acl.users(self.client)):
+            parsed = parse_child_user(name)
+            if parsed is not None and parsed[0] in spaces:
+                acl.delete_user(self.client, name)
+                gone.append(name)
+        if gone:
+            acl.persist(self.client)
+        return gone

@@ -149,6 +149,16 @@ def test_identities_are_created_scoped_revoked_and_swept(
     assert not again.revoke(ExecJob(8, 0, "run"))
     with pytest.raises(redis.exceptions.AuthenticationError):
         login(srv.socket, path).ping()
+    # a job whose rank 1 was lost (its worker never revokes): once the job is inactive,
+    # the first rank's worker deletes what is left; only for jobs it was first of
+    again.create(0, 9, OWNER, as_user=False, first_rank=True)
+    ChildIdentities(admin, keys, url, files).create(1, 9, OWNER, as_user=False,
+                                                     first_rank=False)
+    assert again.revoke(ExecJob(9, 0, "run"))
+    assert again.jobs_over([8, 10]) == []
+    assert again.jobs_over([9]) == ["child:fx.9:1"]
+    assert not {n for n in acl.users(admin) if n.startswith("child:fx.9:")}
+    assert again.jobs_over([9]) == []
     # a worker whose connection may not manage users (a child's own) makes none
     limited = login(srv.socket, path.parent.parent / "rank1" / "7.child-credentials.json")
     child_worker = ChildIdentities(limited, keys, url, files)
