@@ -57,9 +57,11 @@ from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget, pids_entry
 from fluxes.domain.exec.table import JobTable
+from fluxes.domain.nested import runs_child_instance
 from fluxes.formats.idset import IDSet
 from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
+from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
@@ -67,7 +69,7 @@ from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
-from fluxes.store.security import strip_password
+from fluxes.store.security import ENV_CREDENTIALS, strip_password
 from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
 __all__ = ["LOST_ERROR", "ExecWorker", "Outbox", "default_state_dir", "main", "run_from_args"]
@@ -141,6 +143,9 @@ class ExecWorker(Worker):
         self.launcher = Launcher(strip_password(str(instance.uri)), self.files, self.watcher,
                                  self.keys.ns)
         self.adopter = Adopter(self.keys.ns, self.files, self.watcher)
+        # the Redis identities of the child instances our jobs run (docs/nested.md)
+        self.identities = ChildIdentities(self.redis, self.keys, instance.uri.redis_url,
+                                          self.files)
         self.count_started = 0
         self.waker = self.store.waker()
         self.table = JobTable(self.ranks)
@@ -208,6 +213,8 @@ class ExecWorker(Worker):
                                              self.adopter.restore):
             self.log.error("unreadable exec record", extra={"job": jobid, "rank": rank})
         self._restore_owners()
+        for name in self.identities.setup(self.ranks, table.live):
+            self.log.info("child identity swept", extra={"user": name})
         self.intake.last_ids.update(loaded.last_ids)
         for rank in self.ranks:
             self.files.sweep(rank, table.done_ids(rank))
@@ -267,8 +274,10 @@ class ExecWorker(Worker):
             self._next_prune = now + PRUNE_INTERVAL_S
             candidates = table.prune_candidates(time.time() - self.done_retention)
             if candidates:
-                table.prune(box, candidates, self.store.gone([j.id for j in candidates]),
-                            time.time())
+                gone = self.store.gone([j.id for j in candidates])
+                table.prune(box, candidates, gone, time.time())
+                self.identities.jobs_over(j.id for j, over in zip(candidates, gone,
+                                                                   strict=True) if over)
         decision = self.flushing.decide(box, now, self.stopping)
         if decision == FLUSH:
             self._flush(box)
@@ -418,6 +427,10 @@ class ExecWorker(Worker):
             if adopted is not None:
                 return adopted
         prepared = self.launcher.prepare(spec, user)
+        if self.identities.enabled and runs_child_instance(spec):
+            path = self.identities.create(rank, jobid, owner, user is not None,
+                                          plan.first_rank)
+            prepared = prepared._replace(env={**prepared.env, ENV_CREDENTIALS: path})
         job = ExecJob(jobid, rank, "run", started=True, forward=plan.forward, owner=owner,
                       as_user=user is not None)
         if plan.share.ntasks == 0:
@@ -482,6 +495,7 @@ class ExecWorker(Worker):
     def _finish_cleanup(self, box: Outbox) -> None:
         """After the write: remove the files of jobs whose end is recorded; new outbox."""
         for job in box.finished:
+            self.identities.revoke(job)
             close_streams(job)
             for task in job.tasks:
                 self.watcher.reaped.pop(task.pid, None)

@@ -112,6 +112,7 @@ def allocation_jobspec(args: argparse.Namespace, child_args: list[str],
     ``-N`` alone asks for whole nodes; ``-n``/``-c``/``-g`` ask for ``n`` slots of
     ``c`` cores (and ``g`` GPUs each) spread evenly over the ``-N`` nodes (default 1).
     """
+    from fluxes.domain.nested import CHILD_ATTRIBUTE
     from fluxes.proc.nested import SCRIPT_ATTRIBUTE
 
     nodes = args.nodes if args.nodes is not None else 1
@@ -130,9 +131,12 @@ def allocation_jobspec(args: argparse.Namespace, child_args: list[str],
     shaped.gpus_per_task = gpus
     shaped.exclusive = bool(args.exclusive or whole)
     command = [sys.executable, "-m", "fluxes.cli.main", CHILD_COMMAND]
+    # the mark that gets the job's tasks a Redis identity of the child's (docs/nested.md)
+    shaped.setattr = [*args.setattr, f"system.{CHILD_ATTRIBUTE}=true"]
     if script is not None:
         command.append("--batch")
-        shaped.setattr = [*args.setattr, f"system.{SCRIPT_ATTRIBUTE}.script=" + _as_json(script)]
+        shaped.setattr = [*shaped.setattr,
+                          f"system.{SCRIPT_ATTRIBUTE}.script=" + _as_json(script)]
     return build_jobspec(shaped, [*command, "--", *child_args])
 
 
@@ -217,18 +221,27 @@ def _child_command(command: list[str]) -> list[str]:
 def wait_for_child(inst: Instance, jobid: int, timeout: float = WAIT_CHILD_S) -> InstanceURI:
     """The URI of job ``jobid``'s child instance once it is up; FluxesError when the
     job ends first, is not an instance, or the wait times out."""
-    from fluxes.proc.nested import STOPPED, child_uri
+    from fluxes.proc.nested import READY, STOPPED, child_uri
+    from fluxes.store.errors import NoPermissionError
     from fluxes.store.jobhash import RESULT
 
     uri = child_uri(inst, jobid)
     deadline = time.monotonic() + timeout
     while True:
-        ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
-            inst.redis.hget(inst.keys.job(jobid), RESULT)
+        try:
+            ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
+                inst.redis.hget(inst.keys.job(jobid), RESULT)
+        except NoPermissionError:
+            # a user's ACL identity reaches neither the children hash nor the child's
+            # keys: only the job's own tasks get the child's identity (docs/nested.md)
+            die(f"job {fmt_id(jobid)}: its instance cannot be reached with this Redis ACL "
+                "user's credentials (under ACL users, use fluxes batch; docs/nested.md)")
         if ns is not None:
             if inst.redis.hexists(Keys(uri.ns).instance, STOPPED):
                 die(f"job {fmt_id(jobid)}: its instance has ended")
-            return uri
+            # recorded by the exec worker (under ACLs) before it is up: wait for that
+            if inst.redis.hexists(Keys(uri.ns).instance, READY):
+                return uri
         if result is not None:
             die(f"job {fmt_id(jobid)} ended ({result.decode()}) before its instance started")
         if time.monotonic() > deadline:

@@ -17,6 +17,13 @@ from fluxes.formats.rset import ResourceSet
 
 #: Separates a parent namespace from the child's job id in the child's namespace.
 CHILD_SEP = "."
+#: The jobspec attribute (under ``attributes.system``) ``fluxes batch`` and ``fluxes
+#: alloc`` set on a job that runs a child instance: its tasks get a Redis identity
+#: scoped to the child's keys (docs/nested.md, "Credentials").
+CHILD_ATTRIBUTE = "child-instance"
+#: The attribute holding a batch script (``attributes.system.batch.script``): a job
+#: carrying one runs a child too (jobspecs built without the CLI, ``fluxes bench``).
+BATCH_ATTRIBUTE = "batch"
 
 
 def child_namespace(parent_ns: str, jobid: int) -> str:
@@ -54,3 +61,20 @@ def child_resources(R: Mapping[str, Any] | str | bytes) -> tuple[dict[str, Any],
             entry["gpus"] = gpus.encode()
         entries.append(entry)
     return {"config": entries}, ranks
+
+
+def runs_child_instance(jobspec: Mapping[str, Any]) -> bool:
+    """True when the job runs a child instance: its jobspec carries
+    ``attributes.system.child-instance`` (true) or a batch script."""
+    attributes = jobspec.get("attributes")
+    system = attributes.get("system") if isinstance(attributes, Mapping) else None
+    if not isinstance(system, Mapping):
+        return False
+    return system.get(CHILD_ATTRIBUTE) is True or isinstance(system.get(BATCH_ATTRIBUTE),
+                                                             Mapping)
+
+
+def child_credentials_name(jobid: int) -> str:
+    """The name of the credentials file of job ``jobid``'s child identity (in the exec
+    state directory; it starts with the job id, so the files of ended jobs are swept)."""
+    return f"{jobid}.child-credentials.json"

@@ -36,7 +36,7 @@ from typing import Any
 
 import orjson
 
-from fluxes.domain.nested import child_namespace, child_resources
+from fluxes.domain.nested import BATCH_ATTRIBUTE, child_namespace, child_resources
 from fluxes.env import ENV_URI
 from fluxes.errors import FluxesError
 from fluxes.formats.idset import IDSet
@@ -46,6 +46,7 @@ from fluxes.store.errors import NoPermissionError, StoreError
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.jobhash import JobHashes
 from fluxes.store.keys import Keys
+from fluxes.store.security import strip_password
 
 #: How long the leader waits for the child's canceled jobs to end before stopping it.
 DRAIN_TIMEOUT_S = 10.0
@@ -58,8 +59,11 @@ STOPPED = "stopped"
 EXIT_CODE = "exit_code"
 #: Set by ``fluxes alloc`` when its command ended: the leader then stops the child.
 STOP_REQUESTED = "stop_requested"
+#: Recorded by the leader once the child's services are up (``fluxes alloc``/``proxy``
+#: connect only then: the exec worker may record the child earlier, see docs/nested.md).
+READY = "ready"
 #: The jobspec attribute (under ``attributes.system``) holding a batch script.
-SCRIPT_ATTRIBUTE = "batch"
+SCRIPT_ATTRIBUTE = BATCH_ATTRIBUTE
 
 
 class _Stop:
@@ -104,11 +108,12 @@ def run_child(command: Sequence[str], *, batch: bool,
             return _leader(parent, jobid, uri, state, list(command), batch, stop)
         return _follower(parent, uri, node_rank, state, stop)
     except NoPermissionError:
-        # A fluxes user's ACL reaches only the parent's keys: a child needs an ACL user
-        # scoped to its namespace, which the parent does not create yet (docs/nested.md).
+        # A fluxes user's ACL reaches only the parent's keys: the child works with the
+        # identity scoped to its namespace that the parent's exec worker creates (it
+        # did not here: a worker without ACL rights, docs/nested.md "Credentials").
         raise FluxesError("child instance: this instance's Redis ACL user may not write "
-                          f"the child's keys ({uri.ns}); child instances need the instance "
-                          "owner's credentials for now (docs/nested.md)") from None
+                          f"the child's keys ({uri.ns}), and the job got no identity of "
+                          "the child's (docs/nested.md)") from None
     finally:
         shutil.rmtree(state, ignore_errors=True)
 
@@ -128,7 +133,11 @@ def _leader(parent: Instance, jobid: int, uri: InstanceURI, state: Path,
     code = 1  # what the job ends with if the child cannot be brought up
     try:
         launcher.start()
-        parent.redis.hset(parent.keys.children, str(jobid), uri.ns)
+        parent.redis.hset(Keys(uri.ns).instance, READY, repr(time.time()))
+        # Under Redis ACLs the child's identity may not write the parent's keys: the
+        # exec worker that created the identity recorded the child there already.
+        with contextlib.suppress(NoPermissionError):
+            parent.redis.hset(parent.keys.children, str(jobid), uri.ns)
         child = Instance(uri, client_name="fluxes-child")
         if script is not None:
             path = state / "script"
@@ -163,8 +172,10 @@ def _script(jobspec: bytes | None) -> str:
 
 
 def child_environment(uri: InstanceURI, environ: Mapping[str, str]) -> dict[str, str]:
-    """``environ`` with FLUXES_URI naming the child and this fluxes first on PATH."""
-    env = dict(environ, **{ENV_URI: str(uri)})
+    """``environ`` with FLUXES_URI naming the child (without a password: the credentials
+    come from ``$FLUXES_CREDENTIALS`` or the user's file, as everywhere) and this fluxes
+    first on PATH."""
+    env = dict(environ, **{ENV_URI: str(InstanceURI(strip_password(uri.redis_url), uri.ns))})
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join([bindir, *[p for p in env.get("PATH", "").split(os.pathsep)
                                               if p and p != bindir]])

@@ -53,6 +53,17 @@ def default_user_is_open(client: Client) -> bool:
     return "nopass" in names and "on" in names
 
 
+def manages_users(client: Client) -> bool:
+    """True when this connection may define ACL users and Redis wants them: the default
+    user needs a password. False on an open Redis (anyone who connects is an
+    administrator: an identity would protect nothing), to a connection without ACL
+    rights (a child instance's own workers), or to a Redis without ACLs."""
+    try:
+        return not default_user_is_open(client)
+    except redis.ResponseError:  # NOPERM (a NoPermissionError), or no ACL command at all
+        return False
+
+
 def protect_default_user(client: Client, password: str) -> None:
     """Keep the default user's full access but require ``password`` from now on."""
     set_user(client, REDIS_DEFAULT_USER, owner_acl_rules(password))

@@ -171,6 +171,70 @@ def user_acl_rules(keys: Keys, user: str, uid: int, password: str) -> list[str]:
     return rules
 
 
+#: ACL user names of child instances start with this; a fluxes user name never holds
+#: ``:``, so no user can be mistaken for a child's identity (or take its name).
+CHILD_USER_PREFIX = "child:"
+#: What a child's identity may not run although its workers run most commands: server
+#: administration and everything that ignores key permissions or reaches beyond the
+#: child's keys (FLUSHALL, KEYS, INFO, CONFIG, ACL...: ``@dangerous``), publishing,
+#: listing key names (SCAN, RANDOMKEY) and replacing server-wide functions or scripts.
+CHILD_DENIED = ("-@admin", "-@dangerous", "-@pubsub", "-scan", "-randomkey",
+                "-function", "-script|flush", "-script|kill")
+
+
+def child_user_name(child_ns: str, rank: int) -> str:
+    """The ACL user of child instance ``child_ns``'s part on parent rank ``rank``."""
+    if rank < 0:
+        raise ValueError(f"child identity: rank must be >= 0, got {rank}")
+    return f"{CHILD_USER_PREFIX}{Keys(child_ns).ns}:{rank}"
+
+
+def parse_child_user(name: str) -> tuple[str, int] | None:
+    """(child namespace, parent rank) of a child identity's ACL user name; None otherwise."""
+    if not name.startswith(CHILD_USER_PREFIX):
+        return None
+    ns, sep, rank = name[len(CHILD_USER_PREFIX):].rpartition(":")
+    if not sep or not ns or not rank.isdigit():
+        return None
+    return ns, int(rank)
+
+
+def child_key_patterns(child_ns: str) -> list[str]:
+    """Key patterns a child instance's identity may read and write: every key of the child
+    (one partition, so one hash tag ``{child}``) and of the instances it runs in turn
+    (``{child.<job id>}``, ``{child.<job id>:p<k>}``, deeper levels alike)."""
+    ns = glob_escape(Keys(child_ns).ns)
+    return [f"{{{ns}}}:*", f"{{{ns}.[0-9]*"]
+
+
+def child_parent_read_patterns(parent: Keys, jobid: int, uid: int) -> list[str]:
+    """Keys of the parent a child's identity may only read: the instance facts, the hash
+    of the job running the child (its R, owner, blob digests) and the job owner's
+    jobspec blobs, which the user's own identity reads too."""
+    p = glob_escape(parent.p(parent.partition_of(jobid)))
+    return [glob_escape(parent.instance), glob_escape(parent.job(jobid)),
+            f"{p}:blob:{check_uid(uid)}:*"]
+
+
+def child_acl_rules(parent: Keys, jobid: int, uid: int, child_ns: str,
+                    password: str) -> list[str]:
+    """The ``ACL SETUSER`` arguments of the identity a child instance (run by job ``jobid``
+    of user ``uid`` in ``parent``) works with: its workers' commands on the child's keys
+    (:func:`child_key_patterns`), read-only access to :func:`child_parent_read_patterns`,
+    nothing else of the parent's, and none of :data:`CHILD_DENIED`.
+
+    Like :func:`user_acl_rules` the rules start with ``reset``. No selectors: ``%R~``
+    keys refuse every write command, so one set of permissions says it all.
+    """
+    if not password:
+        raise ValueError("an ACL user needs a password")
+    rules = ["reset", "on", f"#{password_hash(password)}", "resetchannels", "+@all",
+             *CHILD_DENIED]
+    rules += [f"~{pattern}" for pattern in child_key_patterns(child_ns)]
+    rules += [f"%R~{pattern}" for pattern in child_parent_read_patterns(parent, jobid, uid)]
+    return rules
+
+
 def owner_acl_rules(password: str) -> list[str]:
     """``ACL SETUSER default`` arguments: full access, but only with ``password``."""
     if not password:
