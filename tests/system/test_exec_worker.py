@@ -588,12 +588,18 @@ def test_output_past_the_limit_is_dropped_with_a_note(harness: Harness) -> None:
     assert any("eof" in e for e in harness.output(41))  # readers still see the end
 
 
-def test_kill_grace_comes_from_the_instance_configuration(harness: Harness) -> None:
+def test_kill_grace_comes_from_the_instance_configuration(harness: Harness,
+                                                          tmp_path: Path) -> None:
     harness.client.hset(KEYS.instance, "config", '[exec]\nkill-timeout = "0.2s"\n')
     worker = harness.worker()
-    harness.job(42, cmd("sh", "-c", 'trap "" TERM; sleep 30'), ranks={0: "0"})
+    ready = tmp_path / "trapped"
+    # the kill must come after the trap is set, or SIGTERM ends the shell (status 15)
+    harness.job(42, cmd("sh", "-c", f'trap "" TERM; touch {ready}; sleep 30'), ranks={0: "0"})
     harness.start(42)
     harness.wait(42, lambda m: m["started"])
+    deadline = time.monotonic() + 20
+    while not ready.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert worker.kill_grace == 0.2
     harness.kill(42)
     assert harness.final(42, timeout=20)["status"] == 9  # SIGKILL after 0.2 s, not 5 s
