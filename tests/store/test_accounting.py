@@ -121,6 +121,13 @@ def assert_stored_equals_scratch(client: redis.Redis, half_life: float = H) -> N
     assert sorted(stored.charges(0.0)) == sorted(charges)
     last = client.xrevrange(KEYS.journal(0), count=1)[0][0].decode()
     assert stored.position(0)[0] == last
+    # the active jobs per association, kept by each block's write: a count from scratch
+    counts: dict[tuple[int, str], int] = {}
+    for job in state.open.values():
+        counts[job.key] = counts.get(job.key, 0) + 1
+    assert stored.active(0) == (last, counts)
+    wanted = [*counts, (4242, "nobody")]
+    assert stored.active_counts(wanted) == (counts, [last])
 
 
 def catch_up(worker: AccountingWorker, client: redis.Redis) -> None:
@@ -278,6 +285,21 @@ class AccountingContract:
         assert table.total_usage == pytest.approx(sum(f.core_seconds for f in usage.values()))
         assert table.enabled and {(1000, "a"), (1001, "b"), (1002, "b")} <= set(table.factors)
 
+
+    def test_counts_missing_or_wrong_are_counted_again_by_the_next_holder(
+            self, instance: Instance, client: redis.Redis) -> None:
+        load = Workload(client, 20, seed=9)
+        load.more(60)
+        rebuild(client, KEYS, H)
+        client.delete(KEYS.acct_active(0))  # a model written before the counts existed
+        catch_up(self.worker(instance, "w"), client)
+        assert_stored_equals_scratch(client)
+        assert UsageStore(client, KEYS).active(0)[1]  # some jobs are still active
+        client.delete(KEYS.acct_lease(0))
+        client.hset(KEYS.acct_active(0), "1000:a", 99)  # a foreign write
+        load.more(10)
+        catch_up(self.worker(instance, "v"), client)
+        assert_stored_equals_scratch(client)
 
     def test_holdings_from_the_folded_active_jobs(self, instance: Instance,
                                                   client: redis.Redis) -> None:

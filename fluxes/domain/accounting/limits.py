@@ -13,7 +13,10 @@ refused at submission too.
 
 :class:`Holdings` is what the caller counts (the ingest its active jobs, the
 scheduler its running ones), kept up to date with :meth:`Holdings.add` and
-:meth:`Holdings.remove`, or built at once with :func:`holdings`.
+:meth:`Holdings.remove`, or built at once with :func:`holdings`. The ingest
+builds only the active counts it needs (:class:`ActiveIndex`, from the
+accounting fold's active jobs per association, :func:`active_holdings`) plus
+the jobs it created that the fold does not show yet (:class:`SubmitLedger`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fluxes.domain.accounting.banks import Accounts, Association, Limits
+from fluxes.domain.accounting.usage import AssocKey
 from fluxes.domain.sched.policy import PendingJob
 from fluxes.errors import PolicyError
 from fluxes.formats.rset import ResourceSet
@@ -184,34 +188,141 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
     return assoc
 
 
-#: How long the ingest counts a job it created that the folded active jobs do not show:
-#: far longer than the accounting worker's fold lag (a fraction of a second).
+def active_holdings(accounts: Accounts, counts: Mapping[AssocKey, int]) -> Holdings:
+    """The active jobs of ``counts`` (association as journaled -> active jobs), resolved
+    to associations and banks exactly as :func:`holdings` resolves each job: the
+    ``active`` figures equal those of :func:`holdings` over the same jobs (the other
+    figures stay 0)."""
+    out = Holdings()
+    for (userid, bank), count in counts.items():
+        assoc = accounts.resolve(userid, bank or None)
+        if assoc is None or not count:
+            continue
+        held = Held(0, count)
+        key = (assoc.username, assoc.bank)
+        out.by_assoc[key] = out.by_assoc.get(key, Held()).plus(held)
+        for name in accounts.path(assoc.bank):
+            out.by_bank[name] = out.by_bank.get(name, Held()).plus(held)
+    return out
+
+
+class ActiveIndex:
+    """Which associations (as journaled: uid and bank, ``""`` for the default bank) a
+    submission's ``max-active-jobs`` checks count, per user: the user's own
+    associations, and every association below a bank with such a limit above them.
+    Built once per state of the banks; what lets the ingest read a few counts per
+    block instead of every active job."""
+
+    def __init__(self, accounts: Accounts) -> None:
+        self.accounts = accounts
+        #: association -> the journaled keys that resolve to it
+        self._keys: dict[tuple[str, str], list[AssocKey]] = {}
+        #: bank with a max-active-jobs limit -> the keys of every association below it
+        self._below: dict[str, list[AssocKey]] = {}
+        limited = {name for name, b in accounts.banks.items()
+                   if b.active and b.limits.max_active_jobs is not None}
+        for assoc in accounts.associations.values():
+            if not assoc.active:
+                continue  # resolve() charges nothing to it
+            keys = [(assoc.userid, assoc.bank)]
+            if accounts.default_banks.get(assoc.username) == assoc.bank:
+                keys.append((assoc.userid, ""))
+            self._keys[(assoc.username, assoc.bank)] = keys
+            for name in accounts.path(assoc.bank):
+                if name in limited:
+                    self._below.setdefault(name, []).extend(keys)
+
+    def wanted(self, usernames: Iterable[str]) -> set[AssocKey]:
+        """The keys whose counts :func:`check_submit` needs for jobs of ``usernames``, in
+        any of their banks: exact for every association and bank it consults."""
+        out: set[AssocKey] = set()
+        accounts = self.accounts
+        for username in usernames:
+            for assoc in accounts.user_associations(username):
+                if assoc.limits.max_active_jobs is not None:
+                    out.update(self._keys.get((username, assoc.bank), ()))
+                for name in accounts.path(assoc.bank):
+                    out.update(self._below.get(name, ()))
+        return out
+
+
+#: How long the ingest counts a job it created whose commit it did not see succeed
+#: (the fold can never show it, or shows it soon).
 RECENT_S = 10.0
+#: How long at most the ingest counts a committed job the fold has not reached: the
+#: accounting worker folds within a fraction of a second, and one that is down must
+#: not make the ingest keep every job it creates.
+UNFOLDED_S = 60.0
+
+
+def journal_id(text: str) -> tuple[int, int]:
+    """A stream id ``ms-seq`` as a pair that orders like the stream; ValueError if it
+    is not one."""
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Recent(NamedTuple):
+    """A job the ingest created: its partition, association as journaled, when, and the
+    journal id its submit entry is at or before (None until its commit is seen)."""
+
+    partition: int
+    key: AssocKey
+    t: float
+    journal_id: tuple[int, int] | None = None
 
 
 @dataclass
 class SubmitLedger:
-    """What the ingest counts against ``max-active-jobs``: the active jobs the accounting
-    worker has folded (a snapshot lagging the journal by its fold) plus the jobs this
-    ingest created that the snapshot does not show yet, so that a burst of submissions
-    cannot slip through the lag."""
+    """What the ingest counts against ``max-active-jobs``: the active jobs per association
+    the accounting worker has folded (exact as of each partition's folded position)
+    plus the jobs this ingest created that the fold has not reached yet, so that a
+    burst of submissions cannot slip through the lag. A job is known to be folded once
+    its partition's folded position reaches the journal id its commit returned."""
 
-    #: jobid -> (when created, the job)
-    recent: dict[int, tuple[float, HeldJob]] = field(default_factory=dict)
+    #: jobid -> the job, created and not yet folded as far as this ingest knows
+    recent: dict[int, Recent] = field(default_factory=dict)
 
-    def holdings(self, accounts: Accounts, snapshot: Mapping[int, HeldJob],
-                 now: float) -> Holdings:
-        """The holdings of the snapshot and of the recent jobs it does not include yet
-        (a recent job the snapshot shows, or older than RECENT_S, is forgotten)."""
-        for jobid in [j for j, (t, _job) in self.recent.items()
-                      if j in snapshot or now - t > RECENT_S]:
+    def created(self, jobid: int, partition: int, key: AssocKey, now: float) -> None:
+        """The ingest is about to commit ``jobid`` charged to ``key``."""
+        self.recent[jobid] = Recent(partition, key, now)
+
+    def committed(self, partition: int, last_id: str) -> None:
+        """A commit of the partition succeeded with ``last_id`` its last journal entry:
+        every job created for the partition and not placed yet is at or before it."""
+        at = journal_id(last_id)
+        for jobid, job in self.recent.items():
+            if job.partition == partition and job.journal_id is None:
+                self.recent[jobid] = job._replace(journal_id=at)
+
+    def counts(self, folded: Mapping[AssocKey, int], positions: list[str | None],
+               now: float) -> dict[AssocKey, int]:
+        """``folded`` (the fold's counts, exact at ``positions``, per partition; None: the
+        partition was never folded) plus the recent jobs the fold has not reached; the
+        ones it reached, and those too old to wait for, are forgotten."""
+        at = [None if p is None else journal_id(p) for p in positions]
+        out = dict(folded)
+        gone: list[int] = []
+        for jobid, job in self.recent.items():
+            age = now - job.t
+            folded_to = at[job.partition] if job.partition < len(at) else None
+            if job.journal_id is None:
+                if age > RECENT_S:
+                    gone.append(jobid)
+                    continue
+            elif (folded_to is not None and job.journal_id <= folded_to) \
+                    or age > UNFOLDED_S:
+                gone.append(jobid)
+                continue
+            out[job.key] = out.get(job.key, 0) + 1
+        for jobid in gone:
             del self.recent[jobid]
-        return holdings(accounts, [*snapshot.values(),
-                                   *(job for _t, job in self.recent.values())])
+        return out
 
-    def created(self, jobid: int, job: HeldJob, now: float) -> None:
-        """The ingest created ``job``."""
-        self.recent[jobid] = (now, job)
+    def holdings(self, accounts: Accounts, folded: Mapping[AssocKey, int],
+                 positions: list[str | None], now: float) -> Holdings:
+        """:meth:`counts` as the holdings :func:`check_submit` takes (active jobs only)."""
+        return active_holdings(accounts, self.counts(folded, positions, now))
 
 
 class LimitGate:
