@@ -81,6 +81,9 @@ _FENCE, _USAGE, _OPEN, _JOBS, _ENDED, _JOURNAL, _ACTIVE = range(1, 8)
 HALF_LIFE_FIELD = "@half-life"
 #: The active-counts hash's field holding the journal id its counts are exact at.
 POSITION_FIELD = "@position"
+#: Its field holding the journal id of the last folded block that changed usage (an
+#: allocation began or ended): the job manager's cue to reprioritize.
+USAGE_AT_FIELD = "@usage-at"
 #: Journal entries per read of a rebuild.
 BLOCK = 2000
 #: Times the admin append reads the stream again after losing a race.
@@ -261,6 +264,8 @@ class UsageStore:
             ops += _chunked("HDEL", _JOBS, sorted(purged), 1)
             ops += _chunked("ZREM", _ENDED, sorted(purged), 1)
         ops.append(("HSET", _ACTIVE, POSITION_FIELD, position))
+        if changes.accums or any(job.t_alloc is not None for job in changes.opened.values()):
+            ops.append(("HSET", _ACTIVE, USAGE_AT_FIELD, position))
         ops.append(_position(position, entries_read))
         self._run(partition, token, ops)
 
@@ -373,7 +378,7 @@ class UsageStore:
             name = _text(raw_field)
             if name == POSITION_FIELD:
                 position = _text(raw)
-            else:
+            elif not name.startswith("@"):
                 counts[_field_key(name)] = int(raw)
         return position, counts
 
@@ -396,6 +401,15 @@ class UsageStore:
                 if raw is not None:
                     counts[key] = counts.get(key, 0) + int(raw)
         return counts, positions
+
+    def usage_marks(self) -> tuple[str | None, ...]:
+        """Per partition, the journal id of the last folded block that changed usage
+        (None: none yet), in one round trip: when they move, the fair-share table is out
+        of date."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.keys.partitions):
+            pipe.hget(self.keys.acct_active(p), USAGE_AT_FIELD)
+        return tuple(None if raw is None else _text(raw) for raw in pipe.execute())
 
     def open_jobs(self) -> dict[int, OpenJob]:
         """Every active job of every partition."""

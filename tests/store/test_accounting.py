@@ -301,6 +301,36 @@ class AccountingContract:
         catch_up(self.worker(instance, "v"), client)
         assert_stored_equals_scratch(client)
 
+    def test_the_usage_mark_moves_with_blocks_that_change_usage_only(
+            self, instance: Instance, client: redis.Redis) -> None:
+        store, events = UsageStore(client, KEYS), EventStore(client, KEYS)
+        client.set(KEYS.jm_fence(0), "1")
+        w = self.worker(instance, "w")
+        contexts: dict[str, dict[str, Any]] = {
+            "submit": {"urgency": 16, "userid": 1000, "flags": 0, "version": 1},
+            "priority": {"priority": 16}, "finish": {"status": 0},
+            "release": {"ranks": "all", "final": True}}
+
+        def write(jobid: int, seq: int, names: list[str], extras: list[Any]) -> None:
+            batch = events.batch()
+            batch.append(KEYS.eventlog(jobid), jobid, seq,
+                         [ev.decode(n, T, contexts.get(n, {})) for n in names], extras)
+            events.commit(batch, token="1")
+            catch_up(w, client)
+
+        assert store.usage_marks() == (None,)
+        write(1, 0, ["submit", "validate", "depend", "priority"], [{"ncores": 2}, None,
+                                                                    None, None])
+        assert store.usage_marks() == (None,)  # a pending job uses nothing yet
+        write(1, 4, ["alloc"], [{"ranks": "0"}])
+        started = store.usage_marks()
+        assert started[0] is not None
+        write(2, 0, ["submit", "validate"], [{"ncores": 1}, None])
+        assert store.usage_marks() == started
+        write(1, 5, ["start", "finish", "release", "free"], [None] * 4)
+        ended = store.usage_marks()
+        assert ended[0] is not None and ended != started
+
     def test_holdings_from_the_folded_active_jobs(self, instance: Instance,
                                                   client: redis.Redis) -> None:
         for event in (BankAdd(timestamp=T, bank="root", shares=1),
