@@ -64,6 +64,7 @@ from fluxes.domain.accounting.limits import (
     Holdings,
     SubmitLedger,
     check_submit,
+    journal_id,
     limits_active_jobs,
 )
 from fluxes.domain.jm import request_progress, update
@@ -830,13 +831,14 @@ class IngestWorker(Worker):
         keys = self.keys
         full = self._full
         self._full = []
+        written: list[tuple[int, CommitResult]] = []
         for part, done, msgs in full:
             _add_messages(done, keys.jm_new(part), msgs, proto.NEW_JOBS)
         if full:
             # earlier, full batches first: the replies (in the last batch) come after
             done_results = self.store.commit_many([b for _p, b, _m in full])
             metrics.EVENTS_INGEST.inc(sum(r.events for r in done_results))
-            self._committed([p for p, _b, _m in full], done_results)
+            written += zip([p for p, _b, _m in full], done_results, strict=True)
         for part, msgs in new_msgs.items():
             _add_messages(batches[part], keys.jm_new(part), msgs, proto.NEW_JOBS)
         for part, ctl in forwards.items():
@@ -866,16 +868,24 @@ class IngestWorker(Worker):
         committed = [(p, b) for p, b in batches.items() if b]
         results = self.store.commit_many([b for _p, b in committed])
         metrics.EVENTS_INGEST.inc(sum(r.events for r in results))
-        self._committed([p for p, _b in committed], results)
+        written += zip([p for p, _b in committed], results, strict=True)
+        self._committed(written)
         self._send_leftovers(leftover_replies, leftover_acks)
 
-    def _committed(self, parts: list[int], results: list[CommitResult]) -> None:
-        """Tell the ledger where the jobs it waits to see folded were journaled."""
+    def _committed(self, written: list[tuple[int, CommitResult]]) -> None:
+        """Tell the ledger where the jobs it waits to see folded were journaled: once every
+        batch of the block is written, each partition's last journal id (a job of an
+        earlier batch is at or before it too)."""
         if not self._ledger.recent:
             return
-        for part, result in zip(parts, results, strict=True):
+        last: dict[int, tuple[tuple[int, int], str]] = {}
+        for part, result in written:
             if result.journal_id:
-                self._ledger.committed(part, result.journal_id)
+                at = journal_id(result.journal_id)
+                if part not in last or at > last[part][0]:
+                    last[part] = (at, result.journal_id)
+        for part, (_at, text) in last.items():
+            self._ledger.committed(part, text)
 
     def _send_leftovers(self, replies: list[tuple[str, bytes]],
                         acks: dict[str, list[bytes]]) -> None:

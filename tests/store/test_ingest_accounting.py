@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from fluxes.domain.accounting.banks import AccountEvent, BankAdd, UserAdd
+from fluxes.domain.accounting.limits import journal_id
 from fluxes.domain.job import events as ev
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store.accounting import UsageStore
@@ -22,6 +23,7 @@ from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
 from workers import accounting as accounting_worker
+from workers import ingest as ingest_module
 from workers.accounting import AccountingWorker
 from workers.ingest import IngestWorker
 
@@ -137,6 +139,20 @@ class IngestChargesContract:
         assert UsageStore(client, keys).active(0)[1] == {(1001, "root"): 2, (1002, "root"): 2}
         assert "id" in submit(instance, fresh, "alice")[0]
         assert "id" not in submit(instance, fresh, "alice")[0]
+
+    def test_jobs_of_a_block_in_several_batches_wait_for_the_last_one_folded(
+            self, instance: Instance, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(ingest_module, "MAX_BATCH_EVENTS", 4)  # two jobs per batch
+        t = time.time()
+        admin(instance, BankAdd(timestamp=t, bank="root", shares=1))
+        admin(instance, UserAdd(timestamp=t, username="alice", userid=1001, bank="root",
+                                limits={"max_active_jobs": 10}))
+        ingest = IngestWorker(instance, name="ingest-a")
+        ingest.setup()
+        assert all("id" in r for r in submit(instance, ingest, "alice", n=5))
+        last = instance.redis.xrevrange(instance.keys.journal(0), count=1)[0][0].decode()
+        # a fold that reached an earlier batch's end has not counted the later batches
+        assert {r.journal_id for r in ingest._ledger.recent.values()} == {journal_id(last)}
 
 
 class TestIngestChargesFake(IngestChargesContract, OnFakeRedis):
