@@ -379,7 +379,10 @@ class UsageStore:
             if name == POSITION_FIELD:
                 position = _text(raw)
             elif not name.startswith("@"):
-                counts[_field_key(name)] = int(raw)
+                try:
+                    counts[_field_key(name)] = int(raw)
+                except ValueError:
+                    counts[(-1, name)] = -1  # a foreign write: never equal to a count
         return position, counts
 
     def active_counts(self, wanted: Iterable[AssocKey]
@@ -398,7 +401,7 @@ class UsageStore:
         for values in pipe.execute():
             positions.append(None if values[0] is None else _text(values[0]))
             for key, raw in zip(keys, values[1:], strict=True):
-                if raw is not None:
+                if raw is not None and raw.isdigit():  # a foreign write counts nothing
                     counts[key] = counts.get(key, 0) + int(raw)
         return counts, positions
 
