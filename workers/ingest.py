@@ -619,7 +619,7 @@ class IngestWorker(Worker):
         counts, positions = UsageStore(self.redis, self.keys).active_counts(
             index.wanted(users))
         self._charging = (accounts, self._ledger.holdings(accounts, counts, positions,
-                                                          time.time()))
+                                                          time.time(), index))
 
     def _charge(self, job: PreparedJob, user: str, uid: int) -> PreparedJob:
         """The association ``job`` is charged to, in its submit extras (``bank``); a

@@ -12,7 +12,9 @@ journal extras of submit and alloc) to a private redis-server, then:
 * with N active jobs stored (``--active``) and a ``max-active-jobs`` limit
   set, what the ingest's check costs per block of submissions: reading
   every active job and counting them (what it did before the fold kept
-  counts) against reading the few counts the block's user needs.
+  counts) against reading the few counts the block's user needs (a limit
+  on the user and their bank), and those of every association (a limit on
+  the root bank).
 
 The accounting worker's share of ``fluxes bench throughput`` is this fold's
 cost times the jobs per second (docs/accounting.md, "Cost").
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fluxes.bench.common import Stopwatch, private_redis
@@ -96,14 +99,22 @@ def _submit_check(client: Client, active: int, accounts: Accounts,
                                    for j in store.open_jobs().values()))
         check_submit(accounts, held, name, job)
 
-    index = ActiveIndex(accounts)
     ledger = SubmitLedger()
 
-    def after() -> None:
-        counts, positions = store.active_counts(index.wanted([name]))
-        check_submit(accounts, ledger.holdings(accounts, counts, positions, T0), name, job)
+    def after(limited: Accounts) -> Callable[[], None]:
+        index = ActiveIndex(limited)
 
-    for label, call, rounds in (("read_all", before, 3), ("counts", after, 300)):
+        def check() -> None:
+            counts, positions = store.active_counts(index.wanted([name]))
+            check_submit(limited, ledger.holdings(limited, counts, positions, T0, index),
+                         name, job)
+        return check
+
+    # a limit on the root bank: the counts of every association below it are read
+    everyone = apply(BankEdit(timestamp=T0, bank="root", limits={"max_active_jobs": 10**9}),
+                     accounts)
+    for label, call, rounds in (("read_all", before, 3), ("counts", after(accounts), 300),
+                                ("counts_root_limit", after(everyone), 100)):
         began = time.perf_counter()
         for _ in range(rounds):
             call()

@@ -245,6 +245,7 @@ def test_counts_per_association_give_the_active_holdings_of_the_jobs(
         {k: h.active for k, h in counted.by_assoc.items()}
     assert {k: h.active for k, h in whole.by_bank.items() if h.active} == \
         {k: h.active for k, h in counted.by_bank.items()}
+    assert ActiveIndex(acc).holdings(by_key(jobs)) == counted  # resolved once, alike
 
 
 @settings(max_examples=150, deadline=None)

@@ -219,6 +219,10 @@ class ActiveIndex:
         self._keys: dict[tuple[str, str], list[AssocKey]] = {}
         #: bank with a max-active-jobs limit -> the keys of every association below it
         self._below: dict[str, list[AssocKey]] = {}
+        #: user name -> what :meth:`wanted` answered for the user alone
+        self._per_user: dict[str, frozenset[AssocKey]] = {}
+        #: journaled key -> the association it resolves to and the banks from the root
+        self._charged: dict[AssocKey, tuple[tuple[str, str], tuple[str, ...]]] = {}
         limited = {name for name, b in accounts.banks.items()
                    if b.active and b.limits.max_active_jobs is not None}
         for assoc in accounts.associations.values():
@@ -228,7 +232,12 @@ class ActiveIndex:
             if accounts.default_banks.get(assoc.username) == assoc.bank:
                 keys.append((assoc.userid, ""))
             self._keys[(assoc.username, assoc.bank)] = keys
-            for name in accounts.path(assoc.bank):
+            path = tuple(accounts.path(assoc.bank))
+            for key in keys:
+                if (found := accounts.resolve(*key)) is not None:
+                    self._charged[key] = ((found.username, found.bank),
+                                          tuple(accounts.path(found.bank)))
+            for name in path:
                 if name in limited:
                     self._below.setdefault(name, []).extend(keys)
 
@@ -236,13 +245,37 @@ class ActiveIndex:
         """The keys whose counts :func:`check_submit` needs for jobs of ``usernames``, in
         any of their banks: exact for every association and bank it consults."""
         out: set[AssocKey] = set()
-        accounts = self.accounts
         for username in usernames:
-            for assoc in accounts.user_associations(username):
-                if assoc.limits.max_active_jobs is not None:
-                    out.update(self._keys.get((username, assoc.bank), ()))
-                for name in accounts.path(assoc.bank):
-                    out.update(self._below.get(name, ()))
+            mine = self._per_user.get(username)
+            if mine is None:
+                mine = self._per_user[username] = frozenset(self._user_wants(username))
+            out |= mine
+        return out
+
+    def holdings(self, counts: Mapping[AssocKey, int]) -> Holdings:
+        """:func:`active_holdings` of ``counts``, with the resolutions made once."""
+        by_assoc: dict[tuple[str, str], int] = {}
+        by_bank: dict[str, int] = {}
+        charged = self._charged
+        for key, count in counts.items():
+            found = charged.get(key)
+            if found is None or not count:
+                continue
+            assoc, path = found
+            by_assoc[assoc] = by_assoc.get(assoc, 0) + count
+            for name in path:
+                by_bank[name] = by_bank.get(name, 0) + count
+        return Holdings({k: Held(0, n) for k, n in by_assoc.items()},
+                        {k: Held(0, n) for k, n in by_bank.items()})
+
+    def _user_wants(self, username: str) -> set[AssocKey]:
+        out: set[AssocKey] = set()
+        accounts = self.accounts
+        for assoc in accounts.user_associations(username):
+            if assoc.limits.max_active_jobs is not None:
+                out.update(self._keys.get((username, assoc.bank), ()))
+            for name in accounts.path(assoc.bank):
+                out.update(self._below.get(name, ()))
         return out
 
 
@@ -320,9 +353,13 @@ class SubmitLedger:
         return out
 
     def holdings(self, accounts: Accounts, folded: Mapping[AssocKey, int],
-                 positions: list[str | None], now: float) -> Holdings:
-        """:meth:`counts` as the holdings :func:`check_submit` takes (active jobs only)."""
-        return active_holdings(accounts, self.counts(folded, positions, now))
+                 positions: list[str | None], now: float,
+                 index: ActiveIndex | None = None) -> Holdings:
+        """:meth:`counts` as the holdings :func:`check_submit` takes (active jobs only);
+        ``index`` (of ``accounts``) resolves them faster."""
+        counts = self.counts(folded, positions, now)
+        return index.holdings(counts) if index is not None \
+            else active_holdings(accounts, counts)
 
 
 class LimitGate:
