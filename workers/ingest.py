@@ -610,7 +610,7 @@ class IngestWorker(Worker):
         if not limits_active_jobs(accounts):
             # nothing caps active jobs: no need to read every active job (nor to keep
             # the jobs created lately, which only such a count needs)
-            self._ledger.recent.clear()
+            self._ledger.clear()
             self._charging = (accounts, Holdings())
             return
         index = self._active_index
@@ -876,7 +876,7 @@ class IngestWorker(Worker):
         """Tell the ledger where the jobs it waits to see folded were journaled: once every
         batch of the block is written, each partition's last journal id (a job of an
         earlier batch is at or before it too)."""
-        if not self._ledger.recent:
+        if not self._ledger:
             return
         last: dict[int, tuple[tuple[int, int], str]] = {}
         for part, result in written:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -294,3 +296,49 @@ def test_a_bank_name_from_the_user_is_shown_bounded() -> None:
         check_submit(accounts(), Holdings(), "alice", HeldJob(ALICE, "x\n" * 5000, False))
     message = str(caught.value)
     assert "\n" not in message and len(message) < 150
+
+
+LEDGER_OPS = st.lists(st.one_of(
+    st.tuples(st.just("create"), st.integers(0, 1), st.sampled_from([(1, "a"), (2, "")])),
+    st.tuples(st.just("commit"), st.integers(0, 1), st.integers(0, 3)),
+    st.tuples(st.just("count"), st.integers(0, 3), st.integers(0, 40))), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LEDGER_OPS)
+def test_the_ledger_counts_what_a_job_by_job_model_counts(ops: list[tuple[str, int, Any]]
+                                                          ) -> None:
+    """Each job: counted until its partition's fold reaches its commit's journal id, an
+    uncommitted one for RECENT_S, a committed one the fold does not reach for
+    UNFOLDED_S."""
+    ledger = SubmitLedger()
+    model: dict[int, list[Any]] = {}  # jobid -> [partition, key, t, journal id]
+    now, ms, jobid = 0.0, 0, 0
+    positions: list[str | None] = [None, None]
+    for op, a, b in ops:
+        if op == "create":
+            jobid += 1
+            ledger.created(jobid, a, b, now)
+            model[jobid] = [a, b, now, None]
+        elif op == "commit":
+            ms += 1 + b
+            ledger.committed(a, f"{ms}-0")
+            for job in model.values():
+                if job[0] == a and job[3] is None:
+                    job[3] = (ms, 0)
+        else:
+            now += a * 10.0
+            reached = max(0, ms - b // 10)  # the fold lags the journal a little or a lot
+            positions = [f"{reached}-0" if b % 3 else None, f"{reached}-0"]
+            for job_id in list(model):
+                p, _key, t, at = model[job_id]
+                folded = at is not None and positions[p] is not None \
+                    and at <= journal_id(positions[p] or "0")
+                if folded or (at is None and now - t > RECENT_S) \
+                        or (at is not None and now - t > UNFOLDED_S):
+                    del model[job_id]
+            expected: dict[tuple[int, str], int] = {}
+            for _p, key, _t, _at in model.values():
+                expected[key] = expected.get(key, 0) + 1
+            assert ledger.counts({}, positions, now) == expected
+            assert len(ledger) == len(model)

@@ -21,6 +21,7 @@ the jobs it created that the fold does not show yet (:class:`SubmitLedger`).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -305,51 +306,92 @@ class Recent(NamedTuple):
     journal_id: tuple[int, int] | None = None
 
 
-@dataclass
 class SubmitLedger:
     """What the ingest counts against ``max-active-jobs``: the active jobs per association
     the accounting worker has folded (exact as of each partition's folded position)
     plus the jobs this ingest created that the fold has not reached yet, so that a
     burst of submissions cannot slip through the lag. A job is known to be folded once
-    its partition's folded position reaches the journal id its commit returned."""
+    its partition's folded position reaches the journal id its commit returned.
 
-    #: jobid -> the job, created and not yet folded as far as this ingest knows
-    recent: dict[int, Recent] = field(default_factory=dict)
+    The jobs waiting for the fold are kept per partition in journal order with a
+    running count per association, so a block costs what the fold reached since the
+    last one, not what is still waiting (with the accounting worker down, up to
+    UNFOLDED_S of submissions)."""
+
+    def __init__(self) -> None:
+        #: partition -> jobs created whose commit was not seen yet: (jobid, key, when)
+        self._unplaced: dict[int, list[tuple[int, AssocKey, float]]] = {}
+        #: partition -> committed jobs in journal order: (journal id, jobid, key, when)
+        self._placed: dict[int, deque[tuple[tuple[int, int], int, AssocKey, float]]] = {}
+        #: association -> jobs of both kinds
+        self._count: dict[AssocKey, int] = {}
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def recent(self) -> dict[int, Recent]:
+        """Every job it counts now, by id (for inspection)."""
+        out = {jobid: Recent(p, key, t) for p, jobs in self._unplaced.items()
+               for jobid, key, t in jobs}
+        out.update({jobid: Recent(p, key, t, at) for p, jobs in self._placed.items()
+                    for at, jobid, key, t in jobs})
+        return out
+
+    def clear(self) -> None:
+        """Forget every job (nothing caps active jobs: nobody needs the count)."""
+        self._unplaced.clear()
+        self._placed.clear()
+        self._count.clear()
+        self._size = 0
+
+    def _drop(self, key: AssocKey) -> None:
+        self._size -= 1
+        left = self._count[key] - 1
+        if left:
+            self._count[key] = left
+        else:
+            del self._count[key]
 
     def created(self, jobid: int, partition: int, key: AssocKey, now: float) -> None:
         """The ingest is about to commit ``jobid`` charged to ``key``."""
-        self.recent[jobid] = Recent(partition, key, now)
+        self._unplaced.setdefault(partition, []).append((jobid, key, now))
+        self._count[key] = self._count.get(key, 0) + 1
+        self._size += 1
 
     def committed(self, partition: int, last_id: str) -> None:
         """A commit of the partition succeeded with ``last_id`` its last journal entry:
         every job created for the partition and not placed yet is at or before it."""
         at = journal_id(last_id)
-        for jobid, job in self.recent.items():
-            if job.partition == partition and job.journal_id is None:
-                self.recent[jobid] = job._replace(journal_id=at)
+        placed = self._placed.setdefault(partition, deque())
+        for jobid, key, t in self._unplaced.pop(partition, []):
+            placed.append((at, jobid, key, t))
 
     def counts(self, folded: Mapping[AssocKey, int], positions: list[str | None],
                now: float) -> dict[AssocKey, int]:
         """``folded`` (the fold's counts, exact at ``positions``, per partition; None: the
         partition was never folded) plus the recent jobs the fold has not reached; the
         ones it reached, and those too old to wait for, are forgotten."""
-        at = [None if p is None else journal_id(p) for p in positions]
+        for partition, placed in self._placed.items():
+            raw = positions[partition] if partition < len(positions) else None
+            reached = journal_id(raw) if raw is not None else None
+            # in journal order: the ones the fold reached, or too old, come first
+            while placed and ((reached is not None and placed[0][0] <= reached)
+                              or now - placed[0][3] > UNFOLDED_S):
+                self._drop(placed.popleft()[2])
+        for partition, jobs in list(self._unplaced.items()):
+            kept = [job for job in jobs if now - job[2] <= RECENT_S]
+            for _jobid, key, t in jobs:
+                if now - t > RECENT_S:
+                    self._drop(key)
+            if kept:
+                self._unplaced[partition] = kept
+            else:
+                del self._unplaced[partition]
         out = dict(folded)
-        gone: list[int] = []
-        for jobid, job in self.recent.items():
-            age = now - job.t
-            folded_to = at[job.partition] if job.partition < len(at) else None
-            if job.journal_id is None:
-                if age > RECENT_S:
-                    gone.append(jobid)
-                    continue
-            elif (folded_to is not None and job.journal_id <= folded_to) \
-                    or age > UNFOLDED_S:
-                gone.append(jobid)
-                continue
-            out[job.key] = out.get(job.key, 0) + 1
-        for jobid in gone:
-            del self.recent[jobid]
+        for key, n in self._count.items():
+            out[key] = out.get(key, 0) + n
         return out
 
     def holdings(self, accounts: Accounts, folded: Mapping[AssocKey, int],
