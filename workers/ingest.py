@@ -63,10 +63,12 @@ from fluxes import messages as proto
 from fluxes.config import InstanceConfig
 from fluxes.domain.accounting.banks import Accounts
 from fluxes.domain.accounting.limits import (
+    ActiveIndex,
     HeldJob,
     Holdings,
     SubmitLedger,
     check_submit,
+    journal_id,
     limits_active_jobs,
 )
 from fluxes.domain.jm import request_progress, update
@@ -85,7 +87,7 @@ from fluxes.proc import metrics
 from fluxes.store import jobhash
 from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
-from fluxes.store.eventstore import Batch, ClaimedError, EventStore
+from fluxes.store.eventstore import Batch, ClaimedError, CommitResult, EventStore
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import RESOURCES_DIGEST, Instance
 from fluxes.store.keys import GROUP_INGEST, Keys
@@ -185,6 +187,8 @@ class IngestWorker(Worker):
         #: charged to an association and max-active-jobs is enforced here
         self._accounts = AccountsFollower(self.redis, self.keys)
         self._ledger = SubmitLedger()
+        #: which active counts the max-active-jobs checks need, for the current banks
+        self._active_index: ActiveIndex | None = None
         #: the accounts and active holdings of the block being handled (None: no banks)
         self._charging: tuple[Accounts, Holdings] | None = None
 
@@ -493,8 +497,10 @@ class IngestWorker(Worker):
         # targets of all of them are looked up in one round trip
         checked: dict[int, _Checked] = {}
         self._charging = None
-        if any(isinstance(requests[n].request, proto.SubmitJobs) for n in firsts):
-            self._load_charging()
+        submitters = {requests[n].user for n in firsts
+                      if isinstance(requests[n].request, proto.SubmitJobs)}
+        if submitters:
+            self._load_charging(submitters)
         for n in firsts:
             submit = requests[n].request
             if isinstance(submit, proto.SubmitJobs) and n not in reused:
@@ -657,22 +663,26 @@ class IngestWorker(Worker):
                 out.results.append({})
         return out
 
-    def _load_charging(self) -> None:
-        """Read the banks (new admin entries only) and, once a bank exists, what every
-        association holds (the folded active jobs plus those created since)."""
+    def _load_charging(self, users: set[str]) -> None:
+        """Read the banks (new admin entries only) and, once a bank exists, the active
+        jobs of the associations and banks whose max-active-jobs limits ``users``
+        submit under (the fold's counts plus the jobs created since)."""
         accounts = self._accounts.refresh()
         if not accounts.enabled:
             return
         if not limits_active_jobs(accounts):
             # nothing caps active jobs: no need to read every active job (nor to keep
             # the jobs created lately, which only such a count needs)
-            self._ledger.recent.clear()
+            self._ledger.clear()
             self._charging = (accounts, Holdings())
             return
-        snapshot = {jobid: HeldJob(job.userid, job.bank or None, job.t_alloc is not None,
-                                   job.nnodes, job.ncores)
-                    for jobid, job in UsageStore(self.redis, self.keys).open_jobs().items()}
-        self._charging = (accounts, self._ledger.holdings(accounts, snapshot, time.time()))
+        index = self._active_index
+        if index is None or index.accounts is not accounts:
+            index = self._active_index = ActiveIndex(accounts)
+        counts, positions = UsageStore(self.redis, self.keys).active_counts(
+            index.wanted(users))
+        self._charging = (accounts, self._ledger.holdings(accounts, counts, positions,
+                                                          time.time(), index))
 
     def _charge(self, job: PreparedJob, user: str, uid: int) -> PreparedJob:
         """The association ``job`` is charged to, in its submit extras (``bank``); a
@@ -734,12 +744,11 @@ class IngestWorker(Worker):
             job = next(pending)
             jobid = next(ids)
             result["id"] = jobid
-            if self._charging is not None:
-                info = job.info
-                self._ledger.created(jobid, HeldJob(
-                    uid, info.get("bank"), False, _int(info.get("nnodes")),
-                    _int(info.get("ncores"))), now)
             part = keys.partition_of(jobid)
+            if self._charging is not None:
+                bank = job.info.get("bank")
+                self._ledger.created(jobid, part, (uid, bank if isinstance(bank, str) else ""),
+                                     now)
             batch = batches.get(part)
             if batch is None or batch.events >= MAX_BATCH_EVENTS:
                 if batch is not None:
@@ -887,12 +896,14 @@ class IngestWorker(Worker):
         keys = self.keys
         full = self._full
         self._full = []
+        written: list[tuple[int, CommitResult]] = []
         for part, done, msgs in full:
             _add_messages(done, keys.jm_new(part), msgs, proto.NEW_JOBS)
         if full:
             # earlier, full batches first: the replies (in the last batch) come after
             done_results = self.store.commit_many([b for _p, b, _m in full])
             metrics.EVENTS_INGEST.inc(sum(r.events for r in done_results))
+            written += zip([p for p, _b, _m in full], done_results, strict=True)
         for part, msgs in new_msgs.items():
             _add_messages(batches[part], keys.jm_new(part), msgs, proto.NEW_JOBS)
         for part, ctl in forwards.items():
@@ -924,11 +935,29 @@ class IngestWorker(Worker):
                 last.xack(stream, GROUP_INGEST, ids)
             else:
                 leftover_acks[stream] = ids
-        results = self.store.commit_many([b for b in batches.values() if b])
+        committed = [(p, b) for p, b in batches.items() if b]
+        results = self.store.commit_many([b for _p, b in committed])
         metrics.EVENTS_INGEST.inc(sum(r.events for r in results))
         self._claims.drop(self._held, set(range(keys.partitions)) - set(batches))
         self._held = set()
+        written += zip([p for p, _b in committed], results, strict=True)
+        self._committed(written)
         self._send_leftovers(leftover_replies, leftover_acks)
+
+    def _committed(self, written: list[tuple[int, CommitResult]]) -> None:
+        """Tell the ledger where the jobs it waits to see folded were journaled: once every
+        batch of the block is written, each partition's last journal id (a job of an
+        earlier batch is at or before it too)."""
+        if not self._ledger:
+            return
+        last: dict[int, tuple[tuple[int, int], str]] = {}
+        for part, result in written:
+            if result.journal_id:
+                at = journal_id(result.journal_id)
+                if part not in last or at > last[part][0]:
+                    last[part] = (at, result.journal_id)
+        for part, (_at, text) in last.items():
+            self._ledger.committed(part, text)
 
     def _send_leftovers(self, replies: list[tuple[str, bytes]],
                         acks: dict[str, list[bytes]]) -> None:

@@ -38,9 +38,17 @@ import msgspec
 import orjson
 
 from fluxes import messages as proto
-from fluxes.domain.accounting.priority import JobFacts, MultiFactorPriority, facts_from_info
+from fluxes.config import InstanceConfig
+from fluxes.domain.accounting.config import AccountingConfig
+from fluxes.domain.accounting.priority import (
+    JobFacts,
+    MultiFactorPriority,
+    ReprioritizeTimer,
+    facts_from_info,
+)
 from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
+from fluxes.domain.jm.priority import DefaultPriority
 from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
@@ -48,7 +56,7 @@ from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash
-from fluxes.store.accounting import AccountsFollower, fair_share_now
+from fluxes.store.accounting import AccountsFollower, UsageStore, fair_share_now
 from fluxes.store.deadletters import counts_key
 from fluxes.store.errors import ResponseError, StoreError
 from fluxes.store.eventstore import (
@@ -93,6 +101,10 @@ PENDING_RESCAN_S = 2.0
 #: scheduler lease (one round trip). A dead scheduler is noticed this long
 #: after its lease expires.
 SCHED_CHECK_S = 1.0
+#: How often the leader reads the accounting worker's usage marks and the instance
+#: configuration (one round trip): usage that changed is acted on this soon (at
+#: most every ``reprioritize-min-interval``), new priority settings too.
+PRIORITY_CHECK_S = 1.0
 #: Rebuilds from storage within REBUILD_WINDOW_S after which the next one waits a
 #: little (a storage problem no input causes must not spin the CPU and the logs).
 REBUILDS_BEFORE_PAUSE = 3
@@ -157,8 +169,12 @@ class JobManagerWorker(Worker):
         #: the multi-factor priority plugin (None: flux's default, urgency only) and when
         #: it is next given a new fair-share table and every pending job reprioritized
         self._multifactor: MultiFactorPriority | None = None
-        self._reprioritize_every = 60.0
-        self._reprioritize_at = 0.0
+        self._timer = ReprioritizeTimer(60.0, 5.0)
+        #: the configuration text the plugin was built from, its [accounting] table, and
+        #: when the usage marks and the configuration are next read
+        self._config_raw: bytes | None = None
+        self._accounting: AccountingConfig | None = None
+        self._look_at = 0.0
         self._accounts = AccountsFollower(self.redis, self.keys)
 
     def _instance_owner(self) -> int:
@@ -223,10 +239,18 @@ class JobManagerWorker(Worker):
                                         "replayed_events": result.events,
                                         "restore_s": round(self.restored_in, 3)})
 
-    def _priority_plugin(self) -> MultiFactorPriority | None:
+    def _priority_plugin(self, config: tuple[bytes | None, InstanceConfig] | None = None
+                         ) -> MultiFactorPriority | None:
         """The plugin ``[accounting] priority-plugin`` names (None: the default), with the
-        fair-share table as of now (docs/accounting.md)."""
-        accounting = self.instance.config().accounting
+        fair-share table as of now (docs/accounting.md); ``config``: the configuration
+        (its text and what it reads as) when the caller read it already."""
+        if config is None:
+            raw = self.redis.hget(self.keys.instance, "config")
+            config = raw, InstanceConfig.from_toml(raw) if raw else InstanceConfig()
+        self._config_raw = config[0]
+        accounting = self._accounting = config[1].accounting
+        self._timer = ReprioritizeTimer(accounting.reprioritize_interval,
+                                        accounting.reprioritize_min_interval)
         self._multifactor = None
         if accounting.priority_plugin != "multifactor":
             return None
@@ -238,7 +262,6 @@ class JobManagerWorker(Worker):
         plugin = MultiFactorPriority(accounting.weights, facts=self._facts,
                                      total_cores=cores, total_nodes=nodes)
         self._multifactor = plugin
-        self._reprioritize_every = accounting.reprioritize_interval
         self._refresh_fair_share()
         return plugin
 
@@ -252,20 +275,56 @@ class JobManagerWorker(Worker):
         plugin = self._multifactor
         if plugin is None:
             return
-        self._reprioritize_at = time.monotonic() + self._reprioritize_every
+        # the marks first: usage folded after them makes them move again
+        marks = UsageStore(self.redis, self.keys).usage_marks()
+        self._timer.done(time.monotonic(), marks)
         plugin.update(fair_share_now(self.redis, self.keys, self.instance.config(),
                                      time.time(), accounts=self._accounts.refresh()))
 
     def reprioritize(self, core: JobManagerCore, fx: Effects) -> None:
-        """Every ``reprioritize-interval``: a new fair-share table (usage changed, banks
-        changed) and every pending job's priority recomputed with it (age drifts too)."""
-        if self._multifactor is None or time.monotonic() < self._reprioritize_at:
+        """Give the plugin a new fair-share table and recompute every pending job's
+        priority: every ``reprioritize-interval`` (age drifts, banks change), soon after
+        the accounting worker folded a change of usage (at most every
+        ``reprioritize-min-interval``), and at once under new ``[accounting]`` settings
+        (the plugin built anew: no restart needed)."""
+        now = time.monotonic()
+        marks: tuple[str | None, ...] | None = None
+        if now >= self._look_at:
+            self._look_at = now + PRIORITY_CHECK_S
+            if self._settings_changed(core):
+                self._recompute(core, fx, "new priority settings")
+                return
+            if self._multifactor is not None and self._timer.should_look(now):
+                marks = UsageStore(self.redis, self.keys).usage_marks()
+        if self._multifactor is None or not self._timer.due(now, marks):
             return
+        periodic = now - self._timer.last >= self._timer.interval
         self._refresh_fair_share()
+        self._recompute(core, fx, "periodic" if periodic else "usage changed")
+
+    def _settings_changed(self, core: JobManagerCore) -> bool:
+        """Read the configuration when its text changed; under a new ``[accounting]``
+        table, build the plugin anew and give it to ``core``."""
+        raw = self.redis.hget(self.keys.instance, "config")
+        if raw == self._config_raw:
+            return False
+        try:
+            config = InstanceConfig.from_toml(raw) if raw else InstanceConfig()
+        except ValueError as exc:
+            self._config_raw = raw  # said once; the plugin stays as it was
+            self.log.warning("configuration not applied", extra={"error": one_line(str(exc))})
+            return False
+        if config.accounting == self._accounting:
+            self._config_raw = raw
+            return False
+        core.priority = self._priority_plugin((raw, config)) or DefaultPriority()
+        return True
+
+    def _recompute(self, core: JobManagerCore, fx: Effects, why: str) -> None:
         changed = core.reprioritize(fx)
         if changed:
             self.log.debug("reprioritized", extra={"partition": self.partition,
-                                                   "changed": changed})
+                                                   "changed": changed, "why": why})
 
     def _stored_requests(self, jobids: list[int]) -> dict[int, str | None]:
         """The stored scheduler requests of pending jobs (their alloc messages carry

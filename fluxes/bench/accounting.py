@@ -8,7 +8,13 @@ journal extras of submit and alloc) to a private redis-server, then:
   (blocks of 2,000 entries, each written with its position in one fenced
   step): CPU microseconds per job of this process and of redis-server, and
   wall time;
-* computes the fair-share table for a tree of banks and users.
+* computes the fair-share table for a tree of banks and users;
+* with N active jobs stored (``--active``) and a ``max-active-jobs`` limit
+  set, what the ingest's check costs per block of submissions: reading
+  every active job and counting them (what it did before the fold kept
+  counts) against reading the few counts the block's user needs (a limit
+  on the user and their bank), and those of every association (a limit on
+  the root bank).
 
 The accounting worker's share of ``fluxes bench throughput`` is this fold's
 cost times the jobs per second (docs/accounting.md, "Cost").
@@ -18,14 +24,22 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fluxes.bench.common import Stopwatch, private_redis
 from fluxes.bench.eventlog import T0, _job_batch
-from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, apply
+from fluxes.domain.accounting.banks import Accounts, BankAdd, BankEdit, UserAdd, UserEdit, apply
 from fluxes.domain.accounting.fairshare import fair_share
+from fluxes.domain.accounting.limits import (
+    ActiveIndex,
+    HeldJob,
+    SubmitLedger,
+    check_submit,
+    holdings,
+)
 from fluxes.domain.accounting.usage import UsageState
-from fluxes.store.accounting import decode_entry, rebuild
+from fluxes.store.accounting import UsageStore, decode_entry, rebuild
 from fluxes.store.errors import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.keys import Keys
@@ -61,11 +75,67 @@ def _tree(banks: int, users_per_bank: int) -> tuple[Accounts, dict[tuple[int, st
     return accounts, usage
 
 
+def _submit_check(client: Client, active: int, accounts: Accounts,
+                  figures: dict[str, Any]) -> None:
+    """Store ``active`` pending jobs of the tree's users (as the fold does), then time the
+    ingest's max-active-jobs check of one submission both ways."""
+    keys = Keys(f"{NS}{active}")
+    store = UsageStore(client, keys)
+    store.ensure_groups()
+    client.set(keys.acct_fence(0), "1")
+    users = sorted({(a.userid, a.bank) for a in accounts.associations.values()})
+    state = UsageState(HALF_LIFE)
+    for jobid in range(1, active + 1):
+        uid, bank = users[jobid % len(users)]
+        state.feed(jobid, "submit", T0, {"userid": uid},
+                   {"bank": bank, "ncores": 1, "nnodes": 1})
+    store.write(0, state.take_changes(), "0-0", 0, "1")
+    name, uid, bank = "u10000", users[0][0], users[0][1]
+    job = HeldJob(uid, bank, False)
+
+    def before() -> None:
+        held = holdings(accounts, (HeldJob(j.userid, j.bank or None, j.t_alloc is not None,
+                                           j.nnodes, j.ncores)
+                                   for j in store.open_jobs().values()))
+        check_submit(accounts, held, name, job)
+
+    ledger = SubmitLedger()
+
+    def after(limited: Accounts) -> Callable[[], None]:
+        index = ActiveIndex(limited)
+
+        def check() -> None:
+            counts, positions = store.active_counts(index.wanted([name]))
+            check_submit(limited, ledger.holdings(limited, counts, positions, T0, index),
+                         name, job)
+        return check
+
+    # a limit on the root bank: the counts of every association below it are read
+    everyone = apply(BankEdit(timestamp=T0, bank="root", limits={"max_active_jobs": 10**9}),
+                     accounts)
+    for label, call, rounds in (("read_all", before, 3), ("counts", after(accounts), 300),
+                                ("counts_root_limit", after(everyone), 100)):
+        began = time.perf_counter()
+        for _ in range(rounds):
+            call()
+        figures[f"submit_check_{label}_{active}_active_us"] = \
+            (time.perf_counter() - began) / rounds * 1e6
+
+
 def run(jobs: int = 100_000, batch_jobs: int = 100, banks: int = 50,
-        users_per_bank: int = 20) -> dict[str, Any]:
+        users_per_bank: int = 20, active: tuple[int, ...] = (10_000, 100_000)
+        ) -> dict[str, Any]:
     """Measure and return the figures."""
     figures: dict[str, Any] = {"jobs": jobs, "events": jobs * 10}
+    accounts, usage = _tree(banks, users_per_bank)
+    # a limit on the first user and on its bank, high enough never to refuse
+    limited = apply(BankEdit(timestamp=T0, bank="bank0",
+                             limits={"max_active_jobs": 10**9}), accounts)
+    limited = apply(UserEdit(timestamp=T0, username="u10000", bank="bank0",
+                             limits={"max_active_jobs": 10**9}), limited)
     with private_redis() as (_server, client):
+        for n in active:
+            _submit_check(client, n, limited, figures)
         keys = Keys(NS)
         client.set(keys.jm_fence(0), "1")
         store = EventStore(client, keys)
@@ -101,7 +171,6 @@ def run(jobs: int = 100_000, batch_jobs: int = 100, banks: int = 50,
         figures["fold_to_redis_jobs_per_s"] = jobs / watch.elapsed
         figures["fold_entries"] = done.entries
 
-    accounts, usage = _tree(banks, users_per_bank)
     began = time.perf_counter()
     rounds = 20
     for _ in range(rounds):

@@ -100,10 +100,15 @@ def register(subparsers: Any) -> None:
 
     ap = sub.add_parser("accounting", **help_with_example(
         "Accounting: CPU per job of folding the journal into usage (in memory, and into\n"
-        "Redis as the accounting worker does), and the fair-share computation time.",
-        ["fluxes bench accounting", "fluxes bench accounting --jobs 10000 --json"]))
+        "Redis as the accounting worker does), the fair-share computation time, and the\n"
+        "ingest's max-active-jobs check per block of submissions with N active jobs.",
+        ["fluxes bench accounting", "fluxes bench accounting --jobs 10000 --json",
+         "fluxes bench accounting --jobs 1000 --active 10000,100000"]))
     ap.add_argument("--jobs", type=int, default=100_000, help="jobs in the history "
                     "(default 100000)")
+    ap.add_argument("--active", default="10000,100000", metavar="N[,N...]",
+                    help="active jobs stored for the submission check (default "
+                    "10000,100000; 0: skip it)")
     ap.add_argument("--json", action="store_true")
     ap.set_defaults(func=_accounting)
 
@@ -198,7 +203,14 @@ def _accounting(args: argparse.Namespace) -> int:
     from fluxes.bench import accounting
     from fluxes.bench.common import report
 
-    report(accounting.run(jobs=args.jobs), args.json)
+    try:
+        active = tuple(int(n) for n in args.active.split(",") if n.strip())
+    except ValueError:
+        raise ValueError(f"--active: expected counts like 10000,100000, got "
+                         f"{args.active!r:.40}") from None
+    if args.jobs < 1 or any(n < 0 for n in active):
+        raise ValueError("--jobs must be >= 1 and --active counts >= 0")
+    report(accounting.run(jobs=args.jobs, active=tuple(n for n in active if n)), args.json)
     return 0
 
 

@@ -76,9 +76,14 @@ _ADMIN_SHA = hashlib.sha1(ADMIN_LUA.encode()).hexdigest()
 #: Arguments per op at most: Lua's unpack() has a stack limit (8000 in Redis).
 _CHUNK = 2000
 #: Key indexes in KEYS of the fenced write.
-_FENCE, _USAGE, _OPEN, _JOBS, _ENDED, _JOURNAL = range(1, 7)
+_FENCE, _USAGE, _OPEN, _JOBS, _ENDED, _JOURNAL, _ACTIVE = range(1, 8)
 #: The usage hash's field holding the half-life its figures were decayed with.
 HALF_LIFE_FIELD = "@half-life"
+#: The active-counts hash's field holding the journal id its counts are exact at.
+POSITION_FIELD = "@position"
+#: Its field holding the journal id of the last folded block that changed usage (an
+#: allocation began or ended): the job manager's cue to reprioritize.
+USAGE_AT_FIELD = "@usage-at"
 #: Journal entries per read of a rebuild.
 BLOCK = 2000
 #: Times the admin append reads the stream again after losing a race.
@@ -209,7 +214,8 @@ class UsageStore:
     def _keys(self, partition: int) -> list[str]:
         k = self.keys
         return [k.acct_fence(partition), k.acct_usage(partition), k.acct_open(partition),
-                k.acct_jobs(partition), k.acct_ended(partition), k.journal(partition)]
+                k.acct_jobs(partition), k.acct_ended(partition), k.journal(partition),
+                k.acct_active(partition)]
 
     def _run(self, partition: int, token: str, ops: Sequence[tuple[Any, ...]]) -> None:
         args: list[Any] = [token]
@@ -240,6 +246,14 @@ class UsageStore:
                 (j, orjson.dumps(o.to_obj())) for j, o in changes.opened.items()))
         if changes.closed:
             ops += _chunked("HDEL", _OPEN, sorted(changes.closed), 1)
+        if changes.active:
+            # absolute counts, not increments: a step written twice writes the same
+            counted = [(_key_field(k), n) for k, n in changes.active.items() if n]
+            gone = [_key_field(k) for k, n in changes.active.items() if not n]
+            if counted:
+                ops += _chunked("HSET", _ACTIVE, _flat(counted))
+            if gone:
+                ops += _chunked("HDEL", _ACTIVE, gone, 1)
         if changes.charges:
             ops += _chunked("HSET", _JOBS, _flat(
                 (c.jobid, orjson.dumps(c.to_obj())) for c in changes.charges))
@@ -249,7 +263,22 @@ class UsageStore:
             # after the charges: a job may end and be purged within one block
             ops += _chunked("HDEL", _JOBS, sorted(purged), 1)
             ops += _chunked("ZREM", _ENDED, sorted(purged), 1)
+        ops.append(("HSET", _ACTIVE, POSITION_FIELD, position))
+        if changes.accums or any(job.t_alloc is not None for job in changes.opened.values()):
+            ops.append(("HSET", _ACTIVE, USAGE_AT_FIELD, position))
         ops.append(_position(position, entries_read))
+        self._run(partition, token, ops)
+
+    def write_active(self, partition: int, token: str, counts: Mapping[AssocKey, int],
+                     position: str) -> None:
+        """Replace the partition's active-job counts with ``counts`` as of ``position``
+        (the folded position) in one step fenced by ``token``: what a new holder does
+        when the stored counts disagree with its open jobs (a model written before the
+        counts existed)."""
+        ops: list[tuple[Any, ...]] = [("UNLINK", _ACTIVE)]
+        ops += _chunked("HSET", _ACTIVE, _flat((_key_field(k), n)
+                                               for k, n in counts.items() if n))
+        ops.append(("HSET", _ACTIVE, POSITION_FIELD, position))
         self._run(partition, token, ops)
 
     def reset(self, partition: int, token: str, half_life: float) -> None:
@@ -266,13 +295,17 @@ class UsageStore:
         if base is None:
             self._run(partition, token, [
                 ("UNLINK", _USAGE), ("UNLINK", _OPEN), ("UNLINK", _JOBS), ("UNLINK", _ENDED),
-                ("HSET", _USAGE, HALF_LIFE_FIELD, repr(half_life)), _position("0-0", 0)])
+                ("UNLINK", _ACTIVE), ("HSET", _USAGE, HALF_LIFE_FIELD, repr(half_life)),
+                ("HSET", _ACTIVE, POSITION_FIELD, "0-0"), _position("0-0", 0)])
             return
         usage = {k: v for k, v in base.usage.items() if k != HALF_LIFE_FIELD}
         ops: list[tuple[Any, ...]] = [("UNLINK", _USAGE), ("UNLINK", _OPEN),
                                       ("HSET", _USAGE, HALF_LIFE_FIELD, repr(half_life))]
         ops += _chunked("HSET", _USAGE, _flat(usage.items()))
         ops += _chunked("HSET", _OPEN, _flat(base.open.items()))
+        counts = _counts(OpenJob.from_obj(orjson.loads(raw)) for raw in base.open.values())
+        ops += [("UNLINK", _ACTIVE), ("HSET", _ACTIVE, POSITION_FIELD, base.position)]
+        ops += _chunked("HSET", _ACTIVE, _flat((_key_field(k), n) for k, n in counts.items()))
         ops.append(_position(base.position, base.entries_read))
         self._run(partition, token, ops)
 
@@ -336,6 +369,51 @@ class UsageStore:
                                          part.half_life or 0.0, now))
         return out
 
+    def active(self, partition: int) -> tuple[str | None, dict[AssocKey, int]]:
+        """The partition's stored active-job counts and the position they are exact at
+        (None: never written)."""
+        position: str | None = None
+        counts: dict[AssocKey, int] = {}
+        for raw_field, raw in self.redis.hgetall(self.keys.acct_active(partition)).items():
+            name = _text(raw_field)
+            if name == POSITION_FIELD:
+                position = _text(raw)
+            elif not name.startswith("@"):
+                try:
+                    counts[_field_key(name)] = int(raw)
+                except ValueError:
+                    counts[(-1, name)] = -1  # a foreign write: never equal to a count
+        return position, counts
+
+    def active_counts(self, wanted: Iterable[AssocKey]
+                      ) -> tuple[dict[AssocKey, int], list[str | None]]:
+        """The active jobs of the ``wanted`` associations summed over the partitions, and
+        per partition the folded position the counts are exact at (None: never folded),
+        read in one round trip (one per slot on a cluster): what the ingest checks
+        ``max-active-jobs`` with, instead of reading every active job."""
+        keys = sorted(set(wanted), key=_key_field)
+        fields = [_key_field(k) for k in keys]
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.keys.partitions):
+            pipe.hmget(self.keys.acct_active(p), [POSITION_FIELD, *fields])
+        counts: dict[AssocKey, int] = {}
+        positions: list[str | None] = []
+        for values in pipe.execute():
+            positions.append(None if values[0] is None else _text(values[0]))
+            for key, raw in zip(keys, values[1:], strict=True):
+                if raw is not None and raw.isdigit():  # a foreign write counts nothing
+                    counts[key] = counts.get(key, 0) + int(raw)
+        return counts, positions
+
+    def usage_marks(self) -> tuple[str | None, ...]:
+        """Per partition, the journal id of the last folded block that changed usage
+        (None: none yet), in one round trip: when they move, the fair-share table is out
+        of date."""
+        pipe = self.redis.pipeline(transaction=False)
+        for p in range(self.keys.partitions):
+            pipe.hget(self.keys.acct_active(p), USAGE_AT_FIELD)
+        return tuple(None if raw is None else _text(raw) for raw in pipe.execute())
+
     def open_jobs(self) -> dict[int, OpenJob]:
         """Every active job of every partition."""
         out: dict[int, OpenJob] = {}
@@ -370,6 +448,13 @@ class UsageStore:
                     if until is None or charge.t_alloc < until:
                         out.append(charge)
         return out
+
+
+def _counts(jobs: Iterable[OpenJob]) -> dict[AssocKey, int]:
+    out: dict[AssocKey, int] = {}
+    for job in jobs:
+        out[job.key] = out.get(job.key, 0) + 1
+    return out
 
 
 def _flat(pairs: Iterable[tuple[Any, Any]]) -> list[Any]:
@@ -434,6 +519,9 @@ class PartitionFolder:
             stored = PartitionUsage(half_life, {}, {})
         self.state = UsageState(half_life, stored.accums, stored.open)
         self.position, self.entries_read = store.position(partition)
+        if store.active(partition) != (self.position, self.state.active):
+            # a model stored before the counts existed (or a foreign write): count again
+            store.write_active(partition, token, self.state.active, self.position)
         #: entries folded by this folder, bad ones included
         self.folded = 0
 

@@ -261,6 +261,11 @@ class Keys:
         """Hash: jobid -> an active job as accounting sees it (who pays, what it holds)."""
         return f"{self.p(partition)}:acct:open"
 
+    def acct_active(self, partition: int) -> str:
+        """Hash: ``uid:bank`` -> the number of its active jobs in ``acct:open`` (no zero
+        entries), and ``@position``: the folded journal id they are exact at."""
+        return f"{self.p(partition)}:acct:active"
+
     def acct_jobs(self, partition: int) -> str:
         """Hash: jobid -> an ended allocation (user, bank, times, sizes)."""
         return f"{self.p(partition)}:acct:jobs"

@@ -121,6 +121,17 @@ def assert_stored_equals_scratch(client: redis.Redis, half_life: float = H) -> N
     assert sorted(stored.charges(0.0)) == sorted(charges)
     last = client.xrevrange(KEYS.journal(0), count=1)[0][0].decode()
     assert stored.position(0)[0] == last
+    # the active jobs per association, kept by each block's write: a count from scratch
+    counts: dict[tuple[int, str], int] = {}
+    for job in state.open.values():
+        counts[job.key] = counts.get(job.key, 0) + 1
+    assert stored.active(0) == (last, counts)
+    wanted = [*counts, (4242, "nobody")]
+    assert stored.active_counts(wanted) == (counts, [last])
+
+
+def _field(key: tuple[int, str]) -> str:
+    return f"{key[0]}:{key[1]}"
 
 
 def catch_up(worker: AccountingWorker, client: redis.Redis) -> None:
@@ -278,6 +289,61 @@ class AccountingContract:
         assert table.total_usage == pytest.approx(sum(f.core_seconds for f in usage.values()))
         assert table.enabled and {(1000, "a"), (1001, "b"), (1002, "b")} <= set(table.factors)
 
+
+    def test_counts_missing_or_wrong_are_counted_again_by_the_next_holder(
+            self, instance: Instance, client: redis.Redis) -> None:
+        load = Workload(client, 20, seed=9)
+        load.more(60)
+        rebuild(client, KEYS, H)
+        client.delete(KEYS.acct_active(0))  # a model written before the counts existed
+        catch_up(self.worker(instance, "w"), client)
+        assert_stored_equals_scratch(client)
+        assert UsageStore(client, KEYS).active(0)[1]  # some jobs are still active
+        client.delete(KEYS.acct_lease(0))
+        client.hset(KEYS.acct_active(0), mapping={"1000:a": 99, "x:y": "z", "1001:b": "?"})
+        load.more(10)
+        catch_up(self.worker(instance, "v"), client)
+        assert_stored_equals_scratch(client)
+        # a rebuild from a base copy (as after a journal trim) counts the base's open jobs
+        assert store_module.save_base(client, KEYS, 0) is not None
+        client.delete(KEYS.acct_active(0))
+        stored = UsageStore(client, KEYS)
+        before = stored.position(0)[0]
+        stored.reset(0, stored.take_over(0, "x", 10_000), H)
+        state, _charges = from_scratch(client)
+        assert stored.active(0) == (before, state.active)
+        rebuild(client, KEYS, H)
+        assert_stored_equals_scratch(client)
+
+    def test_the_usage_mark_moves_with_blocks_that_change_usage_only(
+            self, instance: Instance, client: redis.Redis) -> None:
+        store, events = UsageStore(client, KEYS), EventStore(client, KEYS)
+        client.set(KEYS.jm_fence(0), "1")
+        w = self.worker(instance, "w")
+        contexts: dict[str, dict[str, Any]] = {
+            "submit": {"urgency": 16, "userid": 1000, "flags": 0, "version": 1},
+            "priority": {"priority": 16}, "finish": {"status": 0},
+            "release": {"ranks": "all", "final": True}}
+
+        def write(jobid: int, seq: int, names: list[str], extras: list[Any]) -> None:
+            batch = events.batch()
+            batch.append(KEYS.eventlog(jobid), jobid, seq,
+                         [ev.decode(n, T, contexts.get(n, {})) for n in names], extras)
+            events.commit(batch, token="1")
+            catch_up(w, client)
+
+        assert store.usage_marks() == (None,)
+        write(1, 0, ["submit", "validate", "depend", "priority"], [{"ncores": 2}, None,
+                                                                    None, None])
+        assert store.usage_marks() == (None,)  # a pending job uses nothing yet
+        write(1, 4, ["alloc"], [{"ranks": "0"}])
+        started = store.usage_marks()
+        assert started[0] is not None
+        write(2, 0, ["submit", "validate"], [{"ncores": 1}, None])
+        assert store.usage_marks() == started
+        write(1, 5, ["start", "finish", "release", "free"], [None] * 4)
+        ended = store.usage_marks()
+        assert ended[0] is not None and ended != started
 
     def test_holdings_from_the_folded_active_jobs(self, instance: Instance,
                                                   client: redis.Redis) -> None:

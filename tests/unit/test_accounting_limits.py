@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-import pytest
+from typing import Any
 
-from fluxes.domain.accounting.banks import Accounts, BankAdd, UserAdd, UserEdit, apply, replay
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from fluxes.domain.accounting.banks import (
+    Accounts,
+    BankAdd,
+    BankEdit,
+    UserAdd,
+    UserEdit,
+    apply,
+    replay,
+)
 from fluxes.domain.accounting.limits import (
     RECENT_S,
+    UNFOLDED_S,
+    ActiveIndex,
     Held,
     HeldJob,
     Holdings,
     LimitGate,
     SubmitLedger,
+    active_holdings,
     check_submit,
     holdings,
+    journal_id,
     limits_active_jobs,
     start_refusal,
 )
@@ -179,19 +195,89 @@ def test_the_gate_counts_recovered_jobs_and_follows_new_limits() -> None:
 def test_the_ingest_ledger_counts_jobs_the_fold_does_not_show_yet() -> None:
     acc = accounts()
     ledger = SubmitLedger()
-    pending = HeldJob(ALICE, "physics", False)
-    ledger.created(1, pending, 100.0)
-    ledger.created(2, pending, 100.0)
-    held = ledger.holdings(acc, {}, 100.5)  # the fold has shown neither yet
-    assert held.by_assoc[("alice", "physics")].active == 2
-    held = ledger.holdings(acc, {1: pending}, 101.0)  # 1 folded: counted once
-    assert held.by_assoc[("alice", "physics")].active == 2 and list(ledger.recent) == [2]
-    held = ledger.holdings(acc, {1: pending}, 100.0 + RECENT_S + 1)
-    assert held.by_assoc[("alice", "physics")].active == 1 and not ledger.recent
+    key = (ALICE, "physics")
+    ledger.created(1, 0, key, 100.0)
+    ledger.created(2, 0, key, 100.0)
+    ledger.committed(0, "5000-3")  # both are at or before journal entry 5000-3
+    ledger.created(3, 1, key, 100.0)  # its commit failed: no journal id
+    assert ledger.counts({}, ["5000-2", None], 100.5) == {key: 3}  # folded neither
+    held = ledger.holdings(acc, {key: 1}, ["5000-3", "0-0"], 101.0)  # the fold has both
+    assert held.by_assoc[("alice", "physics")].active == 2 and list(ledger.recent) == [3]
+    assert ledger.counts({}, ["5000-3", "0-0"], 100.0 + RECENT_S + 1) == {}
+    ledger.created(4, 0, key, 200.0)
+    ledger.committed(0, "6000-0")
+    # a fold that does not move (the accounting worker is down): kept a while, not forever
+    assert ledger.counts({}, ["5000-3"], 200.0 + UNFOLDED_S - 1) == {key: 1}
+    assert ledger.counts({}, ["5000-3"], 200.0 + UNFOLDED_S + 1) == {} == ledger.recent
+    ledger.created(5, 0, key, 300.0)
+    ledger.created(6, 0, key, 300.0)
     with pytest.raises(PolicyError, match=r"max-active-jobs limit \(3\) reached"):
-        ledger.created(3, pending, 200.0)
-        ledger.created(4, pending, 200.0)
-        check_submit(acc, ledger.holdings(acc, {1: pending}, 200.0), "alice", pending)
+        check_submit(acc, ledger.holdings(acc, {key: 1}, ["6000-0"], 300.0), "alice",
+                     HeldJob(ALICE, "physics", False))
+
+
+def test_stream_ids_order_as_the_stream() -> None:
+    assert journal_id("10-2") < journal_id("10-10") < journal_id("11-0") == journal_id("11")
+    with pytest.raises(ValueError):
+        journal_id("x-1")
+
+
+USERS = {"alice": ALICE, "bob": BOB}
+JOBS = st.lists(st.builds(HeldJob, st.sampled_from([ALICE, BOB, 4242]),
+                          st.sampled_from([None, "physics", "chem", "theory", "root", "x"]),
+                          st.booleans(), st.integers(0, 3), st.integers(0, 9)), max_size=30)
+
+
+def by_key(jobs: list[HeldJob]) -> dict[tuple[int, str], int]:
+    out: dict[tuple[int, str], int] = {}
+    for job in jobs:
+        key = (job.userid, job.bank or "")
+        out[key] = out.get(key, 0) + 1
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(JOBS)
+def test_counts_per_association_give_the_active_holdings_of_the_jobs(
+        jobs: list[HeldJob]) -> None:
+    acc = accounts()
+    whole = holdings(acc, jobs)
+    counted = active_holdings(acc, by_key(jobs))
+    assert {k: h.active for k, h in whole.by_assoc.items() if h.active} == \
+        {k: h.active for k, h in counted.by_assoc.items()}
+    assert {k: h.active for k, h in whole.by_bank.items() if h.active} == \
+        {k: h.active for k, h in counted.by_bank.items()}
+    assert ActiveIndex(acc).holdings(by_key(jobs)) == counted  # resolved once, alike
+
+
+@settings(max_examples=150, deadline=None)
+@given(JOBS, st.sampled_from(["alice", "bob"]),
+       st.sampled_from([None, "physics", "chem", "theory"]))
+def test_the_wanted_counts_alone_decide_a_submission_as_all_jobs_do(
+        jobs: list[HeldJob], user: str, bank: str | None) -> None:
+    acc = apply(BankEdit(timestamp=T, bank="root", limits={"max_active_jobs": 5}),
+                accounts())
+    counts = by_key(jobs)
+    wanted = ActiveIndex(acc).wanted([user])
+    some = active_holdings(acc, {k: n for k, n in counts.items() if k in wanted})
+    job = HeldJob(USERS[user], bank, False)
+
+    def outcome(held: Holdings) -> str:
+        try:
+            return repr(check_submit(acc, held, user, job))
+        except PolicyError as exc:
+            return str(exc)
+
+    assert outcome(some) == outcome(holdings(acc, jobs))
+
+
+def test_only_the_counts_a_limit_needs_are_wanted() -> None:
+    acc = accounts()
+    index = ActiveIndex(acc)
+    # alice: her own physics limit (physics is her default bank), chem's bank limit
+    assert index.wanted(["alice"]) == {(ALICE, "physics"), (ALICE, ""), (ALICE, "chem")}
+    assert index.wanted(["bob"]) == set()  # nothing caps bob's active jobs
+    assert index.wanted(["nobody"]) == set()
 
 
 def test_active_jobs_are_counted_only_when_some_limit_caps_them() -> None:
@@ -210,3 +296,49 @@ def test_a_bank_name_from_the_user_is_shown_bounded() -> None:
         check_submit(accounts(), Holdings(), "alice", HeldJob(ALICE, "x\n" * 5000, False))
     message = str(caught.value)
     assert "\n" not in message and len(message) < 150
+
+
+LEDGER_OPS = st.lists(st.one_of(
+    st.tuples(st.just("create"), st.integers(0, 1), st.sampled_from([(1, "a"), (2, "")])),
+    st.tuples(st.just("commit"), st.integers(0, 1), st.integers(0, 3)),
+    st.tuples(st.just("count"), st.integers(0, 3), st.integers(0, 40))), max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(LEDGER_OPS)
+def test_the_ledger_counts_what_a_job_by_job_model_counts(ops: list[tuple[str, int, Any]]
+                                                          ) -> None:
+    """Each job: counted until its partition's fold reaches its commit's journal id, an
+    uncommitted one for RECENT_S, a committed one the fold does not reach for
+    UNFOLDED_S."""
+    ledger = SubmitLedger()
+    model: dict[int, list[Any]] = {}  # jobid -> [partition, key, t, journal id]
+    now, ms, jobid = 0.0, 0, 0
+    positions: list[str | None] = [None, None]
+    for op, a, b in ops:
+        if op == "create":
+            jobid += 1
+            ledger.created(jobid, a, b, now)
+            model[jobid] = [a, b, now, None]
+        elif op == "commit":
+            ms += 1 + b
+            ledger.committed(a, f"{ms}-0")
+            for job in model.values():
+                if job[0] == a and job[3] is None:
+                    job[3] = (ms, 0)
+        else:
+            now += a * 10.0
+            reached = max(0, ms - b // 10)  # the fold lags the journal a little or a lot
+            positions = [f"{reached}-0" if b % 3 else None, f"{reached}-0"]
+            for job_id in list(model):
+                p, _key, t, at = model[job_id]
+                folded = at is not None and positions[p] is not None \
+                    and at <= journal_id(positions[p] or "0")
+                if folded or (at is None and now - t > RECENT_S) \
+                        or (at is not None and now - t > UNFOLDED_S):
+                    del model[job_id]
+            expected: dict[tuple[int, str], int] = {}
+            for _p, key, _t, _at in model.values():
+                expected[key] = expected.get(key, 0) + 1
+            assert ledger.counts({}, positions, now) == expected
+            assert len(ledger) == len(model)

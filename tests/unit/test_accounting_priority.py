@@ -12,7 +12,12 @@ from fluxes.config import InstanceConfig
 from fluxes.domain.accounting.banks import BankAdd, UserAdd, replay
 from fluxes.domain.accounting.config import AccountingConfig, Weights
 from fluxes.domain.accounting.fairshare import FairShareTable, fair_share
-from fluxes.domain.accounting.priority import JobFacts, MultiFactorPriority, facts_from_info
+from fluxes.domain.accounting.priority import (
+    JobFacts,
+    MultiFactorPriority,
+    ReprioritizeTimer,
+    facts_from_info,
+)
 from fluxes.domain.accounting.usage import (
     Billing,
     JobCharge,
@@ -106,6 +111,7 @@ def test_accounting_configuration() -> None:
 half-life = "60s"
 priority-plugin = "multifactor"
 reprioritize-interval = "10s"
+reprioritize-min-interval = "2s"
 [accounting.billing]
 cores = 1.0
 gpus = 10
@@ -118,7 +124,7 @@ debug = 3
 """).accounting
     assert config == AccountingConfig(
         half_life=60.0, priority_plugin="multifactor", reprioritize_interval=10.0,
-        billing=Billing(1.0, 10.0, 0.0),
+        reprioritize_min_interval=2.0, billing=Billing(1.0, 10.0, 0.0),
         weights=Weights(fairshare=5, max_age=DAY, favor_small=True,
                         queue_priority={"debug": 3}))
     assert InstanceConfig.from_toml("").accounting == AccountingConfig()
@@ -129,6 +135,7 @@ debug = 3
     ("[accounting]\nhalf-life = \"inf\"", "accounting.half-life: must be finite"),
     ("[accounting]\npriority-plugin = \"fair\"", "accounting.priority-plugin"),
     ("[accounting]\nreprioritize-interval = 0", "must be > 0"),
+    ("[accounting]\nreprioritize-min-interval = \"-1s\"", "reprioritize-min-interval"),
     ("[accounting.billing]\nmemory = 1", "accounting.billing.memory: unknown key"),
     ("[accounting.billing]\ncores = -1", "accounting.billing.cores"),
     ("[accounting.weights]\nage = 1.5", "accounting.weights.age"),
@@ -192,3 +199,20 @@ def test_two_saturating_users_converge_to_their_shares(shares: tuple[int, int],
                                                        part: float) -> None:
     got = simulate(shares)
     assert math.isclose(got, part, abs_tol=0.10), got
+
+
+def test_reprioritizing_follows_usage_changes_at_most_every_min_interval() -> None:
+    timer = ReprioritizeTimer(interval=60.0, min_interval=5.0)
+    assert timer.due(0.0)  # never done yet
+    timer.done(0.0, ("10-0", None))
+    assert not timer.should_look(4.0) and not timer.due(4.0, ("11-0", None))  # too soon
+    assert timer.should_look(5.0)
+    assert not timer.due(5.0, ("10-0", None))  # usage did not move
+    assert timer.due(5.0, ("11-0", None))  # it moved: at once
+    assert timer.due(5.0, ("10-0", "3-0"))  # in any partition
+    timer.done(5.0, ("11-0", None))
+    assert not timer.due(30.0, ("11-0", None)) and not timer.due(30.0)
+    assert timer.due(65.0)  # the periodic one, moved or not
+    quick = ReprioritizeTimer(interval=1.0, min_interval=5.0)
+    quick.done(0.0, None)
+    assert quick.should_look(1.0) and quick.due(1.0)  # the interval wins when shorter

@@ -236,3 +236,49 @@ def test_folding_in_blocks_with_stores_between_equals_one_fold(
     assert state.accums == whole.accums  # exactly: the same operations in the same order
     assert state.open == whole.open
     assert charges == all_charges
+
+
+def scratch_counts(state: UsageState) -> dict[tuple[int, str], int]:
+    """Active jobs per association counted from scratch from the open jobs."""
+    out: dict[tuple[int, str], int] = {}
+    for job in state.open.values():
+        out[job.key] = out.get(job.key, 0) + 1
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(journals(), st.lists(st.integers(1, 10), min_size=1, max_size=30))
+def test_active_counts_written_per_block_equal_a_count_from_scratch(
+        entries: list[Entry], sizes: list[int]) -> None:
+    state = UsageState(60.0)
+    written: dict[tuple[int, str], int] = {}  # what the store holds: changed keys only
+    i = 0
+    for size in sizes * (len(entries) + 1):
+        if i >= len(entries):
+            break
+        for entry in entries[i:i + size]:
+            try:
+                state.feed(*entry)
+            except UsageError:
+                pass
+        for key, count in state.take_changes().active.items():
+            if count:
+                written[key] = count
+            else:
+                written.pop(key, None)
+        assert written == state.active == scratch_counts(state)
+        state = stored(state)  # a restarted worker counts its loaded open jobs again
+        assert state.active == written
+        i += size
+
+
+def test_a_pending_job_moved_to_another_bank_counts_there() -> None:
+    state = UsageState(60.0)
+    state.feed(*submit(1, 0.0, 7, bank="a"))
+    state.feed(*submit(2, 0.0, 7, bank="a"))
+    assert state.active == {(7, "a"): 2}
+    state.feed(2, "jobspec-update", 1.0, {"attributes.system.bank": "b"}, {})
+    assert state.active == {(7, "a"): 1, (7, "b"): 1}
+    assert state.take_changes().active == {(7, "a"): 1, (7, "b"): 1}
+    state.feed(1, "clean", 2.0, {}, {})
+    assert state.active == {(7, "b"): 1}

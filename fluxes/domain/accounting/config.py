@@ -6,6 +6,7 @@
     half-life = "7d"              # Slurm's PriorityDecayHalfLife; "0" turns decay off
     priority-plugin = "multifactor"  # or "default" (urgency only, flux's default)
     reprioritize-interval = "1m"  # how often the job manager recomputes fair share
+    reprioritize-min-interval = "5s"  # and soon after usage changed, at most this often
 
     [accounting.billing]          # what one second of each resource counts for
     cores = 1.0
@@ -70,6 +71,7 @@ class AccountingConfig:
     half_life: float = DEFAULT_HALF_LIFE
     priority_plugin: str = "default"
     reprioritize_interval: float = 60.0
+    reprioritize_min_interval: float = 5.0
     billing: Billing = field(default_factory=Billing)
     weights: Weights = field(default_factory=Weights)
 
@@ -92,6 +94,9 @@ class AccountingConfig:
                 if interval <= 0:
                     raise ConfigError("accounting.reprioritize-interval: must be > 0")
                 values["reprioritize_interval"] = interval
+            elif key == "reprioritize-min-interval":
+                values["reprioritize_min_interval"] = _duration(
+                    value, "accounting.reprioritize-min-interval", inf=False)
             elif key == "billing":
                 values["billing"] = _billing(value)
             elif key == "weights":
@@ -100,7 +105,8 @@ class AccountingConfig:
                 values.setdefault("weights", _weights({}, value))
             else:
                 raise ConfigError(f"accounting.{_key(key)}: unknown key (known: half-life, "
-                                  "priority-plugin, reprioritize-interval, billing, weights, "
+                                  "priority-plugin, reprioritize-interval, "
+                                  "reprioritize-min-interval, billing, weights, "
                                   "queue-priority)")
         return cls(**values)
 

@@ -13,16 +13,21 @@ refused at submission too.
 
 :class:`Holdings` is what the caller counts (the ingest its active jobs, the
 scheduler its running ones), kept up to date with :meth:`Holdings.add` and
-:meth:`Holdings.remove`, or built at once with :func:`holdings`.
+:meth:`Holdings.remove`, or built at once with :func:`holdings`. The ingest
+builds only the active counts it needs (:class:`ActiveIndex`, from the
+accounting fold's active jobs per association, :func:`active_holdings`) plus
+the jobs it created that the fold does not show yet (:class:`SubmitLedger`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fluxes.domain.accounting.banks import Accounts, Association, Limits
+from fluxes.domain.accounting.usage import AssocKey
 from fluxes.domain.sched.policy import PendingJob
 from fluxes.errors import PolicyError
 from fluxes.formats.rset import ResourceSet
@@ -184,34 +189,219 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
     return assoc
 
 
-#: How long the ingest counts a job it created that the folded active jobs do not show:
-#: far longer than the accounting worker's fold lag (a fraction of a second).
+def active_holdings(accounts: Accounts, counts: Mapping[AssocKey, int]) -> Holdings:
+    """The active jobs of ``counts`` (association as journaled -> active jobs), resolved
+    to associations and banks exactly as :func:`holdings` resolves each job: the
+    ``active`` figures equal those of :func:`holdings` over the same jobs (the other
+    figures stay 0)."""
+    out = Holdings()
+    for (userid, bank), count in counts.items():
+        assoc = accounts.resolve(userid, bank or None)
+        if assoc is None or not count:
+            continue
+        held = Held(0, count)
+        key = (assoc.username, assoc.bank)
+        out.by_assoc[key] = out.by_assoc.get(key, Held()).plus(held)
+        for name in accounts.path(assoc.bank):
+            out.by_bank[name] = out.by_bank.get(name, Held()).plus(held)
+    return out
+
+
+class ActiveIndex:
+    """Which associations (as journaled: uid and bank, ``""`` for the default bank) a
+    submission's ``max-active-jobs`` checks count, per user: the user's own
+    associations, and every association below a bank with such a limit above them.
+    Built once per state of the banks; what lets the ingest read a few counts per
+    block instead of every active job."""
+
+    def __init__(self, accounts: Accounts) -> None:
+        self.accounts = accounts
+        #: association -> the journaled keys that resolve to it
+        self._keys: dict[tuple[str, str], list[AssocKey]] = {}
+        #: bank with a max-active-jobs limit -> the keys of every association below it
+        self._below: dict[str, list[AssocKey]] = {}
+        #: user name -> what :meth:`wanted` answered for the user alone
+        self._per_user: dict[str, frozenset[AssocKey]] = {}
+        #: journaled key -> the association it resolves to and the banks from the root
+        self._charged: dict[AssocKey, tuple[tuple[str, str], tuple[str, ...]]] = {}
+        limited = {name for name, b in accounts.banks.items()
+                   if b.active and b.limits.max_active_jobs is not None}
+        for assoc in accounts.associations.values():
+            if not assoc.active:
+                continue  # resolve() charges nothing to it
+            keys = [(assoc.userid, assoc.bank)]
+            if accounts.default_banks.get(assoc.username) == assoc.bank:
+                keys.append((assoc.userid, ""))
+            self._keys[(assoc.username, assoc.bank)] = keys
+            path = tuple(accounts.path(assoc.bank))
+            for key in keys:
+                if (found := accounts.resolve(*key)) is not None:
+                    self._charged[key] = ((found.username, found.bank),
+                                          tuple(accounts.path(found.bank)))
+            for name in path:
+                if name in limited:
+                    self._below.setdefault(name, []).extend(keys)
+
+    def wanted(self, usernames: Iterable[str]) -> set[AssocKey]:
+        """The keys whose counts :func:`check_submit` needs for jobs of ``usernames``, in
+        any of their banks: exact for every association and bank it consults."""
+        out: set[AssocKey] = set()
+        for username in usernames:
+            mine = self._per_user.get(username)
+            if mine is None:
+                mine = self._per_user[username] = frozenset(self._user_wants(username))
+            out |= mine
+        return out
+
+    def holdings(self, counts: Mapping[AssocKey, int]) -> Holdings:
+        """:func:`active_holdings` of ``counts``, with the resolutions made once."""
+        by_assoc: dict[tuple[str, str], int] = {}
+        by_bank: dict[str, int] = {}
+        charged = self._charged
+        for key, count in counts.items():
+            found = charged.get(key)
+            if found is None or not count:
+                continue
+            assoc, path = found
+            by_assoc[assoc] = by_assoc.get(assoc, 0) + count
+            for name in path:
+                by_bank[name] = by_bank.get(name, 0) + count
+        return Holdings({k: Held(0, n) for k, n in by_assoc.items()},
+                        {k: Held(0, n) for k, n in by_bank.items()})
+
+    def _user_wants(self, username: str) -> set[AssocKey]:
+        out: set[AssocKey] = set()
+        accounts = self.accounts
+        for assoc in accounts.user_associations(username):
+            if assoc.limits.max_active_jobs is not None:
+                out.update(self._keys.get((username, assoc.bank), ()))
+            for name in accounts.path(assoc.bank):
+                out.update(self._below.get(name, ()))
+        return out
+
+
+#: How long the ingest counts a job it created whose commit it did not see succeed
+#: (the fold can never show it, or shows it soon).
 RECENT_S = 10.0
+#: How long at most the ingest counts a committed job the fold has not reached: the
+#: accounting worker folds within a fraction of a second, and one that is down must
+#: not make the ingest keep every job it creates.
+UNFOLDED_S = 60.0
 
 
-@dataclass
+def journal_id(text: str) -> tuple[int, int]:
+    """A stream id ``ms-seq`` as a pair that orders like the stream; ValueError if it
+    is not one."""
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Recent(NamedTuple):
+    """A job the ingest created: its partition, association as journaled, when, and the
+    journal id its submit entry is at or before (None until its commit is seen)."""
+
+    partition: int
+    key: AssocKey
+    t: float
+    journal_id: tuple[int, int] | None = None
+
+
 class SubmitLedger:
-    """What the ingest counts against ``max-active-jobs``: the active jobs the accounting
-    worker has folded (a snapshot lagging the journal by its fold) plus the jobs this
-    ingest created that the snapshot does not show yet, so that a burst of submissions
-    cannot slip through the lag."""
+    """What the ingest counts against ``max-active-jobs``: the active jobs per association
+    the accounting worker has folded (exact as of each partition's folded position)
+    plus the jobs this ingest created that the fold has not reached yet, so that a
+    burst of submissions cannot slip through the lag. A job is known to be folded once
+    its partition's folded position reaches the journal id its commit returned.
 
-    #: jobid -> (when created, the job)
-    recent: dict[int, tuple[float, HeldJob]] = field(default_factory=dict)
+    The jobs waiting for the fold are kept per partition in journal order with a
+    running count per association, so a block costs what the fold reached since the
+    last one, not what is still waiting (with the accounting worker down, up to
+    UNFOLDED_S of submissions)."""
 
-    def holdings(self, accounts: Accounts, snapshot: Mapping[int, HeldJob],
-                 now: float) -> Holdings:
-        """The holdings of the snapshot and of the recent jobs it does not include yet
-        (a recent job the snapshot shows, or older than RECENT_S, is forgotten)."""
-        for jobid in [j for j, (t, _job) in self.recent.items()
-                      if j in snapshot or now - t > RECENT_S]:
-            del self.recent[jobid]
-        return holdings(accounts, [*snapshot.values(),
-                                   *(job for _t, job in self.recent.values())])
+    def __init__(self) -> None:
+        #: partition -> jobs created whose commit was not seen yet: (jobid, key, when)
+        self._unplaced: dict[int, list[tuple[int, AssocKey, float]]] = {}
+        #: partition -> committed jobs in journal order: (journal id, jobid, key, when)
+        self._placed: dict[int, deque[tuple[tuple[int, int], int, AssocKey, float]]] = {}
+        #: association -> jobs of both kinds
+        self._count: dict[AssocKey, int] = {}
+        self._size = 0
 
-    def created(self, jobid: int, job: HeldJob, now: float) -> None:
-        """The ingest created ``job``."""
-        self.recent[jobid] = (now, job)
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def recent(self) -> dict[int, Recent]:
+        """Every job it counts now, by id (for inspection)."""
+        out = {jobid: Recent(p, key, t) for p, jobs in self._unplaced.items()
+               for jobid, key, t in jobs}
+        out.update({jobid: Recent(p, key, t, at) for p, jobs in self._placed.items()
+                    for at, jobid, key, t in jobs})
+        return out
+
+    def clear(self) -> None:
+        """Forget every job (nothing caps active jobs: nobody needs the count)."""
+        self._unplaced.clear()
+        self._placed.clear()
+        self._count.clear()
+        self._size = 0
+
+    def _drop(self, key: AssocKey) -> None:
+        self._size -= 1
+        left = self._count[key] - 1
+        if left:
+            self._count[key] = left
+        else:
+            del self._count[key]
+
+    def created(self, jobid: int, partition: int, key: AssocKey, now: float) -> None:
+        """The ingest is about to commit ``jobid`` charged to ``key``."""
+        self._unplaced.setdefault(partition, []).append((jobid, key, now))
+        self._count[key] = self._count.get(key, 0) + 1
+        self._size += 1
+
+    def committed(self, partition: int, last_id: str) -> None:
+        """A commit of the partition succeeded with ``last_id`` its last journal entry:
+        every job created for the partition and not placed yet is at or before it."""
+        at = journal_id(last_id)
+        placed = self._placed.setdefault(partition, deque())
+        for jobid, key, t in self._unplaced.pop(partition, []):
+            placed.append((at, jobid, key, t))
+
+    def counts(self, folded: Mapping[AssocKey, int], positions: list[str | None],
+               now: float) -> dict[AssocKey, int]:
+        """``folded`` (the fold's counts, exact at ``positions``, per partition; None: the
+        partition was never folded) plus the recent jobs the fold has not reached; the
+        ones it reached, and those too old to wait for, are forgotten."""
+        for partition, placed in self._placed.items():
+            raw = positions[partition] if partition < len(positions) else None
+            reached = journal_id(raw) if raw is not None else None
+            # in journal order: the ones the fold reached, or too old, come first
+            while placed and ((reached is not None and placed[0][0] <= reached)
+                              or now - placed[0][3] > UNFOLDED_S):
+                self._drop(placed.popleft()[2])
+        for partition, jobs in list(self._unplaced.items()):
+            kept = [job for job in jobs if now - job[2] <= RECENT_S]
+            for _jobid, key, t in jobs:
+                if now - t > RECENT_S:
+                    self._drop(key)
+            if kept:
+                self._unplaced[partition] = kept
+            else:
+                del self._unplaced[partition]
+        out = dict(folded)
+        for key, n in self._count.items():
+            out[key] = out.get(key, 0) + n
+        return out
+
+    def holdings(self, accounts: Accounts, folded: Mapping[AssocKey, int],
+                 positions: list[str | None], now: float,
+                 index: ActiveIndex | None = None) -> Holdings:
+        """:meth:`counts` as the holdings :func:`check_submit` takes (active jobs only);
+        ``index`` (of ``accounts``) resolves them faster."""
+        counts = self.counts(folded, positions, now)
+        return index.holdings(counts) if index is not None \
+            else active_holdings(accounts, counts)
 
 
 class LimitGate:

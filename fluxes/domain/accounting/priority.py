@@ -24,7 +24,8 @@ changed: that is when the job manager reprioritizes every pending job.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from fluxes.domain.accounting.config import Weights
@@ -161,6 +162,38 @@ class MultiFactorPriority:
         final = job_priority(_Fixed(computed), job)
         return Breakdown(job.jobid, factors, self.weights.as_dict(), parts, computed, final,
                          facts.bank)
+
+
+@dataclass
+class ReprioritizeTimer:
+    """When the job manager gives the plugin a new fair-share table and recomputes every
+    pending job: every ``interval`` (age drifts, banks change), and soon after usage
+    changed (the accounting worker's usage marks moved) but never sooner than
+    ``min_interval`` after the last time, so that a busy instance, whose usage moves
+    with every block the fold writes, is not reprioritized at every step."""
+
+    interval: float
+    min_interval: float
+    #: when it last reprioritized (the clock of the caller's choice)
+    last: float = float("-inf")
+    #: the usage marks (one per partition) its last fair-share table was built after
+    marks: tuple[str | None, ...] | None = None
+
+    def should_look(self, now: float) -> bool:
+        """Whether reading the usage marks is worth it now: a change seen now may act."""
+        return now - self.last >= min(self.min_interval, self.interval)
+
+    def due(self, now: float, marks: Sequence[str | None] | None = None) -> bool:
+        """Whether to reprioritize now, given the usage marks just read (None: not read)."""
+        if now - self.last >= self.interval:
+            return True
+        return (marks is not None and tuple(marks) != self.marks
+                and now - self.last >= self.min_interval)
+
+    def done(self, now: float, marks: Sequence[str | None] | None) -> None:
+        """It reprioritized at ``now`` with usage as of ``marks`` (read before the table)."""
+        self.last = now
+        self.marks = None if marks is None else tuple(marks)
 
 
 class _Fixed:

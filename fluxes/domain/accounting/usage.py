@@ -235,6 +235,8 @@ class Changes:
     opened: dict[int, OpenJob] = field(default_factory=dict)
     closed: set[int] = field(default_factory=set)
     charges: list[JobCharge] = field(default_factory=list)
+    #: associations whose count of active jobs changed, with the new count (0: none)
+    active: dict[AssocKey, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -245,6 +247,13 @@ class UsageState:
     accums: dict[AssocKey, Accum] = field(default_factory=dict)
     open: dict[int, OpenJob] = field(default_factory=dict)
     changes: Changes = field(default_factory=Changes)
+    #: active jobs (pending and running) per association as journaled: what the ingest
+    #: reads instead of every open job to check ``max-active-jobs``; never a zero entry
+    active: dict[AssocKey, int] = field(init=False, default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for job in self.open.values():
+            self.active[job.key] = self.active.get(job.key, 0) + 1
 
     def take_changes(self) -> Changes:
         """What changed since the last call (and start afresh)."""
@@ -272,6 +281,7 @@ class UsageState:
             if job.t_alloc is not None:
                 self._charge(jobid, job, timestamp)
             del self.open[jobid]
+            self._count(job.key, -1)
             self.changes.opened.pop(jobid, None)
             self.changes.closed.add(jobid)
         elif name == "jobspec-update" and job.t_alloc is None:
@@ -292,7 +302,21 @@ class UsageState:
 
     # ------------------------------------------------------------ transitions
 
+    def _count(self, key: AssocKey, delta: int) -> None:
+        count = self.active.get(key, 0) + delta
+        if count:
+            self.active[key] = count
+        else:
+            del self.active[key]
+        self.changes.active[key] = count
+
     def _set(self, jobid: int, job: OpenJob) -> None:
+        before = self.open.get(jobid)
+        if before is None or before.key != job.key:
+            # a new job, or a pending one moved to another bank (jobspec-update)
+            if before is not None:
+                self._count(before.key, -1)
+            self._count(job.key, 1)
         self.open[jobid] = job
         self.changes.opened[jobid] = job
         self.changes.closed.discard(jobid)
