@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from fluxes.domain.graph.table import inventory_of_graph_table
 from fluxes.domain.sched.inventory import Inventory, Target
 from fluxes.domain.sched.request import Request
 from fluxes.formats.idset import IDSet
@@ -77,6 +78,10 @@ class Machine:
 
     inventory: Inventory
     description: str
+    #: the ``[resource]`` table it was read from (None: given by counts): the
+    #: scheduler's pool is built from it as the worker builds it (a graph pool when it
+    #: describes a graph)
+    table: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def cores(self) -> int:
@@ -106,12 +111,24 @@ class Machine:
         return cls(Inventory(targets), f"{nodes} node{plural} x {cores_per_node} cores")
 
     @classmethod
-    def from_inventory(cls, inventory: Inventory) -> Machine:
-        """A configured inventory (``[resource]``)."""
+    def from_inventory(cls, inventory: Inventory, table: Mapping[str, Any] | None = None,
+                       kind: str = "") -> Machine:
+        """A configured inventory (``[resource]``, the ``table`` when given)."""
         if not len(inventory):
             raise ValueError("machine: the inventory has no nodes")
         return cls(inventory, f"{len(inventory)} nodes, {inventory.ncores} cores"
-                              f"{f', {inventory.ngpus} gpus' if inventory.ngpus else ''}")
+                              f"{f', {inventory.ngpus} gpus' if inventory.ngpus else ''}{kind}",
+                   table)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> Machine:
+        """The machine of an instance configuration's ``[resource]`` table: its nodes,
+        or the hosts of its graph (``graph``, ``graph-recipe``). ConfigError naming
+        the key."""
+        inventory = inventory_of_graph_table(table)
+        if inventory is not None:
+            return cls.from_inventory(inventory, table, " (a resource graph)")
+        return cls.from_inventory(Inventory.from_table(table), table)
 
 
 def machine_for_trace(trace: Trace, nodes: int | None, cores_per_node: int | None,
