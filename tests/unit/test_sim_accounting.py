@@ -36,7 +36,7 @@ def _banks(small: int = 1, big: int = 3, limit: str = "") -> Accounts:
 def _saturating(per_user: int) -> list[SimJob]:
     """Both users submit one-core 10 s jobs, each at 6 cores' worth: 12 cores offered to
     an 8-core machine, so both always have jobs waiting."""
-    jobs = []
+    jobs: list[SimJob] = []
     for i in range(per_user):
         for uid in (1, 2):
             jobs.append(SimJob(len(jobs) + 1, i * RUNTIME / 6, 1, 2 * RUNTIME, RUNTIME, uid,
