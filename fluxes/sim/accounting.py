@@ -36,6 +36,7 @@ from fluxes.domain.accounting.banks import (
     BankAdd,
     BankDelete,
     BankEdit,
+    Limits,
     UserAdd,
     UserDelete,
     UserEdit,
@@ -50,14 +51,16 @@ from fluxes.domain.accounting.limits import (
     LimitGate,
     check_submit,
     limits_active_jobs,
+    start_refusal,
 )
 from fluxes.domain.accounting.priority import MultiFactorPriority, facts_from_info
 from fluxes.domain.accounting.usage import UsageError, UsageState, decayed_usage
 from fluxes.domain.jm.priority import PriorityPlugin
 from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
+from fluxes.sim.invariants import Checked
 
-__all__ = ["SimAccounting", "read_banks"]
+__all__ = ["LIMITS_INVARIANT", "SimAccounting", "read_banks"]
 
 #: The limit options of the account commands, and their event keys.
 _LIMITS: Final = (("--max-running-jobs", "max_running_jobs"),
@@ -184,6 +187,8 @@ class SimAccounting:
         #: what every association holds (active jobs), for max-active-jobs
         self._active = Holdings() if limits_active_jobs(accounts) else None
         self._charged: dict[int, HeldJob] = {}
+        #: the bank each job was charged to, kept when running limits are to be checked
+        self.banks: dict[int, str] | None = {} if _running_limits(accounts) else None
 
     @property
     def priority(self) -> PriorityPlugin | None:
@@ -221,6 +226,8 @@ class SimAccounting:
         if assoc is None:
             return dict(info)
         charged = pending._replace(bank=assoc.bank)
+        if self.banks is not None:
+            self.banks[jobid] = assoc.bank
         if self._active is not None:
             self._active.add(accounts, charged)
             self._charged[jobid] = charged
@@ -271,6 +278,52 @@ class SimAccounting:
                                 when)
         usage = {key: f.billing(cfg.billing) for key, f in figures.items()}
         self.plugin.update(fair_share(self.accounts, usage))
+
+
+    # -- the check ------------------------------------------------------------------------
+
+    def check(self, runs: Iterable[tuple[int, int, float, float, int, int]],
+              checked: Checked) -> None:
+        """The running limits held over the whole run: ``runs`` are (jobid, userid, start,
+        end, nodes, cores) as the exec side ran them; a start that ``start_refusal``
+        refuses given what was running then is a violation. Counted from what ran,
+        not from the gate's own books. The starting job is asked about with no size:
+        the gate weighs its request's minimum, which R may exceed (a job of cores
+        anywhere spans nodes), so only a start while the running jobs already fill a
+        limit is sure to be one the gate should have held back."""
+        banks = self.banks
+        if banks is None:
+            return
+        accounts = self.accounts
+        points: list[tuple[float, int, int, HeldJob]] = []
+        for jobid, userid, start, end, nnodes, ncores in runs:
+            job = HeldJob(userid, banks.get(jobid), True, nnodes, ncores)
+            points.append((start, 1, jobid, job))
+            points.append((end, 0, jobid, job))
+        points.sort(key=lambda p: (p[0], p[1], p[2]))  # ends before starts at one time
+        held = Holdings()
+        for when, kind, jobid, job in points:
+            if not kind:
+                held.remove(accounts, job)
+                continue
+            reason = start_refusal(accounts, held, job._replace(nnodes=0, ncores=0))
+            if reason is not None:
+                checked.fail(LIMITS_INVARIANT, f"job {jobid} starts at {when:.3f}: {reason}")
+            held.add(accounts, job)
+
+
+#: The invariant the running limits' check reports.
+LIMITS_INVARIANT: Final = "running limits never exceeded"
+
+
+def _running_limits(accounts: Accounts) -> bool:
+    """Whether some association or bank has a running limit."""
+    def has(limits: Limits) -> bool:
+        return (limits.max_running_jobs is not None or limits.max_nodes is not None
+                or limits.max_cores is not None)
+
+    return any(has(a.limits) for a in accounts.associations.values()) or any(
+        has(b.limits) for b in accounts.banks.values())
 
 
 #: Journal events the usage fold reads.

@@ -13,8 +13,11 @@ What it drives, and how it mirrors the workers:
   feasibility against the inventory), cached per job shape; a refusal is the
   ingest's message.
 * :class:`Driver` holds one :class:`JobManagerCore` (the job manager worker's
-  pure core) and one :class:`Scheduler` on a :class:`ResourcePool` (the
-  scheduler worker's), and carries their RFC 27 messages both ways with no
+  pure core) and one :class:`Scheduler` on the pool the scheduler worker's
+  wiring picks (``pool_of_table``: a graph pool when the machine's
+  ``[resource]`` table describes a graph, else a :class:`ResourcePool`), and
+  with accounting (:mod:`fluxes.sim.accounting`) the worker's ``LimitGate`` and
+  the job manager's periodic reprioritizing, and carries their RFC 27 messages both ways with no
   latency, as typed message objects. The scheduler side repeats what
   ``workers/scheduler.py`` does with each request (``_apply``, ``_add_allocs``,
   ``_schedule``): alloc requests are checked (``pool.check``) and queued, frees

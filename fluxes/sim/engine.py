@@ -234,6 +234,10 @@ class Simulation(ExecModel):
         check_schedule((Ran(r.job.id, r.job.submit, r.start, r.end, r.masks, r.ncores,
                             bool(r.result) or r.inactive is not None) for r in runs),
                        self.machine, self.checked, leftovers)
+        if self.accounting is not None:
+            self.accounting.check(((r.job.id, r.job.userid, r.start, r.end, len(r.masks or ()),
+                                    r.ncores) for r in runs
+                                   if r.start is not None and r.end is not None), self.checked)
         return Outcome(
             label=self.label, machine=self.machine, runs=runs, refused=self.refused,
             series=self.series, passes=driver.passes, elapsed=time.perf_counter() - started,

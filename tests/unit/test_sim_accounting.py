@@ -170,3 +170,23 @@ def test_banks_file_commands_and_events_fold_the_same() -> None:
 def test_bad_banks_lines_name_the_line(line: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         read_banks(["add-bank root 1", line])
+
+
+def test_the_invariants_catch_a_gate_that_lets_jobs_through(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's end checks count the running jobs per association from what ran: a gate
+    that holds nothing back breaks alice's max-running-jobs, and the check says so."""
+    from fluxes.domain.accounting.limits import LimitGate
+    from fluxes.sim.accounting import LIMITS_INVARIANT
+
+    accounts = _banks(limit="--max-running-jobs=2")
+    clean = simulate(Workload(_saturating(100)), Machine.uniform(1, 8),
+                     InstanceConfig.from_toml(CONFIG), {"policy": "fcfs"}, label="fcfs",
+                     accounts=accounts)
+    assert clean.checked.ok
+    monkeypatch.setattr(LimitGate, "refusal", lambda _self, _job: None)
+    broken = simulate(Workload(_saturating(100)), Machine.uniform(1, 8),
+                      InstanceConfig.from_toml(CONFIG), {"policy": "fcfs"}, label="fcfs",
+                      accounts=accounts)
+    assert broken.checked.violations[LIMITS_INVARIANT] > 0
+    assert "max-running-jobs limit (2) reached for alice/small" in broken.checked.examples[0]
