@@ -265,7 +265,8 @@ class Simulation(ExecModel):
         """The ingest charges an accepted job to its association (accounting on)."""
         if isinstance(prepared, str) or self.accounting is None:
             return prepared
-        info = self.accounting.charge(job.id, job.userid, job.user, prepared.info)
+        asked = prepared.info if job.bank is None else {**prepared.info, "bank": job.bank}
+        info = self.accounting.charge(job.id, job.userid, job.user, asked)
         if isinstance(info, str):
             return info
         return Prepared(prepared.queue, info, prepared.request)

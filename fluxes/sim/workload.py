@@ -70,6 +70,8 @@ class SimJob:
     name: str | None = None
     #: the index of its SWF line in the trace (for the output SWF)
     line: int = -1
+    #: the bank it asked to be charged to (journal input; None: the user's default)
+    bank: str | None = None
 
 
 @dataclass(frozen=True)
@@ -334,6 +336,7 @@ def _journal_job(jobid: int, seen: _Seen, skipped: Counter[str]) -> SimJob | Non
     queue = info.get("queue")
     deps = info.get("dependencies")
     name = info.get("name")
+    bank = info.get("bank")
     return SimJob(
         id=jobid, submit=seen.submit, size=max(nnodes, 1) if nnodes else max(ncores, 1),
         requested=requested, runtime=runtime, userid=seen.userid, user=str(seen.userid),
@@ -341,4 +344,5 @@ def _journal_job(jobid: int, seen: _Seen, skipped: Counter[str]) -> SimJob | Non
         queue=queue if isinstance(queue, str) and queue else None, whole_nodes=bool(nnodes),
         outcome=outcome, exit_status=exit_status, urgency=seen.urgency, request=request,
         dependencies=list(deps) if isinstance(deps, list) and deps else None,
-        name=name if isinstance(name, str) else None)
+        name=name if isinstance(name, str) else None,
+        bank=bank if isinstance(bank, str) and bank else None)

@@ -190,3 +190,26 @@ def test_the_invariants_catch_a_gate_that_lets_jobs_through(
                       accounts=accounts)
     assert broken.checked.violations[LIMITS_INVARIANT] > 0
     assert "max-running-jobs limit (2) reached for alice/small" in broken.checked.examples[0]
+
+
+def test_a_job_asking_for_a_bank_is_charged_to_it_and_a_history_keeps_it(
+        tmp_path: Path) -> None:
+    """alice is in small (her default) and big: a job that asks for big is charged to big,
+    and a history replayed asks for the bank its jobs were charged to."""
+    from fluxes.sim.run import load_journal
+
+    accounts = read_banks(["add-bank root 1", "add-bank --parent-bank=root small 1",
+                           "add-bank --parent-bank=root big 1",
+                           "add-user --username=alice --userid=1 --bank=small",
+                           "add-user --username=alice --userid=1 --bank=big"])
+    jobs = [SimJob(1, 0.0, 1, 20.0, 10.0, 1, "1", "-", bank="big"),
+            SimJob(2, 0.0, 1, 20.0, 10.0, 1, "1", "-"),
+            SimJob(3, 0.0, 1, 20.0, 10.0, 1, "1", "-", bank="nowhere")]
+    journal = tmp_path / "j.jsonl"
+    outcome = simulate(Workload(jobs), Machine.uniform(1, 4), InstanceConfig(),
+                       {"policy": "fcfs"}, label="fcfs", accounts=accounts,
+                       journal_out=journal)
+    assert outcome.refused == {"user alice is not in bank nowhere (their banks: big, small)": 1}
+    with open(journal, "rb") as f:
+        replayed = load_journal(f).jobs
+    assert {j.id: j.bank for j in replayed} == {1: "big", 2: "small"}
