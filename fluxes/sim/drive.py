@@ -17,8 +17,8 @@ What it drives, and how it mirrors the workers:
   wiring picks (``pool_of_table``: a graph pool when the machine's
   ``[resource]`` table describes a graph, else a :class:`ResourcePool`), and
   with accounting (:mod:`fluxes.sim.accounting`) the worker's ``LimitGate`` and
-  the job manager's periodic reprioritizing, and carries their RFC 27 messages both ways with no
-  latency, as typed message objects. The scheduler side repeats what
+  the job manager's periodic reprioritizing, and carries their RFC 27 messages
+  both ways with no latency, as typed message objects. The scheduler side repeats what
   ``workers/scheduler.py`` does with each request (``_apply``, ``_add_allocs``,
   ``_schedule``): alloc requests are checked (``pool.check``) and queued, frees
   and cancels answered, and a pass runs after every batch of messages that can
@@ -33,6 +33,11 @@ What it drives, and how it mirrors the workers:
   out: they only refresh annotations (a quick pass starts exactly what a full
   one would, and a pass with no input since the previous one starts nothing),
   which the tests check by comparing both modes.
+
+Why one module: it is the simulator's single point of contact with the code it
+simulates (every call into the ingest, the job manager core, the scheduler and
+its pool is here, and one test checks their signatures); split, a change in
+those cores could break a piece the test does not look at.
 """
 
 from __future__ import annotations
