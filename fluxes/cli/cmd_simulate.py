@@ -54,6 +54,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--config", metavar="FILE.toml",
                    help="an instance configuration (fluxes start --config): queues, limits, "
                         "policies, [sched], [accounting], and the machine ([resource])")
+    p.add_argument("--banks", metavar="FILE",
+                   help="banks and users, one 'fluxes account' change per line (add-bank, "
+                        "add-user --userid=UID ...) or accounting event (JSON): fair share "
+                        "and running limits, with the configuration's [accounting]")
     p.add_argument("--queue-map", metavar="N=QUEUE,...",
                    help="SWF queue numbers to the configuration's queues")
     p.add_argument("--policy", choices=_POLICIES,
@@ -196,10 +200,10 @@ def _load(args: argparse.Namespace, config: InstanceConfig
 
 
 def _configured(config: InstanceConfig) -> Machine:
-    from fluxes.domain.sched.inventory import Inventory
     from fluxes.sim.workload import Machine
 
-    return Machine.from_inventory(Inventory.from_table(config.resource))
+    # a graph ([resource] graph, graph-recipe) gives the hosts and the scheduler's pool
+    return Machine.from_table(config.resource)
 
 
 def _updater(bar: Any) -> Callable[[int, int], None]:
@@ -233,6 +237,12 @@ def _simulate(args: argparse.Namespace) -> int:
         from fluxes.sim.plots import require_matplotlib
 
         require_matplotlib()  # fail before simulating, not after
+    accounts = None
+    if args.banks:
+        from fluxes.sim.accounting import read_banks
+
+        with open(args.banks, encoding="utf-8") as f:
+            accounts = read_banks(f, f"--banks {args.banks}")
     workload, machine, config = _load(args, config)
     if not workload.jobs:
         raise ValueError("the workload has no job to simulate"
@@ -254,7 +264,7 @@ def _simulate(args: argparse.Namespace) -> int:
         journal_out = _suffixed(args.journal_out, label, several) if args.journal_out else None
         outcome = run.simulate(workload, machine, config, overrides, label=label,
                                annotations=args.annotations, journal_out=journal_out,
-                               progress=_updater(bar))
+                               accounts=accounts, progress=_updater(bar))
         bar.done()
         outcomes.append(outcome)
         if args.out:

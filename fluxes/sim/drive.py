@@ -13,9 +13,12 @@ What it drives, and how it mirrors the workers:
   feasibility against the inventory), cached per job shape; a refusal is the
   ingest's message.
 * :class:`Driver` holds one :class:`JobManagerCore` (the job manager worker's
-  pure core) and one :class:`Scheduler` on a :class:`ResourcePool` (the
-  scheduler worker's), and carries their RFC 27 messages both ways with no
-  latency, as typed message objects. The scheduler side repeats what
+  pure core) and one :class:`Scheduler` on the pool the scheduler worker's
+  wiring picks (``pool_of_table``: a graph pool when the machine's
+  ``[resource]`` table describes a graph, else a :class:`ResourcePool`), and
+  with accounting (:mod:`fluxes.sim.accounting`) the worker's ``LimitGate`` and
+  the job manager's periodic reprioritizing, and carries their RFC 27 messages
+  both ways with no latency, as typed message objects. The scheduler side repeats what
   ``workers/scheduler.py`` does with each request (``_apply``, ``_add_allocs``,
   ``_schedule``): alloc requests are checked (``pool.check``) and queued, frees
   and cancels answered, and a pass runs after every batch of messages that can
@@ -30,6 +33,11 @@ What it drives, and how it mirrors the workers:
   out: they only refresh annotations (a quick pass starts exactly what a full
   one would, and a pass with no input since the previous one starts nothing),
   which the tests check by comparing both modes.
+
+Why one module: it is the simulator's single point of contact with the code it
+simulates (every call into the ingest, the job manager core, the scheduler and
+its pool is here, and one test checks their signatures); split, a change in
+those cores could break a piece the test does not look at.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from typing import Any, Final
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
+from fluxes.domain.graph.model import ResourceGraph
+from fluxes.domain.graph.table import pool_of_table
 from fluxes.domain.jm.core import Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
 from fluxes.domain.jm.feasibility import Feasibility
@@ -52,10 +62,12 @@ from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.domain.sched.policy import PassResult, PendingJob, QueuePolicy, Scheduler
 from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
 from fluxes.errors import FluxesError
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
+from fluxes.sim.accounting import SimAccounting
 from fluxes.sim.workload import SimJob
 
 __all__ = ["FULL_PASS_S", "REPLAN_S", "Driver", "ExecModel", "Granted", "Ingest", "Observer",
@@ -126,9 +138,11 @@ class Prepared:
 class Ingest:
     """The ingest's checks (``prepare_job``) for simulated jobs, cached per shape."""
 
-    def __init__(self, config: InstanceConfig, inventory: Inventory) -> None:
+    def __init__(self, config: InstanceConfig, inventory: Inventory,
+                 graph: ResourceGraph | None = None) -> None:
         self.config = config
-        self.feasibility = Feasibility(inventory)
+        # with a graph, jobs are checked against it, as the ingest's load_feasibility does
+        self.feasibility = Feasibility(inventory, graph)
         self._cache: dict[tuple[Any, ...], Prepared | str] = {}
         queues = config.queues
         # access rules make the verdict depend on the user: only then is the user
@@ -238,9 +252,14 @@ class _SchedSide:
 
     def __init__(self, inventory: Inventory, queues: Mapping[str | None, QueuePolicy],
                  clock: VirtualClock, mode: proto.Mode, limit: int, annotations: bool,
-                 observer: Observer) -> None:
-        self.pool = ResourcePool(inventory, clock=clock)
-        self.sched = Scheduler(self.pool, queues)
+                 observer: Observer, table: Mapping[str, Any] | None = None,
+                 accounting: SimAccounting | None = None) -> None:
+        # the worker's wiring (load_pool): a graph pool when the [resource] table
+        # describes a graph, else today's pool; a machine given by counts has no table
+        self.pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
+            else ResourcePool(inventory, clock=clock)
+        self.gate = accounting.gate if accounting is not None else None
+        self.sched = Scheduler(self.pool, queues, gate=self.gate)
         self.mode = mode
         self.limit = limit
         self.annotations = annotations
@@ -260,6 +279,8 @@ class _SchedSide:
             if isinstance(msg, proto.Alloc):
                 allocs.append(msg)
             elif isinstance(msg, proto.Free):
+                if self.gate is not None:
+                    self.gate.end(msg.id)
                 try:
                     pool.free(msg.id)
                 except ValueError:
@@ -295,7 +316,7 @@ class _SchedSide:
                 request = self._request(msg.request)
                 pool.check(request)
                 job = PendingJob(msg.id, msg.priority, msg.t_submit, msg.userid, msg.queue,
-                                 request)
+                                 request, bank=msg.bank)
             except (ValueError, FluxesError) as exc:
                 out.append(proto.AllocResponse(id=msg.id, type=proto.ALLOC_DENY,
                                                note=str(exc) or type(exc).__name__))
@@ -325,7 +346,8 @@ class _SchedSide:
                              "t_estimate": None}}
             out.append(proto.AllocResponse(
                 id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=str(rset.ranks),
-                nodelist=str(rset.hostlist) if self.hostnames else None))
+                nodelist=str(rset.hostlist) if self.hostnames else None, ncores=rset.ncores,
+                ngpus=rset.ngpus))
             self.sent.pop(jobid, None)
             observer.granted(_grant(jobid, now, rset))
         for jobid, note in result.denied:
@@ -368,14 +390,23 @@ class Driver:
                  clock: VirtualClock, exec_model: ExecModel, observer: Observer,
                  priority: PriorityPlugin | None = None, mode: proto.Mode = "unlimited",
                  limit: int = 0, annotations: bool = False,
-                 track_dependencies: bool = False) -> None:
+                 track_dependencies: bool = False, table: Mapping[str, Any] | None = None,
+                 accounting: SimAccounting | None = None) -> None:
         self.clock = clock
         self.exec = exec_model
         self.observer = observer
         self.annotations = annotations
+        self.accounting = accounting
+        if accounting is not None:
+            priority = accounting.priority
         self.core = JobManagerCore(owner_uid=OWNER_UID, priority=priority, clock=clock,
                                    lookup=self._lookup)
-        self.sched = _SchedSide(inventory, queues, clock, mode, limit, annotations, observer)
+        if accounting is not None:
+            jobs = self.core.jobs
+            accounting.use_records(lambda jobid: (act.rec.info if (act := jobs.get(jobid))
+                                                  is not None else None))
+        self.sched = _SchedSide(inventory, queues, clock, mode, limit, annotations, observer,
+                                table, accounting)
         self._to_sched: list[proto.SchedRequest] = []
         self._reports: list[proto.ExecReport] = []
         self._ranks: dict[int, list[int]] = {}
@@ -405,10 +436,13 @@ class Driver:
             if job.dependencies:
                 info["dependencies"] = job.dependencies
         now = self.clock.now
-        if self.observer.wants_journal:
-            self.observer.journal(job.id, 0, ev.Submit(timestamp=now, urgency=job.urgency,
-                                                       userid=job.userid, flags=0), info)
-            self.observer.journal(job.id, 1, ev.Validate(timestamp=now), None)
+        if self.observer.wants_journal or self.accounting is not None:
+            submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=job.userid, flags=0)
+            if self.accounting is not None:
+                self.accounting.fold(job.id, submit, info)
+            if self.observer.wants_journal:
+                self.observer.journal(job.id, 0, submit, info)
+                self.observer.journal(job.id, 1, ev.Validate(timestamp=now), None)
         if self._track:
             self._userid[job.id] = job.userid
         fx = Effects()
@@ -436,6 +470,11 @@ class Driver:
     def next_timer(self) -> float | None:
         """When the cores next have something to do by themselves, or None."""
         due = self.core.next_timer()
+        acct = self.accounting
+        if acct is not None and acct.plugin is not None and self.core.jobs:
+            # the job manager's reprioritizing, while it holds jobs (between them the
+            # next instant catches up: nothing changes in an empty job manager)
+            due = acct.next_tick if due is None else min(due, acct.next_tick)
         if self.annotations and self.sched.sched.pending:
             replan = self.planned + REPLAN_S
             due = replan if due is None else min(due, replan)
@@ -449,6 +488,10 @@ class Driver:
         whenever the scheduler has taken a batch that can change their outcome."""
         self.clock.now = now
         sched = self.sched
+        tick = self.accounting.due(now) if self.accounting is not None else None
+        if tick is not None and tick < now:
+            self._reprioritize(tick)  # a tick passed while the job manager held no job
+            tick = None
         for _ in range(_SETTLE_LIMIT):
             # inputs first, then the job manager's timers, as its worker's step does: a
             # job whose tasks end exactly at its time limit completes
@@ -456,6 +499,9 @@ class Driver:
             fx = Effects()
             self.core.on_timers(fx, now)
             self._drain(fx)
+            if tick is not None:
+                self._reprioritize(tick)  # after its timers, as in the worker's step
+                tick = None
             if self._to_sched or self._reports:
                 continue
             if sched.sched.pending and (sched.dirty or self._timer_due(now)):
@@ -463,6 +509,15 @@ class Driver:
                 continue
             return
         raise RuntimeError(f"the simulation does not settle at t={now}")
+
+    def _reprioritize(self, when: float) -> None:
+        """The job manager's periodic step: a fair-share table as of ``when``, then every
+        pending job's priority recomputed (``JobManagerCore.reprioritize``)."""
+        assert self.accounting is not None
+        self.accounting.refresh(when)
+        fx = Effects()
+        self.core.reprioritize(fx)
+        self._drain(fx)
 
     def _timer_due(self, now: float) -> bool:
         if not self.annotations:
@@ -506,7 +561,8 @@ class Driver:
     def _drain(self, fx: Effects) -> None:
         """Take what one core step produced: events, messages to send, retired jobs."""
         observer = self.observer
-        if fx.ops and (observer.wants_journal or self._track):
+        acct = self.accounting
+        if fx.ops and (observer.wants_journal or self._track or acct is not None):
             for jobid, ops in fx.ops.items():
                 seq = fx.base_seq.get(jobid, 0)
                 for op in ops:
@@ -515,6 +571,8 @@ class Driver:
                             observer.journal(jobid, seq, op[1], op[2])
                         if self._track:
                             self._note(jobid, op[1])
+                        if acct is not None:
+                            acct.fold(jobid, op[1], op[2])
                         seq += 1
                     elif observer.wants_journal:
                         observer.journal(jobid, None, op[1], None)
@@ -525,6 +583,8 @@ class Driver:
         for jobid, (result, when) in fx.retired.items():
             if self._track:
                 self._retire(jobid, result)
+            if acct is not None:
+                acct.retired(jobid)
             observer.retired(jobid, result, when)
 
     def _exec(self, requests: Mapping[int, list[proto.ExecRequest]]) -> None:

@@ -24,9 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fluxes.config import InstanceConfig
-from fluxes.domain.jm.priority import PriorityPlugin
+from fluxes.domain.accounting.banks import Accounts
+from fluxes.domain.graph.table import graph_of_table
 from fluxes.domain.job import events as ev
 from fluxes.domain.sched.policy import PassResult
+from fluxes.sim.accounting import SimAccounting
 from fluxes.sim.drive import (
     Driver,
     ExecModel,
@@ -143,8 +145,7 @@ class Simulation(ExecModel):
     def __init__(self, jobs: Sequence[SimJob], machine: Machine, config: InstanceConfig,
                  *, overrides: Mapping[str, Any] | None = None, label: str = "",
                  annotations: bool = False, writer: Writer | None = None,
-                 priority: Callable[[VirtualClock, Machine], PriorityPlugin | None]
-                 | None = None,
+                 accounts: Accounts | None = None,
                  progress: Callable[[int, int], None] | None = None) -> None:
         self.jobs = jobs
         self.machine = machine
@@ -155,7 +156,15 @@ class Simulation(ExecModel):
         self.clock = VirtualClock()
         self.checked = Checked()
         self.reservations = ReservationCheck(self.checked)
-        self.ingest = Ingest(config, machine.inventory)
+        self.ingest = Ingest(config, machine.inventory,
+                             graph_of_table(machine.table) if machine.table else None)
+        # accounting is modelled with banks, or with the multi-factor plugin (its
+        # periodic reprioritizing); without either the run pays nothing for it
+        self.accounting: SimAccounting | None = None
+        if accounts is not None or config.accounting.priority_plugin == "multifactor":
+            self.accounting = SimAccounting(config.accounting, accounts or Accounts(),
+                                            cores=machine.cores, nodes=machine.nodes,
+                                            clock=self.clock)
         self.runs: dict[int, JobRun] = {}
         self.refused: Counter[str] = Counter()
         self.label = label
@@ -163,9 +172,9 @@ class Simulation(ExecModel):
         self.driver = Driver(
             machine.inventory, self.queues, clock=self.clock, exec_model=self,
             observer=_Observer(self),
-            priority=priority(self.clock, machine) if priority is not None else None,
             mode=mode, limit=int(config.sched.get("limit", 0)), annotations=annotations,
-            track_dependencies=any(j.dependencies for j in jobs))
+            track_dependencies=any(j.dependencies for j in jobs), table=machine.table,
+            accounting=self.accounting)
         self._events: list[tuple[float, int, int, int]] = []
         self._seq = 0
         self._timer_at: float | None = None
@@ -225,6 +234,10 @@ class Simulation(ExecModel):
         check_schedule((Ran(r.job.id, r.job.submit, r.start, r.end, r.masks, r.ncores,
                             bool(r.result) or r.inactive is not None) for r in runs),
                        self.machine, self.checked, leftovers)
+        if self.accounting is not None:
+            self.accounting.check(((r.job.id, r.job.userid, r.start, r.end, len(r.masks or ()),
+                                    r.ncores) for r in runs
+                                   if r.start is not None and r.end is not None), self.checked)
         return Outcome(
             label=self.label, machine=self.machine, runs=runs, refused=self.refused,
             series=self.series, passes=driver.passes, elapsed=time.perf_counter() - started,
@@ -238,6 +251,8 @@ class Simulation(ExecModel):
 
     def _submit(self, job: SimJob) -> None:
         prepared = self.ingest.prepare(job)
+        if self.accounting is not None:
+            prepared = self._charge(job, prepared)
         if isinstance(prepared, str):
             self.refused[prepared] += 1
             self.done += 1
@@ -245,6 +260,16 @@ class Simulation(ExecModel):
         self.runs[job.id] = JobRun(job, _label(job, prepared), _limit(prepared))
         self.pending += 1
         self.driver.submit(job, prepared)
+
+    def _charge(self, job: SimJob, prepared: Prepared | str) -> Prepared | str:
+        """The ingest charges an accepted job to its association (accounting on)."""
+        if isinstance(prepared, str) or self.accounting is None:
+            return prepared
+        asked = prepared.info if job.bank is None else {**prepared.info, "bank": job.bank}
+        info = self.accounting.charge(job.id, job.userid, job.user, asked)
+        if isinstance(info, str):
+            return info
+        return Prepared(prepared.queue, info, prepared.request)
 
     def _end(self, jobid: int, now: float) -> None:
         run = self.runs.get(jobid)

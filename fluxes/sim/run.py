@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
 from fluxes.config import InstanceConfig
-from fluxes.domain.accounting.priority import JobFacts, MultiFactorPriority
-from fluxes.domain.jm.priority import PriorityPlugin
-from fluxes.sim.drive import VirtualClock
+from fluxes.domain.accounting.banks import Accounts
 from fluxes.sim.engine import Outcome, Simulation
 from fluxes.sim.journal import Writer, read_records
 from fluxes.sim.swf import FIELDS, SwfJob, Trace, format_line, number, parse, write
@@ -90,47 +88,20 @@ def load_journal(lines: Iterable[bytes | str] | None = None,
     return Workload(jobs, skipped)
 
 
-def multifactor(config: InstanceConfig, jobs: Sequence[SimJob]
-                ) -> Callable[[VirtualClock, Machine], PriorityPlugin | None]:
-    """The priority plugin the configuration names (``[accounting] priority-plugin``),
-    built on the run's clock and machine; the job facts come from the workload."""
-    acct = config.accounting
-    if acct.priority_plugin != "multifactor":
-        return lambda _clock, _machine: None
-    sizes = {j.id: (j.size, j.whole_nodes) for j in jobs}
-
-    def build(clock: VirtualClock, machine: Machine) -> PriorityPlugin | None:
-        """The plugin of one run."""
-        per_node = machine.cores_per_node or 1
-
-        def facts(jobid: int) -> JobFacts | None:
-            """A job's size, as the job manager's submit extras give it."""
-            size = sizes.get(jobid)
-            if size is None:
-                return None
-            count, nodes = size
-            return JobFacts(None, count * per_node if nodes else count, count if nodes else 0)
-
-        return MultiFactorPriority(acct.weights, facts=facts, clock=clock,
-                                   total_cores=machine.cores, total_nodes=machine.nodes)
-
-    return build
-
-
 def simulate(workload: Workload, machine: Machine, config: InstanceConfig,
              overrides: Mapping[str, Any], *, label: str, annotations: bool = False,
-             journal_out: str | Path | None = None,
+             journal_out: str | Path | None = None, accounts: Accounts | None = None,
              progress: Callable[[int, int], None] | None = None) -> Outcome:
     """One run of ``workload`` (``overrides``: the policy settings given on the command
-    line), its journal written to ``journal_out`` when given."""
-    priority = multifactor(config, workload.jobs)
+    line), its journal written to ``journal_out`` when given; ``accounts``: the banks
+    (:func:`fluxes.sim.accounting.read_banks`)."""
     if journal_out is None:
         return Simulation(workload.jobs, machine, config, overrides=overrides, label=label,
-                          annotations=annotations, priority=priority,
+                          annotations=annotations, accounts=accounts,
                           progress=progress).run()
     with open(journal_out, "wb") as out:
         return Simulation(workload.jobs, machine, config, overrides=overrides, label=label,
-                          annotations=annotations, writer=Writer(out), priority=priority,
+                          annotations=annotations, writer=Writer(out), accounts=accounts,
                           progress=progress).run()
 
 

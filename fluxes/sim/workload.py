@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from fluxes.domain.graph.table import inventory_of_graph_table
 from fluxes.domain.sched.inventory import Inventory, Target
 from fluxes.domain.sched.request import Request
 from fluxes.formats.idset import IDSet
@@ -69,6 +70,8 @@ class SimJob:
     name: str | None = None
     #: the index of its SWF line in the trace (for the output SWF)
     line: int = -1
+    #: the bank it asked to be charged to (journal input; None: the user's default)
+    bank: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,10 @@ class Machine:
 
     inventory: Inventory
     description: str
+    #: the ``[resource]`` table it was read from (None: given by counts): the
+    #: scheduler's pool is built from it as the worker builds it (a graph pool when it
+    #: describes a graph)
+    table: Mapping[str, Any] | None = field(default=None, compare=False)
 
     @property
     def cores(self) -> int:
@@ -106,12 +113,24 @@ class Machine:
         return cls(Inventory(targets), f"{nodes} node{plural} x {cores_per_node} cores")
 
     @classmethod
-    def from_inventory(cls, inventory: Inventory) -> Machine:
-        """A configured inventory (``[resource]``)."""
+    def from_inventory(cls, inventory: Inventory, table: Mapping[str, Any] | None = None,
+                       kind: str = "") -> Machine:
+        """A configured inventory (``[resource]``, the ``table`` when given)."""
         if not len(inventory):
             raise ValueError("machine: the inventory has no nodes")
         return cls(inventory, f"{len(inventory)} nodes, {inventory.ncores} cores"
-                              f"{f', {inventory.ngpus} gpus' if inventory.ngpus else ''}")
+                              f"{f', {inventory.ngpus} gpus' if inventory.ngpus else ''}{kind}",
+                   table)
+
+    @classmethod
+    def from_table(cls, table: Mapping[str, Any]) -> Machine:
+        """The machine of an instance configuration's ``[resource]`` table: its nodes,
+        or the hosts of its graph (``graph``, ``graph-recipe``). ConfigError naming
+        the key."""
+        inventory = inventory_of_graph_table(table)
+        if inventory is not None:
+            return cls.from_inventory(inventory, table, " (a resource graph)")
+        return cls.from_inventory(Inventory.from_table(table), table)
 
 
 def machine_for_trace(trace: Trace, nodes: int | None, cores_per_node: int | None,
@@ -317,6 +336,7 @@ def _journal_job(jobid: int, seen: _Seen, skipped: Counter[str]) -> SimJob | Non
     queue = info.get("queue")
     deps = info.get("dependencies")
     name = info.get("name")
+    bank = info.get("bank")
     return SimJob(
         id=jobid, submit=seen.submit, size=max(nnodes, 1) if nnodes else max(ncores, 1),
         requested=requested, runtime=runtime, userid=seen.userid, user=str(seen.userid),
@@ -324,4 +344,5 @@ def _journal_job(jobid: int, seen: _Seen, skipped: Counter[str]) -> SimJob | Non
         queue=queue if isinstance(queue, str) and queue else None, whole_nodes=bool(nnodes),
         outcome=outcome, exit_status=exit_status, urgency=seen.urgency, request=request,
         dependencies=list(deps) if isinstance(deps, list) and deps else None,
-        name=name if isinstance(name, str) else None)
+        name=name if isinstance(name, str) else None,
+        bank=bank if isinstance(bank, str) and bank else None)

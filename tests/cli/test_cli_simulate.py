@@ -82,6 +82,34 @@ def test_bad_input_is_one_line(argv: list[str], message: str,
     assert message in err and len(err.strip().splitlines()) == 1
 
 
+def test_simulate_on_a_graph_with_banks(tmp_path: Path,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    """--config with a GRUG graph runs on the graph pool; --banks charges the jobs (the
+    user of no bank is refused with the ingest's message)."""
+    config = tmp_path / "graph.toml"
+    graph = CASES.parent / "graph" / "racks.graphml"
+    config.write_text(f'[resource]\ngraph = "{graph}"\n[accounting]\n'
+                      'priority-plugin = "multifactor"\n')
+    banks = tmp_path / "banks"
+    banks.write_text("add-bank root 1\nadd-user --username=a --userid=1 --bank=root "
+                     "--max-running-jobs=1\nadd-user --username=b --userid=2 --bank=root\n")
+    argv = ["simulate", "--swf", str(CASES / "tiny.swf"), "--config", str(config),
+            "--policy", "easy", "--json", "--no-progress"]
+    assert main(argv) == 0
+    doc = _json_out(capsys)
+    assert doc["machine"]["description"] == "4 nodes, 16 cores (a resource graph)"
+    assert doc["jobs"]["ran"] == 5 and doc["invariants"]["ok"]
+    assert main([*argv, "--banks", str(banks)]) == 0
+    doc = _json_out(capsys)
+    assert doc["jobs"]["ran"] == 4 and doc["invariants"]["ok"]
+    assert list(doc["jobs"]["refused_by_reason"]) == [
+        "user 3 belongs to no bank: the instance owner adds them with 'fluxes account "
+        "add-user --username=3 --bank=BANK'"]
+    banks.write_text("add-bank root 1\nadd-user --username=a --bank=root\n")
+    assert main([*argv, "--banks", str(banks)]) == 1
+    assert "line 2: the following arguments are required: --userid" in capsys.readouterr().err
+
+
 def test_journal_input_needs_a_machine(tmp_path: Path,
                                        capsys: pytest.CaptureFixture[str]) -> None:
     history = tmp_path / "h.jsonl"

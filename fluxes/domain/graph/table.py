@@ -169,4 +169,4 @@ def pool_of_table(table: Mapping[str, Any], clock: Callable[[], float] = time.ti
     graph = graph_of_table(table)
     if graph is not None:
         return GraphPool(graph, clock)
-    return ResourcePool(Inventory.from_table(table))
+    return ResourcePool(Inventory.from_table(table), clock)
