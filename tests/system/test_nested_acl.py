@@ -11,7 +11,6 @@ user's ``fluxes batch`` on a ``fluxes start --require-auth`` instance, as that U
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import stat
 import subprocess
@@ -45,6 +44,7 @@ from fluxes.store.security import (
     with_userinfo,
 )
 from tests.system.conftest import need_redis
+from tests.system.unixusers import need_root_users, useradd
 
 pytestmark = pytest.mark.system
 
@@ -168,19 +168,6 @@ def test_identities_are_created_scoped_revoked_and_swept(
 # ------------------------------------------------------------------ a real batch job
 
 
-def _need_root() -> None:
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("this test creates a UNIX user and needs root, and CI is set")
-        pytest.skip("creating UNIX users needs root")
-
-
-def _useradd(name: str) -> int:
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent",
-                    "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
-    return pwd.getpwnam(name).pw_uid
-
-
 def _eventlog(inst: Instance, jobid: int) -> list[tuple[str, dict[str, Any]]]:
     return [(f[b"n"].decode(), orjson.loads(f.get(b"c", b"{}")))
             for _i, f in inst.redis.xrange(inst.keys.eventlog(jobid))]
@@ -198,7 +185,7 @@ def _wait(what: str, check: Any, timeout: float = 60) -> Any:
 
 def test_a_users_batch_job_runs_its_child_with_an_identity_of_its_own(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    _need_root()
+    need_root_users()
     need_redis()
     base = Path(tempfile.mkdtemp(prefix="fluxes-childacl-", dir="/tmp"))
     base.chmod(0o711)
@@ -206,7 +193,7 @@ def test_a_users_batch_job_runs_its_child_with_an_identity_of_its_own(
     work.mkdir()
     work.chmod(0o1777)
     name = f"fxc{os.getpid() % 100_000}"
-    uid = _useradd(name)
+    uid = useradd(name)
     launcher = None
     try:
         # the child's workers run as the user: this Python must be theirs to run

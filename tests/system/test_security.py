@@ -14,7 +14,6 @@ import os
 import pwd
 import shutil
 import stat
-import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -41,6 +40,7 @@ from fluxes.store.keys import GROUP_INGEST, Keys
 from fluxes.store.security import ENV_CREDENTIALS, load_credentials, url_credentials
 from tests import wire
 from tests.system.conftest import need_redis
+from tests.system.unixusers import need_root_users, useradd, userdel
 
 pytestmark = pytest.mark.system
 
@@ -515,24 +515,6 @@ class Site:
                            username=user, password=password, retry=Retry(NoBackoff(), 0))
 
 
-def _need_root_users() -> None:
-    """Real UNIX users need root: skip without it, except under CI where it must be."""
-    if os.geteuid() != 0:
-        if os.environ.get("CI"):
-            pytest.fail("these tests create UNIX users and need root, and CI is set")
-        pytest.skip("creating UNIX users needs root")
-
-
-def _useradd(name: str) -> int:
-    subprocess.run(["useradd", "--no-create-home", "--home-dir", "/nonexistent",
-                    "--shell", "/usr/sbin/nologin", name], check=True, capture_output=True)
-    return pwd.getpwnam(name).pw_uid
-
-
-def _userdel(name: str) -> None:
-    subprocess.run(["userdel", name], check=False, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
     need_redis()
@@ -551,7 +533,7 @@ def site() -> Iterator[Site]:
         uids = {}
         for who, name in names.items():
             if real:
-                uids[who] = _useradd(name)
+                uids[who] = useradd(name)
                 made.append(name)
             else:
                 uids[who] = {"alice": ALICE_UID, "bob": BOB_UID}[who]
@@ -575,7 +557,7 @@ def site() -> Iterator[Site]:
         if launcher is not None:
             launcher.stop()
         for name in made:
-            _userdel(name)
+            userdel(name)
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -668,7 +650,7 @@ def test_other_users_jobs_are_private_in_redis_not_only_in_the_cli(
 
 def test_jobs_run_as_their_owners(site: Site, monkeypatch: pytest.MonkeyPatch,
                                   capsys: pytest.CaptureFixture[str]) -> None:
-    _need_root_users()
+    need_root_users()
     assert site.real
     a_uid, b_uid = site.uids["alice"], site.uids["bob"]
     creds_file = site.launcher.credentials
@@ -725,7 +707,7 @@ def test_a_root_worker_refuses_unregistered_and_root_jobs(
         capsys: pytest.CaptureFixture[str]) -> None:
     """What a root exec worker will not run: a job of a user removed meanwhile (not
     registered any more) fails with the reason, never runs as root."""
-    _need_root_users()
+    need_root_users()
     jobid = submit(site, "bob", monkeypatch, capsys, "--urgency", "0", "id", "-u")
     assert site.cli("owner", "admin", "deluser", site.names["bob"]) == 0
     try:
