@@ -452,6 +452,15 @@ def _task_pids(client: redis.Redis, jobid: int) -> list[int]:
     return [t[1] for t in record["t"]]
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its reaper does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 def test_restarted_worker_adopts_running_jobs(harness: Harness) -> None:
     proc = harness.subprocess_worker()
     chatty = "for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; sleep 0.15; done; exit 5"
@@ -713,3 +722,25 @@ def test_the_socket_waker_logs_in_as_the_pool_would(redis_server: RedisServer,
             ExecStreams(wrong, KEYS, [0]).waker(own_socket=True).arm({KEYS.exec_rank(0): "$"})
     finally:
         real_redis.execute_command("ACL", "DELUSER", "waker")
+
+
+def test_output_of_a_task_that_ended_while_no_worker_ran_is_forwarded(
+        harness: Harness, tmp_path: Path) -> None:
+    proc = harness.subprocess_worker()
+    gate = tmp_path / "go"
+    # the task writes only after the worker is gone, and ends before it is back
+    script = f"while [ ! -e {gate} ]; do sleep 0.02; done; echo late line; exit 3"
+    harness.job(24, cmd("sh", "-c", script))
+    harness.start(24)
+    harness.wait(24, lambda m: m["started"])
+    proc.kill()
+    proc.wait()
+    gate.touch()
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in _task_pids(harness.client, 24)):
+        assert time.monotonic() < deadline, "the task did not end"
+        time.sleep(0.02)
+    harness.worker()
+    final = harness.final(24)
+    assert final["status"] == 3 << 8 and final["error"] is None
+    assert [d for _r, _s, d in harness.lines(24)] == ["late line\n"]
