@@ -18,6 +18,7 @@ from fluxes.cli.util import (
     instance,
     job_id_arg,
     print_json,
+    whole_number,
 )
 
 if TYPE_CHECKING:
@@ -87,21 +88,11 @@ def register(subparsers: Any) -> None:
     dp = sub.add_parser("dead-letters", **help_with_example(
         "Show malformed messages the workers parked, with the error.",
         ["fluxes eventlog dead-letters", "fluxes eventlog dead-letters --json -n 5"]))
-    dp.add_argument("-n", "--count", type=_count, default=50, metavar="N",
+    dp.add_argument("-n", "--count", type=whole_number(1), default=50, metavar="N",
                     help="newest N (default 50)")
     dp.add_argument("--json", action="store_true")
     dp.set_defaults(func=_dead_letters)
 
-
-def _count(text: str) -> int:
-    """argparse type: a count of at least 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
 
 
 def _store(args: argparse.Namespace) -> EventStore:

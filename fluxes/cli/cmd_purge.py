@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.display import shown_id
-from fluxes.cli.util import PROG, die, help_with_example, instance, job_id_arg
+from fluxes.cli.util import PROG, die, help_with_example, instance, job_id_arg, whole_number
 
 if TYPE_CHECKING:
     from fluxes.store.instance import Instance
@@ -36,7 +36,7 @@ def register(sub: Any) -> None:
          "fluxes job purge --force ƒ2t6V2H ƒ2t6V2J"]))
     p.add_argument("--age-limit", type=_duration, default=None, metavar="FSD",
                    help="jobs that became inactive longer ago than this")
-    p.add_argument("--num-limit", type=_count, default=None, metavar="COUNT",
+    p.add_argument("--num-limit", type=whole_number(0), default=None, metavar="COUNT",
                    help="the oldest inactive jobs until COUNT are left")
     p.add_argument("-f", "--force", action="store_true", help="purge (cannot be undone)")
     p.add_argument("ids", nargs="*", type=job_id_arg, metavar="ID")
@@ -52,16 +52,6 @@ def _duration(text: str) -> float:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
-
-def _count(text: str) -> int:
-    """argparse type: a whole number >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 0, got {text!r}")
-    return value
 
 
 def _check_owner(inst: Instance) -> None:

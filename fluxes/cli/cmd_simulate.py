@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fluxes.cli.util import PROG, help_with_example, print_json
+from fluxes.cli.util import PROG, help_with_example, print_json, whole_number
 
 if TYPE_CHECKING:
     from fluxes.config import InstanceConfig
@@ -45,10 +45,10 @@ def register(subparsers: Any) -> None:
     src.add_argument("--journal", metavar="FILE", nargs="?", const="",
                      help="a history in the export format (fluxes eventlog export); without "
                           "FILE, the instance's own journal and archive (--uri)")
-    src.add_argument("--synthetic", metavar="JOBS", type=_positive,
+    src.add_argument("--synthetic", metavar="JOBS", type=whole_number(1),
                      help="a seeded synthetic trace of JOBS jobs (--seed, --load)")
-    p.add_argument("--nodes", type=_positive, metavar="N", help="nodes of the machine")
-    p.add_argument("--cores-per-node", type=_positive, metavar="C", help="cores of each node")
+    p.add_argument("--nodes", type=whole_number(1), metavar="N", help="nodes of the machine")
+    p.add_argument("--cores-per-node", type=whole_number(1), metavar="C", help="cores of each node")
     p.add_argument("--whole-nodes", action="store_true",
                    help="SWF processor counts are whole nodes (exclusive)")
     p.add_argument("--config", metavar="FILE.toml",
@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--policy", choices=_POLICIES,
                    help="scheduler policy of every queue (default: the configuration's, "
                         "else fcfs)")
-    p.add_argument("--queue-depth", type=_positive, metavar="N")
+    p.add_argument("--queue-depth", type=whole_number(1), metavar="N")
     p.add_argument("--reservation-depth", type=_natural, metavar="N")
     p.add_argument("--placement", choices=_PLACEMENTS)
     p.add_argument("--compare", metavar="P1,P2,...",
@@ -90,15 +90,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.set_defaults(func=_simulate)
 
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
 
 
 def _natural(text: str) -> int:

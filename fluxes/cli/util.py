@@ -184,6 +184,20 @@ def time_limit_arg(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``, else a usage error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(
+                f"expected a whole number >= {minimum}, got {text!r}")
+        return value
+    return parse
+
+
 def help_with_example(description: str, examples: Sequence[str]) -> dict[str, Any]:
     """Keyword arguments for ``add_parser`` giving a description and usage examples."""
     epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)

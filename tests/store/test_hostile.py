@@ -25,6 +25,7 @@ from fluxes.store.deadletters import read_counts
 from fluxes.store.eventstore import Batch, EventStore, NotWaitingError
 from fluxes.store.keys import GROUP_INGEST, GROUP_JM
 from tests import wire
+from tests.store.test_poison_messages import letters, runs_a_job
 from tests.store.test_scheduler_worker import System, spec
 from workers import base as worker_base
 from workers import jobmanager
@@ -48,18 +49,6 @@ def fake_system(fake_redis: redis.Redis) -> System:
     """On fakeredis only: the logic of the workers, not what Redis does."""
     return System(fake_redis)
 
-
-def letters(system: System, stream: str | None = None) -> list[dict[str, str]]:
-    out = [{k.decode(): v.decode() for k, v in fields.items()}
-           for _sid, fields in system.redis.xrange(system.keys.dead_letters)]
-    return [g for g in out if stream is None or g["stream"] == stream]
-
-
-def runs_a_job(system: System) -> None:
-    """The workers carry on: a new job runs to the end."""
-    [jobid] = system.submit(spec())
-    system.run()
-    assert system.events(jobid)[-1] == "clean"
 
 
 def held_and_waiting(system: System) -> tuple[int, int]:
