@@ -291,9 +291,8 @@ def _parse_ranks(values: Sequence[object], item: Callable[[int], tuple[str, ...]
     bare integer rank (``{"ranks": [0]}``), so fluxes does too.
     """
     ids = IDSet()
-    for i, value in enumerate(values):
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = str(value)
+    for i, raw in enumerate(values):
+        value = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
         if not isinstance(value, str):
             raise ValueError(f"{_path(item(i))}: expected an idset string or a rank, "
                              f"got {type(value).__name__}")
