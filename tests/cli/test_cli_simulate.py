@@ -57,6 +57,12 @@ def test_simulate_text_report_and_compare(capsys: pytest.CaptureFixture[str],
     assert "10 skipped: 4 malformed line (not 18 numbers)" in text
     assert "refused: 1 job requests 16 cores, only 8 exist" in text
     assert "invariants  ok" in text
+    # a comparison says what the ingest refused as the single report does
+    assert main(["simulate", "--swf", str(CASES / "messy.swf"), "--compare", "fcfs,easy",
+                 "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert ", 1 refused by the ingest" in text
+    assert "refused: 1 job requests 16 cores, only 8 exist" in text
     assert main(["simulate", "--swf", str(CASES / "conservative.swf"), "--compare",
                  "easy,conservative", "--json", "--no-progress",
                  "--out", str(tmp_path / "c.swf")]) == 0
