@@ -114,14 +114,21 @@ def register(subparsers: Any) -> None:
 
     sm = sub.add_parser("simulate", **help_with_example(
         "fluxes simulate on a seeded synthetic trace (default 50,000 jobs, 2,048 cores,\n"
-        "easy): simulation time, jobs/s, scheduling passes, peak memory.",
-        ["fluxes bench simulate", "fluxes bench simulate --jobs 10000 --policy conservative"]))
+        "easy) or an SWF trace: simulation time, jobs/s, scheduling passes, peak memory;\n"
+        "with --compare, each policy in turn and its time against the first's.",
+        ["fluxes bench simulate", "fluxes bench simulate --jobs 10000 --policy conservative",
+         "fluxes bench simulate --trace big.swf --compare fcfs,easy"]))
     sm.add_argument("--jobs", type=int, default=50_000, help="jobs (default 50000)")
     sm.add_argument("--cores", type=int, default=2048, help="processors (default 2048)")
     sm.add_argument("--nodes", type=int, default=None,
                     help="nodes they are split into (default: one node)")
     sm.add_argument("--policy", choices=("fcfs", "easy", "conservative"), default="easy")
     sm.add_argument("--seed", type=int, default=1)
+    sm.add_argument("--load", type=float, default=0.85,
+                    help="the synthetic trace's offered load (default 0.85)")
+    sm.add_argument("--trace", metavar="FILE", help="an SWF trace instead of the synthetic one")
+    sm.add_argument("--compare", metavar="P,P", type=_policies,
+                    help="simulate under each of these policies in turn")
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=_simulate)
 
@@ -229,8 +236,20 @@ def _simulate(args: argparse.Namespace) -> int:
     from fluxes.bench.common import report
 
     report(simulate.run(jobs=args.jobs, cores=args.cores, nodes=args.nodes,
-                        policy=args.policy, seed=args.seed), args.json)
+                        policy=args.policy, seed=args.seed, load=args.load,
+                        trace_file=args.trace, compare=args.compare or ()), args.json)
     return 0
+
+
+def _policies(text: str) -> list[str]:
+    """argparse type of ``--compare``: known policy names, comma-separated."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name not in ("fcfs", "easy", "conservative")]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {bad[0]!r} (expected fcfs, easy, conservative)" if bad
+            else "expected policies, e.g. fcfs,easy")
+    return names
 
 
 def _retention(args: argparse.Namespace) -> int:
