@@ -393,13 +393,15 @@ class SchedulerWorker(Worker):
                     "nodelist": str(rset.hostlist) if len(rset.ranks) else "",
                     "ranks": str(rset.ranks)}
 
-        down = pool.down
         inventory = pool.inventory.rset()
-        return {"time": now, "scheduler": self.name,
+        allocated = pool.allocated()
+        # a drained node still running work is allocated (draining) until it is idle:
+        # each node in one column, as flux lists them
+        return {"time": now, "scheduler": self.name, "applied": self._resource_pos,
                 "pending": len(self.sched.pending) if self.sched else 0,
                 "free": part(pool.available(include_down=False)),
-                "allocated": part(pool.allocated()),
-                "down": part(inventory.copy_ranks(down)),
+                "allocated": part(allocated),
+                "down": part(inventory.copy_ranks(pool.down - allocated.ranks)),
                 "drained": {str(r): {"reason": why, "auto": auto}
                             for r, (why, auto) in sorted(self.drained.items())}}
 

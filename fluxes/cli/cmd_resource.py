@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,8 @@ def register(subparsers: Any) -> None:
     lp.add_argument("--json", action="store_true")
     lp.set_defaults(func=_list)
     sp = sub.add_parser("status", **help_with_example(
-        "Each execution target's state: online, offline (no exec heartbeat), drained.",
+        "Each execution target's state: online, offline (no exec heartbeat), drained,\n"
+        "draining (drained, its work not finished yet).",
         ["fluxes resource status", "fluxes resource status --json"]))
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_status)
@@ -46,10 +48,16 @@ def register(subparsers: Any) -> None:
 
 
 def _summary(inst: Instance) -> dict[str, Any]:
-    raw = inst.redis.get(inst.keys.sched_status)
-    if not raw:
+    """The scheduler's resource summary, with every drain/undrain sent before applied
+    (read your writes; said on stderr when the scheduler does not catch up)."""
+    from fluxes.store.resources import resource_summary
+
+    summary, caught_up = resource_summary(inst)
+    if summary is None:
         die("no resource status yet (is the scheduler running?)")
-    summary: dict[str, Any] = orjson.loads(raw)
+    if not caught_up:
+        print("fluxes resource: the scheduler has not applied the latest drain/undrain "
+              "yet (is it running?); showing what it last published", file=sys.stderr)
     return summary
 
 
@@ -81,11 +89,14 @@ def _status(args: argparse.Namespace) -> int:
             beats[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
         except (ValueError, KeyError, TypeError):
             continue
+    busy = IDSet(summary.get("allocated", {}).get("ranks", ""))
     groups: dict[tuple[str, str], IDSet] = {}
     for target in inventory:
         rank = target.rank
         online = rank in beats and now - beats[rank] <= LOST_AFTER_S
-        state = "drained" if rank in drained else "online" if online else "offline"
+        # flux's word for a drained node whose work has not finished yet
+        state = ("draining" if rank in busy else "drained") if rank in drained \
+            else "online" if online else "offline"
         reason = drained[rank]["reason"] if rank in drained else ""
         groups.setdefault((state, reason), IDSet()).add(rank)
     rows = []
@@ -105,7 +116,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _drain(args: argparse.Namespace) -> int:
     from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import load_inventory, resource_event
+    from fluxes.store.resources import load_inventory, send_resource_event
 
     inst = instance(args)
     inventory = load_inventory(inst)
@@ -118,6 +129,7 @@ def _drain(args: argparse.Namespace) -> int:
     if unknown:
         die(f"unknown rank(s) {unknown}")
     reason = " ".join(getattr(args, "reason", []) or [])
-    inst.redis.xadd(inst.keys.resource_events,
-                    {"d": resource_event(args.kind, str(ranks), reason)})
+    send_resource_event(inst, args.kind, str(ranks), reason)
+    # the next command sees it: wait (briefly) until the scheduler has applied it
+    _summary(inst)
     return 0
