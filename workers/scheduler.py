@@ -113,7 +113,8 @@ class SchedulerWorker(Worker):
         self.recovered_in = 0.0
         self._recover_started = 0.0
         self._r_writes: dict[int, dict[int, bytes]] = {}
-        self.drained: dict[int, tuple[str, bool]] = {}  # rank -> (reason, automatic)
+        # rank -> (reason, automatic, when)
+        self.drained: dict[int, tuple[str, bool, float]] = {}
         #: ranks drained for a job whose allocation hello could not recover
         self._quarantined: dict[int, IDSet] = {}
         raw_uid = self.redis.hget(self.keys.instance, "owner_uid")
@@ -329,7 +330,7 @@ class SchedulerWorker(Worker):
             if isinstance(event, proto.Drain):
                 pool.mark_down(ranks)
                 for r in ranks:
-                    self.drained[r] = (event.reason, event.auto)
+                    self.drained[r] = (event.reason, event.auto, event.timestamp)
             else:
                 pool.mark_up(ranks)
                 for r in ranks:
@@ -402,8 +403,8 @@ class SchedulerWorker(Worker):
                 "free": part(pool.available(include_down=False)),
                 "allocated": part(allocated),
                 "down": part(inventory.copy_ranks(pool.down - allocated.ranks)),
-                "drained": {str(r): {"reason": why, "auto": auto}
-                            for r, (why, auto) in sorted(self.drained.items())}}
+                "drained": {str(r): {"reason": why, "auto": auto, "timestamp": when}
+                            for r, (why, auto, when) in sorted(self.drained.items())}}
 
     def keepalive(self) -> bool:
         """Renew every partition lease when due (also inside long work); False if lost."""

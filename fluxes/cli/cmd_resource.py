@@ -41,9 +41,20 @@ def register(subparsers: Any) -> None:
             what, [f"fluxes resource {kind} node[0-1]" + (" maintenance" if kind == "drain"
                                                           else ""),
                    f"fluxes resource {kind} 0-3"]))
-        p.add_argument("targets", metavar="TARGETS")
         if kind == "drain":
+            p.add_argument("targets", metavar="TARGETS", nargs="?",
+                           help="none: list the drained targets")
             p.add_argument("reason", nargs="*", metavar="REASON")
+            p.add_argument("-f", "--force", action="store_true",
+                           help="replace the reason of targets already drained")
+            p.add_argument("-u", "--update", action="store_true",
+                           help="drain only the targets not drained yet; keep the others' "
+                           "reasons")
+            p.add_argument("-n", "--no-header", action="store_true",
+                           help="no header when listing")
+            p.add_argument("--json", action="store_true", help="the listing as JSON")
+        else:
+            p.add_argument("targets", metavar="TARGETS")
         p.set_defaults(func=_drain, kind=kind)
 
 
@@ -119,6 +130,8 @@ def _drain(args: argparse.Namespace) -> int:
     from fluxes.store.resources import load_inventory, send_resource_event
 
     inst = instance(args)
+    if args.targets is None:
+        return _list_drained(inst, args)
     inventory = load_inventory(inst)
     rset = inventory.rset()
     try:
@@ -129,7 +142,57 @@ def _drain(args: argparse.Namespace) -> int:
     if unknown:
         die(f"unknown rank(s) {unknown}")
     reason = " ".join(getattr(args, "reason", []) or [])
+    if args.kind == "drain":
+        ranks = _not_drained_yet(inst, args, ranks)
+        if not ranks:
+            return 0
     send_resource_event(inst, args.kind, str(ranks), reason)
     # the next command sees it: wait (briefly) until the scheduler has applied it
     _summary(inst)
+    return 0
+
+
+def _not_drained_yet(inst: Instance, args: argparse.Namespace, ranks: IDSet) -> IDSet:
+    """The ranks to drain: all of them with ``--force``, those not drained yet with
+    ``--update``; without either, a target already drained is an error, as in flux."""
+    if args.force:
+        return ranks
+    from fluxes.formats.idset import IDSet
+
+    drained = IDSet(int(r) for r in _summary(inst).get("drained", {}))
+    already = ranks & drained
+    if not already:
+        return ranks
+    if args.update:
+        return ranks - already
+    die(f"rank(s) {already} already drained (--force replaces the reason, --update "
+        "leaves it)")
+
+
+def _list_drained(inst: Instance, args: argparse.Namespace) -> int:
+    """``fluxes resource drain`` alone: the drained targets, grouped by when, state and why."""
+    from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import load_inventory
+
+    summary = _summary(inst)
+    busy = IDSet(summary.get("allocated", {}).get("ranks", ""))
+    groups: dict[tuple[float, str, str], IDSet] = {}
+    for rank_s, info in summary.get("drained", {}).items():
+        rank = int(rank_s)
+        state = "draining" if rank in busy else "drained"
+        key = (float(info.get("timestamp") or 0.0), state, str(info.get("reason", "")))
+        groups.setdefault(key, IDSet()).add(rank)
+    rset = load_inventory(inst).rset()
+    rows = sorted(groups.items())
+    if args.json:
+        print_json({"drained": [{"timestamp": when, "state": state, "reason": reason,
+                                 "ranks": str(ranks),
+                                 "nodelist": str(rset.copy_ranks(ranks).hostlist)}
+                                for (when, state, reason), ranks in rows]})
+        return 0
+    if not args.no_header:
+        print(f"{'TIME':<12} {'STATE':<8} {'REASON':<30} NODELIST")
+    for (when, state, reason), ranks in rows:
+        shown = time.strftime("%b%d %H:%M", time.localtime(when)) if when else "-"
+        print(f"{shown:<12} {state:<8} {reason:<30} {rset.copy_ranks(ranks).hostlist}")
     return 0

@@ -387,5 +387,19 @@ def test_a_drain_is_seen_by_the_next_command_and_a_node_is_in_one_column(
         time.sleep(0.1)
     listing = resource_json(uri, capsys, "list")
     assert listing["down"]["ranks"] == "0" and "0" not in listing["allocated"]["ranks"]
-    assert run(uri, "resource", "undrain", "node0") == 0
+    # as flux: drain alone lists; a second drain is refused without -f (replace) or -u
+    capsys.readouterr()
+    assert run(uri, "resource", "drain") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TIME", "STATE", "REASON", "NODELIST"]
+    assert lines[1].split()[2:] == ["drained", "bad", "DIMM", "node0"]
+    assert run(uri, "resource", "drain", "node0", "other") == 1
+    assert "already drained" in capsys.readouterr().err
+    assert run(uri, "resource", "drain", "-u", "node[0-1]", "update") == 0
+    rows = resource_json(uri, capsys, "drain")["drained"]
+    assert {(r["ranks"], r["reason"]) for r in rows} == {("0", "bad DIMM"), ("1", "update")}
+    assert run(uri, "resource", "drain", "-f", "node0", "replaced") == 0
+    rows = resource_json(uri, capsys, "drain")["drained"]
+    assert {(r["ranks"], r["reason"]) for r in rows} == {("0", "replaced"), ("1", "update")}
+    assert run(uri, "resource", "undrain", "node[0-1]") == 0
     assert node0_state(uri, capsys) == "online"
