@@ -161,6 +161,11 @@ def last_job(uri: str, capsys: pytest.CaptureFixture[str]) -> int:
     return parse(capsys.readouterr().out.strip())
 
 
+def instance_of(launcher: Launcher) -> Instance:
+    assert launcher.uri is not None, "the launcher has not started"
+    return Instance(launcher.uri)
+
+
 def eventlog(inst: Instance, jobid: int) -> list[tuple[str, dict[str, object]]]:
     return [(f[b"n"].decode(), orjson.loads(f.get(b"c", b"{}")))
             for _id, f in inst.redis.xrange(inst.keys.eventlog(jobid))]
@@ -251,7 +256,7 @@ def test_a_rank_failing_ends_the_job_with_an_exception_and_no_task_left(
     assert done.returncode != 0
     jobid = last_job(uri, capsys)
     assert _wait_clean(launcher, jobid)
-    events = eventlog(Instance(launcher.uri), jobid)
+    events = eventlog(instance_of(launcher), jobid)
     exceptions = [c for n, c in events if n == "exception"]
     assert exceptions and exceptions[0]["type"] == "exec", events
     assert str(exceptions[0]["note"]).startswith(note), exceptions
@@ -262,7 +267,7 @@ def test_a_rank_failing_ends_the_job_with_an_exception_and_no_task_left(
 
 
 def _wait_clean(launcher: Launcher, jobid: int) -> bool:
-    inst = Instance(launcher.uri)
+    inst = instance_of(launcher)
     deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline:
         if any(n == "clean" for n, _ in eventlog(inst, jobid)):
