@@ -63,6 +63,10 @@ def pmi_mode(option: object) -> str:
     raise ValueError(f"shell option pmi={option!r}: fluxes offers simple or off")
 
 
+#: Fields whose value is the rest of the request line.
+_REST_OF_LINE = frozenset(("value", "message", "msg"))
+
+
 def encode(**fields: object) -> bytes:
     """One answer line: ``cmd=...`` first, then the fields in the given order."""
     return (" ".join(f"{k}={v}" for k, v in fields.items()) + "\n").encode()
@@ -71,8 +75,9 @@ def encode(**fields: object) -> bytes:
 def parse_line(line: bytes) -> dict[str, str]:
     """The ``key=value`` fields of one request line; ValueError when it is not one.
 
-    ``value=`` takes the rest of the line (RFC 13 lets a put's value hold
-    spaces); other fields are separated by blanks, in any order.
+    ``value=`` (and an abort's ``message=``/``msg=``) takes the rest of the
+    line (RFC 13 lets them hold spaces); other fields are separated by
+    blanks, in any order.
     """
     try:
         text = line.decode("ascii")
@@ -85,8 +90,8 @@ def parse_line(line: bytes) -> dict[str, str]:
         name, eq, value = token.partition("=")
         if not eq or not name:
             raise ValueError(f"PMI request field {token[:40]!r} is not key=value")
-        if name == "value":
-            value = rest[len("value="):]
+        if name in _REST_OF_LINE:
+            value = rest[len(name) + 1:]
             tail = ""
         fields[name] = value
         rest = tail.lstrip()
