@@ -113,8 +113,9 @@ def test_a_task_gone_before_finalize_fails_a_job_that_uses_pmi() -> None:
     init(pmi, 0, 1)
     say(pmi, 0, "cmd=finalize")
     pmi.feed(0, b"")
-    assert pmi.failure is None  # finalized, then gone: fine
+    before = pmi.failure  # finalized, then gone: fine
     pmi.feed(1, b"")
+    assert before is None
     assert pmi.failure == "PMI: task 1 exited before PMI_Finalize"
     assert not pmi.clean()
 
@@ -122,8 +123,9 @@ def test_a_task_gone_before_finalize_fails_a_job_that_uses_pmi() -> None:
 def test_a_task_gone_without_pmi_fails_the_job_once_another_uses_it() -> None:
     pmi = share([0, 1])
     pmi.feed(1, b"")  # exited before MPI_Init
-    assert pmi.failure is None  # nobody speaks PMI (yet): a plain job
+    before = pmi.failure  # nobody speaks PMI (yet): a plain job
     init(pmi, 0)
+    assert before is None
     assert pmi.failure == "PMI: task 1 exited before PMI_Finalize"
 
 
