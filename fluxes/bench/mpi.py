@@ -5,7 +5,10 @@
   ``mpicc.mpich``) and of ``true``, the median of ``--runs`` each, run in
   turn (the CLI's start-up included, as a user sees it); ``mpi_minus_true_s``
   their difference; ``*_start_to_finish_s`` the same from the job's ``start``
-  to its ``finish`` event (no CLI);
+  to its ``finish`` event (no CLI); ``mpi_alone_s`` the program's four ranks
+  spawned by the benchmark itself with the same PMI protocol code in-process
+  (no exec worker, no Redis, no fluxes): what MPICH itself costs here, the
+  floor of ``mpi_start_to_finish_s``;
 * ``barrier_us``: a PMI barrier across ``--ranks`` tasks on ``--nodes`` nodes
   (four per node by default: 64 on 16), as the tasks see it: per round, the
   shortest ``barrier_in`` to ``barrier_out`` over the ranks (the last rank to
@@ -17,8 +20,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -29,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from fluxes.domain.exec.pmi import PmiShare, pmi_environment
 from fluxes.formats.jobid import parse as parse_jobid
 from fluxes.proc.launcher import Launcher
 from fluxes.store.instance import Instance
@@ -85,6 +92,46 @@ def _run(uri: str, args: list[str], timeout: float) -> tuple[float, str]:
     return elapsed, done.stdout
 
 
+def _floor(program: Path, ntasks: int = 4, nnodes: int = 2) -> float:
+    """Seconds the program's ``ntasks`` ranks take with nothing but a PMI server in this
+    process (the same protocol code, no exec worker, no Redis): MPICH's own cost."""
+    per = ntasks // nnodes
+    share = PmiShare(jobid=1, size=ntasks, nnodes=1, node_rank=0, tasks=list(range(ntasks)),
+                     mapping=f"(vector,(0,{nnodes},{per}))")
+    socks: dict[int, socket.socket] = {}
+    procs = []
+    t0 = time.perf_counter()
+    for rank in range(ntasks):
+        ours, theirs = socket.socketpair()
+        os.set_inheritable(theirs.fileno(), True)
+        env = {**os.environ, **pmi_environment(rank, ntasks, rank % per, per,
+                                               theirs.fileno())}
+        procs.append(subprocess.Popen([str(program)], env=env, pass_fds=[theirs.fileno()]))
+        theirs.close()
+        socks[ours.fileno()] = ours
+    ranks = {fd: rank for rank, fd in enumerate(socks)}
+    poller = select.poll()
+    for fd in socks:
+        poller.register(fd, select.POLLIN)
+    open_fds = set(socks)
+    while open_fds:
+        for fd, _event in poller.poll(1000):
+            data = socks[fd].recv(65536)
+            if not data:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+            share.feed(ranks[fd], data)
+            for rank, line in share.drain():
+                with contextlib.suppress(OSError):
+                    list(socks.values())[rank].send(line)
+    for proc in procs:
+        proc.wait()
+    elapsed = time.perf_counter() - t0
+    for sock in socks.values():
+        sock.close()
+    return elapsed
+
+
 def _start_to_finish(inst: Instance, uri: str) -> float:
     last = subprocess.run([FLUXES, "--uri", uri, "job", "last"], capture_output=True,
                           text=True, check=True).stdout.strip()
@@ -120,9 +167,10 @@ def run(runs: int = 20, nodes: int = 16, ranks: int = 64, rounds: int = 50,
         try:
             inst = Instance.connect(uri)
             figures: dict[str, list[float]] = {"mpi": [], "true": [], "mpi_sf": [],
-                                               "true_sf": []}
+                                               "true_sf": [], "floor": []}
             _run(uri, ["-N2", "-n4", str(trivial)], timeout)  # warm the page cache
             for _ in range(runs):
+                figures["floor"].append(_floor(trivial))
                 for name, command in (("mpi", str(trivial)), ("true", "true")):
                     elapsed, _out = _run(uri, ["-N2", "-n4", command], timeout)
                     figures[name].append(elapsed)
@@ -137,6 +185,7 @@ def run(runs: int = 20, nodes: int = 16, ranks: int = 64, rounds: int = 50,
         "mpi_minus_true_s": round(med["mpi"] - med["true"], 4),
         "mpi_start_to_finish_s": round(med["mpi_sf"], 4),
         "true_start_to_finish_s": round(med["true_sf"], 4),
+        "mpi_alone_s": round(med["floor"], 4),
         "barrier_layout": f"{ranks} ranks on {nodes} nodes", "barrier_rounds": rounds,
         "barrier_us": round(barrier, 1), "barrier_us_p90": round(barrier_p90, 1),
     }
