@@ -457,9 +457,11 @@ class ExecWorker(Worker):
         served = self._open_pmi(job, plan, spec)
         try:
             self.launcher.launch(job, plan, prepared, served)
-        finally:
-            if served is not None and not job.started:
-                self.pmi.close(job.key, leave=False)
+        except BaseException:
+            self.pmi.close(job.key, leave=False)
+            raise
+        if not job.started:  # no task could be spawned
+            self.pmi.close(job.key, leave=False)
         table.watch(job)
         box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
@@ -485,7 +487,9 @@ class ExecWorker(Worker):
         rank) and the tasks here are killed."""
         for (rank, jobid), reason in failed.items():
             job = self.table.get(rank, jobid)
-            if job is None or job.kind != "run" or job.error is not None:
+            if job is None or job.kind != "run" or job.error is not None or job.kill_signal:
+                # a job being killed (canceled, out of time, failed elsewhere): its
+                # tasks leaving PMI unfinished is the kill's doing, not an error
                 continue
             job.error = reason
             self.log.info("PMI failure", extra={"job": jobid, "rank": rank, "error": reason})
@@ -545,7 +549,7 @@ class ExecWorker(Worker):
     def _finish_cleanup(self, box: Outbox) -> None:
         """After the write: remove the files of jobs whose end is recorded; new outbox."""
         for job in box.finished:
-            self.pmi.close(job.key)
+            self.pmi.close(job.key, killed=bool(job.kill_signal))
             self.identities.revoke(job)
             close_streams(job)
             for task in job.tasks:

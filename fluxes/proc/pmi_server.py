@@ -186,16 +186,17 @@ class PmiServer:
             served.share.complete(round_)
         return self.service([key])
 
-    def close(self, key: Key, leave: bool = True) -> None:
+    def close(self, key: Key, leave: bool = True, killed: bool = False) -> None:
         """The job's tasks on this rank all ended: leave the exchange (jobs on several
-        ranks), close the sockets."""
+        ranks), close the sockets.  Tasks ``killed`` (the job was canceled or failed
+        elsewhere) leave cleanly: their unfinished PMI is no news to the others."""
         served = self.served.pop(key, None)
         if served is None:
             return
         share = served.share
         try:
             if leave and share.nnodes > 1:
-                clean = share.clean()
+                clean = killed or share.clean()
                 reason = share.failure or (
                     f"PMI: task {share.unfinished[0]} exited before PMI_Finalize"
                     if share.unfinished else "PMI: a rank left before PMI_Finalize")
