@@ -223,6 +223,19 @@ def test_allreduce_over_nodes_gives_every_rank_the_sum(
     for rank, (size, total, node) in got.items():
         assert (size, total) == (ntasks, ntasks * (ntasks + 1) // 2)
         assert node == str(rank // per_node)  # block order: whole blocks per node
+    assert _no_pmi_left(launcher)  # the last rank to leave removed the exchange
+
+
+def _no_pmi_left(launcher: Launcher) -> bool:
+    """Whether the instance holds no PMI exchange (waiting for the ranks' leave steps,
+    which follow their final reports)."""
+    inst = instance_of(launcher)
+    deadline = time.monotonic() + HANG_S
+    while list(inst.redis.scan_iter(match=inst.keys.pmi(0, 0).rsplit(":", 2)[0] + ":*")):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def test_a_token_goes_round_the_ring(launcher: Launcher, mpi: Path) -> None:
@@ -281,6 +294,7 @@ def test_a_rank_failing_ends_the_job_with_an_exception_and_no_task_left(
     finish = next(c for n, c in events if n == "finish")
     assert finish["status"] != 0
     assert running(mpi / program) == []
+    assert _no_pmi_left(launcher)
 
 
 def _wait_clean(launcher: Launcher, jobid: int) -> bool:
