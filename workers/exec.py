@@ -264,7 +264,7 @@ class ExecWorker(Worker):
             time.monotonic(), busy=intake.wants_read(), next_registry=self._next_registry,
             next_prune=self._next_prune, timers=table.timers, running=bool(table.live),
             next_output=self._next_output, flush_after=self.flushing.after))
-        if self._pmi_ready:
+        if self._pmi_ready or self.pmi.retry:
             # before the tasks are watched: a PMI failure is in the report of their end
             self._serve_pmi(box)
         if not intake.backlog and intake.wants_read():
@@ -478,7 +478,7 @@ class ExecWorker(Worker):
         """Read the PMI sockets that woke the loop and act on what the tasks asked."""
         ready, self._pmi_ready = self._pmi_ready, []
         touched = self.pmi.handle(ready)
-        if touched:
+        if touched or self.pmi.retry:
             self._pmi_failed(self.pmi.service(touched))
 
     def _pmi_failed(self, failed: Mapping[tuple[int, int], str]) -> None:

@@ -84,6 +84,8 @@ class PmiServer:
         self.remove_fd = remove_fd
         self.served: dict[Key, Served] = {}
         self.by_fd: dict[int, tuple[Key, int]] = {}
+        #: jobs whose exchange step failed (Redis unreachable): tried again by :meth:`service`
+        self.retry: set[Key] = set()
 
     def open(self, key: Key, owner: int, layout: JobLayout, share: RankShare) -> Served:
         """A server for the tasks of ``share`` (one socket pair each; their ends are
@@ -142,29 +144,46 @@ class PmiServer:
             self.remove_fd(fd)
 
     def service(self, keys: Iterable[Key]) -> dict[Key, str]:
-        """Carry out what the shares of ``keys`` ask for (answers, rounds, fetches);
-        the failures that end their jobs, by job."""
+        """Carry out what the shares of ``keys`` (and of :attr:`retry`) ask for: answers,
+        rounds, fetches; the failures that end their jobs, by job.  A Redis error
+        propagates (the worker's outage handling) after the job is put in
+        :attr:`retry`, so that nothing a task waits for is forgotten."""
         failed: dict[Key, str] = {}
-        for key in keys:
+        todo = set(keys) | self.retry
+        self.retry = set()
+        for key in todo:
             served = self.served.get(key)
             if served is None:
                 continue
-            share = served.share
-            taken = share.take_round()
-            if taken is not None:
-                round_, puts = taken
+            try:
+                self._exchange(key, served)
+            except BaseException:
+                self.retry.add(key)
+                self.retry.update(todo)
+                raise
+            self._send(served)
+            if served.share.failure is not None:
+                failed[key] = served.share.failure
+        return failed
+
+    def _exchange(self, key: Key, served: Served) -> None:
+        """The round to enter and the KVS to fetch, if the share asks for them."""
+        share = served.share
+        taken = share.take_round()
+        if taken is not None:
+            round_, puts = taken
+            try:
                 got = self.kvs.enter(served.owner, key[1], served.ranks, share.node_rank,
                                      round_, puts)
-                if got.state == "done":
-                    share.complete(round_)
-                elif got.state == "broken":
-                    share.broken(got.reason)
-            if share.want_fetch and share.waiting_gets:
-                share.loaded(self.kvs.fetch(served.owner, key[1]))
-            self._send(served)
-            if share.failure is not None:
-                failed[key] = share.failure
-        return failed
+            except BaseException:
+                share.untake(round_, puts)
+                raise
+            if got.state == "done":
+                share.complete(round_)
+            elif got.state == "broken":
+                share.broken(got.reason)
+        if share.want_fetch and share.waiting_gets:
+            share.loaded(self.kvs.fetch(served.owner, key[1]))
 
     def _send(self, served: Served) -> None:
         for rank, line in served.share.drain():

@@ -42,7 +42,11 @@ class PmiKvsContract:
         assert kvs.fetch(OWNER, JOB) == {"card-0": "a b", "card-1": "b"}
         # the round's marks are gone: the hash holds the KVS and the barrier state
         fields = set(client.hkeys(keys.pmi(OWNER, JOB)))
-        assert fields == {b"k:card-0", b"k:card-1", b"open"}
+        assert fields == {b"k:card-0", b"k:card-1", b"open", b"done"}
+        # a repeated step of the complete round (its reply lost) counts nothing
+        assert kvs.enter(OWNER, JOB, RANKS, 2, 1, {}).state == "done"
+        assert set(client.hkeys(keys.pmi(OWNER, JOB))) == fields
+        assert all(len(wakes(client, keys, r)) == 1 for r in RANKS)
         # everyone leaves cleanly: the hash goes with the last
         for node in range(3):
             kvs.leave(OWNER, JOB, RANKS, node, True, "")

@@ -236,3 +236,14 @@ def test_from_nodes_spells_out_cyclic_maps() -> None:
     assert taskmap.from_nodes([0, 0, 1, 1, 2, 2, 2, 2]) == [(0, 2, 2, 1), (2, 1, 4, 1)]
     with pytest.raises(ValueError):
         taskmap.from_nodes([])
+
+
+def test_a_round_whose_hand_over_failed_is_taken_again() -> None:
+    pmi = share([0], size=2, nnodes=2)
+    init(pmi, 0)
+    say(pmi, 0, "cmd=put kvsname=k key=a value=1", "cmd=barrier_in")
+    taken = pmi.take_round()
+    assert taken == (1, {"a": "1"})
+    pmi.untake(*taken)  # Redis was unreachable
+    say(pmi, 0, "cmd=put kvsname=k key=b value=2")  # (not MPICH's way, but kept)
+    assert pmi.take_round() == (1, {"a": "1", "b": "2"})

@@ -317,6 +317,12 @@ class PmiShare:
         self.kvs.update(puts)  # our own puts are visible to us at once
         return self.round + 1, puts
 
+    def untake(self, round_: int, puts: Mapping[str, str]) -> None:
+        """Handing round ``round_`` over failed (Redis unreachable): take it again later."""
+        if round_ == self.round + 1 and self.submitted:
+            self.submitted = False
+            self.pending = {**puts, **self.pending}
+
     def complete(self, round_: int) -> None:
         """Barrier round ``round_`` is complete on every rank: release the tasks in it.
         A round other than the current one (a repeated wake-up) changes nothing."""

@@ -13,7 +13,8 @@
 --        the job breaks when it was not clean (names the task)
 --
 -- The hash holds the KVS (fields "k:<key>"), per round the ranks that entered ("n:<round>"
--- counts, "r:<round>:<node>" marks), "open" (a round some rank entered and not all),
+-- counts, "r:<round>:<node>" marks), "open" (a round some rank entered and not all), "done"
+-- (the last round complete),
 -- "broken" (why the job cannot go on: a rank left before its tasks finalized), and the
 -- ranks that left ("left" counts, "l:<node>" marks).
 --
@@ -55,6 +56,10 @@ if op == 'enter' then
   if broken then
     return {'broken', broken}
   end
+  -- a repeated call for a round already complete (its reply was lost) counts nothing
+  if tonumber(round) <= tonumber(redis.call('HGET', hash, 'done') or '0') then
+    return {'done', tonumber(round)}
+  end
   if redis.call('HSETNX', hash, 'r:' .. round .. ':' .. node, 1) == 0 then
     return {'wait', tonumber(redis.call('HGET', hash, 'n:' .. round) or '0')}
   end
@@ -71,7 +76,7 @@ if op == 'enter' then
     marks[#marks + 1] = 'r:' .. round .. ':' .. n
   end
   redis.call('HDEL', hash, unpack(marks))
-  redis.call('HSET', hash, 'open', 0)
+  redis.call('HSET', hash, 'open', 0, 'done', round)
   wake(round, nil)
   return {'done', tonumber(round)}
 end
