@@ -46,6 +46,7 @@ from fluxes.domain.exec.intake import Entry, Intake, Kill, PmiWake, Request, Sig
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
+    RunPlan,
     StartFacts,
     check_rank,
     job_owner,
@@ -466,7 +467,7 @@ class ExecWorker(Worker):
         box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
 
-    def _open_pmi(self, job: ExecJob, plan: Any, spec: Mapping[str, Any]) -> Served | None:
+    def _open_pmi(self, job: ExecJob, plan: RunPlan, spec: Mapping[str, Any]) -> Served | None:
         """The job's PMI server on this rank (shell option ``pmi``, ``simple`` by
         default), None for ``pmi=off`` and for a job that runs a child instance
         (its tasks are the child's workers, not an MPI program)."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from fluxes.domain.exec.layout import JobLayout, RankShare
 from fluxes.domain.exec.pmi import PmiShare, pmi_environment
 from fluxes.formats import taskmap
+from fluxes.store.errors import StoreError
 from fluxes.store.pmi_kvs import PmiKvs
 
 #: Bytes read from a task's socket at once.
@@ -221,6 +222,10 @@ class PmiServer:
                     if share.unfinished else "PMI: a rank left before PMI_Finalize")
                 self.kvs.leave(served.owner, key[1], served.ranks, share.node_rank, clean,
                                reason)
+        except StoreError:
+            # Redis is away: the hash goes with the job's purge; the worker notices the
+            # outage on its next call and rebuilds
+            pass
         finally:
             self._close_served(served)
 
