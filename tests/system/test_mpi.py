@@ -253,13 +253,18 @@ def test_a_token_goes_round_the_ring(launcher: Launcher, mpi: Path) -> None:
     assert lines == sorted(want)
 
 
-def test_cyclic_taskmap_places_ranks_round_the_nodes(launcher: Launcher, mpi: Path) -> None:
-    done = run(str(launcher.uri), "-N2", "-n4", "--taskmap=cyclic", str(mpi / "allreduce"))
+def test_cyclic_taskmap_places_ranks_round_the_nodes(
+        launcher: Launcher, mpi: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = str(launcher.uri)
+    done = run(uri, "-N2", "-n4", "--taskmap=cyclic", str(mpi / "allreduce"))
     assert done.returncode == 0, done.stderr
     got = sums(done.stdout)
     assert {rank: node for rank, (_s, _t, node) in got.items()} == \
         {0: "0", 1: "1", 2: "0", 3: "1"}
     assert all(total == 10 for _size, total, _node in got.values())
+    jobid = last_job(uri, capsys)
+    assert main(["--uri", uri, "job", "taskmap", "--to=pmi", str(jobid)]) == 0
+    assert capsys.readouterr().out == "(vector,(0,2,1),(0,2,1))\n"
 
 
 def test_pmi_off_runs_singletons(launcher: Launcher, mpi: Path) -> None:
