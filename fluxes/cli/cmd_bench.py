@@ -83,6 +83,18 @@ def register(subparsers: Any) -> None:
     np_.add_argument("--json", action="store_true")
     np_.set_defaults(func=_nested)
 
+    mpp = sub.add_parser("mpi", **help_with_example(
+        "MPI through the PMI server: launch to exit of 'fluxes run -N2 -n4' of a trivial\n"
+        "MPICH program vs of 'true' (medians of --runs), and a PMI barrier across --ranks\n"
+        "tasks on --nodes nodes. Needs mpicc.mpich.",
+        ["fluxes bench mpi", "fluxes bench mpi --runs 5 --nodes 4 --ranks 16 --json"]))
+    mpp.add_argument("--runs", type=int, default=20, help="runs of each (default 20)")
+    mpp.add_argument("--nodes", type=int, default=16, help="nodes of the barrier (default 16)")
+    mpp.add_argument("--ranks", type=int, default=64, help="tasks of the barrier (default 64)")
+    mpp.add_argument("--rounds", type=int, default=50, help="barriers timed (default 50)")
+    mpp.add_argument("--json", action="store_true")
+    mpp.set_defaults(func=_mpi)
+
     rt = sub.add_parser("retention", **help_with_example(
         "Retention: Redis memory per finished job with inactive jobs purged after\n"
         "--age-limit (the journal archived, message streams trimmed), read at 10%, 50%\n"
@@ -270,4 +282,13 @@ def _retention(args: argparse.Namespace) -> int:
         print(f"  {int(jobs):>8,} {row['used_memory']:>12,} "
               f"{row['bytes_per_finished_job']:>10,.1f} {row['dataset_bytes']:>10,} "
               f"{row['journal_entries']:>8,} {row['keys']:>7,}")
+    return 0
+
+
+def _mpi(args: argparse.Namespace) -> int:
+    from fluxes.bench import mpi
+    from fluxes.bench.common import report
+
+    report(mpi.run(runs=args.runs, nodes=args.nodes, ranks=args.ranks, rounds=args.rounds),
+           args.json)
     return 0
