@@ -74,6 +74,12 @@ class Keys:
         return f"{self.g}:children"
 
     @property
+    def children_purged(self) -> str:
+        """Set: namespaces of the child instances of purged jobs whose keys (grandchildren
+        included) are still being deleted (fluxes.store.children)."""
+        return f"{self.g}:children:purged"
+
+    @property
     def users(self) -> str:
         """Hash: user name -> uid, for every user allowed to submit."""
         return f"{self.g}:users"
