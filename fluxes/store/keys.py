@@ -80,6 +80,12 @@ class Keys:
         return f"{self.g}:children:purged"
 
     @property
+    def lost_jobs(self) -> str:
+        """Hash: job id -> JSON, the acknowledged jobs a Redis crash lost (found by the
+        ingest's acknowledgement log, fluxes.store.acklog), until the owner clears them."""
+        return f"{self.g}:lost:jobs"
+
+    @property
     def users(self) -> str:
         """Hash: user name -> uid, for every user allowed to submit."""
         return f"{self.g}:users"
