@@ -786,7 +786,7 @@ class IngestWorker(Worker):
                            content=content, queue=job.queue, request=job.request)
             submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=uid, flags=job.flags)
             batch.append(keys.eventlog(jobid), jobid, 0, [submit, ev.Validate(timestamp=now)],
-                         [job.info, None])
+                         [job.info, None], owner=uid)
             new_msgs.setdefault(part, []).append(proto.New(
                 id=jobid, userid=uid, urgency=job.urgency, flags=job.flags, t_submit=now,
                 info=job.info, request=job.request))

@@ -4,12 +4,12 @@ archiving and trimming the journal, and noticing history that went backwards.
 **Purge** (:func:`purge`, ``purge.lua``): a job whose eventlog ends with
 ``clean`` (or ``invalidate``) loses every key it has: its eventlog, its hash,
 its references to content-addressed blobs (a blob no job names any more goes),
-its exec progress field and its output stream; a journal-only ``purge`` entry
-naming it is appended in the same step, and the job-list and accounting folds
-and every replay drop the job there. The output stream is in the global slot,
-so it is deleted first, in a step of its own (an inactive job's output is
-final): a purge cut short between the two leaves the job without its output,
-and purging it again finishes. The child instance a batch/alloc job ran
+its exec progress field, its output stream and its private text; a
+journal-only ``purge`` entry naming it is appended in the same step, and the
+job-list and accounting folds and every replay drop the job there. The output
+stream is in the global slot, so it is deleted first, in a step of its own (an
+inactive job's output is final): a purge cut short between the two leaves the
+job without its output, and purging it again finishes. The child instance a batch/alloc job ran
 (grandchildren included) is handed to :mod:`fluxes.store.children` at the same
 point, whose sweeper deletes its keys a bounded SCAN slice at a time. A purge
 never needs the job manager: it holds only active jobs.
@@ -150,7 +150,8 @@ def _purge_chunk(client: redis.Redis, keys: Keys, part: int, ids: list[int], sta
     if not inactive:
         return
     # the output streams (global slot) first: an inactive job's output is final
-    doomed = [keys.output(uid, jobid) for jobid, _n, uid in inactive if uid is not None]
+    doomed = [key for jobid, _n, uid in inactive if uid is not None
+              for key in (keys.output(uid, jobid), keys.private(part, uid, jobid))]
     execute_grouped(client, [(key, ("UNLINK", key)) for key in doomed])
     # a batch/alloc job's child instance goes too, swept a slice at a time
     doom_children(client, keys, [jobid for jobid, _n, _uid in inactive])
