@@ -576,6 +576,7 @@ class Housekeeper:
         self.purged = 0
         self.trimmed = 0
         self.children = ChildSweeper(self.redis, self.keys)
+        self._sweep_denied = False
 
     @property
     def state_dir(self) -> Path:
@@ -626,15 +627,26 @@ class Housekeeper:
         limits = Limits(config.inactive_age_limit, config.inactive_num_limit)
         if limits.active and self._due_now("purge", mono, PURGE_EVERY_S):
             self._guard("purge", lambda: self._purge(led, limits, mono))
-        if 0 in led and (self.children.sweeping
-                         or self._due_now("children", mono, CHILDREN_EVERY_S)):
+        if 0 in led and not self._sweep_denied and (
+                self.children.sweeping or self._due_now("children", mono, CHILDREN_EVERY_S)):
             # the global slot's duty: the leader of partition 0 sweeps
-            self._guard("children", self.children.step)
+            self._guard("children", self._sweep_children)
         if self._due_now("streams", mono, STREAMS_EVERY_S):
             self._guard("streams", lambda: self._trim_streams(led))
         if self._due_now("journal", mono, JOURNAL_EVERY_S):
             for partition in sorted(led):
                 self._guard("journal", functools.partial(self._trim_journal, partition, config))
+
+    def _sweep_children(self) -> None:
+        """A step of the purged child instances' sweep (fluxes.store.children)."""
+        try:
+            self.children.step()
+        except redis.exceptions.NoPermissionError as exc:
+            # a child instance's own identity may not SCAN: its purged grandchildren go
+            # when the job that runs it is purged in the parent (one warning, no more)
+            self._sweep_denied = True
+            self.log.warning("purged child instances are left to the parent instance",
+                             extra={"error": str(exc)})
 
     def _guard(self, duty: str, work: Callable[[], object]) -> None:
         try:
