@@ -340,6 +340,7 @@ def test_ingest_takes_the_user_from_the_stream_not_the_request(
     from workers.ingest import IngestWorker
     from workers.jobmanager import JobManagerWorker
 
+    monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path / "state"))  # the ingest's log
     keys = setup_instance(admin, config='[policy]\njobspec.defaults.system.queue = "batch"\n'
                                          '[queues.batch]\n[queues.private]\n'
                                          'policy.access.allow-user = ["alice"]\n')
@@ -452,6 +453,7 @@ def test_ingest_survives_requests_trimmed_while_pending(
     read and had not acknowledged when it died may be gone when it reads it again."""
     from workers.ingest import IngestWorker
 
+    monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path / "state"))  # the ingest's log
     keys = setup_instance(admin)
     creds = adduser(server, tmp_path, "alice", ALICE_UID)
     owner = Instance(InstanceURI(server.url, "fx"), client=admin)
