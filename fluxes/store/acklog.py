@@ -45,7 +45,7 @@ from typing import Any
 
 import orjson
 
-from fluxes.store.direct import execute_grouped
+from fluxes.store.direct import Direct, execute_grouped
 from fluxes.store.keys import Keys
 
 #: A log file is set aside (replacing the previous one) once it holds this much.
@@ -255,9 +255,8 @@ def clear_lost_jobs(client: Any, keys: Keys, jobids: Iterable[int] | None = None
     """Forget lost jobs (the instance owner has dealt with them): those of ``jobids``, or
     every one. The number forgotten."""
     if jobids is None:
-        pipe = client.pipeline(transaction=True)
-        pipe.hlen(keys.lost_jobs)
-        pipe.delete(keys.lost_jobs)
-        return int(pipe.execute()[0])
+        count, _deleted = Direct.of(client, keys.lost_jobs).transaction([
+            ("HLEN", keys.lost_jobs), ("DEL", keys.lost_jobs)])
+        return int(count)
     ids = [str(j) for j in jobids]
     return int(client.hdel(keys.lost_jobs, *ids)) if ids else 0

@@ -30,6 +30,7 @@ from typing import Any
 from redis.cluster import RedisCluster
 
 from fluxes.domain.nested import CHILD_SEP
+from fluxes.store.direct import Direct
 from fluxes.store.keys import Keys
 from fluxes.store.security import glob_escape
 
@@ -50,10 +51,9 @@ def doom_children(client: Any, keys: Keys, jobids: Iterable[int]) -> list[str]:
     named = [(jobid, ns.decode()) for jobid, ns in zip(ids, found, strict=True) if ns]
     if not named:
         return []
-    pipe = client.pipeline(transaction=True)
-    pipe.sadd(keys.children_purged, *(ns for _j, ns in named))
-    pipe.hdel(keys.children, *(jobid for jobid, _ns in named))
-    pipe.execute()
+    Direct.of(client, keys.children).transaction([
+        ("SADD", keys.children_purged, *(ns for _j, ns in named)),
+        ("HDEL", keys.children, *(jobid for jobid, _ns in named))])
     return [ns for _j, ns in named]
 
 
