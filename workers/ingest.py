@@ -17,7 +17,11 @@ never from what the client claims. Requests (field ``d``, JSON):
   job manager of each partition involved, with the authenticated userid; the
   job manager answers the client directly.
 
-Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs.
+Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs,
+after the ids they carry are recorded, fdatasync'd, in the worker's local
+acknowledgement log (one sync per block), which is compared with Redis when
+the worker (re)connects: every acknowledged job a Redis crash lost is then
+reported by id (:mod:`fluxes.store.acklog`).
 
 A request is acknowledged only with (or after) the last commit of its
 effects; a request the worker read but never acknowledged (it died) is
@@ -84,7 +88,7 @@ from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.formats.jobid import encode as encode_id
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
-from fluxes.store import jobhash
+from fluxes.store import acklog, jobhash
 from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, ClaimedError, CommitResult, EventStore
@@ -191,6 +195,10 @@ class IngestWorker(Worker):
         self._active_index: ActiveIndex | None = None
         #: the accounts and active holdings of the block being handled (None: no banks)
         self._charging: tuple[Accounts, Holdings] | None = None
+        #: the job ids the block answers with, recorded before the answers go out
+        self._answered: list[tuple[int, str, str]] = []
+        self._acks: acklog.AckLog | None = None
+        self._instance_created = ""
 
     def setup(self) -> None:
         """Get a FLUID generator id and read users, configuration and queue states."""
@@ -200,6 +208,15 @@ class IngestWorker(Worker):
         self.fluids = FluidGenerator(gen)
         self.refresh(force=True)
         self.sync_queues()
+        if self._acks is None:
+            from fluxes.store.retention import worker_state_dir
+
+            self._acks = acklog.AckLog(worker_state_dir(self.redis, self.keys), self.keys,
+                                       self.name)
+        # compared with Redis before the next request: Redis may have restarted
+        self._acks.unchecked = True
+        created = self.redis.hget(self.keys.instance, "created")
+        self._instance_created = created.decode() if created else ""
 
     def status(self) -> dict[str, Any]:
         """Jobs accepted so far."""
@@ -293,6 +310,8 @@ class IngestWorker(Worker):
         another ingest worker read and left idle (that worker died).
         """
         self.refresh()
+        if self._acks is not None and self._acks.unchecked:
+            self._check_acks()
         if self._deferred and time.monotonic() >= self._retry_at:
             deferred, self._deferred = self._deferred, []
             self.sync_queues()
@@ -473,6 +492,7 @@ class IngestWorker(Worker):
         self._full = []
         self._progress = {}
         self._forwarded = {}
+        self._answered = []
         requests = self._claim(requests)
         if not requests:
             return
@@ -766,11 +786,12 @@ class IngestWorker(Worker):
                            content=content, queue=job.queue, request=job.request)
             submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=uid, flags=job.flags)
             batch.append(keys.eventlog(jobid), jobid, 0, [submit, ev.Validate(timestamp=now)],
-                         [job.info, None])
+                         [job.info, None], owner=uid)
             new_msgs.setdefault(part, []).append(proto.New(
                 id=jobid, userid=uid, urgency=job.urgency, flags=job.flags, t_submit=now,
                 info=job.info, request=job.request))
         self.submitted += len(prepared)
+        self._answered += [(r["id"], user, request.req[:64]) for r in results if "id" in r]
         return proto.Reply(jobs=[proto.JobResult(**r) for r in results])
 
     def _record_progress(self, part: int, batch: Batch) -> None:
@@ -925,13 +946,15 @@ class IngestWorker(Worker):
                 batch.claimed(keys.request_claim(part, name), token, drop=True)
         leftover_replies = []
         for key, data in replies:
-            if keys.same_slot(key, anchor):
+            if keys.same_slot(key, anchor) and self._acks is None:
                 last.push_reply(key, data, REPLY_TTL_MS)
             else:
                 leftover_replies.append((key, data))
         leftover_acks: dict[str, list[bytes]] = {}
         for stream, ids in acks.items():
-            if keys.same_slot(stream, anchor):
+            # with an acknowledgement log, requests are acknowledged with their answers,
+            # after the log: a worker dying before that leaves them to be answered again
+            if keys.same_slot(stream, anchor) and self._acks is None:
                 last.xack(stream, GROUP_INGEST, ids)
             else:
                 leftover_acks[stream] = ids
@@ -942,6 +965,7 @@ class IngestWorker(Worker):
         self._held = set()
         written += zip([p for p, _b in committed], results, strict=True)
         self._committed(written)
+        self._record_acks(written)
         self._send_leftovers(leftover_replies, leftover_acks)
 
     def _committed(self, written: list[tuple[int, CommitResult]]) -> None:
@@ -958,6 +982,40 @@ class IngestWorker(Worker):
                     last[part] = (at, result.journal_id)
         for part, (_at, text) in last.items():
             self._ledger.committed(part, text)
+
+    def _check_acks(self) -> None:
+        """Compare the acknowledgement log with Redis (it may have lost jobs; they are
+        reported) before the first request after a (re)connection."""
+        assert self._acks is not None
+        try:
+            self._acks.check(self.redis, self.log)
+        except OSError as exc:
+            self._acks.unchecked = False
+            self.log.error("the acknowledgement log cannot be read: jobs a Redis crash "
+                           "lost may go unreported", extra={"error": str(exc)})
+
+    def _record_acks(self, written: list[tuple[int, CommitResult]]) -> None:
+        """Record, fdatasync'd, the job ids the block answers with, before it answers."""
+        if self._acks is None or not self._answered:
+            return
+        ends: dict[int, str] = {}
+        for part, result in written:
+            if result.journal_id and (part not in ends or acklog.id_key(result.journal_id)
+                                      > acklog.id_key(ends[part])):
+                ends[part] = result.journal_id
+        missing = {self.keys.partition_of(j) for j, _u, _r in self._answered} - set(ends)
+        if missing:  # jobs created by an earlier block: the journal's end is after them
+            ends.update(acklog.journal_ends(self.redis, self.keys, missing))
+        acked = [acklog.Acked(j, self.keys.partition_of(j),
+                              ends[self.keys.partition_of(j)], user, req)
+                 for j, user, req in self._answered]
+        self._answered = []
+        try:
+            self._acks.record(self._instance_created, acked)
+        except OSError as exc:
+            # answering anyway: a job is worth more than the report of its loss
+            self.log.error("the acknowledgement log cannot be written: jobs a Redis crash "
+                           "loses may go unreported", extra={"error": str(exc)})
 
     def _send_leftovers(self, replies: list[tuple[str, bytes]],
                         acks: dict[str, list[bytes]]) -> None:

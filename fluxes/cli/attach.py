@@ -147,7 +147,9 @@ def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
         if job.state is JobState.INACTIVE:
             done = True  # one more read for output written before clean
     stdout.flush()
-    return Outcome(job)
+    from fluxes.store.private import revealed_job
+
+    return Outcome(revealed_job(client, keys, job))
 
 
 def _print_output(fields: dict[bytes, bytes], label: bool, out: TextIO, err: TextIO) -> None:

@@ -25,6 +25,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from fluxes.domain.job import events as ev
+from fluxes.domain.job import privacy
 from fluxes.domain.job.codec import CODEC_VERSION
 from fluxes.domain.job.fastfold import fold_common
 from fluxes.domain.job.model import Job, TransitionError, apply
@@ -131,10 +132,11 @@ def decode_entry(name: bytes, ts: bytes, ctx: bytes | None) -> ev.Event:
 class Batch:
     """Effects of one processing step in one partition, to be committed atomically."""
 
-    __slots__ = ("_args", "_blobs", "_index", "_keys", "events", "partition")
+    __slots__ = ("_args", "_blobs", "_index", "_keys", "events", "names", "partition")
 
     def __init__(self, keys: Keys, partition: int, fence: str | None = None) -> None:
         self.partition = partition
+        self.names = keys
         self._keys: list[str] = [fence or keys.jm_fence(partition), keys.journal(partition)]
         self._index: dict[str, int] = {}
         self._args: list[Any] = []
@@ -154,15 +156,38 @@ class Batch:
 
     def append(self, eventlog_key: str, jobid: int, expected: int,
                events: Sequence[ev.Event],
-               extras: Sequence[Mapping[str, Any] | None] | None = None) -> None:
-        """Append ``events`` to a job's eventlog (which must hold ``expected`` events)."""
+               extras: Sequence[Mapping[str, Any] | None] | None = None,
+               owner: int | None = None, salt: bytes = b"") -> None:
+        """Append ``events`` to a job's eventlog (which must hold ``expected`` events).
+
+        With the job's ``owner``, the text private to the owner (exception notes,
+        dependency descriptions, the summary's cwd and dependencies) goes to the
+        owner's private hash instead, in this batch, and the public events hold
+        stand-ins (:mod:`fluxes.domain.job.privacy`; ``salt`` keys the masks).
+        """
         args = self._args
         args += ("E", self._key(eventlog_key), jobid, expected, len(events))
+        private: dict[str, bytes] = {}
         for i, event in enumerate(events):
             extra = extras[i] if extras is not None else None
-            args += (event.event_name, repr(event.timestamp), encode_context(event.context()),
+            context = event.context()
+            if owner is not None:
+                public, secret = privacy.split(event.event_name, context, salt) \
+                    if context else (None, {})
+                if public is not None:
+                    context = public
+                    private[str(expected + i)] = orjson.dumps(secret)
+                if extra:
+                    summary, hidden = privacy.split_summary(extra)
+                    if summary is not None:
+                        extra = summary
+                        private[privacy.SUMMARY_FIELD] = orjson.dumps(hidden)
+            args += (event.event_name, repr(event.timestamp), encode_context(context),
                      orjson.dumps(extra) if extra else b"")
         self.events += len(events)
+        if private:
+            assert owner is not None
+            self.hset(self.names.private(self.partition, owner, jobid), private)
 
     def journal_only(self, jobid: int, event: ev.Event) -> None:
         """Add a journal entry that is not part of the job's eventlog (annotations)."""
@@ -713,8 +738,12 @@ class EventStore:
         since (a checkpoint may be older than the journal's trim point), is
         dropped: its eventlog is gone.
         """
+        from fluxes.store.private import reveal_records
+
         checkpoint = self.load_checkpoint(partition)
         result = self.replay(partition, start=checkpoint, drop_inactive=drop_inactive)
+        # the public events hold stand-ins for dependency text the job manager needs
+        reveal_records(self.redis, self.keys, result.records)
         if checkpoint is not None and result.records:
             from fluxes.store.direct import execute_grouped
             from fluxes.store.retention import read_trim_state

@@ -128,6 +128,7 @@ def read_patterns(keys: Keys, uid: int) -> list[str]:
     return [
         f"{p}:job:*",  # job hashes {p}:job:<id> (no jobspec: blob digests) and eventlogs
         f"{p}:blob:{uid}:*",  # own jobspec blobs {p}:blob:<owner uid>:<digest>
+        f"{p}:private:{uid}:*",  # own jobs' notes, dependencies, cwd {p}:private:<uid>:<id>
         f"{p}:journal",
         f"{p}:jl:*",  # the job-list read model
         f"{p}:acct:*",  # the usage read model
