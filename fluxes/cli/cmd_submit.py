@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli.cmd_jobs import select_jobs
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -385,6 +384,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from fluxes.cli.cmd_jobs import select_jobs  # not at import: submit and run do not list jobs
     from fluxes.store.client import Client
 
     inst = instance(args)
