@@ -71,7 +71,7 @@ from fluxes.domain.accounting.limits import (
     journal_id,
     limits_active_jobs,
 )
-from fluxes.domain.jm import request_progress, update
+from fluxes.domain.jm import arrays, request_progress, update
 from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_feasibility, unknown_target
 from fluxes.domain.jm.queues import QueueState, fold_queue_events
@@ -95,6 +95,11 @@ from fluxes.store.request_claims import RequestClaims
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
+#: Jobs handled (checked, held, committed) in one block at most: a read of many big
+#: requests is handled in several blocks, so the ingest's memory stays bounded
+#: (issue 26). A request with more jobs (up to [ingest] max-jobs-per-request) is
+#: a block of its own.
+BLOCK_JOBS = 10_000
 BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
 #: Events per Lua call at most (two per job): a long script blocks Redis.
@@ -402,6 +407,22 @@ class IngestWorker(Worker):
             self._handle_decoded(requests, redelivered)
 
     def _handle_decoded(self, requests: list[_Pending], redelivered: bool) -> None:
+        """Handle decoded requests in blocks of at most BLOCK_JOBS jobs (a request with
+        more is a block of its own): what a block holds is bounded, however many
+        requests one read brought (see :meth:`_handle_bounded`)."""
+        block: list[_Pending] = []
+        jobs = 0
+        for pending in requests:
+            size = _job_count(pending.request)
+            if block and jobs + size > BLOCK_JOBS:
+                self._handle_bounded(block, redelivered)
+                block, jobs = [], 0
+            block.append(pending)
+            jobs += size
+        if block:
+            self._handle_bounded(block, redelivered)
+
+    def _handle_bounded(self, requests: list[_Pending], redelivered: bool) -> None:
         """Handle decoded requests as one block; should that raise, one by one, refusing
         the one that raises. A commit refused because another ingest took some of the
         requests over puts them aside, one per block, to be tried again."""
@@ -596,7 +617,7 @@ class IngestWorker(Worker):
             if not blobs:
                 out.append(None)
                 continue
-            njobs = len(request.jobs) if isinstance(request, proto.SubmitJobs) else 0
+            njobs = _job_count(request) if isinstance(request, proto.SubmitJobs) else 0
             try:
                 out.append(request_progress.merge(blobs, njobs, request_digest(request)))
             except request_progress.ReusedRequestId:
@@ -624,13 +645,20 @@ class IngestWorker(Worker):
                     done: Mapping[int, int] | None = None) -> _Checked:
         """Check a request's jobs (no Redis); jobs in ``done`` (index -> id) exist already."""
         done = done or {}
-        jobs = request.jobs
         limits = self.config.ingest
-        if not jobs:
+        try:
+            ids = arrays.array_ids(request)
+        except ValueError as exc:
+            return _Checked(proto.Reply(errors=[one_line(str(exc))]))
+        count = len(request.jobs) if ids is None else len(ids)
+        if not count:
             return _Checked(proto.Reply(errors=["submit request has no jobs"]))
-        if len(jobs) > limits.max_jobs_per_request and not done:
-            return _Checked(proto.Reply(errors=[f"request has {len(jobs)} jobs, the limit is "
+        if count > limits.max_jobs_per_request and not done:
+            # before an array is expanded: its copies are never made
+            return _Checked(proto.Reply(errors=[f"request has {count} jobs, the limit is "
                                                 f"{limits.max_jobs_per_request}"]))
+        # an array's copies are made one at a time, as they are checked
+        jobs = request.jobs if ids is None else arrays.copies(request.jobs[0], ids)
         out = _Checked()
         cache: dict[bytes, PreparedJob | str] = {}
         for index, item in enumerate(jobs):
@@ -1027,6 +1055,11 @@ def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
     else:
         ids = []
     return {keys.partition_of(j) for j in ids}
+
+
+def _job_count(request: proto.Request) -> int:
+    """How many jobs a request stands for (a control request: 1)."""
+    return arrays.job_count(request) if isinstance(request, proto.SubmitJobs) else 1
 
 
 def _int(value: Any) -> int:

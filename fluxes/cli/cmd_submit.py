@@ -296,10 +296,8 @@ def register_job(sub: Any) -> None:
 MAX_CC = 1_000_000
 
 
-def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
-    """One jobspec per --cc id, with {cc} substituted where flux substitutes it."""
-    if cc is None:
-        return [spec.to_dict()]
+def _cc_ids(cc: str) -> IDSet:
+    """The ids of ``--cc``; FluxesError when there are none, or too many."""
     try:
         ids = IDSet(cc)
     except ValueError as exc:
@@ -307,8 +305,17 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
     if not ids:
         raise FluxesError(f"--cc: {cc!r} names no id (e.g. --cc=1-10)")
     if len(ids) > MAX_CC:
-        # a typo such as 1-1000000000 would build copies until memory runs out
+        # a typo such as 1-1000000000 would create jobs until the queue is full
         raise FluxesError(f"--cc: {cc!r} is {len(ids)} copies, at most {MAX_CC} per submit")
+    return ids
+
+
+def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
+    """One jobspec per --cc id, with {cc} substituted where flux substitutes it
+    (``--dry-run``; a submission sends the copies as array requests instead)."""
+    if cc is None:
+        return [spec.to_dict()]
+    ids = _cc_ids(cc)
     base = spec.to_dict()
     text = spec.dumps()
     if "{cc}" not in text:
@@ -328,13 +335,16 @@ def _submit(args: argparse.Namespace) -> int:
 
     client = Client(instance(args))
     # None (no --urgency) lets the client fall back to the Jobspec's urgency.
+    item: dict[str, Any] = {"jobspec": spec, "urgency": urgency}
     if args.cc is None:
-        items: list[dict[str, Any]] = [{"jobspec": spec, "urgency": urgency}]
+        bar = Progress("submit", 1, enabled=args.progress)
+        results = client.submit([item], progress=bar.update)
     else:
-        fallback = urgency if urgency is not None else spec.urgency
-        items = [{"jobspec": c, "urgency": fallback} for c in _cc_copies(spec, args.cc)]
-    bar = Progress("submit", len(items), enabled=args.progress)
-    results = client.submit(items, progress=bar.update)
+        # array requests: whatever the range, each request is small and within the
+        # instance's per-request limit, and the ingest makes the copies
+        ids = _cc_ids(args.cc)
+        bar = Progress("submit", len(ids), enabled=args.progress)
+        results = client.submit_array(item, ids, progress=bar.update)
     bar.done()
     failed = 0
     for result in results:

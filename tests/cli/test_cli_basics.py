@@ -182,6 +182,7 @@ def _submitted(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[dict[st
     """Run ``fluxes submit ARGV``; return the job items the client put on the wire."""
     from fluxes import messages as proto
     from fluxes.cli import cmd_submit
+    from fluxes.formats.idset import IDSet
     from fluxes.store.client import Client
 
     sent: list[dict[str, Any]] = []
@@ -191,12 +192,15 @@ def _submitted(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[dict[st
         return [str(len(sent) - len(requests) + i) for i in range(len(requests))]
 
     def wait(self: Client, key: str, timeout: float, count: int = 1) -> list[proto.Reply]:
-        return [proto.Reply(jobs=[proto.JobResult(id=1 + i)
-                                  for i in range(len(sent[int(key)]["jobs"]))])]
+        request = sent[int(key)]
+        # an array request (--cc) stands for one job per id
+        jobs = len(IDSet(request["cc"])) if "cc" in request else len(request["jobs"])
+        return [proto.Reply(jobs=[proto.JobResult(id=1 + i) for i in range(jobs)])]
 
     instance = SimpleNamespace(redis=None, keys=None, user="alice")
     monkeypatch.setattr(cmd_submit, "instance", lambda args: instance)
     monkeypatch.setattr(Client, "_post", send)
+    monkeypatch.setattr(Client, "jobs_per_request", lambda self: 10_000)
     monkeypatch.setattr(Client, "_answers", wait)
     assert main(["submit", *argv]) == 0
     return [job for request in sent for job in request["jobs"]]
