@@ -8,7 +8,11 @@ never from what the client claims. Requests (field ``d``, JSON):
   "flags": N}, ...]}``: checked (:mod:`fluxes.domain.jm.submission`), given FLUIDs, stored
   (job hash, ``submit`` + ``validate`` events, a ``new`` message for the job
   manager) in one atomic commit per partition; the reply lists an id or one
-  error line per job, and nothing is stored for a rejected job. A job no
+  error line per job, and nothing is stored for a rejected job. With ``"cc": IDSET``
+  the request is an array: one job, copied once per id (``submit --cc``,
+  :mod:`fluxes.domain.jm.arrays`), the copies made one at a time as they are
+  checked. A request of more than ``[ingest] max-jobs-per-request`` jobs is refused
+  whole; the requests of a read are handled in blocks of at most ``BLOCK_JOBS`` jobs. A job no
   configured node could ever run is rejected with the scheduler's note
   (:mod:`fluxes.domain.jm.feasibility`, against the inventory the scheduler loads), and
   so is one whose ``after*`` dependency names a job that does not exist (one

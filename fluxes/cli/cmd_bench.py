@@ -60,6 +60,8 @@ def register(subparsers: Any) -> None:
     mp.add_argument("--nodes", type=int, default=16)
     mp.add_argument("--cores-per-node", type=int, default=32)
     mp.add_argument("--timeout", type=float, default=900.0)
+    mp.add_argument("--cc", type=int, default=None, metavar="N",
+                    help="instead: the ingest's peak memory for one 'fluxes submit --cc=1-N'")
     mp.add_argument("--json", action="store_true")
     mp.set_defaults(func=_memory)
 
@@ -168,6 +170,13 @@ def _memory(args: argparse.Namespace) -> int:
     from fluxes.bench import memory
     from fluxes.bench.common import report
 
+    if args.cc is not None:
+        from fluxes.bench import request_memory
+
+        report(request_memory.run(jobs=args.cc, nodes=args.nodes,
+                                  cores_per_node=args.cores_per_node,
+                                  timeout=max(args.timeout, 1800.0)), args.json)
+        return 0
     figures = memory.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
                          timeout=args.timeout)
     if args.json:
