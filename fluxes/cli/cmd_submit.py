@@ -145,9 +145,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     jobspec file cannot hold one (RFC 14 has no urgency), so for a file the
     caller must send it with the submission.
     """
-    from fluxes.domain.jm.depend import parse_dependency
     from fluxes.formats.jobspec import Jobspec
-    from fluxes.formats.requires import parse_requires
 
     if len(command) == 1 and command[0].endswith((".yaml", ".yml", ".json")) \
             and os.path.isfile(command[0]):
@@ -157,9 +155,9 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         _set_attr(attributes, text)
     if getattr(args, "bank", None):
         _set_bank(attributes, args.bank)
-    constraints = parse_requires(args.requires) if args.requires else None
+    constraints = _requires(args.requires) if args.requires else None
     now = time.time()
-    deps = [parse_dependency(d, now=now) for d in args.dependency]
+    deps = [_dependency(d, now) for d in args.dependency]
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
     if args.gpus_per_node is not None:
         # flux's per-resource request: it sizes the job per node, not per task
@@ -183,6 +181,21 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
         constraints=constraints, dependencies=deps or None, output=args.output,
         error=args.error, attributes=attributes or None, urgency=urgency)
+
+
+def _requires(exprs: list[str]) -> dict[str, Any]:
+    """``--requires`` as an RFC 31 constraint (imported only when given)."""
+    from fluxes.formats.requires import parse_requires
+
+    return parse_requires(exprs)
+
+
+def _dependency(text: str, now: float) -> dict[str, Any]:
+    """One ``--dependency`` as an RFC 26 object (imported only when given: the
+    dependency module brings the job model along)."""
+    from fluxes.domain.jm.depend import parse_dependency
+
+    return parse_dependency(text, now=now)
 
 
 #: Options that shape the tasks and resources a jobspec file already describes:
@@ -248,7 +261,8 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
     sp.add_argument("--json", action="store_true", help="print {id, error} objects")
     sp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    sp.set_defaults(func=_submit)
+    # the small Redis client (fluxes.store.lite): submit only posts and waits for replies
+    sp.set_defaults(func=_submit, _lite=True)
 
     rp = subparsers.add_parser("run", **help_with_example(
         "Submit a job, print its output as it runs, exit with its exit code.",

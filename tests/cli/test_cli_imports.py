@@ -10,8 +10,10 @@ Each check runs in a fresh interpreter, as a user's command does.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -85,3 +87,35 @@ def test_help_and_unknown_commands_build_every_command() -> None:
     assert cli_main._groups_for(["nosuch"]) == cli_main._GROUPS
     assert cli_main._groups_for(["--version"]) == ()
     assert cli_main._groups_for(["run", "true"]) == ("cmd_submit",)
+
+
+_SUBMIT_PROBE = """
+import json, sys
+from argparse import Namespace
+from fluxes import messages as proto
+from fluxes.cli.util import instance
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
+inst = instance(Namespace(uri=sys.argv[1], _lite=True))
+spec = Jobspec.from_command(["true"], environment={"A": "1"}).to_dict()
+Client(inst)._post([proto.SubmitJobs(req="probe", jobs=[proto.SubmitItem(jobspec=spec)])])
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_submit_talks_to_redis_without_redis_py(redis_server: Any, real_redis: Any) -> None:
+    """What ``fluxes submit`` does after parsing (connect, read the instance, post the
+    request) goes through fluxes.store.lite: redis-py is never imported."""
+    out = subprocess.run([sys.executable, "-c", _SUBMIT_PROBE, redis_server.url + "?ns=t"],
+                         check=True, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
+    assert not loaded & {"jsonschema", "yaml", "fluxes.config"}
+    assert real_redis.xlen("{t}:submit:" + _user()) == 1
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
