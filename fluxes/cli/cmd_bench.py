@@ -127,6 +127,15 @@ def register(subparsers: Any) -> None:
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=_simulate)
 
+    cp = sub.add_parser("cli", **help_with_example(
+        "Command start-up: median wall and CPU time of 'fluxes --version', 'fluxes submit'\n"
+        "(a held job), 'fluxes jobs' and 'fluxes run -n1 true' against a private\n"
+        "instance, N runs each after a warm-up, with the targets.",
+        ["fluxes bench cli", "fluxes bench cli --runs 50 --json"]))
+    cp.add_argument("--runs", type=int, default=20, help="runs of each command (default 20)")
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=_cli)
+
     wp = sub.add_parser("web", **help_with_example(
         "fluxes web: p50/p99 latency of every page and JSON endpoint over HTTP, with a\n"
         "synthesized history of N jobs, time-travel views an hour back among them.",
@@ -230,6 +239,14 @@ def _web(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.requests < 1 or args.hours <= 0:
         raise ValueError("--jobs and --requests must be >= 1, --hours > 0")
     report(web.run(jobs=args.jobs, hours=args.hours, requests=args.requests), args.json)
+    return 0
+
+
+def _cli(args: argparse.Namespace) -> int:
+    from fluxes.bench import cli
+    from fluxes.bench.common import report
+
+    report(cli.run(runs=args.runs), args.json)
     return 0
 
 

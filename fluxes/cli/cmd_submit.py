@@ -271,7 +271,8 @@ def register(subparsers: Any) -> None:
     add_job_options(rp)
     rp.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
     rp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    rp.set_defaults(func=_run)
+    # the small Redis client (fluxes.store.lite): run posts, then reads the job's streams
+    rp.set_defaults(func=_run, _lite=True)
 
     cp = subparsers.add_parser("cancel", **help_with_example(
         "Cancel jobs (a 'cancel' exception); users may cancel only their own.",
@@ -387,7 +388,9 @@ def _run(args: argparse.Namespace) -> int:
     [result] = Client(inst).submit([{"jobspec": spec, "urgency": urgency}])
     if not isinstance(result, int):
         die(result)
-    outcome = follow_interruptible(inst, result, label=args.label_io)
+    # the jobspec is ours: where its output goes needs no read of the job
+    outcome = follow_interruptible(inst, result, label=args.label_io,
+                                   jobspec_text=spec.dumps())
     message = outcome.message()
     if message:
         print(f"fluxes: {message}", file=sys.stderr)

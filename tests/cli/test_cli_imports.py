@@ -119,3 +119,23 @@ def _user() -> str:
     import pwd
 
     return pwd.getpwuid(os.getuid()).pw_name
+
+
+def test_following_a_job_imports_no_redis_py() -> None:
+    """``fluxes run`` follows its job with the modules below (attach, the event decoder,
+    the job model, the client): none imports redis-py."""
+    probe = ("import json, sys\n"
+             "import fluxes.cli.attach, fluxes.store.entries, fluxes.domain.job.model\n"
+             "import fluxes.store.client, fluxes.store.lite, fluxes.store.instance\n"
+             "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin"})
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
+
+
+def test_the_owner_field_is_the_job_hash_s() -> None:
+    from fluxes.cli.attach import OWNER_FIELD
+    from fluxes.store.jobhash import OWNER
+
+    assert OWNER_FIELD == OWNER
