@@ -99,6 +99,11 @@ from fluxes.store.request_claims import RequestClaims
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
+#: Bytes of requests one read should bring at most: after a read of big requests the
+#: next reads take fewer (down to one), so what a read holds stays near this.
+READ_BYTES = 32 << 20
+#: Requests of the first read (then doubled while they are small, up to READ_COUNT).
+READ_FIRST = 16
 #: Jobs handled (checked, held, committed) in one block at most: a read of many big
 #: requests is handled in several blocks, so the ingest's memory stays bounded
 #: (issue 26). A request with more jobs (up to [ingest] max-jobs-per-request) is
@@ -190,6 +195,9 @@ class IngestWorker(Worker):
         self._deferred: list[list[_Pending]] = []
         self._retry_at = 0.0
         self.submitted = 0
+        #: requests per read (next_read_count): from READ_FIRST, so that even the first
+        #: read of a burst of big requests holds at most READ_FIRST of them
+        self._read_count = READ_FIRST
         self._pending = True
         self._claim_at = 0.0
         #: banks and associations (docs/accounting.md): once a bank exists, every job is
@@ -323,10 +331,11 @@ class IngestWorker(Worker):
         streams = {self.keys.submit(user): ">" for user in self.users}
         # requests put aside are tried again soon: the read must not wait longer
         wait_ms = max(1, min(BLOCK_MS, int(DEFER_S * 1000))) if self._deferred else BLOCK_MS
-        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
-                                      block=wait_ms)
+        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams,
+                                      count=self._read_count, block=wait_ms)
         if not reply:
             return
+        self._read_count = next_read_count(self._read_count, _reply_bytes(reply))
         self.handle(reply)
 
     def _next_pending(self) -> list[Any]:
@@ -1059,6 +1068,23 @@ def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
     else:
         ids = []
     return {keys.partition_of(j) for j in ids}
+
+
+def next_read_count(count: int, got_bytes: int) -> int:
+    """Requests to read next, after a read of ``count`` that brought ``got_bytes``:
+    scaled down to bring about READ_BYTES when it brought more, doubled (up to
+    READ_COUNT) while twice as many would still fit."""
+    if got_bytes > READ_BYTES:
+        return max(1, count * READ_BYTES // got_bytes)
+    if got_bytes * 2 <= READ_BYTES:
+        return min(READ_COUNT, count * 2)
+    return count
+
+
+def _reply_bytes(reply: list[Any]) -> int:
+    """Bytes of the request fields an XREADGROUP brought."""
+    return sum(len(value) for _stream, entries in reply for _sid, fields in entries
+               if fields for value in fields.values())
 
 
 def _job_count(request: proto.Request) -> int:

@@ -169,3 +169,17 @@ class TestFakeRedis(ArrayContract, OnFakeRedis):
 
 class TestRealRedis(ArrayContract, OnRealRedis):
     """The contract on a private redis-server."""
+
+
+def test_reads_take_fewer_requests_while_they_are_big() -> None:
+    """What one read holds stays near READ_BYTES: a read of big requests makes the next
+    take fewer, small ones let it grow back to READ_COUNT."""
+    step = ingest_mod.next_read_count
+    big = ingest_mod.READ_BYTES
+    assert step(16, 1000) == 32 and step(400, 1000) == ingest_mod.READ_COUNT
+    assert step(500, 4 * big) == 125 and step(3, 100 * big) == 1
+    assert step(10, big) == 10  # as much as fits: no more
+    count = ingest_mod.READ_FIRST
+    for _ in range(12):  # a burst of 3 MB requests (1,000 jobs each, a big environment)
+        count = step(count, count * (3 << 20))
+        assert count * (3 << 20) <= 2 * big
