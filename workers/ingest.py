@@ -8,7 +8,11 @@ never from what the client claims. Requests (field ``d``, JSON):
   "flags": N}, ...]}``: checked (:mod:`fluxes.domain.jm.submission`), given FLUIDs, stored
   (job hash, ``submit`` + ``validate`` events, a ``new`` message for the job
   manager) in one atomic commit per partition; the reply lists an id or one
-  error line per job, and nothing is stored for a rejected job. A job no
+  error line per job, and nothing is stored for a rejected job. With ``"cc": IDSET``
+  the request is an array: one job, copied once per id (``submit --cc``,
+  :mod:`fluxes.domain.jm.arrays`), the copies made one at a time as they are
+  checked. A request of more than ``[ingest] max-jobs-per-request`` jobs is refused
+  whole; the requests of a read are handled in blocks of at most ``BLOCK_JOBS`` jobs. A job no
   configured node could ever run is rejected with the scheduler's note
   (:mod:`fluxes.domain.jm.feasibility`, against the inventory the scheduler loads), and
   so is one whose ``after*`` dependency names a job that does not exist (one
@@ -75,7 +79,7 @@ from fluxes.domain.accounting.limits import (
     journal_id,
     limits_active_jobs,
 )
-from fluxes.domain.jm import request_progress, update
+from fluxes.domain.jm import arrays, request_progress, update
 from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_feasibility, unknown_target
 from fluxes.domain.jm.queues import QueueState, fold_queue_events
@@ -99,6 +103,16 @@ from fluxes.store.request_claims import RequestClaims
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
+#: Bytes of requests one read should bring at most: after a read of big requests the
+#: next reads take fewer (down to one), so what a read holds stays near this.
+READ_BYTES = 32 << 20
+#: Requests of the first read (then doubled while they are small, up to READ_COUNT).
+READ_FIRST = 16
+#: Jobs handled (checked, held, committed) in one block at most: a read of many big
+#: requests is handled in several blocks, so the ingest's memory stays bounded
+#: (issue 26). A request with more jobs (up to [ingest] max-jobs-per-request) is
+#: a block of its own.
+BLOCK_JOBS = 10_000
 BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
 #: Events per Lua call at most (two per job): a long script blocks Redis.
@@ -185,6 +199,9 @@ class IngestWorker(Worker):
         self._deferred: list[list[_Pending]] = []
         self._retry_at = 0.0
         self.submitted = 0
+        #: requests per read (next_read_count): from READ_FIRST, so that even the first
+        #: read of a burst of big requests holds at most READ_FIRST of them
+        self._read_count = READ_FIRST
         self._pending = True
         self._claim_at = 0.0
         #: banks and associations (docs/accounting.md): once a bank exists, every job is
@@ -333,10 +350,11 @@ class IngestWorker(Worker):
         streams = {self.keys.submit(user): ">" for user in self.users}
         # requests put aside are tried again soon: the read must not wait longer
         wait_ms = max(1, min(BLOCK_MS, int(DEFER_S * 1000))) if self._deferred else BLOCK_MS
-        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
-                                      block=wait_ms)
+        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams,
+                                      count=self._read_count, block=wait_ms)
         if not reply:
             return
+        self._read_count = next_read_count(self._read_count, _reply_bytes(reply))
         self.handle(reply)
 
     def _next_pending(self) -> list[Any]:
@@ -421,6 +439,22 @@ class IngestWorker(Worker):
             self._handle_decoded(requests, redelivered)
 
     def _handle_decoded(self, requests: list[_Pending], redelivered: bool) -> None:
+        """Handle decoded requests in blocks of at most BLOCK_JOBS jobs (a request with
+        more is a block of its own): what a block holds is bounded, however many
+        requests one read brought (see :meth:`_handle_bounded`)."""
+        block: list[_Pending] = []
+        jobs = 0
+        for pending in requests:
+            size = _job_count(pending.request)
+            if block and jobs + size > BLOCK_JOBS:
+                self._handle_bounded(block, redelivered)
+                block, jobs = [], 0
+            block.append(pending)
+            jobs += size
+        if block:
+            self._handle_bounded(block, redelivered)
+
+    def _handle_bounded(self, requests: list[_Pending], redelivered: bool) -> None:
         """Handle decoded requests as one block; should that raise, one by one, refusing
         the one that raises. A commit refused because another ingest took some of the
         requests over puts them aside, one per block, to be tried again."""
@@ -616,7 +650,7 @@ class IngestWorker(Worker):
             if not blobs:
                 out.append(None)
                 continue
-            njobs = len(request.jobs) if isinstance(request, proto.SubmitJobs) else 0
+            njobs = _job_count(request) if isinstance(request, proto.SubmitJobs) else 0
             try:
                 out.append(request_progress.merge(blobs, njobs, request_digest(request)))
             except request_progress.ReusedRequestId:
@@ -644,13 +678,20 @@ class IngestWorker(Worker):
                     done: Mapping[int, int] | None = None) -> _Checked:
         """Check a request's jobs (no Redis); jobs in ``done`` (index -> id) exist already."""
         done = done or {}
-        jobs = request.jobs
         limits = self.config.ingest
-        if not jobs:
+        try:
+            ids = arrays.array_ids(request)
+        except ValueError as exc:
+            return _Checked(proto.Reply(errors=[one_line(str(exc))]))
+        count = len(request.jobs) if ids is None else len(ids)
+        if not count:
             return _Checked(proto.Reply(errors=["submit request has no jobs"]))
-        if len(jobs) > limits.max_jobs_per_request and not done:
-            return _Checked(proto.Reply(errors=[f"request has {len(jobs)} jobs, the limit is "
+        if count > limits.max_jobs_per_request and not done:
+            # before an array is expanded: its copies are never made
+            return _Checked(proto.Reply(errors=[f"request has {count} jobs, the limit is "
                                                 f"{limits.max_jobs_per_request}"]))
+        # an array's copies are made one at a time, as they are checked
+        jobs = request.jobs if ids is None else arrays.copies(request.jobs[0], ids)
         out = _Checked()
         cache: dict[bytes, PreparedJob | str] = {}
         for index, item in enumerate(jobs):
@@ -1085,6 +1126,28 @@ def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
     else:
         ids = []
     return {keys.partition_of(j) for j in ids}
+
+
+def next_read_count(count: int, got_bytes: int) -> int:
+    """Requests to read next, after a read of ``count`` that brought ``got_bytes``:
+    scaled down to bring about READ_BYTES when it brought more, doubled (up to
+    READ_COUNT) while twice as many would still fit."""
+    if got_bytes > READ_BYTES:
+        return max(1, count * READ_BYTES // got_bytes)
+    if got_bytes * 2 <= READ_BYTES:
+        return min(READ_COUNT, count * 2)
+    return count
+
+
+def _reply_bytes(reply: list[Any]) -> int:
+    """Bytes of the request fields an XREADGROUP brought."""
+    return sum(len(value) for _stream, entries in reply for _sid, fields in entries
+               if fields for value in fields.values())
+
+
+def _job_count(request: proto.Request) -> int:
+    """How many jobs a request stands for (a control request: 1)."""
+    return arrays.job_count(request) if isinstance(request, proto.SubmitJobs) else 1
 
 
 def _int(value: Any) -> int:

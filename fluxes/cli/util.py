@@ -139,12 +139,20 @@ def add_subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
 
 
 def instance(args: argparse.Namespace) -> Instance:
-    """The instance named by ``--uri`` or the environment (connected once per command)."""
+    """The instance named by ``--uri`` or the environment (connected once per command).
+
+    A command whose parser sets the default ``_lite=True`` talks through the small
+    client of :mod:`fluxes.store.lite` where the URL allows (start-up time: it does
+    not import redis-py); it must then use only what that client offers.
+    """
     from fluxes.store.instance import Instance
 
     cached: Instance | None = getattr(args, "_instance", None)
     if cached is None:
-        cached = Instance.connect(getattr(args, "uri", None), client_name="fluxes-cli")
+        # only those commands name the option (tests stand in for connect without it)
+        lite = {"lite": True} if getattr(args, "_lite", False) else {}
+        cached = Instance.connect(getattr(args, "uri", None), client_name="fluxes-cli",
+                                  **lite)
         args._instance = cached
     return cached
 

@@ -33,6 +33,7 @@ from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
 from fluxes.store.direct import Direct
+from fluxes.store.entries import decode_entry as decode_entry  # noqa: PLC0414 -- re-exported
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
 
@@ -98,35 +99,6 @@ MAX_MESSAGE_FIELDS = 500
 def encode_context(ctx: Mapping[str, Any]) -> bytes:
     """Context as compact JSON, or empty bytes for an empty context."""
     return orjson.dumps(ctx) if ctx else b""
-
-
-_NO_CONTEXT_EVENTS: dict[bytes, type[ev.Event]] = {
-    cls.name.encode(): cls for cls in (ev.Validate, ev.Invalidate, ev.Depend, ev.FluxRestart,
-                                       ev.Start, ev.Free, ev.Clean, ev.Alloc)
-}
-
-
-def decode_entry(name: bytes, ts: bytes, ctx: bytes | None) -> ev.Event:
-    """Rebuild an event from its stream fields (``n``, ``t``, ``c``)."""
-    if not ctx:
-        cls = _NO_CONTEXT_EVENTS.get(name)
-        if cls is not None:
-            # the common case on the replay path: no context to decode or check
-            try:
-                stamp = float(ts)
-            except (TypeError, ValueError):
-                raise ev.EventError(f"{name!r}: bad timestamp {ts!r}") from None
-            if 0 <= stamp < math.inf:
-                return cls(timestamp=stamp)
-    try:
-        context = orjson.loads(ctx) if ctx else None
-    except orjson.JSONDecodeError as exc:
-        raise ev.EventError(f"{name!r}: context is not JSON: {exc}") from None
-    try:
-        stamp = float(ts)
-    except (TypeError, ValueError):
-        raise ev.EventError(f"{name!r}: bad timestamp {ts!r}") from None
-    return ev.decode(name.decode(), stamp, context)
 
 
 class Batch:
