@@ -210,6 +210,11 @@ def slot_tag(key: str) -> str:
 def execute_grouped(client: Any, commands: Sequence[tuple[str, Command]]) -> list[Any]:
     """Run ``(anchor key, command)`` pairs, one round trip per hash slot on a cluster and
     one in all elsewhere; replies (errors in place) come back in the given order."""
+    raw = getattr(client, "execute_raw", None)
+    if raw is not None:
+        # the CLI's small client (fluxes.store.lite): one plain server, one round trip
+        answers: list[Any] = raw([command for _anchor, command in commands])
+        return answers
     if getattr(client, "connection_pool", None) is not None or not commands:
         return Direct.of(client, commands[0][0] if commands else "").execute(
             [command for _anchor, command in commands])

@@ -157,6 +157,11 @@ class LiteRedis:
             raise reply
         return reply
 
+    def execute_raw(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Send ``commands`` in one round trip; their raw replies, errors in place (as
+        :func:`fluxes.store.direct.execute_grouped` answers)."""
+        return self._roundtrip(commands) if commands else []
+
     def pipeline(self, transaction: bool = False) -> LitePipeline:
         """Commands sent together by :meth:`LitePipeline.execute` (no MULTI/EXEC)."""
         if transaction:
