@@ -15,24 +15,20 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
 import orjson
 
+from fluxes.domain.liveness import Backoff
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
+from fluxes.store import reachability
 from fluxes.store.deadletters import counts_key
-from fluxes.store.errors import (
-    BusyLoadingError,
-    ResponseError,
-    StoreConnectionError,
-    StoreError,
-    StoreTimeoutError,
-)
+from fluxes.store.errors import ResponseError, StoreConnectionError, StoreError
 from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
 
@@ -54,8 +50,7 @@ MAX_DEAD_LETTER_ERROR = 1000
 MAX_DELIVERIES = 5
 #: Redis error replies that say nothing about the input being handled (a busy,
 #: loading, failing-over or full server): the loop waits and retries.
-TRANSIENT_REPLIES = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN",
-                     "OOM")
+TRANSIENT_REPLIES = reachability.STALL_REPLIES
 #: Redis error replies an input causes (a key it names holds another type): the
 #: input is refused like any other whose handling fails.
 INPUT_REPLIES = ("WRONGTYPE",)
@@ -106,11 +101,9 @@ class Worker:
         """Finish cleanly (checkpoints, lease release); runs once after the loop."""
 
     def reconnected(self) -> None:
-        """Called after a Redis error: rebuild in-memory state (default: ``setup()`` again)."""
-        try:
-            self.setup()
-        except (StoreConnectionError, StoreTimeoutError):
-            pass  # still down; the loop retries
+        """Called after a Redis error: rebuild in-memory state (default: ``setup()`` again).
+        A stall-like error raised here is waited out by the loop like any other."""
+        self.setup()
 
     def status(self) -> dict[str, Any]:
         """Extra facts for the heartbeat (lag, leadership...)."""
@@ -131,40 +124,63 @@ class Worker:
                              if (g.stream, g.group) in mine)
 
     def run(self) -> int:
-        """Set up, loop until asked to stop, tear down; return an exit code."""
+        """Set up, loop until asked to stop, tear down; return an exit code.
+
+        A Redis that stalls, restarts, fills up or refuses this worker's password
+        never ends the loop (docs/operations.md, "When Redis stalls"): the worker
+        logs it once, waits with a bounded backoff, rebuilds what it holds in
+        memory and goes on; only a stop request (or a bug) ends it.
+        """
         self.install_signals()
         self.record_start()
-        self.setup()
+        backoff = Backoff()
+        while not self.stopping and not self._try(self.setup, backoff):
+            pass
         freeze()  # what setup loaded lives as long as the process (fluxes/proc/gcpolicy.py)
         self.log.info("started", extra={"worker": self.name})
-        backoff = 0.05
         try:
             while not self.stopping:
-                try:
-                    self.step()
-                    self.heartbeat()
-                    backoff = 0.05
-                except (StoreConnectionError, StoreTimeoutError, BusyLoadingError) as exc:
-                    # Redis restarted or the network blinked: wait, then rebuild
-                    # what this worker holds in memory from what is stored.
-                    self.log.warning("redis unavailable, retrying",
-                                     extra={"error": str(exc), "retry_in": backoff})
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    self.reconnected()
-                except ResponseError as exc:
-                    if not str(exc).startswith(TRANSIENT_REPLIES):
-                        raise
-                    # Redis is busy (a long script, loading its data): transient
-                    self.log.warning("redis busy, retrying", extra={"error": str(exc)})
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    self.reconnected()
+                if self._try(self._round, backoff):
+                    continue
+                self._try(self.reconnected, backoff)
         finally:
             self.teardown()
             self.unregister()
             self.log.info("stopped", extra={"worker": self.name})
         return 0
+
+    def _round(self) -> None:
+        self.step()
+        self.heartbeat()
+        reachability.answered()
+
+    def _try(self, action: Callable[[], object], backoff: Backoff) -> bool:
+        """Run ``action``; True if it ran. A stall-like Redis error (see
+        :func:`fluxes.store.reachability.is_stall`) is logged once per episode and
+        waited out (False); any other error propagates."""
+        try:
+            action()
+        except StoreError as exc:
+            if not reachability.is_stall(exc):
+                raise
+            now = time.monotonic()
+            reachability.CLOCK.unanswered(now)
+            delay = backoff.failed(now)
+            if backoff.first_failure:
+                self.log.warning("redis unavailable, waiting for it",
+                                 extra={"why": reachability.why_unreachable(exc)})
+            else:
+                self.log.debug("redis still unavailable", extra={"error": str(exc)})
+            self._pause(delay)
+            return False
+        lasted = backoff.succeeded(time.monotonic())
+        if lasted is not None:
+            self.log.warning("redis answers again", extra={"unavailable_s": round(lasted, 3)})
+        return True
+
+    def _pause(self, seconds: float) -> None:
+        """Wait before a retry (a stop request may cut it short in subclasses)."""
+        time.sleep(seconds)
 
     # ------------------------------------------------------------ registry
 

@@ -1,0 +1,70 @@
+"""This process's record of when Redis answered it (``fluxes.domain.liveness``).
+
+One :class:`~fluxes.domain.liveness.AnswerClock` per process: the worker loop
+(every round, every stall-like error), the leases and the liveness judges feed
+it with the moments Redis answered; a judge notes the answer it judges on
+(:func:`judge`) and is told whether it may judge. Stall-like errors are those a stall of the server
+gives, whatever the command: a lost or refused connection, a time-out, and the
+error replies of a server that is busy, loading or refusing writes.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from fluxes.domain.liveness import AnswerClock
+
+#: Error replies of a server that cannot do the work now, whatever the command:
+#: a script running past ``busy-reply-threshold`` (BUSY), loading its data
+#: (LOADING), refusing writes (OOM: ``maxmemory`` reached; MISCONF: a failed
+#: AOF/RDB write), a replica or a cluster not ready. They say nothing about the
+#: input being handled: the worker waits and retries.
+STALL_REPLIES = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN",
+                 "OOM", "MISCONF", "NOREPLICAS", "UNBLOCKED")
+
+#: The answer clock of this process.
+CLOCK = AnswerClock()
+
+
+def is_stall(exc: BaseException) -> bool:
+    """True for an error a stalled, restarting or full server gives (see STALL_REPLIES)."""
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError):
+        return True
+    return isinstance(exc, redis.ResponseError) and str(exc).startswith(STALL_REPLIES)
+
+
+def answered() -> None:
+    """Record that Redis answered this process now."""
+    CLOCK.answered(time.monotonic())
+
+
+def unanswered() -> None:
+    """Record that Redis did not answer this process now."""
+    CLOCK.unanswered(time.monotonic())
+
+
+def may_judge(limit_s: float) -> bool:
+    """Right after an answer of Redis: True when this process may declare something
+    silent for ``limit_s`` stale (it noted the answer first)."""
+    now = time.monotonic()
+    CLOCK.answered(now)
+    return CLOCK.may_judge(now, limit_s)
+
+
+def why_unreachable(exc: BaseException) -> str:
+    """One line saying why Redis does not answer, for the worker's log."""
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    if isinstance(exc, redis.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
+        return (f"Redis refused this worker's password ({text}): was it restarted with "
+                "another password? Retrying.")
+    if text.startswith("OOM"):
+        return f"Redis is full (maxmemory reached) and refuses writes: {text}"
+    if text.startswith("MISCONF"):
+        return f"Redis cannot write its data to disk and refuses writes: {text}"
+    if text.startswith("BUSY"):
+        return f"Redis is busy running a script: {text}"
+    if text.startswith("LOADING"):
+        return "Redis is loading its data set after a restart"
+    return f"Redis unavailable: {text}"
