@@ -168,7 +168,7 @@ class Worker:
             delay = backoff.failed(now)
             if backoff.first_failure:
                 self.log.warning("redis unavailable, waiting for it",
-                                 extra={"why": reachability.why_unreachable(exc)})
+                                 extra={"why": reachability.explain(exc)})
             else:
                 self.log.debug("redis still unavailable", extra={"error": str(exc)})
             self._pause(delay)

@@ -28,11 +28,23 @@ STALL_REPLIES = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUST
 CLOCK = AnswerClock()
 
 
+#: What redis-py puts before the error of a command in a pipeline.
+_PIPELINE_NOTE = " of pipeline caused error: "
+
+
+def reply_text(exc: BaseException) -> str:
+    """The server's error reply in ``exc`` (without the note a pipeline adds)."""
+    text = str(exc)
+    if text.startswith("Command # ") and _PIPELINE_NOTE in text:
+        return text.split(_PIPELINE_NOTE, 1)[1]
+    return text
+
+
 def is_stall(exc: BaseException) -> bool:
     """True for an error a stalled, restarting or full server gives (see STALL_REPLIES)."""
     if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError):
         return True
-    return isinstance(exc, redis.ResponseError) and str(exc).startswith(STALL_REPLIES)
+    return isinstance(exc, redis.ResponseError) and reply_text(exc).startswith(STALL_REPLIES)
 
 
 def answered() -> None:
@@ -53,18 +65,21 @@ def may_judge(limit_s: float) -> bool:
     return CLOCK.may_judge(now, limit_s)
 
 
-def why_unreachable(exc: BaseException) -> str:
-    """One line saying why Redis does not answer, for the worker's log."""
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+def explain(exc: BaseException) -> str:
+    """One line saying why Redis does not do what was asked (for a worker's log, or a
+    command's error message)."""
+    text = reply_text(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     if isinstance(exc, redis.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
-        return (f"Redis refused this worker's password ({text}): was it restarted with "
-                "another password? Retrying.")
+        return (f"Redis refused the password ({text}): was it restarted with another "
+                "password?")
     if text.startswith("OOM"):
-        return f"Redis is full (maxmemory reached) and refuses writes: {text}"
+        return (f"Redis is full (maxmemory reached) and refuses writes until memory is "
+                f"freed; nothing was written ({text})")
     if text.startswith("MISCONF"):
-        return f"Redis cannot write its data to disk and refuses writes: {text}"
+        return (f"Redis cannot save its data to disk (disk full?) and refuses writes; "
+                f"nothing was written ({text})")
     if text.startswith("BUSY"):
-        return f"Redis is busy running a script: {text}"
+        return f"Redis is busy running a script and answers nobody ({text})"
     if text.startswith("LOADING"):
         return "Redis is loading its data set after a restart"
     return f"Redis unavailable: {text}"
