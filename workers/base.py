@@ -73,6 +73,8 @@ class Worker:
         self.name = name or f"{self.kind}-{socket.gethostname()}-{os.getpid()}"
         self.log: logging.Logger = setup_logging(f"fluxes.{self.kind}")
         self.stopping = False
+        #: why Redis is unavailable (a reply code or error class), as last logged
+        self._unavailable_why = ""
         self._last_heartbeat = 0.0
         self.started = time.time()
         #: this worker's starts (under its name) in the last RESTART_WINDOW_S, this one last
@@ -134,30 +136,34 @@ class Worker:
         self.install_signals()
         self.record_start()
         backoff = Backoff()
-        while not self.stopping and not self._try(self.setup, backoff):
+        while not self.stopping and not self._try(self.setup, backoff, ends=True):
             pass
         freeze()  # what setup loaded lives as long as the process (fluxes/proc/gcpolicy.py)
         self.log.info("started", extra={"worker": self.name})
         try:
             while not self.stopping:
-                if self._try(self._round, backoff):
+                if self._try(lambda: self._round(backoff.since is not None), backoff,
+                             ends=True):
                     continue
-                self._try(self.reconnected, backoff)
+                self._try(self.reconnected, backoff, ends=False)
         finally:
             self.teardown()
             self.unregister()
             self.log.info("stopped", extra={"worker": self.name})
         return 0
 
-    def _round(self) -> None:
+    def _round(self, recovering: bool) -> None:
         self.step()
-        self.heartbeat()
+        # after a failure, a round counts only once Redis took a write again (a round
+        # may touch no key: a standby between two looks at a lease)
+        self.heartbeat(force=recovering)
         reachability.answered()
 
-    def _try(self, action: Callable[[], object], backoff: Backoff) -> bool:
+    def _try(self, action: Callable[[], object], backoff: Backoff, ends: bool) -> bool:
         """Run ``action``; True if it ran. A stall-like Redis error (see
-        :func:`fluxes.store.reachability.is_stall`) is logged once per episode and
-        waited out (False); any other error propagates."""
+        :func:`fluxes.store.reachability.is_stall`) is waited out (False): logged at the
+        first failure of an episode and whenever its reason changes; an episode ends
+        when an ``ends`` action (a round of the loop) runs. Other errors propagate."""
         try:
             action()
         except StoreError as exc:
@@ -166,15 +172,16 @@ class Worker:
             now = time.monotonic()
             reachability.CLOCK.unanswered(now)
             delay = backoff.failed(now)
-            if backoff.first_failure:
+            kind = reachability.reply_code(exc) or type(exc).__name__
+            if backoff.first_failure or kind != self._unavailable_why:
                 self.log.warning("redis unavailable, waiting for it",
                                  extra={"why": reachability.explain(exc)})
-            else:
-                self.log.debug("redis still unavailable", extra={"error": str(exc)})
+            self._unavailable_why = kind
             self._pause(delay)
             return False
-        lasted = backoff.succeeded(time.monotonic())
+        lasted = backoff.succeeded(time.monotonic()) if ends else None
         if lasted is not None:
+            self._unavailable_why = ""
             self.log.warning("redis answers again", extra={"unavailable_s": round(lasted, 3)})
         return True
 
@@ -223,7 +230,9 @@ class Worker:
                 # hand-off latency histograms (fluxes/proc/hops.py), for fluxes bench
                 self.redis.hset(self.keys.hops, self.name, orjson.dumps(latencies))
         except StoreConnectionError:
-            pass  # the loop itself will notice and retry; liveness is best effort
+            if force:
+                raise  # the loop's proof that Redis is back
+            # else the loop itself will notice and retry; liveness is best effort
 
     def unregister(self) -> None:
         """Remove this worker from the registry on a clean stop."""

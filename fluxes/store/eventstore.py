@@ -31,6 +31,7 @@ from fluxes.domain.job.model import Job, TransitionError, apply
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
+from fluxes.store import reachability
 from fluxes.store.direct import Direct
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
@@ -838,8 +839,12 @@ def _id_ms(stream_id: bytes) -> int:
     return int(stream_id.partition(b"-")[0])
 
 
-def _commit_error(exc: redis.ResponseError) -> FluxesError:
-    """The FluxesError for an error reply of ``commit.lua`` (see its header)."""
+def _commit_error(exc: redis.ResponseError) -> FluxesError | redis.ResponseError:
+    """The FluxesError for an error reply of ``commit.lua`` (see its header); a Redis that
+    refused the whole script (full, busy, its disk failing) is ``exc`` itself, which the
+    worker's loop waits out."""
+    if reachability.is_stall(exc):
+        return exc
     text = str(exc)
     if text.startswith("FENCED unfenced"):
         return FencedError(text[7:])

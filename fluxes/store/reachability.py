@@ -40,11 +40,30 @@ def reply_text(exc: BaseException) -> str:
     return text
 
 
+#: redis-py's error classes that stand for a reply code (and drop it from the text).
+_CODED: tuple[tuple[type[redis.RedisError], str], ...] = (
+    (redis.exceptions.OutOfMemoryError, "OOM"), (redis.exceptions.ReadOnlyError, "READONLY"),
+    (redis.exceptions.TryAgainError, "TRYAGAIN"), (redis.exceptions.BusyLoadingError, "LOADING"),
+    (redis.exceptions.ClusterDownError, "CLUSTERDOWN"),
+    (redis.exceptions.MasterDownError, "MASTERDOWN"),
+    (redis.exceptions.AuthenticationError, "WRONGPASS"))
+
+
+def reply_code(exc: BaseException) -> str:
+    """The code of the server's error reply in ``exc`` (``OOM``, ``BUSY``...), or ""."""
+    for cls, code in _CODED:
+        if isinstance(exc, cls):
+            return code
+    if not isinstance(exc, redis.ResponseError):
+        return ""
+    return reply_text(exc).split(" ", 1)[0]
+
+
 def is_stall(exc: BaseException) -> bool:
     """True for an error a stalled, restarting or full server gives (see STALL_REPLIES)."""
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError | redis.BusyLoadingError):
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
         return True
-    return isinstance(exc, redis.ResponseError) and reply_text(exc).startswith(STALL_REPLIES)
+    return isinstance(exc, redis.ResponseError) and reply_code(exc) in STALL_REPLIES
 
 
 def answered() -> None:
@@ -69,17 +88,18 @@ def explain(exc: BaseException) -> str:
     """One line saying why Redis does not do what was asked (for a worker's log, or a
     command's error message)."""
     text = reply_text(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    if isinstance(exc, redis.AuthenticationError) or text.startswith(("WRONGPASS", "NOAUTH")):
+    code = reply_code(exc)
+    if code in ("WRONGPASS", "NOAUTH"):
         return (f"Redis refused the password ({text}): was it restarted with another "
                 "password?")
-    if text.startswith("OOM"):
+    if code == "OOM":
         return (f"Redis is full (maxmemory reached) and refuses writes until memory is "
                 f"freed; nothing was written ({text})")
-    if text.startswith("MISCONF"):
+    if code == "MISCONF":
         return (f"Redis cannot save its data to disk (disk full?) and refuses writes; "
                 f"nothing was written ({text})")
-    if text.startswith("BUSY"):
+    if code == "BUSY":
         return f"Redis is busy running a script and answers nobody ({text})"
-    if text.startswith("LOADING"):
+    if code == "LOADING":
         return "Redis is loading its data set after a restart"
     return f"Redis unavailable: {text}"

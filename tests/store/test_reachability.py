@@ -40,3 +40,12 @@ def test_each_is_told_in_one_line() -> None:
     assert oom.startswith("Redis is full (maxmemory reached)") and "\n" not in oom
     assert "nothing was written" in oom
     assert "disk" in explain(redis.ResponseError("MISCONF Errors writing to the AOF file"))
+
+
+def test_what_redis_py_names_by_class_is_known_by_its_code() -> None:
+    """redis-py turns some codes into classes and drops them from the text (OOM)."""
+    from redis.exceptions import OutOfMemoryError
+
+    oom = OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
+    assert is_stall(oom)
+    assert explain(oom).startswith("Redis is full")
