@@ -17,11 +17,9 @@ from tests.backends import OnFakeRedis, OnRealRedis
 TTL_MS = 10_000
 
 
-@pytest.fixture(autouse=True)
-def _own_clock(monkeypatch: pytest.MonkeyPatch) -> AnswerClock:
-    clock = AnswerClock()
-    monkeypatch.setattr(reachability, "CLOCK", clock)
-    return clock
+@pytest.fixture
+def _own_clock() -> AnswerClock:
+    return reachability.CLOCK  # a fresh one per test (tests/conftest.py)
 
 
 def expire(client: redis.Redis) -> None:
