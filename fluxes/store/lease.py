@@ -19,7 +19,7 @@ import time
 import redis
 
 from fluxes.store import reachability
-from fluxes.store.scripts import lua_source
+from fluxes.store.scripts import Function
 
 #: Default lease time; a standby takes over within about this long of a leader's death.
 #: Long enough that a busy Python leader (GC, a big restore) does not lose it.
@@ -41,7 +41,7 @@ class Lease:
         #: that nobody led since is the fence still being this)
         self.last_token = ""
         self._renewed = 0.0
-        self._script = client.register_script(lua_source("lease"))
+        self._script = Function(client, "lease")
 
     def _call(self, op: str, *more: str) -> object:
         got = self._script(keys=[self.lease_key, self.fence_key],
