@@ -177,6 +177,8 @@ class Worker:
                 self.log.warning("redis unavailable, waiting for it",
                                  extra={"why": reachability.explain(exc)})
             self._unavailable_why = kind
+            if kind == "BUSY" and reachability.kill_runaway(self.redis):
+                self.log.warning("killed a runaway script (SCRIPT KILL): ours are functions")
             self._pause(delay)
             return False
         lasted = backoff.succeeded(time.monotonic()) if ends else None

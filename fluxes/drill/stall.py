@@ -33,16 +33,22 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.messages import SubmitItem, SubmitJobs
 from fluxes.store import reachability
 from fluxes.store.client import Client
+from fluxes.store.errors import Client as Connection
 from fluxes.store.errors import StoreError
 
 #: Jobs per submission request.
 BATCH = 20
-#: The busy script: spins until Redis's own clock has moved ARGV[1] seconds on
-#: (a test-side stall, never one of ours; run by the instance owner).
-STALL_SCRIPT = ("local function now() local t = redis.call('TIME') "
-                "return tonumber(t[1]) + tonumber(t[2]) / 1e6 end "
-                "local stop = now() + tonumber(ARGV[1]) "
-                "while now() < stop do end return 1")
+#: The busy step: a function of the drill's own (a test-side library the instance owner
+#: loads) that spins until Redis's own clock has moved ARGV[1] seconds on. A function,
+#: not an EVAL script, because workers SCRIPT KILL a runaway script that is not ours:
+#: this stands for a stall nobody can end (a long step of ours, a slow disk).
+STALL_LIBRARY = (
+    "#!lua name=fluxes_drill_stall\n"
+    "local function now() local t = redis.call('TIME') "
+    "return tonumber(t[1]) + tonumber(t[2]) / 1e6 end\n"
+    "redis.register_function{function_name='fluxes_drill_stall', "
+    "callback=function(keys, args) local stop = now() + tonumber(args[1]) "
+    "while now() < stop do end return 1 end, flags={'no-writes'}}\n")
 #: Slack after the stall for the real jobs' ``sleep``.
 REAL_SLACK_S = 4
 
@@ -136,11 +142,11 @@ class StallDrill:
         return [{"jobspec": simulated_job(f"{50 + (i * 37) % 450}ms")} for i in range(count)]
 
     def _stall(self, target: OwnInstance) -> None:
-        """Run the busy script on the owner's own connection (SECONDS of Redis's clock)."""
+        """Run the busy step on the owner's own connection (SECONDS of Redis's clock)."""
         assert target.launcher.server is not None
         owner = target.launcher.server.client()
         try:
-            owner.eval(STALL_SCRIPT, 0, repr(float(self.stall)))
+            stall(owner, self.stall)
         finally:
             owner.close()
 
@@ -231,3 +237,10 @@ class StallDrill:
         self.result.violations += check_read_model(fresh, stored)
         self.result.violations += [Violation("no worker dies of a stall", (), line)
                                    for line in target.problems({})]
+
+
+def stall(owner: Connection, seconds: float) -> None:
+    """Keep Redis busy for ``seconds`` (its own clock) on the instance owner's connection
+    ``owner``, with the drill's busy function (loaded first when missing)."""
+    owner.execute_command("FUNCTION", "LOAD", "REPLACE", STALL_LIBRARY)
+    owner.execute_command("FCALL", "fluxes_drill_stall", 0, repr(float(seconds)))

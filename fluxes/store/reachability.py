@@ -103,3 +103,15 @@ def explain(exc: BaseException) -> str:
     if code == "LOADING":
         return "Redis is loading its data set after a restart"
     return f"Redis unavailable: {text}"
+
+
+def kill_runaway(client: redis.Redis) -> bool:
+    """``SCRIPT KILL``: end an EVAL script that keeps Redis busy (never one of ours: our
+    steps are functions, which this cannot kill, and an instance owner's function is
+    the owner's business). True when one was killed; a script that already wrote
+    cannot be (Redis would lose atomicity), nor can an identity without the right."""
+    try:
+        client.execute_command("SCRIPT", "KILL")
+    except redis.RedisError:
+        return False  # NOTBUSY, UNKILLABLE, a function running, NOPERM, gone
+    return True

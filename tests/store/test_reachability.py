@@ -3,6 +3,9 @@ told (fluxes/store/reachability.py)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 import pytest
 import redis
 
@@ -49,3 +52,56 @@ def test_what_redis_py_names_by_class_is_known_by_its_code() -> None:
     oom = OutOfMemoryError("command not allowed when used memory > 'maxmemory'.")
     assert is_stall(oom)
     assert explain(oom).startswith("Redis is full")
+
+
+def test_a_runaway_script_is_killed_and_a_function_is_not(real_redis: redis.Redis) -> None:
+    """SCRIPT KILL ends an EVAL that wrote nothing (never ours); a function keeps running
+    (ours, or the instance owner's own)."""
+    import threading
+
+    from fluxes.drill.stall import stall
+    from fluxes.store.reachability import kill_runaway
+
+    assert not kill_runaway(real_redis)  # nothing runs
+    before = real_redis.config_get("busy-reply-threshold")["busy-reply-threshold"]
+    real_redis.config_set("busy-reply-threshold", "100")
+    other = redis.Redis(connection_pool=real_redis.connection_pool)
+    outcome: list[str] = []
+
+    def run(call: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                call()
+                outcome.append("ended")
+            except redis.ResponseError as exc:
+                outcome.append(str(exc))
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    def busy() -> None:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                other.ping()
+            except redis.ResponseError as exc:
+                assert is_stall(exc)
+                return
+            time.sleep(0.05)
+        raise AssertionError("Redis never answered BUSY")
+
+    try:
+        thread = run(lambda: real_redis.eval("while true do end", 0))
+        busy()
+        assert kill_runaway(other)
+        thread.join(5)
+        assert outcome and "killed" in outcome[0].lower(), outcome
+        outcome.clear()
+        thread = run(lambda: stall(real_redis, 1.0))
+        busy()
+        assert not kill_runaway(other)
+        thread.join(5)
+        assert outcome == ["ended"]
+    finally:
+        other.config_set("busy-reply-threshold", before)
+        other.execute_command("FUNCTION", "DELETE", "fluxes_drill_stall")

@@ -19,7 +19,7 @@ import redis
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import check_jobs
-from fluxes.drill.stall import STALL_SCRIPT
+from fluxes.drill.stall import stall as busy
 from fluxes.proc.launcher import Launcher
 from fluxes.store.instance import Instance
 from fluxes.store.security import ENV_CREDENTIALS, load_credentials, url_credentials
@@ -109,8 +109,8 @@ def log_says(launcher: Launcher, text: str) -> list[str]:
 
 
 def stall(owner: redis.Redis, seconds: float) -> None:
-    """Stall Redis for ``seconds`` with a busy script on the owner's connection."""
-    owner.eval(STALL_SCRIPT, 0, repr(float(seconds)))
+    """Stall Redis for ``seconds`` with a busy function on the owner's connection."""
+    busy(owner, seconds)
 
 
 def test_jobs_live_through_a_12_s_and_a_30_s_stall(launcher: Launcher, owner: redis.Redis,
