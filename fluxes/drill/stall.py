@@ -1,12 +1,14 @@
-"""``fluxes drill --stall SECONDS``: stall Redis under load and check that no job was
-lost or killed (docs/operations.md, "When Redis stalls").
+"""``fluxes drill --stall SECONDS [--fault KIND]``: stall Redis (or make it refuse writes
+or passwords: :mod:`fluxes.drill.faults`) under load and check that no job was lost or
+killed (docs/operations.md, "When Redis stalls or refuses").
 
 On a private instance the drill starts real jobs (one ``sleep`` per node, outliving
-the stall) and a workload of short simulated jobs, then stalls Redis for SECONDS
-with a busy script run on the instance owner's connection (what a runaway script,
-a slow disk or a huge ``KEYS`` does to everyone else) while it keeps submitting.
-Redis answers BUSY to every other client once the script passes
-``busy-reply-threshold``; before that they just wait. Afterwards every job must
+the fault) and a workload of short simulated jobs, then stalls Redis for SECONDS
+with a busy function run on the instance owner's connection (what a runaway step,
+a slow disk or a huge ``KEYS`` does to everyone else; other ``--fault`` kinds make
+it refuse writes or passwords instead) while it keeps submitting. Redis answers
+BUSY to every other client once the function passes ``busy-reply-threshold``;
+before that they just wait. Afterwards every job must
 end exactly once, COMPLETED with status 0: none lost, none killed; no worker may
 have died; the job list must equal a rebuild; no core may have been held twice.
 """
@@ -20,6 +22,7 @@ from typing import Any
 
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
+from fluxes.drill.faults import KINDS, Fault
 from fluxes.drill.invariants import (
     Violation,
     allocation_intervals,
@@ -33,22 +36,10 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.messages import SubmitItem, SubmitJobs
 from fluxes.store import reachability
 from fluxes.store.client import Client
-from fluxes.store.errors import Client as Connection
 from fluxes.store.errors import StoreError
 
 #: Jobs per submission request.
 BATCH = 20
-#: The busy step: a function of the drill's own (a test-side library the instance owner
-#: loads) that spins until Redis's own clock has moved ARGV[1] seconds on. A function,
-#: not an EVAL script, because workers SCRIPT KILL a runaway script that is not ours:
-#: this stands for a stall nobody can end (a long step of ours, a slow disk).
-STALL_LIBRARY = (
-    "#!lua name=fluxes_drill_stall\n"
-    "local function now() local t = redis.call('TIME') "
-    "return tonumber(t[1]) + tonumber(t[2]) / 1e6 end\n"
-    "redis.register_function{function_name='fluxes_drill_stall', "
-    "callback=function(keys, args) local stop = now() + tonumber(args[1]) "
-    "while now() < stop do end return 1 end, flags={'no-writes'}}\n")
 #: Slack after the stall for the real jobs' ``sleep``.
 REAL_SLACK_S = 4
 
@@ -58,6 +49,7 @@ class StallResult:
     """What a stall drill did and found."""
 
     stall_s: float = 0.0
+    fault: str = "stall"
     jobs: int = 0
     real_jobs: int = 0
     lost: list[int] = field(default_factory=list)
@@ -75,7 +67,7 @@ class StallResult:
 
     def figures(self) -> dict[str, Any]:
         """A JSON-ready summary."""
-        return {"ok": self.ok, "stall_s": self.stall_s, "jobs": self.jobs,
+        return {"ok": self.ok, "fault": self.fault, "stall_s": self.stall_s, "jobs": self.jobs,
                 "real_jobs": self.real_jobs, "lost": len(self.lost),
                 "killed": len(self.killed), "lost_ids": self.lost[:20],
                 "killed_ids": self.killed[:20],
@@ -85,10 +77,14 @@ class StallResult:
 
 
 class StallDrill:
-    """One stall of ``stall`` seconds while ``jobs`` jobs run on a private instance."""
+    """One fault of Redis (``fault``, default a stall: :mod:`fluxes.drill.faults`) lasting
+    ``stall`` seconds while ``jobs`` jobs run on a private instance."""
 
     def __init__(self, stall: float, jobs: int = 200, nodes: int = 2, cores_per_node: int = 4,
-                 timeout: float = 300.0, appendfsync: str = "always") -> None:
+                 timeout: float = 300.0, appendfsync: str = "always",
+                 fault: str = "stall") -> None:
+        if fault not in KINDS:
+            raise ValueError(f"--fault must be one of {', '.join(KINDS)}, got {fault!r}")
         if not 0 < stall <= 300:
             raise ValueError(f"--stall must be > 0 and <= 300 seconds, got {stall:g}")
         if jobs < 1:
@@ -96,12 +92,13 @@ class StallDrill:
         if not timeout > stall:
             raise ValueError(f"--timeout must be longer than the stall, got {timeout:g}")
         self.stall = stall
+        self.fault = fault
         self.njobs = jobs
         self.nodes = nodes
         self.cores = cores_per_node
         self.timeout = timeout
         self.appendfsync = appendfsync
-        self.result = StallResult(stall_s=stall)
+        self.result = StallResult(stall_s=stall, fault=fault)
         self.deadline = float("inf")
 
     def run(self) -> StallResult:
@@ -128,12 +125,18 @@ class StallDrill:
         self._wait_started(target, ids)
         first = self.njobs // 2
         ids += self._submit(target, self._workload(first))
-        stall = threading.Thread(target=self._stall, args=(target,), name="drill-stall",
-                                 daemon=True)
-        stall.start()
-        time.sleep(0.2)  # the script runs: what follows meets a stalled Redis
-        ids += self._submit(target, self._workload(self.njobs - first))
-        stall.join(self._left())
+        assert target.launcher.server is not None
+        owner = target.launcher.server.client()
+        try:
+            fault = Fault(self.fault, self.stall, owner, target.launcher.server.dir)
+            fault.begin()
+            ender = threading.Thread(target=self._end, args=(fault, time.monotonic()),
+                                     name="drill-fault-end", daemon=True)
+            ender.start()
+            ids += self._submit(target, self._workload(self.njobs - first))
+            ender.join(self._left())
+        finally:
+            owner.close()
         self.result.jobs = len(ids)
         self._wait(target, ids)
         self._check(target, ids)
@@ -141,14 +144,11 @@ class StallDrill:
     def _workload(self, count: int) -> list[dict[str, Any]]:
         return [{"jobspec": simulated_job(f"{50 + (i * 37) % 450}ms")} for i in range(count)]
 
-    def _stall(self, target: OwnInstance) -> None:
-        """Run the busy step on the owner's own connection (SECONDS of Redis's clock)."""
-        assert target.launcher.server is not None
-        owner = target.launcher.server.client()
-        try:
-            stall(owner, self.stall)
-        finally:
-            owner.close()
+    def _end(self, fault: Fault, began: float) -> None:
+        """End the fault ``stall`` seconds after it ``began`` (a stall ends by itself)."""
+        if fault.kind != "stall":
+            time.sleep(max(0.0, min(began + self.stall - time.monotonic(), self._left())))
+        fault.end(self._left())
 
     def _submit(self, target: OwnInstance, specs: list[dict[str, Any]]) -> list[int]:
         """Submit in requests of BATCH jobs; a request Redis refused (stalled) is sent again,
@@ -238,9 +238,3 @@ class StallDrill:
         self.result.violations += [Violation("no worker dies of a stall", (), line)
                                    for line in target.problems({})]
 
-
-def stall(owner: Connection, seconds: float) -> None:
-    """Keep Redis busy for ``seconds`` (its own clock) on the instance owner's connection
-    ``owner``, with the drill's busy function (loaded first when missing)."""
-    owner.execute_command("FUNCTION", "LOAD", "REPLACE", STALL_LIBRARY)
-    owner.execute_command("FCALL", "fluxes_drill_stall", 0, repr(float(seconds)))

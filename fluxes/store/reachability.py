@@ -19,10 +19,11 @@ from fluxes.domain.liveness import AnswerClock
 #: Error replies of a server that cannot do the work now, whatever the command:
 #: a script running past ``busy-reply-threshold`` (BUSY), loading its data
 #: (LOADING), refusing writes (OOM: ``maxmemory`` reached; MISCONF: a failed
-#: AOF/RDB write), a replica or a cluster not ready. They say nothing about the
-#: input being handled: the worker waits and retries.
+#: AOF/RDB write), a replica or a cluster not ready, or asking again for a
+#: password (a Redis restarted with another one: NOAUTH, WRONGPASS). They say
+#: nothing about the input being handled: the worker waits and retries.
 STALL_REPLIES = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN",
-                 "OOM", "MISCONF", "NOREPLICAS", "UNBLOCKED")
+                 "OOM", "MISCONF", "NOREPLICAS", "UNBLOCKED", "NOAUTH", "WRONGPASS")
 
 #: The answer clock of this process.
 CLOCK = AnswerClock()

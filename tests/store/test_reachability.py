@@ -20,7 +20,8 @@ PIPELINE = ("Command # 1 (XADD {fx}:submit:root * d {\"t\":\"submit\") of pipeli
     "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
     "OOM command not allowed when used memory > 'maxmemory'.",
     "MISCONF Errors writing to the AOF file: No space left on device",
-    "LOADING Redis is loading the dataset in memory"])
+    "LOADING Redis is loading the dataset in memory",
+    "NOAUTH Authentication required."])
 def test_stall_replies_are_a_stall_alone_or_in_a_pipeline(reply: str) -> None:
     assert is_stall(redis.ResponseError(reply))
     assert is_stall(redis.ResponseError(PIPELINE + reply))
@@ -59,7 +60,7 @@ def test_a_runaway_script_is_killed_and_a_function_is_not(real_redis: redis.Redi
     (ours, or the instance owner's own)."""
     import threading
 
-    from fluxes.drill.stall import stall
+    from fluxes.drill.faults import stall
     from fluxes.store.reachability import kill_runaway
 
     assert not kill_runaway(real_redis)  # nothing runs

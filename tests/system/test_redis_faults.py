@@ -18,8 +18,8 @@ import redis
 
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
+from fluxes.drill.faults import stall as busy
 from fluxes.drill.invariants import check_jobs
-from fluxes.drill.stall import stall as busy
 from fluxes.proc.launcher import Launcher
 from fluxes.store.instance import Instance
 from fluxes.store.security import ENV_CREDENTIALS, load_credentials, url_credentials
