@@ -73,6 +73,9 @@ class Worker:
         self.name = name or f"{self.kind}-{socket.gethostname()}-{os.getpid()}"
         self.log: logging.Logger = setup_logging(f"fluxes.{self.kind}")
         self.stopping = False
+        #: the loop's retries after stall-like Redis errors, ever (they redeliver the
+        #: entries in hand without any fault of theirs: see overdelivered())
+        self.stall_retries = 0
         #: why Redis is unavailable (a reply code or error class), as last logged
         self._unavailable_why = ""
         self._last_heartbeat = 0.0
@@ -171,6 +174,7 @@ class Worker:
                 raise
             now = time.monotonic()
             reachability.CLOCK.unanswered(now)
+            self.stall_retries += 1
             delay = backoff.failed(now)
             kind = reachability.reply_code(exc) or type(exc).__name__
             if backoff.first_failure or kind != self._unavailable_why:
@@ -315,7 +319,8 @@ class Worker:
     def overdelivered(self, stream: str, group: str, consumer: str,
                       entries: Sequence[tuple[bytes, Any]]) -> dict[bytes, int]:
         """The entries of ``entries`` (this consumer's pending ones, just read again)
-        delivered more than MAX_DELIVERIES times, with their delivery counts.
+        delivered more than MAX_DELIVERIES times (plus one per retry of this process
+        after a Redis stall), with their delivery counts.
 
         One XPENDING over their range; Redis counts every delivery, the
         re-reads of a consumer's pending entries included.
@@ -327,10 +332,13 @@ class Worker:
                                         count=len(ids), consumername=consumer)
         wanted = set(ids)
         out = {}
+        # Retries after a Redis stall re-read the entries in hand (OOM lets reads
+        # through and refuses the writes): those deliveries are not the entry's fault.
+        limit = MAX_DELIVERIES + self.stall_retries
         for row in got:
             msg_id = row["message_id"]
             times = int(row["times_delivered"])
-            if msg_id in wanted and times > MAX_DELIVERIES:
+            if msg_id in wanted and times > limit:
                 out[msg_id] = times
         return out
 
