@@ -8,7 +8,7 @@ each script is one library, named after the SHA-1 of its text
 the instance owner at start (:func:`load_all`) or, after an upgrade, by the first
 worker that calls a function the server does not know yet. Libraries of
 different versions live side by side, so old and new workers can run together
-during an upgrade; a library is never replaced. Functions persist with the
+during an upgrade; a library is only ever replaced by its own code. Functions persist with the
 data (AOF, RDB) and reach replicas.
 
 A child instance's identity may ``FCALL`` them (its workers run our steps on
@@ -58,17 +58,17 @@ def is_missing(exc: BaseException) -> bool:
 
 
 def load(client: redis.Redis, source: str | bytes) -> None:
-    """Load a script's library (nothing when the server has it already)."""
+    """Load a script's library (the same again when the server has it already)."""
     load_via(client.execute_command, source)
 
 
 def load_via(call: Callable[..., Any], source: str | bytes) -> None:
-    """:func:`load` through ``call`` (a client's or a connection's command function)."""
-    try:
-        call("FUNCTION", "LOAD", library_code(source))
-    except redis.ResponseError as exc:
-        if "already exists" not in str(exc):
-            raise
+    """:func:`load` through ``call`` (a client's or a connection's command function).
+
+    REPLACE: a library's name is the digest of its code, so replacing one is loading
+    the same code again, and a cluster client sends it to every primary, some of
+    which may have it already."""
+    call("FUNCTION", "LOAD", "REPLACE", library_code(source))
 
 
 def load_all(client: redis.Redis) -> None:
