@@ -132,7 +132,7 @@ class Worker:
         """Set up, loop until asked to stop, tear down; return an exit code.
 
         A Redis that stalls, restarts, fills up or refuses this worker's password
-        never ends the loop (docs/operations.md, "When Redis stalls"): the worker
+        never ends the loop (docs/operations.md, "When Redis stalls or refuses"): the worker
         logs it once, waits with a bounded backoff, rebuilds what it holds in
         memory and goes on; only a stop request (or a bug) ends it.
         """

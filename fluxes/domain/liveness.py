@@ -1,5 +1,5 @@
 """Riding out a Redis that stops answering, pure: the retry backoff, and the clock that
-liveness judgements use (docs/operations.md, "When Redis stalls").
+liveness judgements use (docs/operations.md, "When Redis stalls or refuses").
 
 A Redis that is busy (a long script), loading, refusing writes (OOM, MISCONF) or
 unreachable is not a dead worker: every worker waits for it and retries. The
