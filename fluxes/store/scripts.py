@@ -26,9 +26,11 @@ from typing import Any
 
 import redis
 
-#: The scripts of ``fluxes/store/lua``.
-SCRIPTS = ("accounting_admin", "accounting_write", "commit", "joblist_write", "lease", "purge",
-           "request_claim", "trim")
+
+def script_names() -> list[str]:
+    """Every script of ``fluxes/store/lua`` (a new one is a function without more ado)."""
+    folder = resources.files("fluxes.store").joinpath("lua")
+    return sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".lua"))
 
 
 @functools.cache
@@ -73,7 +75,7 @@ def load_via(call: Callable[..., Any], source: str | bytes) -> None:
 
 def load_all(client: redis.Redis) -> None:
     """Load every library of this version (the instance owner, at start or upgrade)."""
-    for name in SCRIPTS:
+    for name in script_names():
         load(client, lua_source(name))
 
 

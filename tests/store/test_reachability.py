@@ -106,3 +106,16 @@ def test_a_runaway_script_is_killed_and_a_function_is_not(real_redis: redis.Redi
     finally:
         other.config_set("busy-reply-threshold", before)
         other.execute_command("FUNCTION", "DELETE", "fluxes_drill_stall")
+
+
+def test_every_script_loads_as_a_function_of_its_own(real_redis: redis.Redis) -> None:
+    from fluxes.store import scripts
+
+    names = scripts.script_names()
+    assert "commit" in names and "lease" in names
+    scripts.load_all(real_redis)
+    scripts.load_all(real_redis)  # again: the same code, nothing changes
+    libraries = {lib[b"library_name"].decode()
+                 for lib in real_redis.execute_command("FUNCTION", "LIST")}
+    for name in names:
+        assert scripts.function_name(scripts.lua_source(name)) in libraries, name
