@@ -55,7 +55,7 @@ from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
-from fluxes.store import jobhash
+from fluxes.store import jobhash, reachability
 from fluxes.store.accounting import AccountsFollower, UsageStore, fair_share_now
 from fluxes.store.deadletters import counts_key
 from fluxes.store.errors import ResponseError, StoreError
@@ -515,6 +515,10 @@ class JobManagerWorker(Worker):
         pipe.exists(self.keys.sched_lease(p))
         pipe.get(self.keys.sched_fence(p))
         held, fence = pipe.execute()
+        if not held and not reachability.may_judge(LEASE_TTL_MS / 1000):
+            # Redis stalled lately: the lease may have expired during the stall while
+            # its scheduler lives; it renews it within a TTL of answered time.
+            held = True
         try:
             return int(fence) if held and fence else -1
         except ValueError:

@@ -79,6 +79,10 @@ def _describe(exc: BaseException) -> str:
         return first
     if type(exc).__name__ == "NoPermissionError":
         return f"permission denied by the instance's Redis ACL ({first})"
+    from fluxes.store import reachability  # here: most commands never fail so
+
+    if reachability.is_stall(exc):
+        return reachability.explain(exc)
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"

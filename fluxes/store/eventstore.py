@@ -22,7 +22,6 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 import redis
-from redis.exceptions import NoScriptError
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.job import privacy
@@ -32,6 +31,7 @@ from fluxes.domain.job.model import Job, TransitionError, apply
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
+from fluxes.store import reachability, scripts
 from fluxes.store.direct import Direct
 from fluxes.store.entries import decode_entry as decode_entry  # noqa: PLC0414 -- re-exported
 from fluxes.store.keys import Keys
@@ -341,7 +341,7 @@ class EventStore:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client
         self.keys = keys
-        self._commit = client.register_script(lua_source("commit"))
+        self._commit = lua_source("commit")
         # A second client on the same connections whose XRANGE replies stay raw
         # (flat field lists): redis-py's pairs-to-dict conversion cost more than
         # everything else on the replay path.
@@ -368,10 +368,9 @@ class EventStore:
     def commit(self, batch: Batch, token: str = "") -> CommitResult:
         """Write ``batch`` atomically; raise FencedError / ConflictError and write nothing."""
         keys, args = batch.script_args(token)
-        script = self._commit
         try:
             # keys[1] is the partition journal: every key of a batch is in its slot
-            result = self.direct(keys[1]).evalsha(script.sha, script.script, keys, args)
+            result = self.direct(keys[1]).fcall(self._commit, keys, args)
         except redis.ResponseError as exc:
             raise _commit_error(exc) from None
         return _commit_result(result)
@@ -382,15 +381,14 @@ class EventStore:
         if len(batches) == 1 or len(anchors) != 1:
             # batches of several partitions (maybe on several cluster nodes): one call each
             return [self.commit(batch, token) for batch in batches]
-        script = self._commit
         direct = self.direct(anchors.pop())
         commands = []
         for batch in batches:
             keys, args = batch.script_args(token)
-            commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+            commands.append(scripts.fcall_command(self._commit, keys, args))
         results = direct.execute(commands)
-        if any(isinstance(r, NoScriptError) for r in results):
-            direct.call("SCRIPT", "LOAD", script.script)
+        if any(scripts.is_missing(r) for r in results):
+            scripts.load_via(direct.call, self._commit)
             results = direct.execute(commands)
         out = []
         for result in results:
@@ -839,8 +837,12 @@ def _id_ms(stream_id: bytes) -> int:
     return int(stream_id.partition(b"-")[0])
 
 
-def _commit_error(exc: redis.ResponseError) -> FluxesError:
-    """The FluxesError for an error reply of ``commit.lua`` (see its header)."""
+def _commit_error(exc: redis.ResponseError) -> FluxesError | redis.ResponseError:
+    """The FluxesError for an error reply of ``commit.lua`` (see its header); a Redis that
+    refused the whole script (full, busy, its disk failing) is ``exc`` itself, which the
+    worker's loop waits out."""
+    if reachability.is_stall(exc):
+        return exc
     text = str(exc)
     if text.startswith("FENCED unfenced"):
         return FencedError(text[7:])

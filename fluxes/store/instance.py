@@ -24,6 +24,7 @@ import orjson
 
 from fluxes.env import DEFAULT_NAMESPACE, ENV_REDIS_URL, ENV_URI
 from fluxes.errors import FluxesError
+from fluxes.store import scripts
 from fluxes.store.connection import SCHEMES, connect, redact
 from fluxes.store.keys import Keys
 from fluxes.store.security import (
@@ -118,7 +119,19 @@ def record_instance(client: redis.Redis, namespace: str, partitions: int,
     pipe.hset(keys.instance, mapping=fields)
     pipe.hsetnx(keys.instance, "created", repr(time.time()))
     pipe.execute()
+    load_functions(client)
     return existing is None
+
+
+def load_functions(client: redis.Redis) -> None:
+    """Load this version's Redis functions (fluxes/store/scripts.py) as the instance owner.
+
+    A child instance's identity may not load any (its parent's owner did, on the same
+    Redis): that refusal is no error."""
+    try:
+        scripts.load_all(client)
+    except redis.exceptions.NoPermissionError:
+        pass
 
 
 def current_user() -> tuple[str, int]:
