@@ -34,6 +34,16 @@ def register(subparsers: Any) -> None:
         ["fluxes resource status", "fluxes resource status --json"]))
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_status)
+    for name, what, func in (
+            ("info", "One line: nodes, cores and GPUs (of the resources in STATES).", _info),
+            ("R", "The R (RFC 20) of the resources (in STATES).", _rset)):
+        q = sub.add_parser(name, **help_with_example(
+            what + "\nSTATES: all (default), up, down, free, allocated, comma-separated.",
+            [f"fluxes resource {name}", f"fluxes resource {name} -s free -i node[0-1]"]))
+        q.add_argument("-s", "--states", type=_states, default=["all"], metavar="STATE,...")
+        q.add_argument("-i", "--include", metavar="TARGETS",
+                       help="only these targets (idset or hostlist)")
+        q.set_defaults(func=func)
     for kind, what in (("drain", "Give TARGETS (hostlist or rank idset) no new work; "
                                  "what runs there finishes."),
                        ("undrain", "Return drained TARGETS to service.")):
@@ -195,4 +205,72 @@ def _list_drained(inst: Instance, args: argparse.Namespace) -> int:
     for (when, state, reason), ranks in rows:
         shown = time.strftime("%b%d %H:%M", time.localtime(when)) if when else "-"
         print(f"{shown:<12} {state:<8} {reason:<30} {rset.copy_ranks(ranks).hostlist}")
+    return 0
+
+
+_STATES = ("all", "up", "down", "free", "allocated")
+
+
+def _states(text: str) -> list[str]:
+    """argparse type of ``-s``: states, comma-separated."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in _STATES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown state {bad[0]!r} (expected {', '.join(_STATES)})" if bad
+            else "expected states, e.g. free,allocated")
+    return names
+
+
+def _selected(args: argparse.Namespace) -> tuple[Any, dict[str, Any] | None]:
+    """The inventory's R cut to ``--states`` and ``--include``, and the scheduler's
+    summary when a state needed it.
+
+    ``free`` and ``allocated`` come from the scheduler's summary, whole nodes at a
+    time (a node partly used is in both); ``up`` and ``down`` from its drained set.
+    """
+    from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import load_inventory
+
+    inst = instance(args)
+    rset = load_inventory(inst).rset()
+    ranks = IDSet(rset.ranks)
+    summary = None
+    if args.states != ["all"]:
+        summary = _summary(inst)
+        down = IDSet(summary["down"]["ranks"])
+        for r in summary.get("drained", {}):
+            down.add(int(r))
+        chosen = IDSet()
+        for state in args.states:
+            chosen |= {"all": ranks, "up": ranks - down, "down": down,
+                       "free": IDSet(summary["free"]["ranks"]),
+                       "allocated": IDSet(summary["allocated"]["ranks"])}[state]
+        ranks = ranks & chosen
+    if args.include:
+        try:
+            wanted = IDSet(args.include)
+        except ValueError:
+            wanted = rset.ranks_for_hosts(args.include)
+        ranks = ranks & wanted
+    return rset.copy_ranks(ranks), summary
+
+
+def _info(args: argparse.Namespace) -> int:
+    """``flux resource info``: "N Nodes, C Cores, G GPUs"."""
+    rset, summary = _selected(args)
+    nnodes, ncores, ngpus = rset.nnodes, rset.ncores, rset.ngpus
+    if summary is not None and not args.include and args.states in (["free"], ["allocated"]):
+        # the summary counts the cores themselves, not whole nodes
+        part = summary[args.states[0]]
+        ncores, ngpus = part["ncores"], part["ngpus"]
+    print(f"{nnodes} Node{'s' if nnodes != 1 else ''}, {ncores} Core{'s' if ncores != 1 else ''}, "
+          f"{ngpus} GPU{'s' if ngpus != 1 else ''}")
+    return 0
+
+
+def _rset(args: argparse.Namespace) -> int:
+    """``flux resource R``: the R of the selected resources."""
+    rset = _selected(args)[0]
+    print(rset.dumps())
     return 0

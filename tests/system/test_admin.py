@@ -387,6 +387,14 @@ def test_a_drain_is_seen_by_the_next_command_and_a_node_is_in_one_column(
         time.sleep(0.1)
     listing = resource_json(uri, capsys, "list")
     assert listing["down"]["ranks"] == "0" and "0" not in listing["allocated"]["ranks"]
+    # flux's resource info and R, by state and target
+    capsys.readouterr()
+    assert run(uri, "resource", "info", "-s", "down") == 0
+    assert capsys.readouterr().out == "1 Node, 4 Cores, 0 GPUs\n"
+    assert run(uri, "resource", "R", "-s", "up", "-i", "node[0-1]") == 0
+    rset = orjson.loads(capsys.readouterr().out)
+    assert [e["rank"] for e in rset["execution"]["R_lite"]] == ["1"]
+    assert run(uri, "resource", "info", "-s", "bogus") == 2
     # as flux: drain alone lists; a second drain is refused without -f (replace) or -u
     capsys.readouterr()
     assert run(uri, "resource", "drain") == 0
