@@ -24,7 +24,6 @@ import orjson
 
 from fluxes.env import DEFAULT_NAMESPACE, ENV_REDIS_URL, ENV_URI
 from fluxes.errors import FluxesError
-from fluxes.store import scripts
 from fluxes.store.connection import SCHEMES, connect, redact
 from fluxes.store.keys import Keys
 from fluxes.store.security import (
@@ -128,6 +127,10 @@ def load_functions(client: redis.Redis) -> None:
 
     A child instance's identity may not load any (its parent's owner did, on the same
     Redis): that refusal is no error."""
+    import redis  # here: fluxes submit and run never record an instance
+
+    from fluxes.store import scripts
+
     try:
         scripts.load_all(client)
     except redis.exceptions.NoPermissionError:
