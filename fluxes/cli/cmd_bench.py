@@ -47,6 +47,8 @@ def register(subparsers: Any) -> None:
         "allocation.",
         ["fluxes bench recovery", "fluxes bench recovery --jobs 1000 --json"]))
     rp.add_argument("--jobs", type=int, default=10_000, help="running jobs (default 10000)")
+    rp.add_argument("--standby", action="store_true",
+                    help="run a hot standby scheduler too and kill -9 the leading one")
     rp.add_argument("--timeout", type=float, default=600.0)
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=_recovery)
@@ -160,7 +162,7 @@ def _recovery(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")
-    report(recovery.run(jobs=args.jobs, timeout=args.timeout), args.json)
+    report(recovery.run(jobs=args.jobs, timeout=args.timeout, standby=args.standby), args.json)
     return 0
 
 
