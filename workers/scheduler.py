@@ -146,7 +146,9 @@ class SchedulerWorker(Worker):
         self._warm: WarmPool | None = None
         #: (nnodes, ncores) of the jobs the pool held on taking over, for the hello recovery
         self._warm_sizes: dict[int, tuple[int, int]] = {}
+        #: subscribed while this process lives (leading or not): fluxes/store/standby.py
         self._alive = AliveSignal(self.redis, self.keys.sched_alive(self.name))
+        self._alive_checked = float("-inf")
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
@@ -187,6 +189,7 @@ class SchedulerWorker(Worker):
         """After a Redis outage: lead again from scratch (a new epoch per partition)."""
         self.step_down("redis connection lost")
         self._warm = None  # what the journals said before may be gone with the server
+        self._alive_checked = float("-inf")  # its subscription went with the connection
 
     def step_down(self, why: str) -> None:
         """Forget the pool and sessions; wait to lead again."""
@@ -201,21 +204,33 @@ class SchedulerWorker(Worker):
         for s in self.sessions:
             s.lease.token = None
             s.ready = False
-        self._alive.drop()
         self._warm_sizes = {}
 
     def _stand_by(self) -> None:
         """Not leading: keep the warm pool as the leader's, and lead when the leases are
         free or their holder died (docs/operations.md, "Hot standby scheduler")."""
+        # alive before leading: a standby must never see a leader without its signal
+        self._check_alive()
         if self._warm is None:
             self._warm = WarmPool(self.instance, self._stored_request)
         holders = lease_holders(self.redis, self.keys)
         dead = dead_holders(self.redis, self.keys,
                             {h for h in holders if h is not None and h != self.name})
         if all(h is None or h == self.name or h in dead for h in holders) \
-                and self._claim(holders, dead) and self._become_leader():
+                and self._claim(holders, dead):
+            self._become_leader()  # its warm pool is the leader's now (or dropped)
             return
         self._warm.follow(STANDBY_POLL_MS)
+
+    def _check_alive(self) -> None:
+        """(Re)subscribe to this process's liveness channel when its subscription is gone
+        (first step, a new connection after an outage); looked at once a second."""
+        now = time.monotonic()
+        if now - self._alive_checked < HOUSEKEEPING_S:
+            return
+        self._alive_checked = now
+        if not self._alive.up():
+            self._alive.raise_()
 
     def _claim(self, holders: list[str | None], dead: set[str]) -> bool:
         """Take every partition's lease: free ones (or our own name's), and those of a
@@ -256,7 +271,6 @@ class SchedulerWorker(Worker):
             # chosen once: a graph pool when the resources come with a graph
             self.pool, self._warm_sizes = load_pool(self.instance), {}
         self.graph = isinstance(self.pool, GraphPool)
-        self._alive.raise_()
         self.gate = LimitGate(self._accounts.refresh())
         self.sched = Scheduler(self.pool, self._queue_policies(config), gate=self.gate)
         self.sent = {}
@@ -392,6 +406,7 @@ class SchedulerWorker(Worker):
         """Drain ranks whose exec worker went silent (and undrain them when it is back);
         publish the resource summary for ``fluxes resource list``."""
         self._housekept = time.monotonic()
+        self._check_alive()
         pool = self.pool
         if pool is None:
             return
