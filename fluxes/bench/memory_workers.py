@@ -3,7 +3,7 @@
 The house issue's figure for a million pending jobs in 4 GiB: on a private
 16 x 32 instance one simulated job holds every node (an hour long), then
 ``fluxes submit --cc=1-N true`` (the submitter's environment in every
-jobspec) queues N jobs behind it, which the job manager *and* the scheduler
+jobspec; requests of 10,000) queues N jobs behind it, which the job manager *and* the scheduler
 carry (each has sent or received its ``alloc`` request). Once the scheduler
 reports them all pending and the read model has folded them, each figure is
 its growth over the submission divided by N: Redis' ``used_memory``, and
@@ -32,6 +32,8 @@ from fluxes.store.instance import Instance
 
 from .memory import _cli, _wait_folded, _wait_trimmed
 
+#: Jobs a submit request carries (``[ingest] max-jobs-per-request`` is 10,000 by default).
+REQUEST_JOBS = 10_000
 #: How long the bench waits for the housekeeping to trim the message streams.
 TRIM_WAIT_S = 60.0
 
@@ -117,7 +119,9 @@ def _measure(launcher: Launcher, inst: Instance, uri: str, jobs: int, nodes: int
     redis_before = int(client.info("memory")["used_memory"])
     rss_before = worker_rss(launcher)
     started = time.monotonic()
-    _cli(uri, "submit", f"--cc=1-{jobs}", "true", timeout=deadline - time.monotonic())
+    for first in range(0, jobs, REQUEST_JOBS):  # within the ingest's per-request limit
+        count = min(REQUEST_JOBS, jobs - first)
+        _cli(uri, "submit", f"--cc=1-{count}", "true", timeout=deadline - time.monotonic())
     submitted = time.monotonic() - started
     pending = _wait_scheduler(inst, jobs + 1, deadline) - 1
     _wait_folded(inst, deadline)
