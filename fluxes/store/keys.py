@@ -207,9 +207,9 @@ class Keys:
         return f"{self.p(partition)}:sched:fence"
 
     def sched_alive(self, holder: str) -> str:
-        """Pub/sub channel (never published to): the scheduler ``holder`` is subscribed to it
-        while it leads, so its subscriber count drops to 0 the moment its process dies
-        (Redis closes the connection): a hot standby takes the lease over then."""
+        """Sharded pub/sub channel (never published to): the scheduler process ``holder`` is
+        subscribed to it while it lives, so its subscriber count drops to 0 the moment the
+        process dies (Redis closes the connection): a hot standby takes its leases then."""
         return f"{self.g}:sched:alive:{holder}"
 
     def exec_events(self, partition: int) -> str:

@@ -11,6 +11,11 @@ them over (``lease_takeover.lua``: a new epoch, which fences out anything the
 dead leader's name still writes). A leader that is alive but stuck or cut off
 keeps its connection (or its TCP peer does not notice) and is replaced only
 when its lease lapses, as before.
+
+The subscription is a sharded one (SSUBSCRIBE, Redis >= 7), so that in a
+Cluster it is bound to the slot of the instance's hash tag; the count is
+``PUBSUB SHARDNUMSUB`` (a cluster client asks every node and sums). A server
+without sharded pub/sub gives no signal: standbys then wait for the lease.
 """
 
 from __future__ import annotations
@@ -37,17 +42,23 @@ class AliveSignal:
         self._pubsub: Any = None
 
     def raise_(self) -> None:
-        """Subscribe (again, on a fresh connection) to the liveness channel."""
+        """Subscribe (again, on a fresh connection) to the liveness channel; nothing on a
+        server without sharded pub/sub."""
         self.drop()
         pubsub = self.client.pubsub(ignore_subscribe_messages=True)
-        pubsub.subscribe(self.channel)
+        try:
+            pubsub.ssubscribe(self.channel)
+        except redis.ResponseError:
+            pubsub.close()  # Redis < 7: no signal, standbys wait for the lease
+            return
         self._pubsub = pubsub
 
     def up(self) -> bool:
         """True when Redis counts this leader's subscription (one round trip)."""
         if self._pubsub is None:
             return False
-        return subscribers(self.client, [self.channel]).get(self.channel, 0) > 0
+        counts = subscribers(self.client, [self.channel])
+        return counts is None or counts.get(self.channel, 0) > 0
 
     def drop(self) -> None:
         """Unsubscribe and close the connection (no longer leading)."""
@@ -59,12 +70,16 @@ class AliveSignal:
                 pass  # the connection is gone already: so is the subscription
 
 
-def subscribers(client: redis.Redis, channels: Iterable[str]) -> dict[str, int]:
-    """The subscriber count of each channel (PUBSUB NUMSUB)."""
+def subscribers(client: redis.Redis, channels: Iterable[str]) -> dict[str, int] | None:
+    """The sharded subscriber count of each channel (PUBSUB SHARDNUMSUB; the channels
+    share one slot); None when the server cannot tell (no sharded pub/sub)."""
     names = list(channels)
     if not names:
         return {}
-    reply = client.pubsub_numsub(*names)
+    try:
+        reply = client.pubsub_shardnumsub(*names)
+    except redis.ResponseError:
+        return None
     return {(c.decode() if isinstance(c, bytes) else str(c)): int(n) for c, n in reply}
 
 
@@ -83,6 +98,8 @@ def dead_holders(client: redis.Redis, keys: Keys, holders: Iterable[str]) -> set
     if not wanted:
         return set()
     counts = subscribers(client, [keys.sched_alive(h) for h in wanted])
+    if counts is None:
+        return set()  # no signal to go by: the lease decides
     return {h for h in wanted if counts.get(keys.sched_alive(h), 0) == 0}
 
 
