@@ -55,7 +55,13 @@ from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.resources import LOST_AFTER_S, load_pool, resource_event
-from fluxes.store.standby import AliveSignal, dead_holders, lease_holders, take_over
+from fluxes.store.standby import (
+    SIGNALLED,
+    AliveSignal,
+    dead_holders,
+    lease_holders,
+    take_over,
+)
 from workers.base import Worker, not_the_input
 from workers.sched_standby import WarmPool, adopt_stored
 
@@ -156,6 +162,8 @@ class SchedulerWorker(Worker):
                 "allocations": self.allocations, "recovery_s": round(self.recovered_in, 3),
                 # a standby: allocations its warm pool holds already
                 "warm": len(self._warm.sizes) if self._warm is not None else 0,
+                # standbys trust this process' liveness signal (fluxes/store/standby.py)
+                SIGNALLED: self._alive.subscribed,
                 # what retention may trim of sched:req (fluxes/store/retention.py)
                 "read_positions": {self.keys.sched_req(s.partition): s.pos
                                    for s in self.sessions} if self.leader else {}}
@@ -231,6 +239,8 @@ class SchedulerWorker(Worker):
         self._alive_checked = now
         if not self._alive.up():
             self._alive.raise_()
+            # standbys trust the signal once the worker record says it is there
+            self.heartbeat(force=True)
 
     def _claim(self, holders: list[str | None], dead: set[str]) -> bool:
         """Take every partition's lease: free ones (or our own name's), and those of a

@@ -14,8 +14,11 @@ when its lease lapses, as before.
 
 The subscription is a sharded one (SSUBSCRIBE, Redis >= 7), so that in a
 Cluster it is bound to the slot of the instance's hash tag; the count is
-``PUBSUB SHARDNUMSUB`` (a cluster client asks every node and sums). A server
-without sharded pub/sub gives no signal: standbys then wait for the lease.
+``PUBSUB SHARDNUMSUB`` (a cluster client asks every node and sums). A
+standby trusts a count of 0 only for a holder whose worker record (the
+registry its heartbeat writes) says it holds its subscription: a leader that
+could not subscribe (a server without sharded pub/sub, an ACL without the
+channel, a version without the signal) is replaced only when its lease lapses.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import orjson
 import redis
 
 from fluxes.store.groups import read_streams
@@ -31,6 +35,10 @@ from fluxes.store.scripts import lua_source
 
 #: Journal entries read per stream per call while following.
 FOLLOW_COUNT = 1000
+#: How long a subscription waits for Redis to confirm it.
+CONFIRM_S = 2.0
+#: The worker record field saying its process holds its liveness subscription.
+SIGNALLED = "alive_signal"
 
 
 class AliveSignal:
@@ -45,13 +53,22 @@ class AliveSignal:
         """Subscribe (again, on a fresh connection) to the liveness channel; nothing on a
         server without sharded pub/sub."""
         self.drop()
-        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        pubsub = self.client.pubsub()
         try:
             pubsub.ssubscribe(self.channel)
+            # the confirmation, or the refusal (Redis < 7, an ACL without the channel)
+            reply = pubsub.get_message(timeout=CONFIRM_S)
         except redis.ResponseError:
-            pubsub.close()  # Redis < 7: no signal, standbys wait for the lease
+            reply = None
+        if not isinstance(reply, dict) or reply.get("type") != "ssubscribe":
+            pubsub.close()  # no signal: standbys wait for the lease
             return
         self._pubsub = pubsub
+
+    @property
+    def subscribed(self) -> bool:
+        """True while this process holds its subscription (as far as it knows)."""
+        return self._pubsub is not None
 
     def up(self) -> bool:
         """True when Redis counts this leader's subscription (one round trip)."""
@@ -92,9 +109,14 @@ def lease_holders(client: redis.Redis, keys: Keys) -> list[str | None]:
 
 
 def dead_holders(client: redis.Redis, keys: Keys, holders: Iterable[str]) -> set[str]:
-    """The holders of ``holders`` whose liveness channel has no subscriber: their process
-    died (or lost its connection to Redis, which makes it step down anyway)."""
-    wanted = {h for h in holders}
+    """The holders of ``holders`` that held a liveness subscription (their worker record
+    says so) and whose channel has no subscriber now: their process died (or lost its
+    connection to Redis, which makes it step down anyway)."""
+    names = sorted(set(holders))
+    if not names:
+        return set()
+    records = client.hmget(keys.workers, names)
+    wanted = {h for h, raw in zip(names, records, strict=True) if _signalled(raw)}
     if not wanted:
         return set()
     counts = subscribers(client, [keys.sched_alive(h) for h in wanted])
@@ -130,3 +152,14 @@ def allocation_events(client: redis.Redis, positions: dict[str, str], block_ms: 
             except (KeyError, ValueError):
                 continue  # not the job manager's: the leader's hello reply decides anyway
     return out
+
+
+def _signalled(raw: bytes | None) -> bool:
+    """True when a worker record says its process holds its liveness subscription."""
+    if not raw:
+        return False
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return False
+    return isinstance(record, dict) and record.get(SIGNALLED) is True
