@@ -388,4 +388,3 @@ def test_extended_running_job_moves_the_plan_and_a_new_scheduler_keeps_it(
     assert pool.allocation_of(a).expiration == pytest.approx(start + 1000.0, abs=1.0)
     assert pool.reservations()[b][0] == pytest.approx(start + 1000.0, abs=1.0)
     assert system.events(b)[-1] == "priority"
-
