@@ -16,6 +16,12 @@ waits for no allocation (running, finished, unknown) never writes its R: such
 an allocation is taken back and its SUCCESS never sent. The ``hello`` that
 opens each epoch is fenced the same way.
 
+A scheduler that does not lead stands by hot (docs/operations.md, "Hot
+standby scheduler"): it keeps a pool as the leader's from the journals
+(:mod:`workers.sched_standby`) and takes the leases over the moment the
+leader's liveness subscription drops (:mod:`fluxes.store.standby`), so its
+hello recovery reads only the R it had not read yet.
+
 Why one module: it is the I/O around the pure scheduler (:mod:`fluxes.domain.sched`):
 lease and epochs, the hello/ready recovery, fenced R writes, resource events; each is a
 few methods of the one worker whose state (epoch, pool, outstanding requests) they
