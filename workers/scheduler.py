@@ -232,7 +232,8 @@ class SchedulerWorker(Worker):
                             {h for h in holders if h is not None and h != self.name})
         if all(h is None or h == self.name or h in dead for h in holders) \
                 and self._claim(holders, dead):
-            self._become_leader()  # its warm pool is the leader's now (or dropped)
+            if self._become_leader():  # its warm pool is the leader's now (or dropped)
+                self.heartbeat(force=True)  # the record says so at once
             return
         self._warm.follow(STANDBY_POLL_MS)
 
@@ -245,8 +246,9 @@ class SchedulerWorker(Worker):
         self._alive_checked = now
         if not self._alive.up():
             self._alive.raise_()
-            # standbys trust the signal once the worker record says it is there
-            self.heartbeat(force=True)
+            if self._alive.subscribed:
+                # standbys trust the signal once the worker record says it is there
+                self.heartbeat(force=True)
 
     def _claim(self, holders: list[str | None], dead: set[str]) -> bool:
         """Take every partition's lease: free ones (or our own name's), and those of a
