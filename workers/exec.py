@@ -42,10 +42,11 @@ from typing import Any
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Signal, Start
+from fluxes.domain.exec.intake import Entry, Intake, Kill, PmiWake, Request, Signal, Start
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
+    RunPlan,
     StartFacts,
     check_rank,
     job_owner,
@@ -53,9 +54,10 @@ from fluxes.domain.exec.jobs import (
     read_start,
     run_as,
 )
-from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
+from fluxes.domain.exec.layout import RankShare, run_duration, shell_option, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget, pids_entry
+from fluxes.domain.exec.pmi import pmi_mode
 from fluxes.domain.exec.table import JobTable
 from fluxes.domain.nested import runs_child_instance
 from fluxes.formats.idset import IDSet
@@ -63,12 +65,14 @@ from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
 from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
+from fluxes.proc.pmi_server import PmiServer, Served
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
+from fluxes.store.pmi_kvs import PmiKvs
 from fluxes.store.security import ENV_CREDENTIALS, strip_password
 from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
@@ -139,6 +143,10 @@ class ExecWorker(Worker):
         self.files = TaskFiles(self.state_dir, self.ranks)
         # Process facts (our children, statuses reaped) outlive a reload of the state.
         self.watcher = TaskWatcher([self._stop_r])
+        # PMI servers of the jobs' tasks: their sockets outlive a reload of the state
+        self.pmi = PmiServer(PmiKvs(self.redis, self.keys), self.watcher.add,
+                             self.watcher.remove)
+        self._pmi_ready: list[int] = []
         # tasks may submit jobs to the instance, but never with the worker's password
         self.launcher = Launcher(strip_password(str(instance.uri)), self.files, self.watcher,
                                  self.keys.ns)
@@ -161,6 +169,7 @@ class ExecWorker(Worker):
         self.watcher.reset()
         self.waker = self.store.waker()
         self.watcher.add(self.waker.fileno())
+        self.pmi.reregister()
         self.table = JobTable(self.ranks, metrics.EXEC_FINISHED.inc)
         self.intake = Intake(self.ranks)
         self.box = Outbox()
@@ -228,19 +237,22 @@ class ExecWorker(Worker):
         """Close the output files; the tasks keep running for the next worker.
 
         Except when the whole instance is going away (``fluxes start`` ending
-        or ``fluxes stop``: $FLUXES_EXEC_KILL_ON_STOP set): then every task is
-        killed, as flux does, rather than left orphaned.
+        or ``fluxes stop``: $FLUXES_EXEC_KILL_ON_STOP set, and this worker was
+        asked to stop): then every task is killed, as flux does, rather than left
+        orphaned. A loop that ended any other way (a bug; never Redis being
+        unavailable, which the loop waits out) leaves the tasks to the next worker.
         """
         if self.box:
             try:
                 self._flush(self.box)  # what lingered (started reports, output lines)
             except StoreError:
                 pass  # redelivered to the next worker, which adopts the jobs
-        kill = bool(os.environ.get("FLUXES_EXEC_KILL_ON_STOP"))
+        kill = self.stopping and bool(os.environ.get("FLUXES_EXEC_KILL_ON_STOP"))
         for job in self.table.all():
             if kill and job.kind == "run":
                 signal_tasks(job.tasks, signal.SIGKILL)
             close_streams(job)
+        self.pmi.close_all()
         self.waker.close()
 
     # ------------------------------------------------------------ the loop
@@ -255,6 +267,9 @@ class ExecWorker(Worker):
             time.monotonic(), busy=intake.wants_read(), next_registry=self._next_registry,
             next_prune=self._next_prune, timers=table.timers, running=bool(table.live),
             next_output=self._next_output, flush_after=self.flushing.after))
+        if self._pmi_ready or self.pmi.retry:
+            # before the tasks are watched: a PMI failure is in the report of their end
+            self._serve_pmi(box)
         if not intake.backlog and intake.wants_read():
             got = self.store.read(intake.pending)
             # A full read may have left more behind; otherwise only the waker's
@@ -302,6 +317,7 @@ class ExecWorker(Worker):
                 time.sleep(timeout_ms / 1000)
                 timeout_ms = 0
         ready = self.watcher.wait(int(timeout_ms or 0))
+        self._pmi_ready = ready
         if waker.outstanding and waker.fileno() in ready:
             reply = waker.consume()
             if self._consumer is None:
@@ -375,6 +391,9 @@ class ExecWorker(Worker):
             case Signal(id=jobid, signal=sig):
                 signal_tasks(self.table.signal(rank, jobid), sig)
                 return
+            case PmiWake(id=jobid, round=round_, error=error):
+                self._pmi_failed(self.pmi.wake((rank, jobid), round_, error))
+                return
             case Start(id=jobid):
                 pass
         job = self.table.get(rank, jobid)
@@ -438,10 +457,48 @@ class ExecWorker(Worker):
             box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), []))
             table.eof(box, job)
             return job
-        self.launcher.launch(job, plan, prepared)
+        served = self._open_pmi(job, plan, spec)
+        try:
+            self.launcher.launch(job, plan, prepared, served)
+        except BaseException:
+            self.pmi.close(job.key, leave=False)
+            raise
+        if not job.started:  # no task could be spawned
+            self.pmi.close(job.key, leave=False)
         table.watch(job)
         box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
+
+    def _open_pmi(self, job: ExecJob, plan: RunPlan, spec: Mapping[str, Any]) -> Served | None:
+        """The job's PMI server on this rank (shell option ``pmi``, ``simple`` by
+        default), None for ``pmi=off`` and for a job that runs a child instance
+        (its tasks are the child's workers, not an MPI program)."""
+        if pmi_mode(shell_option(spec, "pmi")) == "off" or runs_child_instance(spec):
+            return None
+        return self.pmi.open(job.key, job.owner, plan.layout, plan.share)
+
+    def _serve_pmi(self, box: Outbox) -> None:
+        """Read the PMI sockets that woke the loop and act on what the tasks asked."""
+        ready, self._pmi_ready = self._pmi_ready, []
+        touched = self.pmi.handle(ready)
+        if touched or self.pmi.retry:
+            self._pmi_failed(self.pmi.service(touched))
+
+    def _pmi_failed(self, failed: Mapping[tuple[int, int], str]) -> None:
+        """Jobs whose PMI failed (MPI_Abort, a task gone before finalizing): the error
+        is reported at once (the job manager raises the exception and kills every
+        rank) and the tasks here are killed."""
+        for (rank, jobid), reason in failed.items():
+            job = self.table.get(rank, jobid)
+            if job is None or job.kind != "run" or job.error is not None or job.kill_signal:
+                # a job being killed (canceled, out of time, failed elsewhere): its
+                # tasks leaving PMI unfinished is the kill's doing, not an error
+                continue
+            job.error = reason
+            self.log.info("PMI failure", extra={"job": jobid, "rank": rank, "error": reason})
+            signal_tasks(self.table.kill(self.box, rank, jobid, signal.SIGKILL, time.time(),
+                                         time.monotonic(), self.kill_grace), signal.SIGKILL)
+            self.box.touch(job)
 
     def _adopt_unrecorded(self, rank: int, jobid: int, share: RankShare, forward: str,
                           owner: int, user: int | None) -> ExecJob | None:
@@ -495,6 +552,7 @@ class ExecWorker(Worker):
     def _finish_cleanup(self, box: Outbox) -> None:
         """After the write: remove the files of jobs whose end is recorded; new outbox."""
         for job in box.finished:
+            self.pmi.close(job.key, killed=bool(job.kill_signal))
             self.identities.revoke(job)
             close_streams(job)
             for task in job.tasks:

@@ -53,7 +53,7 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
-from fluxes.store import jobhash
+from fluxes.store import jobhash, reachability
 from fluxes.store.accounting import AccountsFollower
 from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
@@ -131,7 +131,8 @@ class SchedulerWorker(Worker):
         self.recovered_in = 0.0
         self._recover_started = 0.0
         self._r_writes: dict[int, dict[int, bytes]] = {}
-        self.drained: dict[int, tuple[str, bool]] = {}  # rank -> (reason, automatic)
+        # rank -> (reason, automatic, when)
+        self.drained: dict[int, tuple[str, bool, float]] = {}
         #: ranks drained for a job whose allocation hello could not recover
         self._quarantined: dict[int, IDSet] = {}
         raw_uid = self.redis.hget(self.keys.instance, "owner_uid")
@@ -261,6 +262,8 @@ class SchedulerWorker(Worker):
             else:
                 token = lease.token = take_over(self.redis, lease.lease_key, lease.fence_key,
                                                 holder, self.name, lease.ttl_ms)
+                if token is not None:
+                    lease.last_token = token  # as Lease's own acquisitions keep it
             if token is None:
                 for other in self.sessions:
                     if other.lease.token is not None:
@@ -414,7 +417,7 @@ class SchedulerWorker(Worker):
             if isinstance(event, proto.Drain):
                 pool.mark_down(ranks)
                 for r in ranks:
-                    self.drained[r] = (event.reason, event.auto)
+                    self.drained[r] = (event.reason, event.auto, event.timestamp)
             else:
                 pool.mark_up(ranks)
                 for r in ranks:
@@ -442,6 +445,9 @@ class SchedulerWorker(Worker):
             except (ValueError, KeyError, TypeError):
                 continue
         grace_over = time.monotonic() - self._lead_since > self.lost_after
+        # Silence is judged on answered time: right after a Redis stall every
+        # heartbeat is old, and nobody is lost (fluxes/domain/liveness.py).
+        judging = reachability.may_judge(self.lost_after)
         lost = IDSet()
         back = IDSet()
         for rank in pool.inventory.ranks:
@@ -449,7 +455,7 @@ class SchedulerWorker(Worker):
             silent = (beat is None and grace_over) or (beat is not None
                                                         and now - beat > self.lost_after)
             drained = self.drained.get(rank)
-            if silent and drained is None:
+            if silent and drained is None and judging:
                 lost.add(rank)
             elif not silent and beat is not None and drained is not None and drained[1]:
                 back.add(rank)
@@ -479,15 +485,17 @@ class SchedulerWorker(Worker):
                     "nodelist": str(rset.hostlist) if len(rset.ranks) else "",
                     "ranks": str(rset.ranks)}
 
-        down = pool.down
         inventory = pool.inventory.rset()
-        return {"time": now, "scheduler": self.name,
+        allocated = pool.allocated()
+        # a drained node still running work is allocated (draining) until it is idle:
+        # each node in one column, as flux lists them
+        return {"time": now, "scheduler": self.name, "applied": self._resource_pos,
                 "pending": len(self.sched.pending) if self.sched else 0,
                 "free": part(pool.available(include_down=False)),
-                "allocated": part(pool.allocated()),
-                "down": part(inventory.copy_ranks(down)),
-                "drained": {str(r): {"reason": why, "auto": auto}
-                            for r, (why, auto) in sorted(self.drained.items())}}
+                "allocated": part(allocated),
+                "down": part(inventory.copy_ranks(pool.down - allocated.ranks)),
+                "drained": {str(r): {"reason": why, "auto": auto, "timestamp": when}
+                            for r, (why, auto, when) in sorted(self.drained.items())}}
 
     def keepalive(self) -> bool:
         """Renew every partition lease when due (also inside long work); False if lost."""

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli.cmd_jobs import select_jobs
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -69,6 +68,11 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     attrs.add_argument("--error", metavar="TEMPLATE", help="stderr file")
     attrs.add_argument("--setattr", action="append", default=[], metavar="KEY=VAL",
                        help="set a jobspec attribute, e.g. system.exec.test.run_duration=1s")
+    attrs.add_argument("-o", "--setopt", action="append", default=[], metavar="OPT[=VAL]",
+                       help="set a shell option, e.g. pmi=off, cpu-affinity=per-task "
+                            "(VAL read as JSON when it parses; default 1)")
+    attrs.add_argument("--taskmap", metavar="SCHEME[:VALUE]",
+                       help="task rank order: block (default), cyclic, cyclic:N, manual:MAP")
 
 
 def environment_from(rules: list[str], removes: list[str]) -> dict[str, str | None]:
@@ -131,6 +135,37 @@ def _set_attr(attributes: dict[str, Any], text: str) -> None:
     node[parts[-1]] = value
 
 
+def _set_shell_options(attributes: dict[str, Any], args: argparse.Namespace) -> None:
+    """``-o OPT[=VAL]`` and ``--taskmap``: ``attributes.system.shell.options`` (flux's)."""
+    from fluxes.domain.exec.taskorder import parse_taskmap
+
+    texts = list(getattr(args, "setopt", None) or [])
+    taskmap = getattr(args, "taskmap", None)
+    if taskmap is not None:
+        try:
+            parse_taskmap(taskmap)
+        except ValueError as exc:
+            raise UsageError(f"--taskmap: {exc}") from None
+        scheme, _sep, tail = taskmap.partition(":")
+        texts.append("taskmap=" + orjson.dumps({"scheme": scheme, "value": tail}).decode())
+    for text in texts:
+        name, sep, raw = text.partition("=")
+        if not name:
+            raise UsageError(f"-o/--setopt: expected OPT[=VAL], got {text!r}")
+        parsed: Any = 1
+        if sep:
+            try:
+                parsed = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                parsed = raw
+        system = attributes.setdefault("system", {})
+        shell = system.setdefault("shell", {}) if isinstance(system, dict) else None
+        options = shell.setdefault("options", {}) if isinstance(shell, dict) else None
+        if not isinstance(options, dict):
+            raise UsageError("-o/--setopt: attributes.system.shell.options is not a table")
+        options[name] = parsed
+
+
 def _set_bank(attributes: dict[str, Any], bank: str) -> None:
     """``-B/--bank``: flux-accounting's ``attributes.system.bank``."""
     system = attributes.get("system")
@@ -146,9 +181,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     jobspec file cannot hold one (RFC 14 has no urgency), so for a file the
     caller must send it with the submission.
     """
-    from fluxes.domain.jm.depend import parse_dependency
     from fluxes.formats.jobspec import Jobspec
-    from fluxes.formats.requires import parse_requires
 
     if len(command) == 1 and command[0].endswith((".yaml", ".yml", ".json")) \
             and os.path.isfile(command[0]):
@@ -156,11 +189,12 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     attributes: dict[str, Any] = {}
     for text in args.setattr:
         _set_attr(attributes, text)
+    _set_shell_options(attributes, args)
     if getattr(args, "bank", None):
         _set_bank(attributes, args.bank)
-    constraints = parse_requires(args.requires) if args.requires else None
+    constraints = _requires(args.requires) if args.requires else None
     now = time.time()
-    deps = [parse_dependency(d, now=now) for d in args.dependency]
+    deps = [_dependency(d, now) for d in args.dependency]
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
     if args.gpus_per_node is not None:
         # flux's per-resource request: it sizes the job per node, not per task
@@ -184,6 +218,21 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
         constraints=constraints, dependencies=deps or None, output=args.output,
         error=args.error, attributes=attributes or None, urgency=urgency)
+
+
+def _requires(exprs: list[str]) -> dict[str, Any]:
+    """``--requires`` as an RFC 31 constraint (imported only when given)."""
+    from fluxes.formats.requires import parse_requires
+
+    return parse_requires(exprs)
+
+
+def _dependency(text: str, now: float) -> dict[str, Any]:
+    """One ``--dependency`` as an RFC 26 object (imported only when given: the
+    dependency module brings the job model along)."""
+    from fluxes.domain.jm.depend import parse_dependency
+
+    return parse_dependency(text, now=now)
 
 
 #: Options that shape the tasks and resources a jobspec file already describes:
@@ -210,12 +259,14 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
             "-t, -q, --job-name, --dependency, --setattr, --urgency and --cc apply)")
     spec = Jobspec.from_file(path)
     if not (args.time_limit or args.queue or args.job_name or args.dependency
-            or args.setattr or getattr(args, "bank", None)):
+            or args.setattr or getattr(args, "bank", None) or getattr(args, "setopt", None)
+            or getattr(args, "taskmap", None)):
         return spec
     doc = spec.to_dict()
     attributes = doc.setdefault("attributes", {})
     for text in args.setattr:
         _set_attr(attributes, text)
+    _set_shell_options(attributes, args)
     system = attributes.setdefault("system", {})
     if args.time_limit:
         system["duration"] = args.time_limit
@@ -249,7 +300,8 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
     sp.add_argument("--json", action="store_true", help="print {id, error} objects")
     sp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    sp.set_defaults(func=_submit)
+    # the small Redis client (fluxes.store.lite): submit only posts and waits for replies
+    sp.set_defaults(func=_submit, _lite=True)
 
     rp = subparsers.add_parser("run", **help_with_example(
         "Submit a job, print its output as it runs, exit with its exit code.",
@@ -258,7 +310,8 @@ def register(subparsers: Any) -> None:
     add_job_options(rp)
     rp.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
     rp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    rp.set_defaults(func=_run)
+    # the small Redis client (fluxes.store.lite): run posts, then reads the job's streams
+    rp.set_defaults(func=_run, _lite=True)
 
     cp = subparsers.add_parser("cancel", **help_with_example(
         "Cancel jobs (a 'cancel' exception); users may cancel only their own.",
@@ -297,10 +350,8 @@ def register_job(sub: Any) -> None:
 MAX_CC = 1_000_000
 
 
-def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
-    """One jobspec per --cc id, with {cc} substituted where flux substitutes it."""
-    if cc is None:
-        return [spec.to_dict()]
+def _cc_ids(cc: str) -> IDSet:
+    """The ids of ``--cc``; FluxesError when there are none, or too many."""
     try:
         ids = IDSet(cc)
     except ValueError as exc:
@@ -308,8 +359,17 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
     if not ids:
         raise FluxesError(f"--cc: {cc!r} names no id (e.g. --cc=1-10)")
     if len(ids) > MAX_CC:
-        # a typo such as 1-1000000000 would build copies until memory runs out
+        # a typo such as 1-1000000000 would create jobs until the queue is full
         raise FluxesError(f"--cc: {cc!r} is {len(ids)} copies, at most {MAX_CC} per submit")
+    return ids
+
+
+def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
+    """One jobspec per --cc id, with {cc} substituted where flux substitutes it
+    (``--dry-run``; a submission sends the copies as array requests instead)."""
+    if cc is None:
+        return [spec.to_dict()]
+    ids = _cc_ids(cc)
     base = spec.to_dict()
     text = spec.dumps()
     if "{cc}" not in text:
@@ -329,13 +389,16 @@ def _submit(args: argparse.Namespace) -> int:
 
     client = Client(instance(args))
     # None (no --urgency) lets the client fall back to the Jobspec's urgency.
+    item: dict[str, Any] = {"jobspec": spec, "urgency": urgency}
     if args.cc is None:
-        items: list[dict[str, Any]] = [{"jobspec": spec, "urgency": urgency}]
+        bar = Progress("submit", 1, enabled=args.progress)
+        results = client.submit([item], progress=bar.update)
     else:
-        fallback = urgency if urgency is not None else spec.urgency
-        items = [{"jobspec": c, "urgency": fallback} for c in _cc_copies(spec, args.cc)]
-    bar = Progress("submit", len(items), enabled=args.progress)
-    results = client.submit(items, progress=bar.update)
+        # array requests: whatever the range, each request is small and within the
+        # instance's per-request limit, and the ingest makes the copies
+        ids = _cc_ids(args.cc)
+        bar = Progress("submit", len(ids), enabled=args.progress)
+        results = client.submit_array(item, ids, progress=bar.update)
     bar.done()
     failed = 0
     for result in results:
@@ -364,7 +427,9 @@ def _run(args: argparse.Namespace) -> int:
     [result] = Client(inst).submit([{"jobspec": spec, "urgency": urgency}])
     if not isinstance(result, int):
         die(result)
-    outcome = follow_interruptible(inst, result, label=args.label_io)
+    # the jobspec is ours: where its output goes needs no read of the job
+    outcome = follow_interruptible(inst, result, label=args.label_io,
+                                   jobspec_text=spec.dumps())
     message = outcome.message()
     if message:
         print(f"fluxes: {message}", file=sys.stderr)
@@ -385,6 +450,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from fluxes.cli.cmd_jobs import select_jobs  # not at import: submit and run do not list jobs
     from fluxes.store.client import Client
 
     inst = instance(args)

@@ -175,7 +175,16 @@ class Signal(Message, tag="signal", frozen=True):
     signal: Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
-ExecRequest = Start | Kill | Signal
+class PmiWake(Message, tag="pmi", frozen=True):
+    """A job's PMI barrier ``round`` completed on every rank (``error``: it never will,
+    the job is broken), written by the rank whose step ended it (``fluxes/store/lua/pmi.lua``)."""
+
+    id: int
+    round: Annotated[int, msgspec.Meta(ge=1)]
+    error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+
+
+ExecRequest = Start | Kill | Signal | PmiWake
 
 
 class ExecReport(Message, tag="exec", frozen=True):
@@ -318,9 +327,11 @@ class UserRequest(Message, frozen=True):
 
 
 class SubmitJobs(UserRequest, tag="submit", frozen=True):
-    """Submit jobs."""
+    """Submit jobs; with ``cc`` (an id set), ``jobs`` holds one job and the request one
+    copy of it per id (fluxes/domain/jm/arrays.py)."""
 
     jobs: list[SubmitItem] = msgspec.field(default_factory=list)
+    cc: str | None = None
 
 
 class CancelJobs(UserRequest, tag="cancel", frozen=True):

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from fluxes.domain.exec.taskorder import task_order
 from fluxes.formats import fsd
 from fluxes.formats import jobid as _jobid
 from fluxes.formats.counts import Count
@@ -358,17 +359,18 @@ class RankShare:
     ntasks: int
     cores: tuple[int, ...]
     gpus: tuple[int, ...]
+    order: tuple[int, ...] = ()  # its task ranks when not first_task.. (taskorder.py)
 
     @property
-    def task_ranks(self) -> range:
+    def task_ranks(self) -> Sequence[int]:
         """The job task ranks on this rank."""
-        return range(self.first_task, self.first_task + self.ntasks)
+        return self.order or range(self.first_task, self.first_task + self.ntasks)
 
     def tasks(self) -> list[Task]:
         """This rank's tasks, each with its block of the rank's cores and GPUs."""
         n = self.ntasks
-        return [Task(self.first_task + i, i, _share_out(self.cores, n, i),
-                     _share_out(self.gpus, n, i)) for i in range(n)]
+        return [Task(rank, i, _share_out(self.cores, n, i), _share_out(self.gpus, n, i))
+                for i, rank in enumerate(self.task_ranks)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,7 +388,7 @@ class JobLayout:
                 return share
         raise ValueError(f"rank {rank} is not in the job's R")
 
-    def task_map(self) -> dict[int, range]:
+    def task_map(self) -> dict[int, Sequence[int]]:
         """Execution rank -> the task ranks it runs."""
         return {s.rank: s.task_ranks for s in self.shares}
 
@@ -399,10 +401,12 @@ def compute_layout(jobspec: Mapping[str, Any],
     if not ranks:
         raise ValueError("R holds no ranks")
     counts = _task_counts(jobspec, ranks)
+    order = task_order(shell_option(jobspec, "taskmap"), counts)
     shares = []
     first = 0
     for node_rank, (res, n) in enumerate(zip(ranks, counts, strict=True)):
-        shares.append(RankShare(res.rank, node_rank, first, n, res.cores, res.gpus))
+        shares.append(RankShare(res.rank, node_rank, first, n, res.cores, res.gpus,
+                                tuple(order[node_rank]) if order else ()))
         first += n
     if first == 0:
         raise ValueError("the job has no tasks to run")
