@@ -16,6 +16,12 @@ waits for no allocation (running, finished, unknown) never writes its R: such
 an allocation is taken back and its SUCCESS never sent. The ``hello`` that
 opens each epoch is fenced the same way.
 
+A scheduler that does not lead stands by hot (docs/operations.md, "Hot
+standby scheduler"): it keeps a pool as the leader's from the journals
+(:mod:`workers.sched_standby`) and takes the leases over the moment the
+leader's liveness subscription drops (:mod:`fluxes.store.standby`), so its
+hello recovery reads only the R it had not read yet.
+
 Why one module: it is the I/O around the pure scheduler (:mod:`fluxes.domain.sched`):
 lease and epochs, the hello/ready recovery, fenced R writes, resource events; each is a
 few methods of the one worker whose state (epoch, pool, outstanding requests) they
@@ -39,6 +45,7 @@ from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.policy import PendingJob, QueuePolicy, Scheduler
 from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.standby import reconcile
 from fluxes.errors import FluxesError
 from fluxes.formats.fsd import parse_duration
 from fluxes.formats.idset import IDSet
@@ -54,7 +61,15 @@ from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.resources import LOST_AFTER_S, load_pool, resource_event
+from fluxes.store.standby import (
+    SIGNALLED,
+    AliveSignal,
+    dead_holders,
+    lease_holders,
+    take_over,
+)
 from workers.base import Worker, not_the_input
+from workers.sched_standby import WarmPool, adopt_stored
 
 #: Stream entries per read; an entry carries up to a thousand messages.
 READ_COUNT = 20
@@ -70,6 +85,9 @@ HOUSEKEEPING_S = 1.0
 MESSAGES_PER_ENTRY = 1000
 #: Distinct decoded requests kept at most (a cache: clearing it costs only decoding).
 REQUESTS_KEPT = 4096
+#: How long a standby waits on the journals per step: it looks at the leader's
+#: liveness this often.
+STANDBY_POLL_MS = 50
 
 
 class Session:
@@ -124,7 +142,8 @@ class SchedulerWorker(Worker):
         self._lead_since = 0.0
         self.lost_after = LOST_AFTER_S
         # alloc latency: when each queued alloc request arrived, and the arrival
-        # times of allocations made but not yet committed
+        # times of allocations made but not yet committed; kept only while the
+        # metrics are served (~85 bytes a pending job otherwise spent for nobody)
         self._alloc_arrived: dict[int, float] = {}
         self._alloc_done: list[float] = []
         #: the request stream entry each queued alloc request came in (its dead letter
@@ -132,14 +151,27 @@ class SchedulerWorker(Worker):
         self._alloc_origin: dict[int, bytes] = {}
         #: decoded requests by wire form (jobs of one shape share one)
         self._requests: dict[str, Request] = {}
+        #: requests parsed from stored jobspecs (jobs without a stored request)
+        self._spec_requests: dict[bytes, Request] = {}
         #: accounting's running limits (docs/accounting.md), banks read at housekeeping
         self._accounts = AccountsFollower(self.redis, self.keys)
         self.gate = LimitGate()
+        #: while standing by: the pool kept as the leader's (workers/sched_standby.py)
+        self._warm: WarmPool | None = None
+        #: (nnodes, ncores) of the jobs the pool held on taking over, for the hello recovery
+        self._warm_sizes: dict[int, tuple[int, int]] = {}
+        #: subscribed while this process lives (leading or not): fluxes/store/standby.py
+        self._alive = AliveSignal(self.redis, self.keys.sched_alive(self.name))
+        self._alive_checked = float("-inf")
 
     def status(self) -> dict[str, Any]:
         """Leadership and load for ``fluxes status``."""
         return {"leader": self.leader, "pending": len(self.sched.pending) if self.sched else 0,
                 "allocations": self.allocations, "recovery_s": round(self.recovered_in, 3),
+                # a standby: allocations its warm pool holds already
+                "warm": len(self._warm.sizes) if self._warm is not None else 0,
+                # standbys trust this process' liveness signal (fluxes/store/standby.py)
+                SIGNALLED: self._alive.subscribed,
                 # what retention may trim of sched:req (fluxes/store/retention.py)
                 "read_positions": {self.keys.sched_req(s.partition): s.pos
                                    for s in self.sessions} if self.leader else {}}
@@ -164,6 +196,7 @@ class SchedulerWorker(Worker):
                 session.lease.release()
         except StoreError:
             pass  # the leases lapse by themselves
+        self._alive.drop()
         self.leader = False
 
     # ------------------------------------------------------------ leadership
@@ -171,6 +204,8 @@ class SchedulerWorker(Worker):
     def reconnected(self) -> None:
         """After a Redis outage: lead again from scratch (a new epoch per partition)."""
         self.step_down("redis connection lost")
+        self._warm = None  # what the journals said before may be gone with the server
+        self._alive_checked = float("-inf")  # its subscription went with the connection
 
     def step_down(self, why: str) -> None:
         """Forget the pool and sessions; wait to lead again."""
@@ -185,14 +220,63 @@ class SchedulerWorker(Worker):
         for s in self.sessions:
             s.lease.token = None
             s.ready = False
+        self._warm_sizes = {}
 
-    def _become_leader(self) -> bool:
-        for session in self.sessions:
-            if session.lease.try_acquire() is None:
+    def _stand_by(self) -> None:
+        """Not leading: keep the warm pool as the leader's, and lead when the leases are
+        free or their holder died (docs/operations.md, "Hot standby scheduler")."""
+        # alive before leading: a standby must never see a leader without its signal
+        self._check_alive()
+        if self._warm is None:
+            self._warm = WarmPool(self.instance, self._stored_request)
+        holders = lease_holders(self.redis, self.keys)
+        dead = dead_holders(self.redis, self.keys,
+                            {h for h in holders if h is not None and h != self.name})
+        if all(h is None or h == self.name or h in dead for h in holders) \
+                and self._claim(holders, dead):
+            if self._become_leader():  # its warm pool is the leader's now (or dropped)
+                self.heartbeat(force=True)  # the record says so at once
+            return
+        self._warm.follow(STANDBY_POLL_MS)
+
+    def _check_alive(self) -> None:
+        """(Re)subscribe to this process's liveness channel when its subscription is gone
+        (first step, a new connection after an outage); looked at once a second."""
+        now = time.monotonic()
+        if now - self._alive_checked < HOUSEKEEPING_S:
+            return
+        self._alive_checked = now
+        if not self._alive.up():
+            self._alive.raise_()
+            if self._alive.subscribed:
+                # standbys trust the signal once the worker record says it is there
+                self.heartbeat(force=True)
+
+    def _claim(self, holders: list[str | None], dead: set[str]) -> bool:
+        """Take every partition's lease: free ones (or our own name's), and those of a
+        dead holder; none of them when one is held by a live scheduler."""
+        for session, holder in zip(self.sessions, holders, strict=True):
+            lease = session.lease
+            if holder is None or holder == self.name:
+                token = lease.try_acquire()
+            else:
+                token = lease.token = take_over(self.redis, lease.lease_key, lease.fence_key,
+                                                holder, self.name, lease.ttl_ms)
+                if token is not None:
+                    lease.last_token = token  # as Lease's own acquisitions keep it
+            if token is None:
                 for other in self.sessions:
                     if other.lease.token is not None:
                         other.lease.release()
                 return False
+        if dead:
+            self.log.warning("taking over from a dead scheduler",
+                             extra={"holders": sorted(dead)})
+        return True
+
+    def _become_leader(self) -> bool:
+        """Lead with the leases taken: the warm pool (else a new one), a hello per
+        partition."""
         config = self.instance.config()
         mode = config.sched.get("mode", "unlimited")
         if mode not in proto.MODES:
@@ -202,8 +286,12 @@ class SchedulerWorker(Worker):
         self.mode = mode
         self.lost_after = parse_duration(config.sched.get("exec-timeout", LOST_AFTER_S))
         self.limit = int(config.sched.get("limit", 0))
-        # chosen once: a graph pool when the resources come with a graph
-        self.pool = load_pool(self.instance)
+        warm, self._warm = self._warm, None
+        if warm is not None and warm.current():
+            self.pool, self._warm_sizes = warm.pool, warm.sizes
+        else:
+            # chosen once: a graph pool when the resources come with a graph
+            self.pool, self._warm_sizes = load_pool(self.instance), {}
         self.graph = isinstance(self.pool, GraphPool)
         self.gate = LimitGate(self._accounts.refresh())
         self.sched = Scheduler(self.pool, self._queue_policies(config), gate=self.gate)
@@ -271,8 +359,7 @@ class SchedulerWorker(Worker):
     def step(self) -> None:
         """Lead (or wait to), read requests, schedule, answer."""
         if not self.leader:
-            if not self._become_leader():
-                time.sleep(0.5)
+            self._stand_by()
             return
         if not self.keepalive():
             return
@@ -341,6 +428,7 @@ class SchedulerWorker(Worker):
         """Drain ranks whose exec worker went silent (and undrain them when it is back);
         publish the resource summary for ``fluxes resource list``."""
         self._housekept = time.monotonic()
+        self._check_alive()
         pool = self.pool
         if pool is None:
             return
@@ -524,47 +612,32 @@ class SchedulerWorker(Worker):
 
     def _recover(self, session: Session, alloc: list[proto.HeldJob],
                  out: list[proto.SchedResponse]) -> None:
-        """Hello reply: put every held R back into the pool, then say ready."""
+        """Hello reply: put every held R back into the pool, then say ready.
+
+        The pool may hold allocations already (a hot standby's, taken over):
+        those the reply names stay, the others of this partition are freed.
+        """
         pool = self.pool
         assert pool is not None
         held = {a.id: a.ranks for a in alloc}
         owners = {a.id: a for a in alloc}
-        ids = list(held)
-        lost: list[tuple[int, str]] = []
-        rows = self.hashes.allocations(ids)
-        # a stored request this scheduler cannot read: its jobspec is read instead
-        unread = [jobid for jobid, (_r, wire, _s) in zip(ids, rows, strict=True)
-                  if wire is not None and self._wire_request(wire) is None]
-        specs = dict(zip(unread, self.hashes.effective_jobspecs(unread), strict=True))
-        # jobs submitted together (--cc, arrays) share a jobspec: parse each once
-        requests: dict[bytes, Request] = {}
-        for jobid, (raw_r, wire, stored_spec) in zip(ids, rows, strict=True):
-            if not raw_r:
-                lost.append((jobid, "the job holds resources but has no R"))
+        p = session.partition
+        stale, ids = reconcile((j for j in pool.jobids() if self.keys.partition_of(j) == p),
+                               held)
+        for jobid in stale:
+            pool.free(jobid)
+            self._warm_sizes.pop(jobid, None)
+        missing = set(ids)
+        for jobid, owner in owners.items():
+            if jobid in missing:
                 continue
-            try:
-                rset = ResourceSet(raw_r)
-                request = self._wire_request(wire)
-                raw_spec = stored_spec or specs.get(jobid)
-                if request is None and raw_spec:
-                    request = requests.get(raw_spec)
-                    if request is None:
-                        request = requests[raw_spec] = _parse_request(
-                            orjson.loads(raw_spec), self.graph)
-                memory = _memory_per_rank(rset, request)
-                # a graph pool takes back exactly what R's scheduling subgraph lists
-                pool.adopt(jobid, raw_r.decode() if self.graph else rset, memory=memory,
-                           exclusive=bool(request is not None and request.exclusive))
-                owner = owners[jobid]
-                if owner.expiration is not None:
-                    # moved by a resource-update: the stored R keeps its first end
-                    pool.set_expiration(jobid, owner.expiration)
-                self.gate.adopt(jobid, owner.userid, owner.bank, rset.nnodes, rset.ncores)
-            except Exception as exc:
-                if not_the_input(exc):
-                    raise
-                # whatever broke, this job's allocation is lost, not the session
-                lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
+            size = self._warm_sizes.pop(jobid, None)
+            if size is None:  # in the pool, but not through the warm pool: read again
+                pool.free(jobid)
+                ids.append(jobid)
+            else:
+                self._adopted(jobid, owner, *size)
+        lost = self._adopt_rows(ids, owners)
         if lost:
             self._unrecoverable(session, lost, held)
         session.ready = True
@@ -573,8 +646,56 @@ class SchedulerWorker(Worker):
         self.recovered_in = time.monotonic() - self._recover_started
         metrics.RECOVERY.labels(worker=self.kind).observe(self.recovered_in)
         self.log.info("ready", extra={"partition": session.partition, "epoch": session.epoch,
-                                      "recovered": len(ids),
+                                      "recovered": len(owners), "read": len(ids),
                                       "recovery_s": round(self.recovered_in, 3)})
+
+    def _adopted(self, jobid: int, owner: proto.HeldJob, nnodes: int, ncores: int) -> None:
+        """A job's allocation is in the pool: its end and its owner's limits as the hello
+        reply says."""
+        if owner.expiration is not None:
+            # moved by a resource-update: the stored R keeps its first end
+            assert self.pool is not None
+            self.pool.set_expiration(jobid, owner.expiration)
+        self.gate.adopt(jobid, owner.userid, owner.bank, nnodes, ncores)
+
+    def _adopt_rows(self, ids: list[int], owners: Mapping[int, proto.HeldJob]
+                    ) -> list[tuple[int, str]]:
+        """Read the stored R of ``ids`` into the pool; the jobs it failed for, and why."""
+        pool = self.pool
+        assert pool is not None
+        lost: list[tuple[int, str]] = []
+        rows = self.hashes.allocations(ids)
+        # a stored request this scheduler cannot read: its jobspec is read instead
+        unread = [jobid for jobid, (_r, wire, _s) in zip(ids, rows, strict=True)
+                  if wire is not None and self._wire_request(wire) is None]
+        specs = dict(zip(unread, self.hashes.effective_jobspecs(unread), strict=True))
+        for jobid, (raw_r, wire, stored_spec) in zip(ids, rows, strict=True):
+            if not raw_r:
+                lost.append((jobid, "the job holds resources but has no R"))
+                continue
+            try:
+                request = self._stored_request(wire, stored_spec or specs.get(jobid))
+                rset = adopt_stored(pool, self.graph, jobid, raw_r, request)
+                self._adopted(jobid, owners[jobid], rset.nnodes, rset.ncores)
+            except Exception as exc:
+                if not_the_input(exc):
+                    raise
+                # whatever broke, this job's allocation is lost, not the session
+                lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
+        return lost
+
+    def _stored_request(self, wire: str | None, raw_spec: bytes | None) -> Request | None:
+        """A held job's request: the stored one, else its jobspec's (parsed once per
+        distinct jobspec: jobs submitted together share one); None with neither."""
+        request = self._wire_request(wire)
+        if request is None and raw_spec:
+            request = self._spec_requests.get(raw_spec)
+            if request is None:
+                if len(self._spec_requests) >= REQUESTS_KEPT:
+                    self._spec_requests.clear()
+                request = self._spec_requests[raw_spec] = _parse_request(
+                    orjson.loads(raw_spec), self.graph)
+        return request
 
     def _unrecoverable(self, session: Session, lost: list[tuple[int, str]],
                        held: Mapping[int, Any]) -> None:
@@ -635,7 +756,7 @@ class SchedulerWorker(Worker):
         jobs) are read in one round trip and parsed."""
         sched, pool = self.sched, self.pool
         assert sched is not None and pool is not None
-        arrived = time.monotonic()
+        arrived = time.monotonic() if metrics.served_port() is not None else None
         requests = [self._wire_request(msg.request) for msg in allocs]
         missing = [msg.id for msg, request in zip(allocs, requests, strict=True)
                    if request is None]
@@ -669,7 +790,8 @@ class SchedulerWorker(Worker):
                                                note=one_line(str(exc) or type(exc).__name__)))
                 continue
             sched.add(pending)
-            self._alloc_arrived[jobid] = arrived
+            if arrived is not None:
+                self._alloc_arrived[jobid] = arrived
             self._dirty = True
 
     def _schedule(self, now: float, out: dict[int, list[proto.SchedResponse]]) -> None:
@@ -813,15 +935,6 @@ def _parse_request(jobspec: Jobspec | Mapping[str, Any], graph: bool) -> Request
     """A jobspec's Request: on a graph any resources tree (racks, switches...), else the
     shapes today's pool reads."""
     return graph_request(jobspec) if graph else Request.from_jobspec(jobspec)
-
-
-def _memory_per_rank(rset: ResourceSet, request: Request | None) -> dict[int, int] | None:
-    """Memory a recovered allocation holds per rank (R does not record it)."""
-    if request is None or not request.memory_per_slot:
-        return None
-    per_slot = int(request.memory_per_slot)
-    size = max(int(request.min_cores_per_slot), 1)
-    return {r: per_slot * max(len(rset.cores(r)) // size, 1) for r in rset.ranks}
 
 
 def main(instance: Instance) -> int:

@@ -47,6 +47,8 @@ def register(subparsers: Any) -> None:
         "allocation.",
         ["fluxes bench recovery", "fluxes bench recovery --jobs 1000 --json"]))
     rp.add_argument("--jobs", type=int, default=10_000, help="running jobs (default 10000)")
+    rp.add_argument("--standby", action="store_true",
+                    help="run a hot standby scheduler too and kill -9 the leading one")
     rp.add_argument("--timeout", type=float, default=600.0)
     rp.add_argument("--json", action="store_true")
     rp.set_defaults(func=_recovery)
@@ -56,7 +58,11 @@ def register(subparsers: Any) -> None:
         "--urgency=hold true' (this environment in every jobspec) on a private 16 x 32\n"
         "instance; used_memory before and after, and the bytes per job by key kind.",
         ["fluxes bench memory", "fluxes bench memory --jobs 10000 --json"]))
-    mp.add_argument("--jobs", type=int, default=50_000, help="held jobs (default 50000)")
+    mp.add_argument("--jobs", type=int, default=None,
+                    help="held jobs (default 50000; pending jobs with --workers: 100000)")
+    mp.add_argument("--workers", action="store_true",
+                    help="pending jobs the job manager and the scheduler carry (queued behind\n"
+                         "one job holding every node): Redis and every worker's bytes per job")
     mp.add_argument("--nodes", type=int, default=16)
     mp.add_argument("--cores-per-node", type=int, default=32)
     mp.add_argument("--timeout", type=float, default=900.0)
@@ -190,7 +196,7 @@ def _recovery(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise ValueError("--jobs must be >= 1")
-    report(recovery.run(jobs=args.jobs, timeout=args.timeout), args.json)
+    report(recovery.run(jobs=args.jobs, timeout=args.timeout, standby=args.standby), args.json)
     return 0
 
 
@@ -205,14 +211,34 @@ def _memory(args: argparse.Namespace) -> int:
                                   cores_per_node=args.cores_per_node,
                                   timeout=max(args.timeout, 1800.0)), args.json)
         return 0
-    figures = memory.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
-                         timeout=args.timeout)
+    if args.workers:
+        return _memory_workers(args)
+    figures = memory.run(jobs=50_000 if args.jobs is None else args.jobs, nodes=args.nodes,
+                         cores_per_node=args.cores_per_node, timeout=args.timeout)
     if args.json:
         report(figures, True)
         return 0
     table = figures.pop("bytes_per_job_by_kind")
     report(figures, False)
     print("bytes per pending job by key kind (MEMORY USAGE, after minus before):")
+    for kind, size in table.items():
+        print(f"  {kind:<14} {size:>9,.1f}")
+    return 0
+
+
+def _memory_workers(args: argparse.Namespace) -> int:
+    from fluxes.bench import memory_workers
+    from fluxes.bench.common import report
+
+    figures = memory_workers.run(jobs=100_000 if args.jobs is None else args.jobs,
+                                 nodes=args.nodes, cores_per_node=args.cores_per_node,
+                                 timeout=max(args.timeout, 1800.0))
+    if args.json:
+        report(figures, True)
+        return 0
+    table = figures.pop("bytes_per_pending_job")
+    report(figures, False)
+    print("bytes per pending job (Redis used_memory, workers' resident sets: after minus before):")
     for kind, size in table.items():
         print(f"  {kind:<14} {size:>9,.1f}")
     return 0

@@ -95,6 +95,9 @@ class Launcher:
     services: bool = True
     #: More instance facts to record (a child instance: its parent).
     facts: dict[str, str | int] = field(default_factory=dict)
+    #: Also run a hot standby scheduler (``scheduler-standby``), which takes over the
+    #: moment the leading one dies (docs/operations.md, "Hot standby scheduler").
+    standby_scheduler: bool = False
 
     def resources(self, config: InstanceConfig) -> dict[str, Any]:
         """The ``[resource]`` table: given, from the configuration, else N simulated nodes."""
@@ -257,6 +260,8 @@ class Launcher:
                       WorkerSpec("scheduler", [*base, "scheduler", "--uri", uri]),
                       WorkerSpec("job-list", [*base, "job-list", "--uri", uri]),
                       WorkerSpec("accounting", [*base, "accounting", "--uri", uri])]
+            if self.standby_scheduler:
+                specs.append(WorkerSpec("scheduler-standby", [*base, "scheduler", "--uri", uri]))
         for p in range(self.partitions if self.services else 0):
             specs.append(WorkerSpec(f"job-manager-{p}", [*base, "job-manager", "--uri", uri,
                                                          "--partition", str(p)]))

@@ -236,6 +236,12 @@ class Keys:
         R writes and responses carry it as their fencing token."""
         return f"{self.p(partition)}:sched:fence"
 
+    def sched_alive(self, holder: str) -> str:
+        """Sharded pub/sub channel (never published to): the scheduler process ``holder`` is
+        subscribed to it while it lives, so its subscriber count drops to 0 the moment the
+        process dies (Redis closes the connection): a hot standby takes its leases then."""
+        return f"{self.g}:sched:alive:{holder}"
+
     def exec_events(self, partition: int) -> str:
         """Stream: exec workers -> job manager (started, finished, released per rank)."""
         return f"{self.p(partition)}:exec:events"

@@ -147,6 +147,7 @@ EXAMPLES: dict[str, Callable[[Keys], list[Any]]] = {
     "request": lambda k: ["r1", "0123abcd"],
     "owner": lambda k: [0, 1000],
     "digest": lambda k: ["0123456789abcdef0123456789abcdef"],
+    "holder": lambda k: ["scheduler@node1", "scheduler-standby@node2"],
 }
 NOT_KEYS = {"g", "p", "partition_of", "same_slot", "ns", "partitions", "blob_prefix"}
 

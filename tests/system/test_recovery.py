@@ -148,3 +148,30 @@ def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Inst
     # each new scheduler resumed with the pending jobs in the same order: equal
     # priority, so first come first served, whatever the kills interrupted
     assert alloc_order(inst, ids) == sorted(ids)
+
+
+def test_hot_standby_scheduler_takes_over_a_killed_leader() -> None:
+    need_redis()
+    with tempfile.TemporaryDirectory(prefix="fluxes-rec-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=2, cores_per_node=4,
+                            standby_scheduler=True)
+        inst = Instance.connect(str(launcher.start()))
+        try:
+            ids = [int(i) for i in Client(inst).submit([{"jobspec": sim("50ms")}] * 300)]
+            time.sleep(0.5)
+            # kill -9 whichever leads, and keep it dead: the standby must finish the work
+            holder = inst.redis.get(inst.keys.sched_lease(0)).decode()
+            victim = next(w for w in launcher.workers
+                          if w.name.startswith("scheduler") and holder.startswith(f"{w.name}@"))
+            os.kill(victim.proc.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            victim.proc.wait()  # type: ignore[union-attr]
+            launcher.workers.remove(victim)
+            wait_all(launcher, inst, ids)
+            check(inst, ids)
+            [standby] = [w for w in launcher.workers if w.name.startswith("scheduler")]
+            log = (Path(tmp) / "logs" / f"{standby.name}.log").read_text()
+            # it took the leases over from the dead leader, not after they lapsed
+            assert "taking over from a dead scheduler" in log
+            assert inst.redis.get(inst.keys.sched_lease(0)).decode().startswith(standby.name)
+        finally:
+            launcher.stop()

@@ -14,7 +14,8 @@ DOC = (ROOT / "docs" / "architecture.md").read_text()
 #: Placeholder arguments and how the page writes them.
 PLACEHOLDERS = {"partition": (0, None), "jobid": (424242, "<id>"), "rank": (31337, "<r>"),
                 "user": ("USERNAME", "<user>"), "request": ("REQUESTID", "<request>"),
-                "owner": (4711, "<owner>"), "digest": ("DIGEST", "<digest>")}
+                "owner": (4711, "<owner>"), "digest": ("DIGEST", "<digest>"),
+                "holder": ("HOLDER", "<holder>")}
 NOT_KEYS = {"g", "p", "partition_of", "same_slot", "blob_prefix"}
 
 

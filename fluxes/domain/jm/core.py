@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from fluxes import messages as proto
+from fluxes.domain.jm.active import Active, ExecProgress
 from fluxes.domain.jm.depend import DependencyActions, DependencyIndex, TargetStatus
 from fluxes.domain.jm.priority import (
     DefaultPriority,
@@ -42,7 +43,7 @@ from fluxes.domain.jm.update import DURATION as DURATION_KEY
 from fluxes.domain.jm.update import IMMUTABLE_FLAG, UPDATABLE
 from fluxes.domain.jm.update import QUEUE as QUEUE_KEY
 from fluxes.domain.job import events as ev
-from fluxes.domain.job.model import Job, merge_annotations
+from fluxes.domain.job.model import merge_annotations
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.errors import PolicyError
@@ -98,37 +99,6 @@ _REQUESTS_KEPT = 4096
 #: lease, before the job manager asks it for a new session (``reset``): an
 #: ``error`` (forged, or the scheduler's own) must not stop scheduling for good.
 HEAL_AFTER_S = 2.0
-
-
-@dataclass(slots=True)
-class Active:
-    """An active job as the job manager sees it: record plus runtime facts."""
-
-    rec: JobRecord
-    ranks: IDSet | None = None
-    alloc_epoch: int | None = None  # scheduler epoch of the outstanding alloc request
-    cancel_sent: bool = False
-    free_sent: bool = False
-    start_sent: bool = False
-    kill_sent: bool = False
-    exec_started: set[int] = field(default_factory=set)
-    exec_finished: dict[int, int] = field(default_factory=dict)
-    exec_released: set[int] = field(default_factory=set)
-    exec_error: bool = False
-    deadline: float | None = None
-    #: what the job asks the scheduler for (``Request.to_wire``), kept while it is
-    #: pending (its alloc requests carry it); jobs of one shape share one string
-    request: str | None = None
-
-    @property
-    def job(self) -> Job:
-        """The event-sourced state."""
-        return self.rec.job
-
-    @property
-    def exec_done(self) -> bool:
-        """True once every rank reported its share of the job released."""
-        return self.ranks is not None and len(self.exec_released) >= len(self.ranks)
 
 
 @dataclass
@@ -237,9 +207,10 @@ class JobManagerCore:
                 act.ranks = IDSet(ranks)
             saved = (progress or {}).get(rec.id)
             if saved and act.ranks is not None:
-                act.exec_started = {int(r) for r in saved.get("started", [])}
-                act.exec_finished = {int(r): int(s) for r, s in saved.get("finished", {}).items()}
-                act.exec_released = {int(r) for r in saved.get("released", [])}
+                act.progress = ExecProgress(
+                    {int(r) for r in saved.get("started", [])},
+                    {int(r): int(s) for r, s in saved.get("finished", {}).items()},
+                    {int(r) for r in saved.get("released", [])})
                 act.exec_error = bool(saved.get("error"))
             self.jobs[rec.id] = act
 
@@ -470,7 +441,9 @@ class JobManagerCore:
         result = job.result
         fx.retired[jobid] = ((result.name or "") if result is not None else "",
                              job.t_inactive if job.t_inactive is not None else self.clock())
-        if act.exec_started or act.exec_finished or act.exec_released:
+        progress = act.progress
+        if progress is not None and (progress.started or progress.finished
+                                     or progress.released):
             fx.progress[jobid] = None
         self.deps.remove(jobid)
         self._queued.discard(jobid)

@@ -64,6 +64,27 @@ class JobRecord:
         return cls.from_obj(obj)
 
 
+#: Distinct shared info dicts kept (a cache: clearing it only costs sharing).
+SHARED_KEPT = 4096
+_shared: dict[bytes, dict[str, Any]] = {}
+
+
+def shared_info(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """A dict of ``facts``, the same object for equal facts (the jobs of one submission:
+    ~0.5 KB a pending job in the job manager and the job list each). Safe because a
+    record's info is never changed in place: :func:`apply_record` makes a new one."""
+    try:
+        key = orjson.dumps(facts, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return dict(facts)
+    found = _shared.get(key)
+    if found is None:
+        if len(_shared) >= SHARED_KEPT:
+            _shared.clear()
+        found = _shared[key] = dict(facts)
+    return found
+
+
 def apply_record(record: JobRecord | None, jobid: int, event: ev.Event,
                  extra: Mapping[str, Any] | None = None) -> JobRecord:
     """Fold one journal entry into ``record`` (None for a job not seen before).
@@ -73,6 +94,9 @@ def apply_record(record: JobRecord | None, jobid: int, event: ev.Event,
     """
     if record is None:
         record = JobRecord(Job(jobid))
+        if extra:
+            # a new job's facts: jobs submitted together share one dict
+            return JobRecord(apply(event, record.job), shared_info(extra))
     job = apply(event, record.job)
     info = record.info
     if extra:

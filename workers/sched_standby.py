@@ -1,0 +1,98 @@
+"""The hot standby scheduler's pool: built before it leads, kept as the leader's.
+
+A scheduler that does not lead follows the partitions' journals (``alloc``
+and ``free`` events) and reads the stored R of every allocated job into a
+pool of its own, as the leader's hello recovery would (:func:`adopt_stored`,
+which that recovery uses too). When it takes the leases over (see
+:mod:`fluxes.store.standby`), its hello recovery finds almost every held job
+in this pool already and reads only the rest: ready follows the job
+manager's hello reply at once instead of after reading and parsing every
+running job's R.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from fluxes.domain.graph.pool import GraphPool
+from fluxes.domain.sched.protocol import SchedulerPool
+from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.standby import Mirror
+from fluxes.formats.rset import ResourceSet
+from fluxes.store import jobhash
+from fluxes.store.instance import Instance
+from fluxes.store.resources import load_pool
+from fluxes.store.standby import allocation_events
+from workers.base import not_the_input
+
+#: Jobs whose R a standby reads per step (one round trip).
+READ_BATCH = 2000
+
+#: A job's request from its stored (wire request, jobspec); None when it has neither.
+RequestOf = Callable[[str | None, bytes | None], Request | None]
+
+
+def adopt_stored(pool: SchedulerPool, graph: bool, jobid: int, raw_r: bytes,
+                 request: Request | None) -> ResourceSet:
+    """Put a job's stored R back into ``pool`` (ValueError when it does not fit); its R."""
+    rset = ResourceSet(raw_r)
+    # a graph pool takes back exactly what R's scheduling subgraph lists
+    pool.adopt(jobid, raw_r.decode() if graph else rset, memory=_memory_per_rank(rset, request),
+               exclusive=bool(request is not None and request.exclusive))
+    return rset
+
+
+def _memory_per_rank(rset: ResourceSet, request: Request | None) -> dict[int, int] | None:
+    """Memory a recovered allocation holds per rank (R does not record it)."""
+    if request is None or not request.memory_per_slot:
+        return None
+    per_slot = int(request.memory_per_slot)
+    size = max(int(request.min_cores_per_slot), 1)
+    return {r: per_slot * max(len(rset.cores(r)) // size, 1) for r in rset.ranks}
+
+
+class WarmPool:
+    """A standby's pool of every allocation the journals name, with its R read."""
+
+    def __init__(self, instance: Instance, request_of: RequestOf) -> None:
+        self.redis = instance.redis
+        self.keys = instance.keys
+        self.hashes = jobhash.JobHashes(self.redis, self.keys)
+        self.request_of = request_of
+        # the record the pool was built from: another one at takeover means start afresh
+        self.resources = self.redis.hget(self.keys.instance, "resources")
+        self.pool = load_pool(instance)
+        self.graph = isinstance(self.pool, GraphPool)
+        self.mirror = Mirror()
+        self.positions = {self.keys.journal(p): "0-0" for p in range(self.keys.partitions)}
+        #: (nnodes, ncores) of each job the pool holds, for the limits gate at takeover
+        self.sizes: dict[int, tuple[int, int]] = {}
+
+    def follow(self, block_ms: int | None) -> None:
+        """Read the journals on (waiting up to ``block_ms`` for news) and the R of up to
+        :data:`READ_BATCH` newly allocated jobs."""
+        events = allocation_events(self.redis, self.positions, block_ms)
+        for jobid in self.mirror.apply(events, self.sizes):
+            self.sizes.pop(jobid, None)
+            try:
+                self.pool.free(jobid)
+            except ValueError:
+                pass  # not held: nothing to take back
+        ids = self.mirror.take(READ_BATCH)
+        if not ids:
+            return
+        for jobid, (raw_r, wire, spec) in zip(ids, self.hashes.allocations(ids), strict=True):
+            if not raw_r:
+                continue  # purged, or not written: the hello recovery decides
+            try:
+                rset = adopt_stored(self.pool, self.graph, jobid, raw_r,
+                                    self.request_of(wire, spec))
+            except Exception as exc:
+                if not_the_input(exc):
+                    raise
+                continue  # the hello recovery reads it again and says why
+            self.sizes[jobid] = (rset.nnodes, rset.ncores)
+
+    def current(self) -> bool:
+        """True while the recorded resources are those this pool was built from."""
+        return bool(self.redis.hget(self.keys.instance, "resources") == self.resources)
