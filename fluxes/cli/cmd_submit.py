@@ -44,6 +44,13 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                      help="with -N: N GPUs on each node, one task per node (not with -n, -c, "
                           "-g)")
     res.add_argument("-x", "--exclusive", action="store_true", help="whole nodes")
+    res.add_argument("--cores", type=int, default=None, metavar="N",
+                     help="N cores in all (with -N: spread evenly); one task per core unless "
+                          "--tasks-per-node/--tasks-per-core (not with -n, -c, -g)")
+    res.add_argument("--tasks-per-node", type=int, default=None, metavar="N",
+                     help="N tasks on each node allocated (not with -n, -c, -g)")
+    res.add_argument("--tasks-per-core", type=int, default=None, metavar="N",
+                     help="N tasks on each core allocated (not with -n, -c, -g)")
     res.add_argument("--requires", action="append", default=[], metavar="EXPR",
                      help="constraint, e.g. 'gpu', '^login', 'host:node[0-3]' (repeatable)")
     attrs = parser.add_argument_group("job attributes")
@@ -67,6 +74,10 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     attrs.add_argument("--job-name", metavar="NAME")
     attrs.add_argument("--output", metavar="TEMPLATE", help="stdout file, e.g. job-{{id}}.out")
     attrs.add_argument("--error", metavar="TEMPLATE", help="stderr file")
+    attrs.add_argument("--input", metavar="FILE",
+                       help="stdin of every task from FILE (relative to the working directory)")
+    attrs.add_argument("--signal", metavar="[SIG][@TIME]", default=None,
+                       help="send SIG TIME before the time limit (default SIGUSR1@60)")
     attrs.add_argument("--setattr", action="append", default=[], metavar="KEY=VAL",
                        help="set a jobspec attribute, e.g. system.exec.test.run_duration=1s")
 
@@ -162,15 +173,9 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     now = time.time()
     deps = [parse_dependency(d, now=now) for d in args.dependency]
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
-    if args.gpus_per_node is not None:
-        # flux's per-resource request: it sizes the job per node, not per task
-        if args.nodes is None:
-            die("--gpus-per-node requires -N/--nodes")
-        given = [flag for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
-                                          ("-g", args.gpus_per_task)) if value is not None]
-        if given:
-            die(f"--gpus-per-node cannot be combined with {', '.join(given)} (it runs one "
-                "task per node)")
+    _shell_options(args, attributes)
+    if _per_resource(args):
+        return _per_resource_jobspec(args, command, attributes, constraints, deps, urgency)
     # -N without -n runs a task per node; a bad -N must not be blamed on ntasks
     nodes_ok = args.nodes is not None and not isinstance(args.nodes, bool) and args.nodes >= 1
     return Jobspec.from_command(
@@ -186,12 +191,92 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         error=args.error, attributes=attributes or None, urgency=urgency)
 
 
+def _shell_options(args: argparse.Namespace, attributes: dict[str, Any]) -> None:
+    """``--input`` and ``--signal`` into ``attributes.system.shell.options``."""
+    from fluxes.formats.shellopts import input_option, parse_signal_option
+
+    options: dict[str, Any] = {}
+    try:
+        if getattr(args, "input", None) is not None:
+            options["input"] = input_option(path=args.input)
+        elif getattr(args, "stdin_data", None) is not None:
+            options["input"] = input_option(data=args.stdin_data)
+        if getattr(args, "signal", None) is not None:
+            options["signal"] = parse_signal_option(args.signal)
+    except ValueError as exc:
+        die(str(exc))
+    if options:
+        system = attributes.setdefault("system", {})
+        shell = system.setdefault("shell", {}) if isinstance(system, dict) else None
+        if not isinstance(shell, dict) or not isinstance(shell.setdefault("options", {}), dict):
+            die("--setattr: system.shell.options must be a table")
+        shell["options"].update(options)
+
+
+def _per_resource(args: argparse.Namespace) -> bool:
+    """True for flux's per-resource request (``--cores``, ``--tasks-per-*``,
+    ``--gpus-per-node``), checking it is not mixed with the per-task options."""
+    chosen = [flag for dest, flag in (("cores", "--cores"), ("tasks_per_node", "--tasks-per-node"),
+                                      ("tasks_per_core", "--tasks-per-core"),
+                                      ("gpus_per_node", "--gpus-per-node"))
+              if getattr(args, dest, None) is not None]
+    if not chosen:
+        return False
+    if args.gpus_per_node is not None and args.nodes is None:
+        die("--gpus-per-node requires -N/--nodes")
+    given = [flag for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
+                                      ("-g", args.gpus_per_task)) if value is not None]
+    if given:
+        if chosen == ["--gpus-per-node"]:
+            die(f"--gpus-per-node cannot be combined with {', '.join(given)} (it runs one "
+                "task per node)")
+        die(f"{', '.join(chosen)} cannot be combined with {', '.join(given)} (per-resource "
+            "and per-task options do not mix)")
+    if args.tasks_per_node is not None and args.tasks_per_core is not None:
+        die("--tasks-per-node and --tasks-per-core cannot be combined")
+    return True
+
+
+def _per_resource_jobspec(args: argparse.Namespace, command: list[str],
+                          attributes: dict[str, Any], constraints: Any, deps: list[Any],
+                          urgency: int | None) -> Jobspec:
+    """flux's per-resource jobspec: resources sized by nodes/cores, tasks counted by the
+    job shell from what was allocated (``shell.options.per-resource``)."""
+    from fluxes.formats.jobspec import Jobspec
+    from fluxes.formats.shellopts import per_resource_option, per_resource_shape
+
+    # as in flux: -N without --cores asks for whole nodes
+    exclusive = bool(args.exclusive or (args.nodes is not None and args.cores is None))
+    try:
+        top = per_resource_shape(ncores=args.cores, nnodes=args.nodes,
+                                 gpus_per_node=args.gpus_per_node, exclusive=exclusive)
+        per = None
+        if args.tasks_per_node is not None:
+            per = per_resource_option("node", args.tasks_per_node)
+        elif args.tasks_per_core is not None:
+            per = per_resource_option("core", args.tasks_per_core)
+    except ValueError as exc:
+        die(str(exc))
+    if per is not None:
+        system = attributes.setdefault("system", {})
+        options = system.setdefault("shell", {}).setdefault("options", {})
+        options["per-resource"] = per
+    spec = Jobspec.from_command(
+        command, duration=args.time_limit or 0.0, queue=args.queue, name=args.job_name,
+        cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
+        constraints=constraints, dependencies=deps or None, output=args.output,
+        error=args.error, attributes=attributes or None, urgency=urgency)
+    return spec.with_shape([top], {"per_slot": 1})
+
+
 #: Options that shape the tasks and resources a jobspec file already describes:
 #: (argparse dest, flag, default).
 _SHAPE_OPTIONS: tuple[tuple[str, str, object], ...] = (
     ("nodes", "-N", None), ("ntasks", "-n", None), ("cores_per_task", "-c", None),
     ("gpus_per_task", "-g", None), ("gpus_per_node", "--gpus-per-node", None),
-    ("exclusive", "-x", False), ("requires", "--requires", []),
+    ("exclusive", "-x", False), ("cores", "--cores", None),
+    ("tasks_per_node", "--tasks-per-node", None), ("tasks_per_core", "--tasks-per-core", None),
+    ("requires", "--requires", []),
     ("env", "--env", []), ("env_remove", "--env-remove", []), ("cwd", "--cwd", None),
     ("output", "--output", None), ("error", "--error", None),
 )
@@ -210,12 +295,15 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
             "-t, -q, --job-name, --dependency, --setattr, --urgency and --cc apply)")
     spec = Jobspec.from_file(path)
     if not (args.time_limit or args.queue or args.job_name or args.dependency
-            or args.setattr or getattr(args, "bank", None)):
+            or args.setattr or getattr(args, "bank", None)
+            or getattr(args, "input", None) is not None
+            or getattr(args, "signal", None) is not None):
         return spec
     doc = spec.to_dict()
     attributes = doc.setdefault("attributes", {})
     for text in args.setattr:
         _set_attr(attributes, text)
+    _shell_options(args, attributes)
     system = attributes.setdefault("system", {})
     if args.time_limit:
         system["duration"] = args.time_limit

@@ -283,6 +283,10 @@ def _task_counts(jobspec: Mapping[str, Any], ranks: Sequence[RankResources]) -> 
     count = _task(jobspec).get("count")
     if not isinstance(count, Mapping):
         raise ValueError("tasks[0].count must be a mapping")
+    # flux's shell option (--tasks-per-node, --tasks-per-core) overrides the count
+    shell_per = shell_option(jobspec, "per-resource")
+    if shell_per is not None:
+        count = {"per_resource": shell_per}
     if "per_resource" in count:
         per = count["per_resource"]
         if not isinstance(per, Mapping):
