@@ -63,12 +63,14 @@ from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
 from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
+from fluxes.proc.perilog import HookRunner, PerilogFlow
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
+from fluxes.store.resources import resource_event
 from fluxes.store.security import ENV_CREDENTIALS, strip_password
 from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
@@ -147,9 +149,14 @@ class ExecWorker(Worker):
         self.identities = ChildIdentities(self.redis, self.keys, instance.uri.redis_url,
                                           self.files)
         self.count_started = 0
+        # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
+        self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks),
+                                   self._start_after_prolog, self._fail_after_prolog,
+                                   self._drain, self._table_job, self._host)
         self.waker = self.store.waker()
         self.table = JobTable(self.ranks)
         self._ready = False
+        self._held_facts: dict[tuple[int, int], StartFacts] = {}
         self._reset()
         raise_fd_limit()
 
@@ -202,6 +209,7 @@ class ExecWorker(Worker):
             self.kill_grace = config.kill_timeout
         if self._given_limit is None:
             self.output_limit = config.output_limit
+        self.perilog.config = config.perilog
         self.files.make_dirs()
         loaded = self.store.load()
         for rank, host in loaded.hosts.items():
@@ -213,6 +221,7 @@ class ExecWorker(Worker):
                                              self.adopter.restore):
             self.log.error("unreadable exec record", extra={"job": jobid, "rank": rank})
         self._restore_owners()
+        self.perilog.restore()
         for name in self.identities.setup(self.ranks, table.live):
             self.log.info("child identity swept", extra={"user": name})
         self.intake.last_ids.update(loaded.last_ids)
@@ -253,7 +262,8 @@ class ExecWorker(Worker):
         self.files.forget_listings()
         self._wait(None if intake.backlog else clock.wait_ms(
             time.monotonic(), busy=intake.wants_read(), next_registry=self._next_registry,
-            next_prune=self._next_prune, timers=table.timers, running=bool(table.live),
+            next_prune=self._next_prune, timers=table.timers,
+            running=bool(table.live) or self.perilog.holding(),
             next_output=self._next_output, flush_after=self.flushing.after))
         if not intake.backlog and intake.wants_read():
             got = self.store.read(intake.pending)
@@ -265,6 +275,8 @@ class ExecWorker(Worker):
         for job in table.fire(box, time.monotonic(), time.time()):
             signal_tasks(job.tasks, signal.SIGKILL)
         self._watch(box)
+        if self.perilog.holding():
+            self._hooks_ended(box)
         now = time.monotonic()
         if now >= self._next_registry:
             self._next_registry = now + REGISTRY_INTERVAL_S
@@ -369,6 +381,7 @@ class ExecWorker(Worker):
         box = self.box
         match request:
             case Kill(id=jobid, signal=sig):
+                self.perilog.on_kill(rank, jobid)
                 signal_tasks(self.table.kill(box, rank, jobid, sig, time.time(),
                                              time.monotonic(), self.kill_grace), sig)
                 return
@@ -381,10 +394,63 @@ class ExecWorker(Worker):
         if job is not None:
             box.report(job)  # a repeated start: say again where it stands
             return
+        facts = self.intake.fetched.get(jobid)
+        if self._prolog_first(rank, jobid, facts):
+            return
+        self._start_now(rank, jobid, facts, redelivered)
+
+    def _prolog_first(self, rank: int, jobid: int, facts: StartFacts | None) -> bool:
+        """True when the start waits for the job prolog (a real job, a prolog configured)."""
+        if not self.perilog.config.prolog:
+            return False
+        spec = read_start(jobid, facts)
+        if spec is None or facts is None or run_duration(spec) is not None:
+            return False
+        self._held_facts[(rank, jobid)] = facts
+        return self.perilog.on_start(self.box, rank, jobid, job_owner(jobid, facts.owner))
+
+    def _start_after_prolog(self, rank: int, jobid: int, status: int) -> None:
+        """The prolog ended well: start the tasks (a start never seen twice: redelivered)."""
+        facts = self._held_facts.pop((rank, jobid), None)
+        if self.table.knows(rank, jobid):
+            return  # killed meanwhile: answered already
+        self._start_now(rank, jobid, facts, True)
+
+    def _fail_after_prolog(self, rank: int, jobid: int, error: str, status: int) -> None:
+        """The prolog failed: the job fails here without running a task."""
+        self._held_facts.pop((rank, jobid), None)
+        if self.table.knows(rank, jobid):
+            return
+        job = self.table.fail(self.box, ExecJob(jobid, rank, "run"), time.time(), error)
+        job.prolog = status
+        self.box.touch(self.table.add(job))
+
+    def _drain(self, rank: int, reason: str) -> None:
+        """Drain ``rank`` (a hook failed there), as ``fluxes resource drain`` does."""
+        self.log.error("draining", extra={"rank": rank, "reason": reason})
+        self.redis.xadd(self.keys.resource_events,
+                        {"d": resource_event("drain", str(rank), reason)})
+
+    def _table_job(self, rank: int, jobid: int) -> ExecJob | None:
+        return self.table.get(rank, jobid)
+
+    def _host(self, rank: int) -> str:
+        return self.hostnames.get(rank, "")
+
+    def _hooks_ended(self, box: Outbox) -> None:
+        """Act on the prolog/epilog/housekeeping runs that ended."""
+        for run, what in self.perilog.poll(box):
+            self.log.info("hook ended", extra={"job": run.jobid, "rank": run.rank,
+                                              "phase": run.phase, "result": what,
+                                              "output": self.perilog.runner.log_tail(run)})
+
+    def _start_now(self, rank: int, jobid: int, facts: StartFacts | None,
+                   redelivered: bool) -> None:
+        """Start the job on ``rank`` (or fail it) and record it in the table and the box."""
+        box = self.box
         now = time.time()
         try:
-            job = self._start(box, rank, jobid, self.intake.fetched.get(jobid), now,
-                              redelivered)
+            job = self._start(box, rank, jobid, facts, now, redelivered)
         except StartFailed as exc:
             # the job started and its tasks could not: it fails with their exit code
             job = self.table.fail(box, ExecJob(jobid, rank, "run", started=True), now,
@@ -395,6 +461,12 @@ class ExecWorker(Worker):
             # The state directory or the like: this job cannot run here.
             job = self.table.fail(box, ExecJob(jobid, rank, "run"), now,
                                   f"exec: {exc.strerror or exc}: {exc.filename or ''}")
+        prolog = self.perilog.prolog_status(rank, jobid)
+        if job.kind == "run" and job.started:
+            self.perilog.started(job)
+        elif prolog is not None:
+            job.prolog = prolog
+            self.perilog.waiting.pop((rank, jobid), None)
         box.touch(self.table.add(job))
         sent = self.intake.sent
         if sent and job.started:
@@ -434,6 +506,7 @@ class ExecWorker(Worker):
         job = ExecJob(jobid, rank, "run", started=True, forward=plan.forward, owner=owner,
                       as_user=user is not None)
         if plan.share.ntasks == 0:
+            self.perilog.started(job)
             table.done(job, now, status=0)
             box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), []))
             table.eof(box, job)
@@ -501,6 +574,8 @@ class ExecWorker(Worker):
                 self.watcher.reaped.pop(task.pid, None)
             self.files.remove(job)
         self.box = Outbox()
+        if box.finished:
+            self.perilog.finished(self.box, box.finished)
 
 
 def main(instance: Instance, ranks: Iterable[int] | str, state_dir: str | os.PathLike[str],

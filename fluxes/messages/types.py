@@ -187,6 +187,10 @@ class ExecReport(Message, tag="exec", frozen=True):
     status: int | None = None
     released: bool = False
     error: str | None = None
+    #: the rank's job prolog/epilog: -1 while it runs, then its wait status
+    #: (fluxes/domain/jm/perilog.py); absent when none is configured
+    prolog: int | None = None
+    epilog: int | None = None
 
 
 # -- ingest -> job manager ({p}:jm:new) ------------------------------------------------

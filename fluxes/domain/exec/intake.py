@@ -65,7 +65,8 @@ def decode_sent(fields: Mapping[Any, Any] | None) -> tuple[list[Request], float]
 def report(job: ExecJob) -> ExecReport:
     """The cumulative ``exec`` message for the job manager about ``job`` on its rank."""
     return ExecReport(id=job.id, rank=job.rank, started=job.started, status=job.status,
-                      released=job.released, error=job.error)
+                      released=job.released and not job.held, error=job.error,
+                      prolog=job.prolog, epilog=job.epilog)
 
 
 def encode_reports(jobs: Sequence[ExecJob], sent: float | None = None

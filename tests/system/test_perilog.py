@@ -1,0 +1,116 @@
+"""Job prolog, epilog and housekeeping run by the exec workers (docs/exec.md,
+"Prolog, epilog, housekeeping"): a failing prolog fails its job before any
+task runs and drains the node; a slow housekeeping keeps the node from the
+scheduler until it ends."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fluxes.proc.launcher import Launcher
+from tests.system.clitools import cli, submit
+
+PATIENCE_S = 60.0
+#: The control files the hooks look at live here (the config names it).
+CTL = Path(tempfile.mkdtemp(prefix="fx-perilog-"))
+CONFIG = f"""[exec]
+kill-timeout = "2s"
+prolog = "test ! -e {CTL}/fail-prolog-$FLUXES_EXEC_RANK"
+epilog = "echo $FLUXES_JOB_ID_DEC >> {CTL}/epilog.log"
+housekeeping = "touch {CTL}/hk-$FLUXES_JOB_ID_DEC; while [ -e {CTL}/hold ]; do sleep 0.05; done"
+"""
+
+
+@pytest.fixture(scope="module")
+def launcher() -> Iterator[Launcher]:
+    """One node of one core: a held node is the whole instance."""
+    from tests.system.conftest import running_instance
+
+    with running_instance(config_text=CONFIG, nodes=1, cores_per_node=1) as inst:
+        yield inst
+
+
+def wait_for(path: Path) -> None:
+    """Return once ``path`` exists; fail after PATIENCE_S."""
+    deadline = time.monotonic() + PATIENCE_S
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def events(uri: str, capsys: pytest.CaptureFixture[str], jobid: int) -> list[tuple[float, str,
+                                                                                   dict]]:
+    """(timestamp, name, context) of the job's events."""
+    capsys.readouterr()
+    assert cli(uri, "job", "eventlog", "--format=json", str(jobid)) == 0
+    out = []
+    for line in capsys.readouterr().out.splitlines():
+        entry = orjson.loads(line)
+        out.append((entry["timestamp"], entry["name"], entry.get("context", {})))
+    return out
+
+
+def test_a_failing_prolog_fails_the_job_and_drains_the_node(
+        uri: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    (CTL / "fail-prolog-0").touch()
+    try:
+        jobid = submit(uri, capsys, "--cwd", str(tmp_path), "touch", "ran")
+        assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) != 0
+        names = [(n, c) for _t, n, c in events(uri, capsys, jobid)]
+        order = [n for n, _c in names]
+        assert "start" not in order and not (tmp_path / "ran").exists()
+        assert ("prolog-start", {"description": "job-manager.prolog"}) in names
+        finish = [c for n, c in names if n == "prolog-finish"]
+        assert finish and finish[0]["description"] == "job-manager.prolog"
+        assert finish[0]["status"] != 0
+        exc = [c for n, c in names if n == "exception"]
+        assert exc[0]["type"] == "prolog" and "prolog exited with code=1" in exc[0]["note"]
+        assert order.index("exception") < order.index("prolog-finish") < order.index("clean")
+        # the node is drained with the reason
+        deadline = time.monotonic() + PATIENCE_S
+        while True:
+            capsys.readouterr()
+            assert cli(uri, "resource", "status") == 0
+            out = capsys.readouterr().out
+            if "prolog failed for job" in out:
+                break
+            assert time.monotonic() < deadline, out
+            time.sleep(0.1)
+    finally:
+        (CTL / "fail-prolog-0").unlink()
+    assert cli(uri, "resource", "undrain", "0") == 0
+    # the next job runs: prolog, tasks, epilog, in flux's order
+    ok = submit(uri, capsys, "true")
+    assert cli(uri, "job", "wait", "-t", "60s", str(ok)) == 0
+    order = [n for _t, n, _c in events(uri, capsys, ok)]
+    assert order.index("prolog-start") < order.index("prolog-finish") < order.index("start")
+    assert order.index("finish") < order.index("epilog-start") < order.index("epilog-finish")
+    assert order.index("epilog-finish") < order.index("free")
+    assert str(ok) in (CTL / "epilog.log").read_text().split()
+
+
+def test_a_slow_housekeeping_holds_the_node_until_it_ends(
+        uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (CTL / "hold").touch()
+    try:
+        first = submit(uri, capsys, "true")
+        wait_for(CTL / f"hk-{first}")  # its housekeeping runs, the node is held
+        second = submit(uri, capsys, "true")
+        first_events = [n for _t, n, _c in events(uri, capsys, first)]
+        assert "finish" in first_events and "free" not in first_events
+        assert "alloc" not in [n for _t, n, _c in events(uri, capsys, second)]
+    finally:
+        released_at = time.time()
+        (CTL / "hold").unlink()
+    assert cli(uri, "job", "wait", "-t", "60s", str(second)) == 0
+    alloc = [t for t, n, _c in events(uri, capsys, second) if n == "alloc"]
+    # the second job got the node only once the first one's housekeeping ended
+    assert alloc and alloc[0] >= released_at - 0.01
+    assert os.path.exists(CTL / f"hk-{second}")
