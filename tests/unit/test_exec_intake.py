@@ -83,7 +83,16 @@ def test_a_report_is_the_cumulative_exec_message() -> None:
                                    error="x")
     [back] = wire.full(proto.EXEC_EVENTS, encode_reports([job])[0])
     assert back == {"t": "exec", "id": 7, "rank": 2, "started": True, "status": 256,
-                    "released": True, "error": "x"}
+                    "released": True, "error": "x", "prolog": None, "epilog": None}
+
+
+def test_a_held_job_is_not_reported_released_and_says_its_hooks() -> None:
+    job = ExecJob(7, 2, "done", started=True, status=0, released=True, held=True)
+    job.prolog, job.epilog = 0, -1
+    msg = report(job)
+    assert not msg.released and msg.prolog == 0 and msg.epilog == -1
+    job.held = False
+    assert report(job).released
 
 
 @pytest.mark.parametrize(("n", "sizes"), [
