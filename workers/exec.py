@@ -53,6 +53,7 @@ from fluxes.domain.exec.jobs import (
     read_start,
     run_as,
 )
+from fluxes.domain.exec.jobsignal import JobSignals, signal_at
 from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget, pids_entry
@@ -157,6 +158,7 @@ class ExecWorker(Worker):
         self.table = JobTable(self.ranks)
         self._ready = False
         self._held_facts: dict[tuple[int, int], StartFacts] = {}
+        self.job_signals = JobSignals()  # --signal=SIG@TIME deliveries
         self._reset()
         raise_fd_limit()
 
@@ -274,6 +276,9 @@ class ExecWorker(Worker):
         intake.handle(self._on_request, box.ack, STEP_BUDGET_S, time.monotonic, self._refuse)
         for job in table.fire(box, time.monotonic(), time.time()):
             signal_tasks(job.tasks, signal.SIGKILL)
+        if self.job_signals:
+            for rank, jobid, sig in self.job_signals.due(time.time()):
+                signal_tasks(table.signal(rank, jobid), sig)
         self._watch(box)
         if self.perilog.holding():
             self._hooks_ended(box)
@@ -512,6 +517,9 @@ class ExecWorker(Worker):
             table.eof(box, job)
             return job
         self.launcher.launch(job, plan, prepared)
+        when = signal_at(spec, R.expiration)
+        if when is not None:
+            self.job_signals.arm(when[0], when[1], rank, jobid)
         table.watch(job)
         box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job

@@ -446,6 +446,8 @@ def _run(args: argparse.Namespace) -> int:
     from fluxes.store.client import Client
 
     command = _command(args)
+    if args.input is None:
+        args.stdin_data = _stdin_to_forward()
     spec = build_jobspec(args, command)
     inst = instance(args)
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
@@ -457,6 +459,24 @@ def _run(args: argparse.Namespace) -> int:
     if message:
         print(f"fluxes: {message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _stdin_to_forward() -> bytes | None:
+    """What ``fluxes run`` forwards to task 0: its stdin when it is a regular file
+    (``fluxes run cat < file``), read whole; None otherwise (a terminal, /dev/null,
+    a pipe: a pipe is not read, as nothing says when its writer will close it)."""
+    import stat
+
+    from fluxes.formats.shellopts import MAX_STDIN_BYTES
+
+    try:
+        if not stat.S_ISREG(os.fstat(0).st_mode):
+            return None
+        with open(0, "rb", closefd=False) as src:
+            data = src.read(MAX_STDIN_BYTES + 1)
+    except OSError:
+        return None
+    return data or None
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -47,6 +47,7 @@ from fluxes.domain.exec.layout import (
     task_environment,
 )
 from fluxes.proc.exec_files import TaskFiles, close_stream, high_fd
+from fluxes.proc.stdin import data_fd, with_input_file
 
 SH = "/bin/sh"
 #: The task wrapper: $1 cwd, $2 status file prefix, $3/$4 files the task's
@@ -118,6 +119,8 @@ class Prepared(NamedTuple):
     cwd: str
     env: dict[str, str]
     account: Account | None = None
+    #: task 0's stdin (fluxes/proc/stdin.py), None: /dev/null
+    stdin: int | None = None
 
 
 def raise_fd_limit() -> None:
@@ -348,6 +351,7 @@ class Launcher:
         handed to them); what they may access is checked as them when they run.
         """
         argv = task_command(spec)
+        run_argv = with_input_file(spec, argv)
         account = None if user is None else self.account(user)
         base = self.base_env
         default_cwd = self.default_cwd
@@ -365,7 +369,7 @@ class Launcher:
             # as a shell (and flux's job shell) would: 127 not found, 126 not executable
             raise StartFailed(problem, 127 if problem.endswith(os.strerror(errno.ENOENT))
                               else 126)
-        return Prepared(argv, cwd, env, account)
+        return Prepared(run_argv, cwd, env, account)
 
     def launch(self, job: ExecJob, plan: RunPlan, prepared: Prepared) -> None:
         """Spawn ``job``'s tasks on its rank (appended to ``job.tasks`` and watched).
@@ -397,10 +401,15 @@ class Launcher:
                 files.close()
                 raise ValueError(f"cannot open output file {exc.filename!r}: "
                                  f"{exc.strerror}") from None
+        stdin = data_fd(plan.spec) if 0 in plan.share.task_ranks else None
+        if stdin is not None:
+            prepared = prepared._replace(stdin=stdin)
         try:
             self._spawn_all(job, plan, prepared, files, paths)
         finally:
             files.close()
+            if stdin is not None:
+                os.close(stdin)
 
     def _spawn_all(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
                    files: OutputFiles, paths: Mapping[tuple[int, int], str]) -> None:
@@ -415,6 +424,8 @@ class Launcher:
                                                    os.O_RDONLY, 0)]
                 proc = TaskProc(task.rank, 0, True)
                 fds: dict[int, int] = {}  # task fd -> the worker's fd it is a copy of
+                if prepared.stdin is not None and task.rank == 0:
+                    fds[0] = prepared.stdin
                 appends = ["", ""]  # files the wrapper opens as the task's user
                 for flag, sname, suffix, fd_no in STREAMS:
                     user_path = paths.get((task.rank, fd_no))
@@ -470,7 +481,7 @@ class Launcher:
                   fds: Mapping[int, int]) -> int:
         """Start the wrapper as ``account`` (see the module's docstring); its pid."""
         popen = subprocess.Popen(  # noqa: S603 (the wrapper; the job's command is "$@")
-            argv, executable=SH, stdin=subprocess.DEVNULL,
+            argv, executable=SH, stdin=fds.get(0, subprocess.DEVNULL),
             stdout=fds.get(1, subprocess.DEVNULL), stderr=fds.get(2, subprocess.DEVNULL),
             env=env, cwd="/", close_fds=True, start_new_session=True, restore_signals=True,
             user=account.uid, group=account.gid, extra_groups=list(account.groups))

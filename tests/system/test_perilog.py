@@ -114,3 +114,31 @@ def test_a_slow_housekeeping_holds_the_node_until_it_ends(
     # the second job got the node only once the first one's housekeeping ended
     assert alloc and alloc[0] >= released_at - 0.01
     assert os.path.exists(CTL / f"hk-{second}")
+
+
+def test_stdin_goes_to_task_0_and_input_to_every_task(
+        uri: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    data = tmp_path / "in.txt"
+    data.write_bytes(b"first line\nsecond \xff line\n")
+    with data.open("rb") as stdin:
+        done = subprocess.run([sys.executable, "-m", "fluxes.cli.main", "--uri", uri, "run",
+                               "cat"], stdin=stdin, capture_output=True, timeout=120,
+                              check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == data.read_bytes().replace(b"\xff", "\ufffd".encode())
+    # --input=FILE, relative to the working directory, read by the task
+    capsys.readouterr()
+    assert cli(uri, "run", "--cwd", str(tmp_path), "--input=in.txt", "wc", "-l") == 0
+    assert capsys.readouterr().out.strip() == "2"
+    assert cli(uri, "run", "--cwd", str(tmp_path), "--input=nosuch", "cat") != 0
+
+
+def test_signal_before_the_time_limit(uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    capsys.readouterr()
+    # a 1 minute limit, USR1 59 s before it: about a second after the start
+    assert cli(uri, "run", "-t", "1m", "--signal=USR1@59s", "sh", "-c",
+               "trap 'echo got USR1; exit 0' USR1; while :; do sleep 0.1; done") == 0
+    assert capsys.readouterr().out == "got USR1\n"
