@@ -42,7 +42,7 @@ from typing import Any
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Entry, Intake, Kill, Request, Signal, Start
+from fluxes.domain.exec.intake import Command, Entry, Intake, Kill, Request, Signal, Start
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
@@ -65,6 +65,7 @@ from fluxes.proc.adopt import Adopter
 from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
 from fluxes.proc.perilog import HookRunner, PerilogFlow
+from fluxes.proc.remote_exec import REPLY_TTL_S, CommandRunner, reply_fields
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
@@ -159,6 +160,7 @@ class ExecWorker(Worker):
         self._ready = False
         self._held_facts: dict[tuple[int, int], StartFacts] = {}
         self.job_signals = JobSignals()  # --signal=SIG@TIME deliveries
+        self.commands = CommandRunner(self.state_dir)  # fluxes exec
         self._reset()
         raise_fd_limit()
 
@@ -265,7 +267,7 @@ class ExecWorker(Worker):
         self._wait(None if intake.backlog else clock.wait_ms(
             time.monotonic(), busy=intake.wants_read(), next_registry=self._next_registry,
             next_prune=self._next_prune, timers=table.timers,
-            running=bool(table.live) or self.perilog.holding(),
+            running=bool(table.live) or self.perilog.holding() or bool(self.commands.running),
             next_output=self._next_output, flush_after=self.flushing.after))
         if not intake.backlog and intake.wants_read():
             got = self.store.read(intake.pending)
@@ -282,6 +284,8 @@ class ExecWorker(Worker):
         self._watch(box)
         if self.perilog.holding():
             self._hooks_ended(box)
+        if self.commands.running:
+            self._commands_ended()
         now = time.monotonic()
         if now >= self._next_registry:
             self._next_registry = now + REGISTRY_INTERVAL_S
@@ -393,6 +397,9 @@ class ExecWorker(Worker):
             case Signal(id=jobid, signal=sig):
                 signal_tasks(self.table.signal(rank, jobid), sig)
                 return
+            case Command():
+                self._command(rank, request, redelivered)
+                return
             case Start(id=jobid):
                 pass
         job = self.table.get(rank, jobid)
@@ -448,6 +455,28 @@ class ExecWorker(Worker):
             self.log.info("hook ended", extra={"job": run.jobid, "rank": run.rank,
                                               "phase": run.phase, "result": what,
                                               "output": self.perilog.runner.log_tail(run)})
+
+    def _command(self, rank: int, cmd: Command, redelivered: bool) -> None:
+        """``fluxes exec``: run ``cmd`` as the instance owner (never twice)."""
+        if redelivered:
+            self._reply(cmd.token, reply_fields(rank, 1 << 8, b"", b"",
+                                                "not run: the exec worker restarted"))
+            return
+        user = self.instance_owner if self.euid == 0 and self.instance_owner != 0 else None
+        self.log.info("fluxes exec", extra={"rank": rank, "command": cmd.argv[:8]})
+        self.commands.start(rank, cmd, user)
+
+    def _commands_ended(self) -> None:
+        """Send the output and status of the ``fluxes exec`` commands that ended."""
+        for run, status, out, err in self.commands.poll():
+            self._reply(run.token, reply_fields(run.rank, status, out, err, run.error))
+
+    def _reply(self, token: str, fields: dict[bytes, bytes]) -> None:
+        key = self.keys.exec_reply(token)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(key, fields)
+        pipe.expire(key, REPLY_TTL_S)
+        pipe.execute()
 
     def _start_now(self, rank: int, jobid: int, facts: StartFacts | None,
                    redelivered: bool) -> None:

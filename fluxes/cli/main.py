@@ -20,6 +20,7 @@ from fluxes.cli import (
     cmd_bulksubmit,
     cmd_drill,
     cmd_eventlog,
+    cmd_exec,
     cmd_job,
     cmd_jobs,
     cmd_jobspec,
@@ -48,7 +49,7 @@ from fluxes.cli.util import (
 _GROUPS = (cmd_start, cmd_submit, cmd_bulksubmit, cmd_update, cmd_batch, cmd_jobs, cmd_job,
            cmd_queue, cmd_resource, cmd_resource_query, cmd_eventlog, cmd_jobspec, cmd_bench,
            cmd_drill, cmd_simulate,
-           cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web)
+           cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web, cmd_exec)
 
 #: What a first session looks like: start an instance, run and watch jobs.
 _EXAMPLES = (

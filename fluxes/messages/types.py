@@ -175,7 +175,18 @@ class Signal(Message, tag="signal", frozen=True):
     signal: Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
-ExecRequest = Start | Kill | Signal
+class Command(Message, tag="command", frozen=True):
+    """Run ``argv`` on this rank as the instance owner (``fluxes exec``), its output and
+    wait status written to the reply stream of ``token`` (fluxes/proc/remote_exec.py)."""
+
+    token: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    argv: Annotated[list[Annotated[str, msgspec.Meta(max_length=65536)]],
+                    msgspec.Meta(min_length=1, max_length=4096)]
+    cwd: Annotated[str, msgspec.Meta(max_length=4096)] = "/"
+    env: dict[str, str] | None = None
+
+
+ExecRequest = Start | Kill | Signal | Command
 
 
 class ExecReport(Message, tag="exec", frozen=True):

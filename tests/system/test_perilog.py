@@ -142,3 +142,25 @@ def test_signal_before_the_time_limit(uri: str, capsys: pytest.CaptureFixture[st
     assert cli(uri, "run", "-t", "1m", "--signal=USR1@59s", "sh", "-c",
                "trap 'echo got USR1; exit 0' USR1; while :; do sleep 0.1; done") == 0
     assert capsys.readouterr().out == "got USR1\n"
+
+
+def test_fluxes_exec_runs_on_the_ranks_as_the_owner(
+        uri: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    capsys.readouterr()
+    assert cli(uri, "exec", "-l", "-d", str(tmp_path), "sh", "-c",
+               "echo on $FLUXES_EXEC_RANK in $(pwd); echo oops >&2; exit 3") == 3
+    out, err = capsys.readouterr()
+    assert out == f"0: on 0 in {tmp_path}\n" and err == "0: oops\n"
+    assert cli(uri, "exec", "-r", "0", "true") == 0
+    assert cli(uri, "exec", "-r", "5", "true") == 1
+    assert "not in the instance" in capsys.readouterr().err
+    # anyone else is refused in one line
+    monkeypatch.setattr(os, "getuid", lambda: 4242)
+    monkeypatch.setenv("FLUXES_USER", "mallory")
+    import fluxes.store.client as client_mod
+
+    monkeypatch.setattr(client_mod, "current_user", lambda: "mallory")
+    assert cli(uri, "exec", "true") == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "only the instance owner" in err

@@ -10,6 +10,7 @@ import pytest
 from fluxes import messages as proto
 from fluxes.domain.exec.intake import (
     REPORT_CHUNK,
+    Command,
     Intake,
     Kill,
     MessageError,
@@ -74,6 +75,12 @@ def test_signal_bounds() -> None:
     top = signal.NSIG - 1
     assert decode_requests(entry({"t": "kill", "id": 1, "signal": top})) == [
         Kill(id=1, signal=top)]
+
+
+def job_of(request: Request) -> int:
+    """The job a (job) request is about."""
+    assert not isinstance(request, Command)
+    return request.id
 
 
 def test_a_report_is_the_cumulative_exec_message() -> None:
@@ -194,10 +201,10 @@ def test_handle_stops_at_the_budget_and_resumes_mid_entry() -> None:
     seen: list[int] = []
     acks: list[bytes] = []
     # the budget is spent after the second request: the entry is not acknowledged yet
-    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m, _d: acks.append(m),
+    intake.handle(lambda _r, q, _red: seen.append(job_of(q)), lambda _r, m, _d: acks.append(m),
                   1.5, Clock(1.0), never)
     assert seen == [1, 2] and acks == [] and intake.fetched
-    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m, _d: acks.append(m),
+    intake.handle(lambda _r, q, _red: seen.append(job_of(q)), lambda _r, m, _d: acks.append(m),
                   1.5, Clock(1.0), never)
     assert seen == [1, 2, 3] and acks == [b"1-0"]
 
@@ -215,11 +222,13 @@ def test_a_request_that_raises_is_refused_with_its_entry_and_the_rest_go_on() ->
     acks: list[tuple[bytes, list[Any]]] = []
 
     def handler(_rank: int, request: Request, _redelivered: bool) -> None:
+        assert not isinstance(request, Command)
         if request.id in (2, 4):
             raise TypeError(f"boom {request.id}")
         seen.append(request.id)
 
     def refuse(rank: int, msg_id: bytes, request: Request, exc: Exception) -> Any:
+        assert not isinstance(request, Command)
         refused.append((rank, msg_id, request.id, str(exc)))
         return f"dead letter of {request.id}"
 
