@@ -154,7 +154,7 @@ class ExecWorker(Worker):
         # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
         self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks),
                                    self._start_after_prolog, self._fail_after_prolog,
-                                   self._drain, self._table_job, self._host)
+                                   self._drain, self._undrain, self._table_job, self._host)
         self.waker = self.store.waker()
         self.table = JobTable(self.ranks)
         self._ready = False
@@ -437,11 +437,27 @@ class ExecWorker(Worker):
         job.prolog = status
         self.box.touch(self.table.add(job))
 
-    def _drain(self, rank: int, reason: str) -> None:
-        """Drain ``rank`` (a hook failed there), as ``fluxes resource drain`` does."""
-        self.log.error("draining", extra={"rank": rank, "reason": reason})
+    def _drain(self, rank: int, reason: str) -> str:
+        """Drain ``rank`` (a hook failed there, or housekeeping holds it), as ``fluxes
+        resource drain`` does; the id of the resource event."""
+        self.log.info("draining", extra={"rank": rank, "reason": reason})
+        entry = self.redis.xadd(self.keys.resource_events,
+                                {"d": resource_event("drain", str(rank), reason)})
+        return entry.decode() if isinstance(entry, bytes) else str(entry)
+
+    def _undrain(self, rank: int, since: str) -> None:
+        """Give back a rank housekeeping held, unless someone drained or undrained it
+        after our drain ``since`` (theirs stands)."""
+        later = self.redis.xrange(self.keys.resource_events, min="(" + since)
+        for _id, fields in later:
+            try:
+                event = proto.decode_resource_event(fields)
+            except ValueError:
+                continue
+            if rank in IDSet(event.ranks):
+                return
         self.redis.xadd(self.keys.resource_events,
-                        {"d": resource_event("drain", str(rank), reason)})
+                        {"d": resource_event("undrain", str(rank))})
 
     def _table_job(self, rank: int, jobid: int) -> ExecJob | None:
         return self.table.get(rank, jobid)

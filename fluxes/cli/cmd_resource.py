@@ -67,6 +67,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from fluxes.domain.exec.perilog import HOUSEKEEPING_REASON
     from fluxes.formats.idset import IDSet
     from fluxes.store.resources import LOST_AFTER_S, load_inventory
 
@@ -87,6 +88,8 @@ def _status(args: argparse.Namespace) -> int:
         online = rank in beats and now - beats[rank] <= LOST_AFTER_S
         state = "drained" if rank in drained else "online" if online else "offline"
         reason = drained[rank]["reason"] if rank in drained else ""
+        if state == "drained" and reason.startswith(HOUSEKEEPING_REASON):
+            state = "housekeeping"  # held by its exec worker until the command ends
         groups.setdefault((state, reason), IDSet()).add(rank)
     rows = []
     rset = inventory.rset()

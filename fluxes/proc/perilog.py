@@ -32,6 +32,7 @@ from fluxes.domain.exec.perilog import (
     drain_reason,
     failure_text,
     hook_environment,
+    housekeeping_reason,
 )
 from fluxes.domain.jm.perilog import RUNNING
 
@@ -53,6 +54,7 @@ class HookRun:
     waits_start: bool = False  # a prolog: the job's tasks start when it ends well
     canceled: bool = False  # the job was killed while it ran: its end is no failure
     timed_out: bool = False
+    drain_id: str = ""  # housekeeping: the resource event that holds the rank
     ended: bool = False
     status: int | None = None  # wait status; None when lost
     popen: subprocess.Popen[bytes] | None = None
@@ -114,7 +116,7 @@ class HookRunner:
         with open(path + ".tmp", "wb") as out:
             out.write(orjson.dumps({"phase": run.phase, "pid": run.pid, "deadline": run.deadline,
                                     "owner": run.owner, "waits_start": run.waits_start,
-                                    "canceled": run.canceled}))
+                                    "canceled": run.canceled, "drain_id": run.drain_id}))
         os.replace(path + ".tmp", path)
 
     def _status_files(self, run: HookRun) -> Iterator[str]:
@@ -131,6 +133,11 @@ class HookRunner:
             if code.isdigit():
                 return int(code) << 8 if int(code) <= 128 else int(code) - 128
         return None
+
+    def hold(self, run: HookRun, drain_id: str) -> None:
+        """Remember the drain that holds the rank while ``run`` (housekeeping) runs."""
+        run.drain_id = drain_id
+        self._save(run)
 
     def cancel(self, run: HookRun) -> None:
         """The job was killed: end its hook (a prolog; an epilog runs to its end)."""
@@ -214,7 +221,7 @@ def _load(path: str, rank: int) -> HookRun | None:
         jobid = int(os.path.basename(path).split(".", 1)[0])
         return HookRun(str(rec["phase"]), rank, jobid, int(rec["owner"]), int(rec["pid"]),
                        float(rec["deadline"]), bool(rec.get("waits_start")),
-                       bool(rec.get("canceled")))
+                       bool(rec.get("canceled")), drain_id=str(rec.get("drain_id") or ""))
     except (OSError, ValueError, KeyError, TypeError):
         with contextlib.suppress(OSError):
             os.unlink(path)
@@ -236,23 +243,34 @@ def _alive(pid: int, marker: str) -> bool:
 StartJob = Callable[[int, int, int], None]
 #: Called when a prolog failed or was lost: (rank, job id, error, prolog status).
 FailStart = Callable[[int, int, str, int], None]
+#: Drains a rank with a reason; the id of the resource event written.
+Drain = Callable[[int, str], str]
+#: Undrains a rank unless a resource event about it came after the given one.
+Undrain = Callable[[int, str], None]
 
 
 class PerilogFlow:
     """Where the hooks sit in a job's life on a rank (the exec worker's small hooks call it).
 
     ``start_job``/``fail_start`` continue or fail a start held by its prolog;
-    ``drain(rank, reason)`` drains a rank; ``get_job(rank, jobid)`` is the job
-    table's; ``host(rank)`` names the rank in messages.
+    ``drain(rank, reason)`` drains a rank, ``undrain(rank, since)`` gives a rank
+    held for housekeeping back; ``get_job(rank, jobid)`` is the job table's;
+    ``host(rank)`` names the rank in messages.
+
+    Housekeeping runs once the job is released: as flux's, the job ends (it
+    becomes inactive) while its node stays out of the scheduler's reach, held
+    by a drain whose reason starts with :data:`HOUSEKEEPING_REASON` until the
+    command ends; each rank is given back on its own (a partial release).
     """
 
     def __init__(self, runner: HookRunner, start_job: StartJob, fail_start: FailStart,
-                 drain: Callable[[int, str], None],
+                 drain: Drain, undrain: Undrain,
                  get_job: Callable[[int, int], ExecJob | None],
                  host: Callable[[int], str]) -> None:
         self.runner = runner
         self.config = PerilogConfig()
         self._start_job, self._fail_start, self._drain = start_job, fail_start, drain
+        self._undrain = undrain
         self._get_job, self._host = get_job, host
         self.waiting: dict[tuple[int, int], ExecJob] = {}  # the reports of held starts
 
@@ -297,18 +315,22 @@ class PerilogFlow:
         """Jobs whose tasks all ended: run their epilog (or housekeeping)."""
         for job in jobs:
             if job.held and self.runner.get(job.rank, job.id) is None:
-                self._next(box, job, "epilog")
-
-    def _next(self, box: Outbox, job: ExecJob, phase: str) -> None:
-        """Run ``phase`` or the one after it; release the job when none is left."""
-        for name in ("epilog", "housekeeping")[("epilog", "housekeeping").index(phase):]:
-            hook = self.config.get(name)
-            if hook is not None:
-                self.runner.start(name, hook, job.rank, job.id, job.owner)
-                if name == "epilog":
+                if self.config.epilog is not None:
+                    self.runner.start("epilog", self.config.epilog, job.rank, job.id, job.owner)
                     job.epilog = RUNNING
                     box.report(job)
-                return
+                else:
+                    self._release(box, job)
+
+    def _release(self, box: Outbox, job: ExecJob) -> None:
+        """Report the job released here, its housekeeping (if any) holding the rank."""
+        hook = self.config.housekeeping
+        if hook is not None and self.runner.get(job.rank, job.id) is None:
+            # drained before the release is reported: the scheduler reads the drain
+            # before the job's free (workers/scheduler.py), so the rank is never offered
+            drain_id = self._drain(job.rank, housekeeping_reason(job.id))
+            run = self.runner.start("housekeeping", hook, job.rank, job.id, job.owner)
+            self.runner.hold(run, drain_id)
         job.held = False
         box.touch(job)
 
@@ -318,6 +340,8 @@ class PerilogFlow:
         for run in self.runner.poll():
             self.runner.forget(run)
             text = ""
+            if run.phase == "housekeeping" and not run.failed and run.drain_id:
+                self._undrain(run.rank, run.drain_id)
             if run.failed:
                 timed_out = run.timed_out
                 text = failure_text(run.phase, run.status, timed_out, self._host(run.rank),
@@ -331,6 +355,8 @@ class PerilogFlow:
         status = run.status if run.status is not None else (9 if run.timed_out else 1 << 8)
         if run.timed_out and run.status is not None and run.status == 0:
             status = 9
+        if run.phase == "housekeeping":
+            return  # the job was released when it began
         if run.phase == "prolog":
             waited = self.waiting.get((run.rank, run.jobid))
             if waited is not None:
@@ -352,16 +378,13 @@ class PerilogFlow:
             return
         if run.phase == "epilog":
             job.epilog = status if not run.canceled else 0
-            self._next(box, job, "housekeeping")
-        else:
-            job.held = False
-            box.touch(job)
+            self._release(box, job)
 
     def restore(self) -> None:
-        """After a restart: hold the restored jobs whose epilog/housekeeping still runs."""
+        """After a restart: hold the restored jobs whose epilog still runs (housekeeping
+        holds its rank by its drain, which outlives the worker)."""
         for run in self.runner.restore():
             job = self._get_job(run.rank, run.jobid)
-            if run.phase != "prolog" and job is not None:
+            if run.phase == "epilog" and job is not None:
                 job.held = True
-                if run.phase == "epilog":
-                    job.epilog = RUNNING
+                job.epilog = RUNNING

@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from fluxes.cli.display import fmt_id
 from fluxes.proc.launcher import Launcher
 from tests.system.clitools import cli, submit
 
@@ -45,6 +46,20 @@ def wait_for(path: Path) -> None:
         time.sleep(0.05)
 
 
+def resource_status_says(uri: str, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    """Wait until ``fluxes resource status`` (the scheduler's published summary) shows
+    ``text``; fail after PATIENCE_S."""
+    deadline = time.monotonic() + PATIENCE_S
+    while True:
+        capsys.readouterr()
+        assert cli(uri, "resource", "status") == 0
+        out = capsys.readouterr().out
+        if text in out:
+            return
+        assert time.monotonic() < deadline, out
+        time.sleep(0.1)
+
+
 def events(uri: str, capsys: pytest.CaptureFixture[str], jobid: int) -> list[tuple[float, str,
                                                                                    dict]]:
     """(timestamp, name, context) of the job's events."""
@@ -73,16 +88,7 @@ def test_a_failing_prolog_fails_the_job_and_drains_the_node(
         exc = [c for n, c in names if n == "exception"]
         assert exc[0]["type"] == "prolog" and "prolog exited with code=1" in exc[0]["note"]
         assert order.index("exception") < order.index("prolog-finish") < order.index("clean")
-        # the node is drained with the reason
-        deadline = time.monotonic() + PATIENCE_S
-        while True:
-            capsys.readouterr()
-            assert cli(uri, "resource", "status") == 0
-            out = capsys.readouterr().out
-            if "prolog failed for job" in out:
-                break
-            assert time.monotonic() < deadline, out
-            time.sleep(0.1)
+        resource_status_says(uri, capsys, f"prolog failed for job {fmt_id(jobid)}")
     finally:
         (CTL / "fail-prolog-0").unlink()
     assert cli(uri, "resource", "undrain", "0") == 0
@@ -103,8 +109,10 @@ def test_a_slow_housekeeping_holds_the_node_until_it_ends(
         first = submit(uri, capsys, "true")
         wait_for(CTL / f"hk-{first}")  # its housekeeping runs, the node is held
         second = submit(uri, capsys, "true")
-        first_events = [n for _t, n, _c in events(uri, capsys, first)]
-        assert "finish" in first_events and "free" not in first_events
+        # as flux's: the job itself is over (inactive), its node still held
+        assert cli(uri, "job", "wait", "-t", "60s", str(first)) == 0
+        assert "clean" in [n for _t, n, _c in events(uri, capsys, first)]
+        resource_status_says(uri, capsys, f"housekeeping for job {fmt_id(first)}")
         assert "alloc" not in [n for _t, n, _c in events(uri, capsys, second)]
     finally:
         released_at = time.time()
@@ -113,7 +121,7 @@ def test_a_slow_housekeeping_holds_the_node_until_it_ends(
     alloc = [t for t, n, _c in events(uri, capsys, second) if n == "alloc"]
     # the second job got the node only once the first one's housekeeping ended
     assert alloc and alloc[0] >= released_at - 0.01
-    assert os.path.exists(CTL / f"hk-{second}")
+    wait_for(CTL / f"hk-{second}")
 
 
 def test_stdin_goes_to_task_0_and_input_to_every_task(

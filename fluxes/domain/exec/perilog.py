@@ -8,10 +8,10 @@
   ``housekeeping-timeout`` (default none): RFC 23 durations, 0 for none.
 
 A rank runs the prolog before the job's first task starts there, the epilog
-after its last task ended, then housekeeping; the rank is reported released
-(its resources go back to the scheduler) only once both ended.  A failing
-prolog fails the job and drains the rank; a failing epilog or housekeeping
-drains it.  Pure: the runner is :mod:`fluxes.proc.perilog`.
+after its last task ended (the rank is reported released once it ended), then
+housekeeping, while a drain holds the rank out of the scheduler's reach.  A
+failing prolog fails the job and drains the rank; a failing epilog or
+housekeeping drains it.  Pure: the runner is :mod:`fluxes.proc.perilog`.
 """
 
 from __future__ import annotations
@@ -24,12 +24,16 @@ from typing import Any, Final
 from fluxes.formats import fsd
 from fluxes.formats import jobid as _jobid
 
-__all__ = ["KEYS", "PHASES", "Hook", "PerilogConfig", "failure_text"]
+__all__ = ["HOUSEKEEPING_REASON", "KEYS", "PHASES", "Hook", "PerilogConfig", "drain_reason",
+           "failure_text", "housekeeping_reason"]
 
 #: The phases, in the order they run around a job.
 PHASES: Final = ("prolog", "epilog", "housekeeping")
 #: The ``[exec]`` keys this module reads.
 KEYS: Final = frozenset(PHASES) | {f"{p}-timeout" for p in PHASES}
+#: The drain reason of a rank held by housekeeping starts with this (``fluxes resource
+#: status`` shows such a rank as ``housekeeping``).
+HOUSEKEEPING_REASON: Final = "housekeeping for job "
 _DEFAULT_TIMEOUT: Final = {"prolog": 1800.0, "epilog": 0.0, "housekeeping": 0.0}
 
 
@@ -120,3 +124,8 @@ def drain_reason(phase: str, timed_out: bool, jobid: int) -> str:
     """The drain reason of a failed hook (flux: ``prolog failed for job ƒX``)."""
     what = "timed out" if timed_out else "failed"
     return f"{phase} {what} for job {_jobid.encode(jobid, 'f58')}"
+
+
+def housekeeping_reason(jobid: int) -> str:
+    """The reason of the drain that holds a rank while the job's housekeeping runs."""
+    return f"{HOUSEKEEPING_REASON}{_jobid.encode(jobid, 'f58')}"
