@@ -153,12 +153,11 @@ class ExecWorker(Worker):
         self.count_started = 0
         # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
         self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks),
-                                   self._start_after_prolog, self._fail_after_prolog,
+                                   self._fail_after_prolog,
                                    self._drain, self._undrain, self._table_job, self._host)
         self.waker = self.store.waker()
         self.table = JobTable(self.ranks)
         self._ready = False
-        self._held_facts: dict[tuple[int, int], StartFacts] = {}
         self.job_signals = JobSignals()  # --signal=SIG@TIME deliveries
         self.commands = CommandRunner(self.state_dir)  # fluxes exec
         self._reset()
@@ -418,19 +417,10 @@ class ExecWorker(Worker):
         spec = read_start(jobid, facts)
         if spec is None or facts is None or run_duration(spec) is not None:
             return False
-        self._held_facts[(rank, jobid)] = facts
         return self.perilog.on_start(self.box, rank, jobid, job_owner(jobid, facts.owner))
-
-    def _start_after_prolog(self, rank: int, jobid: int, status: int) -> None:
-        """The prolog ended well: start the tasks (a start never seen twice: redelivered)."""
-        facts = self._held_facts.pop((rank, jobid), None)
-        if self.table.knows(rank, jobid):
-            return  # killed meanwhile: answered already
-        self._start_now(rank, jobid, facts, True)
 
     def _fail_after_prolog(self, rank: int, jobid: int, error: str, status: int) -> None:
         """The prolog failed: the job fails here without running a task."""
-        self._held_facts.pop((rank, jobid), None)
         if self.table.knows(rank, jobid):
             return
         job = self.table.fail(self.box, ExecJob(jobid, rank, "run"), time.time(), error)

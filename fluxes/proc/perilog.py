@@ -134,6 +134,22 @@ class HookRunner:
                 return int(code) << 8 if int(code) <= 128 else int(code) - 128
         return None
 
+    def _ok_path(self, rank: int, jobid: int) -> str:
+        return os.path.join(self.dirs[rank], f"{jobid}.prolog.ok")
+
+    def mark_ok(self, rank: int, jobid: int) -> None:
+        """The job's prolog ended well here: its tasks start on the next start request."""
+        with open(self._ok_path(rank, jobid), "wb"):
+            pass
+
+    def take_ok(self, rank: int, jobid: int) -> bool:
+        """True (once) when the job's prolog ended well here."""
+        try:
+            os.unlink(self._ok_path(rank, jobid))
+        except OSError:
+            return False
+        return True
+
     def hold(self, run: HookRun, drain_id: str) -> None:
         """Remember the drain that holds the rank while ``run`` (housekeeping) runs."""
         run.drain_id = drain_id
@@ -239,8 +255,6 @@ def _alive(pid: int, marker: str) -> bool:
         return False
 
 
-#: Called when a prolog ended well: (rank, job id) -> start its tasks.
-StartJob = Callable[[int, int, int], None]
 #: Called when a prolog failed or was lost: (rank, job id, error, prolog status).
 FailStart = Callable[[int, int, str, int], None]
 #: Drains a rank with a reason; the id of the resource event written.
@@ -252,7 +266,11 @@ Undrain = Callable[[int, str], None]
 class PerilogFlow:
     """Where the hooks sit in a job's life on a rank (the exec worker's small hooks call it).
 
-    ``start_job``/``fail_start`` continue or fail a start held by its prolog;
+    A job's start waits for the prolog of every rank: a rank whose prolog ended
+    well reports it and waits; the job manager posts ``prolog-finish`` once all
+    did and sends the start again, which starts the tasks (so no task runs
+    anywhere when a prolog fails).  ``fail_start`` fails a start whose prolog
+    failed;
     ``drain(rank, reason)`` drains a rank, ``undrain(rank, since)`` gives a rank
     held for housekeeping back; ``get_job(rank, jobid)`` is the job table's;
     ``host(rank)`` names the rank in messages.
@@ -263,13 +281,13 @@ class PerilogFlow:
     command ends; each rank is given back on its own (a partial release).
     """
 
-    def __init__(self, runner: HookRunner, start_job: StartJob, fail_start: FailStart,
+    def __init__(self, runner: HookRunner, fail_start: FailStart,
                  drain: Drain, undrain: Undrain,
                  get_job: Callable[[int, int], ExecJob | None],
                  host: Callable[[int], str]) -> None:
         self.runner = runner
         self.config = PerilogConfig()
-        self._start_job, self._fail_start, self._drain = start_job, fail_start, drain
+        self._fail_start, self._drain = fail_start, drain
         self._undrain = undrain
         self._get_job, self._host = get_job, host
         self.waiting: dict[tuple[int, int], ExecJob] = {}  # the reports of held starts
@@ -283,8 +301,10 @@ class PerilogFlow:
         hook = self.config.prolog
         if hook is None:
             return False
-        if self.runner.get(rank, jobid) is not None:
-            return True  # a repeated start while its prolog runs
+        if self.runner.take_ok(rank, jobid):
+            return False  # every rank's prolog ended well: the tasks start now
+        if self.runner.get(rank, jobid) is not None or (rank, jobid) in self.waiting:
+            return True  # a repeated start while its prolog runs (or ran)
         run = self.runner.start("prolog", hook, rank, jobid, owner, waits_start=True)
         job = ExecJob(jobid, rank, "run", owner=owner)
         job.prolog = RUNNING
@@ -303,6 +323,8 @@ class PerilogFlow:
         run = self.runner.get(rank, jobid)
         if run is not None and run.phase == "prolog":
             self.runner.cancel(run)
+        elif self.runner.take_ok(rank, jobid):
+            self.waiting.pop((rank, jobid), None)
 
     def started(self, job: ExecJob) -> None:
         """A real job's tasks run: its release waits for the epilog/housekeeping."""
@@ -366,12 +388,14 @@ class PerilogFlow:
             elif failure:
                 self.waiting.pop((run.rank, run.jobid), None)
                 self._fail_start(run.rank, run.jobid, failure, status)
-            elif waited is None:
-                # a prolog whose start a restart forgot: never start blind, fail it
-                self._fail_start(run.rank, run.jobid, "prolog interrupted by an exec worker "
-                                 "restart", 0)
             else:
-                self._start_job(run.rank, run.jobid, status)
+                # wait for the job manager's next start (every rank's prolog ended well)
+                self.runner.mark_ok(run.rank, run.jobid)
+                if waited is None:  # started before a restart of this worker
+                    waited = self.waiting[(run.rank, run.jobid)] = ExecJob(
+                        run.jobid, run.rank, "run", owner=run.owner)
+                waited.prolog = 0
+                box.report(waited)
             return
         job = self._get_job(run.rank, run.jobid)
         if job is None:
@@ -385,6 +409,10 @@ class PerilogFlow:
         holds its rank by its drain, which outlives the worker)."""
         for run in self.runner.restore():
             job = self._get_job(run.rank, run.jobid)
+            if run.phase == "prolog" and not run.canceled:
+                waited = self.waiting[(run.rank, run.jobid)] = ExecJob(
+                    run.jobid, run.rank, "run", owner=run.owner)
+                waited.prolog = RUNNING
             if run.phase == "epilog" and job is not None:
                 job.held = True
                 job.epilog = RUNNING

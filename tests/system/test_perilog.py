@@ -31,10 +31,10 @@ housekeeping = "touch {CTL}/hk-$FLUXES_JOB_ID_DEC; while [ -e {CTL}/hold ]; do s
 
 @pytest.fixture(scope="module")
 def launcher() -> Iterator[Launcher]:
-    """One node of one core: a held node is the whole instance."""
+    """Two nodes of one core (the housekeeping tests keep to rank 0)."""
     from tests.system.conftest import running_instance
 
-    with running_instance(config_text=CONFIG, nodes=1, cores_per_node=1) as inst:
+    with running_instance(config_text=CONFIG, nodes=2, cores_per_node=1) as inst:
         yield inst
 
 
@@ -46,7 +46,7 @@ def wait_for(path: Path) -> None:
         time.sleep(0.05)
 
 
-def resource_status_says(uri: str, capsys: pytest.CaptureFixture[str], text: str) -> None:
+def resource_status_says(uri: str, capsys: pytest.CaptureFixture[str], text: str) -> str:
     """Wait until ``fluxes resource status`` (the scheduler's published summary) shows
     ``text``; fail after PATIENCE_S."""
     deadline = time.monotonic() + PATIENCE_S
@@ -55,7 +55,7 @@ def resource_status_says(uri: str, capsys: pytest.CaptureFixture[str], text: str
         assert cli(uri, "resource", "status") == 0
         out = capsys.readouterr().out
         if text in out:
-            return
+            return out
         assert time.monotonic() < deadline, out
         time.sleep(0.1)
 
@@ -74,9 +74,9 @@ def events(uri: str, capsys: pytest.CaptureFixture[str], jobid: int) -> list[tup
 
 def test_a_failing_prolog_fails_the_job_and_drains_the_node(
         uri: str, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    (CTL / "fail-prolog-0").touch()
+    (CTL / "fail-prolog-1").touch()
     try:
-        jobid = submit(uri, capsys, "--cwd", str(tmp_path), "touch", "ran")
+        jobid = submit(uri, capsys, "-N2", "--cwd", str(tmp_path), "touch", "ran")
         assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) != 0
         names = [(n, c) for _t, n, c in events(uri, capsys, jobid)]
         order = [n for n, _c in names]
@@ -88,12 +88,15 @@ def test_a_failing_prolog_fails_the_job_and_drains_the_node(
         exc = [c for n, c in names if n == "exception"]
         assert exc[0]["type"] == "prolog" and "prolog exited with code=1" in exc[0]["note"]
         assert order.index("exception") < order.index("prolog-finish") < order.index("clean")
-        resource_status_says(uri, capsys, f"prolog failed for job {fmt_id(jobid)}")
+        # rank 1, whose prolog failed, is drained with the reason; rank 0 is not
+        out = resource_status_says(uri, capsys, f"prolog failed for job {fmt_id(jobid)}")
+        drained = [line for line in out.splitlines() if "drained" in line]
+        assert len(drained) == 1 and " 1 " in drained[0] and "prolog failed" in drained[0]
     finally:
-        (CTL / "fail-prolog-0").unlink()
-    assert cli(uri, "resource", "undrain", "0") == 0
+        (CTL / "fail-prolog-1").unlink()
+    assert cli(uri, "resource", "undrain", "1") == 0
     # the next job runs: prolog, tasks, epilog, in flux's order
-    ok = submit(uri, capsys, "true")
+    ok = submit(uri, capsys, "-N2", "true")
     assert cli(uri, "job", "wait", "-t", "60s", str(ok)) == 0
     order = [n for _t, n, _c in events(uri, capsys, ok)]
     assert order.index("prolog-start") < order.index("prolog-finish") < order.index("start")
@@ -106,9 +109,9 @@ def test_a_slow_housekeeping_holds_the_node_until_it_ends(
         uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     (CTL / "hold").touch()
     try:
-        first = submit(uri, capsys, "true")
+        first = submit(uri, capsys, "--requires=rank:0", "true")
         wait_for(CTL / f"hk-{first}")  # its housekeeping runs, the node is held
-        second = submit(uri, capsys, "true")
+        second = submit(uri, capsys, "--requires=rank:0", "true")
         # as flux's: the job itself is over (inactive), its node still held
         assert cli(uri, "job", "wait", "-t", "60s", str(first)) == 0
         assert "clean" in [n for _t, n, _c in events(uri, capsys, first)]
@@ -156,10 +159,13 @@ def test_fluxes_exec_runs_on_the_ranks_as_the_owner(
         uri: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
     capsys.readouterr()
-    assert cli(uri, "exec", "-l", "-d", str(tmp_path), "sh", "-c",
+    assert cli(uri, "exec", "-r", "0", "-l", "-d", str(tmp_path), "sh", "-c",
                "echo on $FLUXES_EXEC_RANK in $(pwd); echo oops >&2; exit 3") == 3
     out, err = capsys.readouterr()
     assert out == f"0: on 0 in {tmp_path}\n" and err == "0: oops\n"
+    # every rank by default; the exit code is the largest
+    assert cli(uri, "exec", "-l", "sh", "-c", "echo r$FLUXES_EXEC_RANK; exit $FLUXES_EXEC_RANK") == 1
+    assert sorted(capsys.readouterr().out.splitlines()) == ["0: r0", "1: r1"]
     assert cli(uri, "exec", "-r", "0", "true") == 0
     assert cli(uri, "exec", "-r", "5", "true") == 1
     assert "not in the instance" in capsys.readouterr().err
@@ -172,3 +178,33 @@ def test_fluxes_exec_runs_on_the_ranks_as_the_owner(
     assert cli(uri, "exec", "true") == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "only the instance owner" in err
+
+
+def test_housekeeping_outlives_an_exec_worker_restart(
+        launcher: Launcher, uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import signal
+
+    (CTL / "hold").touch()
+    try:
+        first = submit(uri, capsys, "--requires=rank:0", "true")
+        wait_for(CTL / f"hk-{first}")
+        second = submit(uri, capsys, "--requires=rank:0", "true")
+        spec = launcher.worker("exec-0")
+        assert spec.proc is not None
+        os.kill(spec.proc.pid, signal.SIGKILL)
+        spec.proc.wait()
+        deadline = time.monotonic() + PATIENCE_S
+        while spec.proc.poll() is not None:  # the supervisor starts a new one
+            assert time.monotonic() < deadline
+            launcher.supervise_once()
+            time.sleep(0.05)
+        resource_status_says(uri, capsys, f"housekeeping for job {fmt_id(first)}")
+        assert "alloc" not in [n for _t, n, _c in events(uri, capsys, second)]
+    finally:
+        released_at = time.time()
+        (CTL / "hold").unlink()
+    # the new worker found the housekeeping still running, saw it end, gave the node back
+    assert cli(uri, "job", "wait", "-t", "60s", str(second)) == 0
+    alloc = [t for t, n, _c in events(uri, capsys, second) if n == "alloc"]
+    assert alloc and alloc[0] >= released_at - 0.01
+    wait_for(CTL / f"hk-{second}")

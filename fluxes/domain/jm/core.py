@@ -832,6 +832,10 @@ class JobManagerCore:
             if isinstance(event, ev.JobException) and event.type == "prolog":
                 act.exec_error = True
                 error = None
+            elif isinstance(event, ev.PrologFinish) and event.status == 0:
+                # every rank's prolog ended well and waits: the start again starts
+                # the tasks (fluxes/proc/perilog.py)
+                act.start_sent = False
         return error
 
     # ------------------------------------------------------------ user requests
