@@ -6,6 +6,7 @@ scheduler until it ends."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,8 +35,11 @@ def launcher() -> Iterator[Launcher]:
     """Two nodes of one core (the housekeeping tests keep to rank 0)."""
     from tests.system.conftest import running_instance
 
-    with running_instance(config_text=CONFIG, nodes=2, cores_per_node=1) as inst:
-        yield inst
+    try:
+        with running_instance(config_text=CONFIG, nodes=2, cores_per_node=1) as inst:
+            yield inst
+    finally:
+        shutil.rmtree(CTL, ignore_errors=True)
 
 
 def wait_for(path: Path) -> None:

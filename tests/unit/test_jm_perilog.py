@@ -51,3 +51,16 @@ def test_epilog_waits_for_cleanup_and_a_failure_is_not_fatal() -> None:
     hooks.note(0, None, RUNNING)
     assert hooks.epilog[0] == 512
     assert HookProgress.from_wire(hooks.to_wire()) == hooks
+
+
+def test_a_restarted_job_manager_goes_on_from_the_eventlog() -> None:
+    # nothing saved (a one-rank job), the prolog-start in the eventlog
+    hooks = HookProgress()
+    hooks.note(0, 0, None)
+    [finish] = hook_events(RUN.replace(prologs=(PROLOG,)), hooks, [0], set(), None, 1.0)
+    assert finish.name == "prolog-finish"
+    hooks = HookProgress()
+    hooks.note(0, None, 0)
+    cleanup = RUN.replace(started=True, state=JobState.CLEANUP, wait_status=0,
+                          epilogs=(EPILOG,))
+    assert names(hook_events(cleanup, hooks, [0], set(), None, 2.0)) == ["epilog-finish"]

@@ -98,6 +98,11 @@ def hook_events(job: Job, hooks: HookProgress, ranks: Iterable[int], released: s
     ranks = list(ranks)
     out: list[ev.Event] = []
     posted = hooks.posted
+    # the eventlog says what a restarted job manager's saved progress may not
+    if PROLOG in job.prologs:
+        posted.add("prolog-start")
+    if EPILOG in job.epilogs:
+        posted.add("epilog-start")
     if (hooks.prolog and "prolog-start" not in posted and not job.started
             and job.state & JobState.RUNNING and PROLOG not in job.prologs):
         posted.add("prolog-start")
