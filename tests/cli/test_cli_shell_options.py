@@ -136,3 +136,14 @@ def test_run_parses_the_new_options() -> None:
     ns = build_parser().parse_args(["run", "-N2", "--tasks-per-node=2", "--signal=USR2@10",
                                     "--input=f", "true"])
     assert isinstance(ns, argparse.Namespace) and ns.tasks_per_node == 2
+
+
+def test_gpus_per_node_with_tasks_per_node(capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _dry_run(capsys, "-N2", "--gpus-per-node=2", "--tasks-per-node=2", "./app")
+    assert doc["resources"][0]["with"][0]["with"] == [{"type": "core", "count": 1},
+                                                      {"type": "gpu", "count": 2}]
+    rset = ResourceSet.from_ranks({0: ("0-3", "0-1"), 1: ("0-3", "0-1")})
+    layout = compute_layout(doc, rset)
+    assert [s.ntasks for s in layout.shares] == [2, 2]
+    # each task of a node gets its own GPU of the node's two
+    assert [t.gpus for t in layout.share(1).tasks()] == [(0,), (1,)]
