@@ -57,6 +57,24 @@ def _ranks(inst: Any, text: str) -> list[int]:
     return list(chosen)
 
 
+def _offline(inst: Any, ranks: list[int]) -> list[int]:
+    """The ranks whose exec worker has not beaten lately (their command would wait)."""
+    import time as _time
+
+    import orjson
+
+    from fluxes.store.resources import LOST_AFTER_S
+
+    beats: dict[int, float] = {}
+    for rank_b, raw in inst.redis.hgetall(inst.keys.exec_registry).items():
+        try:
+            beats[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    now = _time.time()
+    return [r for r in ranks if now - beats.get(r, 0.0) > LOST_AFTER_S]
+
+
 def _exec(args: argparse.Namespace) -> int:
     from fluxes import messages as proto
     from fluxes.proc.remote_exec import decode_reply
@@ -72,6 +90,11 @@ def _exec(args: argparse.Namespace) -> int:
     if os.getuid() != owner_uid and Client(inst).user != owner_name:
         die(f"exec: only the instance owner ({owner_name}) may run commands on the ranks")
     ranks = _ranks(inst, args.rank)
+    offline = _offline(inst, ranks)
+    if offline:
+        from fluxes.formats.idset import IDSet
+
+        die(f"exec: rank(s) {IDSet(offline)} offline (no exec worker heartbeat)")
     token = secrets.token_hex(12)
     msg = proto.Command(token=token, argv=command, cwd=args.dir or os.getcwd(),
                         env=dict(os.environ))
