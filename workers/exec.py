@@ -47,6 +47,7 @@ from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
     StartFacts,
+    TaskProc,
     check_rank,
     job_owner,
     plan_run,
@@ -152,7 +153,8 @@ class ExecWorker(Worker):
                                           self.files)
         self.count_started = 0
         # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
-        self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks),
+        self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks,
+                                              self._watch_hook),
                                    self._fail_after_prolog,
                                    self._drain, self._undrain, self._table_job, self._host)
         self.waker = self.store.waker()
@@ -449,6 +451,10 @@ class ExecWorker(Worker):
         self.redis.xadd(self.keys.resource_events,
                         {"d": resource_event("undrain", str(rank))})
 
+    def _watch_hook(self, pid: int) -> None:
+        """A hook's end wakes the loop at once (its pidfd; the key names no job)."""
+        self.watcher.watch((-1, pid), TaskProc(-1, pid, False))
+
     def _table_job(self, rank: int, jobid: int) -> ExecJob | None:
         return self.table.get(rank, jobid)
 
@@ -470,7 +476,9 @@ class ExecWorker(Worker):
             return
         user = self.instance_owner if self.euid == 0 and self.instance_owner != 0 else None
         self.log.info("fluxes exec", extra={"rank": rank, "command": cmd.argv[:8]})
-        self.commands.start(rank, cmd, user)
+        run = self.commands.start(rank, cmd, user)
+        if run.popen is not None:
+            self._watch_hook(run.popen.pid)
 
     def _commands_ended(self) -> None:
         """Send the output and status of the ``fluxes exec`` commands that ended."""

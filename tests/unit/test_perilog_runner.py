@@ -52,11 +52,9 @@ def test_a_new_runner_finds_running_ended_and_lost_hooks(tmp_path: Path) -> None
                                       "done; exit 0"), 0), 0, 1, 0)
     first.hold(first.runs[(0, 1)], "5-0")
     ended = first.start("epilog", Hook(("/bin/sh", "-c", "exit 3"), 0), 0, 2, 0)
-    assert ended.popen is not None
-    ended.popen.wait()
+    os.waitpid(ended.pid, 0)
     lost = first.start("prolog", Hook(("/bin/sh", "-c", "exit 0"), 0), 0, 3, 0, waits_start=True)
-    assert lost.popen is not None
-    lost.popen.wait()
+    os.waitpid(lost.pid, 0)
     for name in os.listdir(tmp_path / "hooks" / "rank0"):  # as if it died unrecorded
         if name.startswith("3.prolog.st."):
             os.unlink(tmp_path / "hooks" / "rank0" / name)
