@@ -1,7 +1,8 @@
 # Sourced by scripts/demo and scripts/test: makes a fresh Debian machine ready.
 # - installs redis-server, iproute2 (the multi-host test's network namespaces),
-#   chromium (the web browser tests) and tmux (the fluxes top test) from the OS
-#   packages when they are missing
+#   chromium (the web browser tests), tmux (the fluxes top test) and mpich with
+#   libmpich-dev (the MPI tests build their programs with mpicc.mpich) from the
+#   OS packages when they are missing
 #   (needs root or sudo)
 # - creates .venv and installs the locked dependencies (requirements.lock, with
 #   hashes) and fluxes itself (editable)
@@ -29,6 +30,12 @@ if ! command -v chromium >/dev/null 2>&1; then
     # the browser tests of fluxes web drive Debian's chromium (never a downloaded browser)
     echo "setup: installing chromium from the OS packages" >&2
     apt_install chromium || echo "setup: could not install chromium (not root?); the browser tests will skip" >&2
+fi
+
+if ! command -v mpicc.mpich >/dev/null 2>&1; then
+    # the MPI system tests build small MPICH programs and run them through the PMI server
+    echo "setup: installing mpich and libmpich-dev from the OS packages" >&2
+    apt_install mpich libmpich-dev || echo "setup: could not install mpich (not root?); the MPI tests will skip" >&2
 fi
 
 if ! command -v ip >/dev/null 2>&1; then

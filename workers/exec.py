@@ -21,7 +21,10 @@ start that fails so also fails its job, so the job manager never waits on it.
 A worker running as root runs each job's tasks as the job's owner
 (docs/security.md, "Jobs run as their users").
 
-This module is only the loop: the rules are pure modules of
+Why one module: it is the one loop that wires those parts together (the
+start, kill and PMI paths, the job prolog/epilog hooks, ``fluxes exec``), each
+a few lines calling its own module.  This module is only the loop: the rules
+are pure modules of
 :mod:`fluxes.domain.exec`, processes and files are :mod:`fluxes.proc`'s
 (``tasks``, ``exec_files``, ``adopt``), Redis is
 :mod:`fluxes.store.exec_streams` (docs/exec.md, "Parts").
@@ -42,10 +45,20 @@ from typing import Any
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Command, Entry, Intake, Kill, Request, Signal, Start
+from fluxes.domain.exec.intake import (
+    Command,
+    Entry,
+    Intake,
+    Kill,
+    PmiWake,
+    Request,
+    Signal,
+    Start,
+)
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
+    RunPlan,
     StartFacts,
     TaskProc,
     check_rank,
@@ -55,9 +68,10 @@ from fluxes.domain.exec.jobs import (
     run_as,
 )
 from fluxes.domain.exec.jobsignal import JobSignals, signal_at
-from fluxes.domain.exec.layout import RankShare, run_duration, wait_status
+from fluxes.domain.exec.layout import RankShare, run_duration, shell_option, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget, pids_entry
+from fluxes.domain.exec.pmi import pmi_mode
 from fluxes.domain.exec.table import JobTable
 from fluxes.domain.nested import runs_child_instance
 from fluxes.formats.idset import IDSet
@@ -66,6 +80,7 @@ from fluxes.proc.adopt import Adopter
 from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
 from fluxes.proc.perilog import HookRunner, PerilogFlow
+from fluxes.proc.pmi_server import PmiServer, Served
 from fluxes.proc.remote_exec import REPLY_TTL_S, CommandRunner, reply_fields
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
@@ -73,7 +88,8 @@ from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
-from fluxes.store.resources import resource_event
+from fluxes.store.pmi_kvs import PmiKvs
+from fluxes.store.resources import send_resource_event
 from fluxes.store.security import ENV_CREDENTIALS, strip_password
 from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
@@ -144,6 +160,10 @@ class ExecWorker(Worker):
         self.files = TaskFiles(self.state_dir, self.ranks)
         # Process facts (our children, statuses reaped) outlive a reload of the state.
         self.watcher = TaskWatcher([self._stop_r])
+        # PMI servers of the jobs' tasks: their sockets outlive a reload of the state
+        self.pmi = PmiServer(PmiKvs(self.redis, self.keys), self.watcher.add,
+                             self.watcher.remove)
+        self._pmi_ready: list[int] = []
         # tasks may submit jobs to the instance, but never with the worker's password
         self.launcher = Launcher(strip_password(str(instance.uri)), self.files, self.watcher,
                                  self.keys.ns)
@@ -173,6 +193,7 @@ class ExecWorker(Worker):
         self.watcher.reset()
         self.waker = self.store.waker()
         self.watcher.add(self.waker.fileno())
+        self.pmi.reregister()
         self.table = JobTable(self.ranks, metrics.EXEC_FINISHED.inc)
         self.intake = Intake(self.ranks)
         self.box = Outbox()
@@ -255,6 +276,7 @@ class ExecWorker(Worker):
             if kill and job.kind == "run":
                 signal_tasks(job.tasks, signal.SIGKILL)
             close_streams(job)
+        self.pmi.close_all()
         self.waker.close()
 
     # ------------------------------------------------------------ the loop
@@ -270,6 +292,9 @@ class ExecWorker(Worker):
             next_prune=self._next_prune, timers=table.timers,
             running=bool(table.live) or self.perilog.holding() or bool(self.commands.running),
             next_output=self._next_output, flush_after=self.flushing.after))
+        if self._pmi_ready or self.pmi.retry:
+            # before the tasks are watched: a PMI failure is in the report of their end
+            self._serve_pmi(box)
         if not intake.backlog and intake.wants_read():
             got = self.store.read(intake.pending)
             # A full read may have left more behind; otherwise only the waker's
@@ -324,6 +349,7 @@ class ExecWorker(Worker):
                 time.sleep(timeout_ms / 1000)
                 timeout_ms = 0
         ready = self.watcher.wait(int(timeout_ms or 0))
+        self._pmi_ready = ready
         if waker.outstanding and waker.fileno() in ready:
             reply = waker.consume()
             if self._consumer is None:
@@ -401,6 +427,9 @@ class ExecWorker(Worker):
             case Command():
                 self._command(rank, request, redelivered)
                 return
+            case PmiWake(id=jobid, round=round_, error=error):
+                self._pmi_failed(self.pmi.wake((rank, jobid), round_, error))
+                return
             case Start(id=jobid):
                 pass
         job = self.table.get(rank, jobid)
@@ -433,9 +462,7 @@ class ExecWorker(Worker):
         """Drain ``rank`` (a hook failed there, or housekeeping holds it), as ``fluxes
         resource drain`` does; the id of the resource event."""
         self.log.info("draining", extra={"rank": rank, "reason": reason})
-        entry = self.redis.xadd(self.keys.resource_events,
-                                {"d": resource_event("drain", str(rank), reason)})
-        return entry.decode() if isinstance(entry, bytes) else str(entry)
+        return send_resource_event(self.instance, "drain", str(rank), reason)
 
     def _undrain(self, rank: int, since: str) -> None:
         """Give back a rank housekeeping held, unless someone drained or undrained it
@@ -448,8 +475,7 @@ class ExecWorker(Worker):
                 continue
             if rank in IDSet(event.ranks):
                 return
-        self.redis.xadd(self.keys.resource_events,
-                        {"d": resource_event("undrain", str(rank))})
+        send_resource_event(self.instance, "undrain", str(rank))
 
     def _watch_hook(self, pid: int) -> None:
         """A hook's end wakes the loop at once (its pidfd; the key names no job)."""
@@ -559,13 +585,51 @@ class ExecWorker(Worker):
             box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), []))
             table.eof(box, job)
             return job
-        self.launcher.launch(job, plan, prepared)
+        served = self._open_pmi(job, plan, spec)
+        try:
+            self.launcher.launch(job, plan, prepared, served)
+        except BaseException:
+            self.pmi.close(job.key, leave=False)
+            raise
+        if not job.started:  # no task could be spawned
+            self.pmi.close(job.key, leave=False)
         when = signal_at(spec, R.expiration)
         if when is not None:
             self.job_signals.arm(when[0], when[1], rank, jobid)
         table.watch(job)
         box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
+
+    def _open_pmi(self, job: ExecJob, plan: RunPlan, spec: Mapping[str, Any]) -> Served | None:
+        """The job's PMI server on this rank (shell option ``pmi``, ``simple`` by
+        default), None for ``pmi=off`` and for a job that runs a child instance
+        (its tasks are the child's workers, not an MPI program)."""
+        if pmi_mode(shell_option(spec, "pmi")) == "off" or runs_child_instance(spec):
+            return None
+        return self.pmi.open(job.key, job.owner, plan.layout, plan.share)
+
+    def _serve_pmi(self, box: Outbox) -> None:
+        """Read the PMI sockets that woke the loop and act on what the tasks asked."""
+        ready, self._pmi_ready = self._pmi_ready, []
+        touched = self.pmi.handle(ready)
+        if touched or self.pmi.retry:
+            self._pmi_failed(self.pmi.service(touched))
+
+    def _pmi_failed(self, failed: Mapping[tuple[int, int], str]) -> None:
+        """Jobs whose PMI failed (MPI_Abort, a task gone before finalizing): the error
+        is reported at once (the job manager raises the exception and kills every
+        rank) and the tasks here are killed."""
+        for (rank, jobid), reason in failed.items():
+            job = self.table.get(rank, jobid)
+            if job is None or job.kind != "run" or job.error is not None or job.kill_signal:
+                # a job being killed (canceled, out of time, failed elsewhere): its
+                # tasks leaving PMI unfinished is the kill's doing, not an error
+                continue
+            job.error = reason
+            self.log.info("PMI failure", extra={"job": jobid, "rank": rank, "error": reason})
+            signal_tasks(self.table.kill(self.box, rank, jobid, signal.SIGKILL, time.time(),
+                                         time.monotonic(), self.kill_grace), signal.SIGKILL)
+            self.box.touch(job)
 
     def _adopt_unrecorded(self, rank: int, jobid: int, share: RankShare, forward: str,
                           owner: int, user: int | None) -> ExecJob | None:
@@ -619,6 +683,7 @@ class ExecWorker(Worker):
     def _finish_cleanup(self, box: Outbox) -> None:
         """After the write: remove the files of jobs whose end is recorded; new outbox."""
         for job in box.finished:
+            self.pmi.close(job.key, killed=bool(job.kill_signal))
             self.identities.revoke(job)
             close_streams(job)
             for task in job.tasks:

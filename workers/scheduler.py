@@ -113,7 +113,8 @@ class SchedulerWorker(Worker):
         self.recovered_in = 0.0
         self._recover_started = 0.0
         self._r_writes: dict[int, dict[int, bytes]] = {}
-        self.drained: dict[int, tuple[str, bool]] = {}  # rank -> (reason, automatic)
+        # rank -> (reason, automatic, when)
+        self.drained: dict[int, tuple[str, bool, float]] = {}
         #: ranks drained for a job whose allocation hello could not recover
         self._quarantined: dict[int, IDSet] = {}
         raw_uid = self.redis.hget(self.keys.instance, "owner_uid")
@@ -336,7 +337,7 @@ class SchedulerWorker(Worker):
             if isinstance(event, proto.Drain):
                 pool.mark_down(ranks)
                 for r in ranks:
-                    self.drained[r] = (event.reason, event.auto)
+                    self.drained[r] = (event.reason, event.auto, event.timestamp)
             else:
                 pool.mark_up(ranks)
                 for r in ranks:
@@ -400,15 +401,17 @@ class SchedulerWorker(Worker):
                     "nodelist": str(rset.hostlist) if len(rset.ranks) else "",
                     "ranks": str(rset.ranks)}
 
-        down = pool.down
         inventory = pool.inventory.rset()
-        return {"time": now, "scheduler": self.name,
+        allocated = pool.allocated()
+        # a drained node still running work is allocated (draining) until it is idle:
+        # each node in one column, as flux lists them
+        return {"time": now, "scheduler": self.name, "applied": self._resource_pos,
                 "pending": len(self.sched.pending) if self.sched else 0,
                 "free": part(pool.available(include_down=False)),
-                "allocated": part(pool.allocated()),
-                "down": part(inventory.copy_ranks(down)),
-                "drained": {str(r): {"reason": why, "auto": auto}
-                            for r, (why, auto) in sorted(self.drained.items())}}
+                "allocated": part(allocated),
+                "down": part(inventory.copy_ranks(pool.down - allocated.ranks)),
+                "drained": {str(r): {"reason": why, "auto": auto, "timestamp": when}
+                            for r, (why, auto, when) in sorted(self.drained.items())}}
 
     def keepalive(self) -> bool:
         """Renew every partition lease when due (also inside long work); False if lost."""

@@ -83,6 +83,18 @@ def register(subparsers: Any) -> None:
     np_.add_argument("--json", action="store_true")
     np_.set_defaults(func=_nested)
 
+    mpp = sub.add_parser("mpi", **help_with_example(
+        "MPI through the PMI server: launch to exit of 'fluxes run -N2 -n4' of a trivial\n"
+        "MPICH program vs of 'true' (medians of --runs), and a PMI barrier across --ranks\n"
+        "tasks on --nodes nodes. Needs mpicc.mpich.",
+        ["fluxes bench mpi", "fluxes bench mpi --runs 5 --nodes 4 --ranks 16 --json"]))
+    mpp.add_argument("--runs", type=int, default=20, help="runs of each (default 20)")
+    mpp.add_argument("--nodes", type=int, default=16, help="nodes of the barrier (default 16)")
+    mpp.add_argument("--ranks", type=int, default=64, help="tasks of the barrier (default 64)")
+    mpp.add_argument("--rounds", type=int, default=50, help="barriers timed (default 50)")
+    mpp.add_argument("--json", action="store_true")
+    mpp.set_defaults(func=_mpi)
+
     rt = sub.add_parser("retention", **help_with_example(
         "Retention: Redis memory per finished job with inactive jobs purged after\n"
         "--age-limit (the journal archived, message streams trimmed), read at 10%, 50%\n"
@@ -114,14 +126,21 @@ def register(subparsers: Any) -> None:
 
     sm = sub.add_parser("simulate", **help_with_example(
         "fluxes simulate on a seeded synthetic trace (default 50,000 jobs, 2,048 cores,\n"
-        "easy): simulation time, jobs/s, scheduling passes, peak memory.",
-        ["fluxes bench simulate", "fluxes bench simulate --jobs 10000 --policy conservative"]))
+        "easy) or an SWF trace: simulation time, jobs/s, scheduling passes, peak memory;\n"
+        "with --compare, each policy in turn and its time against the first's.",
+        ["fluxes bench simulate", "fluxes bench simulate --jobs 10000 --policy conservative",
+         "fluxes bench simulate --trace big.swf --compare fcfs,easy"]))
     sm.add_argument("--jobs", type=int, default=50_000, help="jobs (default 50000)")
     sm.add_argument("--cores", type=int, default=2048, help="processors (default 2048)")
     sm.add_argument("--nodes", type=int, default=None,
                     help="nodes they are split into (default: one node)")
     sm.add_argument("--policy", choices=("fcfs", "easy", "conservative"), default="easy")
     sm.add_argument("--seed", type=int, default=1)
+    sm.add_argument("--load", type=float, default=0.85,
+                    help="the synthetic trace's offered load (default 0.85)")
+    sm.add_argument("--trace", metavar="FILE", help="an SWF trace instead of the synthetic one")
+    sm.add_argument("--compare", metavar="P,P", type=_policies,
+                    help="simulate under each of these policies in turn")
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=_simulate)
 
@@ -229,8 +248,20 @@ def _simulate(args: argparse.Namespace) -> int:
     from fluxes.bench.common import report
 
     report(simulate.run(jobs=args.jobs, cores=args.cores, nodes=args.nodes,
-                        policy=args.policy, seed=args.seed), args.json)
+                        policy=args.policy, seed=args.seed, load=args.load,
+                        trace_file=args.trace, compare=args.compare or ()), args.json)
     return 0
+
+
+def _policies(text: str) -> list[str]:
+    """argparse type of ``--compare``: known policy names, comma-separated."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    bad = [name for name in names if name not in ("fcfs", "easy", "conservative")]
+    if not names or bad:
+        raise argparse.ArgumentTypeError(
+            f"unknown policy {bad[0]!r} (expected fcfs, easy, conservative)" if bad
+            else "expected policies, e.g. fcfs,easy")
+    return names
 
 
 def _retention(args: argparse.Namespace) -> int:
@@ -251,4 +282,13 @@ def _retention(args: argparse.Namespace) -> int:
         print(f"  {int(jobs):>8,} {row['used_memory']:>12,} "
               f"{row['bytes_per_finished_job']:>10,.1f} {row['dataset_bytes']:>10,} "
               f"{row['journal_entries']:>8,} {row['keys']:>7,}")
+    return 0
+
+
+def _mpi(args: argparse.Namespace) -> int:
+    from fluxes.bench import mpi
+    from fluxes.bench.common import report
+
+    report(mpi.run(runs=args.runs, nodes=args.nodes, ranks=args.ranks, rounds=args.rounds),
+           args.json)
     return 0

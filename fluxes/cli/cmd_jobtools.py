@@ -222,7 +222,8 @@ def _taskmap(args: argparse.Namespace) -> int:
     try:
         rset = ResourceSet(stored.R)
         layout = compute_layout(orjson.loads(spec), rset)
-        blocks = taskmap.block_map([share.ntasks for share in layout.shares])
+        node_of = {t: share.node_rank for share in layout.shares for t in share.task_ranks}
+        blocks = taskmap.from_nodes([node_of[t] for t in range(layout.size)])
         if args.to == "raw":
             print(taskmap.raw(blocks))
         elif args.to == "pmi":

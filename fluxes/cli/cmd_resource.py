@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -28,7 +29,8 @@ def register(subparsers: Any) -> None:
     lp.add_argument("--json", action="store_true")
     lp.set_defaults(func=_list)
     sp = sub.add_parser("status", **help_with_example(
-        "Each execution target's state: online, offline (no exec heartbeat), drained.",
+        "Each execution target's state: online, offline (no exec heartbeat), drained,\n"
+        "draining (drained, its work not finished yet), housekeeping.",
         ["fluxes resource status", "fluxes resource status --json"]))
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_status)
@@ -39,17 +41,34 @@ def register(subparsers: Any) -> None:
             what, [f"fluxes resource {kind} node[0-1]" + (" maintenance" if kind == "drain"
                                                           else ""),
                    f"fluxes resource {kind} 0-3"]))
-        p.add_argument("targets", metavar="TARGETS")
         if kind == "drain":
+            p.add_argument("targets", metavar="TARGETS", nargs="?",
+                           help="none: list the drained targets")
             p.add_argument("reason", nargs="*", metavar="REASON")
+            p.add_argument("-f", "--force", action="store_true",
+                           help="replace the reason of targets already drained")
+            p.add_argument("-u", "--update", action="store_true",
+                           help="drain only the targets not drained yet; keep the others' "
+                           "reasons")
+            p.add_argument("-n", "--no-header", action="store_true",
+                           help="no header when listing")
+            p.add_argument("--json", action="store_true", help="the listing as JSON")
+        else:
+            p.add_argument("targets", metavar="TARGETS")
         p.set_defaults(func=_drain, kind=kind)
 
 
 def _summary(inst: Instance) -> dict[str, Any]:
-    raw = inst.redis.get(inst.keys.sched_status)
-    if not raw:
+    """The scheduler's resource summary, with every drain/undrain sent before applied
+    (read your writes; said on stderr when the scheduler does not catch up)."""
+    from fluxes.store.resources import resource_summary
+
+    summary, caught_up = resource_summary(inst)
+    if summary is None:
         die("no resource status yet (is the scheduler running?)")
-    summary: dict[str, Any] = orjson.loads(raw)
+    if not caught_up:
+        print("fluxes resource: the scheduler has not applied the latest drain/undrain "
+              "yet (is it running?); showing what it last published", file=sys.stderr)
     return summary
 
 
@@ -82,13 +101,16 @@ def _status(args: argparse.Namespace) -> int:
             beats[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
         except (ValueError, KeyError, TypeError):
             continue
+    busy = IDSet(summary.get("allocated", {}).get("ranks", ""))
     groups: dict[tuple[str, str], IDSet] = {}
     for target in inventory:
         rank = target.rank
         online = rank in beats and now - beats[rank] <= LOST_AFTER_S
-        state = "drained" if rank in drained else "online" if online else "offline"
+        # flux's word for a drained node whose work has not finished yet
+        state = ("draining" if rank in busy else "drained") if rank in drained \
+            else "online" if online else "offline"
         reason = drained[rank]["reason"] if rank in drained else ""
-        if state == "drained" and reason.startswith(HOUSEKEEPING_REASON):
+        if rank in drained and reason.startswith(HOUSEKEEPING_REASON):
             state = "housekeeping"  # held by its exec worker until the command ends
         groups.setdefault((state, reason), IDSet()).add(rank)
     rows = []
@@ -108,9 +130,11 @@ def _status(args: argparse.Namespace) -> int:
 
 def _drain(args: argparse.Namespace) -> int:
     from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import load_inventory, resource_event
+    from fluxes.store.resources import load_inventory, send_resource_event
 
     inst = instance(args)
+    if args.targets is None:
+        return _list_drained(inst, args)
     inventory = load_inventory(inst)
     rset = inventory.rset()
     try:
@@ -121,6 +145,57 @@ def _drain(args: argparse.Namespace) -> int:
     if unknown:
         die(f"unknown rank(s) {unknown}")
     reason = " ".join(getattr(args, "reason", []) or [])
-    inst.redis.xadd(inst.keys.resource_events,
-                    {"d": resource_event(args.kind, str(ranks), reason)})
+    if args.kind == "drain":
+        ranks = _not_drained_yet(inst, args, ranks)
+        if not ranks:
+            return 0
+    send_resource_event(inst, args.kind, str(ranks), reason)
+    # the next command sees it: wait (briefly) until the scheduler has applied it
+    _summary(inst)
+    return 0
+
+
+def _not_drained_yet(inst: Instance, args: argparse.Namespace, ranks: IDSet) -> IDSet:
+    """The ranks to drain: all of them with ``--force``, those not drained yet with
+    ``--update``; without either, a target already drained is an error, as in flux."""
+    if args.force:
+        return ranks
+    from fluxes.formats.idset import IDSet
+
+    drained = IDSet(int(r) for r in _summary(inst).get("drained", {}))
+    already = ranks & drained
+    if not already:
+        return ranks
+    if args.update:
+        return ranks - already
+    die(f"rank(s) {already} already drained (--force replaces the reason, --update "
+        "leaves it)")
+
+
+def _list_drained(inst: Instance, args: argparse.Namespace) -> int:
+    """``fluxes resource drain`` alone: the drained targets, grouped by when, state and why."""
+    from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import load_inventory
+
+    summary = _summary(inst)
+    busy = IDSet(summary.get("allocated", {}).get("ranks", ""))
+    groups: dict[tuple[float, str, str], IDSet] = {}
+    for rank_s, info in summary.get("drained", {}).items():
+        rank = int(rank_s)
+        state = "draining" if rank in busy else "drained"
+        key = (float(info.get("timestamp") or 0.0), state, str(info.get("reason", "")))
+        groups.setdefault(key, IDSet()).add(rank)
+    rset = load_inventory(inst).rset()
+    rows = sorted(groups.items())
+    if args.json:
+        print_json({"drained": [{"timestamp": when, "state": state, "reason": reason,
+                                 "ranks": str(ranks),
+                                 "nodelist": str(rset.copy_ranks(ranks).hostlist)}
+                                for (when, state, reason), ranks in rows]})
+        return 0
+    if not args.no_header:
+        print(f"{'TIME':<12} {'STATE':<8} {'REASON':<30} NODELIST")
+    for (when, state, reason), ranks in rows:
+        shown = time.strftime("%b%d %H:%M", time.localtime(when)) if when else "-"
+        print(f"{shown:<12} {state:<8} {reason:<30} {rset.copy_ranks(ranks).hostlist}")
     return 0

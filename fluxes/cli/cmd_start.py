@@ -73,16 +73,25 @@ def _launcher(args: argparse.Namespace) -> Launcher:
             config_text = Path(args.config).read_text()
         except OSError as exc:
             die(f"{args.config}: {exc.strerror}")
-    state = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="fluxes-"))
     if args.partitions < 1:
         die("--partitions must be >= 1")
     if args.web is not None and not 0 < args.web < 65536:
         die("--web: want a port number 1-65535")
-    return Launcher(state_dir=state, nodes=args.nodes, cores_per_node=args.cores_per_node,
-                    gpus_per_node=args.gpus_per_node, config_text=config_text,
-                    redis_url=args.redis, namespace=args.namespace,
-                    partitions=args.partitions, appendfsync=args.appendfsync,
-                    require_auth=args.require_auth, web_port=args.web)
+    # the temporary directory last, and gone again if the launcher refuses the
+    # arguments: a start refused before it starts leaves nothing behind
+    state = Path(args.state_dir) if args.state_dir else Path(tempfile.mkdtemp(prefix="fluxes-"))
+    try:
+        return Launcher(state_dir=state, nodes=args.nodes, cores_per_node=args.cores_per_node,
+                        gpus_per_node=args.gpus_per_node, config_text=config_text,
+                        redis_url=args.redis, namespace=args.namespace,
+                        partitions=args.partitions, appendfsync=args.appendfsync,
+                        require_auth=args.require_auth, web_port=args.web)
+    except BaseException:
+        if not args.state_dir:
+            import shutil
+
+            shutil.rmtree(state, ignore_errors=True)
+        raise
 
 
 def _check_shared_redis(args: argparse.Namespace) -> None:
@@ -105,10 +114,10 @@ def _start(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command[:1] == ["--"]:
         command = command[1:]
+    if args.detach and command:
+        die("start: --detach takes no COMMAND")
     launcher = _launcher(args)
     if args.detach:
-        if command:
-            die("start: --detach takes no COMMAND")
         return _detach(launcher, temporary=args.state_dir is None)
     if not command:
         command = [os.environ.get("SHELL", "/bin/sh")]

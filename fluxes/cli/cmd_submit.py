@@ -80,6 +80,11 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                        help="send SIG TIME before the time limit (default SIGUSR1@60)")
     attrs.add_argument("--setattr", action="append", default=[], metavar="KEY=VAL",
                        help="set a jobspec attribute, e.g. system.exec.test.run_duration=1s")
+    attrs.add_argument("-o", "--setopt", action="append", default=[], metavar="OPT[=VAL]",
+                       help="set a shell option, e.g. pmi=off, cpu-affinity=per-task "
+                            "(VAL read as JSON when it parses; default 1)")
+    attrs.add_argument("--taskmap", metavar="SCHEME[:VALUE]",
+                       help="task rank order: block (default), cyclic, cyclic:N, manual:MAP")
 
 
 def environment_from(rules: list[str], removes: list[str]) -> dict[str, str | None]:
@@ -142,6 +147,37 @@ def _set_attr(attributes: dict[str, Any], text: str) -> None:
     node[parts[-1]] = value
 
 
+def _set_shell_options(attributes: dict[str, Any], args: argparse.Namespace) -> None:
+    """``-o OPT[=VAL]`` and ``--taskmap``: ``attributes.system.shell.options`` (flux's)."""
+    from fluxes.domain.exec.taskorder import parse_taskmap
+
+    texts = list(getattr(args, "setopt", None) or [])
+    taskmap = getattr(args, "taskmap", None)
+    if taskmap is not None:
+        try:
+            parse_taskmap(taskmap)
+        except ValueError as exc:
+            raise UsageError(f"--taskmap: {exc}") from None
+        scheme, _sep, tail = taskmap.partition(":")
+        texts.append("taskmap=" + orjson.dumps({"scheme": scheme, "value": tail}).decode())
+    for text in texts:
+        name, sep, raw = text.partition("=")
+        if not name:
+            raise UsageError(f"-o/--setopt: expected OPT[=VAL], got {text!r}")
+        parsed: Any = 1
+        if sep:
+            try:
+                parsed = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                parsed = raw
+        system = attributes.setdefault("system", {})
+        shell = system.setdefault("shell", {}) if isinstance(system, dict) else None
+        options = shell.setdefault("options", {}) if isinstance(shell, dict) else None
+        if not isinstance(options, dict):
+            raise UsageError("-o/--setopt: attributes.system.shell.options is not a table")
+        options[name] = parsed
+
+
 def _set_bank(attributes: dict[str, Any], bank: str) -> None:
     """``-B/--bank``: flux-accounting's ``attributes.system.bank``."""
     system = attributes.get("system")
@@ -167,6 +203,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     attributes: dict[str, Any] = {}
     for text in args.setattr:
         _set_attr(attributes, text)
+    _set_shell_options(attributes, args)
     if getattr(args, "bank", None):
         _set_bank(attributes, args.bank)
     constraints = parse_requires(args.requires) if args.requires else None
@@ -295,7 +332,8 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
             "-t, -q, --job-name, --dependency, --setattr, --urgency and --cc apply)")
     spec = Jobspec.from_file(path)
     if not (args.time_limit or args.queue or args.job_name or args.dependency
-            or args.setattr or getattr(args, "bank", None)
+            or args.setattr or getattr(args, "bank", None) or getattr(args, "setopt", None)
+            or getattr(args, "taskmap", None)
             or getattr(args, "input", None) is not None
             or getattr(args, "signal", None) is not None):
         return spec
@@ -303,6 +341,7 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
     attributes = doc.setdefault("attributes", {})
     for text in args.setattr:
         _set_attr(attributes, text)
+    _set_shell_options(attributes, args)
     _shell_options(args, attributes)
     system = attributes.setdefault("system", {})
     if args.time_limit:

@@ -43,6 +43,8 @@ def _update(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(orjson.dumps(applied).decode() + "\n")
     elif args.verbose:
+        from fluxes.cli.display import fmt_id
+
         for key, value in applied.items():
-            print(f"{args.id}: updated {key} to {orjson.dumps(value).decode()}")
+            print(f"{fmt_id(int(args.id))}: updated {key} to {orjson.dumps(value).decode()}")
     return 0

@@ -40,7 +40,21 @@ def _web(args: argparse.Namespace) -> int:
 
     parse_listen(args.listen)  # a typo fails before connecting
     inst = instance(args)
-    secret, warning = session_secret(inst.config(), args.secret_file, args.insecure_dev)
+    config = inst.config()
+    secret_file = args.secret_file
+    if not (secret_file or config.web.secret or config.web.secret_file or args.insecure_dev):
+        secret_file = _state_dir_secret(inst.uri.redis_url)
+    secret, warning = session_secret(config, secret_file, args.insecure_dev)
     if warning:
         print(f"fluxes {warning}", file=sys.stderr)
     return serve(inst, args.listen, secret, secure_cookies=args.secure_cookies)
+
+
+def _state_dir_secret(redis_url: str) -> str | None:
+    """Inside a private instance its owner runs, the secret of its state directory
+    (the one ``fluxes start --web`` uses, made now if it has none yet)."""
+    from fluxes.proc.state_dir import private_state_dir, web_secret_file
+    from fluxes.store.security import generate_password
+
+    state = private_state_dir(redis_url)
+    return None if state is None else str(web_secret_file(state, generate_password()))

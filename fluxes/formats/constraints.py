@@ -285,11 +285,16 @@ def _parse_properties(values: Sequence[object],
 
 
 def _parse_ranks(values: Sequence[object], item: Callable[[int], tuple[str, ...]]) -> Constraint:
-    """The ``ranks`` operator's list of idset strings."""
+    """The ``ranks`` operator's list of idset strings (or single ranks as integers).
+
+    RFC 31 asks for values "compatible with" RFC 22 idsets; flux also takes a
+    bare integer rank (``{"ranks": [0]}``), so fluxes does too.
+    """
     ids = IDSet()
-    for i, value in enumerate(values):
+    for i, raw in enumerate(values):
+        value = str(raw) if isinstance(raw, int) and not isinstance(raw, bool) else raw
         if not isinstance(value, str):
-            raise ValueError(f"{_path(item(i))}: expected an idset string, "
+            raise ValueError(f"{_path(item(i))}: expected an idset string or a rank, "
                              f"got {type(value).__name__}")
         try:
             ids |= IDSet(value)

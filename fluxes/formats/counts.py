@@ -117,8 +117,9 @@ class Count:
 
     Iterating a count yields its accepted values in ascending order.  An
     unbounded count stops at ``MAX_COUNT``, the largest count there is (as
-    flux-core's iteration stops at its ``COUNT_MAX``), so ``2+:2:*`` yields
-    2, 4, ..., 2**31; :meth:`values` with a limit stops earlier.
+    flux-core's iteration stops at its ``COUNT_MAX``), so ``2+:2`` yields
+    2, 4, ..., 2**31; :meth:`values` with a limit stops earlier.  Only ``+``
+    ranges may be unbounded: ``2+:2:*`` is refused, as flux refuses it.
     """
 
     min: int
@@ -143,6 +144,12 @@ class Count:
             raise ValueError(f"operand ({operand}) must be >= 2 for operator '{self.operator}'")
         if self.operator == "^" and low < 2:
             raise ValueError(f"min ({low}) must be >= 2 for operator '^'")
+        if self.max is None and self.operator in ("*", "^"):
+            # flux refuses these too: a geometric range without a max has no
+            # end a scheduler could search towards, only MAX_COUNT.
+            raise ValueError(
+                f"an unbounded range with operator '{self.operator}' has no end: give a max"
+            )
         if low == self.max:
             # A single accepted value is the same count however it was
             # written; normalising keeps equality and encode() round trips exact.
@@ -374,7 +381,7 @@ class Count:
 
     def encode(self) -> str:
         """The compact string form: ``"4"``, ``"1-4"``, ``"2+"``, ``"1-9:2"``,
-        ``"2-16:2:*"``, ``"2+:2:^"`` or an idset such as ``"1,3,5-7"``.
+        ``"2-16:2:*"``, ``"2-256:2:^"`` or an idset such as ``"1,3,5-7"``.
 
         ``Count.decode(c.encode()) == c`` for every count ``c``.
         """

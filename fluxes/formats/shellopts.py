@@ -28,8 +28,8 @@ from typing import Any, Final
 from fluxes.formats import fsd
 
 __all__ = ["DEFAULT_SIGNAL", "DEFAULT_TIMELEFT", "MAX_STDIN_BYTES", "input_option",
-           "parse_signal_name", "parse_signal_option", "per_resource_option",
-           "per_resource_shape", "stdin_data"]
+           "parse_signal_name", "parse_signal_option", "per_resource_count",
+           "per_resource_option", "per_resource_shape", "stdin_data"]
 
 #: flux's defaults for ``--signal`` without SIG or TIME.
 DEFAULT_SIGNAL: Final = int(signal.SIGUSR1)
@@ -38,6 +38,15 @@ DEFAULT_TIMELEFT: Final = 60.0
 #: The most stdin ``fluxes run`` forwards (it travels inside the jobspec, whose
 #: whole size is bounded by 1 MiB).
 MAX_STDIN_BYTES: Final = 512 * 1024
+
+
+def per_resource_count(jobspec: Any) -> dict[str, Any] | None:
+    """The task count ``shell.options.per-resource`` puts in place of the jobspec's
+    (``{"per_resource": {...}}``), None without it."""
+    node = jobspec
+    for key in ("attributes", "system", "shell", "options", "per-resource"):
+        node = node.get(key) if isinstance(node, dict) else None
+    return None if node is None else {"per_resource": node}
 
 
 def per_resource_option(kind: str, count: int) -> dict[str, Any]:

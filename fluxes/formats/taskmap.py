@@ -32,6 +32,38 @@ def block_map(counts: Sequence[int]) -> list[Block]:
     return blocks
 
 
+def from_nodes(nodes: Sequence[int]) -> list[Block]:
+    """The RFC 34 map of any placement: ``nodes[t]`` is the node id of task rank ``t``.
+
+    Runs of consecutive tasks on one node make (node, 1, ppn) entries, runs of
+    those with the same ppn on consecutive nodes merge into one entry, and an
+    entry equal to the one before it repeats it (a cyclic placement of 2x2 is
+    ``[[0, 2, 1, 2]]``, a block one ``[[0, 2, 2, 1]]``).
+    """
+    if not nodes or any(n < 0 for n in nodes):
+        raise ValueError("a task map needs at least one task and no negative node id")
+    runs: list[list[int]] = []  # [node, count]
+    for node in nodes:
+        if runs and runs[-1][0] == node:
+            runs[-1][1] += 1
+        else:
+            runs.append([node, 1])
+    triples: list[list[int]] = []  # [start, nnodes, ppn]
+    for node, ppn in runs:
+        last = triples[-1] if triples else None
+        if last is not None and last[2] == ppn and last[0] + last[1] == node:
+            last[1] += 1
+        else:
+            triples.append([node, 1, ppn])
+    blocks: list[Block] = []
+    for start, nnodes, ppn in triples:
+        if blocks and blocks[-1][:3] == (start, nnodes, ppn):
+            blocks[-1] = (start, nnodes, ppn, blocks[-1][3] + 1)
+        else:
+            blocks.append((start, nnodes, ppn, 1))
+    return blocks
+
+
 def encode(blocks: Sequence[Block]) -> str:
     """The map wrapped in its version object, as flux prints it."""
     return orjson.dumps({"version": 1, "map": [list(b) for b in blocks]}).decode()
@@ -55,7 +87,7 @@ def raw(blocks: Sequence[Block]) -> str:
 
 
 def pmi(blocks: Sequence[Block]) -> str:
-    """PMI-1's ``PMI_process_mapping`` (a block map has no repeats to spell out)."""
+    """PMI-1's ``PMI_process_mapping`` (RFC 13: repeated blocks spelt out)."""
     parts = []
     for start, nnodes, ppn, repeat in blocks:
         parts += [f"({start},{nnodes},{ppn})"] * repeat

@@ -175,6 +175,15 @@ class Signal(Message, tag="signal", frozen=True):
     signal: Annotated[int, msgspec.Meta(ge=1, le=64)]
 
 
+class PmiWake(Message, tag="pmi", frozen=True):
+    """A job's PMI barrier ``round`` completed on every rank (``error``: it never will,
+    the job is broken), written by the rank whose step ended it (``fluxes/store/lua/pmi.lua``)."""
+
+    id: int
+    round: Annotated[int, msgspec.Meta(ge=1)]
+    error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
+
+
 class Command(Message, tag="command", frozen=True):
     """Run ``argv`` on this rank as the instance owner (``fluxes exec``), its output and
     wait status written to the reply stream of ``token`` (fluxes/proc/remote_exec.py)."""
@@ -186,7 +195,7 @@ class Command(Message, tag="command", frozen=True):
     env: dict[str, str] | None = None
 
 
-ExecRequest = Start | Kill | Signal | Command
+ExecRequest = Start | Kill | Signal | PmiWake | Command
 
 
 class ExecReport(Message, tag="exec", frozen=True):

@@ -27,6 +27,7 @@ from fluxes.env import DEFAULT_NAMESPACE
 from fluxes.errors import ConfigError, FluxesError
 from fluxes.proc.lifetime import die_with_parent
 from fluxes.proc.redis_server import RedisServer
+from fluxes.proc.state_dir import web_secret_file
 from fluxes.store import acl
 from fluxes.store.connection import connect
 from fluxes.store.errors import Client
@@ -275,11 +276,7 @@ class Launcher:
                 "--listen", f"127.0.0.1:{self.web_port}"]
         web = InstanceConfig.from_toml(self.config_text).web
         if not (web.secret or web.secret_file):
-            path = self.state_dir / "web-secret"
-            if not path.exists():
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(generate_password())
+            path = web_secret_file(self.state_dir, generate_password())
             args += ["--secret-file", str(path)]
         return WorkerSpec("web", args)
 

@@ -54,3 +54,8 @@ def data_fd(spec: Mapping[str, Any]) -> int | None:
         os.close(fd)
         raise
     return fd
+
+
+def task_stdin(fd: int | None, task_rank: int) -> dict[int, int]:
+    """``{0: fd}`` for task 0 when the job has captured stdin, else nothing."""
+    return {0: fd} if fd is not None and task_rank == 0 else {}

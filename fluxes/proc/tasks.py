@@ -30,7 +30,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fluxes.domain.exec.adoption import marker
 from fluxes.domain.exec.jobs import STREAMS, ExecJob, RunPlan, TaskProc, wait_result
@@ -46,8 +46,12 @@ from fluxes.domain.exec.layout import (
     task_command,
     task_environment,
 )
+from fluxes.domain.exec.pmi import STALE_VARIABLES, without_stale
 from fluxes.proc.exec_files import TaskFiles, close_stream, high_fd
-from fluxes.proc.stdin import data_fd, with_input_file
+from fluxes.proc.stdin import data_fd, task_stdin, with_input_file
+
+if TYPE_CHECKING:
+    from fluxes.proc.pmi_server import Served
 
 SH = "/bin/sh"
 #: The task wrapper: $1 cwd, $2 status file prefix, $3/$4 files the task's
@@ -204,6 +208,11 @@ class TaskWatcher:
     def add(self, fd: int) -> None:
         """Also wake on ``fd`` becoming readable (until :meth:`reset`)."""
         self.poller.register(fd, select.POLLIN)
+
+    def remove(self, fd: int) -> None:
+        """Stop waking on ``fd`` (added with :meth:`add`)."""
+        with contextlib.suppress(KeyError, ValueError):
+            self.poller.unregister(fd)
 
     def watch(self, key: tuple[int, int], task: TaskProc) -> None:
         """Get a pidfd for ``task`` so its exit wakes the loop (Linux >= 5.3).
@@ -371,8 +380,12 @@ class Launcher:
                               else 126)
         return Prepared(run_argv, cwd, env, account)
 
-    def launch(self, job: ExecJob, plan: RunPlan, prepared: Prepared) -> None:
+    def launch(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
+               pmi: Served | None = None) -> None:
         """Spawn ``job``'s tasks on its rank (appended to ``job.tasks`` and watched).
+
+        ``pmi``, the job's PMI server on this rank, hands each task its socket
+        (``PMI_FD`` and the rest of its environment, :mod:`fluxes.proc.pmi_server`).
 
         ValueError when a user output file cannot be opened (nothing runs);
         a failed spawn is the job's error, the tasks already started killed.
@@ -401,18 +414,22 @@ class Launcher:
                 files.close()
                 raise ValueError(f"cannot open output file {exc.filename!r}: "
                                  f"{exc.strerror}") from None
+        if any(name in prepared.env for name in STALE_VARIABLES):
+            # submitted from inside another job: its PMI descriptors mean nothing here
+            prepared = prepared._replace(env=without_stale(prepared.env))
         stdin = data_fd(plan.spec) if 0 in plan.share.task_ranks else None
         if stdin is not None:
             prepared = prepared._replace(stdin=stdin)
         try:
-            self._spawn_all(job, plan, prepared, files, paths)
+            self._spawn_all(job, plan, prepared, files, paths, pmi)
         finally:
             files.close()
             if stdin is not None:
                 os.close(stdin)
 
     def _spawn_all(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
-                   files: OutputFiles, paths: Mapping[tuple[int, int], str]) -> None:
+                   files: OutputFiles, paths: Mapping[tuple[int, int], str],
+                   pmi: Served | None = None) -> None:
         """Spawn every task; on failure kill what was started and record the error."""
         spec, share = plan.spec, plan.share
         gpu_affinity = shell_option(spec, "gpu-affinity")
@@ -423,9 +440,8 @@ class Launcher:
                 actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull,
                                                    os.O_RDONLY, 0)]
                 proc = TaskProc(task.rank, 0, True)
-                fds: dict[int, int] = {}  # task fd -> the worker's fd it is a copy of
-                if prepared.stdin is not None and task.rank == 0:
-                    fds[0] = prepared.stdin
+                # task fd -> the worker's fd it is a copy of
+                fds: dict[int, int] = task_stdin(prepared.stdin, task.rank)
                 appends = ["", ""]  # files the wrapper opens as the task's user
                 for flag, sname, suffix, fd_no in STREAMS:
                     user_path = paths.get((task.rank, fd_no))
@@ -440,6 +456,10 @@ class Launcher:
                 task_env = task_environment(prepared.env, jobid=job.id, layout=plan.layout,
                                             share=share, task=task, cwd=prepared.cwd,
                                             uri=self.uri, gpu_affinity=gpu_affinity)
+                pass_fds: tuple[int, ...] = ()
+                if pmi is not None:
+                    task_env.update(pmi.env(task.rank))
+                    pass_fds = (pmi.inherit(task.rank),)
                 status_prefix = self.files.path(job.rank, job.id, task.rank, "st",
                                                 self.files.owner_of(job))
                 wrapper_argv = ["sh", "-c", WRAPPER, marker(self.ns, job.rank, job.id, task.rank),
@@ -459,11 +479,14 @@ class Launcher:
                                                   setsigdef=_SIGDEF, setsigmask=())
                     else:
                         proc.pid = self._spawn_as(prepared.account, wrapper_argv, task_env,
-                                                  fds)
+                                                  fds, pass_fds)
                 except OSError:
                     for stream in proc.streams:
                         close_stream(stream)
                     raise
+                finally:
+                    if pmi is not None:
+                        pmi.spawned(task.rank)
                 self.watcher.children.add(proc.pid)
                 self.watcher.watch(job.key, proc)
                 job.tasks.append(proc)
@@ -478,12 +501,13 @@ class Launcher:
                     os.sched_setaffinity(0, saved)
 
     def _spawn_as(self, account: Account, argv: list[str], env: Mapping[str, str],
-                  fds: Mapping[int, int]) -> int:
+                  fds: Mapping[int, int], pass_fds: tuple[int, ...] = ()) -> int:
         """Start the wrapper as ``account`` (see the module's docstring); its pid."""
         popen = subprocess.Popen(  # noqa: S603 (the wrapper; the job's command is "$@")
             argv, executable=SH, stdin=fds.get(0, subprocess.DEVNULL),
             stdout=fds.get(1, subprocess.DEVNULL), stderr=fds.get(2, subprocess.DEVNULL),
-            env=env, cwd="/", close_fds=True, start_new_session=True, restore_signals=True,
+            env=env, cwd="/", close_fds=True, pass_fds=pass_fds, start_new_session=True,
+            restore_signals=True,
             user=account.uid, group=account.gid, extra_groups=list(account.groups))
         self.watcher.popens[popen.pid] = popen
         return popen.pid

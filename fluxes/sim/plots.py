@@ -17,17 +17,63 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from fluxes.sim.engine import Outcome
 
-__all__ = ["BINS", "binned", "plot_runs"]
+__all__ = ["BINS", "Frame", "binned", "frame_of", "plot_runs", "time_unit"]
 
 #: Bins of the utilization and queue-length curves.
 BINS: Final = 400
-#: The default Gantt window (seconds from the first submission).
+#: The longest default Gantt window (seconds from the first submission).
 GANTT_WINDOW: Final = 86400.0
+
+
+def time_unit(span: float) -> tuple[float, str]:
+    """The unit an axis spanning ``span`` seconds counts in: (seconds per unit, its name)."""
+    if span <= 600:
+        return 1.0, "seconds"
+    if span <= 3 * 3600:
+        return 60.0, "minutes"
+    if span <= 4 * 86400:
+        return 3600.0, "hours"
+    return 86400.0, "days"
+
+
+@dataclass(frozen=True)
+class Frame:
+    """Where the plots of one simulation look: bins, time units and the Gantt window,
+    all taken from the trace's own span, so that a 400 s trace is not drawn on a day."""
+
+    span: float
+    bins: int
+    #: the curves' x axis: seconds per unit, and its name
+    unit_s: float
+    unit: str
+    #: the Gantt chart's window (seconds from the first submission) and its unit
+    gantt: tuple[float, float]
+    gantt_unit_s: float
+    gantt_unit: str
+
+    @property
+    def bin_label(self) -> str:
+        """A bin's width in words (``1 s``, ``12 min``, ``2.5 h``)."""
+        return duration_label(self.span / self.bins)
+
+
+def frame_of(start: float, end: float, window: tuple[float, float] | None = None) -> Frame:
+    """The frame of a trace from ``start`` (the first submission) to ``end`` (the last end).
+
+    Bins are never narrower than a second (a 400 s trace has 400 of 1 s, a year
+    :data:`BINS`); each axis counts seconds, minutes, hours or days by what it
+    spans; the Gantt window is ``window`` or the trace's span, at most a day.
+    """
+    span = max(end - start, 1.0)
+    gantt = window if window is not None else (0.0, min(GANTT_WINDOW, span))
+    return Frame(span, max(1, min(BINS, int(span))), *time_unit(span),
+                 gantt, *time_unit(gantt[1] - gantt[0]))
 
 
 def binned(series: Sequence[tuple[float, int, int]], column: int, start: float, end: float,
@@ -71,7 +117,7 @@ def plot_runs(outcomes: Sequence[Outcome], directory: str | Path,
     """Write the four plots of ``outcomes`` into ``directory`` (created); their paths.
 
     ``window`` is the Gantt chart's time window in seconds from the first
-    submission (default: its first day).
+    submission (default: the trace's span, at most its first day).
     """
     if not outcomes:
         raise ValueError("nothing to plot")
@@ -84,26 +130,27 @@ def plot_runs(outcomes: Sequence[Outcome], directory: str | Path,
     end = max((r.end for o in outcomes for r in o.runs if r.end is not None), default=start)
     if end <= start:
         end = start + 1.0
-    paths = [_curve(plt, outcomes, out / "utilization.png", 1, start, end,
+    frame = frame_of(start, end, window)
+    paths = [_curve(plt, outcomes, out / "utilization.png", 1, start, end, frame,
                     "cores in use (%)", "Utilization"),
-             _curve(plt, outcomes, out / "queue.png", 2, start, end,
+             _curve(plt, outcomes, out / "queue.png", 2, start, end, frame,
                     "jobs waiting", "Queue length"),
              _cdf(plt, outcomes, out / "wait_cdf.png"),
-             _gantt(plt, outcomes, out / "gantt.png", start, window)]
+             _gantt(plt, outcomes, out / "gantt.png", start, frame)]
     return paths
 
 
 def _curve(plt: Any, outcomes: Sequence[Outcome], path: Path, column: int, start: float,
-           end: float, ylabel: str, title: str) -> Path:
+           end: float, frame: Frame, ylabel: str, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(10, 4))
     for o in outcomes:
-        xs, ys = binned(o.series, column, start, end)
+        xs, ys = binned(o.series, column, start, end, frame.bins)
         if column == 1:
             ys = [100.0 * y / o.machine.cores for y in ys]
-        ax.plot([(x - start) / 3600.0 for x in xs], ys, label=o.label, linewidth=1.2)
-    ax.set_xlabel("hours from the first submission")
+        ax.plot([(x - start) / frame.unit_s for x in xs], ys, label=o.label, linewidth=1.2)
+    ax.set_xlabel(f"{frame.unit} from the first submission")
     ax.set_ylabel(ylabel)
-    ax.set_title(f"{title} (mean per {duration_label((end - start) / BINS)})")
+    ax.set_title(f"{title} (mean per {frame.bin_label})")
     if column == 1:
         ax.set_ylim(0, 105)
     ax.grid(alpha=0.3)
@@ -115,7 +162,9 @@ def _curve(plt: Any, outcomes: Sequence[Outcome], path: Path, column: int, start
 
 
 def duration_label(seconds: float) -> str:
-    """``12 min`` or ``2.5 h``: a bin's width in words."""
+    """``2 s``, ``12 min`` or ``2.5 h``: a bin's width in words."""
+    if seconds < 90:
+        return f"{seconds:.3g} s"
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
 
 
@@ -142,11 +191,12 @@ def _cdf(plt: Any, outcomes: Sequence[Outcome], path: Path) -> Path:
 
 
 def _gantt(plt: Any, outcomes: Sequence[Outcome], path: Path, start: float,
-           window: tuple[float, float] | None) -> Path:
+           frame: Frame) -> Path:
     from matplotlib.collections import PolyCollection
 
-    lo, hi = window if window is not None else (0.0, GANTT_WINDOW)
+    lo, hi = frame.gantt
     t0, t1 = start + lo, start + hi
+    scale = frame.gantt_unit_s
     fig, axes = plt.subplots(len(outcomes), 1, figsize=(11, 3.2 * len(outcomes) + 0.8),
                              squeeze=False, sharex=True)
     cmap = plt.get_cmap("tab20")
@@ -163,8 +213,8 @@ def _gantt(plt: Any, outcomes: Sequence[Outcome], path: Path, start: float,
                 continue
             if run.end <= t0 or run.start >= t1:
                 continue
-            x0 = (max(run.start, t0) - start) / 3600.0
-            x1 = (min(run.end, t1) - start) / 3600.0
+            x0 = (max(run.start, t0) - start) / scale
+            x1 = (min(run.end, t1) - start) / scale
             colour = cmap(zlib.crc32(run.job.user.encode()) % 20)
             for rank, mask in run.masks.items():
                 base = offsets.get(rank, 0)
@@ -174,11 +224,11 @@ def _gantt(plt: Any, outcomes: Sequence[Outcome], path: Path, start: float,
                     colours.append(colour)
         ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="black",
                                          linewidths=0.1))
-        ax.set_xlim((t0 - start) / 3600.0, (t1 - start) / 3600.0)
+        ax.set_xlim((t0 - start) / scale, (t1 - start) / scale)
         ax.set_ylim(0, row)
         ax.set_ylabel("core")
         ax.set_title(f"{o.label}: jobs by core (colour: user)")
-    axes[-1][0].set_xlabel("hours from the first submission")
+    axes[-1][0].set_xlabel(f"{frame.gantt_unit} from the first submission")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

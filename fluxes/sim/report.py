@@ -62,14 +62,8 @@ def report_text(summary: Mapping[str, Any], inputs: Mapping[str, Any] | None = N
     lines = [f"policy      {summary['label']} on {summary['machine']['description']}"]
     for queue, policy in summary["policies"].items():
         lines.append(f"            queue {queue}: {policy}")
-    refused = f", {jobs['refused']:,} refused by the ingest" if jobs["refused"] else ""
-    lines.append(f"jobs        {jobs['simulated']:,} simulated, {jobs['ran']:,} ran{refused}")
-    if jobs["refused"]:
-        reasons = jobs["refused_by_reason"]
-        shown = dict(list(reasons.items())[:TOP_REASONS])
-        more = f"; and {len(reasons) - len(shown)} more reasons (--json has all)" \
-            if len(reasons) > len(shown) else ""
-        lines.append(f"            refused: {_counts(shown)}{more}")
+    lines.append(f"jobs        {jobs['simulated']:,} simulated, {jobs['ran']:,} ran")
+    _add_refused(lines, jobs)
     lines.append("            results: " + ", ".join(f"{name} {n:,}" for name, n in
                                                     jobs["results"].items()))
     if inputs:
@@ -101,6 +95,23 @@ def report_text(summary: Mapping[str, Any], inputs: Mapping[str, Any] | None = N
     return lines
 
 
+def _add_refused(lines: list[str], jobs: Mapping[str, Any]) -> None:
+    """Say on the ``jobs`` line (the last of ``lines``) how many jobs the ingest
+    refused, and why on the next.
+
+    Its checks depend on the machine and queues, not the policy, so every run
+    of a comparison refused the same jobs and one report of them serves all.
+    """
+    if not jobs["refused"]:
+        return
+    reasons = jobs["refused_by_reason"]
+    shown = dict(list(reasons.items())[:TOP_REASONS])
+    more = f"; and {len(reasons) - len(shown)} more reasons (--json has all)" \
+        if len(reasons) > len(shown) else ""
+    lines[-1] += f", {jobs['refused']:,} refused by the ingest"
+    lines.append(f"            refused: {_counts(shown)}{more}")
+
+
 def _invariants(inv: Mapping[str, Any]) -> list[str]:
     res = inv.get("reservations", {})
     kept = (f"; reservations kept {res.get('kept', 0):,}, yielded to higher priority "
@@ -118,6 +129,7 @@ def compare_text(summaries: Sequence[Mapping[str, Any]],
     first = summaries[0]
     lines = [f"machine     {first['machine']['description']}",
              f"jobs        {first['jobs']['simulated']:,} simulated"]
+    _add_refused(lines, first["jobs"])
     if inputs and inputs.get("skipped"):
         skipped = inputs["skipped"]
         lines.append(f"input       {sum(skipped.values()):,} skipped: {_counts(skipped)}")

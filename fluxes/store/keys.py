@@ -118,6 +118,11 @@ class Keys:
         the name lets an ACL keep it private (only the owner and the instance owner read)."""
         return f"{self.g}:output:{owner}:{jobid}"
 
+    def pmi(self, owner: int, jobid: int) -> str:
+        """Hash: a job's PMI key-value exchange and barrier rounds between its ranks
+        (``fluxes/store/pmi_kvs.py``); the owner's uid in the name keeps it private."""
+        return f"{self.g}:pmi:{owner}:{jobid}"
+
     @property
     def resource_events(self) -> str:
         """Stream: drain/undrain events for execution targets."""

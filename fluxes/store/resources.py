@@ -8,7 +8,7 @@ same way.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from fluxes.domain.sched.protocol import SchedulerPool
     from fluxes.store.instance import Instance
 
-__all__ = ["LOST_AFTER_S", "load_inventory", "load_pool", "resource_event"]
+__all__ = ["LOST_AFTER_S", "load_inventory", "load_pool", "resource_event",
+           "resource_summary", "send_resource_event"]
 
 #: An exec target whose worker has not heart-beaten for this long is lost (its
 #: jobs fail, its ranks are drained); ``[sched] exec-timeout`` overrides it.
@@ -55,3 +56,38 @@ def load_pool(instance: Instance) -> SchedulerPool:
         return pool_of_table(table)
     except ConfigError as exc:
         raise FluxesError(str(exc)) from None
+
+
+def _stream_id(text: str | bytes) -> tuple[int, int]:
+    """A stream id as a pair that orders as Redis orders ids."""
+    ms, _sep, seq = (text.decode() if isinstance(text, bytes) else text).partition("-")
+    return int(ms), int(seq or 0)
+
+
+def send_resource_event(instance: Instance, kind: str, ranks: str, reason: str = "") -> str:
+    """Append a drain/undrain event; its stream id (what :func:`resource_summary` waits for)."""
+    sid = instance.redis.xadd(instance.keys.resource_events,
+                              {"d": resource_event(kind, ranks, reason)})
+    return sid.decode() if isinstance(sid, bytes) else str(sid)
+
+
+def resource_summary(instance: Instance, timeout: float = 3.0, pause: float = 0.05
+                     ) -> tuple[dict[str, Any] | None, bool]:
+    """The scheduler's published resource summary, read your writes: waits (up to
+    ``timeout`` s) until it has applied every drain/undrain written before this call.
+
+    Returns (the summary or None when none was ever published, whether it is
+    caught up). The scheduler applies the events on its next housekeeping
+    (about a second) and records the last one it applied in the summary.
+    """
+    redis = instance.redis
+    newest = redis.xrevrange(instance.keys.resource_events, count=1)
+    want = _stream_id(newest[0][0]) if newest else (0, 0)
+    deadline = time.monotonic() + timeout
+    while True:
+        raw = redis.get(instance.keys.sched_status)
+        summary: dict[str, Any] | None = orjson.loads(raw) if raw else None
+        applied = _stream_id(str(summary.get("applied", "0-0"))) if summary else (0, 0)
+        if applied >= want or time.monotonic() >= deadline:
+            return summary, applied >= want
+        time.sleep(pause)

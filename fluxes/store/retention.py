@@ -156,9 +156,9 @@ def _purge_chunk(client: redis.Redis, keys: Keys, part: int, ids: list[int], sta
         inactive.append((jobid, named if uid is not None else {}, uid))
     if not inactive:
         return
-    # the output streams (global slot) first: an inactive job's output is final
+    # the output streams and PMI exchanges (global slot) first: an inactive job's are final
     doomed = [key for jobid, _n, uid in inactive
-              for key in ([] if uid is None else [keys.output(uid, jobid)])
+              for key in ([] if uid is None else [keys.output(uid, jobid), keys.pmi(uid, jobid)])
               + child_instance_keys(keys, jobid)]
     execute_grouped(client, [(key, ("UNLINK", key)) for key in doomed])
     script_keys = [keys.journal(part), keys.exec_progress(part)]

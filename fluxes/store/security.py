@@ -132,6 +132,7 @@ def read_patterns(keys: Keys, uid: int) -> list[str]:
         f"{p}:jl:*",  # the job-list read model
         f"{p}:acct:*",  # the usage read model
         f"{g}:output:{uid}:*",  # own jobs' output {ns}:output:<owner uid>:<id>
+        f"{g}:pmi:{uid}:*",  # own jobs' PMI exchange {ns}:pmi:<owner uid>:<id>
         f"{g}:instance",
         f"{g}:queues",
         f"{g}:accounting",

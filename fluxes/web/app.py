@@ -538,7 +538,7 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
     """``POST /actions/drain`` and ``/actions/undrain``: a resource event, as ``fluxes
     resource drain|undrain`` writes it (the instance owner's Redis access needed)."""
     from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import load_inventory, resource_event
+    from fluxes.store.resources import load_inventory, send_resource_event
 
     kind = "undrain" if call.request.url.path.endswith("/undrain") else "drain"
     refused = _need_login(call, f"{kind} nodes")
@@ -559,8 +559,7 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
         return _redirect(call, _back(call), f"{kind}: {exc}", error=True)
     reason = form.get("reason", "").strip()[:200] if kind == "drain" else ""
     try:
-        inst.redis.xadd(inst.keys.resource_events,
-                        {"d": resource_event(kind, str(ranks), reason)})
+        send_resource_event(inst, kind, str(ranks), reason)
     except NoPermissionError:
         return _redirect(call, _back(call), f"{kind}: only the instance owner may do this",
                          error=True)

@@ -241,3 +241,21 @@ def test_submit_bank_option_sets_the_system_attribute(capsys: pytest.CaptureFixt
     path = str(SPEC / "rfc14" / "example1.yaml")
     assert main(["submit", "--dry-run", "--bank=chem", path]) == 0
     assert orjson.loads(capsys.readouterr().out)["attributes"]["system"]["bank"] == "chem"
+
+
+def test_setopt_and_taskmap_set_shell_options(capsys: pytest.CaptureFixture[str]) -> None:
+    import orjson
+
+    assert main(["submit", "--dry-run", "-o", "pmi=off", "--setopt", "cpu-affinity=per-task",
+                 "-o", "verbose", "-o", "limit=3", "--taskmap=cyclic:2", "true"]) == 0
+    options = orjson.loads(capsys.readouterr().out)["attributes"]["system"]["shell"]["options"]
+    assert options == {"pmi": "off", "cpu-affinity": "per-task", "verbose": 1, "limit": 3,
+                       "taskmap": {"scheme": "cyclic", "value": "2"}}
+    path = str(SPEC / "rfc14" / "example1.yaml")
+    assert main(["submit", "--dry-run", "-o", "pmi=off", path]) == 0  # on a file too
+    doc = orjson.loads(capsys.readouterr().out)
+    assert doc["attributes"]["system"]["shell"]["options"] == {"pmi": "off"}
+    for bad in (["--taskmap=spiral"], ["--taskmap=cyclic:0"], ["-o", "=1"]):
+        assert main(["submit", "--dry-run", *bad, "true"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1, err

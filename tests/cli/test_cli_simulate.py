@@ -57,6 +57,12 @@ def test_simulate_text_report_and_compare(capsys: pytest.CaptureFixture[str],
     assert "10 skipped: 4 malformed line (not 18 numbers)" in text
     assert "refused: 1 job requests 16 cores, only 8 exist" in text
     assert "invariants  ok" in text
+    # a comparison says what the ingest refused as the single report does
+    assert main(["simulate", "--swf", str(CASES / "messy.swf"), "--compare", "fcfs,easy",
+                 "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert ", 1 refused by the ingest" in text
+    assert "refused: 1 job requests 16 cores, only 8 exist" in text
     assert main(["simulate", "--swf", str(CASES / "conservative.swf"), "--compare",
                  "easy,conservative", "--json", "--no-progress",
                  "--out", str(tmp_path / "c.swf")]) == 0
@@ -201,3 +207,19 @@ def test_export_round_trip(uri: str, real_redis: redis.Redis, tmp_path: Path,
                  str(tmp_path / "late.jsonl")]) == 0
     late = list(read_records((tmp_path / "late.jsonl").read_bytes().splitlines()))
     assert {r["j"] for r in late} == {5}
+
+
+def test_bench_simulate_compares_policies_on_a_trace(capsys: pytest.CaptureFixture[str]
+                                                     ) -> None:
+    assert main(["bench", "simulate", "--trace", str(CASES / "conservative.swf"),
+                 "--compare", "fcfs,easy", "--json"]) == 0
+    doc = _json_out(capsys)
+    runs = doc["runs"]
+    assert list(runs) == ["fcfs", "easy"] and runs["fcfs"]["vs_fcfs"] == 1.0
+    assert all(run["simulation_s"] > 0 and run["invariants_ok"] for run in runs.values())
+    # the same schedules as fluxes simulate makes of that trace
+    assert runs["easy"]["mean_wait_s"] != runs["fcfs"]["mean_wait_s"]
+    assert doc["jobs"] == len(load_swf((CASES / "conservative.swf").read_text().splitlines()
+                                       ).jobs)
+    assert main(["bench", "simulate", "--compare", "fcfs,lottery"]) == 2
+    assert "unknown policy 'lottery'" in capsys.readouterr().err

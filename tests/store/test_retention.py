@@ -100,6 +100,8 @@ def _jobs(store: EventStore, client: redis.Redis, n: int, done: int) -> list[int
         _advance(store, jobid, len(LIFE) if jobid <= done else 4)
         client.hset(KEYS.exec_progress(0), str(jobid), "{}")
         client.xadd(KEYS.output(ALICE if jobid % 2 else BOB, jobid), {"r": "0", "d": "hi"})
+        # a PMI exchange left behind (a rank lost before it left)
+        client.hset(KEYS.pmi(ALICE if jobid % 2 else BOB, jobid), "k:card-0", "x")
     return ids
 
 
@@ -162,7 +164,8 @@ class RetentionContract:
                                                 store: EventStore) -> None:
         ids = _jobs(store, client, 6, done=4)
         before = {j: _keys_of(client, j) for j in ids}
-        assert all(len(found) >= 3 for found in before.values())  # eventlog, hash, output
+        # eventlog, hash, output, PMI exchange
+        assert all(len(found) >= 4 for found in before.values())
         result = purge(client, KEYS, [1, 2, 3])
         assert result.purged == [1, 2, 3] and not result.active and not result.unknown
         for jobid in (1, 2, 3):

@@ -15,11 +15,14 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from fluxes.cli.main import main
 from fluxes.domain.job.states import JobResult, JobState
+from fluxes.formats.idset import IDSet
 from fluxes.formats.jobid import parse
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
@@ -343,8 +346,7 @@ def test_cancel_in_every_state(uri: str, inst: Instance, tmp_path: Path,
 
 
 def test_drain_and_undrain(uri: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(uri, "resource", "drain", "node0", "testing") == 0
-    time.sleep(1.5)  # the scheduler reads resource events once a second
+    assert run(uri, "resource", "drain", "node0", "testing") == 0  # applied when it returns
     ids = [submit(uri, capsys, "hostname") for _ in range(3)]
     for jobid in ids:
         assert run(uri, "job", "wait", "-t", "60s", str(jobid)) == 0
@@ -354,3 +356,50 @@ def test_drain_and_undrain(uri: str, capsys: pytest.CaptureFixture[str]) -> None
     assert run(uri, "resource", "status") == 0
     assert "testing" in capsys.readouterr().out
     assert run(uri, "resource", "undrain", "node0") == 0
+
+
+def resource_json(uri: str, capsys: pytest.CaptureFixture[str], what: str) -> dict[str, Any]:
+    capsys.readouterr()
+    assert run(uri, "resource", what, "--json") == 0
+    doc: dict[str, Any] = orjson.loads(capsys.readouterr().out)
+    return doc
+
+
+def node0_state(uri: str, capsys: pytest.CaptureFixture[str]) -> str:
+    rows = resource_json(uri, capsys, "status")["targets"]
+    return next(row["state"] for row in rows if 0 in IDSet(row["ranks"]))
+
+
+def test_a_drain_is_seen_by_the_next_command_and_a_node_is_in_one_column(
+        uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    jobid = submit(uri, capsys, "-N1", "--requires=node0", "sleep", "300")
+    wait_event(uri, jobid, "start")
+    assert run(uri, "resource", "drain", "node0", "bad DIMM") == 0
+    # at once: node0 is draining (its job still runs), listed allocated and not down
+    assert node0_state(uri, capsys) == "draining"
+    listing = resource_json(uri, capsys, "list")
+    assert listing["allocated"]["ranks"] == "0" and listing["down"]["ranks"] == ""
+    assert run(uri, "cancel", str(jobid)) == 0
+    wait_event(uri, jobid, "clean")
+    deadline = time.monotonic() + 30  # the scheduler republishes once a second
+    while node0_state(uri, capsys) != "drained":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    listing = resource_json(uri, capsys, "list")
+    assert listing["down"]["ranks"] == "0" and "0" not in listing["allocated"]["ranks"]
+    # as flux: drain alone lists; a second drain is refused without -f (replace) or -u
+    capsys.readouterr()
+    assert run(uri, "resource", "drain") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["TIME", "STATE", "REASON", "NODELIST"]
+    assert lines[1].split()[2:] == ["drained", "bad", "DIMM", "node0"]
+    assert run(uri, "resource", "drain", "node0", "other") == 1
+    assert "already drained" in capsys.readouterr().err
+    assert run(uri, "resource", "drain", "-u", "node[0-1]", "update") == 0
+    rows = resource_json(uri, capsys, "drain")["drained"]
+    assert {(r["ranks"], r["reason"]) for r in rows} == {("0", "bad DIMM"), ("1", "update")}
+    assert run(uri, "resource", "drain", "-f", "node0", "replaced") == 0
+    rows = resource_json(uri, capsys, "drain")["drained"]
+    assert {(r["ranks"], r["reason"]) for r in rows} == {("0", "replaced"), ("1", "update")}
+    assert run(uri, "resource", "undrain", "node[0-1]") == 0
+    assert node0_state(uri, capsys) == "online"

@@ -128,6 +128,11 @@ def test_update_of_a_pending_job_is_checked_and_recorded(
     # the next relative update starts from the updated duration
     assert cli(uri, "update", "-n", str(jobid), "duration=-1m") == 0
     assert capsys.readouterr().out == '{"attributes.system.duration":360.0}\n'
+    # -v names the job as every other command does: in F58, whatever form was typed
+    assert cli(uri, "update", "-v", str(jobid), "name=renamed2") == 0
+    assert capsys.readouterr().out == f'{encode(jobid, "f58")}: updated ' \
+        'attributes.system.job.name to "renamed2"\n'
+    assert cli(uri, "update", str(jobid), "name=renamed") == 0
     # released, it runs in its new queue under its new name
     assert cli(uri, "job", "urgency", str(jobid), "default") == 0
     assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) == 0

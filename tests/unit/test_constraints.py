@@ -53,7 +53,7 @@ def holds(c: dict[str, Any], rank: int, rs: ResourceSet) -> bool:
         host = rs.hostname(rank)
         return host is not None and any(host in list(Hostlist(v)) for v in values)
     if op == "ranks":
-        return any(rank in IDSet(v) for v in values)
+        return any(rank in IDSet(str(v)) for v in values)
     results = [holds(child, rank, rs) for child in values]
     if op == "and":
         return all(results)

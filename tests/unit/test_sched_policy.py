@@ -729,3 +729,26 @@ def test_a_quick_pass_on_a_full_machine_looks_at_nothing() -> None:
     assert started(result) == [3] and result.considered == 1
     result = sched.schedule(0.0)  # a full pass annotates every job it considers
     assert result.considered == 997 and len(result.annotations) == 997
+
+
+def test_a_quick_backfill_pass_passes_over_jobs_bigger_than_what_is_free() -> None:
+    # 1 of 4 cores free: job 1 (4 cores) is reserved for when the runner ends, jobs
+    # 2..500 (2 cores) cannot start and are not looked at, job 501 (1 core, short)
+    # backfills; a full pass tells every one of them why it waits.
+    def backlog(policy: str) -> Scheduler:
+        pool = pool_of(1, 4)
+        pool.alloc(cores(3, duration=100.0), 9999, now=0.0)
+        sched = sched_of(pool, policy)
+        sched.add(job(1, cores(4)))
+        for i in range(2, 501):
+            sched.add(job(i, cores(2)))
+        sched.add(job(501, cores(1, duration=5.0)))
+        return sched
+
+    quick = backlog("easy").schedule(0.0, full=False)
+    assert started(quick) == [501]
+    assert set(quick.annotations) == {1} and quick.reserved == {1: 100.0}
+    full = backlog("easy").schedule(0.0)
+    assert started(full) == [501] and len(full.annotations) == 500
+    # fcfs never passes over a job: the first one that cannot start blocks the queue
+    assert started(backlog("fcfs").schedule(0.0, full=False)) == []

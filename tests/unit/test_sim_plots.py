@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from fluxes.config import InstanceConfig
-from fluxes.sim.plots import binned, plot_runs
+from fluxes.sim.plots import BINS, binned, duration_label, frame_of, plot_runs
 from fluxes.sim.run import load_swf, simulate
 from fluxes.sim.workload import Machine
 
@@ -41,3 +41,26 @@ def test_plots_are_written(tmp_path: Path, policies: list[str]) -> None:
         assert data.startswith(PNG) and len(data) > 2000
     with pytest.raises(ValueError, match="window"):
         plot_runs(outcomes, tmp_path / "bad", window=(5.0, 1.0))
+
+
+def test_a_short_trace_is_framed_by_its_own_span() -> None:
+    # a 400 s trace: 1 s bins, axes in seconds, the Gantt over the 400 s (not a day)
+    frame = frame_of(1000.0, 1400.0)
+    assert (frame.bins, frame.bin_label, frame.unit, frame.gantt) == \
+        (400, "1 s", "seconds", (0.0, 400.0))
+    assert frame.gantt_unit == "seconds"
+    # a week: BINS bins, days, the Gantt on the first day in hours
+    week = frame_of(0.0, 7 * 86400.0)
+    assert (week.bins, week.unit, week.gantt, week.gantt_unit) == \
+        (BINS, "days", (0.0, 86400.0), "hours")
+    assert week.bin_label == "25 min"
+    # a window picked by hand is counted in its own unit
+    assert frame_of(0.0, 7 * 86400.0, (0.0, 300.0)).gantt_unit == "seconds"
+    assert frame_of(0.0, 0.0).bins == 1
+
+
+def test_bin_labels_never_round_to_zero() -> None:
+    assert duration_label(1.0) == "1 s"
+    assert duration_label(0.25) == "0.25 s"
+    assert duration_label(720.0) == "12 min"
+    assert duration_label(9000.0) == "2.5 h"

@@ -24,7 +24,7 @@ from typing import Any
 
 from fluxes import messages as proto
 from fluxes.domain.exec.jobs import ExecJob
-from fluxes.messages import Command, ExecReport, Kill, Signal, Start
+from fluxes.messages import Command, ExecReport, Kill, PmiWake, Signal, Start
 
 #: A request entry that does not follow the protocol (dead-lettered by the worker).
 MessageError = proto.MessageError
@@ -33,11 +33,11 @@ MessageError = proto.MessageError
 REPORT_CHUNK = 1000
 
 #: What a rank's request stream carries (the typed messages of :mod:`fluxes.messages`).
-Request = Start | Kill | Signal | Command
+Request = Start | Kill | Signal | PmiWake | Command
 
 __all__ = ["REPORT_CHUNK", "Backlog", "Command", "Entry", "Intake", "Kill", "MessageError",
-           "Poison",
-           "Refusal", "Request", "Signal", "Start", "decode_requests", "decode_sent",
+           "PmiWake", "Poison", "Refusal", "Request", "Signal", "Start", "decode_requests",
+           "decode_sent",
            "encode_reports", "report"]
 
 

@@ -34,7 +34,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from fluxes.formats import fsd
+from fluxes.domain.exec.taskorder import task_order
+from fluxes.formats import fsd, shellopts
 from fluxes.formats import jobid as _jobid
 from fluxes.formats.counts import Count
 from fluxes.formats.rset import ResourceSet
@@ -280,13 +281,9 @@ def distribute(capacities: Sequence[int], ntasks: int) -> list[int]:
 def _task_counts(jobspec: Mapping[str, Any], ranks: Sequence[RankResources]) -> list[int]:
     """Tasks per rank (in the order of ``ranks``) for the jobspec's task count."""
     shape = slot_shape(jobspec)
-    count = _task(jobspec).get("count")
+    count = shellopts.per_resource_count(jobspec) or _task(jobspec).get("count")
     if not isinstance(count, Mapping):
         raise ValueError("tasks[0].count must be a mapping")
-    # flux's shell option (--tasks-per-node, --tasks-per-core) overrides the count
-    shell_per = shell_option(jobspec, "per-resource")
-    if shell_per is not None:
-        count = {"per_resource": shell_per}
     if "per_resource" in count:
         per = count["per_resource"]
         if not isinstance(per, Mapping):
@@ -362,17 +359,18 @@ class RankShare:
     ntasks: int
     cores: tuple[int, ...]
     gpus: tuple[int, ...]
+    order: tuple[int, ...] = ()  # its task ranks when not first_task.. (taskorder.py)
 
     @property
-    def task_ranks(self) -> range:
+    def task_ranks(self) -> Sequence[int]:
         """The job task ranks on this rank."""
-        return range(self.first_task, self.first_task + self.ntasks)
+        return self.order or range(self.first_task, self.first_task + self.ntasks)
 
     def tasks(self) -> list[Task]:
         """This rank's tasks, each with its block of the rank's cores and GPUs."""
         n = self.ntasks
-        return [Task(self.first_task + i, i, _share_out(self.cores, n, i),
-                     _share_out(self.gpus, n, i)) for i in range(n)]
+        return [Task(rank, i, _share_out(self.cores, n, i), _share_out(self.gpus, n, i))
+                for i, rank in enumerate(self.task_ranks)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +388,7 @@ class JobLayout:
                 return share
         raise ValueError(f"rank {rank} is not in the job's R")
 
-    def task_map(self) -> dict[int, range]:
+    def task_map(self) -> dict[int, Sequence[int]]:
         """Execution rank -> the task ranks it runs."""
         return {s.rank: s.task_ranks for s in self.shares}
 
@@ -403,10 +401,12 @@ def compute_layout(jobspec: Mapping[str, Any],
     if not ranks:
         raise ValueError("R holds no ranks")
     counts = _task_counts(jobspec, ranks)
+    order = task_order(shell_option(jobspec, "taskmap"), counts)
     shares = []
     first = 0
     for node_rank, (res, n) in enumerate(zip(ranks, counts, strict=True)):
-        shares.append(RankShare(res.rank, node_rank, first, n, res.cores, res.gpus))
+        shares.append(RankShare(res.rank, node_rank, first, n, res.cores, res.gpus,
+                                tuple(order[node_rank]) if order else ()))
         first += n
     if first == 0:
         raise ValueError("the job has no tasks to run")

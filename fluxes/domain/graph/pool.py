@@ -382,6 +382,12 @@ class GraphPool:
         free = self._trav.state.free
         return any(free[t][0] > 0 for t in ("core", "gpu") if t in free)
 
+    def free_totals(self) -> tuple[int, int]:
+        """Free cores and gpus of the up hosts now (a request needing more cannot start)."""
+        free = self._trav.state.free
+        return (free["core"][0] if "core" in free else 0,
+                free["gpu"][0] if "gpu" in free else 0)
+
     def counts(self) -> dict[str, int]:
         """Totals for monitoring: nodes, down, idle, cores, free_cores, gpus, free_gpus."""
         g = self.graph

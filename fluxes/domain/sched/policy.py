@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -228,6 +228,25 @@ class _Order:
         heapq.heapify(self.heap)
 
 
+def _need(request: Request) -> tuple[int, int]:
+    """The least cores and gpus *request* can start with (a lower bound)."""
+    return request.min_cores, request.min_gpus
+
+
+def _too_big(request: Request, free: tuple[int, int]) -> bool:
+    """Whether *request* needs more cores or gpus than are ``free`` (it cannot start)."""
+    return request.min_cores > free[0] or request.min_gpus > free[1]
+
+
+def _least(needs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The needs no other need is below on both counts (cores, then gpus)."""
+    least: list[tuple[int, int]] = []
+    for cores, gpus in sorted(needs):
+        if not any(g <= gpus for _c, g in least):
+            least.append((cores, gpus))
+    return least
+
+
 class _Interned:
     """A shared Request and how many pending jobs use it."""
 
@@ -249,6 +268,14 @@ class _QueuePass:
     unknown: int = 0
     #: jobs a start gate held back (they do not use up the queue depth)
     gated: int = 0
+
+    @property
+    def backfilling(self) -> bool:
+        """The queue backfills and has made every reservation it will this pass: the
+        jobs after can only start now, or wait without a reservation (never fcfs,
+        whose first job that cannot start blocks the queue)."""
+        return self.policy.policy != "fcfs" and (
+            self.reserved >= self.policy.reservations or self.unknown >= UNKNOWN_TRIES)
 
 
 class Scheduler:
@@ -272,6 +299,8 @@ class Scheduler:
         self.pending: dict[int, PendingJob] = {}
         self._orders: dict[str | None, _Order] = {}
         self._requests: dict[Request, _Interned] = {}
+        #: (least cores, least gpus) -> how many held requests need that much
+        self._needs: dict[tuple[int, int], int] = {}
         # Jobs the last pass considered (and annotated) that are still
         # pending: if the next pass does not consider them, they are told so.
         self._annotated: set[int] = set()
@@ -302,6 +331,8 @@ class Scheduler:
         interned = self._requests.get(job.request)
         if interned is None:
             interned = self._requests[job.request] = _Interned(job.request)
+            need = _need(job.request)
+            self._needs[need] = self._needs.get(need, 0) + 1
         interned.refs += 1
         job.request = interned.request
         self.pending[job.id] = job
@@ -319,6 +350,12 @@ class Scheduler:
         interned.refs -= 1
         if not interned.refs:
             del self._requests[job.request]
+            need = _need(job.request)
+            left = self._needs[need] - 1
+            if left:
+                self._needs[need] = left
+            else:
+                del self._needs[need]
         order = self._orders[job.queue]
         order.count -= 1
         if not order.count:
@@ -385,12 +422,13 @@ class Scheduler:
             taken.append((order, jobs))
         done: list[PendingJob] = []
         annotations = result.annotations
+        can_start_any = self._could_start(full)
+        free_totals = self.pool.free_totals
         try:
             # The queues' runs merge into one priority order: the highest-priority
             # head goes first, whatever its queue (ids make the order total).
-            has_free = self.pool.has_free
             for job in heapq.merge(*runs, key=_key):
-                if not full and (not has_free()
+                if not full and (not can_start_any()
                                  or all(st.blocked for st in states.values())):
                     break
                 result.considered += 1
@@ -402,6 +440,10 @@ class Scheduler:
                 if held_back is not None:
                     state.gated += 1
                     annotations[job.id] = self._note(job, held_back)
+                    continue
+                if not full and state.backfilling and _too_big(job.request, free_totals()):
+                    # Only a start could change what it is told now, and it cannot
+                    # start: left as it was, not looked at (see the docstring).
                     continue
                 try:
                     outcome = planner.start(job.request, job.id, state.policy.placement)
@@ -440,6 +482,25 @@ class Scheduler:
             annotations[jobid] = self._note(self.pending[jobid], BEYOND_DEPTH)
         return result
 
+    def _could_start(self, full: bool) -> Callable[[], bool]:
+        """A cheap test, for a pass that is not *full*, that some pending job might still
+        start: the free cores and gpus cover the least need of some held request.
+
+        Free resources only shrink during a pass and the least needs are those of
+        its start, so once it says no, nothing the pass has not looked at can start.
+        A backfilling policy on a deep backlog would otherwise try every job up to
+        the queue depth after each free, most of them far too big for what is free.
+        """
+        if full:
+            return lambda: True
+        pool = self.pool
+        needs = _least(self._needs)
+
+        def check() -> bool:
+            cores, gpus = pool.free_totals()
+            return any(c <= cores and g <= gpus for c, g in needs)
+        return check
+
     def _blocked(self, job: PendingJob, note: str, state: _QueuePass,
                  planner: PassPlanner) -> dict[str, Any]:
         """Apply the queue's policy to a job that cannot start now; its annotations."""
@@ -451,7 +512,7 @@ class Scheduler:
             if when is None:
                 return self._note(job, f"{reason}; {NO_ESTIMATE}")
             return self._note(job, reason, when)
-        if state.reserved < policy.reservations and state.unknown < UNKNOWN_TRIES:
+        if not state.backfilling:
             when = planner.reserve(job.request, job.id, policy.placement)
             if when is None:
                 state.unknown += 1

@@ -779,6 +779,11 @@ class ResourcePool:
         st = self._state
         return st.tfc > 0 or st.tfg > 0
 
+    def free_totals(self) -> tuple[int, int]:
+        """Free cores and GPUs of the up ranks now (a request needing more cannot start)."""
+        st = self._state
+        return st.tfc, st.tfg
+
     def counts(self) -> dict[str, int]:
         """Totals for monitoring: nodes, down, idle, cores, free_cores, gpus, free_gpus.
 

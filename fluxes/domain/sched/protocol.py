@@ -69,6 +69,9 @@ class SchedulerPool(Protocol):
     def has_free(self) -> bool:
         """Whether anything can start now."""
 
+    def free_totals(self) -> tuple[int, int]:
+        """Free cores and gpus of the up ranks now."""
+
     def mark_down(self, ranks: IDSet | str | Iterable[int]) -> None:
         """Drain ranks."""
 
