@@ -42,6 +42,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
@@ -71,6 +73,7 @@ from fluxes.domain.exec.jobsignal import JobSignals, signal_at
 from fluxes.domain.exec.layout import RankShare, run_duration, shell_option, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget, pids_entry
+from fluxes.domain.exec.perilog import HOUSEKEEPING_REASON
 from fluxes.domain.exec.pmi import pmi_mode
 from fluxes.domain.exec.table import JobTable
 from fluxes.domain.nested import runs_child_instance
@@ -176,7 +179,8 @@ class ExecWorker(Worker):
         self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks,
                                               self._watch_hook),
                                    self._fail_after_prolog,
-                                   self._drain, self._undrain, self._table_job, self._host)
+                                   self._drain, self._undrain, self._table_job, self._host,
+                                   self._is_drained)
         self.waker = self.store.waker()
         self.table = JobTable(self.ranks)
         self._ready = False
@@ -477,6 +481,17 @@ class ExecWorker(Worker):
                 return
         send_resource_event(self.instance, "undrain", str(rank))
 
+    def _is_drained(self, rank: int) -> bool:
+        """Whether the scheduler's last summary says ``rank`` is drained (not by a
+        housekeeping: that summary may predate the undrain of an earlier one)."""
+        raw = self.redis.get(self.keys.sched_status)
+        try:
+            drain = orjson.loads(raw or b"{}").get("drained", {}).get(str(rank))
+            return bool(drain) and not str(drain.get("reason", "")).startswith(
+                HOUSEKEEPING_REASON)
+        except (orjson.JSONDecodeError, AttributeError):
+            return False
+
     def _watch_hook(self, pid: int) -> None:
         """A hook's end wakes the loop at once (its pidfd; the key names no job)."""
         self.watcher.watch((-1, pid), TaskProc(-1, pid, False))
@@ -535,12 +550,11 @@ class ExecWorker(Worker):
             # The state directory or the like: this job cannot run here.
             job = self.table.fail(box, ExecJob(jobid, rank, "run"), now,
                                   f"exec: {exc.strerror or exc}: {exc.filename or ''}")
-        prolog = self.perilog.prolog_status(rank, jobid)
-        if job.kind == "run" and job.started:
+        if (job.kind == "run" and job.started) or \
+                self.perilog.prolog_status(rank, jobid) is not None:
             self.perilog.started(job)
-        elif prolog is not None:
-            job.prolog = prolog
-            self.perilog.waiting.pop((rank, jobid), None)
+            if job.kind == "done":  # failed after its prolog ran: the epilog runs still
+                self.perilog.finished(box, [job])
         box.touch(self.table.add(job))
         sent = self.intake.sent
         if sent and job.started:

@@ -289,8 +289,9 @@ class PerilogFlow:
     anywhere when a prolog fails).  ``fail_start`` fails a start whose prolog
     failed;
     ``drain(rank, reason)`` drains a rank, ``undrain(rank, since)`` gives a rank
-    held for housekeeping back; ``get_job(rank, jobid)`` is the job table's;
-    ``host(rank)`` names the rank in messages.
+    held for housekeeping back, ``is_drained(rank)`` says whether it is already;
+    ``get_job(rank, jobid)`` is the job table's; ``host(rank)`` names the rank in
+    messages.
 
     Housekeeping runs once the job is released: as flux's, the job ends (it
     becomes inactive) while its node stays out of the scheduler's reach, held
@@ -301,11 +302,12 @@ class PerilogFlow:
     def __init__(self, runner: HookRunner, fail_start: FailStart,
                  drain: Drain, undrain: Undrain,
                  get_job: Callable[[int, int], ExecJob | None],
-                 host: Callable[[int], str]) -> None:
+                 host: Callable[[int], str],
+                 is_drained: Callable[[int], bool] = lambda _rank: False) -> None:
         self.runner = runner
         self.config = PerilogConfig()
         self._fail_start, self._drain = fail_start, drain
-        self._undrain = undrain
+        self._undrain, self._is_drained = undrain, is_drained
         self._get_job, self._host = get_job, host
         self.waiting: dict[tuple[int, int], ExecJob] = {}  # the reports of held starts
 
@@ -344,7 +346,8 @@ class PerilogFlow:
             self.waiting.pop((rank, jobid), None)
 
     def started(self, job: ExecJob) -> None:
-        """A real job's tasks run: its release waits for the epilog/housekeeping."""
+        """A real job's tasks run (or its start failed after its prolog ran): its release
+        waits for the epilog/housekeeping."""
         job.held = self.config.after_job
         waited = self.waiting.pop(job.key, None)
         if waited is not None:
@@ -361,13 +364,19 @@ class PerilogFlow:
                 else:
                     self._release(box, job)
 
-    def _release(self, box: Outbox, job: ExecJob) -> None:
-        """Report the job released here, its housekeeping (if any) holding the rank."""
+    def _release(self, box: Outbox, job: ExecJob, drained: bool = False) -> None:
+        """Report the job released here, its housekeeping (if any) holding the rank.
+
+        A rank drained already (``drained``: its epilog failed; or by anyone, as the
+        scheduler last said) stays so: housekeeping then neither drains nor undrains it.
+        """
         hook = self.config.housekeeping
         if hook is not None and self.runner.get(job.rank, job.id) is None:
-            # drained before the release is reported: the scheduler reads the drain
-            # before the job's free (workers/scheduler.py), so the rank is never offered
-            drain_id = self._drain(job.rank, housekeeping_reason(job.id))
+            drain_id = ""
+            if not drained and not self._is_drained(job.rank):
+                # drained before the release is reported: the scheduler reads the drain
+                # before the job's free (workers/scheduler.py): the rank is never offered
+                drain_id = self._drain(job.rank, housekeeping_reason(job.id))
             run = self.runner.start("housekeeping", hook, job.rank, job.id, job.owner)
             self.runner.hold(run, drain_id)
         job.held = False
@@ -419,7 +428,7 @@ class PerilogFlow:
             return
         if run.phase == "epilog":
             job.epilog = status if not run.canceled else 0
-            self._release(box, job)
+            self._release(box, job, drained=bool(failure))
 
     def restore(self) -> None:
         """After a restart: hold the restored jobs whose epilog still runs (housekeeping

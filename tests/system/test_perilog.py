@@ -25,7 +25,7 @@ CTL = Path(tempfile.mkdtemp(prefix="fx-perilog-"))
 CONFIG = f"""[exec]
 kill-timeout = "2s"
 prolog = "test ! -e {CTL}/fail-prolog-$FLUXES_EXEC_RANK"
-epilog = "echo $FLUXES_JOB_ID_DEC >> {CTL}/epilog.log"
+epilog = "echo $FLUXES_JOB_ID_DEC >> {CTL}/epilog.log; test ! -e {CTL}/fail-epilog"
 housekeeping = "touch {CTL}/hk-$FLUXES_JOB_ID_DEC; while [ -e {CTL}/hold ]; do sleep 0.05; done"
 """
 
@@ -212,3 +212,25 @@ def test_housekeeping_outlives_an_exec_worker_restart(
     alloc = [t for t, n, _c in events(uri, capsys, second) if n == "alloc"]
     assert alloc and alloc[0] >= released_at - 0.01
     wait_for(CTL / f"hk-{second}")
+
+
+def test_a_failing_epilog_drains_the_node_and_housekeeping_leaves_it_so(
+        uri: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (CTL / "fail-epilog").touch()
+    try:
+        jobid = submit(uri, capsys, "--requires=rank:0", "true")
+        # the job's result is its tasks' (a non-fatal epilog exception, as flux's)
+        assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) == 0
+        got = [(n, c) for _t, n, c in events(uri, capsys, jobid)]
+        exc = [c for n, c in got if n == "exception"]
+        assert exc and exc[0]["type"] == "epilog" and exc[0]["severity"] == 2
+        assert [c["status"] for n, c in got if n == "epilog-finish"] == [1 << 8]
+        wait_for(CTL / f"hk-{jobid}")
+        out = resource_status_says(uri, capsys, f"epilog failed for job {fmt_id(jobid)}")
+        # the housekeeping that followed does not give the failed node back
+        assert cli(uri, "exec", "-r", "0", "true") == 0
+        out = resource_status_says(uri, capsys, f"epilog failed for job {fmt_id(jobid)}")
+        assert "housekeeping for job" not in out
+    finally:
+        (CTL / "fail-epilog").unlink()
+    assert cli(uri, "resource", "undrain", "0") == 0
