@@ -13,7 +13,17 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from fluxes.domain.liveness import AnswerClock
 from fluxes.proc.redis_server import RedisServer, redis_server_binary
+from fluxes.store import reachability
+
+
+@pytest.fixture(autouse=True)
+def _fresh_answer_clock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test its own record of when Redis answered this process (a worker process
+    keeps one for its life; in-process workers of one test must not see the waits and
+    stalls of earlier tests as their own: fluxes/domain/liveness.py)."""
+    monkeypatch.setattr(reachability, "CLOCK", AnswerClock())
 
 
 def _need_redis_server() -> None:

@@ -15,24 +15,20 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import FrameType
 from typing import Any
 
 import orjson
 
+from fluxes.domain.liveness import Backoff
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
+from fluxes.store import reachability
 from fluxes.store.deadletters import counts_key
-from fluxes.store.errors import (
-    BusyLoadingError,
-    ResponseError,
-    StoreConnectionError,
-    StoreError,
-    StoreTimeoutError,
-)
+from fluxes.store.errors import ResponseError, StoreConnectionError, StoreError
 from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
 
@@ -54,8 +50,7 @@ MAX_DEAD_LETTER_ERROR = 1000
 MAX_DELIVERIES = 5
 #: Redis error replies that say nothing about the input being handled (a busy,
 #: loading, failing-over or full server): the loop waits and retries.
-TRANSIENT_REPLIES = ("BUSY", "LOADING", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN",
-                     "OOM")
+TRANSIENT_REPLIES = reachability.STALL_REPLIES
 #: Redis error replies an input causes (a key it names holds another type): the
 #: input is refused like any other whose handling fails.
 INPUT_REPLIES = ("WRONGTYPE",)
@@ -78,6 +73,11 @@ class Worker:
         self.name = name or f"{self.kind}-{socket.gethostname()}-{os.getpid()}"
         self.log: logging.Logger = setup_logging(f"fluxes.{self.kind}")
         self.stopping = False
+        #: the loop's retries after stall-like Redis errors, ever (they redeliver the
+        #: entries in hand without any fault of theirs: see overdelivered())
+        self.stall_retries = 0
+        #: why Redis is unavailable (a reply code or error class), as last logged
+        self._unavailable_why = ""
         self._last_heartbeat = 0.0
         self.started = time.time()
         #: this worker's starts (under its name) in the last RESTART_WINDOW_S, this one last
@@ -106,11 +106,9 @@ class Worker:
         """Finish cleanly (checkpoints, lease release); runs once after the loop."""
 
     def reconnected(self) -> None:
-        """Called after a Redis error: rebuild in-memory state (default: ``setup()`` again)."""
-        try:
-            self.setup()
-        except (StoreConnectionError, StoreTimeoutError):
-            pass  # still down; the loop retries
+        """Called after a Redis error: rebuild in-memory state (default: ``setup()`` again).
+        A stall-like error raised here is waited out by the loop like any other."""
+        self.setup()
 
     def status(self) -> dict[str, Any]:
         """Extra facts for the heartbeat (lag, leadership...)."""
@@ -131,40 +129,71 @@ class Worker:
                              if (g.stream, g.group) in mine)
 
     def run(self) -> int:
-        """Set up, loop until asked to stop, tear down; return an exit code."""
+        """Set up, loop until asked to stop, tear down; return an exit code.
+
+        A Redis that stalls, restarts, fills up or refuses this worker's password
+        never ends the loop (docs/operations.md, "When Redis stalls or refuses"): the worker
+        logs it once, waits with a bounded backoff, rebuilds what it holds in
+        memory and goes on; only a stop request (or a bug) ends it.
+        """
         self.install_signals()
         self.record_start()
-        self.setup()
+        backoff = Backoff()
+        while not self.stopping and not self._try(self.setup, backoff, ends=True):
+            pass
         freeze()  # what setup loaded lives as long as the process (fluxes/proc/gcpolicy.py)
         self.log.info("started", extra={"worker": self.name})
-        backoff = 0.05
         try:
             while not self.stopping:
-                try:
-                    self.step()
-                    self.heartbeat()
-                    backoff = 0.05
-                except (StoreConnectionError, StoreTimeoutError, BusyLoadingError) as exc:
-                    # Redis restarted or the network blinked: wait, then rebuild
-                    # what this worker holds in memory from what is stored.
-                    self.log.warning("redis unavailable, retrying",
-                                     extra={"error": str(exc), "retry_in": backoff})
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    self.reconnected()
-                except ResponseError as exc:
-                    if not str(exc).startswith(TRANSIENT_REPLIES):
-                        raise
-                    # Redis is busy (a long script, loading its data): transient
-                    self.log.warning("redis busy, retrying", extra={"error": str(exc)})
-                    time.sleep(backoff)
-                    backoff = min(backoff * 2, 2.0)
-                    self.reconnected()
+                if self._try(lambda: self._round(backoff.since is not None), backoff,
+                             ends=True):
+                    continue
+                self._try(self.reconnected, backoff, ends=False)
         finally:
             self.teardown()
             self.unregister()
             self.log.info("stopped", extra={"worker": self.name})
         return 0
+
+    def _round(self, recovering: bool) -> None:
+        self.step()
+        # after a failure, a round counts only once Redis took a write again (a round
+        # may touch no key: a standby between two looks at a lease)
+        self.heartbeat(force=recovering)
+        reachability.answered()
+
+    def _try(self, action: Callable[[], object], backoff: Backoff, ends: bool) -> bool:
+        """Run ``action``; True if it ran. A stall-like Redis error (see
+        :func:`fluxes.store.reachability.is_stall`) is waited out (False): logged at the
+        first failure of an episode and whenever its reason changes; an episode ends
+        when an ``ends`` action (a round of the loop) runs. Other errors propagate."""
+        try:
+            action()
+        except StoreError as exc:
+            if not reachability.is_stall(exc):
+                raise
+            now = time.monotonic()
+            reachability.CLOCK.unanswered(now)
+            self.stall_retries += 1
+            delay = backoff.failed(now)
+            kind = reachability.reply_code(exc) or type(exc).__name__
+            if backoff.first_failure or kind != self._unavailable_why:
+                self.log.warning("redis unavailable, waiting for it",
+                                 extra={"why": reachability.explain(exc)})
+            self._unavailable_why = kind
+            if kind == "BUSY" and reachability.kill_runaway(self.redis):
+                self.log.warning("killed a runaway script (SCRIPT KILL): ours are functions")
+            self._pause(delay)
+            return False
+        lasted = backoff.succeeded(time.monotonic()) if ends else None
+        if lasted is not None:
+            self._unavailable_why = ""
+            self.log.warning("redis answers again", extra={"unavailable_s": round(lasted, 3)})
+        return True
+
+    def _pause(self, seconds: float) -> None:
+        """Wait before a retry (a stop request may cut it short in subclasses)."""
+        time.sleep(seconds)
 
     # ------------------------------------------------------------ registry
 
@@ -207,7 +236,9 @@ class Worker:
                 # hand-off latency histograms (fluxes/proc/hops.py), for fluxes bench
                 self.redis.hset(self.keys.hops, self.name, orjson.dumps(latencies))
         except StoreConnectionError:
-            pass  # the loop itself will notice and retry; liveness is best effort
+            if force:
+                raise  # the loop's proof that Redis is back
+            # else the loop itself will notice and retry; liveness is best effort
 
     def unregister(self) -> None:
         """Remove this worker from the registry on a clean stop."""
@@ -288,7 +319,8 @@ class Worker:
     def overdelivered(self, stream: str, group: str, consumer: str,
                       entries: Sequence[tuple[bytes, Any]]) -> dict[bytes, int]:
         """The entries of ``entries`` (this consumer's pending ones, just read again)
-        delivered more than MAX_DELIVERIES times, with their delivery counts.
+        delivered more than MAX_DELIVERIES times (plus one per retry of this process
+        after a Redis stall), with their delivery counts.
 
         One XPENDING over their range; Redis counts every delivery, the
         re-reads of a consumer's pending entries included.
@@ -300,10 +332,13 @@ class Worker:
                                         count=len(ids), consumername=consumer)
         wanted = set(ids)
         out = {}
+        # Retries after a Redis stall re-read the entries in hand (OOM lets reads
+        # through and refuses the writes): those deliveries are not the entry's fault.
+        limit = MAX_DELIVERIES + self.stall_retries
         for row in got:
             msg_id = row["message_id"]
             times = int(row["times_delivered"])
-            if msg_id in wanted and times > MAX_DELIVERIES:
+            if msg_id in wanted and times > limit:
                 out[msg_id] = times
         return out
 

@@ -267,15 +267,17 @@ class ExecWorker(Worker):
         """Close the output files; the tasks keep running for the next worker.
 
         Except when the whole instance is going away (``fluxes start`` ending
-        or ``fluxes stop``: $FLUXES_EXEC_KILL_ON_STOP set): then every task is
-        killed, as flux does, rather than left orphaned.
+        or ``fluxes stop``: $FLUXES_EXEC_KILL_ON_STOP set, and this worker was
+        asked to stop): then every task is killed, as flux does, rather than left
+        orphaned. A loop that ended any other way (a bug; never Redis being
+        unavailable, which the loop waits out) leaves the tasks to the next worker.
         """
         if self.box:
             try:
                 self._flush(self.box)  # what lingered (started reports, output lines)
             except StoreError:
                 pass  # redelivered to the next worker, which adopts the jobs
-        kill = bool(os.environ.get("FLUXES_EXEC_KILL_ON_STOP"))
+        kill = self.stopping and bool(os.environ.get("FLUXES_EXEC_KILL_ON_STOP"))
         for job in self.table.all():
             if kill and job.kind == "run":
                 signal_tasks(job.tasks, signal.SIGKILL)

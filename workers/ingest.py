@@ -8,7 +8,11 @@ never from what the client claims. Requests (field ``d``, JSON):
   "flags": N}, ...]}``: checked (:mod:`fluxes.domain.jm.submission`), given FLUIDs, stored
   (job hash, ``submit`` + ``validate`` events, a ``new`` message for the job
   manager) in one atomic commit per partition; the reply lists an id or one
-  error line per job, and nothing is stored for a rejected job. A job no
+  error line per job, and nothing is stored for a rejected job. With ``"cc": IDSET``
+  the request is an array: one job, copied once per id (``submit --cc``,
+  :mod:`fluxes.domain.jm.arrays`), the copies made one at a time as they are
+  checked. A request of more than ``[ingest] max-jobs-per-request`` jobs is refused
+  whole; the requests of a read are handled in blocks of at most ``BLOCK_JOBS`` jobs. A job no
   configured node could ever run is rejected with the scheduler's note
   (:mod:`fluxes.domain.jm.feasibility`, against the inventory the scheduler loads), and
   so is one whose ``after*`` dependency names a job that does not exist (one
@@ -17,7 +21,11 @@ never from what the client claims. Requests (field ``d``, JSON):
   job manager of each partition involved, with the authenticated userid; the
   job manager answers the client directly.
 
-Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs.
+Replies go to the list ``{ns}:reply:<user>:<req>``, which the client BLPOPs,
+after the ids they carry are recorded, fdatasync'd, in the worker's local
+acknowledgement log (one sync per block), which is compared with Redis when
+the worker (re)connects: every acknowledged job a Redis crash lost is then
+reported by id (:mod:`fluxes.store.acklog`).
 
 A request is acknowledged only with (or after) the last commit of its
 effects; a request the worker read but never acknowledged (it died) is
@@ -71,7 +79,7 @@ from fluxes.domain.accounting.limits import (
     journal_id,
     limits_active_jobs,
 )
-from fluxes.domain.jm import request_progress, update
+from fluxes.domain.jm import arrays, request_progress, update
 from fluxes.domain.jm.content import job_content
 from fluxes.domain.jm.feasibility import Feasibility, load_feasibility, unknown_target
 from fluxes.domain.jm.queues import QueueState, fold_queue_events
@@ -84,7 +92,7 @@ from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.formats.jobid import encode as encode_id
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
-from fluxes.store import jobhash
+from fluxes.store import acklog, jobhash
 from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, ClaimedError, CommitResult, EventStore
@@ -95,6 +103,16 @@ from fluxes.store.request_claims import RequestClaims
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
+#: Bytes of requests one read should bring at most: after a read of big requests the
+#: next reads take fewer (down to one), so what a read holds stays near this.
+READ_BYTES = 32 << 20
+#: Requests of the first read (then doubled while they are small, up to READ_COUNT).
+READ_FIRST = 16
+#: Jobs handled (checked, held, committed) in one block at most: a read of many big
+#: requests is handled in several blocks, so the ingest's memory stays bounded
+#: (issue 26). A request with more jobs (up to [ingest] max-jobs-per-request) is
+#: a block of its own.
+BLOCK_JOBS = 10_000
 BLOCK_MS = 1000
 REPLY_TTL_MS = 60_000
 #: Events per Lua call at most (two per job): a long script blocks Redis.
@@ -181,6 +199,9 @@ class IngestWorker(Worker):
         self._deferred: list[list[_Pending]] = []
         self._retry_at = 0.0
         self.submitted = 0
+        #: requests per read (next_read_count): from READ_FIRST, so that even the first
+        #: read of a burst of big requests holds at most READ_FIRST of them
+        self._read_count = READ_FIRST
         self._pending = True
         self._claim_at = 0.0
         #: banks and associations (docs/accounting.md): once a bank exists, every job is
@@ -191,6 +212,10 @@ class IngestWorker(Worker):
         self._active_index: ActiveIndex | None = None
         #: the accounts and active holdings of the block being handled (None: no banks)
         self._charging: tuple[Accounts, Holdings] | None = None
+        #: the job ids the block answers with, recorded before the answers go out
+        self._answered: list[tuple[int, str, str]] = []
+        self._acks: acklog.AckLog | None = None
+        self._instance_created = ""
 
     def setup(self) -> None:
         """Get a FLUID generator id and read users, configuration and queue states."""
@@ -200,6 +225,15 @@ class IngestWorker(Worker):
         self.fluids = FluidGenerator(gen)
         self.refresh(force=True)
         self.sync_queues()
+        if self._acks is None:
+            from fluxes.store.retention import worker_state_dir
+
+            self._acks = acklog.AckLog(worker_state_dir(self.redis, self.keys), self.keys,
+                                       self.name)
+        # compared with Redis before the next request: Redis may have restarted
+        self._acks.unchecked = True
+        created = self.redis.hget(self.keys.instance, "created")
+        self._instance_created = created.decode() if created else ""
 
     def status(self) -> dict[str, Any]:
         """Jobs accepted so far."""
@@ -293,6 +327,8 @@ class IngestWorker(Worker):
         another ingest worker read and left idle (that worker died).
         """
         self.refresh()
+        if self._acks is not None and self._acks.unchecked:
+            self._check_acks()
         if self._deferred and time.monotonic() >= self._retry_at:
             deferred, self._deferred = self._deferred, []
             self.sync_queues()
@@ -314,10 +350,11 @@ class IngestWorker(Worker):
         streams = {self.keys.submit(user): ">" for user in self.users}
         # requests put aside are tried again soon: the read must not wait longer
         wait_ms = max(1, min(BLOCK_MS, int(DEFER_S * 1000))) if self._deferred else BLOCK_MS
-        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams, count=READ_COUNT,
-                                      block=wait_ms)
+        reply = self.redis.xreadgroup(GROUP_INGEST, self.name, streams,
+                                      count=self._read_count, block=wait_ms)
         if not reply:
             return
+        self._read_count = next_read_count(self._read_count, _reply_bytes(reply))
         self.handle(reply)
 
     def _next_pending(self) -> list[Any]:
@@ -402,6 +439,22 @@ class IngestWorker(Worker):
             self._handle_decoded(requests, redelivered)
 
     def _handle_decoded(self, requests: list[_Pending], redelivered: bool) -> None:
+        """Handle decoded requests in blocks of at most BLOCK_JOBS jobs (a request with
+        more is a block of its own): what a block holds is bounded, however many
+        requests one read brought (see :meth:`_handle_bounded`)."""
+        block: list[_Pending] = []
+        jobs = 0
+        for pending in requests:
+            size = _job_count(pending.request)
+            if block and jobs + size > BLOCK_JOBS:
+                self._handle_bounded(block, redelivered)
+                block, jobs = [], 0
+            block.append(pending)
+            jobs += size
+        if block:
+            self._handle_bounded(block, redelivered)
+
+    def _handle_bounded(self, requests: list[_Pending], redelivered: bool) -> None:
         """Handle decoded requests as one block; should that raise, one by one, refusing
         the one that raises. A commit refused because another ingest took some of the
         requests over puts them aside, one per block, to be tried again."""
@@ -473,6 +526,7 @@ class IngestWorker(Worker):
         self._full = []
         self._progress = {}
         self._forwarded = {}
+        self._answered = []
         requests = self._claim(requests)
         if not requests:
             return
@@ -596,7 +650,7 @@ class IngestWorker(Worker):
             if not blobs:
                 out.append(None)
                 continue
-            njobs = len(request.jobs) if isinstance(request, proto.SubmitJobs) else 0
+            njobs = _job_count(request) if isinstance(request, proto.SubmitJobs) else 0
             try:
                 out.append(request_progress.merge(blobs, njobs, request_digest(request)))
             except request_progress.ReusedRequestId:
@@ -624,13 +678,20 @@ class IngestWorker(Worker):
                     done: Mapping[int, int] | None = None) -> _Checked:
         """Check a request's jobs (no Redis); jobs in ``done`` (index -> id) exist already."""
         done = done or {}
-        jobs = request.jobs
         limits = self.config.ingest
-        if not jobs:
+        try:
+            ids = arrays.array_ids(request)
+        except ValueError as exc:
+            return _Checked(proto.Reply(errors=[one_line(str(exc))]))
+        count = len(request.jobs) if ids is None else len(ids)
+        if not count:
             return _Checked(proto.Reply(errors=["submit request has no jobs"]))
-        if len(jobs) > limits.max_jobs_per_request and not done:
-            return _Checked(proto.Reply(errors=[f"request has {len(jobs)} jobs, the limit is "
+        if count > limits.max_jobs_per_request and not done:
+            # before an array is expanded: its copies are never made
+            return _Checked(proto.Reply(errors=[f"request has {count} jobs, the limit is "
                                                 f"{limits.max_jobs_per_request}"]))
+        # an array's copies are made one at a time, as they are checked
+        jobs = request.jobs if ids is None else arrays.copies(request.jobs[0], ids)
         out = _Checked()
         cache: dict[bytes, PreparedJob | str] = {}
         for index, item in enumerate(jobs):
@@ -766,11 +827,12 @@ class IngestWorker(Worker):
                            content=content, queue=job.queue, request=job.request)
             submit = ev.Submit(timestamp=now, urgency=job.urgency, userid=uid, flags=job.flags)
             batch.append(keys.eventlog(jobid), jobid, 0, [submit, ev.Validate(timestamp=now)],
-                         [job.info, None])
+                         [job.info, None], owner=uid)
             new_msgs.setdefault(part, []).append(proto.New(
                 id=jobid, userid=uid, urgency=job.urgency, flags=job.flags, t_submit=now,
                 info=job.info, request=job.request))
         self.submitted += len(prepared)
+        self._answered += [(r["id"], user, request.req[:64]) for r in results if "id" in r]
         return proto.Reply(jobs=[proto.JobResult(**r) for r in results])
 
     def _record_progress(self, part: int, batch: Batch) -> None:
@@ -925,13 +987,15 @@ class IngestWorker(Worker):
                 batch.claimed(keys.request_claim(part, name), token, drop=True)
         leftover_replies = []
         for key, data in replies:
-            if keys.same_slot(key, anchor):
+            if keys.same_slot(key, anchor) and self._acks is None:
                 last.push_reply(key, data, REPLY_TTL_MS)
             else:
                 leftover_replies.append((key, data))
         leftover_acks: dict[str, list[bytes]] = {}
         for stream, ids in acks.items():
-            if keys.same_slot(stream, anchor):
+            # with an acknowledgement log, requests are acknowledged with their answers,
+            # after the log: a worker dying before that leaves them to be answered again
+            if keys.same_slot(stream, anchor) and self._acks is None:
                 last.xack(stream, GROUP_INGEST, ids)
             else:
                 leftover_acks[stream] = ids
@@ -942,6 +1006,7 @@ class IngestWorker(Worker):
         self._held = set()
         written += zip([p for p, _b in committed], results, strict=True)
         self._committed(written)
+        self._record_acks(written)
         self._send_leftovers(leftover_replies, leftover_acks)
 
     def _committed(self, written: list[tuple[int, CommitResult]]) -> None:
@@ -958,6 +1023,40 @@ class IngestWorker(Worker):
                     last[part] = (at, result.journal_id)
         for part, (_at, text) in last.items():
             self._ledger.committed(part, text)
+
+    def _check_acks(self) -> None:
+        """Compare the acknowledgement log with Redis (it may have lost jobs; they are
+        reported) before the first request after a (re)connection."""
+        assert self._acks is not None
+        try:
+            self._acks.check(self.redis, self.log)
+        except OSError as exc:
+            self._acks.unchecked = False
+            self.log.error("the acknowledgement log cannot be read: jobs a Redis crash "
+                           "lost may go unreported", extra={"error": str(exc)})
+
+    def _record_acks(self, written: list[tuple[int, CommitResult]]) -> None:
+        """Record, fdatasync'd, the job ids the block answers with, before it answers."""
+        if self._acks is None or not self._answered:
+            return
+        ends: dict[int, str] = {}
+        for part, result in written:
+            if result.journal_id and (part not in ends or acklog.id_key(result.journal_id)
+                                      > acklog.id_key(ends[part])):
+                ends[part] = result.journal_id
+        missing = {self.keys.partition_of(j) for j, _u, _r in self._answered} - set(ends)
+        if missing:  # jobs created by an earlier block: the journal's end is after them
+            ends.update(acklog.journal_ends(self.redis, self.keys, missing))
+        acked = [acklog.Acked(j, self.keys.partition_of(j),
+                              ends[self.keys.partition_of(j)], user, req)
+                 for j, user, req in self._answered]
+        self._answered = []
+        try:
+            self._acks.record(self._instance_created, acked)
+        except OSError as exc:
+            # answering anyway: a job is worth more than the report of its loss
+            self.log.error("the acknowledgement log cannot be written: jobs a Redis crash "
+                           "loses may go unreported", extra={"error": str(exc)})
 
     def _send_leftovers(self, replies: list[tuple[str, bytes]],
                         acks: dict[str, list[bytes]]) -> None:
@@ -1027,6 +1126,28 @@ def _control_parts(keys: Keys, request: proto.Request) -> set[int]:
     else:
         ids = []
     return {keys.partition_of(j) for j in ids}
+
+
+def next_read_count(count: int, got_bytes: int) -> int:
+    """Requests to read next, after a read of ``count`` that brought ``got_bytes``:
+    scaled down to bring about READ_BYTES when it brought more, doubled (up to
+    READ_COUNT) while twice as many would still fit."""
+    if got_bytes > READ_BYTES:
+        return max(1, count * READ_BYTES // got_bytes)
+    if got_bytes * 2 <= READ_BYTES:
+        return min(READ_COUNT, count * 2)
+    return count
+
+
+def _reply_bytes(reply: list[Any]) -> int:
+    """Bytes of the request fields an XREADGROUP brought."""
+    return sum(len(value) for _stream, entries in reply for _sid, fields in entries
+               if fields for value in fields.values())
+
+
+def _job_count(request: proto.Request) -> int:
+    """How many jobs a request stands for (a control request: 1)."""
+    return arrays.job_count(request) if isinstance(request, proto.SubmitJobs) else 1
 
 
 def _int(value: Any) -> int:

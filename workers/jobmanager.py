@@ -55,7 +55,7 @@ from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
-from fluxes.store import jobhash
+from fluxes.store import jobhash, reachability
 from fluxes.store.accounting import AccountsFollower, UsageStore, fair_share_now
 from fluxes.store.deadletters import counts_key
 from fluxes.store.errors import ResponseError, StoreError
@@ -72,6 +72,7 @@ from fluxes.store.groups import ensure_group, read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
+from fluxes.store.private import ensure_salt
 from fluxes.store.resources import load_inventory
 from workers.base import (
     INPUT_REPLIES,
@@ -176,6 +177,8 @@ class JobManagerWorker(Worker):
         self._accounting: AccountingConfig | None = None
         self._look_at = 0.0
         self._accounts = AccountsFollower(self.redis, self.keys)
+        #: the key masking dependency descriptions in public events (read in setup)
+        self.salt = b""
 
     def _instance_owner(self) -> int:
         raw = self.redis.hget(self.keys.instance, "owner_uid")
@@ -187,6 +190,7 @@ class JobManagerWorker(Worker):
         """Create the input consumer groups (leadership comes in ``step``)."""
         for stream in self.inputs:
             ensure_group(self.redis, stream, GROUP_JM)
+        self.salt = ensure_salt(self.redis, self.keys)
 
     def reconnected(self) -> None:
         """After a Redis outage: give up what is in memory and lead again from storage."""
@@ -511,6 +515,10 @@ class JobManagerWorker(Worker):
         pipe.exists(self.keys.sched_lease(p))
         pipe.get(self.keys.sched_fence(p))
         held, fence = pipe.execute()
+        if not held and not reachability.may_judge(LEASE_TTL_MS / 1000):
+            # Redis stalled lately: the lease may have expired during the stall while
+            # its scheduler lives; it renews it within a TTL of answered time.
+            held = True
         try:
             return int(fence) if held and fence else -1
         except ValueError:
@@ -734,18 +742,19 @@ class JobManagerWorker(Worker):
             run: list[ev.Event] = []
             extras: list[Mapping[str, Any] | None] = []
             log = keys.eventlog(jobid)
+            owner = fx.owners.get(jobid)
             for op in ops:
                 if op[0] == "E":
                     run.append(op[1])
                     extras.append(op[2])
                     continue
                 if run:
-                    batch.append(log, jobid, seq, run, extras)
+                    batch.append(log, jobid, seq, run, extras, owner=owner, salt=self.salt)
                     seq += len(run)
                     run, extras = [], []
                 batch.journal_only(jobid, op[1])
             if run:
-                batch.append(log, jobid, seq, run, extras)
+                batch.append(log, jobid, seq, run, extras, owner=owner, salt=self.salt)
         return batches
 
     def commit(self, fx: Effects) -> None:

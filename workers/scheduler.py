@@ -46,7 +46,7 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
-from fluxes.store import jobhash
+from fluxes.store import jobhash, reachability
 from fluxes.store.accounting import AccountsFollower
 from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
@@ -364,6 +364,9 @@ class SchedulerWorker(Worker):
             except (ValueError, KeyError, TypeError):
                 continue
         grace_over = time.monotonic() - self._lead_since > self.lost_after
+        # Silence is judged on answered time: right after a Redis stall every
+        # heartbeat is old, and nobody is lost (fluxes/domain/liveness.py).
+        judging = reachability.may_judge(self.lost_after)
         lost = IDSet()
         back = IDSet()
         for rank in pool.inventory.ranks:
@@ -371,7 +374,7 @@ class SchedulerWorker(Worker):
             silent = (beat is None and grace_over) or (beat is not None
                                                         and now - beat > self.lost_after)
             drained = self.drained.get(rank)
-            if silent and drained is None:
+            if silent and drained is None and judging:
                 lost.add(rank)
             elif not silent and beat is not None and drained is not None and drained[1]:
                 back.add(rank)

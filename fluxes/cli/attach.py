@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from fluxes.cli.display import fmt_id, shown_id
-from fluxes.store.errors import NoPermissionError
 
 if TYPE_CHECKING:
     from fluxes.domain.job.model import Job
@@ -55,6 +54,17 @@ class Outcome:
         return None
 
 
+#: The job hash field naming the job's owner (fluxes.store.jobhash.OWNER; read here with
+#: one HGET, which the small client of fluxes run offers too).
+OWNER_FIELD = "owner"
+
+
+def _denied(exc: BaseException) -> bool:
+    """Whether ``exc`` is Redis refusing an ACL user (redis-py's NoPermissionError, told
+    by name: importing redis-py to name it would cost fluxes run its start-up)."""
+    return type(exc).__name__ == "NoPermissionError"
+
+
 def private_output(jobid: int) -> str:
     """The one line said to a user who may not read another user's job output."""
     return (f"job {fmt_id(jobid)}: its output is private (only its owner and the instance "
@@ -64,9 +74,7 @@ def private_output(jobid: int) -> str:
 def output_key(inst: Instance, jobid: int) -> str | None:
     """The key of the job's output stream (it carries the owner's uid, from the job
     hash); None when the job has no hash (unknown or purged)."""
-    from fluxes.store.jobhash import OWNER, JobHashes
-
-    [owner] = JobHashes(inst.redis, inst.keys).field([jobid], OWNER)
+    owner = inst.redis.hget(inst.keys.job(jobid), OWNER_FIELD)
     try:
         return None if owner is None else inst.keys.output(int(owner), jobid)
     except ValueError:
@@ -98,8 +106,10 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     try:
         return _follow(inst, jobid, log_key, out_key, pos, saved, label, stdout, stderr,
                        timeout)
-    except NoPermissionError:
-        raise FluxesError(private_output(jobid)) from None
+    except Exception as exc:
+        if _denied(exc):
+            raise FluxesError(private_output(jobid)) from None
+        raise
 
 
 def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
@@ -108,7 +118,7 @@ def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
     from fluxes.domain.job.model import Job, apply
     from fluxes.domain.job.states import JobState
     from fluxes.errors import FluxesError
-    from fluxes.store.eventstore import decode_entry
+    from fluxes.store.entries import decode_entry
 
     keys = inst.keys
     client = inst.redis
@@ -147,7 +157,9 @@ def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
         if job.state is JobState.INACTIVE:
             done = True  # one more read for output written before clean
     stdout.flush()
-    return Outcome(job)
+    from fluxes.store.private import revealed_job
+
+    return Outcome(revealed_job(client, keys, job))
 
 
 def _print_output(fields: dict[bytes, bytes], label: bool, out: TextIO, err: TextIO) -> None:
@@ -172,8 +184,10 @@ def print_output(inst: Instance, jobid: int, label: bool = False) -> None:
         return
     try:
         entries = inst.redis.xrange(key)
-    except NoPermissionError:
-        raise FluxesError(private_output(jobid)) from None
+    except Exception as exc:
+        if _denied(exc):
+            raise FluxesError(private_output(jobid)) from None
+        raise
     for _sid, fields in entries:
         _print_output(fields, label, sys.stdout, sys.stderr)
 
@@ -184,10 +198,10 @@ def redirections(jobid: int, jobspec_text: str | None) -> list[tuple[str, str]]:
     Paths are expanded as the exec worker expands them; a template naming a
     task or rank (one file per task) is shown as written.
     """
+    if not jobspec_text or '"output"' not in jobspec_text:
+        return []  # no file output (attributes.system.shell.options.output)
     from fluxes.domain.exec.layout import expand_template, job_name, output_spec
 
-    if not jobspec_text:
-        return []
     try:
         spec = orjson.loads(jobspec_text)
         outputs = output_spec(spec)
@@ -209,35 +223,49 @@ def redirections(jobid: int, jobspec_text: str | None) -> list[tuple[str, str]]:
     return out
 
 
-def print_redirections(inst: Instance, jobid: int, err: TextIO | None = None) -> None:
-    """Say on stderr where each stream the job sends to a file goes.
+def print_redirections(inst: Instance, jobid: int, err: TextIO | None = None,
+                       jobspec_text: str | None = None) -> None:
+    """Say on stderr where each stream the job sends to a file goes (``jobspec_text``:
+    the job's jobspec when the caller has it, else it is read).
 
     The output stream holds nothing of such a stream, so without this
     ``job attach`` and ``job output`` would print nothing and leave the user
     wondering (flux's attach says it too).
     """
-    from fluxes.store.jobhash import JobHashes
-
     stream_err = err if err is not None else sys.stderr
-    try:
-        [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
-    except NoPermissionError:
-        return  # another user's job: its jobspec is private (the output says so)
-    text = None if spec is None else spec.decode("utf-8", "replace")
+    text = jobspec_text if jobspec_text is not None else _jobspec_text(inst, jobid)
     for stream, path in redirections(jobid, text):
         print(f"fluxes: job {fmt_id(jobid)}: {stream} redirected to {path}", file=stream_err)
 
 
-def follow_interruptible(inst: Instance, jobid: int, label: bool = False) -> Outcome:
+def _jobspec_text(inst: Instance, jobid: int) -> str | None:
+    """The jobspec the job runs with, as text (None: none, or another user's job, whose
+    jobspec is private: the output says so)."""
+    from fluxes.store.jobhash import JobHashes
+
+    try:
+        [spec] = JobHashes(inst.redis, inst.keys).effective_jobspecs([jobid])
+    except Exception as exc:
+        if _denied(exc):
+            return None
+        raise
+    return None if spec is None else spec.decode("utf-8", "replace")
+
+
+def follow_interruptible(inst: Instance, jobid: int, label: bool = False,
+                         jobspec_text: str | None = None) -> Outcome:
     """:func:`follow`, where Ctrl-C twice within 2 s cancels the job (as flux).
 
     The first interrupt only says so; after the cancel the output is still
     followed to the end; a further interrupt detaches (exit status 130).
-    Streams sent to files are named first (:func:`print_redirections`).
+    Streams sent to files are named first (:func:`print_redirections`; from
+    ``jobspec_text`` when the caller has the jobspec, ``fluxes run``).
     """
     from fluxes.store.client import Client
 
-    if inst.redis.exists(inst.keys.eventlog(jobid)):
+    if jobspec_text is not None:
+        print_redirections(inst, jobid, jobspec_text=jobspec_text)
+    elif inst.redis.exists(inst.keys.eventlog(jobid)):
         print_redirections(inst, jobid)
     last: float | None = None
     canceled = False

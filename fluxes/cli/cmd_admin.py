@@ -13,6 +13,9 @@ credentials file (mode 0600, owned by the user) holding the instance URI with
 the user's name and password. Only the instance owner (full Redis access)
 can run these commands.
 
+``lost-jobs`` lists the acknowledged jobs a Redis crash lost
+(:mod:`fluxes.cli.cmd_lostjobs`).
+
 ``rebuild-joblist`` refolds the job-list read model from the journals
 (:mod:`fluxes.store.joblist_rebuild`), taking the partitions over from the running
 job-list workers for the time it takes.
@@ -40,7 +43,8 @@ def register(subparsers: Any) -> None:
         "list (instance owner only).",
         ["fluxes admin adduser alice", "fluxes admin adduser bob --uid 5002 "
          "--credentials-dir /srv/fluxes/creds", "fluxes admin users",
-         "fluxes admin deluser bob", "fluxes admin rebuild-joblist"]))
+         "fluxes admin deluser bob", "fluxes admin rebuild-joblist",
+         "fluxes admin lost-jobs"]))
     sub = add_subcommands(parser, "admin commands")
 
     ip = sub.add_parser("init", **help_with_example(
@@ -111,6 +115,10 @@ def register(subparsers: Any) -> None:
         ["fluxes admin rebuild-accounting", "fluxes admin rebuild-accounting --json"]))
     ra.add_argument("--json", action="store_true")
     ra.set_defaults(func=_owner_only(_rebuild_accounting))
+
+    from fluxes.cli import cmd_lostjobs
+
+    cmd_lostjobs.register(sub, _owner_only)
 
 
 def _init(args: argparse.Namespace) -> int:

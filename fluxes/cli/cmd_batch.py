@@ -25,6 +25,7 @@ from fluxes.cli.util import (
     job_id_arg,
     print_json,
 )
+from fluxes.domain.nested import CHILD_RUNNER
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from fluxes.formats.jobspec import Jobspec
 
 #: The hidden command every task of a batch or alloc job runs.
-CHILD_COMMAND = "instance-child"
+CHILD_COMMAND = CHILD_RUNNER
 #: How long ``alloc``/``proxy`` wait for a child instance to come up.
 WAIT_CHILD_S = 120.0
 

@@ -60,6 +60,8 @@ def register(subparsers: Any) -> None:
     mp.add_argument("--nodes", type=int, default=16)
     mp.add_argument("--cores-per-node", type=int, default=32)
     mp.add_argument("--timeout", type=float, default=900.0)
+    mp.add_argument("--cc", type=int, default=None, metavar="N",
+                    help="instead: the ingest's peak memory for one 'fluxes submit --cc=1-N'")
     mp.add_argument("--json", action="store_true")
     mp.set_defaults(func=_memory)
 
@@ -144,6 +146,15 @@ def register(subparsers: Any) -> None:
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=_simulate)
 
+    cp = sub.add_parser("cli", **help_with_example(
+        "Command start-up: median wall and CPU time of 'fluxes --version', 'fluxes submit'\n"
+        "(a held job), 'fluxes jobs' and 'fluxes run -n1 true' against a private\n"
+        "instance, N runs each after a warm-up, with the targets.",
+        ["fluxes bench cli", "fluxes bench cli --runs 50 --json"]))
+    cp.add_argument("--runs", type=int, default=20, help="runs of each command (default 20)")
+    cp.add_argument("--json", action="store_true")
+    cp.set_defaults(func=_cli)
+
     wp = sub.add_parser("web", **help_with_example(
         "fluxes web: p50/p99 latency of every page and JSON endpoint over HTTP, with a\n"
         "synthesized history of N jobs, time-travel views an hour back among them.",
@@ -187,6 +198,13 @@ def _memory(args: argparse.Namespace) -> int:
     from fluxes.bench import memory
     from fluxes.bench.common import report
 
+    if args.cc is not None:
+        from fluxes.bench import request_memory
+
+        report(request_memory.run(jobs=args.cc, nodes=args.nodes,
+                                  cores_per_node=args.cores_per_node,
+                                  timeout=max(args.timeout, 1800.0)), args.json)
+        return 0
     figures = memory.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
                          timeout=args.timeout)
     if args.json:
@@ -240,6 +258,14 @@ def _web(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.requests < 1 or args.hours <= 0:
         raise ValueError("--jobs and --requests must be >= 1, --hours > 0")
     report(web.run(jobs=args.jobs, hours=args.hours, requests=args.requests), args.json)
+    return 0
+
+
+def _cli(args: argparse.Namespace) -> int:
+    from fluxes.bench import cli
+    from fluxes.bench.common import report
+
+    report(cli.run(runs=args.runs), args.json)
     return 0
 
 

@@ -21,7 +21,8 @@ def register(subparsers: Any) -> None:
         ["fluxes drill --kill scheduler --rounds 5", "fluxes drill --kill any --rounds 100 --json",
          "fluxes drill --kill redis --appendfsync everysec",
          "fluxes drill --kill redis --appendfsync everysec --lose-writes 0.5 --rounds 2",
-         "fluxes drill --uri \"$FLUXES_URI\" --kill job-manager --rounds 3"]))
+         "fluxes drill --uri \"$FLUXES_URI\" --kill job-manager --rounds 3",
+         "fluxes drill --stall 12 --jobs 200", "fluxes drill --stall 5 --fault oom"]))
     p.add_argument("--uri", default=argparse.SUPPRESS, metavar="URI",
                    help="drill the running instance at URI instead of a private one "
                         "(never Redis; --nodes, --cores-per-node, --appendfsync do not apply)")
@@ -46,12 +47,53 @@ def register(subparsers: Any) -> None:
     p.add_argument("--hostile", action="store_true",
                    help="also write poison and forged entries on every stream each round "
                         "(docs/hostile-input.md) and check that each was refused")
+    p.add_argument("--stall", type=float, default=None, metavar="SECONDS",
+                   help="instead of kills: stall the private Redis for SECONDS with a busy "
+                        "function while jobs (real tasks among them) run and are submitted, "
+                        "then check that no job was lost or killed and no worker died")
+    p.add_argument("--fault", choices=("stall", "oom", "misconf", "password"),
+                   default="stall",
+                   help="with --stall: what Redis does for SECONDS: stall (busy), oom "
+                        "(maxmemory reached), misconf (a snapshot it cannot write), "
+                        "password (another password, every connection dropped)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_drill)
 
 
+def _stall(args: argparse.Namespace) -> int:
+    from fluxes.drill.stall import StallDrill
+
+    if getattr(args, "uri", None) is not None:
+        raise ValueError("--stall needs the drill's own instance (drop --uri)")
+    result = StallDrill(args.stall, jobs=args.jobs, nodes=args.nodes,
+                        cores_per_node=args.cores_per_node, timeout=args.timeout,
+                        appendfsync=args.appendfsync, fault=args.fault).run()
+    figures = result.figures()
+    if args.json:
+        print_json(figures)
+        return 0 if result.ok else 1
+    what = {"stall": "stalled", "oom": "full (OOM)", "misconf": "refusing writes (MISCONF)",
+            "password": "with another password"}[figures["fault"]]
+    print(f"redis {what} {figures['stall_s']:g} s: jobs {figures['jobs']} "
+          f"({figures['real_jobs']} real tasks across the stall), lost {figures['lost']}, "
+          f"killed {figures['killed']}, {figures['elapsed_s']} s")
+    if figures["refused_while_stalled"]:
+        print(f"submissions refused meanwhile and sent again: "
+              f"{figures['refused_while_stalled']} ({figures['refusal']})")
+    for what in ("lost_ids", "killed_ids"):
+        if figures[what]:
+            print(f"{what.replace('_', ' ')}: {' '.join(map(str, figures[what]))}")
+    for line in figures["violations"]:
+        print(f"VIOLATION {line}")
+    print("no job lost or killed" if result.ok else "JOBS LOST OR KILLED")
+    return 0 if result.ok else 1
+
+
 def _drill(args: argparse.Namespace) -> int:
     from fluxes.drill.runner import Drill
+
+    if args.stall is not None:
+        return _stall(args)
 
     drill = Drill(jobs=args.jobs, kill=args.kill, rounds=args.rounds, seed=args.seed,
                   nodes=args.nodes, cores_per_node=args.cores_per_node,

@@ -172,8 +172,8 @@ def _info(args: argparse.Namespace) -> int:
             die(f"job {fmt_id(args.id)}: its {key} is private (only its owner and the "
                 "instance owner can read it)")
         if key == "eventlog":
-            for event in store.eventlog(args.id):
-                print_json(event.to_rfc18())
+            for stamp, name, context in _revealed(store, args.id, store.eventlog(args.id)):
+                print_json(_rfc18(stamp, name, context))
         elif key == JOBSPEC_FULL:
             print(record.get(JOBSPEC_FULL, ""))
         elif key in record:
@@ -349,17 +349,35 @@ def _eventlog(args: argparse.Namespace) -> int:
     events = store.eventlog(args.id)
     if not events:
         die(f"job {shown_id(args.id)} not found")
+    shown = _revealed(store, args.id, events)
     if args.format == "json":
-        for event in events:
-            print_json(event.to_rfc18())
+        for stamp, name, context in shown:
+            print_json(_rfc18(stamp, name, context))
     elif args.human:
-        for line in human_event_lines([(e.timestamp, e.event_name, e.context())
-                                       for e in events]):
+        for line in human_event_lines(shown):
             print(line)
     else:
-        for event in events:
-            print(event_line(event.timestamp, event.event_name, event.context()))
+        for stamp, name, context in shown:
+            print(event_line(stamp, name, context))
     return 0
+
+
+def _revealed(store: EventStore, jobid: int, events: list[Any]
+              ) -> list[tuple[float, str, dict[str, Any]]]:
+    """The job's events with the text private to its owner put back when this user may
+    read it (the owner, the instance owner); others see the public stand-ins
+    (docs/security.md)."""
+    from fluxes.store.private import revealed_events
+
+    return revealed_events(store.redis, store.keys, jobid, events)
+
+
+def _rfc18(stamp: float, name: str, context: dict[str, Any]) -> dict[str, Any]:
+    """An RFC 18 object; ``context`` left out when empty, as flux does."""
+    obj: dict[str, Any] = {"timestamp": stamp, "name": name}
+    if context:
+        obj["context"] = context
+    return obj
 
 
 def _parse_matches(pairs: list[str]) -> dict[str, Any]:

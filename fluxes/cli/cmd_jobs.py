@@ -393,6 +393,7 @@ def _jobs(args: argparse.Namespace) -> int:
     window = _window(args)
     inst = instance(args)
     records, missing, queues = _selected(inst, args, window)
+    records = _revealed(inst, records)
     if queues is None and any(rec.job.state is JobState.SCHED for rec in records):
         queues = queue_states(inst)
     now = time.time()
@@ -453,6 +454,14 @@ def _selected(inst: Instance, args: argparse.Namespace, window: Window | None
     records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
                           everyone=args.A, limit=args.count or None, window=window)
     return records, [], queues
+
+
+def _revealed(inst: Instance, records: list[JobRecord]) -> list[JobRecord]:
+    """``records`` with the text private to their owners (exception notes, dependencies)
+    put back where this user may read it (docs/security.md); stand-ins elsewhere."""
+    from fluxes.store.private import hidden, reveal_for_reader
+
+    return reveal_for_reader(inst.redis, inst.keys, records) if hidden(records) else records
 
 
 def _report_missing(missing: list[int]) -> int:

@@ -88,6 +88,11 @@ def _inactive_total(inst: Instance) -> int:
 
 
 def _finish(inst: Instance, force: bool, count: int) -> None:
+    from fluxes.store.children import ChildSweeper
+
+    if force and count:
+        # the purged batch jobs' child instances (and theirs) go before we return
+        ChildSweeper(inst.redis, inst.keys).run()
     left = _inactive_total(inst)
     if force:
         print(f"purged {count} inactive jobs; {left} inactive jobs remain")

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 STALE_AFTER_S = 10.0
 #: Beyond this many exec workers the human output summarises them on one line.
 EXEC_LIST_MAX = 16
+#: Lost jobs named by id in the status (``fluxes admin lost-jobs`` lists every one).
+LOST_LISTED = 20
 #: Restarts in the last RESTART_WINDOW_S after which a worker counts as crash-looping.
 CRASH_LOOP_RESTARTS = 3
 #: The window restarts are counted in (workers keep their starts of the last minute).
@@ -228,7 +230,24 @@ def problems(status: dict[str, Any]) -> list[str]:
     # a job-list worker found stored history older than it had seen (a power cut)
     out += [f"{w['name']}: writes lost: {w['lost_writes']}" for w in alive
             if w.get("lost_writes")]
+    lost = status.get("lost_jobs") or {}
+    if lost.get("count"):
+        more = lost["count"] - len(lost["ids"])
+        out.append(f"{lost['count']} acknowledged jobs lost by Redis (a crash inside its "
+                   f"fsync window): {' '.join(lost['ids'])}" + (f" and {more} more" if more
+                                                                  else "")
+                   + "; 'fluxes admin lost-jobs' lists them, '--clear' forgets them")
     return out
+
+
+def _lost_jobs(inst: Instance) -> dict[str, Any]:
+    """The acknowledged jobs Redis lost (fluxes.store.acklog): their count and the first
+    LOST_LISTED ids."""
+    from fluxes.formats.jobid import encode
+    from fluxes.store.acklog import lost_jobs
+
+    lost = lost_jobs(inst.redis, inst.keys)
+    return {"count": len(lost), "ids": [encode(j, "f58") for j in list(lost)[:LOST_LISTED]]}
 
 
 def collect(inst: Instance) -> dict[str, Any]:
@@ -247,6 +266,7 @@ def collect(inst: Instance) -> dict[str, Any]:
         "resources": _resources(inst, now),
         "jobs": _jobs(inst),
         "dead_letters": _dead_letters(inst),
+        "lost_jobs": _lost_jobs(inst),
     }
     status["problems"] = problems(status)
     return status
@@ -328,6 +348,10 @@ def render(status: dict[str, Any]) -> list[str]:
         last = dead["last"]
         line += f"  (last from {last['worker']} on {last['stream']}: {last['error']})"
     lines.append(line)
+    lost = status.get("lost_jobs") or {}
+    if lost.get("count"):
+        lines.append(f"LOST JOBS  {lost['count']}  {' '.join(lost['ids'])}"
+                     + (" ..." if lost["count"] > len(lost["ids"]) else ""))
     by_stream = dead.get("by_stream") or {}
     if by_stream:
         lines += table(["STREAM", "REFUSED"],

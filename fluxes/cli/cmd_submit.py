@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli.cmd_jobs import select_jobs
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -193,9 +192,7 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     jobspec file cannot hold one (RFC 14 has no urgency), so for a file the
     caller must send it with the submission.
     """
-    from fluxes.domain.jm.depend import parse_dependency
     from fluxes.formats.jobspec import Jobspec
-    from fluxes.formats.requires import parse_requires
 
     if len(command) == 1 and command[0].endswith((".yaml", ".yml", ".json")) \
             and os.path.isfile(command[0]):
@@ -206,13 +203,16 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     _set_shell_options(attributes, args)
     if getattr(args, "bank", None):
         _set_bank(attributes, args.bank)
-    constraints = parse_requires(args.requires) if args.requires else None
+    constraints = _requires(args.requires) if args.requires else None
     now = time.time()
-    deps = [parse_dependency(d, now=now) for d in args.dependency]
+    deps = [_dependency(d, now) for d in args.dependency]
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
-    _shell_options(args, attributes)
-    if _per_resource(args):
-        return _per_resource_jobspec(args, command, attributes, constraints, deps, urgency)
+    from fluxes.cli.jobshape import per_resource, per_resource_jobspec, shell_options
+
+    shell_options(args, attributes)
+    if per_resource(args):
+        return per_resource_jobspec(args, command, attributes, constraints, deps, urgency,
+                                    environment_from(args.env, args.env_remove))
     # -N without -n runs a task per node; a bad -N must not be blamed on ntasks
     nodes_ok = args.nodes is not None and not isinstance(args.nodes, bool) and args.nodes >= 1
     return Jobspec.from_command(
@@ -228,82 +228,19 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
         error=args.error, attributes=attributes or None, urgency=urgency)
 
 
-def _shell_options(args: argparse.Namespace, attributes: dict[str, Any]) -> None:
-    """``--input`` and ``--signal`` into ``attributes.system.shell.options``."""
-    from fluxes.formats.shellopts import input_option, parse_signal_option
+def _requires(exprs: list[str]) -> dict[str, Any]:
+    """``--requires`` as an RFC 31 constraint (imported only when given)."""
+    from fluxes.formats.requires import parse_requires
 
-    options: dict[str, Any] = {}
-    try:
-        if getattr(args, "input", None) is not None:
-            options["input"] = input_option(path=args.input)
-        elif getattr(args, "stdin_data", None) is not None:
-            options["input"] = input_option(data=args.stdin_data)
-        if getattr(args, "signal", None) is not None:
-            options["signal"] = parse_signal_option(args.signal)
-    except ValueError as exc:
-        die(str(exc))
-    if options:
-        system = attributes.setdefault("system", {})
-        shell = system.setdefault("shell", {}) if isinstance(system, dict) else None
-        if not isinstance(shell, dict) or not isinstance(shell.setdefault("options", {}), dict):
-            die("--setattr: system.shell.options must be a table")
-        shell["options"].update(options)
+    return parse_requires(exprs)
 
 
-def _per_resource(args: argparse.Namespace) -> bool:
-    """True for flux's per-resource request (``--cores``, ``--tasks-per-*``,
-    ``--gpus-per-node``), checking it is not mixed with the per-task options."""
-    chosen = [flag for dest, flag in (("cores", "--cores"), ("tasks_per_node", "--tasks-per-node"),
-                                      ("tasks_per_core", "--tasks-per-core"),
-                                      ("gpus_per_node", "--gpus-per-node"))
-              if getattr(args, dest, None) is not None]
-    if not chosen:
-        return False
-    if args.gpus_per_node is not None and args.nodes is None:
-        die("--gpus-per-node requires -N/--nodes")
-    given = [flag for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
-                                      ("-g", args.gpus_per_task)) if value is not None]
-    if given:
-        if chosen == ["--gpus-per-node"]:
-            die(f"--gpus-per-node cannot be combined with {', '.join(given)} (it runs one "
-                "task per node)")
-        die(f"{', '.join(chosen)} cannot be combined with {', '.join(given)} (per-resource "
-            "and per-task options do not mix)")
-    if args.tasks_per_node is not None and args.tasks_per_core is not None:
-        die("--tasks-per-node and --tasks-per-core cannot be combined")
-    return True
+def _dependency(text: str, now: float) -> dict[str, Any]:
+    """One ``--dependency`` as an RFC 26 object (imported only when given: the
+    dependency module brings the job model along)."""
+    from fluxes.domain.jm.depend import parse_dependency
 
-
-def _per_resource_jobspec(args: argparse.Namespace, command: list[str],
-                          attributes: dict[str, Any], constraints: Any, deps: list[Any],
-                          urgency: int | None) -> Jobspec:
-    """flux's per-resource jobspec: resources sized by nodes/cores, tasks counted by the
-    job shell from what was allocated (``shell.options.per-resource``)."""
-    from fluxes.formats.jobspec import Jobspec
-    from fluxes.formats.shellopts import per_resource_option, per_resource_shape
-
-    # as in flux: -N without --cores asks for whole nodes
-    exclusive = bool(args.exclusive or (args.nodes is not None and args.cores is None))
-    try:
-        top = per_resource_shape(ncores=args.cores, nnodes=args.nodes,
-                                 gpus_per_node=args.gpus_per_node, exclusive=exclusive)
-        per = None
-        if args.tasks_per_node is not None:
-            per = per_resource_option("node", args.tasks_per_node)
-        elif args.tasks_per_core is not None:
-            per = per_resource_option("core", args.tasks_per_core)
-    except ValueError as exc:
-        die(str(exc))
-    if per is not None:
-        system = attributes.setdefault("system", {})
-        options = system.setdefault("shell", {}).setdefault("options", {})
-        options["per-resource"] = per
-    spec = Jobspec.from_command(
-        command, duration=args.time_limit or 0.0, queue=args.queue, name=args.job_name,
-        cwd=args.cwd or os.getcwd(), environment=environment_from(args.env, args.env_remove),
-        constraints=constraints, dependencies=deps or None, output=args.output,
-        error=args.error, attributes=attributes or None, urgency=urgency)
-    return spec.with_shape([top], {"per_slot": 1})
+    return parse_dependency(text, now=now)
 
 
 #: Options that shape the tasks and resources a jobspec file already describes:
@@ -342,7 +279,9 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
     for text in args.setattr:
         _set_attr(attributes, text)
     _set_shell_options(attributes, args)
-    _shell_options(args, attributes)
+    from fluxes.cli.jobshape import shell_options
+
+    shell_options(args, attributes)
     system = attributes.setdefault("system", {})
     if args.time_limit:
         system["duration"] = args.time_limit
@@ -376,7 +315,8 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
     sp.add_argument("--json", action="store_true", help="print {id, error} objects")
     sp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    sp.set_defaults(func=_submit)
+    # the small Redis client (fluxes.store.lite): submit only posts and waits for replies
+    sp.set_defaults(func=_submit, _lite=True)
 
     rp = subparsers.add_parser("run", **help_with_example(
         "Submit a job, print its output as it runs, exit with its exit code.",
@@ -385,7 +325,8 @@ def register(subparsers: Any) -> None:
     add_job_options(rp)
     rp.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
     rp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    rp.set_defaults(func=_run)
+    # the small Redis client (fluxes.store.lite): run posts, then reads the job's streams
+    rp.set_defaults(func=_run, _lite=True)
 
     cp = subparsers.add_parser("cancel", **help_with_example(
         "Cancel jobs (a 'cancel' exception); users may cancel only their own.",
@@ -424,10 +365,8 @@ def register_job(sub: Any) -> None:
 MAX_CC = 1_000_000
 
 
-def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
-    """One jobspec per --cc id, with {cc} substituted where flux substitutes it."""
-    if cc is None:
-        return [spec.to_dict()]
+def _cc_ids(cc: str) -> IDSet:
+    """The ids of ``--cc``; FluxesError when there are none, or too many."""
     try:
         ids = IDSet(cc)
     except ValueError as exc:
@@ -435,8 +374,17 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
     if not ids:
         raise FluxesError(f"--cc: {cc!r} names no id (e.g. --cc=1-10)")
     if len(ids) > MAX_CC:
-        # a typo such as 1-1000000000 would build copies until memory runs out
+        # a typo such as 1-1000000000 would create jobs until the queue is full
         raise FluxesError(f"--cc: {cc!r} is {len(ids)} copies, at most {MAX_CC} per submit")
+    return ids
+
+
+def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
+    """One jobspec per --cc id, with {cc} substituted where flux substitutes it
+    (``--dry-run``; a submission sends the copies as array requests instead)."""
+    if cc is None:
+        return [spec.to_dict()]
+    ids = _cc_ids(cc)
     base = spec.to_dict()
     text = spec.dumps()
     if "{cc}" not in text:
@@ -456,13 +404,16 @@ def _submit(args: argparse.Namespace) -> int:
 
     client = Client(instance(args))
     # None (no --urgency) lets the client fall back to the Jobspec's urgency.
+    item: dict[str, Any] = {"jobspec": spec, "urgency": urgency}
     if args.cc is None:
-        items: list[dict[str, Any]] = [{"jobspec": spec, "urgency": urgency}]
+        bar = Progress("submit", 1, enabled=args.progress)
+        results = client.submit([item], progress=bar.update)
     else:
-        fallback = urgency if urgency is not None else spec.urgency
-        items = [{"jobspec": c, "urgency": fallback} for c in _cc_copies(spec, args.cc)]
-    bar = Progress("submit", len(items), enabled=args.progress)
-    results = client.submit(items, progress=bar.update)
+        # array requests: whatever the range, each request is small and within the
+        # instance's per-request limit, and the ingest makes the copies
+        ids = _cc_ids(args.cc)
+        bar = Progress("submit", len(ids), enabled=args.progress)
+        results = client.submit_array(item, ids, progress=bar.update)
     bar.done()
     failed = 0
     for result in results:
@@ -493,7 +444,9 @@ def _run(args: argparse.Namespace) -> int:
     [result] = Client(inst).submit([{"jobspec": spec, "urgency": urgency}])
     if not isinstance(result, int):
         die(result)
-    outcome = follow_interruptible(inst, result, label=args.label_io)
+    # the jobspec is ours: where its output goes needs no read of the job
+    outcome = follow_interruptible(inst, result, label=args.label_io,
+                                   jobspec_text=spec.dumps())
     message = outcome.message()
     if message:
         print(f"fluxes: {message}", file=sys.stderr)
@@ -532,6 +485,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _cancel(args: argparse.Namespace) -> int:
+    from fluxes.cli.cmd_jobs import select_jobs  # not at import: submit and run do not list jobs
     from fluxes.store.client import Client
 
     inst = instance(args)

@@ -10,31 +10,9 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from importlib import import_module
 
 from fluxes import __version__
-from fluxes.cli import (
-    cmd_account,
-    cmd_admin,
-    cmd_batch,
-    cmd_bench,
-    cmd_bulksubmit,
-    cmd_drill,
-    cmd_eventlog,
-    cmd_exec,
-    cmd_job,
-    cmd_jobs,
-    cmd_jobspec,
-    cmd_queue,
-    cmd_resource,
-    cmd_resource_query,
-    cmd_simulate,
-    cmd_start,
-    cmd_status,
-    cmd_submit,
-    cmd_update,
-    cmd_web,
-    cmd_worker,
-)
 from fluxes.cli.util import (
     EXIT_ERROR,
     PROG,
@@ -46,10 +24,31 @@ from fluxes.cli.util import (
     run_cli,
 )
 
-_GROUPS = (cmd_start, cmd_submit, cmd_bulksubmit, cmd_update, cmd_batch, cmd_jobs, cmd_job,
-           cmd_queue, cmd_resource, cmd_resource_query, cmd_eventlog, cmd_jobspec, cmd_bench,
-           cmd_drill, cmd_simulate,
-           cmd_status, cmd_worker, cmd_admin, cmd_account, cmd_web, cmd_exec)
+#: The command modules (``fluxes/cli/<name>.py``), in the order of the help.
+_GROUPS = ("cmd_start", "cmd_submit", "cmd_bulksubmit", "cmd_update", "cmd_batch", "cmd_jobs",
+           "cmd_job", "cmd_queue", "cmd_resource", "cmd_resource_query", "cmd_eventlog",
+           "cmd_jobspec", "cmd_bench", "cmd_drill", "cmd_simulate",
+           "cmd_status", "cmd_worker", "cmd_admin", "cmd_account", "cmd_web", "cmd_exec")
+
+#: The module that registers each command: ``fluxes submit`` imports cmd_submit (and
+#: what it imports) only, not every command's dependencies (start-up time, see
+#: docs/cli.md). A command missing here still works: the whole parser is built for it
+#: (tests/cli/test_cli_imports.py keeps the table complete).
+_COMMANDS = {
+    "start": "cmd_start", "stop": "cmd_start",
+    "submit": "cmd_submit", "run": "cmd_submit", "cancel": "cmd_submit",
+    "bulksubmit": "cmd_bulksubmit", "update": "cmd_update",
+    "batch": "cmd_batch", "alloc": "cmd_batch", "proxy": "cmd_batch",
+    "instance-child": "cmd_batch", "pstree": "cmd_batch", "top": "cmd_batch",
+    "jobs": "cmd_jobs", "job": "cmd_job", "queue": "cmd_queue", "resource": "cmd_resource",
+    "resource-query": "cmd_resource_query", "eventlog": "cmd_eventlog",
+    "jobspec": "cmd_jobspec", "bench": "cmd_bench", "drill": "cmd_drill",
+    "simulate": "cmd_simulate", "status": "cmd_status", "worker": "cmd_worker",
+    "admin": "cmd_admin", "account": "cmd_account", "web": "cmd_web", "exec": "cmd_exec",
+}
+
+#: Options of ``fluxes`` itself that take a value (skipped when looking for the command).
+_VALUED = ("--uri",)
 
 #: What a first session looks like: start an instance, run and watch jobs.
 _EXAMPLES = (
@@ -62,8 +61,9 @@ _EXAMPLES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Build the full ``fluxes`` argument parser."""
+def build_parser(groups: Sequence[str] = _GROUPS) -> argparse.ArgumentParser:
+    """Build the ``fluxes`` argument parser: every command, or those the modules
+    named in ``groups`` register (see :func:`command_word`)."""
     parser = ArgumentParser(
         prog=PROG,
         description="fluxes: an event-sourced batch job manager and scheduler on Redis streams.",
@@ -75,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--uri", metavar="URI", default=None,
                         help="instance to talk to (default: $FLUXES_URI)")
     subparsers = add_subcommands(parser, "commands")
-    for group in _GROUPS:
-        group.register(subparsers)
+    for group in groups:
+        import_module(f"fluxes.cli.{group}").register(subparsers)
     hp = subparsers.add_parser("help", **help_with_example(
         "Print the help of fluxes, or of a command or subcommand (as COMMAND --help).",
         ["fluxes help", "fluxes help submit", "fluxes help job attach"]))
@@ -110,6 +110,33 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
     return {}
 
 
+def command_word(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is no option of ``fluxes``
+    itself), or None."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word in _VALUED:
+            skip = True
+        elif word == "--":
+            return None
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def _groups_for(argv: Sequence[str]) -> Sequence[str]:
+    """The command modules parsing ``argv`` needs: the command's own; none for
+    ``fluxes --version`` and the like; all of them for the help and the unknown."""
+    word = command_word(argv)
+    if word is None:
+        wants_help = not argv or "-h" in argv or "--help" in argv
+        return _GROUPS if wants_help else ()
+    group = _COMMANDS.get(word)
+    return (group,) if group is not None else _GROUPS
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``fluxes`` with ``argv`` (default ``sys.argv[1:]``) and return the exit code."""
     if argv is None:  # a fluxes process of its own (not a test calling in)
@@ -119,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
 
     def dispatch() -> int:
-        parser = build_parser()
+        parser = build_parser(_groups_for(args_list))
         if not args_list:
             # as flux: no command prints the usage and the commands, and fails
             parser.print_help(sys.stderr)

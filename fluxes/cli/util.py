@@ -79,6 +79,10 @@ def _describe(exc: BaseException) -> str:
         return first
     if type(exc).__name__ == "NoPermissionError":
         return f"permission denied by the instance's Redis ACL ({first})"
+    from fluxes.store import reachability  # here: most commands never fail so
+
+    if reachability.is_stall(exc):
+        return reachability.explain(exc)
     if isinstance(exc, OSError) and exc.strerror:
         where = f": {exc.filename}" if exc.filename else ""
         return f"{exc.strerror}{where}"
@@ -139,12 +143,20 @@ def add_subcommands(parser: argparse.ArgumentParser, title: str) -> Any:
 
 
 def instance(args: argparse.Namespace) -> Instance:
-    """The instance named by ``--uri`` or the environment (connected once per command)."""
+    """The instance named by ``--uri`` or the environment (connected once per command).
+
+    A command whose parser sets the default ``_lite=True`` talks through the small
+    client of :mod:`fluxes.store.lite` where the URL allows (start-up time: it does
+    not import redis-py); it must then use only what that client offers.
+    """
     from fluxes.store.instance import Instance
 
     cached: Instance | None = getattr(args, "_instance", None)
     if cached is None:
-        cached = Instance.connect(getattr(args, "uri", None), client_name="fluxes-cli")
+        # only those commands name the option (tests stand in for connect without it)
+        lite = {"lite": True} if getattr(args, "_lite", False) else {}
+        cached = Instance.connect(getattr(args, "uri", None), client_name="fluxes-cli",
+                                  **lite)
         args._instance = cached
     return cached
 

@@ -90,6 +90,7 @@ def wait_jobs(inst: Instance, ids: Sequence[int], report: Callable[[Outcome], No
     """
     from fluxes.store.eventstore import EventStore
     from fluxes.store.groups import read_streams
+    from fluxes.store.private import revealed_job
 
     keys = inst.keys
     store = EventStore(inst.redis, keys)
@@ -101,7 +102,7 @@ def wait_jobs(inst: Instance, ids: Sequence[int], report: Callable[[Outcome], No
     def finish(jobid: int) -> None:
         nonlocal done
         remaining.discard(jobid)
-        report(Outcome(store.replay_job(jobid)))
+        report(Outcome(revealed_job(inst.redis, keys, store.replay_job(jobid))))
         done += 1
         if progress is not None:
             progress(done)

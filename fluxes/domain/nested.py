@@ -24,6 +24,8 @@ CHILD_ATTRIBUTE = "child-instance"
 #: The attribute holding a batch script (``attributes.system.batch.script``): a job
 #: carrying one runs a child too (jobspecs built without the CLI, ``fluxes bench``).
 BATCH_ATTRIBUTE = "batch"
+#: The command that runs a child instance as a job's tasks (``fluxes instance-child``).
+CHILD_RUNNER = "instance-child"
 
 
 def child_namespace(parent_ns: str, jobid: int) -> str:
@@ -65,13 +67,34 @@ def child_resources(R: Mapping[str, Any] | str | bytes) -> tuple[dict[str, Any],
 
 def runs_child_instance(jobspec: Mapping[str, Any]) -> bool:
     """True when the job runs a child instance: its jobspec carries
-    ``attributes.system.child-instance`` (true) or a batch script."""
+    ``attributes.system.child-instance`` (true) or a batch script, and its tasks run
+    the child's runner (``fluxes instance-child``, what ``fluxes batch`` and ``fluxes
+    alloc`` build). The attribute set by hand on a plain job gets it no identity."""
     attributes = jobspec.get("attributes")
     system = attributes.get("system") if isinstance(attributes, Mapping) else None
     if not isinstance(system, Mapping):
         return False
-    return system.get(CHILD_ATTRIBUTE) is True or isinstance(system.get(BATCH_ATTRIBUTE),
-                                                             Mapping)
+    marked = system.get(CHILD_ATTRIBUTE) is True or isinstance(system.get(BATCH_ATTRIBUTE),
+                                                                Mapping)
+    return marked and _runs_child_runner(jobspec)
+
+
+def _runs_child_runner(jobspec: Mapping[str, Any]) -> bool:
+    """True when every task of the jobspec runs ``fluxes instance-child`` (as the
+    ``fluxes`` program, or ``python -m fluxes.cli.main``)."""
+    tasks = jobspec.get("tasks")
+    if not isinstance(tasks, list) or not tasks:
+        return False
+    for task in tasks:
+        command = task.get("command") if isinstance(task, Mapping) else None
+        if not isinstance(command, list) or CHILD_RUNNER not in command[1:]:
+            return False
+        at = command.index(CHILD_RUNNER, 1)
+        program = command[at - 1]
+        if not isinstance(program, str) or not (
+                program == "fluxes.cli.main" or program.rsplit("/", 1)[-1] == "fluxes"):
+            return False
+    return True
 
 
 def child_credentials_name(jobid: int) -> str:

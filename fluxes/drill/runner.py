@@ -619,6 +619,7 @@ class Drill:
                     "nothing lost outside the window", tuple(unexpected[:10]),
                     f"{len(unexpected)} jobs acknowledged outside the loss windows are gone"))
             self.result.violations += self._check_lost(inst, sorted(self.lost_ids))
+            self.result.violations += self._check_reported(inst, sorted(self.lost_ids))
         _jobs, report = check_jobs(logs, expected, broken)
         self.result.violations += report.violations
         rsets, bad_r = collect.read_rsets(inst, list(logs))
@@ -649,6 +650,25 @@ class Drill:
                                      f"lost with Redis's writes, yet its {', '.join(left)} "
                                      "came back"))
         return out
+
+    def _check_reported(self, inst: Instance, lost: list[int]) -> list[Violation]:
+        """Every job lost with Redis's writes is reported by id (the ingest's
+        acknowledgement log, ``fluxes admin lost-jobs``), once the ingest reconnected."""
+        from fluxes.store.acklog import lost_jobs
+
+        deadline = time.monotonic() + self._left(10.0)
+        while True:
+            missing = sorted(set(lost) - set(lost_jobs(inst.redis, inst.keys)))
+            if not missing or time.monotonic() >= deadline:
+                break
+            time.sleep(0.2)
+        self.result.notes.append(f"{len(lost) - len(missing)} of the {len(lost)} lost "
+                                 "submissions are reported by id (fluxes admin lost-jobs)")
+        if not missing:
+            return []
+        return [Violation("every lost job is reported", tuple(missing[:10]),
+                          f"{len(missing)} acknowledged jobs lost with Redis's writes are not "
+                          "listed by fluxes admin lost-jobs")]
 
     def _others_active(self, inst: Instance) -> bool:
         counts = JobListStore(inst.redis, inst.keys).counters()

@@ -909,3 +909,26 @@ class IDSet:
         """Proper-superset test."""
         o = self._coerce(other)
         return self._count > o._count and o.issubset(self)
+
+
+def chunks(ids: IDSet, size: int) -> Iterator[IDSet]:
+    """``ids`` cut, in order, into sets of at most ``size`` ids (the last may hold fewer);
+    built from the runs, never from the ids one by one."""
+    if size < 1:
+        raise ValueError(f"chunk size must be >= 1, got {size}")
+    lo: list[int] = []
+    hi: list[int] = []
+    room = size
+    for run_lo, last in zip(ids._lo, ids._hi, strict=True):
+        first = run_lo
+        while first <= last:
+            end = min(last, first + room - 1)
+            lo.append(first)
+            hi.append(end)
+            room -= end - first + 1
+            first = end + 1
+            if room == 0:
+                yield IDSet._make(lo, hi, size)
+                lo, hi, room = [], [], size
+    if lo:
+        yield IDSet._make(lo, hi, size - room)

@@ -18,16 +18,12 @@ in one walk and share the helpers that name the place in every message.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import resources as _resources
 from typing import Any, Final
-
-import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
-import jsonschema.exceptions  # type: ignore[import-untyped]
-import jsonschema.validators  # type: ignore[import-untyped]
 
 from fluxes.errors import JobspecError
 from fluxes.formats import constraints as _constraints
@@ -36,7 +32,6 @@ from fluxes.formats.counts import Count
 
 __all__ = [
     "KNOWN_SYSTEM_ATTRIBUTES",
-    "SCHEMA",
     "SlotInfo",
     "Summary",
     "check_schema",
@@ -74,16 +69,15 @@ _V1_VERTEX_KEYS: Final = frozenset({"type", "count", "unit", "with", "label"})
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 
-def _load_schema() -> dict[str, Any]:
-    """Read the packaged schema (once, at import)."""
+@functools.cache
+def schema() -> dict[str, Any]:
+    """Our jobspec schema (JSON Schema draft 2020-12), as a dict (read once)."""
+    from importlib import resources as _resources
+
     schema_file = _resources.files("fluxes.formats").joinpath("schemas/jobspec.schema.json")
     text = schema_file.read_text("utf-8")
-    schema: dict[str, Any] = json.loads(text)
-    return schema
-
-
-#: Our jobspec schema (JSON Schema draft 2020-12), as a dict.
-SCHEMA: Final = _load_schema()
+    doc: dict[str, Any] = json.loads(text)
+    return doc
 
 
 def _is_integer(checker: object, instance: object) -> bool:
@@ -91,13 +85,22 @@ def _is_integer(checker: object, instance: object) -> bool:
     return isinstance(instance, int) and not isinstance(instance, bool)
 
 
-_Draft = jsonschema.validators.extend(
-    jsonschema.Draft202012Validator,
-    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
-)
-_Draft.check_schema(SCHEMA)
-# Built once: creating a validator resolves references, which is the slow part.
-_VALIDATOR: Final[Any] = _Draft(SCHEMA)
+@functools.cache
+def validator() -> Any:
+    """The jsonschema validator of :func:`schema`, built on first use: jsonschema is
+    imported only for documents the fast path does not accept (the command line
+    that builds a valid jobspec never needs it), and creating a validator resolves
+    references, which is the slow part."""
+    import jsonschema  # type: ignore[import-untyped]  # no stubs in the venv
+    import jsonschema.validators  # type: ignore[import-untyped]
+
+    draft = jsonschema.validators.extend(
+        jsonschema.Draft202012Validator,
+        type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer",
+                                                                          _is_integer),
+    )
+    draft.check_schema(schema())
+    return draft(schema())
 
 
 # -- messages ---------------------------------------------------------------------
@@ -192,7 +195,7 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
-def _schema_message(error: jsonschema.exceptions.ValidationError) -> str:
+def _schema_message(error: Any) -> str:
     """Turn one jsonschema error into our ``place: problem`` line."""
     path = list(error.absolute_path)
     kw = str(error.validator)
@@ -420,7 +423,7 @@ def _fast_system(system: object) -> bool:
 
 
 def _fast_ok(obj: object) -> bool:
-    """True only if ``obj`` certainly satisfies SCHEMA."""
+    """True only if ``obj`` certainly satisfies the schema."""
     if type(obj) is not dict or obj.keys() != _TOP_KEYS:
         return False
     if not _pos_int(obj["version"]):
@@ -438,15 +441,15 @@ def _fast_ok(obj: object) -> bool:
 
 
 def check_schema(obj: object, fast: bool = True) -> None:
-    """Raise JobspecError for the shallowest violation of SCHEMA in ``obj``.
+    """Raise JobspecError for the shallowest violation of the schema in ``obj``.
 
     With ``fast`` (the default) documents accepted by the hand-written fast
     path skip jsonschema; ``fast=False`` always runs jsonschema.
     """
     if fast and _fast_ok(obj):
         return
-    best: jsonschema.exceptions.ValidationError | None = None
-    for error in _VALIDATOR.iter_errors(obj):
+    best: Any = None  # a jsonschema ValidationError
+    for error in validator().iter_errors(obj):
         # Shallowest first: a missing top-level key explains more than a
         # detail inside it; ties keep jsonschema's (schema-ordered) sequence.
         if best is None or len(error.absolute_path) < len(best.absolute_path):

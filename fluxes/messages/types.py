@@ -342,9 +342,11 @@ class UserRequest(Message, frozen=True):
 
 
 class SubmitJobs(UserRequest, tag="submit", frozen=True):
-    """Submit jobs."""
+    """Submit jobs; with ``cc`` (an id set), ``jobs`` holds one job and the request one
+    copy of it per id (fluxes/domain/jm/arrays.py)."""
 
     jobs: list[SubmitItem] = msgspec.field(default_factory=list)
+    cc: str | None = None
 
 
 class CancelJobs(UserRequest, tag="cancel", frozen=True):

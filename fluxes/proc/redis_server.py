@@ -78,6 +78,9 @@ class RedisServer:
             # Blocked clients time out only at the server's hz; at the default
             # 10 a BLOCK 20 returns after ~100 ms, which delays worker timers.
             "--hz", "100",
+            # Our steps are short functions: after this long Redis answers others BUSY,
+            # and workers SCRIPT KILL a runaway script (never ours) that wrote nothing.
+            "--busy-reply-threshold", "5000",
             *self.extra,
         ]
         # SIGTERM when its starter dies: redis-server then shuts down cleanly

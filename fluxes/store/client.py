@@ -19,10 +19,14 @@ import orjson
 
 from fluxes import messages as proto
 from fluxes.errors import FluxesError
+from fluxes.formats.idset import IDSet, chunks
 from fluxes.store.instance import Instance
 
 #: Jobs per submit request when submitting in bulk.
 CHUNK = 1000
+#: Jobs per array request at most (``submit --cc``), whatever the instance allows: what
+#: the ingest holds for one request grows with it.
+ARRAY_CHUNK = 10_000
 DEFAULT_TIMEOUT = 60.0
 
 
@@ -140,6 +144,55 @@ class Client:
             if progress is not None:
                 progress(len(out))
         return out
+
+    def submit_array(self, item: Mapping[str, Any], ids: IDSet,
+                     timeout: float = DEFAULT_TIMEOUT,
+                     progress: Callable[[int], None] | None = None,
+                     per_request: int | None = None) -> list[int | str]:
+        """Submit one copy of ``item`` (as for :meth:`submit`) per id of ``ids``, ``{cc}``
+        in its jobspec replaced by the id (``submit --cc``); each id's job id or
+        refusal, in order.
+
+        The copies travel as array requests (one job and an id set each,
+        fluxes/domain/jm/arrays.py) of at most ``per_request`` jobs, by default the
+        instance's ``[ingest] max-jobs-per-request``: whatever the range, every
+        request stays small and within the limit, and the ingest makes the copies.
+        """
+        return self._collect_array(self._post_array(item, ids, per_request), timeout,
+                                   progress)
+
+    def _post_array(self, item: Mapping[str, Any], ids: IDSet,
+                    per_request: int | None = None) -> list[tuple[int, str]]:
+        """Send :meth:`submit_array`'s requests in one pipeline: (jobs, reply key) each.
+        FluxesError, and nothing sent, when the job is too big for the ingest to read."""
+        job = _submission_item(item)
+        size = per_request if per_request is not None else self.jobs_per_request()
+        requests = [proto.SubmitJobs(req=_req(), jobs=[job], cc=str(part))
+                    for part in chunks(ids, min(size, ARRAY_CHUNK))]
+        if requests and _size(requests[0]) > proto.MAX_REQUEST_BYTES:
+            raise FluxesError(f"job is {_size(requests[0])} bytes as a request, the limit "
+                              f"is {proto.MAX_REQUEST_BYTES}")
+        return [(len(IDSet(r.cc or "")), key)
+                for r, key in zip(requests, self._post(requests), strict=True)]
+
+    def _collect_array(self, posted: list[tuple[int, str]], timeout: float,
+                       progress: Callable[[int], None] | None = None) -> list[int | str]:
+        """The answers to :meth:`_post_array`'s requests, one per job, in order."""
+        out: list[int | str] = []
+        for count, key in posted:
+            answer = self._answers(key, timeout)[0]
+            if answer.jobs is None:
+                errors = answer.errors or ["submission refused"]
+                out.extend([str(errors[0])] * count)
+            else:
+                out.extend(r.id if r.id is not None else str(r.error) for r in answer.jobs)
+            if progress is not None:
+                progress(len(out))
+        return out
+
+    def jobs_per_request(self) -> int:
+        """The instance's ``[ingest] max-jobs-per-request``."""
+        return self.instance.config().ingest.max_jobs_per_request
 
     def _control(self, request: proto.UserRequest, ids: Sequence[int],
                  timeout: float, answers: int | None = None) -> dict[str, Any]:

@@ -21,20 +21,22 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qsl, unquote, urlsplit
-
-import redis
-from redis.backoff import NoBackoff
-from redis.cluster import ClusterNode, RedisCluster
-from redis.retry import Retry
-from redis.sentinel import Sentinel
 
 from fluxes.env import ENV_REDIS_URL
 
+# redis-py is imported where a connection is made, not here: reading a URL must not
+# cost its import (about 90 ms, its package imports redis.asyncio), which a short
+# command that talks to Redis through fluxes.store.lite never pays
+if TYPE_CHECKING:
+    import redis
+    from redis.cluster import RedisCluster
+    from redis.retry import Retry
+
 #: Any client connect() returns. A RedisCluster has the command API of
 #: redis.Redis but no ``connection_pool`` (one pool per node instead).
-RedisClient: TypeAlias = redis.Redis | RedisCluster
+RedisClient: TypeAlias = "redis.Redis | RedisCluster"
 
 #: URL scheme -> (kind, TLS on).
 SCHEMES: dict[str, tuple[str, bool]] = {
@@ -296,6 +298,9 @@ def _client_options(target: RedisTarget, client_name: str | None) -> dict[str, A
 
 def no_retry() -> Retry:
     """A redis-py retry policy that never retries."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     return Retry(NoBackoff(), 0)
 
 
@@ -310,6 +315,8 @@ def connect(url: str | None = None, *, client_name: str | None = None) -> RedisC
     text = url or os.environ.get(ENV_REDIS_URL)
     if not text:
         raise ValueError(f"no Redis URL given (set {ENV_REDIS_URL} or pass --redis)")
+    import redis
+
     target = parse_redis_url(text)
     options = _client_options(target, client_name)
     if target.kind == "single":
@@ -339,6 +346,8 @@ def _sentinel_primary(target: RedisTarget, options: dict[str, Any]) -> redis.Red
     if target.tls:
         sentinel_options["ssl"] = True
         sentinel_options.update((k, v) for k, v in options.items() if k.startswith("ssl_"))
+    from redis.sentinel import Sentinel
+
     manager = Sentinel(list(target.nodes), sentinel_kwargs=sentinel_options, **options)
     return manager.master_for(target.service)
 
@@ -348,6 +357,9 @@ def _cluster(target: RedisTarget, options: dict[str, Any], url: str) -> RedisClu
     # The cluster client keeps a pool per node and re-reads the slot map on
     # MOVED; it has no health-check option of its own.
     options.pop("health_check_interval", None)
+    import redis
+    from redis.cluster import ClusterNode, RedisCluster
+
     seeds = [ClusterNode(host, port) for host, port in target.nodes]
     try:
         return RedisCluster(startup_nodes=seeds, **options)

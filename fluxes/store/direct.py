@@ -25,7 +25,9 @@ from typing import Any
 
 import redis
 from hiredis import pack_command
-from redis.exceptions import AskError, MovedError, NoScriptError
+from redis.exceptions import AskError, MovedError
+
+from fluxes.store import scripts
 
 #: Cluster redirections (redis-py strips the MOVED/ASK prefix into these types).
 _REDIRECTS = (MovedError, AskError)
@@ -154,18 +156,23 @@ class Direct:
                 raise result
         return list(results)
 
-    def evalsha(self, sha: str, source: str | bytes, keys: Sequence[Any],
-                args: Sequence[Any]) -> Any:
-        """Run a script by its SHA1, loading it first when the server does not know it
-        (a restarted Redis, a failover to a replica that never saw it)."""
-        command = ("EVALSHA", sha, len(keys), *keys, *args)
+    def fcall(self, source: str | bytes, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run one of our scripts (its text ``source``) as a Redis function, loading its
+        library first when the server does not have it (a new version, a Redis that
+        never saw it): fluxes/store/scripts.py."""
+        command = scripts.fcall_command(source, keys, args)
         reply = self.execute([command])[0]
-        if isinstance(reply, NoScriptError):
-            self.call("SCRIPT", "LOAD", source)
+        if scripts.is_missing(reply):
+            scripts.load_via(self.call, source)
             reply = self.execute([command])[0]
         if isinstance(reply, redis.ResponseError):
             raise reply
         return reply
+
+    def evalsha(self, sha: str, source: str | bytes, keys: Sequence[Any],
+                args: Sequence[Any]) -> Any:
+        """:meth:`fcall` (kept for callers that name the SHA-1; no script is EVALed)."""
+        return self.fcall(source, keys, args)
 
 
 def _pack(conn: Any, commands: list[Command]) -> list[bytes]:
@@ -210,6 +217,11 @@ def slot_tag(key: str) -> str:
 def execute_grouped(client: Any, commands: Sequence[tuple[str, Command]]) -> list[Any]:
     """Run ``(anchor key, command)`` pairs, one round trip per hash slot on a cluster and
     one in all elsewhere; replies (errors in place) come back in the given order."""
+    raw = getattr(client, "execute_raw", None)
+    if raw is not None:
+        # the CLI's small client (fluxes.store.lite): one plain server, one round trip
+        answers: list[Any] = raw([command for _anchor, command in commands])
+        return answers
     if getattr(client, "connection_pool", None) is not None or not commands:
         return Direct.of(client, commands[0][0] if commands else "").execute(
             [command for _anchor, command in commands])

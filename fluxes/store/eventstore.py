@@ -22,16 +22,18 @@ from typing import Any, NamedTuple, Protocol
 
 import orjson
 import redis
-from redis.exceptions import NoScriptError
 
 from fluxes.domain.job import events as ev
+from fluxes.domain.job import privacy
 from fluxes.domain.job.codec import CODEC_VERSION
 from fluxes.domain.job.fastfold import fold_common
 from fluxes.domain.job.model import Job, TransitionError, apply
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
+from fluxes.store import reachability, scripts
 from fluxes.store.direct import Direct
+from fluxes.store.entries import decode_entry as decode_entry  # noqa: PLC0414 -- re-exported
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
 
@@ -99,42 +101,14 @@ def encode_context(ctx: Mapping[str, Any]) -> bytes:
     return orjson.dumps(ctx) if ctx else b""
 
 
-_NO_CONTEXT_EVENTS: dict[bytes, type[ev.Event]] = {
-    cls.name.encode(): cls for cls in (ev.Validate, ev.Invalidate, ev.Depend, ev.FluxRestart,
-                                       ev.Start, ev.Free, ev.Clean, ev.Alloc)
-}
-
-
-def decode_entry(name: bytes, ts: bytes, ctx: bytes | None) -> ev.Event:
-    """Rebuild an event from its stream fields (``n``, ``t``, ``c``)."""
-    if not ctx:
-        cls = _NO_CONTEXT_EVENTS.get(name)
-        if cls is not None:
-            # the common case on the replay path: no context to decode or check
-            try:
-                stamp = float(ts)
-            except (TypeError, ValueError):
-                raise ev.EventError(f"{name!r}: bad timestamp {ts!r}") from None
-            if 0 <= stamp < math.inf:
-                return cls(timestamp=stamp)
-    try:
-        context = orjson.loads(ctx) if ctx else None
-    except orjson.JSONDecodeError as exc:
-        raise ev.EventError(f"{name!r}: context is not JSON: {exc}") from None
-    try:
-        stamp = float(ts)
-    except (TypeError, ValueError):
-        raise ev.EventError(f"{name!r}: bad timestamp {ts!r}") from None
-    return ev.decode(name.decode(), stamp, context)
-
-
 class Batch:
     """Effects of one processing step in one partition, to be committed atomically."""
 
-    __slots__ = ("_args", "_blobs", "_index", "_keys", "events", "partition")
+    __slots__ = ("_args", "_blobs", "_index", "_keys", "events", "names", "partition")
 
     def __init__(self, keys: Keys, partition: int, fence: str | None = None) -> None:
         self.partition = partition
+        self.names = keys
         self._keys: list[str] = [fence or keys.jm_fence(partition), keys.journal(partition)]
         self._index: dict[str, int] = {}
         self._args: list[Any] = []
@@ -154,15 +128,38 @@ class Batch:
 
     def append(self, eventlog_key: str, jobid: int, expected: int,
                events: Sequence[ev.Event],
-               extras: Sequence[Mapping[str, Any] | None] | None = None) -> None:
-        """Append ``events`` to a job's eventlog (which must hold ``expected`` events)."""
+               extras: Sequence[Mapping[str, Any] | None] | None = None,
+               owner: int | None = None, salt: bytes = b"") -> None:
+        """Append ``events`` to a job's eventlog (which must hold ``expected`` events).
+
+        With the job's ``owner``, the text private to the owner (exception notes,
+        dependency descriptions, the summary's cwd and dependencies) goes to the
+        owner's private hash instead, in this batch, and the public events hold
+        stand-ins (:mod:`fluxes.domain.job.privacy`; ``salt`` keys the masks).
+        """
         args = self._args
         args += ("E", self._key(eventlog_key), jobid, expected, len(events))
+        private: dict[str, bytes] = {}
         for i, event in enumerate(events):
             extra = extras[i] if extras is not None else None
-            args += (event.event_name, repr(event.timestamp), encode_context(event.context()),
+            context = event.context()
+            if owner is not None:
+                public, secret = privacy.split(event.event_name, context, salt) \
+                    if context else (None, {})
+                if public is not None:
+                    context = public
+                    private[str(expected + i)] = orjson.dumps(secret)
+                if extra:
+                    summary, hidden = privacy.split_summary(extra)
+                    if summary is not None:
+                        extra = summary
+                        private[privacy.SUMMARY_FIELD] = orjson.dumps(hidden)
+            args += (event.event_name, repr(event.timestamp), encode_context(context),
                      orjson.dumps(extra) if extra else b"")
         self.events += len(events)
+        if private:
+            assert owner is not None
+            self.hset(self.names.private(self.partition, owner, jobid), private)
 
     def journal_only(self, jobid: int, event: ev.Event) -> None:
         """Add a journal entry that is not part of the job's eventlog (annotations)."""
@@ -344,7 +341,7 @@ class EventStore:
     def __init__(self, client: redis.Redis, keys: Keys) -> None:
         self.redis = client
         self.keys = keys
-        self._commit = client.register_script(lua_source("commit"))
+        self._commit = lua_source("commit")
         # A second client on the same connections whose XRANGE replies stay raw
         # (flat field lists): redis-py's pairs-to-dict conversion cost more than
         # everything else on the replay path.
@@ -371,10 +368,9 @@ class EventStore:
     def commit(self, batch: Batch, token: str = "") -> CommitResult:
         """Write ``batch`` atomically; raise FencedError / ConflictError and write nothing."""
         keys, args = batch.script_args(token)
-        script = self._commit
         try:
             # keys[1] is the partition journal: every key of a batch is in its slot
-            result = self.direct(keys[1]).evalsha(script.sha, script.script, keys, args)
+            result = self.direct(keys[1]).fcall(self._commit, keys, args)
         except redis.ResponseError as exc:
             raise _commit_error(exc) from None
         return _commit_result(result)
@@ -385,15 +381,14 @@ class EventStore:
         if len(batches) == 1 or len(anchors) != 1:
             # batches of several partitions (maybe on several cluster nodes): one call each
             return [self.commit(batch, token) for batch in batches]
-        script = self._commit
         direct = self.direct(anchors.pop())
         commands = []
         for batch in batches:
             keys, args = batch.script_args(token)
-            commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+            commands.append(scripts.fcall_command(self._commit, keys, args))
         results = direct.execute(commands)
-        if any(isinstance(r, NoScriptError) for r in results):
-            direct.call("SCRIPT", "LOAD", script.script)
+        if any(scripts.is_missing(r) for r in results):
+            scripts.load_via(direct.call, self._commit)
             results = direct.execute(commands)
         out = []
         for result in results:
@@ -713,8 +708,12 @@ class EventStore:
         since (a checkpoint may be older than the journal's trim point), is
         dropped: its eventlog is gone.
         """
+        from fluxes.store.private import reveal_records
+
         checkpoint = self.load_checkpoint(partition)
         result = self.replay(partition, start=checkpoint, drop_inactive=drop_inactive)
+        # the public events hold stand-ins for dependency text the job manager needs
+        reveal_records(self.redis, self.keys, result.records)
         if checkpoint is not None and result.records:
             from fluxes.store.direct import execute_grouped
             from fluxes.store.retention import read_trim_state
@@ -838,8 +837,12 @@ def _id_ms(stream_id: bytes) -> int:
     return int(stream_id.partition(b"-")[0])
 
 
-def _commit_error(exc: redis.ResponseError) -> FluxesError:
-    """The FluxesError for an error reply of ``commit.lua`` (see its header)."""
+def _commit_error(exc: redis.ResponseError) -> FluxesError | redis.ResponseError:
+    """The FluxesError for an error reply of ``commit.lua`` (see its header); a Redis that
+    refused the whole script (full, busy, its disk failing) is ``exc`` itself, which the
+    worker's loop waits out."""
+    if reachability.is_stall(exc):
+        return exc
     text = str(exc)
     if text.startswith("FENCED unfenced"):
         return FencedError(text[7:])

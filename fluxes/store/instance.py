@@ -17,15 +17,14 @@ import pwd
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 import orjson
-import redis
 
-from fluxes.config import InstanceConfig
 from fluxes.env import DEFAULT_NAMESPACE, ENV_REDIS_URL, ENV_URI
 from fluxes.errors import FluxesError
+from fluxes.store import scripts
 from fluxes.store.connection import SCHEMES, connect, redact
 from fluxes.store.keys import Keys
 from fluxes.store.security import (
@@ -34,6 +33,11 @@ from fluxes.store.security import (
     apply_credentials,
     strip_password,
 )
+
+if TYPE_CHECKING:  # neither is imported by a short command (fluxes submit: issue 26)
+    import redis
+
+    from fluxes.config import InstanceConfig
 
 
 class NoInstanceError(FluxesError):
@@ -115,7 +119,19 @@ def record_instance(client: redis.Redis, namespace: str, partitions: int,
     pipe.hset(keys.instance, mapping=fields)
     pipe.hsetnx(keys.instance, "created", repr(time.time()))
     pipe.execute()
+    load_functions(client)
     return existing is None
+
+
+def load_functions(client: redis.Redis) -> None:
+    """Load this version's Redis functions (fluxes/store/scripts.py) as the instance owner.
+
+    A child instance's identity may not load any (its parent's owner did, on the same
+    Redis): that refusal is no error."""
+    try:
+        scripts.load_all(client)
+    except redis.exceptions.NoPermissionError:
+        pass
 
 
 def current_user() -> tuple[str, int]:
@@ -131,28 +147,38 @@ class Instance:
     """A connection to a running instance: Redis client and its key names."""
 
     def __init__(self, uri: InstanceURI, client: redis.Redis | None = None,
-                 client_name: str | None = None, user: str | None = None) -> None:
+                 client_name: str | None = None, user: str | None = None,
+                 lite: bool = False) -> None:
+        """Connect (or use ``client``) and read the instance's partitions. ``lite``: a
+        short command's client (fluxes.store.lite) where the URL allows one."""
         self.uri = uri
         #: The fluxes user a credentials file names (None: the UNIX user).
         self.user = user
-        self.redis = client if client is not None else connect(uri.redis_url,
-                                                               client_name=client_name)
+        self.redis = client if client is not None else _client(uri.redis_url, client_name,
+                                                               lite)
         partitions = 1
         try:
             raw = self.redis.hget(Keys(uri.ns).instance, "partitions")
-        except redis.AuthenticationError as exc:
-            raise NoInstanceError(
-                f"the instance at {strip_password(uri.redis_url)} refused to let us in ({exc}); "
-                f"credentials come from ${ENV_CREDENTIALS} or ~/{DEFAULT_CREDENTIALS}") from None
-        except redis.ConnectionError as exc:
-            raise NoInstanceError(f"cannot reach the instance at "
-                                  f"{strip_password(uri.redis_url)}: {exc}") from None
+        except Exception as exc:
+            import redis
+
+            if isinstance(exc, redis.AuthenticationError):
+                raise NoInstanceError(
+                    f"the instance at {strip_password(uri.redis_url)} refused to let us in "
+                    f"({exc}); credentials come from ${ENV_CREDENTIALS} or "
+                    f"~/{DEFAULT_CREDENTIALS}") from None
+            if isinstance(exc, redis.ConnectionError):
+                raise NoInstanceError(f"cannot reach the instance at "
+                                      f"{strip_password(uri.redis_url)}: {exc}") from None
+            raise
         if raw:
             partitions = int(raw)
         self.keys = Keys(uri.ns, partitions)
 
     def config(self) -> InstanceConfig:
         """The instance configuration stored by ``fluxes start`` (defaults when none)."""
+        from fluxes.config import InstanceConfig
+
         raw = self.redis.hget(self.keys.instance, "config")
         return InstanceConfig.from_toml(raw) if raw else InstanceConfig()
 
@@ -164,13 +190,26 @@ class Instance:
         return (name.decode() if name else str(int(uid))), int(uid)
 
     @classmethod
-    def connect(cls, uri: str | None = None, client_name: str | None = None) -> Instance:
+    def connect(cls, uri: str | None = None, client_name: str | None = None,
+                lite: bool = False) -> Instance:
         """Connect to the instance named by ``uri`` or the environment.
 
         A credentials file ($FLUXES_CREDENTIALS or ~/.config/fluxes/credentials.json,
         see :mod:`fluxes.store.security`) supplies the user name and password for its
-        server, and the URI itself when none is given.
+        server, and the URI itself when none is given. ``lite``: see :class:`Instance`.
         """
         text = uri or os.environ.get(ENV_URI) or os.environ.get(ENV_REDIS_URL)
         text, user = apply_credentials(text)
-        return cls(InstanceURI.from_env(text), client_name=client_name, user=user)
+        return cls(InstanceURI.from_env(text), client_name=client_name, user=user, lite=lite)
+
+
+def _client(url: str, client_name: str | None, lite: bool) -> Any:
+    """A client for ``url``: a :class:`~fluxes.store.lite.LiteRedis` when ``lite`` and the
+    URL allows one (a short command: no redis-py import), else redis-py's."""
+    if lite:
+        from fluxes.store.lite import LiteRedis, lite_target
+
+        target = lite_target(url)
+        if target is not None:
+            return LiteRedis(target, client_name)
+    return connect(url, client_name=client_name)

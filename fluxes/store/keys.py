@@ -74,6 +74,24 @@ class Keys:
         return f"{self.g}:children"
 
     @property
+    def children_purged(self) -> str:
+        """Set: namespaces of the child instances of purged jobs whose keys (grandchildren
+        included) are still being deleted (fluxes.store.children)."""
+        return f"{self.g}:children:purged"
+
+    @property
+    def lost_jobs(self) -> str:
+        """Hash: job id -> JSON, the acknowledged jobs a Redis crash lost (found by the
+        ingest's acknowledgement log, fluxes.store.acklog), until the owner clears them."""
+        return f"{self.g}:lost:jobs"
+
+    @property
+    def private_salt(self) -> str:
+        """String: the instance's secret key for masking dependency descriptions in public
+        events (fluxes.domain.job.privacy.masked); users may not read it."""
+        return f"{self.g}:private:salt"
+
+    @property
     def users(self) -> str:
         """Hash: user name -> uid, for every user allowed to submit."""
         return f"{self.g}:users"
@@ -173,6 +191,13 @@ class Keys:
         and ``refs``: how many job hashes name it); the owner in the name lets an ACL
         keep it private."""
         return f"{self.blob_prefix(partition)}{owner}:{digest}"
+
+    def private(self, partition: int, owner: int, jobid: int) -> str:
+        """Hash: the text of a job's events private to its owner (exception notes,
+        dependency descriptions, by eventlog position; ``x``: the summary's cwd and
+        dependencies, fluxes.domain.job.privacy); the owner's uid in the name lets an
+        ACL keep it private. In the job's partition, so written with its events."""
+        return f"{self.p(partition)}:private:{owner}:{jobid}"
 
     def journal(self, partition: int) -> str:
         """Stream: every event of every job of the partition (``j`` jobid, ``s`` seq, ``n``...)."""

@@ -4,6 +4,12 @@ A leader holds a lease key with a TTL and renews it well before it expires.
 Taking a free lease increments a fence counter; the new value is the
 leader's fencing token, which every write it makes carries, so a leader that
 lost its lease without noticing (paused, partitioned) is refused by the store.
+
+A stall of Redis longer than the TTL expires the key though every leader is
+alive. So a free lease is taken only by a process that Redis has answered for a
+whole TTL without a gap (:mod:`fluxes.store.reachability`), or by its last
+holder while the fence still holds its token (nobody led since); the leader
+itself renews an expired lease on the same condition.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ import time
 
 import redis
 
-from fluxes.store.scripts import lua_source
+from fluxes.store import reachability
+from fluxes.store.scripts import Function
 
 #: Default lease time; a standby takes over within about this long of a leader's death.
 #: Long enough that a busy Python leader (GC, a big restore) does not lose it.
@@ -30,32 +37,39 @@ class Lease:
         self.holder = holder
         self.ttl_ms = ttl_ms
         self.token: str | None = None
+        #: the last token this process held (kept after losing it: a stall's proof
+        #: that nobody led since is the fence still being this)
+        self.last_token = ""
         self._renewed = 0.0
-        self._script = client.register_script(lua_source("lease"))
+        self._script = Function(client, "lease")
 
-    def _call(self, op: str) -> object:
-        return self._script(keys=[self.lease_key, self.fence_key],
-                            args=[op, self.holder, self.ttl_ms])
+    def _call(self, op: str, *more: str) -> object:
+        got = self._script(keys=[self.lease_key, self.fence_key],
+                           args=[op, self.holder, self.ttl_ms, *more])
+        reachability.answered()
+        return got
 
-    def try_acquire(self) -> str | None:
-        """Take the lease if it is free (or already ours); return the fencing token."""
-        token = self._call("acquire")
+    def _took(self, token: object) -> str | None:
         if token is None or token is False:
             self.token = None
             return None
-        self.token = str(int(token))  # type: ignore[call-overload]
+        self.token = self.last_token = str(int(token))  # type: ignore[call-overload]
         self._renewed = time.monotonic()
         return self.token
+
+    def try_acquire(self) -> str | None:
+        """Take the lease if it is free (or already ours); return the fencing token.
+
+        A free lease waits while this process may not judge its holder dead yet
+        (Redis stalled lately), unless this process held it last."""
+        # First an answer of its own: a stall that held this very call must count.
+        self.redis.exists(self.lease_key)
+        wait = "" if reachability.may_judge(self.ttl_ms / 1000) else "wait"
+        return self._took(self._call("acquire", self.last_token, wait))
 
     def bump(self) -> str | None:
         """Start a new epoch while holding the lease (a new token); None if the lease is lost."""
-        token = self._call("bump")
-        if token is None or token is False:
-            self.token = None
-            return None
-        self.token = str(int(token))  # type: ignore[call-overload]
-        self._renewed = time.monotonic()
-        return self.token
+        return self._took(self._call("bump"))
 
     def renew_if_due(self) -> bool:
         """Renew when a fifth of the TTL has passed; False once the lease is lost."""
@@ -63,7 +77,7 @@ class Lease:
             return False
         if time.monotonic() - self._renewed < self.ttl_ms / 5000:
             return True
-        if self._call("renew") == 1:
+        if self._call("renew", self.token) == 1:
             self._renewed = time.monotonic()
             return True
         self.token = None

@@ -41,7 +41,7 @@ from collections.abc import Iterable, Sequence
 import redis
 
 from fluxes.store.keys import Keys
-from fluxes.store.scripts import lua_source
+from fluxes.store.scripts import Function
 
 
 class RequestClaims:
@@ -53,7 +53,7 @@ class RequestClaims:
         self.keys = keys
         self.token = token
         self.ttl_ms = ttl_ms
-        self._script = client.register_script(lua_source("request_claim"))
+        self._script = Function(client, "request_claim")
 
     def take(self, names: Sequence[str]) -> set[str]:
         """Claim each request in every partition; the names now held by this token (the

@@ -4,13 +4,15 @@ archiving and trimming the journal, and noticing history that went backwards.
 **Purge** (:func:`purge`, ``purge.lua``): a job whose eventlog ends with
 ``clean`` (or ``invalidate``) loses every key it has: its eventlog, its hash,
 its references to content-addressed blobs (a blob no job names any more goes),
-its exec progress field and its output stream; a journal-only ``purge`` entry
-naming it is appended in the same step, and the job-list and accounting folds
-and every replay drop the job there. The output stream is in the global slot,
-so it is deleted first, in a step of its own (an inactive job's output is
-final): a purge cut short between the two leaves the job without its output,
-and purging it again finishes. A purge never needs the job manager: it holds
-only active jobs.
+its exec progress field, its output stream and its private text; a
+journal-only ``purge`` entry naming it is appended in the same step, and the
+job-list and accounting folds and every replay drop the job there. The output
+stream is in the global slot, so it is deleted first, in a step of its own (an
+inactive job's output is final): a purge cut short between the two leaves the
+job without its output, and purging it again finishes. The child instance a batch/alloc job ran
+(grandchildren included) is handed to :mod:`fluxes.store.children` at the same
+point, whose sweeper deletes its keys a bounded SCAN slice at a time. A purge
+never needs the job manager: it holds only active jobs.
 
 **Streams** (:func:`trim_stream`, ``trim.lua``): the internal message streams
 keep an entry until every consumer group has acknowledged it, then it goes.
@@ -67,6 +69,7 @@ from fluxes.domain.retention import (
 from fluxes.errors import FluxesError
 from fluxes.store import jobhash
 from fluxes.store.archive import ArchiveError, JournalArchive, RawEntry
+from fluxes.store.children import ChildSweeper, doom_children
 from fluxes.store.direct import Direct, execute_grouped
 from fluxes.store.keys import GROUP_ACCOUNTING, Keys
 from fluxes.store.scripts import lua_source
@@ -84,7 +87,7 @@ PURGE_BATCH = 500
 SCAN_BLOCK = 2000
 
 __all__ = ["PURGE_EVENT", "ArchiveError", "Housekeeper", "JournalArchive", "PurgeResult",
-           "TrimState", "child_instance_keys", "purge", "purge_candidates", "trim_journal",
+           "TrimState", "purge", "purge_candidates", "trim_journal",
            "trim_stream"]
 
 
@@ -100,16 +103,6 @@ class PurgeResult:
     active: dict[int, str] = field(default_factory=dict)
     #: jobs with no eventlog (never existed, or purged already)
     unknown: list[int] = field(default_factory=list)
-
-
-def child_instance_keys(keys: Keys, jobid: int) -> list[str]:
-    """Keys of the child instance a batch job ran, which purging the job removes too.
-
-    Batch jobs (a job running its own fluxes instance) do not exist yet: when
-    they do, the child's namespace is named here (from the job hash) and its
-    keys deleted with the job's output. Today a job has no child: nothing.
-    """
-    return []
 
 
 def purge(client: redis.Redis, keys: Keys, jobids: Iterable[int],
@@ -156,11 +149,14 @@ def _purge_chunk(client: redis.Redis, keys: Keys, part: int, ids: list[int], sta
         inactive.append((jobid, named if uid is not None else {}, uid))
     if not inactive:
         return
-    # the output streams and PMI exchanges (global slot) first: an inactive job's are final
-    doomed = [key for jobid, _n, uid in inactive
-              for key in ([] if uid is None else [keys.output(uid, jobid), keys.pmi(uid, jobid)])
-              + child_instance_keys(keys, jobid)]
+    # the output streams, PMI exchanges (global slot) and private text first: an
+    # inactive job's are final
+    doomed = [key for jobid, _n, uid in inactive if uid is not None
+              for key in (keys.output(uid, jobid), keys.pmi(uid, jobid),
+                          keys.private(part, uid, jobid))]
     execute_grouped(client, [(key, ("UNLINK", key)) for key in doomed])
+    # a batch/alloc job's child instance goes too, swept a slice at a time
+    doom_children(client, keys, [jobid for jobid, _n, _uid in inactive])
     script_keys = [keys.journal(part), keys.exec_progress(part)]
     index: dict[str, int] = {}
 
@@ -539,6 +535,8 @@ def archive_for(client: redis.Redis, keys: Keys, config: RetentionConfig, partit
 MARK_EVERY_S = 1.0
 #: How often the purge policy runs; a full batch runs the next again at once.
 PURGE_EVERY_S = 2.0
+#: How often the purged jobs' child instances are looked for when no sweep is under way.
+CHILDREN_EVERY_S = 2.0
 #: How often the acknowledged entries of the message streams are trimmed, and how
 #: long they are kept anyway (by Redis' clock), for whoever looks at recent traffic.
 STREAMS_EVERY_S = 5.0
@@ -579,6 +577,8 @@ class Housekeeper:
         self.lost: dict[int, list[Loss]] = {}
         self.purged = 0
         self.trimmed = 0
+        self.children = ChildSweeper(self.redis, self.keys)
+        self._sweep_denied = False
 
     @property
     def state_dir(self) -> Path:
@@ -629,13 +629,28 @@ class Housekeeper:
         limits = Limits(config.inactive_age_limit, config.inactive_num_limit)
         if limits.active and self._due_now("purge", mono, PURGE_EVERY_S):
             self._guard("purge", lambda: self._purge(led, limits, mono))
+        if 0 in led and not self._sweep_denied and (
+                self.children.sweeping or self._due_now("children", mono, CHILDREN_EVERY_S)):
+            # the global slot's duty: the leader of partition 0 sweeps
+            self._guard("children", self._sweep_children)
         if self._due_now("streams", mono, STREAMS_EVERY_S):
             self._guard("streams", lambda: self._trim_streams(led))
         if self._due_now("journal", mono, JOURNAL_EVERY_S):
             for partition in sorted(led):
                 self._guard("journal", functools.partial(self._trim_journal, partition, config))
 
-    def _guard(self, duty: str, work: Callable[[], None]) -> None:
+    def _sweep_children(self) -> None:
+        """A step of the purged child instances' sweep (fluxes.store.children)."""
+        try:
+            self.children.step()
+        except redis.exceptions.NoPermissionError as exc:
+            # a child instance's own identity may not SCAN: its purged grandchildren go
+            # when the job that runs it is purged in the parent (one warning, no more)
+            self._sweep_denied = True
+            self.log.warning("purged child instances are left to the parent instance",
+                             extra={"error": str(exc)})
+
+    def _guard(self, duty: str, work: Callable[[], object]) -> None:
         try:
             work()
         except (FluxesError, OSError, ValueError, redis.ResponseError) as exc:

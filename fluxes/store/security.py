@@ -128,6 +128,7 @@ def read_patterns(keys: Keys, uid: int) -> list[str]:
     return [
         f"{p}:job:*",  # job hashes {p}:job:<id> (no jobspec: blob digests) and eventlogs
         f"{p}:blob:{uid}:*",  # own jobspec blobs {p}:blob:<owner uid>:<digest>
+        f"{p}:private:{uid}:*",  # own jobs' notes, dependencies, cwd {p}:private:<uid>:<id>
         f"{p}:journal",
         f"{p}:jl:*",  # the job-list read model
         f"{p}:acct:*",  # the usage read model
@@ -178,9 +179,12 @@ CHILD_USER_PREFIX = "child:"
 #: What a child's identity may not run although its workers run most commands: server
 #: administration and everything that ignores key permissions or reaches beyond the
 #: child's keys (FLUSHALL, KEYS, INFO, CONFIG, ACL...: ``@dangerous``), publishing,
-#: listing key names (SCAN, RANDOMKEY) and replacing server-wide functions or scripts.
-CHILD_DENIED = ("-@admin", "-@dangerous", "-@pubsub", "-scan", "-randomkey",
-                "-function", "-script|flush", "-script|kill")
+#: listing key names (SCAN, RANDOMKEY), the server's memory report (MEMORY STATS,
+#: DOCTOR), and Lua of its own: no EVAL, EVALSHA or SCRIPT (a busy loop would stall
+#: every user's Redis), no FUNCTION (loading, deleting, killing functions). Our steps
+#: are Redis functions the instance owner loaded; the identity calls them (FCALL).
+CHILD_DENIED = ("-@admin", "-@dangerous", "-@pubsub", "-scan", "-randomkey", "-memory",
+                "-function", "-script", "-eval", "-evalsha", "-eval_ro", "-evalsha_ro")
 
 
 def child_user_name(child_ns: str, rank: int) -> str:

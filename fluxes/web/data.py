@@ -259,6 +259,7 @@ def job(view: View, jobid: int) -> dict[str, Any]:
     estimate, and, for its owner (and the instance owner), its jobspec and output tail."""
     from fluxes.store.eventstore import EventStore
     from fluxes.store.jobhash import JobHashes
+    from fluxes.store.private import revealed_events
 
     inst = view.inst
     record = _record(view, jobid)
@@ -266,10 +267,11 @@ def job(view: View, jobid: int) -> dict[str, Any]:
     if record is None and not entries:
         raise NotFound(f"no job {jobids.encode(jobid, 'f58')}")
     facts = JobHashes(inst.redis, inst.keys).public(jobid)
-    events = [{"timestamp": event.timestamp, "name": event.event_name,
-               "context": event.context() or None,
-               "future": view.at is not None and event.timestamp > view.at}
-              for _sid, event in entries]
+    # notes and dependencies are the owner's: put back where this user may read them
+    shown = revealed_events(inst.redis, inst.keys, jobid, [e for _sid, e in entries])
+    events = [{"timestamp": stamp, "name": name, "context": context or None,
+               "future": view.at is not None and stamp > view.at}
+              for stamp, name, context in shown]
     out: dict[str, Any] = {"id": jobid, "f58": jobids.encode(jobid, "f58"), "at": view.at,
                            "events": events, "exists": record is not None}
     if record is None:

@@ -180,26 +180,52 @@ def test_submit_file_refuses_reshaping_options(option: list[str],
 
 def _submitted(monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> list[dict[str, Any]]:
     """Run ``fluxes submit ARGV``; return the job items the client put on the wire."""
+    return [job for request in _requests(monkeypatch, argv) for job in request["jobs"]]
+
+
+def _requests(monkeypatch: pytest.MonkeyPatch, argv: list[str],
+              limit: int = 10_000) -> list[dict[str, Any]]:
+    """Run ``fluxes submit ARGV`` on an instance whose per-request limit is ``limit``;
+    return the requests the client put on the wire (job ids are handed out 1, 2, ...)."""
     from fluxes import messages as proto
     from fluxes.cli import cmd_submit
+    from fluxes.formats.idset import IDSet
     from fluxes.store.client import Client
 
     sent: list[dict[str, Any]] = []
+    given = [0]
 
     def send(self: Client, requests: list[proto.UserRequest]) -> list[str]:
         sent.extend(proto.to_builtins(r) for r in requests)  # as on the wire
         return [str(len(sent) - len(requests) + i) for i in range(len(requests))]
 
     def wait(self: Client, key: str, timeout: float, count: int = 1) -> list[proto.Reply]:
-        return [proto.Reply(jobs=[proto.JobResult(id=1 + i)
-                                  for i in range(len(sent[int(key)]["jobs"]))])]
+        request = sent[int(key)]
+        # an array request (--cc) stands for one job per id
+        jobs = len(IDSet(request["cc"])) if "cc" in request else len(request["jobs"])
+        given[0] += jobs
+        return [proto.Reply(jobs=[proto.JobResult(id=given[0] - jobs + 1 + i)
+                                  for i in range(jobs)])]
 
     instance = SimpleNamespace(redis=None, keys=None, user="alice")
     monkeypatch.setattr(cmd_submit, "instance", lambda args: instance)
     monkeypatch.setattr(Client, "_post", send)
+    monkeypatch.setattr(Client, "jobs_per_request", lambda self: limit)
     monkeypatch.setattr(Client, "_answers", wait)
     assert main(["submit", *argv]) == 0
-    return [job for request in sent for job in request["jobs"]]
+    return sent
+
+
+def test_submit_cc_sends_arrays_within_the_limit(monkeypatch: pytest.MonkeyPatch,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from fluxes.formats.idset import IDSet
+
+    sent = _requests(monkeypatch, ["--cc", "1-25000,30000", "--json", "true"], limit=7000)
+    assert [len(IDSet(r["cc"])) for r in sent] == [7000, 7000, 7000, 4001]
+    assert IDSet(",".join(r["cc"] for r in sent)) == IDSet("1-25000,30000")
+    assert all(len(r["jobs"]) == 1 for r in sent)
+    # every job's id printed, in order, as before
+    assert capsys.readouterr().out.split() == [f'{{"id":{i}}}' for i in range(1, 25002)]
 
 
 @pytest.mark.parametrize(("argv", "expected"), [

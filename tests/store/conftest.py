@@ -16,3 +16,14 @@ def short_blocking_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(workers.jobmanager, "MAX_BLOCK_MS", 10)
     monkeypatch.setattr(workers.scheduler, "BLOCK_MS", 10)
     monkeypatch.setattr(workers.ingest, "BLOCK_MS", 10)
+
+
+@pytest.fixture(autouse=True)
+def private_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+                      ) -> None:
+    """Workers' local files (acknowledgement logs, lost-write marks) in a directory of the
+    test's, never in the user's ``~/.local/state``."""
+    import os
+
+    if "FLUXES_STATE_DIR" not in os.environ:
+        monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path_factory.mktemp("state")))

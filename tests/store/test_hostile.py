@@ -20,6 +20,7 @@ from fluxes.cli.cmd_status import CRASH_LOOP_RESTARTS, count_restarts
 from fluxes.domain.jm import core as jm_core
 from fluxes.domain.jm.core import JobManagerCore
 from fluxes.domain.job import events as ev
+from fluxes.domain.liveness import Backoff
 from fluxes.store.client import Client
 from fluxes.store.deadletters import read_counts
 from fluxes.store.eventstore import Batch, EventStore, NotWaitingError
@@ -446,3 +447,32 @@ def test_dead_letters_are_counted_per_stream(fake_system: System) -> None:
     system.redis.xadd(ctl, {"x": "no d"})
     runs_a_job(system)
     assert read_counts(system.redis, system.keys) == {submit: 2, ctl: 1}
+
+
+
+def test_deliveries_of_retries_after_a_redis_stall_are_excused(system: System) -> None:
+    """A worker that retried after Redis refused it (OOM lets reads through and refuses
+    writes) re-read its entries each time: those deliveries do not count against them."""
+    r = system.redis
+    stream, group = "{fx}:probe", "g"
+    r.xgroup_create(stream, group, id="0", mkstream=True)
+    sent = r.xadd(stream, {"d": "x"})
+    for _ in range(worker_base.MAX_DELIVERIES + 3):
+        r.xreadgroup(group, "c", {stream: "0" if r.xpending(stream, group)["pending"]
+                                  else ">"})
+    entries = [(sent, {b"d": b"x"})]
+    worker = IngestWorker(system.instance, name="ingest-0")
+    assert worker.overdelivered(stream, group, "c", entries)  # a crash loop's count
+    backoff = Backoff(first=0.0, most=0.0)
+
+    def refused() -> None:
+        raise redis.exceptions.OutOfMemoryError("command not allowed when used memory")
+
+    for _ in range(3):  # the loop's retries after stall-like errors
+        assert not worker._try(refused, backoff, ends=True)
+    assert worker.overdelivered(stream, group, "c", entries) == {}
+    assert not worker._try(refused, backoff, ends=True)
+    r.xreadgroup(group, "c", {stream: "0"})
+    assert worker.overdelivered(stream, group, "c", entries) == {}
+    r.xreadgroup(group, "c", {stream: "0"})
+    assert worker.overdelivered(stream, group, "c", entries)

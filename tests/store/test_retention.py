@@ -181,6 +181,50 @@ class RetentionContract:
         assert again.purged == [] and again.unknown == [1, 2, 3]
         assert _blob_refs(client) == _expected_refs(client, [4, 5, 6])
 
+    def test_purge_takes_the_child_instance_and_its_descendants(
+            self, client: redis.Redis, store: EventStore, monkeypatch: pytest.MonkeyPatch,
+            instance: Instance, tmp_path: Path) -> None:
+        from fluxes.store import children
+
+        monkeypatch.setattr(children, "SCAN_COUNT", 7)  # many small steps
+        _jobs(store, client, 3, done=3)
+        # job 1 ran a child, which ran a grandchild; job 2 ran a child (kept); a namespace
+        # that only starts like job 1's child (t.10) is another job's and stays
+        doomed = ["{t.1}:journal", "{t.1}:instance", "{t.1}:job:5:eventlog",
+                  "{t.1.5}:journal", "{t.1.5}:jl:jobs", "{t.1.5.9:p1}:journal"]
+        kept = ["{t.2}:journal", "{t.10}:journal", "{t.2.1}:journal", "{t}:journal"]
+        for key in doomed + kept[:3]:
+            client.set(key, "x") if "journal" not in key else client.xadd(key, {"a": "b"})
+        for n in range(40):  # keys of kept children spread the SCAN over many steps
+            client.set(f"{{t.2}}:filler:{n}", "x")
+        client.hset(KEYS.children, mapping={"1": "t.1", "2": "t.2", "10": "t.10"})
+        assert purge(client, KEYS, [1]).purged == [1]
+        assert client.hgetall(KEYS.children) == {b"2": b"t.2", b"10": b"t.10"}
+        assert client.smembers(KEYS.children_purged) == {b"t.1"}
+        sweeper = children.ChildSweeper(client, KEYS)
+        steps = 0
+        while not sweeper.done:
+            sweeper.step(scans=1)
+            steps += 1
+        assert steps > 3 and sweeper.deleted == len(doomed)
+        left = {k.decode() for k in client.scan_iter("*")}
+        assert not left & set(doomed)
+        assert set(kept) <= left
+        assert client.scard(KEYS.children_purged) == 0
+        assert sweeper.step() == 0  # nothing more to do: a SMEMBERS, no SCAN
+        # the job-list worker's housekeeping sweeps what a purge (automatic or not) dooms
+        import logging
+
+        assert purge(client, KEYS, [2]).purged == [2]
+        keeper = Housekeeper(instance, logging.getLogger("test"), state_dir=tmp_path)
+        for tick in range(100):
+            keeper.run({0: ("1", "0-0")}, now=1000.0 + tick)
+            if not client.scard(KEYS.children_purged):
+                break
+        left = {k.decode() for k in client.scan_iter("*")}
+        assert not any(k.startswith(("{t.2}", "{t.2.")) for k in left)
+        assert "{t.10}:journal" in left
+
     def test_purge_refuses_active_jobs(self, client: redis.Redis, store: EventStore) -> None:
         _jobs(store, client, 4, done=2)
         keys_before = sorted(client.keys("*"))

@@ -48,6 +48,10 @@ def test_lost_writes_are_noticed_and_lost_jobs_are_unknown(
     assert drill.lost_ids and figures["lost_submissions"] == len(drill.lost_ids)
     assert figures["jobs"] == 60 + len(drill.window_ids)
     assert drill.answer == 1 and "not found" in capsys.readouterr().err
+    # and every one of them was reported by id (the ingest's acknowledgement log)
+    n = len(drill.lost_ids)
+    assert f"{n} of the {n} lost submissions are reported by id (fluxes admin lost-jobs)" \
+        in figures["notes"]
 
 
 def test_lose_writes_needs_an_everysec_redis_drill() -> None:

@@ -3,6 +3,8 @@ each partition live in its slot, and the request is done once."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fluxes.store.connection import connect
@@ -18,9 +20,11 @@ pytestmark = pytest.mark.system
 
 
 def test_copy_in_two_ingests_on_a_cluster_is_done_once(cluster: str,  # noqa: F811
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+                                                       monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
     monkeypatch.setattr(ingest_mod, "BLOCK_MS", 10)
     monkeypatch.setattr(ingest_mod, "DEFER_S", 0.0)
+    monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path / "state"))  # the ingests' logs
     client = connect(cluster)
     keys = Keys("t", 3)
     client.hset(keys.instance, mapping={"partitions": 3, "owner": "me", "owner_uid": 1000})

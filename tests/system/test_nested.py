@@ -291,3 +291,34 @@ def test_a_drill_kills_a_childs_scheduler_and_the_child_recovers(
     finally:
         main(["--uri", uri, "cancel", str(jobid)])
     wait_ended(parent, jobid)
+
+
+def test_purging_a_batch_job_removes_its_child_and_grandchild_keys(
+        launcher: Launcher, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    uri = str(launcher.uri)
+    parent = parent_of(launcher)
+    inner = tmp_path / "inner.sh"
+    inner.write_text("#!/bin/sh\nfluxes run -n1 true\n")
+    outer = tmp_path / "outer.sh"
+    outer.write_text("#!/bin/sh\n#FLUX: -N1\n"
+                     f"id=$(fluxes batch -N1 --output={tmp_path}/inner.out {inner}) || exit 90\n"
+                     "fluxes job wait $id || exit 91\n")
+    jobid = batch(uri, capsys, f"--output={tmp_path}/outer.out", str(outer))
+    events = wait_ended(parent, jobid)
+    finish = next(c for n, c in events if n == "finish")
+    assert finish["status"] == 0, (events, (tmp_path / "outer.out").read_text())
+    child = child_of(parent, jobid)
+    grandchildren = child.redis.hvals(child.keys.children)
+    assert len(grandchildren) == 1
+
+    def child_keys() -> list[bytes]:
+        prefix = f"{{{child.keys.ns}".encode()
+        return [k for k in parent.redis.scan_iter(count=1000)
+                if k.startswith(prefix) and k[len(prefix):len(prefix) + 1] in b"}:."]
+
+    found = child_keys()
+    assert any(k.startswith(b"{%s}" % grandchildren[0]) for k in found)
+    assert main(["--uri", uri, "job", "purge", "--force", str(jobid)]) == 0
+    assert child_keys() == []
+    assert not parent.redis.hexists(parent.keys.children, str(jobid))
+    assert parent.redis.scard(parent.keys.children_purged) == 0

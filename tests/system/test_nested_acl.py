@@ -89,7 +89,18 @@ def check_scope(r: redis.Redis, parent: Keys, jobid: int, owner: int, other: int
                  lambda: r.get(Keys(f"{parent.ns}.{jobid + 1}").instance),
                  lambda: r.keys("*"), lambda: r.scan(0), r.flushall,
                  lambda: r.execute_command("ACL", "USERS"), r.info,
-                 lambda: r.config_get("*"), lambda: r.publish("x", "y")):
+                 lambda: r.config_get("*"), lambda: r.publish("x", "y"),
+                 # no Lua of its own (a busy loop stalls everyone), no memory report
+                 lambda: r.eval("while true do end", 0),
+                 lambda: r.eval("return 1", 1, child.instance),
+                 lambda: r.evalsha("0" * 40, 0), lambda: r.script_load("return 1"),
+                 r.script_kill, lambda: r.execute_command("EVAL_RO", "return 1", 0),
+                 lambda: r.execute_command("FUNCTION", "LOAD",
+                                           "#!lua name=x\nredis.register_function('x', "
+                                           "function() while true do end end)"),
+                 lambda: r.execute_command("FUNCTION", "FLUSH"),
+                 lambda: r.execute_command("MEMORY", "STATS"),
+                 lambda: r.execute_command("MEMORY", "DOCTOR")):
         assert refused(call)
     # the child's keys and its own children's: everything
     r.hset(child.instance, "probe", "1")

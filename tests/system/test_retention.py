@@ -6,11 +6,14 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import orjson
 import pytest
 import redis
 
+from fluxes.formats.jobid import parse
+from fluxes.store.acklog import lost_jobs
 from fluxes.store.instance import Instance
 from fluxes.store.joblist import JobListStore
 from tests.system.clitools import cli, submit
@@ -128,3 +131,65 @@ def test_purge_by_age_and_lost_writes_reported(capsys: pytest.CaptureFixture[str
 def _key(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq)
+
+
+def _submit_held(uri: str, capsys: pytest.CaptureFixture[str], count: int) -> list[int]:
+    """``count`` held jobs in one request; their ids (acknowledged: the client has them)."""
+    assert cli(uri, "submit", "--urgency=hold", f"--cc=1-{count}", "true") == 0
+    return [parse(line) for line in capsys.readouterr().out.split()]
+
+
+def _aof_tail(directory: Path) -> tuple[Path, int]:
+    """The AOF file Redis appends to now and its size: what a power cut would keep if
+    this were the moment of Redis' last fdatasync."""
+    manifest = (directory / "appendonlydir").glob("*.manifest")
+    lines = next(manifest).read_text().splitlines()
+    name = [line.split()[1] for line in lines if line.split()[-1] == "i"][-1]
+    path = directory / "appendonlydir" / name
+    return path, path.stat().st_size
+
+
+def test_power_cuts_report_every_lost_acknowledged_job(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with running_instance(nodes=1, cores_per_node=2) as launcher:
+        uri = str(launcher.uri)
+        inst = Instance.connect(uri)
+        server = launcher.server
+        assert server is not None and server.appendfsync == "everysec"
+        kept: list[int] = []
+        lost: set[int] = set()
+        for _cut in range(3):
+            kept += _submit_held(uri, capsys, 2)
+            aof, synced = _aof_tail(server.dir)
+            # acknowledged after Redis' last fdatasync: a power cut loses them
+            lost |= set(_submit_held(uri, capsys, 3) + _submit_held(uri, capsys, 1))
+            server.kill()
+            with aof.open("r+b") as out:
+                out.truncate(synced)
+            server.start()
+
+            def reported(lost: set[int] = lost) -> bool:
+                try:
+                    return set(lost_jobs(inst.redis, inst.keys)) == lost
+                except redis.ConnectionError:
+                    return False
+
+            wait_until("the ingest reports every lost job", reported)
+        for jobid in kept:
+            assert inst.redis.exists(inst.keys.job(jobid)), jobid
+        for jobid in lost:
+            assert not inst.redis.exists(inst.keys.job(jobid)), jobid
+        capsys.readouterr()
+        assert cli(uri, "admin", "lost-jobs", "--json") == 0
+        listed = orjson.loads(capsys.readouterr().out)["lost"]
+        assert {row["id"] for row in listed} == lost
+        assert {row["user"] for row in listed} == {inst.owner()[0]}
+        assert cli(uri, "status") == 1
+        err = capsys.readouterr().err
+        assert f"{len(lost)} acknowledged jobs lost by Redis" in err
+        log = (launcher.state_dir / "logs" / "ingest.log").read_text()
+        assert '"jobs lost: ' in log
+        assert cli(uri, "admin", "lost-jobs", "--clear") == 0
+        assert capsys.readouterr().out == f"forgot {len(lost)} lost jobs\n"
+        assert cli(uri, "admin", "lost-jobs") == 0
+        assert capsys.readouterr().out == "no acknowledged job was lost\n"

@@ -340,6 +340,7 @@ def test_ingest_takes_the_user_from_the_stream_not_the_request(
     from workers.ingest import IngestWorker
     from workers.jobmanager import JobManagerWorker
 
+    monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path / "state"))  # the ingest's log
     keys = setup_instance(admin, config='[policy]\njobspec.defaults.system.queue = "batch"\n'
                                          '[queues.batch]\n[queues.private]\n'
                                          'policy.access.allow-user = ["alice"]\n')
@@ -452,6 +453,7 @@ def test_ingest_survives_requests_trimmed_while_pending(
     read and had not acknowledged when it died may be gone when it reads it again."""
     from workers.ingest import IngestWorker
 
+    monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path / "state"))  # the ingest's log
     keys = setup_instance(admin)
     creds = adduser(server, tmp_path, "alice", ALICE_UID)
     owner = Instance(InstanceURI(server.url, "fx"), client=admin)
@@ -719,3 +721,71 @@ def test_a_root_worker_refuses_unregistered_and_root_jobs(
     finally:
         assert site.cli("owner", "admin", "adduser", site.names["bob"], "--credentials-dir",
                         str(site.creds["bob"].parent)) == 0
+
+
+NOTE = "n0te-only-alice-may-read"
+
+
+def test_exception_notes_dependencies_and_cwd_are_private(
+        site: Site, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    hidden = site.work / NOTE
+    hidden.mkdir(exist_ok=True)
+    hidden.chmod(0o777)
+    held = submit(site, "alice", monkeypatch, capsys, "--urgency=hold", "true")
+    waiting = submit(site, "alice", monkeypatch, capsys, "--cwd", str(hidden),
+                     f"--dependency=afterany:{held}", "true")
+    assert site.cli("alice", "cancel", "--message", NOTE, held) == 0
+    monkeypatch.setenv(ENV_CREDENTIALS, str(site.launcher.credentials))
+    admin = Instance.connect(site.uri)
+    keys = admin.keys
+    numbers = [fjobid.parse(held), fjobid.parse(waiting)]
+    deadline = time.monotonic() + 60
+    while not all(admin.redis.xrevrange(keys.eventlog(n), count=1)[0][1][b"n"] == b"clean"
+                  for n in numbers):
+        assert time.monotonic() < deadline, "the jobs did not end"
+        time.sleep(0.1)
+    capsys.readouterr()
+    # alice (and the instance owner) read her note, dependency and cwd back
+    for who in ("alice", "owner"):
+        assert site.cli(who, "job", "eventlog", held) == 0
+        assert NOTE in capsys.readouterr().out
+        assert site.cli(who, "job", "eventlog", waiting) == 0
+        assert f"after-finish={held}" in capsys.readouterr().out
+    assert site.cli("alice", "job", "info", held, "eventlog") == 0
+    assert NOTE in capsys.readouterr().out
+    assert site.cli("alice", "jobs", "-a", "-o", "{id} {contextual_info}", held) == 0
+    assert NOTE in capsys.readouterr().out
+    # bob, through the CLI: the events, with stand-ins
+    for argv in (["job", "eventlog", held], ["job", "eventlog", waiting],
+                 ["job", "info", held, "eventlog"], ["job", "eventlog", "-H", held],
+                 ["jobs", "-A", "-a", "-o", "{id} {contextual_info}", held]):
+        assert site.cli("bob", *argv) == 0, argv
+        out = capsys.readouterr().out
+        assert NOTE not in out and "after-finish" not in out, (argv, out)
+    assert site.cli("bob", "job", "eventlog", held) == 0
+    assert "(private)" in capsys.readouterr().out
+    # bob, with raw Redis commands: nothing he may read holds the text
+    r = site.login("bob")
+    alice_uid = site.uids["alice"]
+    for n in numbers:
+        assert refused(lambda n=n: r.hgetall(keys.private(0, alice_uid, n)))
+        assert admin.redis.exists(keys.private(0, alice_uid, n))
+    for key in (keys.eventlog(numbers[0]), keys.eventlog(numbers[1]), keys.journal(0)):
+        text = repr(r.xrange(key)).encode()
+        assert NOTE.encode() not in text and b"after-finish" not in text
+        assert b"afterany" not in text
+    for raw in admin.redis.scan_iter(count=1000):
+        key = raw.decode()
+        kind = admin.redis.type(key).decode()
+        read = {"string": lambda k=key: r.get(k), "hash": lambda k=key: r.hgetall(k),
+                "stream": lambda k=key: r.xrange(k),
+                "zset": lambda k=key: r.zrange(k, 0, -1)}.get(kind)
+        if read is None:
+            continue
+        try:
+            value = repr(read()).encode()
+        except redis.exceptions.NoPermissionError:
+            continue
+        assert NOTE.encode() not in value and b"afterany" not in value, key
+        assert b"after-finish" not in value, key

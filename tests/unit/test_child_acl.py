@@ -183,11 +183,22 @@ def _cli_jobspec(argv: list[str]) -> dict[str, object]:
 def test_batch_and_alloc_jobs_are_marked_as_running_a_child() -> None:
     assert runs_child_instance(_cli_jobspec(["batch", "-N1", "x.sh"]))
     assert runs_child_instance(_cli_jobspec(["alloc", "-N2"]))
+    runner = [{"command": ["/usr/bin/python3", "-m", "fluxes.cli.main", "instance-child",
+                           "--batch", "--"], "slot": "task", "count": {"per_slot": 1}}]
     # a batch script alone marks it too (jobspecs built without the CLI)
-    assert runs_child_instance({"attributes": {"system": {"batch": {"script": "x"}}}})
+    assert runs_child_instance({"attributes": {"system": {"batch": {"script": "x"}}},
+                                "tasks": runner})
+    assert runs_child_instance({"attributes": {"system": {"child-instance": True}},
+                                "tasks": [{"command": ["fluxes", "instance-child"]}]})
     specs: list[dict[str, object]] = [
         {}, {"attributes": {"system": {"duration": 0}}},
-        {"attributes": {"system": {"child-instance": "yes"}}},
-        {"attributes": {"system": {"batch": "x"}}}, {"attributes": []}]
+        {"attributes": {"system": {"child-instance": "yes"}}, "tasks": runner},
+        {"attributes": {"system": {"batch": "x"}}, "tasks": runner}, {"attributes": []},
+        # the attribute set by hand on a plain job (--setattr=system.child-instance=true)
+        {"attributes": {"system": {"child-instance": True}},
+         "tasks": [{"command": ["sh", "-c", "redis-cli EVAL ..."]}]},
+        {"attributes": {"system": {"batch": {"script": "x"}}},
+         "tasks": [{"command": ["sleep", "instance-child"]}]},
+        {"attributes": {"system": {"child-instance": True}}}]
     for spec in specs:
         assert not runs_child_instance(spec), spec

@@ -658,7 +658,7 @@ def test_redis_conf_has_the_settings_fluxes_relies_on() -> None:
     assert one(conf, "timeout") == "0"
     # the private Redis of `fluxes start` uses the same values, for the same reasons
     source = inspect.getsource(private_server.RedisServer.start)
-    for name in ("stream-node-max-bytes", "hz"):
+    for name in ("stream-node-max-bytes", "hz", "busy-reply-threshold"):
         assert f'"--{name}", "{one(conf, name)}"' in source, name
     text = (DEPLOY / "redis" / "redis.conf").read_text()
     assert "always" in text and "everysec" in text  # the trade-off is written down

@@ -22,8 +22,7 @@ from referencing.jsonschema import DRAFT4, DRAFT7
 
 from fluxes.domain.sched.request import Request
 from fluxes.errors import JobspecError
-from fluxes.formats import jobspec as jobspec_module
-from fluxes.formats import jobspec_rules
+from fluxes.formats import jobspec_rules, jobspec_yaml
 from fluxes.formats.counts import Count
 from fluxes.formats.jobspec import MAX_DEPTH, MAX_JOBSPEC_BYTES, Jobspec, parse_dependency
 
@@ -222,7 +221,7 @@ def test_rfc26_examples_as_dependencies(path: Path) -> None:
 
 
 def test_our_schema_is_a_valid_2020_12_schema() -> None:
-    jsonschema.Draft202012Validator.check_schema(jobspec_rules.SCHEMA)
+    jsonschema.Draft202012Validator.check_schema(jobspec_rules.schema())
 
 
 @pytest.mark.parametrize("path", RFC14_FILES + RFC25_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
@@ -518,7 +517,7 @@ def test_hostile_yaml(
     # Our limits hold whatever YAML library parses: libyaml's own nesting
     # limit (PyYAML >= 6.0.2 wheels) must not pre-empt our message.
     if loader == "pure":
-        monkeypatch.setattr(jobspec_module, "_Loader", yaml.SafeLoader)
+        monkeypatch.setattr(jobspec_yaml, "_Loader", yaml.SafeLoader)
     elif not hasattr(yaml, "CSafeLoader"):
         pytest.skip("PyYAML without libyaml")
     with pytest.raises(JobspecError) as info:
@@ -701,7 +700,7 @@ def mutated_docs(draw: st.DrawFn) -> Any:
 @given(mutated_docs())
 def test_fast_path_never_accepts_what_the_schema_refuses(doc: Any) -> None:
     if jobspec_rules._fast_ok(doc):
-        assert jobspec_rules._VALIDATOR.is_valid(doc)
+        assert jobspec_rules.validator().is_valid(doc)
 
 
 @settings(max_examples=500, deadline=None)

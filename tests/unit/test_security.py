@@ -91,8 +91,8 @@ def test_user_rules_one_partition() -> None:
     key_rules = [r for r in root if "~" in r]
     assert all(r.startswith("%R~") for r in key_rules)  # the root may only read
     assert sorted(r[3:] for r in key_rules) == sorted([
-        "{fx}:job:*", "{fx}:blob:5001:*", "{fx}:journal", "{fx}:jl:*", "{fx}:acct:*",
-        "{fx}:output:5001:*", "{fx}:pmi:5001:*", "{fx}:instance", "{fx}:queues",
+        "{fx}:job:*", "{fx}:blob:5001:*", "{fx}:private:5001:*", "{fx}:journal", "{fx}:jl:*",
+        "{fx}:acct:*", "{fx}:output:5001:*", "{fx}:pmi:5001:*", "{fx}:instance", "{fx}:queues",
         "{fx}:accounting",
         "{fx}:sched:status"])
     assert not any(r.startswith("+@") or r in ("allkeys", "allcommands", "~*") for r in rules)
@@ -128,9 +128,11 @@ def test_private_keys_carry_the_owner_and_match_only_the_owners_pattern() -> Non
     keys = Keys("fx")
     mine = read_patterns(keys, 500)
     # Redis globs: no escapes needed here, so fnmatch judges them the same way
-    own = [keys.output(500, 7), keys.blob(0, 500, "abc"), keys.pmi(500, 7)]
+    own = [keys.output(500, 7), keys.blob(0, 500, "abc"), keys.pmi(500, 7),
+           keys.private(0, 500, 7)]
     others = [keys.output(5001, 7), keys.output(50, 7), keys.blob(0, 5001, "abc"),
-              keys.blob(0, 50, "abc"), keys.pmi(5001, 7), keys.pmi(50, 7)]
+              keys.blob(0, 50, "abc"), keys.pmi(5001, 7), keys.pmi(50, 7),
+              keys.private(0, 5001, 7), keys.private(0, 50, 7)]
     assert all(any(fnmatchcase(k, p) for p in mine) for k in own)
     assert not any(fnmatchcase(k, p) for k in others for p in mine)
     public = [keys.job(7), keys.eventlog(7), keys.journal(0), keys.joblist_jobs(0)]

@@ -157,6 +157,9 @@ class Effects:
     #: records of inputs refused (the worker's dead letters), written with their acks
     dead_letters: list[dict[str, bytes | str]] = field(default_factory=list)
     sched_epoch: int = 0
+    #: the owner of each job with events in ``ops``: their private text goes to the
+    #: owner's private hash (fluxes.domain.job.privacy)
+    owners: dict[int, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.ops or self.sched or self.exec or self.replies or self.retired
@@ -294,6 +297,8 @@ class JobManagerCore:
             fx.base_seq[jobid] = act.job.seq
         act.rec = apply_record(act.rec, jobid, event, extra)
         fx.ops.setdefault(jobid, []).append(("E", event, extra))
+        if act.job.userid is not None:
+            fx.owners[jobid] = act.job.userid
         if self.deps.is_target(jobid):
             self._dependency_actions(fx, self.deps.target_changed(
                 jobid, TargetStatus.from_job(act.job)))

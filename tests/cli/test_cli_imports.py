@@ -1,0 +1,141 @@
+"""The hot commands import only what they use (start-up time, issue 26).
+
+``fluxes --version`` and parsing ``fluxes submit`` / ``run`` / ``jobs`` import the
+module of that command only (fluxes/cli/main.py, ``_COMMANDS``), and none of the
+heavy libraries: redis (its package imports redis.asyncio), jsonschema (the jobspec
+fast path accepts what the command line builds), yaml (only YAML text needs it).
+Each check runs in a fresh interpreter, as a user's command does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from fluxes.cli import main as cli_main
+from fluxes.cli.util import ArgumentParser, add_subcommands
+
+#: Never imported by the hot commands below.
+HEAVY = ("redis", "redis.asyncio", "jsonschema", "yaml", "fluxes.config",
+         "fluxes.domain.jm.queues", "fluxes.store.instance", "fluxes.cli.cmd_batch",
+         "fluxes.cli.cmd_account", "workers")
+
+_PROBE = """
+import json, sys
+from fluxes.cli.main import main
+argv = json.loads(sys.argv[1])
+import io, contextlib
+with contextlib.redirect_stdout(io.StringIO()):
+    main(argv)
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def _modules_after(argv: list[str]) -> set[str]:
+    """The modules a fresh interpreter holds after running ``fluxes ARGV``."""
+    out = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], check=True,
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    return set(json.loads(out.stdout.splitlines()[-1]))
+
+
+@pytest.mark.parametrize("argv", [
+    ["--version"],
+    ["submit", "--dry-run", "-n2", "-t", "5m", "--cc=1-3", "--env=-*", "true"],
+    ["run", "--help"],
+    ["jobs", "--help"],
+], ids=lambda a: " ".join(a[:2]))
+def test_hot_commands_import_little(argv: list[str]) -> None:
+    loaded = _modules_after(argv)
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    commands = {m for m in loaded if m.startswith("fluxes.cli.cmd_")}
+    if argv[0].startswith("-"):
+        assert not commands
+    else:
+        # its own command module, and the few a command module borrows from
+        assert commands <= {f"fluxes.cli.{cli_main._COMMANDS[argv[0]]}", "fluxes.cli.cmd_queue"}
+
+
+def test_command_table_names_every_command() -> None:
+    """``_COMMANDS`` maps each command to the module that registers it (a command
+    missing there works, but builds the whole parser: slow)."""
+    found: dict[str, str] = {}
+    for group in cli_main._GROUPS:
+        parser = ArgumentParser(prog="fluxes")
+        sub = add_subcommands(parser, "commands")
+        __import__(f"fluxes.cli.{group}", fromlist=["register"]).register(sub)
+        found.update(dict.fromkeys(sub.choices, group))
+    assert found == cli_main._COMMANDS
+
+
+@pytest.mark.parametrize(("argv", "word"), [
+    (["submit", "-n2", "true"], "submit"), (["--uri", "unix:///x", "jobs"], "jobs"),
+    (["--version"], None), (["-h"], None), (["--", "x"], None), ([], None),
+])
+def test_command_word(argv: list[str], word: str | None) -> None:
+    assert cli_main.command_word(argv) == word
+
+
+def test_help_and_unknown_commands_build_every_command() -> None:
+    assert cli_main._groups_for([]) == cli_main._GROUPS
+    assert cli_main._groups_for(["--help"]) == cli_main._GROUPS
+    assert cli_main._groups_for(["help", "submit"]) == cli_main._GROUPS
+    assert cli_main._groups_for(["nosuch"]) == cli_main._GROUPS
+    assert cli_main._groups_for(["--version"]) == ()
+    assert cli_main._groups_for(["run", "true"]) == ("cmd_submit",)
+
+
+_SUBMIT_PROBE = """
+import json, sys
+from argparse import Namespace
+from fluxes import messages as proto
+from fluxes.cli.util import instance
+from fluxes.formats.jobspec import Jobspec
+from fluxes.store.client import Client
+inst = instance(Namespace(uri=sys.argv[1], _lite=True))
+spec = Jobspec.from_command(["true"], environment={"A": "1"}).to_dict()
+Client(inst)._post([proto.SubmitJobs(req="probe", jobs=[proto.SubmitItem(jobspec=spec)])])
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_submit_talks_to_redis_without_redis_py(redis_server: Any, real_redis: Any) -> None:
+    """What ``fluxes submit`` does after parsing (connect, read the instance, post the
+    request) goes through fluxes.store.lite: redis-py is never imported."""
+    out = subprocess.run([sys.executable, "-c", _SUBMIT_PROBE, redis_server.url + "?ns=t"],
+                         check=True, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
+    assert not loaded & {"jsonschema", "yaml", "fluxes.config"}
+    assert real_redis.xlen("{t}:submit:" + _user()) == 1
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def test_following_a_job_imports_no_redis_py() -> None:
+    """``fluxes run`` follows its job with the modules below (attach, the event decoder,
+    the job model, the client): none imports redis-py."""
+    probe = ("import json, sys\n"
+             "import fluxes.cli.attach, fluxes.store.entries, fluxes.domain.job.model\n"
+             "import fluxes.store.client, fluxes.store.lite, fluxes.store.instance\n"
+             "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin"})
+    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
+
+
+def test_the_owner_field_is_the_job_hash_s() -> None:
+    from fluxes.cli.attach import OWNER_FIELD
+    from fluxes.store.jobhash import OWNER
+
+    assert OWNER_FIELD == OWNER

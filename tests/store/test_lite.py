@@ -1,0 +1,98 @@
+"""fluxes.store.lite: the small client short commands use answers as redis-py does.
+
+Every command it offers gives redis-py's reply shape, and its errors are
+redis-py's exception types; URLs it cannot serve soundly go to redis-py.
+Runs against the session's real redis-server (a socket: fakeredis has none).
+"""
+
+from __future__ import annotations
+
+import pytest
+import redis
+
+from fluxes.proc.redis_server import RedisServer
+from fluxes.store.instance import Instance, InstanceURI, _client
+from fluxes.store.keys import Keys
+from fluxes.store.lite import LiteRedis, lite_target
+
+
+@pytest.fixture
+def lite(redis_server: RedisServer, real_redis: redis.Redis) -> LiteRedis:
+    target = lite_target(redis_server.url)
+    assert target is not None
+    return LiteRedis(target, client_name="lite-test")
+
+
+def test_replies_are_shaped_as_redis_py_shapes_them(lite: LiteRedis,
+                                                    real_redis: redis.Redis) -> None:
+    real_redis.hset("h", mapping={"a": "1", "b": b"\xff"})
+    for client in (lite, real_redis):
+        assert client.hget("h", "a") == b"1"
+        assert client.hget("h", "zz") is None
+        assert client.hmget("h", ["a", "zz", "b"]) == [b"1", None, b"\xff"]
+        assert client.hgetall("h") == {b"a": b"1", b"b": b"\xff"}
+        assert client.hgetall("nothing") == {}
+        assert client.exists("h", "nothing", "h") == 2
+    first = lite.xadd("s", {"k": "v", b"n": 3})
+    second = real_redis.xadd("s", {"k": "w"})
+    assert lite.xrange("s") == real_redis.xrange("s") == [
+        (first, {b"k": b"v", b"n": b"3"}), (second, {b"k": b"w"})]
+    assert lite.xrange("s", min="-", max="+", count=1) == real_redis.xrange("s", count=1)
+    assert lite.xread({"s": "0-0"}, count=10) == real_redis.xread({"s": "0-0"}, count=10)
+    assert lite.xread({"s": second.decode()}, block=1) == real_redis.xread(
+        {"s": second.decode()}, block=1) == []
+    real_redis.rpush("l", b"x")
+    assert lite.blpop(["l"], timeout=1) == (b"l", b"x")
+    assert lite.blpop(["l"], timeout=0.01) is None
+    pipe = lite.pipeline(transaction=False)
+    pipe.xadd("p", {"d": b"1"}).hget("h", "a")
+    added, got = pipe.execute()
+    assert got == b"1" and real_redis.xrange("p")[0][0] == added
+    assert real_redis.client_list(_type="normal") and any(
+        c["name"] == "lite-test" for c in real_redis.client_list())
+
+
+def test_errors_are_redis_py_errors(lite: LiteRedis, real_redis: redis.Redis,
+                                    redis_server: RedisServer) -> None:
+    real_redis.set("str", "x")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        lite.hget("str", "a")
+    pipe = lite.pipeline()
+    pipe.hget("str", "a").hget("h", "a")
+    wrong, missing = pipe.execute(raise_on_error=False)
+    assert isinstance(wrong, redis.ResponseError) and missing is None
+    real_redis.acl_setuser("u", enabled=True, passwords=["+pw"], commands=["+@all"],
+                           keys=["*"])
+    try:
+        target = lite_target(f"unix://u:wrong@{redis_server.socket}")
+        assert target is not None
+        with pytest.raises(redis.AuthenticationError):
+            LiteRedis(target).hget("h", "a")
+        target = lite_target(f"unix://u:pw@{redis_server.socket}")
+        assert target is not None
+        with pytest.raises(redis.ResponseError):
+            LiteRedis(target).hget("str", "zz")  # WRONGTYPE, once authenticated
+    finally:
+        real_redis.acl_deluser("u")
+    gone = lite_target(f"unix://{redis_server.socket}.missing")
+    assert gone is not None
+    with pytest.raises(redis.ConnectionError):
+        LiteRedis(gone).hget("h", "a")
+
+
+@pytest.mark.parametrize(("url", "lite"), [
+    ("unix:///tmp/r.sock", True), ("unix:///tmp/r.sock?db=3", True),
+    ("redis://u:p@host:6380/2", True), ("redis://host?socket_connect_timeout=2", True),
+    ("rediss://host", False), ("redis+sentinel://h:26379/svc", False),
+    ("redis+cluster://h:7000", False), ("redis://host?health_check_interval=5", False),
+])
+def test_only_plain_single_servers_are_served(url: str, lite: bool) -> None:
+    assert (lite_target(url) is not None) == lite
+
+
+def test_an_instance_reads_its_partitions_through_it(redis_server: RedisServer,
+                                                     real_redis: redis.Redis) -> None:
+    real_redis.hset(Keys("t").instance, "partitions", 3)
+    inst = Instance(InstanceURI(redis_server.url, "t"), lite=True)
+    assert isinstance(inst.redis, LiteRedis) and inst.keys.partitions == 3
+    assert not isinstance(_client(redis_server.url, None, lite=False), LiteRedis)
