@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fluxes.domain.accounting.config import AccountingConfig
+from fluxes.domain.exec.perilog import KEYS as PERILOG_KEYS
+from fluxes.domain.exec.perilog import PerilogConfig
 from fluxes.domain.jm.queues import QueueConfig, format_key
 from fluxes.errors import ConfigError
 from fluxes.formats.fsd import parse_duration
@@ -166,6 +168,12 @@ class InstanceConfig:
     web: WebConfig = field(default_factory=WebConfig)
 
     @property
+    def perilog(self) -> PerilogConfig:
+        """The ``[exec]`` prolog, epilog and housekeeping (none when not configured)."""
+        table = self.raw.get("exec", {})
+        return perilog_config(table if isinstance(table, Mapping) else {})
+
+    @property
     def resource(self) -> Mapping[str, Any]:
         """The ``[resource]`` table (empty when absent)."""
         table = self.raw.get("resource", {})
@@ -226,10 +234,22 @@ def _exec_settings(exec_table: object) -> tuple[float, int]:
                 output_limit = parse_size(value, "exec.output-limit")
             except ValueError as exc:
                 raise ConfigError(str(exc)) from None
+        elif key in PERILOG_KEYS:
+            continue  # checked by perilog_config
         else:
             raise ConfigError(f"exec.{format_key(key)}: unknown key "
-                              "(known: kill-timeout, output-limit)")
+                              "(known: kill-timeout, output-limit, prolog, epilog, "
+                              "housekeeping and their -timeout)")
+    perilog_config(exec_table)
     return kill_timeout, output_limit
+
+
+def perilog_config(exec_table: Mapping[str, Any]) -> PerilogConfig:
+    """The ``[exec]`` prolog/epilog/housekeeping commands; ConfigError naming a bad key."""
+    try:
+        return PerilogConfig.from_table(exec_table)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_sched(table: Mapping[str, Any]) -> None:

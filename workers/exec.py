@@ -21,7 +21,10 @@ start that fails so also fails its job, so the job manager never waits on it.
 A worker running as root runs each job's tasks as the job's owner
 (docs/security.md, "Jobs run as their users").
 
-This module is only the loop: the rules are pure modules of
+Why one module: it is the one loop that wires those parts together (the
+start, kill and PMI paths, the job prolog/epilog hooks, ``fluxes exec``), each
+a few lines calling its own module.  This module is only the loop: the rules
+are pure modules of
 :mod:`fluxes.domain.exec`, processes and files are :mod:`fluxes.proc`'s
 (``tasks``, ``exec_files``, ``adopt``), Redis is
 :mod:`fluxes.store.exec_streams` (docs/exec.md, "Parts").
@@ -39,24 +42,38 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import orjson
+
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
-from fluxes.domain.exec.intake import Entry, Intake, Kill, PmiWake, Request, Signal, Start
+from fluxes.domain.exec.intake import (
+    Command,
+    Entry,
+    Intake,
+    Kill,
+    PmiWake,
+    Request,
+    Signal,
+    Start,
+)
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
     RunPlan,
     StartFacts,
+    TaskProc,
     check_rank,
     job_owner,
     plan_run,
     read_start,
     run_as,
 )
+from fluxes.domain.exec.jobsignal import JobSignals, signal_at
 from fluxes.domain.exec.layout import RankShare, run_duration, shell_option, wait_status
 from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget, pids_entry
+from fluxes.domain.exec.perilog import HOUSEKEEPING_REASON
 from fluxes.domain.exec.pmi import pmi_mode
 from fluxes.domain.exec.table import JobTable
 from fluxes.domain.nested import runs_child_instance
@@ -65,7 +82,9 @@ from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
 from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, forward_output
+from fluxes.proc.perilog import HookRunner, PerilogFlow
 from fluxes.proc.pmi_server import PmiServer, Served
+from fluxes.proc.remote_exec import REPLY_TTL_S, CommandRunner, reply_fields
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
@@ -73,6 +92,7 @@ from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
 from fluxes.store.pmi_kvs import PmiKvs
+from fluxes.store.resources import send_resource_event
 from fluxes.store.security import ENV_CREDENTIALS, strip_password
 from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
@@ -155,9 +175,17 @@ class ExecWorker(Worker):
         self.identities = ChildIdentities(self.redis, self.keys, instance.uri.redis_url,
                                           self.files)
         self.count_started = 0
+        # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
+        self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks,
+                                              self._watch_hook),
+                                   self._fail_after_prolog,
+                                   self._drain, self._undrain, self._table_job, self._host,
+                                   self._is_drained)
         self.waker = self.store.waker()
         self.table = JobTable(self.ranks)
         self._ready = False
+        self.job_signals = JobSignals()  # --signal=SIG@TIME deliveries
+        self.commands = CommandRunner(self.state_dir)  # fluxes exec
         self._reset()
         raise_fd_limit()
 
@@ -211,6 +239,7 @@ class ExecWorker(Worker):
             self.kill_grace = config.kill_timeout
         if self._given_limit is None:
             self.output_limit = config.output_limit
+        self.perilog.config = config.perilog
         self.files.make_dirs()
         loaded = self.store.load()
         for rank, host in loaded.hosts.items():
@@ -222,6 +251,7 @@ class ExecWorker(Worker):
                                              self.adopter.restore):
             self.log.error("unreadable exec record", extra={"job": jobid, "rank": rank})
         self._restore_owners()
+        self.perilog.restore()
         for name in self.identities.setup(self.ranks, table.live):
             self.log.info("child identity swept", extra={"user": name})
         self.intake.last_ids.update(loaded.last_ids)
@@ -265,7 +295,8 @@ class ExecWorker(Worker):
         self.files.forget_listings()
         self._wait(None if intake.backlog else clock.wait_ms(
             time.monotonic(), busy=intake.wants_read(), next_registry=self._next_registry,
-            next_prune=self._next_prune, timers=table.timers, running=bool(table.live),
+            next_prune=self._next_prune, timers=table.timers,
+            running=bool(table.live) or self.perilog.holding() or bool(self.commands.running),
             next_output=self._next_output, flush_after=self.flushing.after))
         if self._pmi_ready or self.pmi.retry:
             # before the tasks are watched: a PMI failure is in the report of their end
@@ -279,7 +310,14 @@ class ExecWorker(Worker):
         intake.handle(self._on_request, box.ack, STEP_BUDGET_S, time.monotonic, self._refuse)
         for job in table.fire(box, time.monotonic(), time.time()):
             signal_tasks(job.tasks, signal.SIGKILL)
+        if self.job_signals:
+            for rank, jobid, sig in self.job_signals.due(time.time()):
+                signal_tasks(table.signal(rank, jobid), sig)
         self._watch(box)
+        if self.perilog.holding():
+            self._hooks_ended(box)
+        if self.commands.running:
+            self._commands_ended()
         now = time.monotonic()
         if now >= self._next_registry:
             self._next_registry = now + REGISTRY_INTERVAL_S
@@ -385,11 +423,15 @@ class ExecWorker(Worker):
         box = self.box
         match request:
             case Kill(id=jobid, signal=sig):
+                self.perilog.on_kill(rank, jobid)
                 signal_tasks(self.table.kill(box, rank, jobid, sig, time.time(),
                                              time.monotonic(), self.kill_grace), sig)
                 return
             case Signal(id=jobid, signal=sig):
                 signal_tasks(self.table.signal(rank, jobid), sig)
+                return
+            case Command():
+                self._command(rank, request, redelivered)
                 return
             case PmiWake(id=jobid, round=round_, error=error):
                 self._pmi_failed(self.pmi.wake((rank, jobid), round_, error))
@@ -400,10 +442,106 @@ class ExecWorker(Worker):
         if job is not None:
             box.report(job)  # a repeated start: say again where it stands
             return
+        facts = self.intake.fetched.get(jobid)
+        if self._prolog_first(rank, jobid, facts):
+            return
+        self._start_now(rank, jobid, facts, redelivered)
+
+    def _prolog_first(self, rank: int, jobid: int, facts: StartFacts | None) -> bool:
+        """True when the start waits for the job prolog (a real job, a prolog configured)."""
+        if not self.perilog.config.prolog:
+            return False
+        spec = read_start(jobid, facts)
+        if spec is None or facts is None or run_duration(spec) is not None:
+            return False
+        return self.perilog.on_start(self.box, rank, jobid, job_owner(jobid, facts.owner))
+
+    def _fail_after_prolog(self, rank: int, jobid: int, error: str, status: int) -> None:
+        """The prolog failed: the job fails here without running a task."""
+        if self.table.knows(rank, jobid):
+            return
+        job = self.table.fail(self.box, ExecJob(jobid, rank, "run"), time.time(), error)
+        job.prolog = status
+        self.box.touch(self.table.add(job))
+
+    def _drain(self, rank: int, reason: str) -> str:
+        """Drain ``rank`` (a hook failed there, or housekeeping holds it), as ``fluxes
+        resource drain`` does; the id of the resource event."""
+        self.log.info("draining", extra={"rank": rank, "reason": reason})
+        return send_resource_event(self.instance, "drain", str(rank), reason)
+
+    def _undrain(self, rank: int, since: str) -> None:
+        """Give back a rank housekeeping held, unless someone drained or undrained it
+        after our drain ``since`` (theirs stands)."""
+        later = self.redis.xrange(self.keys.resource_events, min="(" + since)
+        for _id, fields in later:
+            try:
+                event = proto.decode_resource_event(fields)
+            except ValueError:
+                continue
+            if rank in IDSet(event.ranks):
+                return
+        send_resource_event(self.instance, "undrain", str(rank))
+
+    def _is_drained(self, rank: int) -> bool:
+        """Whether the scheduler's last summary says ``rank`` is drained (not by a
+        housekeeping: that summary may predate the undrain of an earlier one)."""
+        raw = self.redis.get(self.keys.sched_status)
+        try:
+            drain = orjson.loads(raw or b"{}").get("drained", {}).get(str(rank))
+            return bool(drain) and not str(drain.get("reason", "")).startswith(
+                HOUSEKEEPING_REASON)
+        except (orjson.JSONDecodeError, AttributeError):
+            return False
+
+    def _watch_hook(self, pid: int) -> None:
+        """A hook's end wakes the loop at once (its pidfd; the key names no job)."""
+        self.watcher.watch((-1, pid), TaskProc(-1, pid, False))
+
+    def _table_job(self, rank: int, jobid: int) -> ExecJob | None:
+        return self.table.get(rank, jobid)
+
+    def _host(self, rank: int) -> str:
+        return self.hostnames.get(rank, "")
+
+    def _hooks_ended(self, box: Outbox) -> None:
+        """Act on the prolog/epilog/housekeeping runs that ended."""
+        for run, what in self.perilog.poll(box):
+            self.log.info("hook ended", extra={"job": run.jobid, "rank": run.rank,
+                                              "phase": run.phase, "result": what,
+                                              "output": self.perilog.runner.log_tail(run)})
+
+    def _command(self, rank: int, cmd: Command, redelivered: bool) -> None:
+        """``fluxes exec``: run ``cmd`` as the instance owner (never twice)."""
+        if redelivered:
+            self._reply(cmd.token, reply_fields(rank, 1 << 8, b"", b"",
+                                                "not run: the exec worker restarted"))
+            return
+        user = self.instance_owner if self.euid == 0 and self.instance_owner != 0 else None
+        self.log.info("fluxes exec", extra={"rank": rank, "command": cmd.argv[:8]})
+        run = self.commands.start(rank, cmd, user)
+        if run.popen is not None:
+            self._watch_hook(run.popen.pid)
+
+    def _commands_ended(self) -> None:
+        """Send the output and status of the ``fluxes exec`` commands that ended."""
+        for run, status, out, err in self.commands.poll():
+            self._reply(run.token, reply_fields(run.rank, status, out, err, run.error))
+
+    def _reply(self, token: str, fields: dict[bytes, bytes]) -> None:
+        key = self.keys.exec_reply(token)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(key, fields)
+        pipe.expire(key, REPLY_TTL_S)
+        pipe.execute()
+
+    def _start_now(self, rank: int, jobid: int, facts: StartFacts | None,
+                   redelivered: bool) -> None:
+        """Start the job on ``rank`` (or fail it) and record it in the table and the box."""
+        box = self.box
         now = time.time()
         try:
-            job = self._start(box, rank, jobid, self.intake.fetched.get(jobid), now,
-                              redelivered)
+            job = self._start(box, rank, jobid, facts, now, redelivered)
         except StartFailed as exc:
             # the job started and its tasks could not: it fails with their exit code
             job = self.table.fail(box, ExecJob(jobid, rank, "run", started=True), now,
@@ -414,6 +552,11 @@ class ExecWorker(Worker):
             # The state directory or the like: this job cannot run here.
             job = self.table.fail(box, ExecJob(jobid, rank, "run"), now,
                                   f"exec: {exc.strerror or exc}: {exc.filename or ''}")
+        if (job.kind == "run" and job.started) or \
+                self.perilog.prolog_status(rank, jobid) is not None:
+            self.perilog.started(job)
+            if job.kind == "done":  # failed after its prolog ran: the epilog runs still
+                self.perilog.finished(box, [job])
         box.touch(self.table.add(job))
         sent = self.intake.sent
         if sent and job.started:
@@ -453,6 +596,7 @@ class ExecWorker(Worker):
         job = ExecJob(jobid, rank, "run", started=True, forward=plan.forward, owner=owner,
                       as_user=user is not None)
         if plan.share.ntasks == 0:
+            self.perilog.started(job)
             table.done(job, now, status=0)
             box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), []))
             table.eof(box, job)
@@ -465,6 +609,9 @@ class ExecWorker(Worker):
             raise
         if not job.started:  # no task could be spawned
             self.pmi.close(job.key, leave=False)
+        when = signal_at(spec, R.expiration)
+        if when is not None:
+            self.job_signals.arm(when[0], when[1], rank, jobid)
         table.watch(job)
         box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
         return job
@@ -559,6 +706,8 @@ class ExecWorker(Worker):
                 self.watcher.reaped.pop(task.pid, None)
             self.files.remove(job)
         self.box = Outbox()
+        if box.finished:
+            self.perilog.finished(self.box, box.finished)
 
 
 def main(instance: Instance, ranks: Iterable[int] | str, state_dir: str | os.PathLike[str],

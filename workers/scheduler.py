@@ -372,6 +372,7 @@ class SchedulerWorker(Worker):
             stream = stream_b.decode()
             session = self._session_of(stream)
             msgs: list[_Input] = []
+            frees = False
             for msg_id, fields in entries:
                 # read by position, not through a group: moving on is the acknowledgement
                 session.pos = msg_id.decode()
@@ -380,9 +381,15 @@ class SchedulerWorker(Worker):
                 except proto.MessageError as exc:
                     self.dead_letter(stream, msg_id, fields, str(exc))
                     continue
-                if sent and any(isinstance(m, proto.Free) for m in batch):
-                    freed_sent.append(sent)  # the hand-off ends with its answer's write
+                if any(isinstance(m, proto.Free) for m in batch):
+                    frees = True
+                    if sent:
+                        freed_sent.append(sent)  # the hand-off ends with its answer's write
                 msgs.extend(_Input(epoch, m, msg_id, fields) for m in batch)
+            if frees and self.pool is not None:
+                # a drain written before the job was released (an exec worker's
+                # housekeeping holding its rank) must apply before the free does
+                self._read_resource_events()
             if not self._handle(session, msgs, out.setdefault(session.partition, [])):
                 return  # deposed while handling
         if time.monotonic() - self._housekept >= HOUSEKEEPING_S:

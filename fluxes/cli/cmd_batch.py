@@ -106,6 +106,37 @@ def merge_directives(args: argparse.Namespace, words: list[str]) -> argparse.Nam
     return args
 
 
+def _allocation_shape(args: argparse.Namespace, nodes: int) -> tuple[int, int | None, bool]:
+    """Cores and GPUs per node of a batch/alloc job, and whether it takes whole nodes.
+
+    ``--cores=N`` is N cores spread evenly over the nodes, ``--gpus-per-node``
+    the GPUs of each; the child instance runs one broker per node, so
+    ``--tasks-per-node``/``--tasks-per-core`` have no meaning here.
+    """
+    for flag, value in (("--tasks-per-node", getattr(args, "tasks_per_node", None)),
+                        ("--tasks-per-core", getattr(args, "tasks_per_core", None))):
+        if value is not None:
+            die(f"{flag}: not for batch/alloc (the instance runs one broker per node)")
+    ncores = getattr(args, "cores", None)
+    per_node_gpus = getattr(args, "gpus_per_node", None)
+    if ncores is not None or per_node_gpus is not None:
+        given = [flag for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
+                                          ("-g", args.gpus_per_task)) if value is not None]
+        if given:
+            die(f"--cores/--gpus-per-node cannot be combined with {', '.join(given)}")
+        if ncores is not None and (ncores < 1 or ncores % nodes):
+            die(f"--cores={ncores} does not divide evenly over {nodes} node(s)")
+        if per_node_gpus is not None and per_node_gpus < 0:
+            die("--gpus-per-node must be >= 0")
+        cores = ncores // nodes if ncores is not None else 1
+        return cores, per_node_gpus or None, bool(args.nodes is not None and ncores is None)
+    whole = args.nodes is not None and args.ntasks is None and args.cores_per_task is None
+    slots = args.ntasks if args.ntasks is not None else 1
+    cores = math.ceil(slots * (args.cores_per_task or 1) / nodes)
+    gpus = math.ceil(slots * args.gpus_per_task / nodes) if args.gpus_per_task else None
+    return cores, gpus, whole
+
+
 def allocation_jobspec(args: argparse.Namespace, child_args: list[str],
                        script: str | None) -> Jobspec:
     """The jobspec of a batch/alloc job: one ``instance-child`` task per node.
@@ -123,11 +154,9 @@ def allocation_jobspec(args: argparse.Namespace, child_args: list[str],
                         ("-g", args.gpus_per_task)):
         if value is not None and value < 1:
             die(f"{flag} must be >= 1")
-    whole = args.nodes is not None and args.ntasks is None and args.cores_per_task is None
-    slots = args.ntasks if args.ntasks is not None else 1
-    cores = math.ceil(slots * (args.cores_per_task or 1) / nodes)
-    gpus = math.ceil(slots * args.gpus_per_task / nodes) if args.gpus_per_task else None
+    cores, gpus, whole = _allocation_shape(args, nodes)
     shaped = argparse.Namespace(**vars(args))
+    shaped.cores = shaped.tasks_per_node = shaped.tasks_per_core = shaped.gpus_per_node = None
     shaped.nodes, shaped.ntasks, shaped.cores_per_task = nodes, nodes, cores
     shaped.gpus_per_task = gpus
     shaped.exclusive = bool(args.exclusive or whole)

@@ -30,7 +30,7 @@ def register(subparsers: Any) -> None:
     lp.set_defaults(func=_list)
     sp = sub.add_parser("status", **help_with_example(
         "Each execution target's state: online, offline (no exec heartbeat), drained,\n"
-        "draining (drained, its work not finished yet).",
+        "draining (drained, its work not finished yet), housekeeping.",
         ["fluxes resource status", "fluxes resource status --json"]))
     sp.add_argument("--json", action="store_true")
     sp.set_defaults(func=_status)
@@ -96,6 +96,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from fluxes.domain.exec.perilog import HOUSEKEEPING_REASON
     from fluxes.formats.idset import IDSet
     from fluxes.store.resources import LOST_AFTER_S, load_inventory
 
@@ -119,6 +120,8 @@ def _status(args: argparse.Namespace) -> int:
         state = ("draining" if rank in busy else "drained") if rank in drained \
             else "online" if online else "offline"
         reason = drained[rank]["reason"] if rank in drained else ""
+        if rank in drained and reason.startswith(HOUSEKEEPING_REASON):
+            state = "housekeeping"  # held by its exec worker until the command ends
         groups.setdefault((state, reason), IDSet()).add(rank)
     rows = []
     rset = inventory.rset()

@@ -43,6 +43,13 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
                      help="with -N: N GPUs on each node, one task per node (not with -n, -c, "
                           "-g)")
     res.add_argument("-x", "--exclusive", action="store_true", help="whole nodes")
+    res.add_argument("--cores", type=int, default=None, metavar="N",
+                     help="N cores in all (with -N: spread evenly); one task per core unless "
+                          "--tasks-per-node/--tasks-per-core (not with -n, -c, -g)")
+    res.add_argument("--tasks-per-node", type=int, default=None, metavar="N",
+                     help="N tasks on each node allocated (not with -n, -c, -g)")
+    res.add_argument("--tasks-per-core", type=int, default=None, metavar="N",
+                     help="N tasks on each core allocated (not with -n, -c, -g)")
     res.add_argument("--requires", action="append", default=[], metavar="EXPR",
                      help="constraint, e.g. 'gpu', '^login', 'host:node[0-3]' (repeatable)")
     attrs = parser.add_argument_group("job attributes")
@@ -66,6 +73,10 @@ def add_job_options(parser: argparse.ArgumentParser) -> None:
     attrs.add_argument("--job-name", metavar="NAME")
     attrs.add_argument("--output", metavar="TEMPLATE", help="stdout file, e.g. job-{{id}}.out")
     attrs.add_argument("--error", metavar="TEMPLATE", help="stderr file")
+    attrs.add_argument("--input", metavar="FILE",
+                       help="stdin of every task from FILE (relative to the working directory)")
+    attrs.add_argument("--signal", metavar="[SIG][@TIME]", default=None,
+                       help="send SIG TIME before the time limit (default SIGUSR1@60)")
     attrs.add_argument("--setattr", action="append", default=[], metavar="KEY=VAL",
                        help="set a jobspec attribute, e.g. system.exec.test.run_duration=1s")
     attrs.add_argument("-o", "--setopt", action="append", default=[], metavar="OPT[=VAL]",
@@ -196,15 +207,12 @@ def build_jobspec(args: argparse.Namespace, command: list[str]) -> Jobspec:
     now = time.time()
     deps = [_dependency(d, now) for d in args.dependency]
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
-    if args.gpus_per_node is not None:
-        # flux's per-resource request: it sizes the job per node, not per task
-        if args.nodes is None:
-            die("--gpus-per-node requires -N/--nodes")
-        given = [flag for flag, value in (("-n", args.ntasks), ("-c", args.cores_per_task),
-                                          ("-g", args.gpus_per_task)) if value is not None]
-        if given:
-            die(f"--gpus-per-node cannot be combined with {', '.join(given)} (it runs one "
-                "task per node)")
+    from fluxes.cli.jobshape import per_resource, per_resource_jobspec, shell_options
+
+    shell_options(args, attributes)
+    if per_resource(args):
+        return per_resource_jobspec(args, command, attributes, constraints, deps, urgency,
+                                    environment_from(args.env, args.env_remove))
     # -N without -n runs a task per node; a bad -N must not be blamed on ntasks
     nodes_ok = args.nodes is not None and not isinstance(args.nodes, bool) and args.nodes >= 1
     return Jobspec.from_command(
@@ -240,7 +248,9 @@ def _dependency(text: str, now: float) -> dict[str, Any]:
 _SHAPE_OPTIONS: tuple[tuple[str, str, object], ...] = (
     ("nodes", "-N", None), ("ntasks", "-n", None), ("cores_per_task", "-c", None),
     ("gpus_per_task", "-g", None), ("gpus_per_node", "--gpus-per-node", None),
-    ("exclusive", "-x", False), ("requires", "--requires", []),
+    ("exclusive", "-x", False), ("cores", "--cores", None),
+    ("tasks_per_node", "--tasks-per-node", None), ("tasks_per_core", "--tasks-per-core", None),
+    ("requires", "--requires", []),
     ("env", "--env", []), ("env_remove", "--env-remove", []), ("cwd", "--cwd", None),
     ("output", "--output", None), ("error", "--error", None),
 )
@@ -260,13 +270,18 @@ def _from_file(args: argparse.Namespace, path: str) -> Jobspec:
     spec = Jobspec.from_file(path)
     if not (args.time_limit or args.queue or args.job_name or args.dependency
             or args.setattr or getattr(args, "bank", None) or getattr(args, "setopt", None)
-            or getattr(args, "taskmap", None)):
+            or getattr(args, "taskmap", None)
+            or getattr(args, "input", None) is not None
+            or getattr(args, "signal", None) is not None):
         return spec
     doc = spec.to_dict()
     attributes = doc.setdefault("attributes", {})
     for text in args.setattr:
         _set_attr(attributes, text)
     _set_shell_options(attributes, args)
+    from fluxes.cli.jobshape import shell_options
+
+    shell_options(args, attributes)
     system = attributes.setdefault("system", {})
     if args.time_limit:
         system["duration"] = args.time_limit
@@ -421,6 +436,8 @@ def _run(args: argparse.Namespace) -> int:
     from fluxes.store.client import Client
 
     command = _command(args)
+    if args.input is None:
+        args.stdin_data = _stdin_to_forward()
     spec = build_jobspec(args, command)
     inst = instance(args)
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
@@ -434,6 +451,24 @@ def _run(args: argparse.Namespace) -> int:
     if message:
         print(f"fluxes: {message}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _stdin_to_forward() -> bytes | None:
+    """What ``fluxes run`` forwards to task 0: its stdin when it is a regular file
+    (``fluxes run cat < file``), read whole; None otherwise (a terminal, /dev/null,
+    a pipe: a pipe is not read, as nothing says when its writer will close it)."""
+    import stat
+
+    from fluxes.formats.shellopts import MAX_STDIN_BYTES
+
+    try:
+        if not stat.S_ISREG(os.fstat(0).st_mode):
+            return None
+        with open(0, "rb", closefd=False) as src:
+            data = src.read(MAX_STDIN_BYTES + 1)
+    except OSError:
+        return None
+    return data or None
 
 
 def _command(args: argparse.Namespace) -> list[str]:

@@ -28,7 +28,7 @@ from fluxes.cli.util import (
 _GROUPS = ("cmd_start", "cmd_submit", "cmd_bulksubmit", "cmd_update", "cmd_batch", "cmd_jobs",
            "cmd_job", "cmd_queue", "cmd_resource", "cmd_resource_query", "cmd_eventlog",
            "cmd_jobspec", "cmd_bench", "cmd_drill", "cmd_simulate",
-           "cmd_status", "cmd_worker", "cmd_admin", "cmd_account", "cmd_web")
+           "cmd_status", "cmd_worker", "cmd_admin", "cmd_account", "cmd_web", "cmd_exec")
 
 #: The module that registers each command: ``fluxes submit`` imports cmd_submit (and
 #: what it imports) only, not every command's dependencies (start-up time, see
@@ -44,7 +44,7 @@ _COMMANDS = {
     "resource-query": "cmd_resource_query", "eventlog": "cmd_eventlog",
     "jobspec": "cmd_jobspec", "bench": "cmd_bench", "drill": "cmd_drill",
     "simulate": "cmd_simulate", "status": "cmd_status", "worker": "cmd_worker",
-    "admin": "cmd_admin", "account": "cmd_account", "web": "cmd_web",
+    "admin": "cmd_admin", "account": "cmd_account", "web": "cmd_web", "exec": "cmd_exec",
 }
 
 #: Options of ``fluxes`` itself that take a value (skipped when looking for the command).

@@ -434,6 +434,14 @@ class Jobspec:
         # The submission default travels with the document it was given for.
         return Jobspec._from_plain(_plain_copy(doc), self._v1, self._urgency)
 
+    def with_shape(self, resources: list[dict[str, Any]], count: dict[str, Any]) -> Jobspec:
+        """A validated copy with ``resources`` and the task count replaced (the per-resource
+        requests of :mod:`fluxes.formats.shellopts`)."""
+        doc = self.to_dict()
+        doc["resources"] = resources
+        doc["tasks"][0]["count"] = count
+        return Jobspec._from_plain(_plain_copy(doc), self._v1, self._urgency)
+
     def with_system_defaults(
         self, duration: float | None = None, queue: str | None = None
     ) -> Jobspec:

@@ -184,7 +184,18 @@ class PmiWake(Message, tag="pmi", frozen=True):
     error: Annotated[str, msgspec.Meta(max_length=4096)] | None = None
 
 
-ExecRequest = Start | Kill | Signal | PmiWake
+class Command(Message, tag="command", frozen=True):
+    """Run ``argv`` on this rank as the instance owner (``fluxes exec``), its output and
+    wait status written to the reply stream of ``token`` (fluxes/proc/remote_exec.py)."""
+
+    token: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    argv: Annotated[list[Annotated[str, msgspec.Meta(max_length=65536)]],
+                    msgspec.Meta(min_length=1, max_length=4096)]
+    cwd: Annotated[str, msgspec.Meta(max_length=4096)] = "/"
+    env: dict[str, str] | None = None
+
+
+ExecRequest = Start | Kill | Signal | PmiWake | Command
 
 
 class ExecReport(Message, tag="exec", frozen=True):
@@ -196,6 +207,10 @@ class ExecReport(Message, tag="exec", frozen=True):
     status: int | None = None
     released: bool = False
     error: str | None = None
+    #: the rank's job prolog/epilog: -1 while it runs, then its wait status
+    #: (fluxes/domain/jm/perilog.py); absent when none is configured
+    prolog: int | None = None
+    epilog: int | None = None
 
 
 # -- ingest -> job manager ({p}:jm:new) ------------------------------------------------

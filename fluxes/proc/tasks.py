@@ -48,6 +48,7 @@ from fluxes.domain.exec.layout import (
 )
 from fluxes.domain.exec.pmi import STALE_VARIABLES, without_stale
 from fluxes.proc.exec_files import TaskFiles, close_stream, high_fd
+from fluxes.proc.stdin import data_fd, task_stdin, with_input_file
 
 if TYPE_CHECKING:
     from fluxes.proc.pmi_server import Served
@@ -122,6 +123,8 @@ class Prepared(NamedTuple):
     cwd: str
     env: dict[str, str]
     account: Account | None = None
+    #: task 0's stdin (fluxes/proc/stdin.py), None: /dev/null
+    stdin: int | None = None
 
 
 def raise_fd_limit() -> None:
@@ -357,6 +360,7 @@ class Launcher:
         handed to them); what they may access is checked as them when they run.
         """
         argv = task_command(spec)
+        run_argv = with_input_file(spec, argv)
         account = None if user is None else self.account(user)
         base = self.base_env
         default_cwd = self.default_cwd
@@ -374,7 +378,7 @@ class Launcher:
             # as a shell (and flux's job shell) would: 127 not found, 126 not executable
             raise StartFailed(problem, 127 if problem.endswith(os.strerror(errno.ENOENT))
                               else 126)
-        return Prepared(argv, cwd, env, account)
+        return Prepared(run_argv, cwd, env, account)
 
     def launch(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
                pmi: Served | None = None) -> None:
@@ -413,10 +417,15 @@ class Launcher:
         if any(name in prepared.env for name in STALE_VARIABLES):
             # submitted from inside another job: its PMI descriptors mean nothing here
             prepared = prepared._replace(env=without_stale(prepared.env))
+        stdin = data_fd(plan.spec) if 0 in plan.share.task_ranks else None
+        if stdin is not None:
+            prepared = prepared._replace(stdin=stdin)
         try:
             self._spawn_all(job, plan, prepared, files, paths, pmi)
         finally:
             files.close()
+            if stdin is not None:
+                os.close(stdin)
 
     def _spawn_all(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
                    files: OutputFiles, paths: Mapping[tuple[int, int], str],
@@ -431,7 +440,8 @@ class Launcher:
                 actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull,
                                                    os.O_RDONLY, 0)]
                 proc = TaskProc(task.rank, 0, True)
-                fds: dict[int, int] = {}  # task fd -> the worker's fd it is a copy of
+                # task fd -> the worker's fd it is a copy of
+                fds: dict[int, int] = task_stdin(prepared.stdin, task.rank)
                 appends = ["", ""]  # files the wrapper opens as the task's user
                 for flag, sname, suffix, fd_no in STREAMS:
                     user_path = paths.get((task.rank, fd_no))
@@ -494,7 +504,7 @@ class Launcher:
                   fds: Mapping[int, int], pass_fds: tuple[int, ...] = ()) -> int:
         """Start the wrapper as ``account`` (see the module's docstring); its pid."""
         popen = subprocess.Popen(  # noqa: S603 (the wrapper; the job's command is "$@")
-            argv, executable=SH, stdin=subprocess.DEVNULL,
+            argv, executable=SH, stdin=fds.get(0, subprocess.DEVNULL),
             stdout=fds.get(1, subprocess.DEVNULL), stderr=fds.get(2, subprocess.DEVNULL),
             env=env, cwd="/", close_fds=True, pass_fds=pass_fds, start_new_session=True,
             restore_signals=True,

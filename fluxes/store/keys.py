@@ -118,6 +118,10 @@ class Keys:
         """Stream: start/kill requests for the exec worker serving ``rank``."""
         return f"{self.g}:exec:rank:{rank}"
 
+    def exec_reply(self, token: str) -> str:
+        """Stream: the ranks' output and status of one ``fluxes exec`` (expires)."""
+        return f"{self.g}:exec:reply:{token}"
+
     @property
     def exec_registry(self) -> str:
         """Hash: rank -> exec worker registration and heartbeat."""

@@ -300,7 +300,7 @@ def test_submit_gpus_per_node_builds_a_slot_per_node_with_its_gpus(
     (["-N2", "-n4", "--gpus-per-node=2"], "-n"),
     (["-N2", "-c2", "--gpus-per-node=2"], "-c"),
     (["-N2", "-g1", "--gpus-per-node=2"], "-g"),
-    (["-N2", "--gpus-per-node=-1"], "gpus_per_node"),
+    (["-N2", "--gpus-per-node=-1"], "gpus-per-node"),
 ])
 def test_submit_gpus_per_node_refusals(argv: list[str], why: str,
                                        capsys: pytest.CaptureFixture[str]) -> None:

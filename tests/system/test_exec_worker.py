@@ -114,7 +114,9 @@ class Harness:
         out: list[dict[str, Any]] = []
         for _id, fields in self.client.xrange(KEYS.exec_events(0)):
             msgs = wire.full(proto.EXEC_EVENTS, fields)
-            out.extend(m for m in msgs if m["id"] == jobid and m["rank"] == rank)
+            # no [exec] prolog/epilog here: those fields stay at their default
+            out.extend({k: v for k, v in m.items() if k not in ("prolog", "epilog")}
+                       for m in msgs if m["id"] == jobid and m["rank"] == rank)
         return out
 
     def wait(self, jobid: int, pred: Callable[[dict[str, Any]], bool], rank: int = 0,

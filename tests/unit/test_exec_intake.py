@@ -10,6 +10,7 @@ import pytest
 from fluxes import messages as proto
 from fluxes.domain.exec.intake import (
     REPORT_CHUNK,
+    Command,
     Intake,
     Kill,
     MessageError,
@@ -76,6 +77,12 @@ def test_signal_bounds() -> None:
         Kill(id=1, signal=top)]
 
 
+def job_of(request: Request) -> int:
+    """The job a (job) request is about."""
+    assert not isinstance(request, Command)
+    return request.id
+
+
 def test_a_report_is_the_cumulative_exec_message() -> None:
     job = ExecJob(7, 2, "done", started=True, status=256, released=True, error="x")
     msg = report(job)
@@ -83,7 +90,16 @@ def test_a_report_is_the_cumulative_exec_message() -> None:
                                    error="x")
     [back] = wire.full(proto.EXEC_EVENTS, encode_reports([job])[0])
     assert back == {"t": "exec", "id": 7, "rank": 2, "started": True, "status": 256,
-                    "released": True, "error": "x"}
+                    "released": True, "error": "x", "prolog": None, "epilog": None}
+
+
+def test_a_held_job_is_not_reported_released_and_says_its_hooks() -> None:
+    job = ExecJob(7, 2, "done", started=True, status=0, released=True, held=True)
+    job.prolog, job.epilog = 0, -1
+    msg = report(job)
+    assert not msg.released and msg.prolog == 0 and msg.epilog == -1
+    job.held = False
+    assert report(job).released
 
 
 @pytest.mark.parametrize(("n", "sizes"), [
@@ -185,10 +201,10 @@ def test_handle_stops_at_the_budget_and_resumes_mid_entry() -> None:
     seen: list[int] = []
     acks: list[bytes] = []
     # the budget is spent after the second request: the entry is not acknowledged yet
-    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m, _d: acks.append(m),
+    intake.handle(lambda _r, q, _red: seen.append(job_of(q)), lambda _r, m, _d: acks.append(m),
                   1.5, Clock(1.0), never)
     assert seen == [1, 2] and acks == [] and intake.fetched
-    intake.handle(lambda _r, q, _red: seen.append(q.id), lambda _r, m, _d: acks.append(m),
+    intake.handle(lambda _r, q, _red: seen.append(job_of(q)), lambda _r, m, _d: acks.append(m),
                   1.5, Clock(1.0), never)
     assert seen == [1, 2, 3] and acks == [b"1-0"]
 
@@ -206,11 +222,13 @@ def test_a_request_that_raises_is_refused_with_its_entry_and_the_rest_go_on() ->
     acks: list[tuple[bytes, list[Any]]] = []
 
     def handler(_rank: int, request: Request, _redelivered: bool) -> None:
+        assert not isinstance(request, Command)
         if request.id in (2, 4):
             raise TypeError(f"boom {request.id}")
         seen.append(request.id)
 
     def refuse(rank: int, msg_id: bytes, request: Request, exc: Exception) -> Any:
+        assert not isinstance(request, Command)
         refused.append((rank, msg_id, request.id, str(exc)))
         return f"dead letter of {request.id}"
 

@@ -804,3 +804,55 @@ def test_alloc_requests_and_hello_carry_the_bank() -> None:
     reply = [m for m in h.sched if m["t"] == "hello-reply"][-1]
     assert reply["alloc"] == [{"id": 1, "priority": 16, "userid": OWNER, "ranks": "0",
                                "bank": "physics"}]
+
+
+def test_prolog_then_start_again_then_epilog_in_flux_order() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.grant(1, "0-1")
+    assert [m["t"] for m in h.exec[0]] == ["start"]
+    h.exec_report(1, 0, prolog=-1)
+    h.exec_report(1, 1, prolog=-1)
+    h.exec_report(1, 0, prolog=0)
+    assert h.log[1][-1] == "prolog-start" and len(h.exec[0]) == 1
+    h.exec_report(1, 1, prolog=0)
+    # every rank's prolog ended well: prolog-finish, and the start again (the go)
+    assert h.log[1][-1] == "prolog-finish"
+    assert [m["t"] for m in h.exec[0]] == ["start", "start"]
+    assert [m["t"] for m in h.exec[1]] == ["start", "start"]
+    h.exec_report(1, 0, started=True, prolog=0)
+    h.exec_report(1, 1, started=True, prolog=0)
+    assert h.log[1][-1] == "start"
+    h.exec_report(1, 0, started=True, status=0, epilog=-1)
+    h.exec_report(1, 1, started=True, status=0, epilog=-1)
+    assert h.log[1][-2:] == ["finish", "epilog-start"]
+    h.exec_report(1, 0, started=True, status=0, epilog=0, released=True)
+    h.exec_report(1, 1, started=True, status=0, epilog=0, released=True)
+    h.free_responses()
+    assert h.log[1] == ["submit", "validate", "depend", "priority", "alloc", "prolog-start",
+                        "prolog-finish", "start", "finish", "epilog-start", "epilog-finish",
+                        "release", "free", "clean"]
+    assert h.replica[1].job.result == JobResult.COMPLETED
+
+
+def test_a_failed_prolog_fails_the_job_with_a_prolog_exception() -> None:
+    h = Harness()
+    h.submit(1)
+    h.hello()
+    h.allocs()
+    h.grant(1, "0-1")
+    h.exec_report(1, 0, prolog=-1)
+    h.exec_report(1, 1, prolog=256, error="prolog exited with code=1 on n1 (rank 1)",
+                  released=True)
+    job = h.replica[1].job
+    assert job.fatal is not None and job.fatal.type == "prolog"
+    assert job.fatal.note == "prolog exited with code=1 on n1 (rank 1)"
+    assert "prolog-finish" not in h.log[1]  # rank 0's prolog still runs
+    assert [m["t"] for m in h.exec[0]] == ["start", "kill"]
+    h.exec_report(1, 0, released=True)  # killed while in its prolog
+    h.free_responses()
+    assert h.log[1] == ["submit", "validate", "depend", "priority", "alloc", "prolog-start",
+                        "exception", "prolog-finish", "free", "clean"]
+    assert h.replica[1].job.result == JobResult.FAILED

@@ -24,7 +24,7 @@ from typing import Any
 
 from fluxes import messages as proto
 from fluxes.domain.exec.jobs import ExecJob
-from fluxes.messages import ExecReport, Kill, PmiWake, Signal, Start
+from fluxes.messages import Command, ExecReport, Kill, PmiWake, Signal, Start
 
 #: A request entry that does not follow the protocol (dead-lettered by the worker).
 MessageError = proto.MessageError
@@ -33,10 +33,11 @@ MessageError = proto.MessageError
 REPORT_CHUNK = 1000
 
 #: What a rank's request stream carries (the typed messages of :mod:`fluxes.messages`).
-Request = Start | Kill | Signal | PmiWake
+Request = Start | Kill | Signal | PmiWake | Command
 
-__all__ = ["REPORT_CHUNK", "Backlog", "Entry", "Intake", "Kill", "MessageError", "PmiWake",
-           "Poison", "Refusal", "Request", "Signal", "Start", "decode_requests", "decode_sent",
+__all__ = ["REPORT_CHUNK", "Backlog", "Command", "Entry", "Intake", "Kill", "MessageError",
+           "PmiWake", "Poison", "Refusal", "Request", "Signal", "Start", "decode_requests",
+           "decode_sent",
            "encode_reports", "report"]
 
 
@@ -65,7 +66,8 @@ def decode_sent(fields: Mapping[Any, Any] | None) -> tuple[list[Request], float]
 def report(job: ExecJob) -> ExecReport:
     """The cumulative ``exec`` message for the job manager about ``job`` on its rank."""
     return ExecReport(id=job.id, rank=job.rank, started=job.started, status=job.status,
-                      released=job.released, error=job.error)
+                      released=job.released and not job.held, error=job.error,
+                      prolog=job.prolog, epilog=job.epilog)
 
 
 def encode_reports(jobs: Sequence[ExecJob], sent: float | None = None

@@ -114,6 +114,11 @@ class ExecJob:
     truncated: bool = False  # the output limit was reached: the rest is dropped
     owner: int = -1  # the job owner's uid (its output stream's key carries it); -1 unknown
     as_user: bool = False  # its tasks run as the owner, not as the worker (a root worker)
+    # the job prolog/epilog on this rank (-1 running, then its wait status) and whether
+    # its release waits for them (fluxes/proc/perilog.py)
+    prolog: int | None = None
+    epilog: int | None = None
+    held: bool = False
 
     @property
     def key(self) -> tuple[int, int]:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fluxes.domain.exec.taskorder import task_order
-from fluxes.formats import fsd
+from fluxes.formats import fsd, shellopts
 from fluxes.formats import jobid as _jobid
 from fluxes.formats.counts import Count
 from fluxes.formats.rset import ResourceSet
@@ -281,7 +281,7 @@ def distribute(capacities: Sequence[int], ntasks: int) -> list[int]:
 def _task_counts(jobspec: Mapping[str, Any], ranks: Sequence[RankResources]) -> list[int]:
     """Tasks per rank (in the order of ``ranks``) for the jobspec's task count."""
     shape = slot_shape(jobspec)
-    count = _task(jobspec).get("count")
+    count = shellopts.per_resource_count(jobspec) or _task(jobspec).get("count")
     if not isinstance(count, Mapping):
         raise ValueError("tasks[0].count must be a mapping")
     if "per_resource" in count:

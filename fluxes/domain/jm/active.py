@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fluxes.domain.jm.perilog import HookProgress
 from fluxes.domain.job.model import Job
 from fluxes.domain.job.record import JobRecord
 from fluxes.formats.idset import IDSet
@@ -38,6 +39,8 @@ class Active:
     #: dict cost ~500 bytes a job (docs/operations.md, "Memory")
     progress: ExecProgress | None = None
     exec_error: bool = False
+    #: prolog/epilog progress of the ranks (fluxes/domain/jm/perilog.py)
+    hooks: HookProgress | None = None
     deadline: float | None = None
     #: what the job asks the scheduler for (``Request.to_wire``), kept while it is
     #: pending (its alloc requests carry it); jobs of one shape share one string

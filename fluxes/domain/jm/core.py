@@ -32,6 +32,7 @@ import orjson
 from fluxes import messages as proto
 from fluxes.domain.jm.active import Active, ExecProgress
 from fluxes.domain.jm.depend import DependencyActions, DependencyIndex, TargetStatus
+from fluxes.domain.jm.perilog import HookProgress, hook_events
 from fluxes.domain.jm.priority import (
     DefaultPriority,
     PriorityInput,
@@ -212,6 +213,8 @@ class JobManagerCore:
                     {int(r): int(s) for r, s in saved.get("finished", {}).items()},
                     {int(r) for r in saved.get("released", [])})
                 act.exec_error = bool(saved.get("error"))
+                if isinstance(saved.get("hooks"), dict):
+                    act.hooks = HookProgress.from_wire(saved["hooks"])
             self.jobs[rec.id] = act
 
     @staticmethod
@@ -737,6 +740,40 @@ class JobManagerCore:
         # an error earlier than this report stops the start; one in this
         # report comes after it (as flux's shell: start, then "start failed")
         error_before = act.exec_error
+        self._note_rank(act, msg, status)
+        if act.hooks is not None:
+            # a failed prolog is its own exception (type prolog), not an exec one
+            error = self._hook_events(fx, act, error, now)
+        job = act.job
+        if (not job.started and len(act.exec_started) >= nranks and not error_before
+                and job.state & JobState.RUNNING and not job.prologs
+                and not job.prolog_failed):
+            self._post(fx, act, ev.Start(timestamp=now))
+        if error and not act.exec_error:
+            act.exec_error = True
+            self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
+                                                note=error))
+        job = act.job
+        if job.started and not job.finished and len(act.exec_finished) >= nranks:
+            self._post(fx, act, ev.Finish(timestamp=now,
+                                          status=max(act.exec_finished.values())))
+        if act.hooks is not None:
+            self._hook_events(fx, act, error, now)  # the epilog, once in CLEANUP
+        job = act.job
+        if job.finished and not job.released and len(act.exec_released) >= nranks:
+            self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
+        if nranks > 1:
+            self._save_progress(fx, act)
+        self._advance(fx, act)
+        self.pump(fx)
+
+    @staticmethod
+    def _note_rank(act: Active, msg: ExecReport, status: int | None) -> None:
+        """Take what one rank's report says into the job's per-rank progress."""
+        rank = msg.rank
+        if msg.prolog is not None or msg.epilog is not None:
+            act.hooks = act.hooks or HookProgress()
+            act.hooks.note(rank, msg.prolog, msg.epilog)
         if msg.started:
             act.exec_started.add(rank)
         if status is not None:
@@ -748,28 +785,34 @@ class JobManagerCore:
                 # exec worker): count it as killed, so finish, release and
                 # free can follow instead of the job waiting forever.
                 act.exec_finished[rank] = LOST_WAIT_STATUS
-        job = act.job
-        if (not job.started and len(act.exec_started) >= nranks and not error_before
-                and job.state & JobState.RUNNING):
-            self._post(fx, act, ev.Start(timestamp=now))
-        if error and not act.exec_error:
-            act.exec_error = True
-            self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
-                                                note=error))
-        job = act.job
-        if job.started and not job.finished and len(act.exec_finished) >= nranks:
-            self._post(fx, act, ev.Finish(timestamp=now,
-                                          status=max(act.exec_finished.values())))
-        job = act.job
-        if job.finished and not job.released and len(act.exec_released) >= nranks:
-            self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
-        if nranks > 1:
-            fx.progress[act.rec.id] = {
-                "started": sorted(act.exec_started),
-                "finished": {str(r): s for r, s in act.exec_finished.items()},
-                "released": sorted(act.exec_released), "error": act.exec_error}
-        self._advance(fx, act)
-        self.pump(fx)
+
+    @staticmethod
+    def _save_progress(fx: Effects, act: Active) -> None:
+        """The ranks' progress no event records yet, saved with the commit."""
+        saved: dict[str, Any] = {
+            "started": sorted(act.exec_started),
+            "finished": {str(r): s for r, s in act.exec_finished.items()},
+            "released": sorted(act.exec_released), "error": act.exec_error}
+        if act.hooks is not None:
+            saved["hooks"] = act.hooks.to_wire()
+        fx.progress[act.rec.id] = saved
+
+    def _hook_events(self, fx: Effects, act: Active, error: str | None,
+                     now: float) -> str | None:
+        """Post the prolog/epilog events due (fluxes/domain/jm/perilog.py); the exec
+        error left to report (None when a prolog exception said it)."""
+        assert act.hooks is not None and act.ranks is not None
+        events = hook_events(act.job, act.hooks, act.ranks, act.exec_released, error, now)
+        for event in events:
+            self._post(fx, act, event)
+            if isinstance(event, ev.JobException) and event.type == "prolog":
+                act.exec_error = True
+                error = None
+            elif isinstance(event, ev.PrologFinish) and event.status == 0:
+                # every rank's prolog ended well and waits: the start again starts
+                # the tasks (fluxes/proc/perilog.py)
+                act.start_sent = False
+        return error
 
     # ------------------------------------------------------------ user requests
 
