@@ -20,7 +20,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pytest
 
 from fluxes.cli.main import main
@@ -183,8 +182,13 @@ def instance_of(launcher: Launcher) -> Instance:
 
 
 def eventlog(inst: Instance, jobid: int) -> list[tuple[str, dict[str, object]]]:
-    return [(f[b"n"].decode(), orjson.loads(f.get(b"c", b"{}")))
-            for _id, f in inst.redis.xrange(inst.keys.eventlog(jobid))]
+    """The job's events as its owner reads them (exception notes are private)."""
+    from fluxes.store.eventstore import EventStore
+    from fluxes.store.private import revealed_events
+
+    events = EventStore(inst.redis, inst.keys).eventlog(jobid)
+    return [(name, context) for _t, name, context
+            in revealed_events(inst.redis, inst.keys, jobid, events)]
 
 
 def running(program: Path) -> list[int]:
