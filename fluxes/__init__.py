@@ -6,3 +6,17 @@ It implements the Flux resource-manager RFCs (14 jobspec, 20 R, 21 job states,
 """
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    """``fluxes.Flux`` and ``fluxes.job`` on first use, so that ``import fluxes`` stays
+    cheap (the CLI imports this package too)."""
+    import importlib
+
+    if name == "Flux":
+        from fluxes.job.handle import Flux
+
+        return Flux
+    if name in ("job", "constants"):
+        return importlib.import_module(f"fluxes.{name}" if name == "job" else "fluxes.job")
+    raise AttributeError(f"module 'fluxes' has no attribute {name!r}")
