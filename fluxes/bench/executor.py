@@ -1,0 +1,59 @@
+"""``fluxes bench executor``: N real ``true`` jobs through ``FluxExecutor``.
+
+flux's workload for its executor: each job submitted through the executor,
+an event callback on its ``start``, and its result awaited; the figure is
+jobs per second from the first submit to the last result, on a private
+instance of 1 node x 2 cores (as flux's ``flux start -s1`` on this machine).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fluxes.proc.launcher import Launcher
+
+
+def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2,
+        timeout: float = 600.0) -> dict[str, Any]:
+    """Start an instance, run ``jobs`` jobs through a FluxExecutor, return the figures."""
+    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
+        uri = launcher.start()
+        try:
+            return measure(str(uri), jobs, timeout)
+        finally:
+            launcher.stop()
+
+
+def measure(uri: str, jobs: int, timeout: float = 600.0) -> dict[str, Any]:
+    """Push ``jobs`` ``true`` jobs through a FluxExecutor on the instance at ``uri``."""
+    import concurrent.futures
+
+    from fluxes.job import FluxExecutor, JobspecV1
+
+    spec = JobspecV1.from_command(["true"])
+    spec.environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    spec.cwd = os.getcwd()
+    started = [0]
+
+    def on_start(_future: Any, _event: Any) -> None:
+        started[0] += 1
+
+    cpu0 = time.process_time()
+    with FluxExecutor(handle_kwargs={"uri": uri}) as executor:
+        t0 = time.perf_counter()
+        futures = [executor.submit(spec).add_event_callback("start", on_start)
+                   for _ in range(jobs)]
+        done, _ = concurrent.futures.wait(futures, timeout=timeout)
+        elapsed = time.perf_counter() - t0
+    codes = [f.result() for f in done if f.exception() is None]
+    return {
+        "jobs": jobs, "completed": len(done), "exit_0": codes.count(0),
+        "start_callbacks": started[0], "seconds": round(elapsed, 3),
+        "jobs_per_s": round(len(done) / elapsed, 1) if elapsed else 0.0,
+        "client_cpu_ms_per_job": round(1000 * (time.process_time() - cpu0) / max(jobs, 1), 3),
+    }
