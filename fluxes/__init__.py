@@ -5,6 +5,12 @@ It implements the Flux resource-manager RFCs (14 jobspec, 20 R, 21 job states,
 33 queues) with every job transition stored as an event in a Redis stream.
 """
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from fluxes import job as job
+    from fluxes.job.handle import Flux as Flux
+
 __version__ = "0.1.0"
 
 
@@ -17,6 +23,6 @@ def __getattr__(name: str) -> object:
         from fluxes.job.handle import Flux
 
         return Flux
-    if name in ("job", "constants"):
-        return importlib.import_module(f"fluxes.{name}" if name == "job" else "fluxes.job")
+    if name == "job":
+        return importlib.import_module("fluxes.job")
     raise AttributeError(f"module 'fluxes' has no attribute {name!r}")

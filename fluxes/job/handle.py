@@ -90,6 +90,12 @@ class Flux:
         self._waiting.clear()
         self._ready.clear()
 
+    def fatal_error(self, message: str) -> None:
+        """Say ``message`` on stderr and exit 1 (flux's handle method)."""
+        import sys
+
+        sys.exit(f"fatal error: {message}")
+
     def close(self) -> None:
         """Drop the connection."""
         self.redis.close()
