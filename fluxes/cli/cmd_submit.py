@@ -14,6 +14,7 @@ import orjson
 from fluxes.cli.cmd_jobs import select_jobs
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.progress import Progress
+from fluxes.cli.submitwait import add_cc_options, add_wait_options
 from fluxes.cli.util import (
     UsageError,
     die,
@@ -241,10 +242,11 @@ def register(subparsers: Any) -> None:
         ["fluxes submit -n4 -c2 ./app --input x", "fluxes submit -N2 -x -t 1h ./mpi_app",
          "fluxes submit -N2 --gpus-per-node=2 ./gpu_app",
          "fluxes submit --cc=1-100 --setattr=exec.test.run_duration=1s true",
+         "fluxes submit --wait --quiet ./app", "fluxes submit --watch --cc=1-4 echo {cc}",
          "fluxes submit --dependency=afterok:ƒ2t6V2H ./post.sh", "fluxes submit job.yaml"]))
     add_job_options(sp)
-    sp.add_argument("--cc", metavar="IDSET", help="submit one copy per id ({cc} in the "
-                                                 "command and output paths is replaced)")
+    add_cc_options(sp)
+    add_wait_options(sp)
     sp.add_argument("--progress", action="store_true", help="show a progress bar")
     sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
     sp.add_argument("--json", action="store_true", help="print {id, error} objects")
@@ -297,8 +299,10 @@ def register_job(sub: Any) -> None:
 MAX_CC = 1_000_000
 
 
-def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
-    """One jobspec per --cc id, with {cc} substituted where flux substitutes it."""
+def _cc_copies(spec: Jobspec, cc: str | None, substitute: bool = True
+               ) -> list[dict[str, Any]]:
+    """One jobspec per --cc id, with {cc} substituted where flux substitutes it
+    (not with ``substitute`` False: ``--bcc``)."""
     if cc is None:
         return [spec.to_dict()]
     try:
@@ -312,45 +316,37 @@ def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
         raise FluxesError(f"--cc: {cc!r} is {len(ids)} copies, at most {MAX_CC} per submit")
     base = spec.to_dict()
     text = spec.dumps()
-    if "{cc}" not in text:
+    if "{cc}" not in text or not substitute:
         return [base] * len(ids)
     return [orjson.loads(text.replace("{cc}", str(i))) for i in ids]
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from fluxes.cli.submitwait import finish
+
     command = _command(args)
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
     spec = build_jobspec(args, command)
+    cc = args.cc if args.cc is not None else args.bcc
     if args.dry_run:
-        for copy in _cc_copies(spec, args.cc):
+        for copy in _cc_copies(spec, cc, args.bcc is None):
             print_json(copy)
         return 0
     from fluxes.store.client import Client
 
-    client = Client(instance(args))
+    inst = instance(args)
+    client = Client(inst)
     # None (no --urgency) lets the client fall back to the Jobspec's urgency.
-    if args.cc is None:
+    if cc is None:
         items: list[dict[str, Any]] = [{"jobspec": spec, "urgency": urgency}]
     else:
         fallback = urgency if urgency is not None else spec.urgency
-        items = [{"jobspec": c, "urgency": fallback} for c in _cc_copies(spec, args.cc)]
+        items = [{"jobspec": c, "urgency": fallback}
+                 for c in _cc_copies(spec, cc, args.bcc is None)]
     bar = Progress("submit", len(items), enabled=args.progress)
     results = client.submit(items, progress=bar.update)
     bar.done()
-    failed = 0
-    for result in results:
-        if isinstance(result, int):
-            if args.json:
-                print_json({"id": result})
-            else:
-                print(fmt_id(result))
-        else:
-            failed += 1
-            if args.json:
-                print_json({"error": result})
-            else:
-                print(f"fluxes: {result}", file=sys.stderr)
-    return 1 if failed else 0
+    return finish(args, inst, results, as_json=args.json)
 
 
 def _run(args: argparse.Namespace) -> int:
