@@ -230,7 +230,14 @@ class Jobspec:
         """The validated :class:`fluxes.formats.jobspec.Jobspec` (``ValueError`` if not)."""
         from fluxes.formats.jobspec import Jobspec as Checked
 
-        return Checked.from_dict(self.jobspec)
+        # a workflow submits one jobspec many times: validate each content once
+        text = orjson.dumps(self.jobspec)
+        cached = self.__dict__.get("_checked")
+        if cached is not None and cached[0] == text:
+            return cached[1]
+        checked = Checked.from_dict(self.jobspec)
+        self.__dict__["_checked"] = (text, checked)
+        return checked
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Jobspec) and self.jobspec == other.jobspec
