@@ -191,19 +191,18 @@ class _Worker(threading.Thread):
             handle.close()
 
     def _loop(self, handle: Any) -> None:
-        followers: set[_Follower] = set()
         while True:
-            self._take(handle, followers)
-            if self.stop.is_set() and not followers and self.inbox.empty() \
+            self._take(handle)
+            if self.stop.is_set() and not self.in_flight and self.inbox.empty() \
                     and not handle._outbox and not handle._replies:
                 return
             handle.step(0.02)
             handle._run_ready()
-            for follower in [f for f in followers if f.future.done()]:
-                followers.discard(follower)
-            self.in_flight = len(followers)
 
-    def _take(self, handle: Any, followers: set[_Follower]) -> None:
+    def _done(self, _future: Any) -> None:
+        self.in_flight -= 1  # only ever called in this thread: the engine fulfils futures
+
+    def _take(self, handle: Any) -> None:
         from fluxes.job.api import _spec_item
 
         while True:
@@ -218,9 +217,9 @@ class _Worker(threading.Thread):
             except (ValueError, TypeError) as exc:
                 future.set_exception(exc)
                 continue
-            follower = _Follower(future)
-            followers.add(follower)
-            sub = handle.queue_submit(item, follow=follower)
+            self.in_flight += 1
+            future.add_done_callback(self._done)
+            sub = handle.queue_submit(item, follow=_Follower(future))
             sub.then(_on_id, future)
             handle._waiting.discard(sub)
 

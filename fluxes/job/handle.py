@@ -67,6 +67,9 @@ class Flux:
         self._journal: dict[str, str] | None = None  # journal key -> position
         self._followed: dict[int, Any] = {}
         self._orphans: dict[int, list[EventLogEvent]] = {}
+        self._orphan_since: dict[int, float] = {}  # jobid -> when its first entry was read
+        self._posted: dict[str, float] = {}  # reply key -> when its request went out
+        self._pruned = 0.0
         self._ready: list[Future] = []
         self._waiting: set[Future] = set()
         #: waitable jobs submitted through this handle and not waited for yet
@@ -185,6 +188,7 @@ class Flux:
             if not self._followed and not self._replies:
                 self._journal = None
                 self._orphans.clear()
+                self._orphan_since.clear()
             else:
                 streams.update(self._journal)
         busy = bool(self._replies or self._outbox or self._ready)
@@ -231,7 +235,9 @@ class Flux:
                     live.pop(0)._fulfil(None, OSError(errno.E2BIG, "job is too large"))
                 requests = [r for r in requests if r is not request]
         keys = self.client._post(requests)
+        now = time.monotonic()
         for key, request in zip(keys, requests, strict=True):
+            self._posted[key] = now
             n = len(request.jobs)  # type: ignore[attr-defined]
             self._replies[key], live = live[:n], live[n:]
 
@@ -254,6 +260,7 @@ class Flux:
         from fluxes.job.jobid import JobID
 
         futures = self._replies.pop(key)
+        self._posted.pop(key, None)
         try:
             answer = proto.decode_reply(raw)
         except proto.MessageError as exc:
@@ -272,6 +279,7 @@ class Flux:
             jobid = JobID(result.id)
             if future.follow is not None:
                 self._followed[jobid] = future.follow
+                self._orphan_since.pop(jobid, None)
                 for event in self._orphans.pop(jobid, []):
                     self._to_follower(jobid, event)
             future._fulfil(jobid)
@@ -301,7 +309,24 @@ class Flux:
                 self._to_follower(jobid, _event(fields))
             elif keep:
                 # a job of a request whose reply has not been read yet (or anyone's)
-                self._orphans.setdefault(jobid, []).append(_event(fields))
+                if jobid not in self._orphans:
+                    self._orphans[jobid] = []
+                    self._orphan_since[jobid] = time.monotonic()
+                self._orphans[jobid].append(_event(fields))
+        if keep:
+            self._prune_orphans()
+
+    def _prune_orphans(self) -> None:
+        """Drop the entries of jobs first read before the oldest request still awaiting
+        its reply went out: they belong to none of ours (someone else's jobs)."""
+        now = time.monotonic()
+        if now - self._pruned < 1.0 or not self._posted:
+            return
+        self._pruned = now
+        oldest = min(self._posted.values())
+        for jobid in [j for j, t in self._orphan_since.items() if t < oldest]:
+            del self._orphan_since[jobid]
+            self._orphans.pop(jobid, None)
 
     def _to_follower(self, jobid: int, event: EventLogEvent) -> None:
         follower = self._followed[jobid]
