@@ -192,7 +192,8 @@ class _Worker(threading.Thread):
 
     def _loop(self, handle: Any) -> None:
         while True:
-            self._take(handle)
+            idle = not self.in_flight and not handle._outbox and not handle._replies
+            self._take(handle, wait=idle and not self.stop.is_set())
             if self.stop.is_set() and not self.in_flight and self.inbox.empty() \
                     and not handle._outbox and not handle._replies:
                 return
@@ -202,14 +203,18 @@ class _Worker(threading.Thread):
     def _done(self, _future: Any) -> None:
         self.in_flight -= 1  # only ever called in this thread: the engine fulfils futures
 
-    def _take(self, handle: Any) -> None:
+    def _take(self, handle: Any, wait: bool = False) -> None:
+        """Queue the jobspecs submitted since the last step (with ``wait``, nothing being
+        in flight, block a little for the first: an idle executor must not spin)."""
         from fluxes.job.api import _spec_item
 
         while True:
             try:
-                future, jobspec = self.inbox.get_nowait()
+                future, jobspec = self.inbox.get(timeout=0.1) if wait else \
+                    self.inbox.get_nowait()
             except queue.Empty:
                 return
+            wait = False
             if not future.set_running_or_notify_cancel():
                 continue
             try:
