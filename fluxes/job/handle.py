@@ -50,13 +50,25 @@ class Flux:
 
     def __init__(self, uri: str | None = None, flags: int = 0) -> None:
         """Connect (``OSError`` with ECONNREFUSED when no instance answers)."""
-        from fluxes.store.client import Client
         from fluxes.store.instance import Instance, NoInstanceError
 
         try:
-            self.instance: Instance = Instance.connect(uri, client_name="fluxes-python")
+            instance = Instance.connect(uri, client_name="fluxes-python")
         except NoInstanceError as exc:
             raise ConnectionRefusedError(errno.ECONNREFUSED, str(exc)) from None
+        self._setup(instance)
+
+    @classmethod
+    def of_instance(cls, instance: Instance) -> Flux:
+        """A handle on an instance already connected (tests, tools)."""
+        handle = cls.__new__(cls)
+        handle._setup(instance)
+        return handle
+
+    def _setup(self, instance: Instance) -> None:
+        from fluxes.store.client import Client
+
+        self.instance: Instance = instance
         self.client: Client = Client(self.instance)
         self.redis = self.instance.redis
         self.keys = self.instance.keys
