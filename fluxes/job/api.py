@@ -188,23 +188,24 @@ def job_facts(job: Any) -> dict[str, Any]:
 
 
 class _EndSink:
-    """Fulfils a future with the folded job once its eventlog ends."""
+    """Fulfils a future with ``finish(job)`` once the job's eventlog ends, the job
+    folded from its eventlog then (one read)."""
 
     def __init__(self, future: Future, jobid: int, finish: Any) -> None:
-        from fluxes.domain.job.model import Job
-
-        self.future, self.job, self.finish = future, Job(jobid), finish
+        self.future, self.jobid, self.finish = future, jobid, finish
 
     def _event(self, event: EventLogEvent) -> None:
-        from fluxes.domain.job.model import apply
-        from fluxes.store.eventstore import decode_entry
-
-        raw = event.context_string.encode() or None
-        self.job = apply(decode_entry(event.name.encode(), repr(event.timestamp).encode(), raw),
-                         self.job)
+        pass  # the eventlog is read whole at its end
 
     def _end(self) -> None:
-        self.future._fulfil(self.finish(self.job))
+        self.future._fulfil(self.finish(self.final()))
+
+    def final(self) -> Any:
+        """The job as its complete eventlog says."""
+        from fluxes.store.eventstore import EventStore
+
+        handle = self.future.flux_handle
+        return EventStore(handle.redis, handle.keys).replay_job(self.jobid)
 
 
 def result_async(flux_handle: Flux, jobid: int, flags: int = 0) -> Future:
@@ -271,10 +272,10 @@ class _AnySink(_EndSink):
             return
         for other in self.group:
             if other is not self:
-                self.handle.unwatch_log(other.job.id, other)
-        if self.job.id in self.handle.waitable:
-            self.handle.waitable.remove(self.job.id)
-        self.future._fulfil(_wait_result(self.job))
+                self.handle.unwatch_log(other.jobid, other)
+        if self.jobid in self.handle.waitable:
+            self.handle.waitable.remove(self.jobid)
+        self.future._fulfil(_wait_result(self.final()))
 
 
 def wait_async(flux_handle: Flux, jobid: int = JOBID_ANY) -> _WaitFuture:
@@ -397,7 +398,7 @@ def job_list(flux_handle: Flux, max_entries: int = 1000, attrs: Sequence[str] = 
     from fluxes.cli.cmd_jobs import select_jobs
 
     uid = os.getuid() if userid is None else int(userid)
-    records = select_jobs(flux_handle.instance, states="all",
+    records = select_jobs(flux_handle.instance, states="active,inactive",
                           user=None if uid == -1 else str(uid), everyone=uid == -1,
                           queue=queue, limit=None)
     out = []

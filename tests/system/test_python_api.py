@@ -64,7 +64,8 @@ def test_async_bulk_submit_with_then_and_reactor_run(small: Launcher) -> None:
 def test_watching_a_jobs_events(small: Launcher) -> None:
     assert run_script(small, "events.py") == [
         "start event: start", "finish status: 5", "first: submit last: clean",
-        "result: FAILED returncode: 5", "async saw clean: True", "jobid forms agree: True",
+        "result: FAILED returncode: 5", "async saw clean: True", "listed: FAILED sh",
+        "in my job list: True", "jobid forms agree: True",
         "unknown job errno: 2", "bad jobspec: ValueError"]
 
 

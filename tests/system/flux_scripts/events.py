@@ -33,6 +33,9 @@ def cb(future, arg):
 watch.then(cb, None)
 h.reactor_run()
 print("async saw clean:", "clean" in seen)
+listed = flux.job.JobList(h, ids=[jobid]).jobs()[0]
+print("listed:", listed.result, listed.name)
+print("in my job list:", jobid in [job["id"] for job in flux.job.job_list(h).get_jobs()])
 print("jobid forms agree:", flux.job.JobID(jobid.f58) == flux.job.JobID(jobid.dec) == jobid)
 try:
     flux.job.result(h, 12345)
