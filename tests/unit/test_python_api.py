@@ -65,3 +65,15 @@ def test_events_and_job_exceptions() -> None:
     exc = JobException(event)
     assert (exc.type, exc.severity, exc.note) == ("cancel", 0, "x")
     assert str(exc) == "job.exception: type=cancel: x"
+
+
+def test_batch_jobspec_runs_the_script_in_a_child_instance() -> None:
+    spec = JobspecV1.from_batch_command("#!/bin/sh\necho hi\n", "nightly", args=["x"],
+                                        num_nodes=2, duration=60)
+    system = spec.attributes["system"]
+    assert system["job"]["name"] == "nightly" and system["duration"] == 60.0
+    assert "echo hi" in spec.dumps()
+    assert spec.tasks[0]["command"][-1] == "x"
+    assert spec.resources[0]["type"] == "node" and spec.resources[0]["count"] == 2
+    with pytest.raises(ValueError):
+        JobspecV1.from_batch_command("echo no shebang", "x")
