@@ -726,7 +726,8 @@ def test_the_python_api_keeps_the_users_rules(site: Site,
         with flux.Flux() as other:
             with pytest.raises(PermissionError):
                 flux.job.cancel(other, jobid)
-            assert flux.job.get_job(other, jobid)["userid"] == site.uids["alice"]
+            listed = flux.job.get_job(other, jobid)
+            assert listed is not None and listed["userid"] == site.uids["alice"]
         flux.job.cancel(h, jobid, "done")
         assert flux.job.wait(h) == (jobid, False, b"Fatal exception type=cancel done")
 
