@@ -217,6 +217,9 @@ class _Worker(threading.Thread):
             wait = False
             if not future.set_running_or_notify_cancel():
                 continue
+            if isinstance(jobspec, _Attach):
+                self._attach(handle, future, jobspec.jobid)
+                continue
             try:
                 item = _spec_item(jobspec, None, 0)
             except (ValueError, TypeError) as exc:
@@ -228,6 +231,19 @@ class _Worker(threading.Thread):
             sub.then(_on_id, future)
             handle._waiting.discard(sub)
 
+    def _attach(self, handle: Any, future: FluxExecutorFuture, jobid: int) -> None:
+        """Follow an existing job from the start of its eventlog."""
+        from fluxes.job.jobid import JobID
+
+        try:
+            handle.watch_log(int(jobid), _Follower(future))
+        except FileNotFoundError:
+            future.set_exception(ValueError("job ID does not match any job"))
+            return
+        self.in_flight += 1
+        future.add_done_callback(self._done)
+        future._set_jobid(JobID(jobid))
+
     def _fail_all(self, exc: BaseException) -> None:
         while True:
             try:
@@ -236,6 +252,15 @@ class _Worker(threading.Thread):
                 return
             if not future.done():
                 future.set_exception(exc)
+
+
+class _Attach:
+    """An inbox entry asking to follow an existing job."""
+
+    __slots__ = ("jobid",)
+
+    def __init__(self, jobid: int) -> None:
+        self.jobid = jobid
 
 
 def _on_id(sub: Any, future: FluxExecutorFuture) -> None:
@@ -288,8 +313,13 @@ class FluxExecutor(concurrent.futures.Executor):
         return (future.result(timeout) for future in futures)
 
     def attach(self, jobid: int) -> FluxExecutorFuture:
-        """Not available here: follow an existing job with ``fluxes.job.result``."""
-        raise NotImplementedError("FluxExecutor.attach is not implemented in fluxes")
+        """A future for a job submitted elsewhere: its events from the first on, its
+        exit code; ``ValueError`` on the future when no such job exists."""
+        if self._shut:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        future = FluxExecutorFuture(self._worker.ident)
+        self._inbox.put((future, _Attach(int(jobid))))
+        return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking jobs; with ``wait``, block until every job's future is done."""

@@ -72,4 +72,5 @@ def test_watching_a_jobs_events(small: Launcher) -> None:
 def test_executor_futures_callbacks_failing_and_canceled_jobs(small: Launcher) -> None:
     assert run_script(small, "executor.py") == [
         "results: [0] 30", "failing result: 7", "canceled: JobException cancel 0",
-        "jobids distinct: 30", "start callbacks: 30", "clean callbacks: 30", "map: [0, 1, 2]"]
+        "jobids distinct: 30", "attached result: 7 True", "start callbacks: 30 attached: 1",
+        "clean callbacks: 30", "map: [0, 1, 2]"]

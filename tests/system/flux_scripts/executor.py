@@ -35,7 +35,10 @@ with FluxExecutor() as executor:
     exc = sleeper.exception()
     print("canceled:", type(exc).__name__, exc.type, exc.severity)
     print("jobids distinct:", len({f.jobid() for f in futures}))
-print("start callbacks:", len(started))
+    attached = executor.attach(failing.jobid())
+    attached.add_event_callback("submit", lambda f, e: started.append("attached"))
+    print("attached result:", attached.result(), attached.jobid() == failing.jobid())
+print("start callbacks:", started.count("start"), "attached:", started.count("attached"))
 print("clean callbacks:", len(cleaned))
 with FluxExecutor() as executor:
     print("map:", list(executor.map(lambda code: spec("sh", "-c", f"exit {code}"), [0, 1, 2])))
