@@ -223,7 +223,7 @@ class Flux:
         if not self._outbox:
             return
         from fluxes import messages as proto
-        from fluxes.store.client import _fitted, _submission_item
+        from fluxes.store.client import CHUNK, _fitted, _submission_item
 
         outbox, self._outbox = self._outbox, []
         if self._journal is None and any(f.follow is not None for f in outbox):
@@ -240,18 +240,21 @@ class Flux:
             except ValueError as exc:
                 future._fulfil(None, ValueError(str(exc)))
         live = [f for f in outbox if not f.is_ready()]
-        requests = _fitted(items) if items else []
+        sendable: list[tuple[Any, list[SubmitFuture]]] = []
+        requests = [r for i in range(0, len(items), CHUNK) for r in _fitted(items[i:i + CHUNK])]
         for request in requests:
-            if len(proto.encode_request(request)["d"]) > proto.MAX_REQUEST_BYTES:
-                for _ in request.jobs:  # type: ignore[attr-defined]
-                    live.pop(0)._fulfil(None, OSError(errno.E2BIG, "job is too large"))
-                requests = [r for r in requests if r is not request]
-        keys = self.client._post(requests)
-        now = time.monotonic()
-        for key, request in zip(keys, requests, strict=True):
-            self._posted[key] = now
             n = len(request.jobs)  # type: ignore[attr-defined]
-            self._replies[key], live = live[:n], live[n:]
+            futures, live = live[:n], live[n:]
+            if len(proto.encode_request(request)["d"]) > proto.MAX_REQUEST_BYTES:
+                for future in futures:  # the ingest reads no request this large
+                    future._fulfil(None, OSError(errno.E2BIG, "job is too large"))
+            else:
+                sendable.append((request, futures))
+        keys = self.client._post([request for request, _ in sendable])
+        now = time.monotonic()
+        for key, (_request, futures) in zip(keys, sendable, strict=True):
+            self._posted[key] = now
+            self._replies[key] = futures
 
     def _take_replies(self) -> None:
         pipe = self.redis.pipeline(transaction=False)
