@@ -299,10 +299,10 @@ def register_job(sub: Any) -> None:
 MAX_CC = 1_000_000
 
 
-def _cc_copies(spec: Jobspec, cc: str | None, substitute: bool = True
-               ) -> list[dict[str, Any]]:
-    """One jobspec per --cc id, with {cc} substituted where flux substitutes it
-    (not with ``substitute`` False: ``--bcc``)."""
+def _cc_copies(spec: Jobspec, cc: str | None, mark: bool = True) -> list[dict[str, Any]]:
+    """One jobspec per --cc/--bcc id, with {cc} substituted where flux substitutes it;
+    with ``mark`` (--cc, not --bcc) each copy's environment also gets
+    ``FLUXES_JOB_CC=<id>``, as flux's ``FLUX_JOB_CC``."""
     if cc is None:
         return [spec.to_dict()]
     try:
@@ -316,9 +316,29 @@ def _cc_copies(spec: Jobspec, cc: str | None, substitute: bool = True
         raise FluxesError(f"--cc: {cc!r} is {len(ids)} copies, at most {MAX_CC} per submit")
     base = spec.to_dict()
     text = spec.dumps()
-    if "{cc}" not in text or not substitute:
-        return [base] * len(ids)
-    return [orjson.loads(text.replace("{cc}", str(i))) for i in ids]
+    if "{cc}" not in text:
+        copies = [base] * len(ids)
+    else:
+        copies = [orjson.loads(text.replace("{cc}", str(i))) for i in ids]
+    if mark:
+        copies = [_with_cc(doc, i) for doc, i in zip(copies, ids, strict=True)]
+    return copies
+
+
+#: The variable --cc sets in each copy's environment (flux: FLUX_JOB_CC).
+CC_VARIABLE = "FLUXES_JOB_CC"
+
+
+def _with_cc(doc: dict[str, Any], cc: int) -> dict[str, Any]:
+    """``doc`` with ``FLUXES_JOB_CC=cc`` in its environment (copies of the dicts on
+    the way only: the copies share everything else)."""
+    attributes = dict(doc.get("attributes") or {})
+    system = dict(attributes.get("system") or {})
+    environment = dict(system.get("environment") or {})
+    environment[CC_VARIABLE] = str(cc)
+    system["environment"] = environment
+    attributes["system"] = system
+    return {**doc, "attributes": attributes}
 
 
 def _submit(args: argparse.Namespace) -> int:

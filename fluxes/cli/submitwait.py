@@ -42,9 +42,9 @@ def add_cc_options(parser: argparse.ArgumentParser) -> None:
     """``--cc`` and ``--bcc``: one copy of the job per id of an idset."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--cc", metavar="IDSET", help="submit one copy per id ({cc} in the "
-                                                    "command and output paths is replaced)")
+                       "command and output paths is replaced; FLUXES_JOB_CC=ID is set)")
     group.add_argument("--bcc", metavar="IDSET",
-                       help="like --cc, but the copies are identical ({cc} is kept as it is)")
+                       help="like --cc, but FLUXES_JOB_CC is not set")
 
 
 @contextlib.contextmanager

@@ -30,12 +30,14 @@ def test_wait_exits_with_the_largest_exit_code(uri: str, capsys: pytest.CaptureF
     assert cli(uri, "submit", "--wait", "true") == 0
 
 
-def test_watch_prints_the_output_and_cc_substitutes_but_bcc_does_not(
+def test_watch_prints_the_output_and_cc_sets_the_variable_but_bcc_does_not(
         uri: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(uri, "submit", "--watch", "--quiet", "--cc=1-3", "echo", "copy", "{cc}") == 0
-    assert capsys.readouterr().out.splitlines() == ["copy 1", "copy 2", "copy 3"]
-    assert cli(uri, "submit", "--watch", "--quiet", "--bcc=1-2", "echo", "copy", "{cc}") == 0
-    assert capsys.readouterr().out.splitlines() == ["copy {cc}", "copy {cc}"]
+    # as flux: both substitute {cc}; --cc also sets the copy's id in its environment
+    command = ["sh", "-c", "echo copy {cc} ${FLUXES_JOB_CC:-unset}"]
+    assert cli(uri, "submit", "--watch", "--quiet", "--cc=1-3", *command) == 0
+    assert capsys.readouterr().out.splitlines() == ["copy 1 1", "copy 2 2", "copy 3 3"]
+    assert cli(uri, "submit", "--watch", "--quiet", "--bcc=1-2", *command) == 0
+    assert capsys.readouterr().out.splitlines() == ["copy 1 unset", "copy 2 unset"]
     assert cli(uri, "submit", "--cc=1", "--bcc=1", "true") == 2  # one or the other
 
 
