@@ -691,7 +691,8 @@ class IngestWorker(Worker):
             return _Checked(proto.Reply(errors=[f"request has {count} jobs, the limit is "
                                                 f"{limits.max_jobs_per_request}"]))
         # an array's copies are made one at a time, as they are checked
-        jobs = request.jobs if ids is None else arrays.copies(request.jobs[0], ids)
+        jobs = request.jobs if ids is None else arrays.copies(request.jobs[0], ids,
+                                                             request.cc_var)
         out = _Checked()
         cache: dict[bytes, PreparedJob | str] = {}
         for index, item in enumerate(jobs):

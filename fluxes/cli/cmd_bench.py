@@ -41,6 +41,18 @@ def register(subparsers: Any) -> None:
     tp.add_argument("--json", action="store_true")
     tp.set_defaults(func=_throughput)
 
+    xp = sub.add_parser("executor", **help_with_example(
+        "N real 'true' jobs through the Python FluxExecutor (submit, a start-event\n"
+        "callback, the result) on a private 1 node x 2 cores instance; prints jobs/s\n"
+        "from the first submit to the last result.",
+        ["fluxes bench executor --jobs 1000", "fluxes bench executor --jobs 102 --json"]))
+    xp.add_argument("--jobs", type=int, default=1000)
+    xp.add_argument("--nodes", type=int, default=1)
+    xp.add_argument("--cores-per-node", type=int, default=2)
+    xp.add_argument("--timeout", type=float, default=600.0)
+    xp.add_argument("--json", action="store_true")
+    xp.set_defaults(func=_executor)
+
     rp = sub.add_parser("recovery", **help_with_example(
         "Scheduler recovery on a real instance: N simulated jobs running on 16 nodes,\n"
         "kill -9 of the scheduler; the new one's hello->ready time and kill to the next\n"
@@ -187,6 +199,15 @@ def _throughput(args: argparse.Namespace) -> int:
 
     report(throughput.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
                           runtime=args.runtime, real=args.exec, timeout=args.timeout), args.json)
+    return 0
+
+
+def _executor(args: argparse.Namespace) -> int:
+    from fluxes.bench import executor
+    from fluxes.bench.common import report
+
+    report(executor.run(jobs=args.jobs, nodes=args.nodes, cores_per_node=args.cores_per_node,
+                        timeout=args.timeout), args.json)
     return 0
 
 

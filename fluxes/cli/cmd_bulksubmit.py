@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TextIO
 
-from fluxes.cli.display import fmt_id
 from fluxes.cli.util import UsageError, help_with_example, instance
 
 #: Delimiters of input lists on the command line: (reads files, linked).
@@ -53,6 +52,7 @@ class Input(str):
 def register(subparsers: Any) -> None:
     """Add ``bulksubmit``."""
     from fluxes.cli.cmd_submit import add_job_options
+    from fluxes.cli.submitwait import add_cc_options, add_wait_options
 
     bp = subparsers.add_parser("bulksubmit", **help_with_example(
         "Submit one job per input, like 'flux bulksubmit' (and GNU parallel): inputs from\n"
@@ -75,6 +75,8 @@ def register(subparsers: Any) -> None:
     bp.add_argument("--dry-run", action="store_true",
                     help="print what would be submitted, submit nothing")
     bp.add_argument("--progress", action="store_true", help="show a progress bar")
+    add_cc_options(bp)
+    add_wait_options(bp)
     bp.add_argument("--define", metavar="NAME=CODE",
                     help="not supported (flux evaluates Python code here)")
     bp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND... [::: INPUTS...]")
@@ -139,7 +141,8 @@ def substitute(template: str, inputs: Sequence[str], seq: int) -> str:
     text = _MUSTACHE.sub(lambda m: m.group(0).replace("{", "{{").replace("}", "}}"),
                          template)
     try:
-        return text.format(*[Input(v) for v in inputs], seq=seq, seq1=seq + 1)
+        # {cc} is left for --cc, which fills it in per copy
+        return text.format(*[Input(v) for v in inputs], seq=seq, seq1=seq + 1, cc="{cc}")
     except IndexError:
         raise UsageError(f"fluxes bulksubmit: {template!r} names an input beyond the "
                          f"{len(inputs)} given") from None
@@ -158,7 +161,8 @@ def expand(args: argparse.Namespace, template: list[str], inputs: Sequence[str],
     shown: list[str] = []
     types: dict[str, Callable[[str], Any]] = args._types
     for dest, value in vars(args).items():
-        if dest.startswith("_") or dest in ("command", "func", "dry_run", "progress"):
+        if dest.startswith("_") or dest in ("command", "func", "dry_run", "progress", "wait",
+                                            "watch", "quiet", "log", "log_stderr"):
             continue
         new: Any = value
         flag = "--" + dest.replace("_", "-")
@@ -190,7 +194,7 @@ def _read_file(path: str) -> list[str]:
 
 
 def _bulksubmit(args: argparse.Namespace) -> int:
-    from fluxes.cli.cmd_submit import build_jobspec
+    from fluxes.cli.cmd_submit import _cc_copies, build_jobspec
     from fluxes.cli.progress import Progress
     from fluxes.domain.jm.priority import parse_urgency
 
@@ -216,19 +220,21 @@ def _bulksubmit(args: argparse.Namespace) -> int:
             print(f"bulksubmit: submit {shlex.join(shown + command)}")
             continue
         urgency = None if ns.urgency is None else parse_urgency(ns.urgency)
-        items.append({"jobspec": build_jobspec(ns, command), "urgency": urgency})
+        spec = build_jobspec(ns, command)
+        cc = ns.cc if ns.cc is not None else ns.bcc
+        if cc is None:
+            items.append({"jobspec": spec, "urgency": urgency})
+        else:
+            fallback = urgency if urgency is not None else spec.urgency
+            items += [{"jobspec": c, "urgency": fallback}
+                      for c in _cc_copies(spec, cc, ns.bcc is None)]
     if args.dry_run:
         return 0
+    from fluxes.cli.submitwait import finish
     from fluxes.store.client import Client
 
+    inst = instance(args)
     bar = Progress("submit", len(items), enabled=args.progress)
-    results = Client(instance(args)).submit(items, progress=bar.update)
+    results = Client(inst).submit(items, progress=bar.update)
     bar.done()
-    failed = 0
-    for result in results:
-        if isinstance(result, int):
-            print(fmt_id(result))
-        else:
-            failed += 1
-            print(f"fluxes: {result}", file=sys.stderr)
-    return 1 if failed else 0
+    return finish(args, inst, results)

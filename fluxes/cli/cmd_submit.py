@@ -13,6 +13,7 @@ import orjson
 
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.progress import Progress
+from fluxes.cli.submitwait import add_cc_options, add_wait_options
 from fluxes.cli.util import (
     UsageError,
     die,
@@ -307,10 +308,11 @@ def register(subparsers: Any) -> None:
         ["fluxes submit -n4 -c2 ./app --input x", "fluxes submit -N2 -x -t 1h ./mpi_app",
          "fluxes submit -N2 --gpus-per-node=2 ./gpu_app",
          "fluxes submit --cc=1-100 --setattr=exec.test.run_duration=1s true",
+         "fluxes submit --wait --quiet ./app", "fluxes submit --watch --cc=1-4 echo {cc}",
          "fluxes submit --dependency=afterok:ƒ2t6V2H ./post.sh", "fluxes submit job.yaml"]))
     add_job_options(sp)
-    sp.add_argument("--cc", metavar="IDSET", help="submit one copy per id ({cc} in the "
-                                                 "command and output paths is replaced)")
+    add_cc_options(sp)
+    add_wait_options(sp)
     sp.add_argument("--progress", action="store_true", help="show a progress bar")
     sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
     sp.add_argument("--json", action="store_true", help="print {id, error} objects")
@@ -379,56 +381,61 @@ def _cc_ids(cc: str) -> IDSet:
     return ids
 
 
-def _cc_copies(spec: Jobspec, cc: str | None) -> list[dict[str, Any]]:
-    """One jobspec per --cc id, with {cc} substituted where flux substitutes it
-    (``--dry-run``; a submission sends the copies as array requests instead)."""
+def _cc_copies(spec: Jobspec, cc: str | None, mark: bool = True) -> list[dict[str, Any]]:
+    """One jobspec per --cc/--bcc id, with {cc} substituted where flux substitutes it;
+    with ``mark`` (--cc, not --bcc) each copy's environment also gets
+    ``FLUXES_JOB_CC=<id>``, as flux's ``FLUX_JOB_CC`` (``--dry-run``; a submission
+    sends the copies as array requests instead, and the ingest makes them alike)."""
     if cc is None:
         return [spec.to_dict()]
     ids = _cc_ids(cc)
     base = spec.to_dict()
     text = spec.dumps()
     if "{cc}" not in text:
-        return [base] * len(ids)
-    return [orjson.loads(text.replace("{cc}", str(i))) for i in ids]
+        copies = [base] * len(ids)
+    else:
+        copies = [orjson.loads(text.replace("{cc}", str(i))) for i in ids]
+    if mark:
+        from fluxes.domain.jm.arrays import with_cc_variable
+
+        copies = [with_cc_variable(doc, i) for doc, i in zip(copies, ids, strict=True)]
+    return copies
 
 
 def _submit(args: argparse.Namespace) -> int:
+    from fluxes.cli.submitwait import finish
+
     command = _command(args)
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
     spec = build_jobspec(args, command)
+    cc = args.cc if args.cc is not None else args.bcc
     if args.dry_run:
-        for copy in _cc_copies(spec, args.cc):
+        for copy in _cc_copies(spec, cc, args.bcc is None):
             print_json(copy)
         return 0
     from fluxes.store.client import Client
 
-    client = Client(instance(args))
+    if args.watch or args.wait or args.wait_event:
+        # following the jobs reads streams and the event store the small client
+        # (fluxes.store.lite) does not serve: the full client, as other commands
+        args._lite = False
+    inst = instance(args)
+    client = Client(inst)
     # None (no --urgency) lets the client fall back to the Jobspec's urgency.
     item: dict[str, Any] = {"jobspec": spec, "urgency": urgency}
-    if args.cc is None:
+    if cc is None:
         bar = Progress("submit", 1, enabled=args.progress)
         results = client.submit([item], progress=bar.update)
     else:
         # array requests: whatever the range, each request is small and within the
-        # instance's per-request limit, and the ingest makes the copies
-        ids = _cc_ids(args.cc)
+        # instance's per-request limit, and the ingest makes the copies (--cc also
+        # sets FLUXES_JOB_CC in each, --bcc does not)
+        ids = _cc_ids(cc)
         bar = Progress("submit", len(ids), enabled=args.progress)
-        results = client.submit_array(item, ids, progress=bar.update)
+        results = client.submit_array(item, ids, progress=bar.update,
+                                      cc_var=args.bcc is None)
     bar.done()
-    failed = 0
-    for result in results:
-        if isinstance(result, int):
-            if args.json:
-                print_json({"id": result})
-            else:
-                print(fmt_id(result))
-        else:
-            failed += 1
-            if args.json:
-                print_json({"error": result})
-            else:
-                print(f"fluxes: {result}", file=sys.stderr)
-    return 1 if failed else 0
+    return finish(args, inst, results, as_json=args.json)
 
 
 def _run(args: argparse.Namespace) -> int:

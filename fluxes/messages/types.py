@@ -347,6 +347,8 @@ class SubmitJobs(UserRequest, tag="submit", frozen=True):
 
     jobs: list[SubmitItem] = msgspec.field(default_factory=list)
     cc: str | None = None
+    #: with ``cc``: each copy's environment gets FLUXES_JOB_CC=<id> (``--cc``, not ``--bcc``)
+    cc_var: bool = False
 
 
 class CancelJobs(UserRequest, tag="cancel", frozen=True):

@@ -148,7 +148,8 @@ class Client:
     def submit_array(self, item: Mapping[str, Any], ids: IDSet,
                      timeout: float = DEFAULT_TIMEOUT,
                      progress: Callable[[int], None] | None = None,
-                     per_request: int | None = None) -> list[int | str]:
+                     per_request: int | None = None, cc_var: bool = False
+                     ) -> list[int | str]:
         """Submit one copy of ``item`` (as for :meth:`submit`) per id of ``ids``, ``{cc}``
         in its jobspec replaced by the id (``submit --cc``); each id's job id or
         refusal, in order.
@@ -158,16 +159,17 @@ class Client:
         instance's ``[ingest] max-jobs-per-request``: whatever the range, every
         request stays small and within the limit, and the ingest makes the copies.
         """
-        return self._collect_array(self._post_array(item, ids, per_request), timeout,
-                                   progress)
+        return self._collect_array(self._post_array(item, ids, per_request, cc_var),
+                                   timeout, progress)
 
     def _post_array(self, item: Mapping[str, Any], ids: IDSet,
-                    per_request: int | None = None) -> list[tuple[int, str]]:
+                    per_request: int | None = None, cc_var: bool = False
+                    ) -> list[tuple[int, str]]:
         """Send :meth:`submit_array`'s requests in one pipeline: (jobs, reply key) each.
         FluxesError, and nothing sent, when the job is too big for the ingest to read."""
         job = _submission_item(item)
         size = per_request if per_request is not None else self.jobs_per_request()
-        requests = [proto.SubmitJobs(req=_req(), jobs=[job], cc=str(part))
+        requests = [proto.SubmitJobs(req=_req(), jobs=[job], cc=str(part), cc_var=cc_var)
                     for part in chunks(ids, min(size, ARRAY_CHUNK))]
         if requests and _size(requests[0]) > proto.MAX_REQUEST_BYTES:
             raise FluxesError(f"job is {_size(requests[0])} bytes as a request, the limit "

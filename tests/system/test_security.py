@@ -704,6 +704,36 @@ def test_jobs_run_as_their_owners(site: Site, monkeypatch: pytest.MonkeyPatch,
     assert attach(site, "alice", a_long, capsys)[0] != 0
 
 
+def test_the_python_api_keeps_the_users_rules(site: Site,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import fluxes as flux`` as a user: their own jobs through the executor and
+    the handle, another user's job refused with flux's PermissionError."""
+    import fluxes as flux
+    from fluxes.job import FluxExecutor, JobspecV1
+
+    def spec(*command: str) -> JobspecV1:
+        js = JobspecV1.from_command(list(command))
+        js.cwd = str(site.work)
+        js.environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return js
+
+    monkeypatch.chdir(site.work)
+    monkeypatch.setenv("FLUXES_URI", site.uri)
+    monkeypatch.setenv(ENV_CREDENTIALS, str(site.creds["alice"]))
+    with FluxExecutor() as executor:
+        assert executor.submit(spec("sh", "-c", "exit 3")).result() == 3
+    with flux.Flux() as h:
+        jobid = flux.job.submit(h, spec("sleep", "60"), waitable=True)
+        monkeypatch.setenv(ENV_CREDENTIALS, str(site.creds["bob"]))
+        with flux.Flux() as other:
+            with pytest.raises(PermissionError):
+                flux.job.cancel(other, jobid)
+            listed = flux.job.get_job(other, jobid)
+            assert listed is not None and listed["userid"] == site.uids["alice"]
+        flux.job.cancel(h, jobid, "done")
+        assert flux.job.wait(h) == (jobid, False, b"Fatal exception type=cancel done")
+
+
 def test_a_root_worker_refuses_unregistered_and_root_jobs(
         site: Site, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,6 +19,7 @@ FORBIDDEN = {
     "fluxes/store": ("fluxes.cli", "workers"),
     "fluxes/proc": ("fluxes.cli", "workers"),
     "fluxes/web": ("workers",),
+    "fluxes/job": ("workers",),
     # the simulator drives the pure cores on a virtual clock: no Redis, no processes
     "fluxes/sim": ("redis", "hiredis", "fluxes.store", "fluxes.proc", "fluxes.web", "workers"),
 }

@@ -11,6 +11,7 @@ id, as ``flux submit --cc`` does, and copies keep the order of the id set.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 import orjson
@@ -51,9 +52,33 @@ def job_count(request: SubmitJobs) -> int:
     return len(request.jobs) if ids is None else len(ids)
 
 
-def copies(item: SubmitItem, ids: IDSet) -> Iterator[SubmitItem]:
+#: The variable ``submit --cc`` sets in each copy's environment (flux: FLUX_JOB_CC).
+CC_VARIABLE = "FLUXES_JOB_CC"
+
+
+def with_cc_variable(doc: dict[str, Any], cc: int) -> dict[str, Any]:
+    """``doc`` (a jobspec) with ``FLUXES_JOB_CC=cc`` in its environment (copies of the
+    dicts on the way only: the copies share everything else)."""
+    attributes = dict(doc.get("attributes") or {})
+    system = dict(attributes.get("system") or {})
+    environment = dict(system.get("environment") or {})
+    environment[CC_VARIABLE] = str(cc)
+    system["environment"] = environment
+    attributes["system"] = system
+    return {**doc, "attributes": attributes}
+
+
+def copies(item: SubmitItem, ids: IDSet, cc_var: bool = False) -> Iterator[SubmitItem]:
     """One item per id, ``{cc}`` in its jobspec (or YAML) replaced by the id; made one
-    at a time. Without ``{cc}`` every copy is ``item`` itself."""
+    at a time. Without ``{cc}`` every copy is ``item`` itself. With ``cc_var`` (``--cc``)
+    each copy's jobspec also gets ``FLUXES_JOB_CC=<id>`` (YAML text is left as it is)."""
+    if cc_var and item.jobspec is not None:
+        text = orjson.dumps(item.jobspec).decode()
+        for i in ids:
+            doc = orjson.loads(text.replace("{cc}", str(i))) if "{cc}" in text \
+                else item.jobspec
+            yield msgspec.structs.replace(item, jobspec=with_cc_variable(doc, i))
+        return
     if item.jobspec is not None:
         text = orjson.dumps(item.jobspec).decode()
         if "{cc}" not in text:

@@ -1,0 +1,89 @@
+"""``fluxes bench executor``: N real ``true`` jobs through ``FluxExecutor``.
+
+flux's workload for its executor: each job submitted through the executor,
+an event callback on its ``start``, and its result awaited; the figure is
+jobs per second from the first submit to the last result, on a private
+instance of 1 node x 2 cores (as flux's ``flux start -s1`` on this machine).
+
+The wall-clock rate depends on the machine's load; ``cpu_ms_per_job`` does
+not much: the CPU the instance's processes (with the jobs' own processes,
+which they wait for) and the client spent per job, comparable with the CPU
+``time flux start -s1 python3 script.py`` reports (minus an empty run's).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fluxes.proc.launcher import Launcher
+
+
+def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2,
+        timeout: float = 600.0) -> dict[str, Any]:
+    """Start an instance, run ``jobs`` jobs through a FluxExecutor, return the figures."""
+    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
+        uri = launcher.start()
+        try:
+            before = instance_cpu(launcher)
+            figures = measure(str(uri), jobs, timeout)
+            used = instance_cpu(launcher) - before
+            figures["cpu_ms_per_job"] = round(
+                figures["client_cpu_ms_per_job"] + 1000 * used / max(jobs, 1), 3)
+            return figures
+        finally:
+            launcher.stop()
+
+
+def instance_cpu(launcher: Launcher) -> float:
+    """CPU seconds used so far by the instance's processes and the children they
+    waited for (the jobs' tasks), from /proc (0 where it cannot be read)."""
+    procs = [spec.proc for spec in launcher.workers]
+    if launcher.server is not None:
+        procs.append(launcher.server.proc)
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for proc in procs:
+        if proc is None:
+            continue
+        try:
+            with open(f"/proc/{proc.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += sum(int(x) for x in fields[11:15])
+    return total / ticks
+
+
+def measure(uri: str, jobs: int, timeout: float = 600.0) -> dict[str, Any]:
+    """Push ``jobs`` ``true`` jobs through a FluxExecutor on the instance at ``uri``."""
+    import concurrent.futures
+
+    from fluxes.job import FluxExecutor, JobspecV1
+
+    spec = JobspecV1.from_command(["true"])
+    spec.environment = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    spec.cwd = os.getcwd()
+    started = [0]
+
+    def on_start(_future: Any, _event: Any) -> None:
+        started[0] += 1
+
+    cpu0 = time.process_time()
+    with FluxExecutor(handle_kwargs={"uri": uri}) as executor:
+        t0 = time.perf_counter()
+        futures = [executor.submit(spec).add_event_callback("start", on_start)
+                   for _ in range(jobs)]
+        done, _ = concurrent.futures.wait(futures, timeout=timeout)
+        elapsed = time.perf_counter() - t0
+    codes = [f.result() for f in done if f.exception() is None]
+    return {
+        "jobs": jobs, "completed": len(done), "exit_0": codes.count(0),
+        "start_callbacks": started[0], "seconds": round(elapsed, 3),
+        "jobs_per_s": round(len(done) / elapsed, 1) if elapsed else 0.0,
+        "client_cpu_ms_per_job": round(1000 * (time.process_time() - cpu0) / max(jobs, 1), 3),
+    }

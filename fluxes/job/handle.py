@@ -1,0 +1,363 @@
+"""``Flux``: a handle on an instance, and the engine that fulfils its futures.
+
+One handle is one Redis connection and one thread's engine: every pending
+request of the handle is served by the same few round trips per step.
+Submissions queued since the last step go out as one request per chunk
+(one pipelined XADD); their replies are popped in one pipeline; every
+watched eventlog, and the partition journals when jobs are followed from
+their submission (the executor), are read with one XREAD. So thousands of
+futures in flight cost one blocking read per step, not a thread or a
+request each.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fluxes.job.future import EventLogEvent, Future, WatchFuture
+
+if TYPE_CHECKING:
+    from fluxes.store.client import Client
+    from fluxes.store.instance import Instance
+
+#: Events after which a job's eventlog ends.
+_LAST = frozenset({b"clean", b"invalidate"})
+#: Entries per stream per read.
+_COUNT = 1000
+
+
+class SubmitFuture(Future):
+    """The id of a submitted job (flux's ``SubmitFuture``): ``get_id()``."""
+
+    def __init__(self, handle: Flux, item: dict[str, Any], follow: Any = None) -> None:
+        """A submission of ``item``; ``follow`` (an object with ``_event``) gets the
+        job's events from its submission on."""
+        super().__init__(handle)
+        self.item = item
+        self.follow = follow
+
+    def get_id(self) -> Any:
+        """The job's :class:`~fluxes.job.jobid.JobID` (blocking); ``OSError`` when the
+        submission was refused."""
+        return self.get()
+
+
+class Flux:
+    """A handle on the instance named by ``uri``, ``$FLUXES_URI`` or the credentials file."""
+
+    def __init__(self, uri: str | None = None, flags: int = 0) -> None:
+        """Connect (``OSError`` with ECONNREFUSED when no instance answers)."""
+        from fluxes.store.instance import Instance, NoInstanceError
+
+        try:
+            instance = Instance.connect(uri, client_name="fluxes-python")
+        except NoInstanceError as exc:
+            raise ConnectionRefusedError(errno.ECONNREFUSED, str(exc)) from None
+        self._setup(instance)
+
+    @classmethod
+    def of_instance(cls, instance: Instance) -> Flux:
+        """A handle on an instance already connected (tests, tools)."""
+        handle = cls.__new__(cls)
+        handle._setup(instance)
+        return handle
+
+    def _setup(self, instance: Instance) -> None:
+        from fluxes.store.client import Client
+
+        self.instance: Instance = instance
+        self.client: Client = Client(self.instance)
+        self.redis = self.instance.redis
+        self.keys = self.instance.keys
+        self._outbox: list[SubmitFuture] = []
+        self._replies: dict[str, list[SubmitFuture]] = {}
+        self._logs: dict[str, str] = {}  # eventlog key -> position
+        self._log_watchers: dict[str, list[Any]] = {}
+        self._journal: dict[str, str] | None = None  # journal key -> position
+        self._followed: dict[int, Any] = {}
+        self._orphans: dict[int, list[EventLogEvent]] = {}
+        self._orphan_since: dict[int, float] = {}  # jobid -> when its first entry was read
+        self._posted: dict[str, float] = {}  # reply key -> when its request went out
+        self._pruned = 0.0
+        self._ready: list[Future] = []
+        self._waiting: set[Future] = set()
+        #: waitable jobs submitted through this handle and not waited for yet
+        self.waitable: list[int] = []
+
+    # -- flux's handle methods ---------------------------------------------
+
+    def reactor_run(self, flags: int = 0) -> int:
+        """Run callbacks of pending futures until none is left; returns 0."""
+        while True:
+            self._run_ready()
+            live = [f for f in self._waiting if not f._finished()]
+            self._waiting = set(live)
+            if not live and not self._ready:
+                return 0
+            if not self._ready:
+                self.step(1.0)
+
+    def reactor_stop(self) -> None:
+        """Stop caring about pending callbacks (the next ``reactor_run`` returns)."""
+        self._waiting.clear()
+        self._ready.clear()
+
+    def fatal_error(self, message: str) -> None:
+        """Say ``message`` on stderr and exit 1 (flux's handle method)."""
+        import sys
+
+        sys.exit(f"fatal error: {message}")
+
+    def close(self) -> None:
+        """Drop the connection."""
+        self.redis.close()
+
+    def __enter__(self) -> Flux:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- futures' hooks ----------------------------------------------------
+
+    def _ready_callback(self, future: Future) -> None:
+        self._ready.append(future)
+
+    def _watch_callback(self, future: Future) -> None:
+        self._waiting.add(future)
+
+    def _forget(self, future: Future) -> None:
+        self._waiting.discard(future)
+        if isinstance(future, WatchFuture):
+            self.unwatch_log(future.jobid, future)
+
+    def _run_ready(self) -> None:
+        while self._ready:
+            ready, self._ready = self._ready, []
+            for future in ready:
+                future._run_callback()
+
+    def _drive_until(self, done: Callable[[], bool], timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            left = 1.0 if deadline is None else deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(errno.ETIMEDOUT, "timed out waiting for the future")
+            self.step(min(left, 1.0))
+
+    # -- requests ----------------------------------------------------------
+
+    def queue_submit(self, item: dict[str, Any], follow: Any = None) -> SubmitFuture:
+        """Queue a submission (sent by the next step, batched with others)."""
+        future = SubmitFuture(self, item, follow)
+        self._outbox.append(future)
+        return future
+
+    def watch_log(self, jobid: int, watcher: Any) -> None:
+        """Deliver ``jobid``'s eventlog from its start to ``watcher._event`` (then
+        ``watcher._end()``); ``OSError`` ENOENT for an unknown job."""
+        key = self.keys.eventlog(jobid)
+        if key not in self._logs:
+            if not self.redis.exists(key):
+                raise FileNotFoundError(errno.ENOENT, f"job {jobid} not found")
+            self._logs[key] = "0-0"
+            self._log_watchers[key] = []
+            # a new watcher of an eventlog already read replays it from the start
+        elif self._logs[key] != "0-0":
+            for event in self._history(key):
+                watcher._event(event)
+        self._log_watchers[key].append(watcher)
+
+    def unwatch_log(self, jobid: int, watcher: Any) -> None:
+        """Stop delivering to ``watcher``."""
+        key = self.keys.eventlog(jobid)
+        watchers = self._log_watchers.get(key)
+        if watchers and watcher in watchers:
+            watchers.remove(watcher)
+            if not watchers:
+                del self._log_watchers[key]
+                del self._logs[key]
+
+    def _history(self, key: str) -> list[EventLogEvent]:
+        end = self._logs[key]
+        return [_event(fields) for _sid, fields in self.redis.xrange(key, "-", end)]
+
+    # -- the engine --------------------------------------------------------
+
+    def step(self, timeout: float) -> None:
+        """One round: send queued submissions, take replies, read watched streams
+        (blocking up to ``timeout`` seconds when nothing else is due)."""
+        from fluxes.store.groups import read_streams
+
+        self._flush()
+        if self._replies:
+            self._take_replies()
+        streams = dict(self._logs)
+        if self._journal is not None:
+            if not self._followed and not self._replies:
+                self._journal = None
+                self._orphans.clear()
+                self._orphan_since.clear()
+            else:
+                streams.update(self._journal)
+        busy = bool(self._replies or self._outbox or self._ready)
+        if not streams:
+            if self._replies and not self._outbox:
+                self._block_for_reply(timeout)
+            return
+        block = 2 if self._replies else (None if busy else max(1, int(timeout * 1000)))
+        for stream, entries in read_streams(self.redis, streams, _COUNT, block):
+            key = stream.decode()
+            if key in self._logs:
+                self._logs[key] = entries[-1][0].decode()
+                self._deliver_log(key, entries)
+            elif self._journal is not None and key in self._journal:
+                self._journal[key] = entries[-1][0].decode()
+                self._deliver_journal(entries)
+            # else: a watch dropped by an earlier stream's delivery in this read
+
+    def _flush(self) -> None:
+        if not self._outbox:
+            return
+        from fluxes import messages as proto
+        from fluxes.store.client import CHUNK, _fitted, _submission_item
+
+        outbox, self._outbox = self._outbox, []
+        if self._journal is None and any(f.follow is not None for f in outbox):
+            # positions taken before the jobs exist: all their events come after
+            from fluxes.store.eventstore import EventStore
+
+            store = EventStore(self.redis, self.keys)
+            self._journal = {self.keys.journal(p): store.journal_last_id(p)
+                             for p in range(self.keys.partitions)}
+        items = []
+        for future in outbox:
+            try:
+                items.append(_submission_item(future.item))
+            except ValueError as exc:
+                future._fulfil(None, ValueError(str(exc)))
+        live = [f for f in outbox if not f.is_ready()]
+        sendable: list[tuple[Any, list[SubmitFuture]]] = []
+        requests = [r for i in range(0, len(items), CHUNK) for r in _fitted(items[i:i + CHUNK])]
+        for request in requests:
+            n = len(request.jobs)  # type: ignore[attr-defined]
+            futures, live = live[:n], live[n:]
+            if len(proto.encode_request(request)["d"]) > proto.MAX_REQUEST_BYTES:
+                for future in futures:  # the ingest reads no request this large
+                    future._fulfil(None, OSError(errno.E2BIG, "job is too large"))
+            else:
+                sendable.append((request, futures))
+        keys = self.client._post([request for request, _ in sendable])
+        now = time.monotonic()
+        for key, (_request, futures) in zip(keys, sendable, strict=True):
+            self._posted[key] = now
+            self._replies[key] = futures
+
+    def _take_replies(self) -> None:
+        pipe = self.redis.pipeline(transaction=False)
+        keys = list(self._replies)
+        for key in keys:
+            pipe.lpop(key)
+        for key, raw in zip(keys, pipe.execute(), strict=True):
+            if raw is not None:
+                self._answer(key, raw)
+
+    def _block_for_reply(self, timeout: float) -> None:
+        got = self.redis.blpop(list(self._replies), timeout=max(timeout, 0.01))
+        if got is not None:
+            self._answer(got[0].decode(), got[1])
+
+    def _answer(self, key: str, raw: bytes) -> None:
+        from fluxes import messages as proto
+        from fluxes.job.jobid import JobID
+
+        futures = self._replies.pop(key)
+        self._posted.pop(key, None)
+        try:
+            answer = proto.decode_reply(raw)
+        except proto.MessageError as exc:
+            for future in futures:
+                future._fulfil(None, OSError(errno.EPROTO, f"malformed answer: {exc}"))
+            return
+        if answer.jobs is None:
+            reason = str((answer.errors or ["submission refused"])[0])
+            for future in futures:
+                future._fulfil(None, _refused(reason))
+            return
+        for future, result in zip(futures, answer.jobs, strict=False):
+            if result.id is None:
+                future._fulfil(None, _refused(str(result.error)))
+                continue
+            jobid = JobID(result.id)
+            if future.follow is not None:
+                self._followed[jobid] = future.follow
+                self._orphan_since.pop(jobid, None)
+                for event in self._orphans.pop(jobid, []):
+                    self._to_follower(jobid, event)
+            future._fulfil(jobid)
+
+    def _deliver_log(self, key: str, entries: list[Any]) -> None:
+        watchers = list(self._log_watchers.get(key, ()))
+        for _sid, fields in entries:
+            event = _event(fields)
+            for watcher in watchers:
+                watcher._event(event)
+            if fields.get(b"n") in _LAST:
+                for watcher in watchers:
+                    watcher._end()
+                self._log_watchers.pop(key, None)
+                self._logs.pop(key, None)
+                return
+
+    def _deliver_journal(self, entries: list[Any]) -> None:
+        followed = self._followed
+        keep = bool(self._replies)
+        for _sid, fields in entries:
+            raw = fields.get(b"j")
+            if raw is None or fields.get(b"n") == b"annotations":
+                continue
+            jobid = int(raw)
+            if jobid in followed:
+                self._to_follower(jobid, _event(fields))
+            elif keep:
+                # a job of a request whose reply has not been read yet (or anyone's)
+                if jobid not in self._orphans:
+                    self._orphans[jobid] = []
+                    self._orphan_since[jobid] = time.monotonic()
+                self._orphans[jobid].append(_event(fields))
+        if keep:
+            self._prune_orphans()
+
+    def _prune_orphans(self) -> None:
+        """Drop the entries of jobs first read before the oldest request still awaiting
+        its reply went out: they belong to none of ours (someone else's jobs)."""
+        now = time.monotonic()
+        if now - self._pruned < 1.0 or not self._posted:
+            return
+        self._pruned = now
+        oldest = min(self._posted.values())
+        for jobid in [j for j, t in self._orphan_since.items() if t < oldest]:
+            del self._orphan_since[jobid]
+            self._orphans.pop(jobid, None)
+
+    def _to_follower(self, jobid: int, event: EventLogEvent) -> None:
+        follower = self._followed[jobid]
+        follower._event(event)
+        if event.name in ("clean", "invalidate"):
+            del self._followed[jobid]
+            follower._end()
+
+
+def _event(fields: dict[bytes, bytes]) -> EventLogEvent:
+    """An eventlog or journal entry's event."""
+    return EventLogEvent(fields[b"n"].decode(), float(fields[b"t"]), fields.get(b"c"))
+
+
+def _refused(reason: str) -> OSError:
+    """flux raises OSError for a refused submission (EINVAL: a bad jobspec)."""
+    low = reason.lower()
+    code = errno.EPERM if "permission" in low or "not allowed" in low else errno.EINVAL
+    return OSError(code, reason)
