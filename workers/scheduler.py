@@ -60,7 +60,7 @@ from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
-from fluxes.store.resources import LOST_AFTER_S, load_pool, resource_event
+from fluxes.store.resources import LOST_AFTER_S, exec_heartbeats, load_pool, resource_event
 from fluxes.store.standby import (
     SIGNALLED,
     AliveSignal,
@@ -445,12 +445,7 @@ class SchedulerWorker(Worker):
             self._dirty = True  # a limit may have been raised
         self._read_resource_events()
         now = time.time()
-        seen: dict[int, float] = {}
-        for rank_b, raw in self.redis.hgetall(self.keys.exec_registry).items():
-            try:
-                seen[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
-            except (ValueError, KeyError, TypeError):
-                continue
+        seen = exec_heartbeats(self.redis, self.keys)
         grace_over = time.monotonic() - self._lead_since > self.lost_after
         # Silence is judged on answered time: right after a Redis stall every
         # heartbeat is old, and nobody is lost (fluxes/domain/liveness.py).

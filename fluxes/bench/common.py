@@ -37,6 +37,21 @@ class Stopwatch:
         return time.perf_counter() - self.start
 
 
+@contextlib.contextmanager
+def private_instance(nodes: int, cores_per_node: int) -> Iterator[tuple[Any, str]]:
+    """A private instance (``fluxes start``'s) in a temporary directory for one bench:
+    its launcher and URI, stopped and removed afterwards."""
+    from fluxes.proc.launcher import Launcher
+
+    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
+        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
+        uri = launcher.start()
+        try:
+            yield launcher, str(uri)
+        finally:
+            launcher.stop()
+
+
 def used_memory(client: Client) -> int:
     """Redis's used_memory in bytes."""
     return int(client.info("memory")["used_memory"])

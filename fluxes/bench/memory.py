@@ -22,13 +22,11 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
-from fluxes.proc.launcher import Launcher
+from fluxes.bench.common import private_instance
 from fluxes.store.errors import Client
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
@@ -74,14 +72,8 @@ def run(jobs: int = 50_000, nodes: int = 16, cores_per_node: int = 32,
     """Start an instance, submit ``jobs`` held jobs with the CLI, return the figures."""
     if jobs < 1:
         raise ValueError("--jobs must be >= 1")
-    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
-        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
-        uri = launcher.start()
-        try:
-            inst = Instance.connect(str(uri))
-            return _measure(inst, str(uri), jobs, nodes, cores_per_node, timeout)
-        finally:
-            launcher.stop()
+    with private_instance(nodes, cores_per_node) as (_launcher, uri):
+        return _measure(Instance.connect(uri), uri, jobs, nodes, cores_per_node, timeout)
 
 
 def _cli(uri: str, *args: str, timeout: float) -> subprocess.CompletedProcess[bytes]:

@@ -18,13 +18,13 @@ submission, which is what the host has to provide anyway.
 
 from __future__ import annotations
 
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from fluxes.bench.common import private_instance
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
@@ -44,15 +44,9 @@ def run(jobs: int = 100_000, nodes: int = 16, cores_per_node: int = 32,
     return the bytes per pending job of Redis and of each worker kind."""
     if jobs < 1:
         raise ValueError("--jobs must be >= 1")
-    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
-        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
-        uri = launcher.start()
-        try:
-            inst = Instance.connect(str(uri))
-            return _measure(launcher, inst, str(uri), jobs, nodes, cores_per_node,
-                            time.monotonic() + timeout)
-        finally:
-            launcher.stop()
+    with private_instance(nodes, cores_per_node) as (launcher, uri):
+        return _measure(launcher, Instance.connect(uri), uri, jobs, nodes, cores_per_node,
+                        time.monotonic() + timeout)
 
 
 def rss_bytes(pid: int) -> int:

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import os
 import resource
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
+from fluxes.bench.common import private_instance
 from fluxes.bench.memory import _cli, _wait_pending
-from fluxes.proc.launcher import Launcher
 from fluxes.store.instance import Instance
 
 
@@ -40,15 +38,10 @@ def run(jobs: int = 200_000, nodes: int = 16, cores_per_node: int = 32,
     """Start an instance, submit ``--cc=1-jobs`` held jobs with the CLI, return the figures."""
     if jobs < 1:
         raise ValueError("--cc must be >= 1")
-    with tempfile.TemporaryDirectory(prefix="fluxes-bench-") as tmp:
-        launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
-        uri = launcher.start()
-        try:
-            proc = launcher.worker("ingest").proc
-            assert proc is not None
-            return _measure(Instance.connect(str(uri)), str(uri), proc.pid, jobs, timeout)
-        finally:
-            launcher.stop()
+    with private_instance(nodes, cores_per_node) as (launcher, uri):
+        proc = launcher.worker("ingest").proc
+        assert proc is not None
+        return _measure(Instance.connect(uri), uri, proc.pid, jobs, timeout)
 
 
 def _measure(inst: Instance, uri: str, ingest_pid: int, jobs: int,

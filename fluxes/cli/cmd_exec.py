@@ -61,16 +61,9 @@ def _offline(inst: Any, ranks: list[int]) -> list[int]:
     """The ranks whose exec worker has not beaten lately (their command would wait)."""
     import time as _time
 
-    import orjson
+    from fluxes.store.resources import LOST_AFTER_S, exec_heartbeats
 
-    from fluxes.store.resources import LOST_AFTER_S
-
-    beats: dict[int, float] = {}
-    for rank_b, raw in inst.redis.hgetall(inst.keys.exec_registry).items():
-        try:
-            beats[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    beats = exec_heartbeats(inst.redis, inst.keys)
     now = _time.time()
     return [r for r in ranks if now - beats.get(r, 0.0) > LOST_AFTER_S]
 

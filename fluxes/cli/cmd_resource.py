@@ -7,8 +7,6 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
 
 if TYPE_CHECKING:
@@ -98,19 +96,14 @@ def _list(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from fluxes.domain.exec.perilog import HOUSEKEEPING_REASON
     from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import LOST_AFTER_S, load_inventory
+    from fluxes.store.resources import LOST_AFTER_S, exec_heartbeats, load_inventory
 
     inst = instance(args)
     inventory = load_inventory(inst)
     summary = _summary(inst)
     drained = {int(r): d for r, d in summary.get("drained", {}).items()}
     now = time.time()
-    beats: dict[int, float] = {}
-    for rank_b, raw in inst.redis.hgetall(inst.keys.exec_registry).items():
-        try:
-            beats[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
-        except (ValueError, KeyError, TypeError):
-            continue
+    beats = exec_heartbeats(inst.redis, inst.keys)
     busy = IDSet(summary.get("allocated", {}).get("ranks", ""))
     groups: dict[tuple[str, str], IDSet] = {}
     for target in inventory:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from fluxes.domain.sched.protocol import SchedulerPool
     from fluxes.store.instance import Instance
 
-__all__ = ["LOST_AFTER_S", "load_inventory", "load_pool", "resource_event",
+__all__ = ["LOST_AFTER_S", "exec_heartbeats", "load_inventory", "load_pool", "resource_event",
            "resource_summary", "send_resource_event"]
 
 #: An exec target whose worker has not heart-beaten for this long is lost (its
@@ -91,3 +91,15 @@ def resource_summary(instance: Instance, timeout: float = 3.0, pause: float = 0.
         if applied >= want or time.monotonic() >= deadline:
             return summary, applied >= want
         time.sleep(pause)
+
+
+def exec_heartbeats(client: Any, keys: Any) -> dict[int, float]:
+    """Rank -> the time of its exec worker's last heartbeat, from the exec registry
+    (entries that do not decode are left out: a rank without one is silent)."""
+    beats: dict[int, float] = {}
+    for rank_b, raw in client.hgetall(keys.exec_registry).items():
+        try:
+            beats[int(rank_b)] = float(orjson.loads(raw)["heartbeat"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return beats
