@@ -319,17 +319,41 @@ def print_children(inst: Instance, jobid: int, fmt: Any, args: argparse.Namespac
                    depth: int) -> None:
     """``fluxes jobs -R``: the jobs of job ``jobid``'s child instance (every user's,
     with the listing's state filter), indented under it, and theirs below them."""
-    from fluxes.cli.cmd_jobs import select_jobs
-
-    child = child_instance(inst, jobid)
+    records, child = _child_jobs(inst, jobid, args, depth)
     if child is None:
         return
-    states = args.filter or ("active,inactive" if args.a else "active")
-    records = select_jobs(child, states=states, everyone=True)
     _header, lines = fmt.render(vars(row) for row in _rows(records))
     for rec, line in zip(records, lines, strict=True):
         print("  " * depth + line)
         print_children(child, rec.id, fmt, args, depth + 1)
+
+
+def nest_children(inst: Instance, jobid: int, entry: dict[str, Any],
+                  args: argparse.Namespace, depth: int) -> None:
+    """``fluxes jobs -R --json``: the jobs of job ``jobid``'s child instance as the
+    ``jobs`` list of its JSON ``entry`` (as flux's), theirs in turn in theirs."""
+    records, child = _child_jobs(inst, jobid, args, depth)
+    if child is None:
+        return
+    entry["jobs"] = [row.as_dict() for row in _rows(records)]
+    for rec, sub in zip(records, entry["jobs"], strict=True):
+        nest_children(child, rec.id, sub, args, depth + 1)
+
+
+def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
+                ) -> tuple[list[Any], Instance | None]:
+    """The records ``-R`` lists under job ``jobid`` and its child instance (None when
+    it has none, or ``-L`` stops above this depth)."""
+    from fluxes.cli.cmd_jobs import select_jobs
+
+    level = getattr(args, "level", None)
+    if level and depth > level:
+        return [], None
+    child = child_instance(inst, jobid)
+    if child is None:
+        return [], None
+    states = args.filter or ("active,inactive" if args.a else "active")
+    return select_jobs(child, states=states, everyone=True), child
 
 
 def _rows(records: list[Any]) -> list[Any]:

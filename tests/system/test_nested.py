@@ -129,6 +129,14 @@ def test_batch_steps_run_in_the_allocation_and_the_exit_code_is_the_scripts(
     under = [line.strip().split()[0] for line in lines[top + 1:top + 12]]
     assert sorted(map(int, under)) == child_jobs(child_of(parent, good))
     assert all(line.startswith("  ") for line in lines[top + 1:top + 12])
+    # with --json each batch job holds its child's jobs in its "jobs" list, as flux's;
+    # -L 0 means no limit, and a level below the first keeps them out
+    assert main(["--uri", uri, "jobs", "-a", "-R", "--json", "-L", "0"]) == 0
+    listed = {j["id"]: j for j in orjson.loads(capsys.readouterr().out)["jobs"]}
+    assert sorted(j["id"] for j in listed[good]["jobs"]) == child_jobs(child_of(parent, good))
+    assert main(["--uri", uri, "jobs", "-a", "-R", "-L", "1", "--name", "steps", "-n",
+                 "-o", "{id.dec}"]) == 0
+    assert len(capsys.readouterr().out.split()) == 2 + 2 * 11  # both batch jobs and steps
     assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec}:{instance_stats}"]) == 0
     marked = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
     assert marked[str(good)] == "0 running, 0 pending, 11 inactive (ended)"
