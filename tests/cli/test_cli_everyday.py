@@ -394,3 +394,19 @@ def test_jobspec_file_refuses_gpus_per_node(capsys: pytest.CaptureFixture[str]) 
     path = Path(__file__).resolve().parents[1] / "spec-data" / "rfc14" / "example1.yaml"
     assert main(["submit", "--dry-run", "-N1", "--gpus-per-node=1", str(path)]) == 1
     assert "cannot change a jobspec file" in capsys.readouterr().err
+
+
+def test_jobs_level_stops_recursion_below_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fluxes.cli import cmd_batch, cmd_jobs
+
+    monkeypatch.setattr(cmd_batch, "child_instance", lambda inst, jobid: "child")
+    monkeypatch.setattr(cmd_jobs, "select_jobs", lambda child, states, everyone: [7])
+
+    def under(level: int | None, depth: int) -> tuple[list[Any], Any]:
+        args = SimpleNamespace(level=level, filter=None, a=False)
+        return cmd_batch._child_jobs(SimpleNamespace(), 1, args, depth)  # type: ignore[arg-type]
+
+    assert under(None, 5) == ([7], "child")  # no -L: every level
+    assert under(0, 5) == ([7], "child")  # -L 0: no limit
+    assert under(2, 2) == ([7], "child")
+    assert under(2, 3) == ([], None)
