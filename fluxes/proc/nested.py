@@ -157,7 +157,7 @@ def _leader(parent: Instance, jobid: int, uri: InstanceURI, state: Path,
             path.chmod(0o700)
             command = [str(path), *command]
         if command:
-            code = _run_script(launcher, command, uri, stop)
+            code = _run_script(launcher, command, child, stop)
         else:
             _wait_for_stop(launcher, child, stop)
             code = 0
@@ -194,17 +194,17 @@ def child_environment(uri: InstanceURI, environ: Mapping[str, str]) -> dict[str,
     return env
 
 
-def _run_script(launcher: Launcher, command: list[str], uri: InstanceURI, stop: _Stop) -> int:
-    """Run the script in the child, supervising its workers; its exit code."""
+def _run_script(launcher: Launcher, command: list[str], child: Instance, stop: _Stop) -> int:
+    """Run the script in the child, supervising its workers and forwarding signals to
+    its jobs; its exit code."""
     # Same process group as this task: the parent's kill signals reach the script too.
     try:
-        proc = subprocess.Popen(command, env=child_environment(uri, os.environ),
+        proc = subprocess.Popen(command, env=child_environment(child.uri, os.environ),
                                 stdin=subprocess.DEVNULL)
     except OSError as exc:
         print(f"fluxes: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 126
     signaled = False
-    child = Instance(uri, client_name="fluxes-child")
     while True:
         try:
             return _exit_code(proc.wait(timeout=TICK_S))
