@@ -413,7 +413,9 @@ def register(subparsers: Any) -> None:
          "fluxes jobs -A -f running", "fluxes jobs -A --since=-1d -B physics --csv",
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
          "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
-         "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'"]))
+         "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'",
+         "fluxes jobs -a --name=sim --sort=-t_submit -o '{id.f58} {result_abbrev} "
+         "{inactive_reason}'", "fluxes jobs -a -i node[0-3]"]))
     p.add_argument("ids", nargs="*", type=job_id_arg, metavar="JOBID",
                    help="list just these jobs")
     p.add_argument("-a", action="store_true", help="include inactive jobs")
