@@ -506,8 +506,12 @@ def instance_of(inst: Instance, ns: str) -> Instance:
 
 
 def mark_instances(inst: Instance, rows: list[Any]) -> None:
-    """Fill the ``instance`` (the child's namespace) and ``instance_stats`` (its job
-    counts) fields of the ``fluxes jobs`` rows of batch and alloc jobs."""
+    """Fill the ``instance`` (the child's namespace), ``instance_stats`` (its job
+    counts) and ``uri`` (its URI, without a password) fields of the ``fluxes jobs``
+    rows of batch and alloc jobs."""
+    from fluxes.store.security import strip_password
+
+    redis_url = strip_password(inst.uri.redis_url)
     for start in range(0, len(rows), 1000):
         chunk = rows[start:start + 1000]
         names = inst.redis.hmget(inst.keys.children, [str(int(r.id)) for r in chunk])
@@ -515,6 +519,7 @@ def mark_instances(inst: Instance, rows: list[Any]) -> None:
             if ns is not None:
                 row.instance = ns.decode()
                 row.instance_stats = instance_summary(instance_of(inst, row.instance))
+                row.uri = str(InstanceURI(redis_url, row.instance))
 
 
 def register_top(subparsers: Any) -> None:

@@ -122,6 +122,8 @@ class Row:
         #: (filled by :func:`fluxes.cli.cmd_batch.mark_instances` when a listing names them).
         self.instance: str | None = None
         self.instance_stats: str | None = None
+        #: flux's ``uri``: the child instance's URI (no password), for FLUXES_URI
+        self.uri: str | None = None
         self.t_submit_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.t_submit))
         end = job.t_cleanup or (now if job.state & JobState.RUNNING else None)
         self.runtime = (end - job.t_run) if job.t_run is not None and end is not None else 0.0
@@ -512,7 +514,8 @@ def _jobs(args: argparse.Namespace) -> int:
     rows = [Row(rec, now, queues) for rec in records]
     if sort_keys:
         records, rows = _sorted(records, rows, sort_keys)
-    if fmt is not None and "instance" in FORMATS.get(args.format, args.format):
+    text = FORMATS.get(args.format, args.format)
+    if fmt is not None and ("instance" in text or "uri" in text):
         from fluxes.cli.cmd_batch import mark_instances
 
         mark_instances(inst, rows)

@@ -43,7 +43,7 @@ HEADERS = {
     "duration_text": "LIMIT", "t_submit_text": "SUBMITTED", "returncode": "RC",
     "waitstatus": "WSTATUS", "instance": "INSTANCE", "instance_stats": "INSTANCE-JOBS",
     "bank": "BANK", "state_single": "S", "result_abbrev": "RS", "success": "SUCCESS",
-    "ranks": "RANKS", "cwd": "CWD", "project": "PROJECT",
+    "ranks": "RANKS", "uri": "URI", "cwd": "CWD", "project": "PROJECT",
     "dependencies": "DEPENDENCIES", "t_priority": "T_PRIORITY", "t_sched": "T_SCHED",
     "expiration": "EXPIRATION", "t_remaining": "T_REMAINING",
     "inactive_reason": "INACTIVE-REASON", "exception.occurred": "EXCEPTION-OCCURRED",

@@ -140,6 +140,9 @@ def test_batch_steps_run_in_the_allocation_and_the_exit_code_is_the_scripts(
     assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec}:{instance_stats}"]) == 0
     marked = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
     assert marked[str(good)] == "0 running, 0 pending, 11 inactive (ended)"
+    assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec} {uri}"]) == 0
+    uris = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
+    assert InstanceURI.parse(uris[str(good)]).ns == child_of(parent, good).keys.ns
     assert main(["--uri", uri, "pstree"]) == 0
     assert capsys.readouterr().out == ".\n"  # both children have ended
     assert main(["--uri", uri, "pstree", "-a"]) == 0
