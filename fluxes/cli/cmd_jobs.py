@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.cmd_queue import known_queue, queue_states
 from fluxes.cli.display import shown_id, username
+from fluxes.cli.jobfields import more_fields, returncode
 from fluxes.cli.jobformat import FormatError, JobFormat
+from fluxes.cli.jobpick import hosts_or_ranks, painter, refine, sort_fields, sorted_rows
 from fluxes.cli.util import (
     UsageError,
     die,
@@ -30,9 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from fluxes.domain.jm.queues import QueueState
-    from fluxes.domain.job.model import Job
     from fluxes.domain.job.record import JobRecord
-    from fluxes.formats.idset import IDSet
     from fluxes.store.instance import Instance
     from fluxes.store.joblist import JobListStore
 
@@ -69,7 +69,7 @@ class JobId(int):
 class Row:
     """The fields a format string may name, computed from a job record."""
 
-    # set by _more_fields
+    # set by fluxes.cli.jobfields.more_fields
     state_single: str
     result_abbrev: str
     success: bool | str
@@ -133,7 +133,7 @@ class Row:
         else:
             self.contextual_time = self.runtime_text
         self.contextual_info = _info(rec, now, _stopped(rec, queues))
-        _more_fields(self, rec, now)
+        more_fields(self, rec, now)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``--json``): every field; times a job has not reached are left out."""
@@ -141,73 +141,6 @@ class Row:
                if not k.endswith("_text") and v is not None}
         out["id"] = int(self.id)
         return out
-
-
-def _more_fields(row: Row, rec: JobRecord, now: float) -> None:
-    """The rest of flux's ``jobs -o`` fields: single-letter state, result code,
-    success, exception, remaining time, ranks, working directory, dependencies."""
-    job = rec.job
-    info = rec.info
-    result = job.result
-    row.state_single = job.state.short
-    row.result_abbrev = result.short if result is not None else ""
-    row.success = "" if result is None else result is JobResult.COMPLETED
-    row.ranks = str(info.get("ranks") or "")
-    row.cwd = str(info.get("cwd") or "")
-    row.project = str(info.get("project") or "")
-    deps = info.get("dependencies")
-    row.dependencies = ",".join(map(str, deps)) if isinstance(deps, list) else ""
-    row.t_priority = job.t_priority
-    row.t_sched = job.t_sched
-    row.expiration = job.expiration
-    # only a running job has time left; 0 once its expiration passed
-    row.t_remaining = max(job.expiration - now, 0.0) \
-        if job.expiration and job.state & JobState.RUNNING else 0.0
-    fatal = job.fatal
-    row.exception = {"occurred": fatal is not None,
-                     "severity": 0 if fatal is not None else "",
-                     "type": fatal.type if fatal is not None else "",
-                     "note": fatal.note if fatal is not None else ""}
-    row.inactive_reason = inactive_reason(job)
-
-
-def inactive_reason(job: Job) -> str:
-    """How an inactive job ended, in a few words (flux's ``inactive_reason``):
-    ``Exit 0``, ``Canceled: NOTE``, ``Timeout``, ``Exception: type=T note=N``, a
-    signal's description; empty while the job is active."""
-    if job.state is not JobState.INACTIVE:
-        return ""
-    result = job.result
-    fatal = job.fatal
-    if result is JobResult.CANCELED:
-        return f"Canceled: {fatal.note}" if fatal is not None and fatal.type == "cancel" \
-            and fatal.note else "Canceled"
-    if result is JobResult.TIMEOUT:
-        return "Timeout"
-    code = returncode(job)
-    if result is JobResult.FAILED:
-        if fatal is not None and fatal.type != "exec":
-            return f"Exception: type={fatal.type}" + (f" note={fatal.note}" if fatal.note
-                                                       else "")
-        if code is not None and code < 0:
-            return _signal_text(-code)
-        if code in _EXIT_TEXT:
-            return _EXIT_TEXT[code]
-    return f"Exit {code if code is not None else ''}".rstrip()
-
-
-#: What a shell's special exit codes mean.
-_EXIT_TEXT = {126: "Command invoked cannot execute", 127: "command not found",
-              128: "Invalid argument to exit"}
-
-
-def _signal_text(signo: int) -> str:
-    import signal
-
-    try:
-        return signal.strsignal(signo) or f"Signaled {signo}"
-    except ValueError:
-        return f"Signaled {signo}"
 
 
 def _count_hosts(nodelist: str) -> int:
@@ -227,22 +160,6 @@ def _fmt_seconds(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
-
-
-def returncode(job: Job) -> int | None:
-    """flux's ``returncode``: the exit code, or minus the signal that killed the job;
-    -128 for a job canceled before it ran; None while active or when nothing ran.
-
-    fluxes records the tasks' own wait status (there is no job shell in between
-    to turn a signal into 128 + N), so a task killed by signal N gives -N.
-    """
-    status = job.wait_status
-    if status is not None:
-        signo = status & 0x7F
-        return -signo if signo else (status >> 8) & 0xFF
-    if job.result is JobResult.CANCELED:
-        return -128
-    return None
 
 
 def _stopped(rec: JobRecord, queues: Mapping[str | None, QueueState] | None) -> str | None:
@@ -499,8 +416,8 @@ def _jobs(args: argparse.Namespace) -> int:
         return 0 if _active(inst) else 1
     if args.json and args.csv:
         raise UsageError("fluxes jobs: --json and --csv cannot be combined")
-    sort_keys = _sort_keys(args.sort)
-    include = _include(args.include)
+    sort_keys = sort_fields(args.sort)
+    include = hosts_or_ranks(args.include)
     name = "accounting" if args.csv and args.format == "default" else args.format
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
@@ -513,7 +430,7 @@ def _jobs(args: argparse.Namespace) -> int:
     now = time.time()
     rows = [Row(rec, now, queues) for rec in records]
     if sort_keys:
-        records, rows = _sorted(records, rows, sort_keys)
+        records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
     if fmt is not None and ("instance" in text or "uri" in text):
         from fluxes.cli.cmd_batch import mark_instances
@@ -564,7 +481,7 @@ def _print_table(inst: Instance, fmt: JobFormat, args: argparse.Namespace,
         print(stats_line(inst))
     if not args.no_header:
         print(header)
-    paint = _painter(args.color)
+    paint = painter(args.color)
     recursive = getattr(args, "recursive", False)
     for rec, row, line in zip(records, rows, lines, strict=True):
         print(paint(row, line))
@@ -572,121 +489,6 @@ def _print_table(inst: Instance, fmt: JobFormat, args: argparse.Namespace,
             from fluxes.cli.cmd_batch import print_children
 
             print_children(inst, rec.id, fmt, args, depth=1)
-
-
-#: ANSI colors of ``--color`` lines by result (as flux: done green, failed and
-#: timed out bold red, canceled grey); active jobs keep the terminal's color.
-_COLORS = {"COMPLETED": "\033[01;32m", "FAILED": "\033[01;31m", "TIMEOUT": "\033[01;31m",
-           "CANCELED": "\033[37m"}
-_RESET = "\033[0;0m"
-
-
-def _painter(when: str) -> Any:
-    """A function coloring a row's line as ``--color=WHEN`` asks (auto: on a terminal)."""
-    enabled = when == "always" or (when == "auto" and sys.stdout.isatty())
-
-    def paint(row: Row, line: str) -> str:
-        color = _COLORS.get(row.result or "") if enabled else None
-        return f"{color}{line}{_RESET}" if color else line
-
-    return paint
-
-
-def _sort_keys(text: str | None) -> list[tuple[str, bool]]:
-    """``--sort``'s fields, each with True when reversed (a leading ``-``)."""
-    if not text:
-        return []
-    keys = []
-    for part in text.split(","):
-        field = part.strip()
-        reverse = field.startswith("-")
-        field = field.lstrip("-")
-        if field not in SORT_FIELDS:
-            raise UsageError(f"fluxes jobs: --sort: unknown field {field!r} "
-                             f"(known: {', '.join(sorted(SORT_FIELDS))})")
-        keys.append((field, reverse))
-    return keys
-
-
-#: Fields ``--sort`` may order by: the row's plain values.
-SORT_FIELDS = frozenset({
-    "id", "userid", "username", "name", "queue", "bank", "state", "result",
-    "status", "status_abbrev", "state_single", "result_abbrev", "ntasks", "nnodes",
-    "ncores", "priority", "urgency", "nodelist", "ranks", "exit_code", "returncode",
-    "waitstatus", "duration", "t_submit", "t_depend", "t_priority", "t_sched", "t_run",
-    "t_cleanup", "t_inactive", "runtime", "expiration", "t_remaining", "cwd", "project",
-    "inactive_reason", "contextual_time", "contextual_info", "success",
-})
-
-
-def _sorted(records: list[JobRecord], rows: list[Row], keys: list[tuple[str, bool]]
-            ) -> tuple[list[JobRecord], list[Row]]:
-    """Records and rows ordered by ``keys``, the first key first; a missing value
-    (a time not reached, an empty text) sorts after every present one either way."""
-    pairs = list(zip(records, rows, strict=True))
-    for field, reverse in reversed(keys):
-        valued = [(getattr(p[1], field), p) for p in pairs]
-        present = [(v, p) for v, p in valued if v not in (None, "")]
-        absent = [p for v, p in valued if v in (None, "")]
-        present.sort(key=lambda vp: _sort_value(vp[0]), reverse=reverse)
-        pairs = [p for _v, p in present] + absent
-    return [p[0] for p in pairs], [p[1] for p in pairs]
-
-
-def _sort_value(value: Any) -> tuple[int, Any]:
-    """Numbers before texts, so a column mixing them still sorts."""
-    if isinstance(value, bool | int | float):
-        return 0, float(value)
-    return 1, str(value)
-
-
-def _include(text: str | None) -> tuple[IDSet | None, Hostlist | None]:
-    """``-i``'s ranks (an idset) or hosts (a hostlist)."""
-    from fluxes.formats.idset import IDSet
-
-    if text is None:
-        return None, None
-    try:
-        if text and all(c.isdigit() or c in ",-[]" for c in text):
-            return IDSet(text), None
-        return None, Hostlist(text)
-    except ValueError as exc:
-        raise UsageError(f"fluxes jobs: -i {text!r}: {exc}") from None
-
-
-def refine(records: list[JobRecord], name: str | None,
-           include: tuple[IDSet | None, Hostlist | None], count: int | None
-           ) -> list[JobRecord]:
-    """``--name`` and ``-i`` applied to ``records``, then ``-c``."""
-    ranks, hosts = include
-    if name is None and ranks is None and hosts is None:
-        return records
-    out = []
-    for rec in records:
-        if name is not None and rec.info.get("name") != name:
-            continue
-        if ranks is not None and ranks.isdisjoint(_ranks_of(rec)):
-            continue
-        if hosts is not None and not set(hosts) & set(_hosts_of(rec)):
-            continue
-        out.append(rec)
-    return out[:count] if count else out
-
-
-def _ranks_of(rec: JobRecord) -> list[int]:
-    from fluxes.formats.idset import IDSet
-
-    try:
-        return list(IDSet(str(rec.info.get("ranks") or "")))
-    except ValueError:
-        return []
-
-
-def _hosts_of(rec: JobRecord) -> list[str]:
-    try:
-        return list(Hostlist(str(rec.info.get("nodelist") or "")))
-    except ValueError:
-        return []
 
 
 def _selected(inst: Instance, args: argparse.Namespace, window: Window | None
