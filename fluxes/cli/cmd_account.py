@@ -555,7 +555,15 @@ def register_job_priority(sub: Any) -> None:
 
 
 def _job_priority(args: argparse.Namespace) -> int:
-    """The multi-factor breakdown of one job, computed now from the job list's record."""
+    """The job's priority in effect, then the multi-factor breakdown computed now.
+
+    Two numbers, named apart: the priority the job has (its eventlog's last
+    ``priority`` event, which the job list folds and ``jobs -o {priority}``
+    shows, and the scheduler orders by) and the one the plugin would give it
+    now; they differ until the job manager's next reprioritization
+    (``[accounting] reprioritize-interval``) posts the new one.
+    """
+    from fluxes.cli.cmd_jobs import caught_up
     from fluxes.cli.display import fmt_id, shown_id, table
     from fluxes.domain.accounting.priority import (
         FACTORS,
@@ -564,11 +572,11 @@ def _job_priority(args: argparse.Namespace) -> int:
     )
     from fluxes.domain.jm.priority import PriorityInput
     from fluxes.store.accounting import fair_share_now
-    from fluxes.store.joblist import JobListStore
 
     inst = instance(args)
+    # read-your-writes: the record has every priority event posted before this call;
     # a plain int: redis-py refuses the command line's int subclass
-    [summary] = JobListStore(inst.redis, inst.keys).get_many([int(args.jobid)])
+    [summary] = caught_up(inst).get_many([int(args.jobid)])
     if summary is None:
         die(f"job {shown_id(args.jobid)} not found")
     config = inst.config()
@@ -583,10 +591,14 @@ def _job_priority(args: argparse.Namespace) -> int:
     shown = plugin.breakdown(PriorityInput(job.id, job.urgency, job.userid, job.t_submit,
                                            queue if isinstance(queue, str) else None), facts)
     if args.json:
-        print_json({**shown.to_dict(), "plugin": config.accounting.priority_plugin,
+        print_json({**shown.to_dict(), "priority": job.priority, "computed_now": shown.priority,
+                    "plugin": config.accounting.priority_plugin,
                     "job_priority": job.priority})
         return 0
-    print(f"job {fmt_id(job.id)}: multi-factor priority {shown.priority}"
+    held = "none yet (not past its dependencies)" if job.priority is None else str(job.priority)
+    print(f"job {fmt_id(job.id)}: priority {held} (its last priority event; "
+          "the scheduler orders by it)")
+    print(f"computed now: multi-factor priority {shown.priority}"
           + (f" (bank {shown.bank})" if shown.bank else " (default bank)"))
     rows = [[name, f"{shown.factors[name]:.6f}", str(shown.weights[name]),
              f"{shown.parts[name]:.1f}"] for name in FACTORS]
@@ -596,8 +608,9 @@ def _job_priority(args: argparse.Namespace) -> int:
     if config.accounting.priority_plugin != "multifactor":
         print("note: the instance uses the default priority plugin ([accounting] "
               "priority-plugin); its priority is the urgency")
-    if job.priority is not None:
-        print(f"priority in the eventlog: {job.priority}")
+    elif job.priority is not None and job.priority != shown.priority:
+        print("note: the job manager posts the computed priority at its next "
+              "reprioritization ([accounting] reprioritize-interval)")
     return 0
 
 

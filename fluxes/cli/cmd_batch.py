@@ -5,6 +5,7 @@ and ``fluxes instance-child``: batch scripts and allocations run in a child inst
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import shlex
@@ -53,10 +54,15 @@ def register(subparsers: Any) -> None:
     bp.set_defaults(func=_batch)
 
     ap = subparsers.add_parser("alloc", **help_with_example(
-        "Allocate resources and run COMMAND (an interactive shell when stdin is a terminal)\n"
-        "connected to a child instance on them; the allocation ends with COMMAND.",
-        ["fluxes alloc -N2 -- fluxes run -N2 hostname", "fluxes alloc -N1"]))
+        "Allocate resources and run COMMAND (default: a shell, reading commands from\n"
+        "stdin when it is not a terminal) connected to a child instance on them; the\n"
+        "allocation ends with COMMAND, and COMMAND with the allocation.",
+        ["fluxes alloc -N2 -- fluxes run -N2 hostname", "fluxes alloc -N1",
+         "echo 'fluxes run -N2 hostname' | fluxes alloc -N2", "fluxes alloc --bg -N1"]))
     add_job_options(ap)
+    ap.add_argument("--bg", action="store_true",
+                    help="wait for the instance to start, print the job id and leave it "
+                         "running (reach it with fluxes proxy, end it with fluxes cancel)")
     ap.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
     ap.set_defaults(func=_alloc)
 
@@ -238,12 +244,11 @@ def _submit(args: argparse.Namespace, spec: Jobspec) -> int:
 # ------------------------------------------------------------------ alloc, proxy
 
 def _child_command(command: list[str]) -> list[str]:
+    """COMMAND, or a shell: interactive on a terminal, else reading the commands piped
+    to it on stdin (``echo 'fluxes run hostname' | fluxes alloc -N2``), as flux's."""
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        if not sys.stdin.isatty():
-            raise UsageError("fluxes: no COMMAND given and stdin is not a terminal "
-                             "(for a shell, run from a terminal)")
         command = [os.environ.get("SHELL", "/bin/sh")]
     return command
 
@@ -295,6 +300,9 @@ def _alloc(args: argparse.Namespace) -> int:
     from fluxes.store.client import Client
     from fluxes.store.jobhash import RESULT
 
+    if args.bg and [w for w in args.command if w != "--"]:
+        raise UsageError("fluxes alloc: --bg runs no COMMAND (use fluxes proxy JOBID "
+                         "COMMAND once it is up)")
     command = _child_command(list(args.command))
     inst = instance(args)
     if args.job_name is None:
@@ -306,8 +314,11 @@ def _alloc(args: argparse.Namespace) -> int:
     except BaseException:
         Client(inst).cancel([jobid], note="fluxes alloc gave up")
         raise
+    if args.bg:
+        print(fmt_id(jobid))
+        return 0
     try:
-        code = _run_in(uri, command)
+        code = _run_allocated(inst, jobid, uri, command)
     finally:
         inst.redis.hset(Keys(uri.ns).instance, STOP_REQUESTED, repr(time.time()))
     deadline = time.monotonic() + 60
@@ -316,6 +327,87 @@ def _alloc(args: argparse.Namespace) -> int:
             print(f"fluxes: job {fmt_id(jobid)} did not end within 60s", file=sys.stderr)
             break
         time.sleep(0.1)
+    return code
+
+
+#: How often ``alloc`` looks whether its allocation ended under its command.
+ALLOC_WATCH_S = 0.2
+#: How long a command gets to exit after SIGHUP once its allocation ended.
+ALLOC_HANGUP_GRACE_S = 2.0
+
+
+def _run_allocated(inst: Instance, jobid: int, uri: InstanceURI, command: list[str]) -> int:
+    """Run ``command`` in the allocation; its exit code. If the allocation ends first
+    (canceled, timed out, its instance killed), say so and hang up on the command
+    (SIGHUP, as a closed terminal; SIGKILL after a grace), as flux's alloc shell
+    ends with its instance."""
+    import signal
+
+    from fluxes.proc.launcher import _exit_code
+    from fluxes.proc.nested import STOPPED, child_environment
+    from fluxes.store.jobhash import RESULT
+
+    child_keys = Keys(uri.ns)
+    # Off a terminal the command gets a process group of its own, so that the hang-up
+    # reaches all it started; on one it stays in the terminal's foreground group (an
+    # interactive shell passes SIGHUP on to its jobs itself).
+    group = not sys.stdin.isatty()
+    started: list[int] = []
+
+    def interrupt(signum: int, frame: object) -> None:
+        # Ctrl-C is the command's to handle (an interactive shell's), not the end of
+        # alloc; a command in a group of its own gets it from here
+        if group and started:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(started[0], signum)
+
+    previous = signal.signal(signal.SIGINT, interrupt)
+    try:
+        try:
+            proc = subprocess.Popen(command, env=child_environment(uri, os.environ),
+                                    process_group=0 if group else None)
+        except OSError as exc:
+            die(f"{command[0]}: {exc.strerror or exc}")
+        started.append(proc.pid)
+        while True:
+            try:
+                return _exit_code(proc.wait(timeout=ALLOC_WATCH_S))
+            except subprocess.TimeoutExpired:
+                pass
+            result = inst.redis.hget(inst.keys.job(jobid), RESULT)
+            if result is None and not inst.redis.hexists(child_keys.instance, STOPPED):
+                continue
+            why = f"job {fmt_id(jobid)} ended ({result.decode()})" if result is not None \
+                else f"job {fmt_id(jobid)}: its instance stopped"
+            print(f"fluxes: alloc: the allocation ended: {why}; ending {command[0]}",
+                  file=sys.stderr, flush=True)
+            return _hang_up(proc, group) or 1
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _hang_up(proc: subprocess.Popen[bytes], group: bool) -> int:
+    """SIGHUP to the command (its whole process group when it has one), SIGKILL after
+    :data:`ALLOC_HANGUP_GRACE_S`; its exit code."""
+    import signal
+
+    from fluxes.proc.launcher import _exit_code
+
+    def send(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(proc.pid, sig)
+            else:
+                proc.send_signal(sig)
+
+    send(signal.SIGHUP)
+    try:
+        code = _exit_code(proc.wait(timeout=ALLOC_HANGUP_GRACE_S))
+    except subprocess.TimeoutExpired:
+        send(signal.SIGKILL)
+        code = _exit_code(proc.wait())
+    if group:
+        send(signal.SIGKILL)  # what the command left behind in its group
     return code
 
 
@@ -349,17 +441,41 @@ def print_children(inst: Instance, jobid: int, fmt: Any, args: argparse.Namespac
                    depth: int) -> None:
     """``fluxes jobs -R``: the jobs of job ``jobid``'s child instance (every user's,
     with the listing's state filter), indented under it, and theirs below them."""
-    from fluxes.cli.cmd_jobs import select_jobs
-
-    child = child_instance(inst, jobid)
+    records, child = _child_jobs(inst, jobid, args, depth)
     if child is None:
         return
-    states = args.filter or ("active,inactive" if args.a else "active")
-    records = select_jobs(child, states=states, everyone=True)
     _header, lines = fmt.render(vars(row) for row in _rows(records))
     for rec, line in zip(records, lines, strict=True):
         print("  " * depth + line)
         print_children(child, rec.id, fmt, args, depth + 1)
+
+
+def nest_children(inst: Instance, jobid: int, entry: dict[str, Any],
+                  args: argparse.Namespace, depth: int) -> None:
+    """``fluxes jobs -R --json``: the jobs of job ``jobid``'s child instance as the
+    ``jobs`` list of its JSON ``entry`` (as flux's), theirs in turn in theirs."""
+    records, child = _child_jobs(inst, jobid, args, depth)
+    if child is None:
+        return
+    entry["jobs"] = [row.as_dict() for row in _rows(records)]
+    for rec, sub in zip(records, entry["jobs"], strict=True):
+        nest_children(child, rec.id, sub, args, depth + 1)
+
+
+def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
+                ) -> tuple[list[Any], Instance | None]:
+    """The records ``-R`` lists under job ``jobid`` and its child instance (None when
+    it has none, or ``-L`` stops above this depth)."""
+    from fluxes.cli.cmd_jobs import select_jobs
+
+    level = getattr(args, "level", None)
+    if level and depth > level:
+        return [], None
+    child = child_instance(inst, jobid)
+    if child is None:
+        return [], None
+    states = args.filter or ("active,inactive" if args.a else "active")
+    return select_jobs(child, states=states, everyone=True), child
 
 
 def _rows(records: list[Any]) -> list[Any]:
@@ -420,8 +536,12 @@ def instance_of(inst: Instance, ns: str) -> Instance:
 
 
 def mark_instances(inst: Instance, rows: list[Any]) -> None:
-    """Fill the ``instance`` (the child's namespace) and ``instance_stats`` (its job
-    counts) fields of the ``fluxes jobs`` rows of batch and alloc jobs."""
+    """Fill the ``instance`` (the child's namespace), ``instance_stats`` (its job
+    counts) and ``uri`` (its URI, without a password) fields of the ``fluxes jobs``
+    rows of batch and alloc jobs."""
+    from fluxes.store.security import strip_password
+
+    redis_url = strip_password(inst.uri.redis_url)
     for start in range(0, len(rows), 1000):
         chunk = rows[start:start + 1000]
         names = inst.redis.hmget(inst.keys.children, [str(int(r.id)) for r in chunk])
@@ -429,6 +549,7 @@ def mark_instances(inst: Instance, rows: list[Any]) -> None:
             if ns is not None:
                 row.instance = ns.decode()
                 row.instance_stats = instance_summary(instance_of(inst, row.instance))
+                row.uri = str(InstanceURI(redis_url, row.instance))
 
 
 def register_top(subparsers: Any) -> None:

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.cmd_queue import known_queue, queue_states
 from fluxes.cli.display import shown_id, username
+from fluxes.cli.jobfields import more_fields, returncode
 from fluxes.cli.jobformat import FormatError, JobFormat
+from fluxes.cli.jobpick import hosts_or_ranks, painter, refine, sort_fields, sorted_rows
 from fluxes.cli.util import (
     UsageError,
     die,
@@ -30,7 +32,6 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from fluxes.domain.jm.queues import QueueState
-    from fluxes.domain.job.model import Job
     from fluxes.domain.job.record import JobRecord
     from fluxes.store.instance import Instance
     from fluxes.store.joblist import JobListStore
@@ -67,6 +68,21 @@ class JobId(int):
 
 class Row:
     """The fields a format string may name, computed from a job record."""
+
+    # set by fluxes.cli.jobfields.more_fields
+    state_single: str
+    result_abbrev: str
+    success: bool | str
+    ranks: str
+    cwd: str
+    project: str
+    dependencies: str
+    t_priority: float | None
+    t_sched: float | None
+    expiration: float | None
+    t_remaining: float
+    exception: dict[str, Any]
+    inactive_reason: str
 
     def __init__(self, rec: JobRecord, now: float,
                  queues: Mapping[str | None, QueueState] | None = None) -> None:
@@ -106,6 +122,8 @@ class Row:
         #: (filled by :func:`fluxes.cli.cmd_batch.mark_instances` when a listing names them).
         self.instance: str | None = None
         self.instance_stats: str | None = None
+        #: flux's ``uri``: the child instance's URI (no password), for FLUXES_URI
+        self.uri: str | None = None
         self.t_submit_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.t_submit))
         end = job.t_cleanup or (now if job.state & JobState.RUNNING else None)
         self.runtime = (end - job.t_run) if job.t_run is not None and end is not None else 0.0
@@ -115,6 +133,7 @@ class Row:
         else:
             self.contextual_time = self.runtime_text
         self.contextual_info = _info(rec, now, _stopped(rec, queues))
+        more_fields(self, rec, now)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form (``--json``): every field; times a job has not reached are left out."""
@@ -141,22 +160,6 @@ def _fmt_seconds(seconds: float) -> str:
     if seconds < 86400:
         return f"{seconds / 3600:.1f}h"
     return f"{seconds / 86400:.1f}d"
-
-
-def returncode(job: Job) -> int | None:
-    """flux's ``returncode``: the exit code, or minus the signal that killed the job;
-    -128 for a job canceled before it ran; None while active or when nothing ran.
-
-    fluxes records the tasks' own wait status (there is no job shell in between
-    to turn a signal into 128 + N), so a task killed by signal N gives -N.
-    """
-    status = job.wait_status
-    if status is not None:
-        signo = status & 0x7F
-        return -signo if signo else (status >> 8) & 0xFF
-    if job.result is JobResult.CANCELED:
-        return -128
-    return None
 
 
 def _stopped(rec: JobRecord, queues: Mapping[str | None, QueueState] | None) -> str | None:
@@ -329,7 +332,9 @@ def register(subparsers: Any) -> None:
          "fluxes jobs -A -f running", "fluxes jobs -A --since=-1d -B physics --csv",
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
          "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
-         "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'"]))
+         "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'",
+         "fluxes jobs -a --name=sim --sort=-t_submit -o '{id.f58} {result_abbrev} "
+         "{inactive_reason}'", "fluxes jobs -a -i node[0-3]"]))
     p.add_argument("ids", nargs="*", type=job_id_arg, metavar="JOBID",
                    help="list just these jobs")
     p.add_argument("-a", action="store_true", help="include inactive jobs")
@@ -355,7 +360,21 @@ def register(subparsers: Any) -> None:
     p.add_argument("--stats", action="store_true", help="print job counts first")
     p.add_argument("--stats-only", action="store_true", help="print only job counts")
     p.add_argument("-R", "--recursive", action="store_true",
-                   help="after each batch/alloc job, its child instance's jobs, indented")
+                   help="after each batch/alloc job, its child instance's jobs, indented "
+                        "(with --json: in its \"jobs\" list)")
+    p.add_argument("-L", "--level", type=_count, metavar="N",
+                   help="with -R, descend at most N levels (0: no limit)")
+    p.add_argument("--name", metavar="NAME", help="only jobs named NAME")
+    p.add_argument("-i", "--include", metavar="HOSTS|RANKS",
+                   help="only jobs allocated any of these nodes: a hostlist, or an idset of "
+                        "ranks")
+    p.add_argument("--sort", metavar="KEY,...",
+                   help="order by these fields (a leading - reverses one), e.g. "
+                        "-t_submit or username,-priority")
+    p.add_argument("--color", nargs="?", const="always", default="auto",
+                   choices=("never", "always", "auto"), metavar="WHEN",
+                   help="color lines by result: never, always or auto (default: auto, "
+                        "when stdout is a terminal)")
     p.set_defaults(func=_jobs)
 
 
@@ -382,39 +401,77 @@ def _count(text: str) -> int:
     return value
 
 
+def _active(inst: Instance) -> int:
+    """How many jobs are active (pending or running), from the caught-up counters."""
+    counts = caught_up(inst).counters()
+    return sum(counts.get(f"state:{s}", 0)
+               for s in ("DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP"))
+
+
 def _jobs(args: argparse.Namespace) -> int:
     if args.stats_only:
-        print(stats_line(instance(args)))
-        return 0
+        inst = instance(args)
+        print(stats_line(inst))
+        # flux's: 1 when no job is active, for 'while fluxes jobs --stats-only; do ...'
+        return 0 if _active(inst) else 1
     if args.json and args.csv:
         raise UsageError("fluxes jobs: --json and --csv cannot be combined")
+    sort_keys = sort_fields(args.sort)
+    include = hosts_or_ranks(args.include)
     name = "accounting" if args.csv and args.format == "default" else args.format
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
     inst = instance(args)
     records, missing, queues = _selected(inst, args, window)
     records = _revealed(inst, records)
+    records = refine(records, args.name, include, args.count)
     if queues is None and any(rec.job.state is JobState.SCHED for rec in records):
         queues = queue_states(inst)
     now = time.time()
     rows = [Row(rec, now, queues) for rec in records]
-    if fmt is not None and "instance" in FORMATS.get(args.format, args.format):
+    if sort_keys:
+        records, rows = sorted_rows(records, rows, sort_keys)
+    text = FORMATS.get(args.format, args.format)
+    if fmt is not None and ("instance" in text or "uri" in text):
         from fluxes.cli.cmd_batch import mark_instances
 
         mark_instances(inst, rows)
     if fmt is None:
-        if args.stats:
-            print(stats_line(inst))
-        print_json({"jobs": [r.as_dict() for r in rows]})
-        return _report_missing(missing)
-    if args.csv:
-        try:
-            records_csv = fmt.render_csv(vars(row) for row in rows)
-        except FormatError as exc:
-            die(str(exc))
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerows(records_csv[1:] if args.no_header else records_csv)
-        return _report_missing(missing)
+        _print_json(inst, args, records, rows)
+    elif args.csv:
+        _print_csv(fmt, args, rows)
+    else:
+        _print_table(inst, fmt, args, records, rows)
+    return _report_missing(missing)
+
+
+def _print_json(inst: Instance, args: argparse.Namespace, records: list[JobRecord],
+                rows: list[Row]) -> None:
+    """``--json``: ``{"jobs": [...]}``, with ``-R`` each instance job's own ``jobs``."""
+    if args.stats:
+        print(stats_line(inst))
+    listed = [r.as_dict() for r in rows]
+    if args.recursive:
+        from fluxes.cli.cmd_batch import nest_children
+
+        for rec, entry in zip(records, listed, strict=True):
+            nest_children(inst, rec.id, entry, args, depth=1)
+    print_json({"jobs": listed})
+
+
+def _print_csv(fmt: JobFormat, args: argparse.Namespace, rows: list[Row]) -> None:
+    """``--csv``: the format's fields as CSV."""
+    try:
+        records_csv = fmt.render_csv(vars(row) for row in rows)
+    except FormatError as exc:
+        die(str(exc))
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerows(records_csv[1:] if args.no_header else records_csv)
+
+
+def _print_table(inst: Instance, fmt: JobFormat, args: argparse.Namespace,
+                 records: list[JobRecord], rows: list[Row]) -> None:
+    """The formatted lines (colored with ``--color``), with ``-R`` children under theirs."""
     try:
         header, lines = fmt.render(vars(row) for row in rows)
     except FormatError as exc:
@@ -424,16 +481,14 @@ def _jobs(args: argparse.Namespace) -> int:
         print(stats_line(inst))
     if not args.no_header:
         print(header)
-    if not getattr(args, "recursive", False):
-        for line in lines:
-            print(line)
-        return _report_missing(missing)
-    from fluxes.cli.cmd_batch import print_children
+    paint = painter(args.color)
+    recursive = getattr(args, "recursive", False)
+    for rec, row, line in zip(records, rows, lines, strict=True):
+        print(paint(row, line))
+        if recursive:
+            from fluxes.cli.cmd_batch import print_children
 
-    for rec, line in zip(records, lines, strict=True):
-        print(line)
-        print_children(inst, rec.id, fmt, args, depth=1)
-    return _report_missing(missing)
+            print_children(inst, rec.id, fmt, args, depth=1)
 
 
 def _selected(inst: Instance, args: argparse.Namespace, window: Window | None
@@ -451,8 +506,11 @@ def _selected(inst: Instance, args: argparse.Namespace, window: Window | None
         return (records[:args.count] if args.count else records), missing, queues
     history = args.a or args.since is not None
     states = args.filter or ("active,inactive" if history else "active")
+    # --name and -i narrow afterwards: -c counts the jobs that pass them
+    narrowed = args.name is not None or args.include is not None
     records = select_jobs(inst, states=states, user=args.user, queue=args.queue,
-                          everyone=args.A, limit=args.count or None, window=window)
+                          everyone=args.A, limit=None if narrowed else args.count or None,
+                          window=window)
     return records, [], queues
 
 

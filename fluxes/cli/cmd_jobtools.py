@@ -47,6 +47,8 @@ def register(sub: Any) -> None:
     sp.add_argument("-e", "--exception-exit-code", type=int, default=None, metavar="N",
                     help="exit code of a job ended by an exception (default: its own)")
     sp.add_argument("-v", "--verbose", action="store_true", help="print each job's exit code")
+    sp.add_argument("-j", "--json", action="store_true",
+                    help="print each job's result as a JSON line as it ends (flux's keys)")
     sp.add_argument("ids", nargs="+", type=job_id_arg, metavar="ID")
     sp.set_defaults(func=_status)
 
@@ -74,6 +76,8 @@ def register(sub: Any) -> None:
                     help="between HOST:PID pairs (default ',')")
     hp.add_argument("-t", "--timeout", default=None, metavar="FSD",
                     help="give up after this long (default: wait)")
+    hp.add_argument("-r", "--ranks", default=None, metavar="IDSET",
+                    help="only the tasks of these task ranks (e.g. 0,2-3)")
     hp.add_argument("id", type=job_id_arg, metavar="ID")
     hp.set_defaults(func=_hostpids)
 
@@ -182,6 +186,8 @@ def status_code(outcome: Outcome, exception_code: int | None) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    import orjson
+
     from fluxes.cli.cmd_job import _check_exist
     from fluxes.cli.waitjobs import wait_jobs
 
@@ -194,11 +200,31 @@ def _status(args: argparse.Namespace) -> int:
         nonlocal worst
         code = status_code(outcome, args.exception_exit_code)
         worst = max(worst, code)
+        if args.json:
+            print(orjson.dumps(status_json(outcome.job)).decode(), flush=True)
         if args.verbose:
             print(f"{shown_id(outcome.job.id)}: exit code {code}", file=sys.stderr)
 
     wait_jobs(inst, ids, report)
     return worst
+
+
+def status_json(job: Job) -> dict[str, Any]:
+    """``job status --json``'s object for an ended job, with flux's keys: the fatal
+    exception's, the times reached, the wait status and the RFC 21 result code."""
+    out: dict[str, Any] = {"id": job.id, "exception_occurred": job.fatal is not None}
+    if job.fatal is not None:
+        out.update(exception_severity=0, exception_type=job.fatal.type,
+                   exception_note=job.fatal.note)
+    for name in ("t_submit", "t_run", "t_cleanup"):
+        value = getattr(job, name)
+        if value is not None:
+            out[name] = value
+    if job.wait_status is not None:
+        out["waitstatus"] = job.wait_status
+    if job.result is not None:
+        out["result"] = int(job.result)
+    return out
 
 
 def _taskmap(args: argparse.Namespace) -> int:
@@ -263,6 +289,7 @@ def _hostpids(args: argparse.Namespace) -> int:
     from fluxes.store.errors import NoPermissionError
     from fluxes.store.jobhash import JobHashes, R
 
+    wanted = _task_ranks(args.ranks)
     inst = instance(args)
     jobid = int(args.id)
     timeout = parse_duration(args.timeout) if args.timeout else None
@@ -301,5 +328,23 @@ def _hostpids(args: argparse.Namespace) -> int:
                 ranks_seen.add(fields.get(b"rank", b""))
                 for task, host, pid in triples:
                     found[task] = (host, pid)
+    if wanted is not None:
+        beyond = set(wanted) - set(found)
+        if beyond:
+            die(f"job {shown_id(args.id)} has no task rank {min(beyond)} "
+                f"(it has {len(found)} tasks)")
+        found = {t: hp for t, hp in found.items() if t in wanted}
     print(args.delimiter.join(f"{host}:{pid}" for _t, (host, pid) in sorted(found.items())))
     return 0
+
+
+def _task_ranks(text: str | None) -> frozenset[int] | None:
+    """``hostpids -r``'s task ranks; a usage error for a bad idset."""
+    from fluxes.formats.idset import IDSet
+
+    if text is None:
+        return None
+    try:
+        return frozenset(IDSet(text))
+    except ValueError as exc:
+        raise UsageError(f"fluxes job hostpids: -r {text!r}: {exc}") from None

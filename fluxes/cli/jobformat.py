@@ -42,7 +42,14 @@ HEADERS = {
     "runtime_text": "RUNTIME", "nodelist": "NODELIST", "exit_code": "EXIT",
     "duration_text": "LIMIT", "t_submit_text": "SUBMITTED", "returncode": "RC",
     "waitstatus": "WSTATUS", "instance": "INSTANCE", "instance_stats": "INSTANCE-JOBS",
-    "bank": "BANK",
+    "bank": "BANK", "state_single": "S", "result_abbrev": "RS", "success": "SUCCESS",
+    "ranks": "RANKS", "uri": "URI", "cwd": "CWD", "project": "PROJECT",
+    "dependencies": "DEPENDENCIES", "t_priority": "T_PRIORITY", "t_sched": "T_SCHED",
+    "expiration": "EXPIRATION", "t_remaining": "T_REMAINING",
+    "inactive_reason": "INACTIVE-REASON", "exception.occurred": "EXCEPTION-OCCURRED",
+    "exception.severity": "EXCEPTION-SEVERITY", "exception.type": "EXCEPTION-TYPE",
+    "exception.note": "EXCEPTION-NOTE",
+    "id.f58plain": "JOBID", "id.dothex": "JOBID", "id.kvs": "JOBID", "id.words": "JOBID",
     "sched.reason_pending": "REASON", "annotations.sched.reason_pending": "REASON",
     "sched.t_estimate": "T_ESTIMATE", "annotations.sched.t_estimate": "T_ESTIMATE",
     "sched.resource_summary": "RESOURCES", "annotations.sched.resource_summary": "RESOURCES",
@@ -51,7 +58,7 @@ HEADERS = {
 #: Fields a format may name besides those with a title above.
 FIELDS = frozenset(HEADERS) | {
     "t_submit", "t_depend", "t_run", "t_cleanup", "t_inactive", "runtime", "duration",
-    "annotations", "sched", "user",
+    "annotations", "sched", "user", "exception",
 }
 
 #: Fields whose dotted names reach into the job's annotations, and where they start.
@@ -120,6 +127,8 @@ class JobFormatter(string.Formatter):
                   kwargs: Mapping[str, Any]) -> tuple[Any, str]:
         """Resolve ``id.FORM``, annotation paths and plain field names."""
         head, _, rest = field_name.partition(".")
+        if head == "exception" and rest:
+            return kwargs.get("exception", {}).get(rest, ""), field_name
         if head in _ANNOTATION_ROOTS:
             path = (*_ANNOTATION_ROOTS[head], *(rest.split(".") if rest else ()))
             return _annotation(kwargs.get("annotations"), path), field_name

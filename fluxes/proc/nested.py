@@ -66,14 +66,26 @@ READY = "ready"
 SCRIPT_ATTRIBUTE = BATCH_ATTRIBUTE
 
 
+#: Signals a user sends a job (``fluxes job kill -s``, ``job killall -s``) that would
+#: end a task by default but mean "tell the work": the leader forwards them to the
+#: child's running jobs instead of dying, as a flux instance's broker decides for its
+#: own (docs/nested.md, "Signals").
+FORWARDED = (signal.SIGUSR1, signal.SIGUSR2, signal.SIGALRM)
+
+
 class _Stop:
-    """Remembers a termination signal (the parent job being canceled or timing out)."""
+    """Remembers a termination signal (the parent job being canceled or timing out),
+    and the signals to forward to the child's jobs."""
 
     def __init__(self) -> None:
         self.signum = 0
+        self.forward: list[int] = []
 
     def __call__(self, signum: int, frame: object) -> None:
-        self.signum = signum
+        if signum in FORWARDED:
+            self.forward.append(signum)
+        else:
+            self.signum = signum
 
 
 def task_facts(environ: Mapping[str, str]) -> tuple[str, int, int, int]:
@@ -100,7 +112,7 @@ def run_child(command: Sequence[str], *, batch: bool,
     parent = Instance.connect(parent_uri, client_name="fluxes-child")
     uri = child_uri(parent, jobid)
     stop = _Stop()
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, *FORWARDED):
         signal.signal(sig, stop)
     state = Path(tempfile.mkdtemp(prefix=f"fluxes-{uri.ns}-r{node_rank}-"))
     try:
@@ -145,7 +157,7 @@ def _leader(parent: Instance, jobid: int, uri: InstanceURI, state: Path,
             path.chmod(0o700)
             command = [str(path), *command]
         if command:
-            code = _run_script(launcher, command, uri, stop)
+            code = _run_script(launcher, command, child, stop)
         else:
             _wait_for_stop(launcher, child, stop)
             code = 0
@@ -182,11 +194,12 @@ def child_environment(uri: InstanceURI, environ: Mapping[str, str]) -> dict[str,
     return env
 
 
-def _run_script(launcher: Launcher, command: list[str], uri: InstanceURI, stop: _Stop) -> int:
-    """Run the script in the child, supervising its workers; its exit code."""
+def _run_script(launcher: Launcher, command: list[str], child: Instance, stop: _Stop) -> int:
+    """Run the script in the child, supervising its workers and forwarding signals to
+    its jobs; its exit code."""
     # Same process group as this task: the parent's kill signals reach the script too.
     try:
-        proc = subprocess.Popen(command, env=child_environment(uri, os.environ),
+        proc = subprocess.Popen(command, env=child_environment(child.uri, os.environ),
                                 stdin=subprocess.DEVNULL)
     except OSError as exc:
         print(f"fluxes: {command[0]}: {exc.strerror or exc}", file=sys.stderr)
@@ -200,14 +213,28 @@ def _run_script(launcher: Launcher, command: list[str], uri: InstanceURI, stop: 
         if stop.signum and not signaled:
             proc.send_signal(signal.SIGTERM)
             signaled = True
+        forward_signals(child, stop)
         launcher.supervise_once()
 
 
 def _wait_for_stop(launcher: Launcher, child: Instance, stop: _Stop) -> None:
     """``fluxes alloc``'s child: run until the client says its command ended."""
     while not stop.signum and not child.redis.hexists(child.keys.instance, STOP_REQUESTED):
+        forward_signals(child, stop)
         launcher.supervise_once()
         time.sleep(TICK_S)
+
+
+def forward_signals(child: Instance, stop: _Stop) -> None:
+    """Send the signals the job got (``stop.forward``) to every running job of the
+    child, as ``fluxes job killall -f -s SIG`` inside it would; the child goes on."""
+    while stop.forward:
+        signum = stop.forward.pop(0)
+        try:
+            Client(child).killall(signum, all_users=True)
+        except FluxesError as exc:
+            print(f"fluxes: instance-child: could not forward signal {signum} to the "
+                  f"child's jobs: {exc}", file=sys.stderr)
 
 
 def active_jobs(child: Instance) -> list[int]:
@@ -247,6 +274,7 @@ def _follower(parent: Instance, uri: InstanceURI, node_rank: int, state: Path,
     launcher.start()
     try:
         while not stop.signum and not parent.redis.hexists(child_keys.instance, STOPPED):
+            stop.forward.clear()  # the leader forwards them, to every rank's jobs
             launcher.supervise_once()
             time.sleep(TICK_S)
     finally:

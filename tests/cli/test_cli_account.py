@@ -204,8 +204,15 @@ def test_share_and_job_priority_show_the_factors(client: redis.Redis,
     assert shown["factors"]["fairshare"]["factor"] == pytest.approx(alice["fairshare"])
     assert shown["factors"]["urgency"]["factor"] == pytest.approx(16 / 31)
     assert shown["plugin"] == "default" and shown["job_priority"] == 16
+    # one number for the job's priority: the eventlog's last priority event, the
+    # job list's (jobs -o {priority}) and job priority's headline; the plugin's
+    # value computed now is named apart
+    assert shown["priority"] == 16 and shown["computed_now"] != 16
+    assert ok(capsys, "jobs", "-n", "-o", "{priority}", "1").split() == ["16"]
     text = ok(capsys, "job", "priority", "1")
-    assert text.splitlines()[1].split() == ["FACTOR", "VALUE", "WEIGHT", "PRIORITY"]
+    assert text.splitlines()[0].split()[2:4] == ["priority", "16"]
+    assert f"computed now: multi-factor priority {shown['computed_now']}" in text
+    assert text.splitlines()[2].split() == ["FACTOR", "VALUE", "WEIGHT", "PRIORITY"]
     assert "default priority plugin" in text
     code, _out, err = run(capsys, "job", "priority", "99")
     assert code != 0 and "job 99 not found" in err

@@ -125,6 +125,8 @@ def listed(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(cmd_jobs, "instance", lambda args: SimpleNamespace())
     monkeypatch.setattr(cmd_jobs, "select_jobs", select)
     monkeypatch.setattr(cmd_jobs, "stats_line", lambda inst: "1 running, 0 pending")
+    monkeypatch.setattr(cmd_jobs, "_active", lambda inst: sum(
+        1 for r in records if r.job.state & JobState.ACTIVE))
     return records
 
 
@@ -193,6 +195,76 @@ def test_jobs_stats_come_first(listed: list[JobRecord],
     assert capsys.readouterr().out.splitlines() == ["1 running, 0 pending", "JOBID", "1"]
     assert main(["jobs", "--stats-only", "-o", "{nosuch}"]) == 0
     assert capsys.readouterr().out == "1 running, 0 pending\n"
+
+
+def test_jobs_stats_only_exits_1_without_active_jobs(
+        listed: list[JobRecord], capsys: pytest.CaptureFixture[str]) -> None:
+    # as flux's, for 'while fluxes jobs --stats-only; do sleep 1; done'
+    listed.append(_record(1, state=JobState.INACTIVE))
+    assert main(["jobs", "--stats-only"]) == 1
+    assert capsys.readouterr().out == "1 running, 0 pending\n"
+
+
+def _ended(jobid: int, status: int | None = None, fatal: tuple[str, str] | None = None,
+           **info: Any) -> JobRecord:
+    from fluxes.domain.job.model import FatalException
+
+    rec = _record(jobid, state=JobState.INACTIVE, t_run=NOW - 50, t_cleanup=NOW - 10,
+                  **info)
+    exc = FatalException(fatal[0], fatal[1], NOW - 10) if fatal else None
+    return JobRecord(rec.job.replace(wait_status=status, fatal=exc, t_inactive=NOW - 9),
+                     rec.info)
+
+
+def test_jobs_knows_flux_fields(listed: list[JobRecord],
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    listed += [_ended(1, 0, ranks="0-1", cwd="/tmp"), _ended(2, 9),
+               _ended(3, None, ("cancel", "by hand")), _ended(4, 256, ("exec", "")),
+               _ended(5, None, ("timelimit", "")), _record(6, state=JobState.SCHED)]
+    fmt = ("{id.dec}|{state_single}|{result_abbrev}|{success}|{inactive_reason}|{ranks}|"
+           "{cwd}|{exception.occurred}|{exception.type}|{username}|{t_sched!D}")
+    assert main(["jobs", "-o", fmt]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header == ("JOBID|S|RS|SUCCESS|INACTIVE-REASON|RANKS|CWD|EXCEPTION-OCCURRED|"
+                      "EXCEPTION-TYPE|USER|T_SCHED")
+    assert [line.split("|")[:9] for line in lines] == [
+        ["1", "I", "CD", "True", "Exit 0", "0-1", "/tmp", "False", ""],
+        ["2", "I", "F", "False", "Killed", "", "", "False", ""],
+        ["3", "I", "CA", "False", "Canceled: by hand", "", "", "True", "cancel"],
+        ["4", "I", "F", "False", "Exit 1", "", "", "True", "exec"],
+        ["5", "I", "TO", "False", "Timeout", "", "", "True", "timelimit"],
+        ["6", "S", "", "", "", "", "", "False", ""]]
+
+
+def test_jobs_name_include_sort(listed: list[JobRecord],
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    listed += [_record(1, name="a", ranks="0", nodelist="node0", ncores=4),
+               _record(2, name="b", ranks="1-2", nodelist="node[1-2]", ncores=2),
+               _record(3, name="a", ranks="3", nodelist="node3", ncores=8),
+               _record(4, state=JobState.SCHED, name="a")]
+
+    def ids(*argv: str) -> list[str]:
+        assert main(["jobs", "-n", "-o", "{id.dec}", *argv]) == 0
+        return capsys.readouterr().out.split()
+
+    assert ids("--name", "a") == ["1", "3", "4"]
+    assert ids("--name", "a", "-c", "2") == ["1", "3"]  # -c counts what passes
+    assert ids("-i", "2,3") == ["2", "3"]
+    assert ids("-i", "node[0,2]") == ["1", "2"]
+    assert ids("--sort=-ncores") == ["3", "1", "2", "4"]
+    assert ids("--sort", "name,-id") == ["4", "3", "1", "2"]
+    assert main(["jobs", "--sort", "nosuch"]) == 2
+    assert "unknown field 'nosuch'" in capsys.readouterr().err
+
+
+def test_jobs_color(listed: list[JobRecord], capsys: pytest.CaptureFixture[str]) -> None:
+    listed += [_ended(1, 0), _ended(2, 256), _record(3)]
+    assert main(["jobs", "-n", "-o", "{id.dec}", "--color"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "\033[01;32m1\033[0;0m", "\033[01;31m2\033[0;0m", "3"]
+    for when in ("never", "auto"):  # auto: stdout is no terminal here
+        assert main(["jobs", "-n", "-o", "{id.dec}", f"--color={when}"]) == 0
+        assert capsys.readouterr().out.split() == ["1", "2", "3"]
 
 
 def test_jobs_conversions_D_H_F_d(listed: list[JobRecord],
@@ -322,3 +394,19 @@ def test_jobspec_file_refuses_gpus_per_node(capsys: pytest.CaptureFixture[str]) 
     path = Path(__file__).resolve().parents[1] / "spec-data" / "rfc14" / "example1.yaml"
     assert main(["submit", "--dry-run", "-N1", "--gpus-per-node=1", str(path)]) == 1
     assert "cannot change a jobspec file" in capsys.readouterr().err
+
+
+def test_jobs_level_stops_recursion_below_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fluxes.cli import cmd_batch, cmd_jobs
+
+    monkeypatch.setattr(cmd_batch, "child_instance", lambda inst, jobid: "child")
+    monkeypatch.setattr(cmd_jobs, "select_jobs", lambda child, states, everyone: [7])
+
+    def under(level: int | None, depth: int) -> tuple[list[Any], Any]:
+        args = SimpleNamespace(level=level, filter=None, a=False)
+        return cmd_batch._child_jobs(SimpleNamespace(), 1, args, depth)  # type: ignore[arg-type]
+
+    assert under(None, 5) == ([7], "child")  # no -L: every level
+    assert under(0, 5) == ([7], "child")  # -L 0: no limit
+    assert under(2, 2) == ([7], "child")
+    assert under(2, 3) == ([], None)

@@ -76,6 +76,14 @@ def test_a_change_of_usage_reprioritizes_before_the_interval(system: System) -> 
     charge(system, 1000.0)
     system.jm.step()
     assert priority(system, jobid) < before - 40000  # the factor fell to 1/2 at once
+    # one number: the job list (jobs -o {priority}, job priority's first line) folds
+    # the same last priority event
+    from fluxes.store.joblist import JobListStore
+    from fluxes.store.joblist_rebuild import rebuild
+
+    rebuild(system.redis, system.keys)
+    [rec] = JobListStore(system.redis, system.keys).get_many([jobid])
+    assert rec is not None and rec.job.priority == priority(system, jobid)
 
 
 def test_usage_changes_reprioritize_at_most_every_min_interval(system: System) -> None:

@@ -185,6 +185,11 @@ def test_job_timeleft_last_status_taskmap_and_hostpids(
     # where its one task runs: that process group is alive
     host, pid = out_of(uri, capsys, "job", "hostpids", str(inside)).strip().split(":")
     assert host and os.getpgid(int(pid)) == int(pid)
+    # -r: only these task ranks (flux's); a rank the job lacks, a bad idset refused
+    assert out_of(uri, capsys, "job", "hostpids", "-r", "0", str(inside)) == f"{host}:{pid}\n"
+    assert cli(uri, "job", "hostpids", "-r", "0-1", str(inside)) == 1
+    assert capsys.readouterr().err.endswith("has no task rank 1 (it has 1 tasks)\n")
+    assert cli(uri, "job", "hostpids", "-r", "x", str(inside)) == 2
     held = submit(uri, capsys, "--urgency=hold", "true")
     assert cli(uri, "job", "hostpids", "-t", "0.2s", str(held)) == 1
     assert capsys.readouterr().err.endswith("timeout waiting for its tasks to start\n")
@@ -201,6 +206,15 @@ def test_job_timeleft_last_status_taskmap_and_hostpids(
     assert cli(uri, "job", "status", str(spread)) == 3
     assert cli(uri, "job", "status", "-e", "99", str(spread), str(held)) == 99
     assert cli(uri, "job", "status", str(held)) == 1  # canceled before it ran
+    capsys.readouterr()
+    # --json: one line per job as it ends, flux's keys and RFC 21 result codes
+    assert cli(uri, "job", "status", "--json", str(spread), str(held)) == 3
+    lines = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    got = {line["id"]: line for line in lines}
+    assert got[spread]["result"] == 2 and got[spread]["waitstatus"] == 3 << 8
+    assert got[spread]["exception_occurred"] is False and "t_run" in got[spread]
+    assert got[held]["result"] == 4 and got[held]["exception_type"] == "cancel"
+    assert "t_run" not in got[held] and "waitstatus" not in got[held]
     assert out_of(uri, capsys, "job", "taskmap", str(spread)) == \
         '{"version":1,"map":[[0,2,2,1]]}\n'
     assert out_of(uri, capsys, "job", "taskmap", "--to=raw", str(spread)) == "0-1;2-3\n"

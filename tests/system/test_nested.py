@@ -129,9 +129,20 @@ def test_batch_steps_run_in_the_allocation_and_the_exit_code_is_the_scripts(
     under = [line.strip().split()[0] for line in lines[top + 1:top + 12]]
     assert sorted(map(int, under)) == child_jobs(child_of(parent, good))
     assert all(line.startswith("  ") for line in lines[top + 1:top + 12])
+    # with --json each batch job holds its child's jobs in its "jobs" list, as flux's;
+    # -L 0 means no limit, and a level below the first keeps them out
+    assert main(["--uri", uri, "jobs", "-a", "-R", "--json", "-L", "0"]) == 0
+    listed = {j["id"]: j for j in orjson.loads(capsys.readouterr().out)["jobs"]}
+    assert sorted(j["id"] for j in listed[good]["jobs"]) == child_jobs(child_of(parent, good))
+    assert main(["--uri", uri, "jobs", "-a", "-R", "-L", "1", "--name", "steps", "-n",
+                 "-o", "{id.dec}"]) == 0
+    assert len(capsys.readouterr().out.split()) == 2 + 2 * 11  # both batch jobs and steps
     assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec}:{instance_stats}"]) == 0
     marked = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
     assert marked[str(good)] == "0 running, 0 pending, 11 inactive (ended)"
+    assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec} {uri}"]) == 0
+    uris = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
+    assert InstanceURI.parse(uris[str(good)]).ns == child_of(parent, good).keys.ns
     assert main(["--uri", uri, "pstree"]) == 0
     assert capsys.readouterr().out == ".\n"  # both children have ended
     assert main(["--uri", uri, "pstree", "-a"]) == 0
@@ -214,6 +225,74 @@ def test_alloc_runs_a_command_in_a_new_allocation(launcher: Launcher) -> None:
     assert children  # the allocation was an instance, and it ended
     for jobid in children:
         wait_ended(parent, int(jobid))
+
+
+def test_alloc_reads_commands_piped_on_stdin(launcher: Launcher) -> None:
+    env = dict(os.environ, FLUXES_URI=str(launcher.uri), SHELL="/bin/sh")
+    done = subprocess.run([FLUXES, "alloc", "-N1"], env=env, capture_output=True, text=True,
+                          input="fluxes run hostname\nfluxes jobs -a -n -o '{nnodes}'\n",
+                          timeout=90, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [os.uname().nodename, "1"]
+
+
+def _wait_file(path: Path, proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.1)
+
+
+def test_a_signal_to_an_alloc_job_reaches_its_jobs_and_its_end_ends_the_shell(
+        launcher: Launcher, tmp_path: Path) -> None:
+    env = dict(os.environ, FLUXES_URI=str(launcher.uri))
+    work = tmp_path / "work.sh"
+    work.write_text(f"#!/bin/sh\ntrap 'echo usr1 >> {tmp_path}/got' USR1\n"
+                    f"touch {tmp_path}/ready\nwhile :; do sleep 0.1; done\n")
+    work.chmod(0o755)
+    alloc = subprocess.Popen(
+        [FLUXES, "alloc", "-N1", "--job-name=sigalloc", "--", "sh", "-c",
+         f"fluxes submit {work} > /dev/null && sleep 120"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        _wait_file(tmp_path / "ready", alloc)
+        parent = parent_of(launcher)
+        [jobid] = [int(j) for j, _ns in parent.redis.hgetall(parent.keys.children).items()
+                   if parent.redis.hget(parent.keys.job(int(j)), b"result") is None]
+        # the signal goes to the alloc job's tasks: its leader forwards it to the
+        # child's jobs, and the allocation goes on
+        assert main(["--uri", str(launcher.uri), "job", "killall", "-f", "-s", "USR1"]) == 0
+        _wait_file(tmp_path / "got", alloc)
+        time.sleep(0.5)
+        assert alloc.poll() is None
+        assert not any(n == "finish" for n, _ in eventlog(parent, jobid))
+        # the allocation ending under the shell: alloc says so and exits
+        assert main(["--uri", str(launcher.uri), "cancel", str(jobid)]) == 0
+        _out, err = alloc.communicate(timeout=60)
+        assert alloc.returncode != 0
+        assert "the allocation ended" in err, err
+    finally:
+        if alloc.poll() is None:
+            alloc.kill()
+            alloc.wait()
+
+
+def test_alloc_bg_leaves_the_allocation_running(launcher: Launcher) -> None:
+    env = dict(os.environ, FLUXES_URI=str(launcher.uri))
+    done = subprocess.run([FLUXES, "alloc", "--bg", "-N1"], env=env, capture_output=True,
+                          text=True, stdin=subprocess.DEVNULL, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr
+    jobid = parse(done.stdout.strip())
+    inside = subprocess.run([FLUXES, "proxy", str(jobid), "fluxes", "run", "hostname"],
+                            env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert inside.stdout == os.uname().nodename + "\n", inside.stderr
+    assert main(["--uri", str(launcher.uri), "cancel", str(jobid)]) == 0
+    wait_ended(parent_of(launcher), jobid)
+    refused = subprocess.run([FLUXES, "alloc", "--bg", "-N1", "hostname"], env=env,
+                             capture_output=True, text=True, timeout=30, check=False)
+    assert refused.returncode == 2 and "--bg runs no COMMAND" in refused.stderr
 
 
 def test_top_shows_a_batch_job_and_descends_into_its_child_under_tmux(
