@@ -148,6 +148,7 @@ EXAMPLES: dict[str, Callable[[Keys], list[Any]]] = {
     "owner": lambda k: [0, 1000],
     "digest": lambda k: ["0123456789abcdef0123456789abcdef"],
     "holder": lambda k: ["scheduler@node1", "scheduler-standby@node2"],
+    "token": lambda k: ["0123abcd"],
 }
 NOT_KEYS = {"g", "p", "partition_of", "same_slot", "ns", "partitions", "blob_prefix"}
 
