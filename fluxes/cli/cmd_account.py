@@ -23,7 +23,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
+from fluxes.cli.util import (
+    add_subcommands,
+    die,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from fluxes.domain.accounting.banks import AccountEvent, Accounts, Association, Bank
@@ -149,6 +156,24 @@ def register(subparsers: Any) -> None:
     out.add_argument("--json", action="store_true")
     out.add_argument("--csv", action="store_true")
     p.set_defaults(func=_usage)
+
+    p = sub.add_parser("view-job-records", **help_with_example(
+        "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
+        "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
+        "date/time, or -FSD (that long ago).",
+        ["fluxes account view-job-records --user=alice",
+         "fluxes account view-job-records -B physics --after-start-time=-1d --json"]))
+    p.add_argument("-u", "--user", default=None, metavar="USERNAME")
+    p.add_argument("-B", "--bank", default=None, metavar="BANK")
+    p.add_argument("-j", "--jobid", type=job_id_arg, default=None, metavar="ID")
+    p.add_argument("-a", "--after-start-time", type=_time_arg, default=None, metavar="TIME",
+                   help="jobs that started at or after TIME")
+    p.add_argument("-b", "--before-end-time", type=_time_arg, default=None, metavar="TIME",
+                   help="jobs that ended at or before TIME")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--csv", action="store_true")
+    p.set_defaults(func=_view_job_records)
 
     p = sub.add_parser("share", **help_with_example(
         "The fair-share tree, like sshare: shares, decayed usage (billing units) and\n"
@@ -505,6 +530,72 @@ def _usage(args: argparse.Namespace) -> int:
             for row in report["usage"]]
     for line in table(("USER", "BANK", "JOBS", "CORE-SECONDS", "GPU-SECONDS", "NODE-SECONDS"),
                       rows, right=frozenset({2, 3, 4, 5})):
+        print(line)
+    return 0
+
+
+def _time_arg(text: str) -> float:
+    """argparse type: a UNIX time, an ISO 8601 date/time or -FSD (a usage error if not)."""
+    from fluxes.cli.display import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_RECORD_FIELDS = ("jobid", "username", "userid", "bank", "queue", "t_run", "t_inactive",
+                  "nnodes", "ncores", "ngpus")
+
+
+def _view_job_records(args: argparse.Namespace) -> int:
+    """The ended allocations, filtered."""
+    from fluxes.cli.display import fmt_id, table
+    from fluxes.domain.accounting.usage import JobCharge, job_records
+    from fluxes.store.accounting import UsageStore, load_accounts
+
+    after, before = args.after_start_time, args.before_end_time
+    inst = instance(args)
+    accounts = load_accounts(inst.redis, inst.keys)
+    userid = None
+    if args.user is not None:
+        # associations name users first, as everywhere in accounting
+        known = [a.userid for a in accounts.associations.values() if a.username == args.user]
+        userid = known[0] if known else user_id(inst, args.user)
+        if userid is None:
+            die(f"no user {args.user}")
+
+    def bank_of(charge: JobCharge) -> str:
+        # a job that named no bank went to its user's default bank
+        return charge.bank or accounts.default_banks.get(
+            accounts.username_of(charge.userid) or "", "")
+
+    # an allocation that started at or after TIME also ended after it: fewer to read
+    charges = UsageStore(inst.redis, inst.keys).charges(after if after is not None else 0.0)
+    found = job_records(charges, userid=userid, bank=args.bank, bank_of=bank_of,
+                        after_start=after, before_end=before,
+                        jobid=None if args.jobid is None else int(args.jobid))
+    names = _names(inst, accounts, {c.userid for c in found})
+    rows: list[dict[str, Any]] = [
+        {"jobid": c.jobid, "username": names[c.userid], "userid": c.userid,
+             "bank": bank_of(c) or None, "queue": c.queue or None, "t_run": c.t_alloc,
+             "t_inactive": c.t_free, "nnodes": c.nnodes, "ncores": c.ncores,
+             "ngpus": c.ngpus} for c in found]
+    if args.json:
+        print_json({"jobs": rows})
+        return 0
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(_RECORD_FIELDS)
+        for row in rows:
+            writer.writerow(["" if row[f] is None else row[f] for f in _RECORD_FIELDS])
+        return 0
+    text = [[fmt_id(c.jobid), names[c.userid], str(c.userid), bank_of(c) or "-",
+             c.queue or "-", f"{c.t_alloc:.2f}", f"{c.t_free:.2f}", str(c.nnodes),
+             str(c.ncores)] for c in found]
+    for line in table(("JOBID", "USERNAME", "USERID", "BANK", "QUEUE", "T_RUN",
+                       "T_INACTIVE", "NNODES", "NCORES"), text,
+                      right=frozenset({2, 5, 6, 7, 8})):
         print(line)
     return 0
 

@@ -249,3 +249,40 @@ def test_jobs_history_filters_and_csv_as_sacct_users_want(
     assert code == 2 and "invalid time" in err
     code, _out, err = run(capsys, "jobs", "--csv", "--json")
     assert code == 2 and "cannot be combined" in err
+
+
+def test_view_job_records_filters_as_flux_accounting(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110)  # alice, her default bank: physics
+    write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
+    write_job(client, 3, 1002, T + 100, T + 200, bank="chem")
+    write_job(client, 4, 1002, T + 300, None, bank="chem")  # running: no record yet
+    ok(capsys, "admin", "rebuild-accounting")
+
+    def ids(*argv: str) -> list[int]:
+        doc = orjson.loads(ok(capsys, "account", "view-job-records", "--json", *argv))
+        return [job["jobid"] for job in doc["jobs"]]
+
+    assert ids() == [2, 1, 3]  # by end time
+    assert ids("--user=alice") == [2, 1]
+    assert ids("-B", "physics") == [1]  # named no bank: charged to the default bank
+    assert ids("--bank=chem", "-u", "bob") == [3]
+    assert ids(f"--after-start-time={T + 50}") == [2, 3]
+    assert ids(f"--before-end-time={T + 110}") == [2, 1]
+    assert ids(f"-a={T + 20}", f"-b={T + 150}") == [2]
+    assert ids("--jobid=3") == [3]
+    [record] = orjson.loads(ok(capsys, "account", "view-job-records", "--json", "-j",
+                               "2"))["jobs"]
+    assert record == {"jobid": 2, "username": "alice", "userid": 1001, "bank": "chem",
+                      "queue": None, "t_run": T + 50, "t_inactive": T + 60, "nnodes": 1,
+                      "ncores": 1, "ngpus": 0}
+    text = ok(capsys, "account", "view-job-records", "-u", "bob").splitlines()
+    assert text[0].split()[:4] == ["JOBID", "USERNAME", "USERID", "BANK"]
+    assert len(text) == 2 and text[1].split()[1:4] == ["bob", "1002", "chem"]
+    table = list(csv.reader(io.StringIO(ok(capsys, "account", "view-job-records", "--csv"))))
+    assert table[0][:3] == ["jobid", "username", "userid"] and len(table) == 4
+    code, _out, err = run(capsys, "account", "view-job-records", "--after-start-time=soon")
+    assert code == 2 and "invalid time" in err
+    code, _out, err = run(capsys, "account", "view-job-records", "--user=zz-nobody-zz")
+    assert code == 1 and "no user zz-nobody-zz" in err
