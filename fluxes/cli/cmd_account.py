@@ -157,6 +157,22 @@ def register(subparsers: Any) -> None:
     out.add_argument("--csv", action="store_true")
     p.set_defaults(func=_usage)
 
+    p = sub.add_parser("edit-factor", **help_with_example(
+        "Set the weight of a multi-factor priority factor (fairshare, age, job_size,\n"
+        "queue, urgency), over [accounting.weights]. Instance owner only.",
+        ["fluxes account edit-factor --factor=fairshare --weight=50000"]))
+    p.add_argument("--factor", required=True, metavar="FACTOR")
+    p.add_argument("--weight", required=True, type=int, metavar="N")
+    p.set_defaults(func=_owner_only(_edit_factor))
+
+    p = sub.add_parser("view-factor", **help_with_example(
+        "Show the weight of a priority factor in effect (every factor without FACTOR)\n"
+        "and where it comes from: edit-factor or the configuration.",
+        ["fluxes account view-factor fairshare", "fluxes account view-factor --json"]))
+    p.add_argument("factor", nargs="?", default=None, metavar="FACTOR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_view_factor)
+
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
         "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
@@ -321,6 +337,37 @@ def _delete_user(args: argparse.Namespace) -> int:
 
     _append(args, lambda _a: UserDelete(timestamp=time.time(), username=args.username,
                                         bank=args.bank))
+    return 0
+
+
+def _edit_factor(args: argparse.Namespace) -> int:
+    """Append edit-factor."""
+    from fluxes.domain.accounting.banks import FactorEdit, check_factor
+
+    factor = check_factor(args.factor)
+    _append(args, lambda _a: FactorEdit(timestamp=time.time(), factor=factor,
+                                        weight=args.weight))
+    return 0
+
+
+def _view_factor(args: argparse.Namespace) -> int:
+    """The weights in effect: edit-factor's over the configuration's."""
+    from fluxes.cli.display import table
+    from fluxes.domain.accounting.banks import FACTOR_NAMES, check_factor
+
+    names = FACTOR_NAMES if args.factor is None else (check_factor(args.factor),)
+    inst = instance(args)
+    edited = _accounts(args).weights
+    configured = inst.config().accounting.weights.as_dict()
+    rows = [{"factor": name, "weight": edited.get(name, configured[name]),
+             "source": "edit-factor" if name in edited else "config"} for name in names]
+    if args.json:
+        print_json(rows[0] if args.factor is not None else {"factors": rows})
+        return 0
+    for line in table(("FACTOR", "WEIGHT", "SOURCE"),
+                      [[r["factor"], str(r["weight"]), r["source"]] for r in rows],
+                      right=frozenset({1})):
+        print(line)
     return 0
 
 

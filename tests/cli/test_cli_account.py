@@ -286,3 +286,35 @@ def test_view_job_records_filters_as_flux_accounting(
     assert code == 2 and "invalid time" in err
     code, _out, err = run(capsys, "account", "view-job-records", "--user=zz-nobody-zz")
     assert code == 1 and "no user zz-nobody-zz" in err
+
+
+def test_edit_factor_sets_a_weight_the_priority_uses(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    factors = orjson.loads(ok(capsys, "account", "view-factor", "--json"))["factors"]
+    assert {f["factor"]: (f["weight"], f["source"]) for f in factors}["fairshare"] == \
+        (100000, "config")
+    ok(capsys, "account", "edit-factor", "--factor=fairshare", "--weight=500")
+    ok(capsys, "account", "edit-factor", "--factor=job-size", "--weight=7")
+    assert orjson.loads(ok(capsys, "account", "view-factor", "fairshare", "--json")) == \
+        {"factor": "fairshare", "weight": 500, "source": "edit-factor"}
+    text = ok(capsys, "account", "view-factor").splitlines()
+    assert text[0].split() == ["FACTOR", "WEIGHT", "SOURCE"]
+    assert ["job_size", "7", "edit-factor"] in [line.split() for line in text]
+    # fluxes job priority (the plugin as the job manager builds it) weighs with them
+    write_job(client, 1, 1001, T + 10, T + 110)
+    ok(capsys, "admin", "rebuild-accounting")
+    rebuild_joblist(client, KEYS)
+    shown = orjson.loads(ok(capsys, "job", "priority", "1", "--json"))
+    assert shown["factors"]["fairshare"]["weight"] == 500
+    assert shown["factors"]["job_size"]["weight"] == 7
+    assert shown["factors"]["urgency"]["weight"] == 1000
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["edit-factor", "--factor=luck", "--weight=1"],
+                           "unknown priority factor 'luck'"),
+                          (["edit-factor", "--factor=age", "--weight=-1"],
+                           "weight: expected an integer"),
+                          (["view-factor", "luck"], "unknown priority factor")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1
+    assert client.xlen(KEYS.accounting) == count

@@ -8,7 +8,7 @@ bank they were added to unless changed, which jobs submitted without
 ``--bank`` are charged to.
 
 Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
-``add-user``, ``edit-user``, ``delete-user``, flux-accounting's command
+``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, flux-accounting's command
 names) kept in the instance's admin stream; :func:`apply` is the transition,
 a pure function that returns new :class:`Accounts` or raises
 :class:`AccountError` (leaving the old state untouched), so the stream
@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Final
 
+from fluxes.domain.accounting.config import MAX_WEIGHT
 from fluxes.errors import PolicyError
 
 #: Bank names: what a command line, a key field and ``user/bank`` can carry.
@@ -38,6 +39,8 @@ MAX_UID: Final = 2**32 - 2
 MAX_COUNT: Final = 2**31 - 1
 #: The limit names, as the options spell them (``--max-running-jobs``...).
 LIMIT_NAMES: Final = ("max_running_jobs", "max_active_jobs", "max_nodes", "max_cores")
+#: The multi-factor priority factors whose weight ``edit-factor`` sets.
+FACTOR_NAMES: Final = ("fairshare", "age", "job_size", "queue", "urgency")
 
 class AccountError(PolicyError):
     """An accounting change that cannot be made (unknown bank, duplicate user...)."""
@@ -75,6 +78,24 @@ def check_uid(value: object) -> int:
     """``value`` if it is a valid uid; AccountError if not."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UID:
         raise AccountError(f"userid: expected an integer 0-{MAX_UID}, got {_show(value)}")
+    return value
+
+
+def check_factor(name: object) -> str:
+    """``name`` if it names a priority factor (``job-size`` for ``job_size`` too);
+    AccountError if not."""
+    text = name.replace("-", "_") if isinstance(name, str) else name
+    if text not in FACTOR_NAMES:
+        raise AccountError(f"unknown priority factor {_show(name)} "
+                           f"(known: {', '.join(FACTOR_NAMES)})")
+    assert isinstance(text, str)
+    return text
+
+
+def check_weight(value: object) -> int:
+    """``value`` if it is a factor's weight 0..MAX_WEIGHT; AccountError if not."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WEIGHT:
+        raise AccountError(f"weight: expected an integer 0-{MAX_WEIGHT}, got {_show(value)}")
     return value
 
 
@@ -177,6 +198,8 @@ class Accounts:
     associations: Mapping[tuple[str, str], Association] = field(default_factory=dict)
     #: username -> default bank (always one of the user's active associations)
     default_banks: Mapping[str, str] = field(default_factory=dict)
+    #: factor -> weight set by ``edit-factor``: over ``[accounting.weights]``
+    weights: Mapping[str, int] = field(default_factory=dict)
     #: uid -> user name, built on first use (the plugin asks once per job)
     _names: dict[int, str] | None = field(default=None, compare=False, repr=False)
 
@@ -369,8 +392,22 @@ class UserDelete(AccountEvent):
         return {"username": self.username, "bank": self.bank}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FactorEdit(AccountEvent):
+    """``edit-factor --factor=NAME --weight=N``: a multi-factor weight, over the
+    configuration's ``[accounting.weights]``."""
+
+    kind: ClassVar[str] = "edit-factor"
+    factor: str
+    weight: int
+
+    def _fields(self) -> dict[str, Any]:
+        return {"factor": self.factor, "weight": self.weight}
+
+
 _KINDS: Final[dict[str, type[AccountEvent]]] = {
-    cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete)}
+    cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete,
+                              FactorEdit)}
 #: Every admin event kind.
 EVENT_KINDS: Final = tuple(_KINDS)
 
@@ -415,6 +452,10 @@ def _check_fields(event: AccountEvent) -> None:
             check_count(value, "shares")
         elif name == "limits":
             check_limit_changes(value)
+        elif name == "factor":
+            check_factor(value)
+        elif name == "weight":
+            check_weight(value)
 
 
 # ---------------------------------------------------------------- the fold
@@ -451,7 +492,8 @@ def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
           default_banks: Mapping[str, str] | None = None) -> Accounts:
     return Accounts(banks if banks is not None else accounts.banks,
                     associations if associations is not None else accounts.associations,
-                    default_banks if default_banks is not None else accounts.default_banks)
+                    default_banks if default_banks is not None else accounts.default_banks,
+                    accounts.weights)
 
 
 def _defaults_after(associations: Mapping[tuple[str, str], Association],
@@ -521,8 +563,8 @@ def _delete_bank(event: BankDelete, accounts: Accounts) -> Accounts:
         if assoc.bank in gone and assoc.active:
             associations[key] = replace(assoc, active=False)
             users.append(assoc.username)
-    return Accounts(banks, associations,
-                    _defaults_after(associations, accounts.default_banks, users))
+    return _with(accounts, banks, associations,
+                 _defaults_after(associations, accounts.default_banks, users))
 
 
 @_transition.register
@@ -543,7 +585,7 @@ def _add_user(event: UserAdd, accounts: Accounts) -> Accounts:
     associations = {**accounts.associations, key: assoc}
     defaults = dict(accounts.default_banks)
     defaults.setdefault(event.username, event.bank)
-    return Accounts(accounts.banks, associations, defaults)
+    return _with(accounts, associations=associations, default_banks=defaults)
 
 
 @_transition.register
@@ -571,7 +613,7 @@ def _edit_user(event: UserEdit, accounts: Accounts) -> Accounts:
     defaults = dict(accounts.default_banks)
     if event.default_bank is not None:
         defaults[event.username] = event.default_bank
-    return Accounts(accounts.banks, associations, defaults)
+    return _with(accounts, associations=associations, default_banks=defaults)
 
 
 @_transition.register
@@ -579,5 +621,12 @@ def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
     assoc = accounts.association(event.username, event.bank)
     associations = {**accounts.associations,
                     (assoc.username, assoc.bank): replace(assoc, active=False)}
-    return Accounts(accounts.banks, associations,
-                    _defaults_after(associations, accounts.default_banks, [assoc.username]))
+    return _with(accounts, associations=associations,
+                 default_banks=_defaults_after(associations, accounts.default_banks,
+                                               [assoc.username]))
+
+
+@_transition.register
+def _edit_factor(event: FactorEdit, accounts: Accounts) -> Accounts:
+    weights = {**accounts.weights, check_factor(event.factor): event.weight}
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights)
