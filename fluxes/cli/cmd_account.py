@@ -359,7 +359,7 @@ def _view_factor(args: argparse.Namespace) -> int:
     inst = instance(args)
     edited = _accounts(args).weights
     configured = inst.config().accounting.weights.as_dict()
-    rows = [{"factor": name, "weight": edited.get(name, configured[name]),
+    rows: list[dict[str, Any]] = [{"factor": name, "weight": edited.get(name, configured[name]),
              "source": "edit-factor" if name in edited else "config"} for name in names]
     if args.json:
         print_json(rows[0] if args.factor is not None else {"factors": rows})
