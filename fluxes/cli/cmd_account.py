@@ -173,6 +173,24 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_view_factor)
 
+    p = sub.add_parser("export-db", **help_with_example(
+        "Write the banks and users as CSV files (flux-accounting's columns, then fluxes's\n"
+        "limits), which pop-db reads back; '-' writes to stdout.",
+        ["fluxes account export-db", "fluxes account export-db -u /tmp/u.csv -b /tmp/b.csv"]))
+    p.add_argument("-u", "--users", default="users.csv", metavar="FILE",
+                   help="default: users.csv")
+    p.add_argument("-b", "--banks", default="banks.csv", metavar="FILE",
+                   help="default: banks.csv")
+    p.set_defaults(func=_export_db)
+
+    p = sub.add_parser("pop-db", **help_with_example(
+        "Add the banks and users of CSV files (export-db's columns; blank shares: 1,\n"
+        "blank limits: none), all or none: a bad row changes nothing. Instance owner only.",
+        ["fluxes account pop-db -b banks.csv -u users.csv"]))
+    p.add_argument("-u", "--users", default=None, metavar="FILE")
+    p.add_argument("-b", "--banks", default=None, metavar="FILE")
+    p.set_defaults(func=_owner_only(_pop_db))
+
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
         "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
@@ -368,6 +386,59 @@ def _view_factor(args: argparse.Namespace) -> int:
                       [[r["factor"], str(r["weight"]), r["source"]] for r in rows],
                       right=frozenset({1})):
         print(line)
+    return 0
+
+
+def _export_db(args: argparse.Namespace) -> int:
+    """Banks and users as CSV files."""
+    from fluxes.domain.accounting.dbfile import export_banks, export_users
+
+    accounts = _accounts(args)
+    for path, text in ((args.banks, export_banks(accounts)),
+                       (args.users, export_users(accounts))):
+        if path == "-":
+            sys.stdout.write(text)
+            continue
+        try:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as exc:
+            die(f"export-db: cannot write {path}: {exc.strerror}")
+    return 0
+
+
+def _read_text(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        die(f"pop-db: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
+
+
+def _pop_db(args: argparse.Namespace) -> int:
+    """Add the banks, then the users, of CSV files: all or none."""
+    from fluxes.domain.accounting.dbfile import bank_events, check_events, user_events
+    from fluxes.store.accounting import append_admin_many
+
+    if args.banks is None and args.users is None:
+        die("pop-db: give -b/--banks FILE, -u/--users FILE or both")
+    now = time.time()
+    rows = []
+    for path, read in ((args.banks, bank_events), (args.users, user_events)):
+        if path is not None:
+            rows += [(f"{path} line {n}", event)
+                     for n, event in read(_read_text(path), path, now)]
+
+    def make(accounts: Accounts) -> list[AccountEvent]:
+        check_events(accounts, rows)  # names the file and line of a row that cannot apply
+        return [event for _where, event in rows]
+
+    inst = instance(args)
+    added, _after = append_admin_many(inst.redis, inst.keys, make)
+    print(f"added {sum(e.kind == 'add-bank' for e in added)} banks and "
+          f"{sum(e.kind == 'add-user' for e in added)} users")
     return 0
 
 

@@ -159,20 +159,35 @@ def append_admin(client: redis.Redis, keys: Keys,
     The append is conditional on the stream still ending where it was read; a
     writer that lost the race reads again and builds its event anew.
     """
+    events, after = append_admin_many(client, keys, lambda accounts: [make(accounts)])
+    return events[0], after
+
+
+def append_admin_many(client: redis.Redis, keys: Keys,
+                      make: Callable[[Accounts], Sequence[AccountEvent]]
+                      ) -> tuple[list[AccountEvent], Accounts]:
+    """Append the events ``make(accounts)`` builds, all or none: each must apply to the
+    state the ones before it leave (AccountError naming the first that does not, and
+    nothing written); the events and the state after them. What ``fluxes account
+    pop-db`` loads a file with."""
     for _ in range(ADMIN_RETRIES):
         events, last = read_admin(client, keys)
         accounts = replay(events)
-        event = make(accounts)
-        after = apply(event, accounts)
+        new = list(make(accounts))
+        after = accounts
+        for event in new:
+            after = apply(event, after)
+        if not new:
+            return new, after
         try:
             Direct.of(client, keys.accounting).evalsha(
                 _ADMIN_SHA, ADMIN_LUA, [keys.accounting],
-                [last, orjson.dumps(event.to_dict())])
+                [last, *(orjson.dumps(event.to_dict()) for event in new)])
         except redis.ResponseError as exc:
             if str(exc).startswith("CONFLICT"):
                 continue
             raise
-        return event, after
+        return new, after
     raise AccountError("the accounting stream keeps changing: try again")
 
 

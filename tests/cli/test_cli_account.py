@@ -318,3 +318,47 @@ def test_edit_factor_sets_a_weight_the_priority_uses(
         code, _out, err = run(capsys, "account", *argv)
         assert code == 1 and message in err and len(err.strip().splitlines()) == 1
     assert client.xlen(KEYS.accounting) == count
+
+
+def test_export_db_and_pop_db_round_trip_all_or_none(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    setup_banks(capsys)
+    ok(capsys, "account", "edit-user", "alice", "--default-bank=chem")
+    banks, users = tmp_path / "b.csv", tmp_path / "u.csv"
+    ok(capsys, "account", "export-db", "-b", str(banks), "-u", str(users))
+    assert banks.read_text().splitlines() == [
+        "Bank,ParentBank,Shares,MaxRunningJobs,MaxActiveJobs,MaxNodes,MaxCores",
+        "root,,1,,,,", "chem,root,1,,,,", "physics,root,3,10,,,"]
+    assert users.read_text().splitlines() == [
+        "Username,UserID,Bank,Shares,MaxRunningJobs,MaxActiveJobs,MaxNodes,Queues,MaxCores",
+        "alice,1001,chem,2,,,,,", "alice,1001,physics,1,,,,,", "bob,1002,chem,1,4,8,,,"]
+    before = {k: ok(capsys, "account", k, "--json") for k in ("list-banks", "list-users")}
+    # into an empty instance: the same banks, users, limits and default banks
+    client.delete(KEYS.accounting)
+    assert ok(capsys, "account", "pop-db", "-b", str(banks), "-u", str(users)).strip() == \
+        "added 3 banks and 3 users"
+    assert {k: ok(capsys, "account", k, "--json") for k in before} == before
+    # flux-accounting's shorter rows, no header, blank shares: 1
+    more = tmp_path / "more.csv"
+    more.write_text("carol,1003,physics\ndave,1004,chem,,2,,3\n")
+    ok(capsys, "account", "pop-db", "--users", str(more))
+    dave = orjson.loads(ok(capsys, "account", "view-user", "dave", "--json"))
+    assert dave["associations"][0]["shares"] == 1
+    assert dave["associations"][0]["limits"]["max_running_jobs"] == 2
+    assert dave["associations"][0]["limits"]["max_nodes"] == 3
+    count = client.xlen(KEYS.accounting)
+    bad = tmp_path / "bad.csv"
+    for text, message in [("erin,1005,chem\nfrank,1006,nope\n", "bad.csv line 2: no bank"),
+                          ("erin,x,chem\n", "bad.csv line 1: userid: expected an integer"),
+                          ("erin,1005,chem,1,,,,batch\n", "queues"),
+                          ("erin,1005\n", "the first three required"),
+                          ("erin,1005,chem\nerin,1005,chem\n",
+                           "bad.csv line 2: user erin is in bank chem already")]:
+        bad.write_text(text)
+        code, _out, err = run(capsys, "account", "pop-db", "-u", str(bad))
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    code, _out, err = run(capsys, "account", "pop-db", "-u", str(tmp_path / "none.csv"))
+    assert code == 1 and "cannot read" in err
+    code, _out, err = run(capsys, "account", "pop-db")
+    assert code == 1 and "give -b/--banks" in err
+    assert client.xlen(KEYS.accounting) == count  # nothing written half-way
