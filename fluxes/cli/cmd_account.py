@@ -596,12 +596,9 @@ def usage_report(inst: Instance, since: float, until: float, now: float) -> dict
     store = UsageStore(inst.redis, inst.keys)
     found = window_usage(store.charges(since, until), store.open_jobs().values(), since,
                          until, now)
-    merged: dict[tuple[int, str], WindowUsage] = {}
-    for (uid, bank), used in found.items():
-        # a job that named no bank went to the user's default bank
-        name = bank or (accounts.default_banks.get(accounts.username_of(uid) or "") or "")
-        old = merged.get((uid, name), WindowUsage())
-        merged[(uid, name)] = WindowUsage(old.figures.plus(used.figures), old.jobs + used.jobs)
+    # a job whose journal names no bank was submitted before any bank existed: it is
+    # reported under no bank (bank None), not charged to a bank that did not exist then
+    merged: dict[tuple[int, str], WindowUsage] = dict(found)
     names = _names(inst, accounts, {uid for uid, _b in merged})
     rows = []
     banks: dict[str, WindowUsage] = {}
@@ -669,7 +666,7 @@ _RECORD_FIELDS = ("jobid", "username", "userid", "bank", "queue", "t_run", "t_in
 def _view_job_records(args: argparse.Namespace) -> int:
     """The ended allocations, filtered."""
     from fluxes.cli.display import fmt_id, table
-    from fluxes.domain.accounting.usage import JobCharge, job_records
+    from fluxes.domain.accounting.usage import job_records
     from fluxes.store.accounting import UsageStore, load_accounts
 
     after, before = args.after_start_time, args.before_end_time
@@ -683,20 +680,15 @@ def _view_job_records(args: argparse.Namespace) -> int:
         if userid is None:
             die(f"no user {args.user}")
 
-    def bank_of(charge: JobCharge) -> str:
-        # a job that named no bank went to its user's default bank
-        return charge.bank or accounts.default_banks.get(
-            accounts.username_of(charge.userid) or "", "")
-
     # an allocation that started at or after TIME also ended after it: fewer to read
     charges = UsageStore(inst.redis, inst.keys).charges(after if after is not None else 0.0)
-    found = job_records(charges, userid=userid, bank=args.bank, bank_of=bank_of,
+    found = job_records(charges, userid=userid, bank=args.bank,
                         after_start=after, before_end=before,
                         jobid=None if args.jobid is None else int(args.jobid))
     names = _names(inst, accounts, {c.userid for c in found})
     rows: list[dict[str, Any]] = [
         {"jobid": c.jobid, "username": names[c.userid], "userid": c.userid,
-             "bank": bank_of(c) or None, "queue": c.queue or None, "t_run": c.t_alloc,
+             "bank": c.bank or None, "queue": c.queue or None, "t_run": c.t_alloc,
              "t_inactive": c.t_free, "nnodes": c.nnodes, "ncores": c.ncores,
              "ngpus": c.ngpus} for c in found]
     if args.json:
@@ -708,7 +700,7 @@ def _view_job_records(args: argparse.Namespace) -> int:
         for row in rows:
             writer.writerow(["" if row[f] is None else row[f] for f in _RECORD_FIELDS])
         return 0
-    text = [[fmt_id(c.jobid), names[c.userid], str(c.userid), bank_of(c) or "-",
+    text = [[fmt_id(c.jobid), names[c.userid], str(c.userid), c.bank or "-",
              c.queue or "-", f"{c.t_alloc:.2f}", f"{c.t_free:.2f}", str(c.nnodes),
              str(c.ncores)] for c in found]
     for line in table(("JOBID", "USERNAME", "USERID", "BANK", "QUEUE", "T_RUN",

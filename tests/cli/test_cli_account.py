@@ -157,7 +157,7 @@ def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free:
 def test_usage_over_a_period_as_json_csv_and_text(client: redis.Redis,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     setup_banks(capsys)
-    write_job(client, 1, 1001, T + 10, T + 110)  # alice's default bank: physics
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")
     write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
     write_job(client, 3, 1002, T + 100, None)  # bob, still running
     rebuilt = orjson.loads(ok(capsys, "admin", "rebuild-accounting", "--json"))
@@ -254,7 +254,7 @@ def test_jobs_history_filters_and_csv_as_sacct_users_want(
 def test_view_job_records_filters_as_flux_accounting(
         client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
     setup_banks(capsys)
-    write_job(client, 1, 1001, T + 10, T + 110)  # alice, her default bank: physics
+    write_job(client, 1, 1001, T + 10, T + 110)  # alice, before any bank: no bank
     write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
     write_job(client, 3, 1002, T + 100, T + 200, bank="chem")
     write_job(client, 4, 1002, T + 300, None, bank="chem")  # running: no record yet
@@ -266,7 +266,8 @@ def test_view_job_records_filters_as_flux_accounting(
 
     assert ids() == [2, 1, 3]  # by end time
     assert ids("--user=alice") == [2, 1]
-    assert ids("-B", "physics") == [1]  # named no bank: charged to the default bank
+    assert ids("-B", "physics") == []  # job 1 named no bank: it charged none
+    assert ids("-B", "chem") == [2, 3]
     assert ids("--bank=chem", "-u", "bob") == [3]
     assert ids(f"--after-start-time={T + 50}") == [2, 3]
     assert ids(f"--before-end-time={T + 110}") == [2, 1]
@@ -362,3 +363,20 @@ def test_export_db_and_pop_db_round_trip_all_or_none(
     code, _out, err = run(capsys, "account", "pop-db")
     assert code == 1 and "give -b/--banks" in err
     assert client.xlen(KEYS.accounting) == count  # nothing written half-way
+
+
+def test_usage_of_jobs_from_before_any_bank_is_charged_to_no_bank(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    # the journal names no bank for a job submitted before any bank existed (the ingest
+    # resolves a bank only once one exists): it used to be charged to the default bank
+    write_job(client, 1, 1001, T + 10, T + 110)
+    setup_banks(capsys)
+    write_job(client, 2, 1001, T + 200, T + 210, bank="physics")
+    ok(capsys, "admin", "rebuild-accounting")
+    report = orjson.loads(ok(capsys, "account", "usage", "--json"))
+    rows = {(r["user"], r["bank"]): r["core_seconds"] for r in report["usage"]}
+    assert rows == {("alice", None): 200.0, ("alice", "physics"): 20.0}
+    assert {b["bank"]: b["core_seconds"] for b in report["banks"]} == \
+        {"root": 20.0, "physics": 20.0}
+    text = ok(capsys, "account", "usage").splitlines()
+    assert ["alice", "-", "1", "200.0", "0.0", "100.0"] in [line.split() for line in text]

@@ -27,7 +27,7 @@ exactly what one fold from scratch gives (a hypothesis test checks it).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -423,20 +423,20 @@ def window_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], sin
 
 
 def job_records(charges: Iterable[JobCharge], *, userid: int | None = None,
-                bank: str | None = None, bank_of: Callable[[JobCharge], str] | None = None,
-                after_start: float | None = None, before_end: float | None = None,
-                jobid: int | None = None) -> list[JobCharge]:
+                bank: str | None = None, after_start: float | None = None,
+                before_end: float | None = None, jobid: int | None = None
+                ) -> list[JobCharge]:
     """The ended allocations that pass every filter given (flux-accounting's
-    ``view-job-records``): of ``userid``, charged to ``bank`` (``bank_of`` names the bank
-    a charge went to: a job that named none went to its user's default bank), started at
-    or after ``after_start``, ended at or before ``before_end``; by end time, then id."""
+    ``view-job-records``): of ``userid``, charged to ``bank`` (a job submitted before any
+    bank existed names none and charges none), started at or after ``after_start``,
+    ended at or before ``before_end``; by end time, then id."""
     out = []
     for charge in charges:
         if jobid is not None and charge.jobid != jobid:
             continue
         if userid is not None and charge.userid != userid:
             continue
-        if bank is not None and (bank_of(charge) if bank_of else charge.bank) != bank:
+        if bank is not None and charge.bank != bank:
             continue
         if after_start is not None and charge.t_alloc < after_start:
             continue
