@@ -191,6 +191,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("-b", "--banks", default=None, metavar="FILE")
     p.set_defaults(func=_owner_only(_pop_db))
 
+    p = sub.add_parser("clear-usage", **help_with_example(
+        "Reset the usage fair share counts for the banks, the banks below them and their\n"
+        "users to 0 (usage reports keep the history). Instance owner only.",
+        ["fluxes account clear-usage physics", "fluxes account clear-usage root"]))
+    p.add_argument("banks", nargs="+", metavar="BANK")
+    p.set_defaults(func=_owner_only(_clear_usage))
+
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
         "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
@@ -439,6 +446,31 @@ def _pop_db(args: argparse.Namespace) -> int:
     added, _after = append_admin_many(inst.redis, inst.keys, make)
     print(f"added {sum(e.kind == 'add-bank' for e in added)} banks and "
           f"{sum(e.kind == 'add-user' for e in added)} users")
+    return 0
+
+
+def _clear_usage(args: argparse.Namespace) -> int:
+    """Append clear-usage with the usage of the banks' associations as of now."""
+    from fluxes.domain.accounting.banks import UsageClear
+    from fluxes.store.accounting import UsageStore
+
+    inst = instance(args)
+    half_life = inst.config().accounting.half_life
+    store = UsageStore(inst.redis, inst.keys)
+
+    def make(accounts: Accounts) -> UsageClear:
+        now = time.time()
+        gone = {b.name for name in args.banks for b in accounts.subtree(name)}
+        usage: dict[str, list[float]] = {}
+        for (uid, bank), figures in store.decayed(now).items():
+            # a job that named no bank: fair share reads it as the default bank's
+            name = bank or accounts.default_banks.get(accounts.username_of(uid) or "")
+            if name in gone:
+                usage[f"{uid}:{bank}"] = list(figures)
+        return UsageClear(timestamp=now, banks=list(args.banks), half_life=half_life,
+                          usage=usage)
+
+    _append(args, make)
     return 0
 
 

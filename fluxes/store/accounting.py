@@ -60,6 +60,7 @@ from fluxes.domain.accounting.usage import (
     UsageState,
     add_usage,
     decayed_usage,
+    minus_cleared,
 )
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
@@ -703,6 +704,7 @@ def fair_share_now(client: redis.Redis, keys: Keys, config: InstanceConfig, now:
     if accounts is None:
         accounts = load_accounts(client, keys)
     billing = config.accounting.billing
-    usage = {key: figures.billing(billing)
-             for key, figures in UsageStore(client, keys).decayed(now).items()}
+    decayed = minus_cleared(UsageStore(client, keys).decayed(now), accounts.cleared, now,
+                            config.accounting.half_life)
+    usage = {key: figures.billing(billing) for key, figures in decayed.items()}
     return fair_share(accounts, usage)

@@ -380,3 +380,35 @@ def test_usage_of_jobs_from_before_any_bank_is_charged_to_no_bank(
         {"root": 20.0, "physics": 20.0}
     text = ok(capsys, "account", "usage").splitlines()
     assert ["alice", "-", "1", "200.0", "0.0", "100.0"] in [line.split() for line in text]
+
+
+def test_clear_usage_resets_fair_share_of_banks_and_their_users(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")  # 200 core-seconds
+    write_job(client, 2, 1002, T + 10, T + 60, bank="chem")  # 100
+    write_job(client, 3, 1001, T + 10, T + 20)  # before any bank: alice's default's, 20
+    ok(capsys, "admin", "rebuild-accounting")
+
+    def usage() -> dict[tuple[str, str], float]:
+        rows = orjson.loads(ok(capsys, "account", "share", "--json"))["rows"]
+        return {(r["name"], r["bank"]): r["usage"] for r in rows if r["kind"] == "user"}
+
+    assert usage() == {("alice", "physics"): 220.0, ("alice", "chem"): 0.0,
+                       ("bob", "chem"): 100.0}
+    ok(capsys, "account", "clear-usage", "physics")
+    assert usage() == {("alice", "physics"): 0.0, ("alice", "chem"): 0.0,
+                       ("bob", "chem"): 100.0}
+    # usage after the clear counts again (a job running across it: its later part only)
+    write_job(client, 4, 1001, T + 200, T + 230, bank="physics")
+    ok(capsys, "admin", "rebuild-accounting")
+    assert usage()[("alice", "physics")] == 60.0
+    ok(capsys, "account", "clear-usage", "root")  # the whole tree
+    assert set(usage().values()) == {0.0}
+    # history stays: sreport-like usage is not cleared
+    rows = orjson.loads(ok(capsys, "account", "usage", "--json"))["usage"]
+    assert sum(r["core_seconds"] for r in rows) == 380.0
+    count = client.xlen(KEYS.accounting)
+    code, _out, err = run(capsys, "account", "clear-usage", "physics", "nope")
+    assert code == 1 and "no bank 'nope'" in err
+    assert client.xlen(KEYS.accounting) == count

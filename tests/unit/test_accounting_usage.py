@@ -282,3 +282,22 @@ def test_a_pending_job_moved_to_another_bank_counts_there() -> None:
     assert state.take_changes().active == {(7, "a"): 1, (7, "b"): 1}
     state.feed(1, "clean", 2.0, {}, {})
     assert state.active == {(7, "b"): 1}
+
+
+def test_clear_usage_leaves_exactly_the_usage_since_the_clear() -> None:
+    from fluxes.domain.accounting.usage import decay, minus_cleared
+
+    h = 60.0
+    # 4 cores held from 0 to 100; clear-usage at 50 found the running part so far
+    total_at_200 = Figures(4 * held(0, 100, h) * decay(100, h), 0.0, 0.0)
+    found_at_50 = (4 * held(0, 50, h), 0.0, 0.0)
+    left = minus_cleared({(1, "a"): total_at_200, (2, "a"): Figures(5.0, 0.0, 0.0)},
+                         {(1, "a"): (50.0, h, found_at_50)}, 200.0, h)
+    assert left[(1, "a")].core_seconds == pytest.approx(4 * held(50, 100, h) * decay(100, h))
+    assert left[(2, "a")] == Figures(5.0, 0.0, 0.0)  # not cleared
+    # a clear under another half-life no longer compares: passed over
+    assert minus_cleared({(1, "a"): total_at_200}, {(1, "a"): (50.0, 30.0, found_at_50)},
+                         200.0, h)[(1, "a")] == total_at_200
+    # never below zero (float rounding)
+    assert minus_cleared({(1, "a"): Figures(1.0, 0.0, 0.0)}, {(1, "a"): (0.0, 0.0, (
+        1.0 + 1e-12, 0.0, 0.0))}, 5.0, 0.0)[(1, "a")].core_seconds == 0.0

@@ -8,13 +8,17 @@ bank they were added to unless changed, which jobs submitted without
 ``--bank`` are charged to.
 
 Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
-``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, flux-accounting's command
-names) kept in the instance's admin stream; :func:`apply` is the transition,
+``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, ``clear-usage``,
+flux-accounting's command names) kept in the instance's admin stream; :func:`apply` is the transition,
 a pure function that returns new :class:`Accounts` or raises
 :class:`AccountError` (leaving the old state untouched), so the stream
 replays (:func:`replay`) to the same state everywhere. Deleting marks banks
 and associations inactive, as flux-accounting does: usage stays attributed,
 and adding them again reactivates them.
+
+Why one module: the events, the state and the fold are one transition system; each
+event's check and its transition are read together, and the state's invariants
+(one root, a default bank among the active ones) hold across all of them.
 """
 
 from __future__ import annotations
@@ -22,9 +26,9 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NamedTuple
 
 from fluxes.domain.accounting.config import MAX_WEIGHT
 from fluxes.errors import PolicyError
@@ -97,6 +101,23 @@ def check_weight(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WEIGHT:
         raise AccountError(f"weight: expected an integer 0-{MAX_WEIGHT}, got {_show(value)}")
     return value
+
+
+def _cleared_usage(value: object) -> dict[tuple[int, str], tuple[float, float, float]]:
+    """``clear-usage``'s usage: ``uid:bank`` -> three numbers >= 0; AccountError if not."""
+    if not isinstance(value, Mapping):
+        raise AccountError(f"usage: expected an object, got {_show(value)}")
+    out = {}
+    for key, figures in value.items():
+        uid, sep, bank = str(key).partition(":")
+        if not sep or not uid.isdigit() or (bank and not BANK_NAME.fullmatch(bank)):
+            raise AccountError(f"usage: bad association {_show(key)} (want UID:BANK)")
+        if not isinstance(figures, list | tuple) or len(figures) != 3:
+            raise AccountError(f"usage: expected three numbers for {key}, got "
+                               f"{_show(figures)}")
+        core, gpu, node = (_check_time(f) for f in figures)
+        out[(check_uid(int(uid)), bank)] = (core, gpu, node)
+    return out
 
 
 def _check_time(value: object) -> float:
@@ -190,6 +211,14 @@ class Association:
         return f"{self.username}/{self.bank}"
 
 
+class Cleared(NamedTuple):
+    """One association's usage as ``clear-usage`` found it (decayed as of ``at``)."""
+
+    at: float
+    half_life: float
+    figures: tuple[float, float, float]
+
+
 @dataclass(frozen=True, slots=True)
 class Accounts:
     """Every bank and association (inactive ones too) and each user's default bank."""
@@ -200,6 +229,9 @@ class Accounts:
     default_banks: Mapping[str, str] = field(default_factory=dict)
     #: factor -> weight set by ``edit-factor``: over ``[accounting.weights]``
     weights: Mapping[str, int] = field(default_factory=dict)
+    #: (uid, bank) -> the latest ``clear-usage`` of it: (time, half-life, its decayed
+    #: core-, gpu- and node-seconds then), what fair share no longer counts
+    cleared: Mapping[tuple[int, str], Cleared] = field(default_factory=dict)
     #: uid -> user name, built on first use (the plugin asks once per job)
     _names: dict[int, str] | None = field(default=None, compare=False, repr=False)
 
@@ -405,9 +437,26 @@ class FactorEdit(AccountEvent):
         return {"factor": self.factor, "weight": self.weight}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageClear(AccountEvent):
+    """``clear-usage BANK...``: fair share counts the usage of the banks' associations (and
+    their sub-banks') from ``timestamp`` on. ``usage`` is each one's decayed usage then
+    (``uid:bank`` -> core, gpu, node seconds; bank "" a job that named none), decayed
+    with ``half_life``: what readers take off, decayed on to their own now."""
+
+    kind: ClassVar[str] = "clear-usage"
+    banks: Sequence[str]
+    half_life: float
+    usage: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"banks": list(self.banks), "half_life": self.half_life,
+                "usage": {k: list(v) for k, v in self.usage.items()}}
+
+
 _KINDS: Final[dict[str, type[AccountEvent]]] = {
     cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete,
-                              FactorEdit)}
+                              FactorEdit, UsageClear)}
 #: Every admin event kind.
 EVENT_KINDS: Final = tuple(_KINDS)
 
@@ -456,6 +505,15 @@ def _check_fields(event: AccountEvent) -> None:
             check_factor(value)
         elif name == "weight":
             check_weight(value)
+        elif name == "banks":
+            if not isinstance(value, list | tuple) or not value:
+                raise AccountError(f"banks: expected a list of bank names, got {_show(value)}")
+            for bank in value:
+                check_bank_name(bank)
+        elif name == "half_life":
+            _check_time(value)
+        elif name == "usage":
+            _cleared_usage(value)
 
 
 # ---------------------------------------------------------------- the fold
@@ -493,7 +551,7 @@ def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
     return Accounts(banks if banks is not None else accounts.banks,
                     associations if associations is not None else accounts.associations,
                     default_banks if default_banks is not None else accounts.default_banks,
-                    accounts.weights)
+                    accounts.weights, accounts.cleared)
 
 
 def _defaults_after(associations: Mapping[tuple[str, str], Association],
@@ -629,4 +687,16 @@ def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
 @_transition.register
 def _edit_factor(event: FactorEdit, accounts: Accounts) -> Accounts:
     weights = {**accounts.weights, check_factor(event.factor): event.weight}
-    return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights)
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights,
+                    accounts.cleared)
+
+
+@_transition.register
+def _clear_usage(event: UsageClear, accounts: Accounts) -> Accounts:
+    for name in event.banks:
+        accounts.bank(name)
+    cleared = dict(accounts.cleared)
+    for key, figures in _cleared_usage(event.usage).items():
+        cleared[key] = Cleared(event.timestamp, event.half_life, figures)
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
+                    accounts.weights, cleared)

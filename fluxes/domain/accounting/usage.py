@@ -444,3 +444,22 @@ def job_records(charges: Iterable[JobCharge], *, userid: int | None = None,
             continue
         out.append(charge)
     return sorted(out, key=lambda c: (c.t_free, c.jobid))
+
+
+def minus_cleared(usage: Mapping[AssocKey, Figures],
+                  cleared: Mapping[AssocKey, tuple[float, float, tuple[float, float, float]]],
+                  now: float, half_life: float) -> dict[AssocKey, Figures]:
+    """Decayed usage as of ``now`` less what ``clear-usage`` found (``cleared``: key ->
+    (time, half-life, figures then)), decayed on to ``now``: decayed usage is a sum over
+    time, so what is left is exactly the usage since the clear. A clear made under
+    another half-life is passed over (its figures no longer compare)."""
+    out = dict(usage)
+    for key, (at, cleared_half_life, figures) in cleared.items():
+        if key not in out or cleared_half_life != half_life:
+            continue
+        weight = decay(now - at, half_life)
+        have = out[key]
+        out[key] = Figures(max(have.core_seconds - figures[0] * weight, 0.0),
+                           max(have.gpu_seconds - figures[1] * weight, 0.0),
+                           max(have.node_seconds - figures[2] * weight, 0.0))
+    return out
