@@ -9,8 +9,8 @@ bank they were added to unless changed, which jobs submitted without
 
 Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
 ``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, ``clear-usage``,
-flux-accounting's command names) kept in the instance's admin stream; :func:`apply` is the transition,
-a pure function that returns new :class:`Accounts` or raises
+flux-accounting's command names) kept in the instance's admin stream;
+:func:`apply` is the transition, a pure function that returns new :class:`Accounts` or raises
 :class:`AccountError` (leaving the old state untouched), so the stream
 replays (:func:`replay`) to the same state everywhere. Deleting marks banks
 and associations inactive, as flux-accounting does: usage stays attributed,
