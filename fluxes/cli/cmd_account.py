@@ -198,6 +198,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("banks", nargs="+", metavar="BANK")
     p.set_defaults(func=_owner_only(_clear_usage))
 
+    p = sub.add_parser("update-usage", **help_with_example(
+        "Wait until the usage includes every job that ended so far (flux-accounting's\n"
+        "update-usage; here the accounting worker folds the journal continuously).",
+        ["fluxes account update-usage", "fluxes account update-usage --timeout=60"]))
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="give up after SECONDS (default 10)")
+    p.set_defaults(func=_update_usage)
+
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
         "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
@@ -471,6 +479,28 @@ def _clear_usage(args: argparse.Namespace) -> int:
                           usage=usage)
 
     _append(args, make)
+    return 0
+
+
+def _update_usage(args: argparse.Namespace) -> int:
+    """Wait for the accounting fold to reach the end of every journal."""
+    from fluxes.store.accounting import UsageStore
+
+    if not args.timeout >= 0:
+        die("update-usage: --timeout must be a number of seconds >= 0")
+    inst = instance(args)
+    store = UsageStore(inst.redis, inst.keys)
+    deadline = time.monotonic() + args.timeout
+    while behind := store.behind():
+        if time.monotonic() >= deadline:
+            idle = [p for p in behind if store.lease_holder(p) is None]
+            why = (f"no accounting worker folds partition {idle[0]}: is the instance "
+                   "running? 'fluxes admin rebuild-accounting' folds now" if idle else
+                   f"the accounting worker is still folding partition {behind[0]}")
+            die(f"update-usage: usage not up to date after {args.timeout:g} s ({why})")
+        time.sleep(0.05)
+    print(f"usage is up to date ({inst.keys.partitions} partition"
+          f"{'s' if inst.keys.partitions != 1 else ''})")
     return 0
 
 

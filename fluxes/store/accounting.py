@@ -385,6 +385,16 @@ class UsageStore:
                                          part.half_life or 0.0, now))
         return out
 
+    def behind(self) -> list[int]:
+        """The partitions whose journal has entries the fold has not reached yet (what
+        ``fluxes account update-usage`` waits for)."""
+        out = []
+        for p in range(self.keys.partitions):
+            last = self.redis.xrevrange(self.keys.journal(p), count=1)
+            if last and _stream_id(_text(last[0][0])) > _stream_id(self.position(p)[0]):
+                out.append(p)
+        return out
+
     def active(self, partition: int) -> tuple[str | None, dict[AssocKey, int]]:
         """The partition's stored active-job counts and the position they are exact at
         (None: never written)."""
@@ -464,6 +474,14 @@ class UsageStore:
                     if until is None or charge.t_alloc < until:
                         out.append(charge)
         return out
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return (0, 0)
 
 
 def _counts(jobs: Iterable[OpenJob]) -> dict[AssocKey, int]:

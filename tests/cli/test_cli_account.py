@@ -412,3 +412,18 @@ def test_clear_usage_resets_fair_share_of_banks_and_their_users(
     code, _out, err = run(capsys, "account", "clear-usage", "physics", "nope")
     assert code == 1 and "no bank 'nope'" in err
     assert client.xlen(KEYS.accounting) == count
+
+
+def test_update_usage_waits_for_the_fold_and_says_why_not(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    ok(capsys, "admin", "rebuild-accounting")
+    assert "usage is up to date" in ok(capsys, "account", "update-usage")
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")  # no worker folds it
+    code, _out, err = run(capsys, "account", "update-usage", "--timeout=0.1")
+    assert code == 1 and "no accounting worker folds partition 0" in err
+    assert len(err.strip().splitlines()) == 1
+    ok(capsys, "admin", "rebuild-accounting")
+    assert "usage is up to date" in ok(capsys, "account", "update-usage", "--timeout=0")
+    code, _out, err = run(capsys, "account", "update-usage", "--timeout=nan")
+    assert code == 1 and "--timeout" in err
