@@ -235,7 +235,8 @@ def register(subparsers: Any) -> None:
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     for option, dest, what in _LIMIT_OPTIONS:
         parser.add_argument(option, dest=dest, type=int, default=None, metavar="N",
-                            help=f"at most N {what} (-1: no limit)")
+                            help=f"at most N {what} (-1: no limit; add-user: 5 running and 7 "
+                        "active jobs unless given)")
 
 
 def _limits(args: argparse.Namespace) -> dict[str, int | None]:
@@ -335,7 +336,7 @@ def user_id(inst: Instance, name: str) -> int | None:
 
 def _add_user(args: argparse.Namespace) -> int:
     """Append add-user (the uid found when not given)."""
-    from fluxes.domain.accounting.banks import UserAdd, check_user_name
+    from fluxes.domain.accounting.banks import DEFAULT_USER_LIMITS, UserAdd, check_user_name
 
     check_user_name(args.username)
     userid = args.userid
@@ -343,9 +344,11 @@ def _add_user(args: argparse.Namespace) -> int:
         userid = user_id(instance(args), args.username)
         if userid is None:
             die(f"add-user: user {args.username} is not known here: give --userid")
+    # flux-accounting's defaults, unless given (-1: no limit)
+    limits = {**DEFAULT_USER_LIMITS, **_limits(args)}
     _append(args, lambda _a: UserAdd(timestamp=time.time(), username=args.username,
                                      userid=userid, bank=args.bank, shares=args.shares,
-                                     limits=_limits(args)))
+                                     limits=limits))
     return 0
 
 

@@ -332,7 +332,8 @@ def test_export_db_and_pop_db_round_trip_all_or_none(
         "root,,1,,,,", "chem,root,1,,,,", "physics,root,3,10,,,"]
     assert users.read_text().splitlines() == [
         "Username,UserID,Bank,Shares,MaxRunningJobs,MaxActiveJobs,MaxNodes,Queues,MaxCores",
-        "alice,1001,chem,2,,,,,", "alice,1001,physics,1,,,,,", "bob,1002,chem,1,4,8,,,"]
+        "alice,1001,chem,2,5,7,-1,,-1", "alice,1001,physics,1,5,7,-1,,-1",
+        "bob,1002,chem,1,4,8,-1,,-1"]
     before = {k: ok(capsys, "account", k, "--json") for k in ("list-banks", "list-users")}
     # into an empty instance: the same banks, users, limits and default banks
     client.delete(KEYS.accounting)
@@ -346,7 +347,11 @@ def test_export_db_and_pop_db_round_trip_all_or_none(
     dave = orjson.loads(ok(capsys, "account", "view-user", "dave", "--json"))
     assert dave["associations"][0]["shares"] == 1
     assert dave["associations"][0]["limits"]["max_running_jobs"] == 2
+    assert dave["associations"][0]["limits"]["max_active_jobs"] == 7  # the default
     assert dave["associations"][0]["limits"]["max_nodes"] == 3
+    carol = orjson.loads(ok(capsys, "account", "view-user", "carol", "--json"))
+    assert carol["associations"][0]["limits"] == {
+        "max_running_jobs": 5, "max_active_jobs": 7, "max_nodes": None, "max_cores": None}
     count = client.xlen(KEYS.accounting)
     bad = tmp_path / "bad.csv"
     for text, message in [("erin,1005,chem\nfrank,1006,nope\n", "bad.csv line 2: no bank"),
@@ -427,3 +432,18 @@ def test_update_usage_waits_for_the_fold_and_says_why_not(
     assert "usage is up to date" in ok(capsys, "account", "update-usage", "--timeout=0")
     code, _out, err = run(capsys, "account", "update-usage", "--timeout=nan")
     assert code == 1 and "--timeout" in err
+
+
+def test_add_user_limits_default_as_flux_accountings(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    limits = {a["bank"]: a["limits"] for a in orjson.loads(
+        ok(capsys, "account", "view-user", "alice", "--json"))["associations"]}
+    assert limits["physics"] == {"max_running_jobs": 5, "max_active_jobs": 7,
+                                 "max_nodes": None, "max_cores": None}
+    ok(capsys, "account", "add-user", "--username=erin", "--userid=1005", "--bank=chem",
+       "--max-running-jobs=-1", "--max-active-jobs=20")
+    [erin] = orjson.loads(ok(capsys, "account", "view-user", "erin", "--json"))[
+        "associations"]
+    assert erin["limits"]["max_running_jobs"] is None
+    assert erin["limits"]["max_active_jobs"] == 20

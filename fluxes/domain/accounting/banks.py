@@ -43,6 +43,9 @@ MAX_UID: Final = 2**32 - 2
 MAX_COUNT: Final = 2**31 - 1
 #: The limit names, as the options spell them (``--max-running-jobs``...).
 LIMIT_NAMES: Final = ("max_running_jobs", "max_active_jobs", "max_nodes", "max_cores")
+#: What ``add-user`` (and ``pop-db``'s blank columns) give a new association, as
+#: flux-accounting does; ``-1`` on the command line is no limit.
+DEFAULT_USER_LIMITS: Final = {"max_running_jobs": 5, "max_active_jobs": 7}
 #: The multi-factor priority factors whose weight ``edit-factor`` sets.
 FACTOR_NAMES: Final = ("fairshare", "age", "job_size", "queue", "urgency")
 

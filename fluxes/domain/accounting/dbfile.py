@@ -5,7 +5,8 @@ fluxes's bank limits ``MaxRunningJobs,MaxActiveJobs,MaxNodes,MaxCores``.
 ``users.csv``: ``Username,UserID,Bank,Shares,MaxRunningJobs,MaxActiveJobs,MaxNodes,Queues``
 (flux-accounting's), then ``MaxCores``. A header row is written and, when a
 file has one, passed over; the columns after the required ones may be left out
-or blank (a blank shares: 1; a blank limit or ``-1``: no limit). A user's first
+or blank (a blank shares: 1; a blank limit: none for a bank, flux-accounting's default
+for a user, 5 running and 7 active jobs; ``-1``: no limit, what export writes). A user's first
 row names their default bank, as a user's first ``add-user`` does.
 
 Reading gives the ``add-bank`` / ``add-user`` events the rows stand for, each
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from fluxes.domain.accounting.banks import (
+    DEFAULT_USER_LIMITS,
     AccountError,
     AccountEvent,
     Accounts,
@@ -38,8 +40,8 @@ _USER_LIMITS: Final = (("max_running_jobs", 4), ("max_active_jobs", 5), ("max_no
                        ("max_cores", 8))
 
 
-def _limit(value: int | None) -> str:
-    return "" if value is None else str(value)
+def _limit(value: int | None, blank: str = "") -> str:
+    return blank if value is None else str(value)
 
 
 def _write(rows: Iterable[Sequence[object]]) -> str:
@@ -68,9 +70,10 @@ def export_users(accounts: Accounts) -> str:
                                    a.bank))
     for a in assocs:
         limits = dict(a.limits.items())
+        # -1, not blank, for no limit: a blank is flux-accounting's default to pop-db
         rows.append([a.username, a.userid, a.bank, a.shares,
-                     *(_limit(limits[name]) for name, _i in _USER_LIMITS[:3]), "",
-                     _limit(limits["max_cores"])])
+                     *(_limit(limits[name], "-1") for name, _i in _USER_LIMITS[:3]), "",
+                     _limit(limits["max_cores"], "-1")])
     return _write(rows)
 
 
@@ -100,14 +103,14 @@ def _int(text: str, where: str, what: str, default: int | None) -> int | None:
             from None
 
 
-def _limits(cells: list[str], where: str, columns: Sequence[tuple[str, int]]
-            ) -> dict[str, int | None]:
-    out: dict[str, int | None] = {}
+def _limits(cells: list[str], where: str, columns: Sequence[tuple[str, int]],
+            defaults: Mapping[str, int] | None = None) -> dict[str, int | None]:
+    out: dict[str, int | None] = dict(defaults or {})
     for name, index in columns:
         value = _int(cells[index] if index < len(cells) else "", where,
                      name.replace("_", "-"), None)
-        if value is not None and value != -1:
-            out[name] = value
+        if value is not None:
+            out[name] = None if value == -1 else value
     return out
 
 
@@ -147,7 +150,8 @@ def user_events(text: str, what: str, timestamp: float) -> list[tuple[int, Accou
         assert shares is not None
         out.append((number, UserAdd(timestamp=timestamp, username=cells[0], userid=userid,
                                     bank=cells[2], shares=shares,
-                                    limits=_limits(cells, where, _USER_LIMITS))))
+                                    limits=_limits(cells, where, _USER_LIMITS,
+                                                   DEFAULT_USER_LIMITS))))
     return out
 
 
