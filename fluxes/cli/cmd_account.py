@@ -206,6 +206,37 @@ def register(subparsers: Any) -> None:
                    help="give up after SECONDS (default 10)")
     p.set_defaults(func=_update_usage)
 
+    p = sub.add_parser("add-queue", **help_with_example(
+        "Give QUEUE a priority: the multi-factor queue factor's value (over\n"
+        "[accounting.queue-priority]). Instance owner only.",
+        ["fluxes account add-queue debug --priority=10"]))
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--priority", type=int, default=0, metavar="N", help="default 0")
+    p.set_defaults(func=_owner_only(_queue_change), queue_change="add-queue")
+
+    p = sub.add_parser("edit-queue", **help_with_example(
+        "Change a queue's priority. Instance owner only.",
+        ["fluxes account edit-queue debug --priority=20"]))
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--priority", type=int, required=True, metavar="N")
+    p.set_defaults(func=_owner_only(_queue_change), queue_change="edit-queue")
+
+    p = sub.add_parser("delete-queue", **help_with_example(
+        "Remove a queue's priority (the configuration's applies again). Instance owner only.",
+        ["fluxes account delete-queue debug"]))
+    p.add_argument("queue", metavar="QUEUE")
+    p.set_defaults(func=_owner_only(_queue_change), queue_change="delete-queue")
+
+    for name, what in (("view-queue", "one queue's"), ("list-queues", "every queue's")):
+        p = sub.add_parser(name, **help_with_example(
+            f"Show {what} priority in effect and its source (add-queue or the configuration).",
+            [f"fluxes account {name}" + (" debug" if name == "view-queue" else ""),
+             f"fluxes account {name} --json" + (" debug" if name == "view-queue" else "")]))
+        if name == "view-queue":
+            p.add_argument("queue", metavar="QUEUE")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=_view_queues)
+
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
         "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
@@ -504,6 +535,50 @@ def _update_usage(args: argparse.Namespace) -> int:
         time.sleep(0.05)
     print(f"usage is up to date ({inst.keys.partitions} partition"
           f"{'s' if inst.keys.partitions != 1 else ''})")
+    return 0
+
+
+def _queue_change(args: argparse.Namespace) -> int:
+    """Append add-queue, edit-queue or delete-queue."""
+    from fluxes.domain.accounting.banks import QueueAdd, QueueDelete, QueueEdit
+
+    now = time.time()
+    event: AccountEvent
+    if args.queue_change == "add-queue":
+        event = QueueAdd(timestamp=now, queue=args.queue, priority=args.priority)
+    elif args.queue_change == "edit-queue":
+        event = QueueEdit(timestamp=now, queue=args.queue, priority=args.priority)
+    else:
+        event = QueueDelete(timestamp=now, queue=args.queue)
+    _append(args, lambda _a: event)
+    return 0
+
+
+def _view_queues(args: argparse.Namespace) -> int:
+    """Queue priorities in effect: add-queue's over the configuration's."""
+    from fluxes.cli.display import table
+
+    inst = instance(args)
+    added = _accounts(args).queues
+    configured = inst.config().accounting.weights.queue_priority
+    rows: list[dict[str, Any]] = [
+        {"queue": q, "priority": added.get(q, configured.get(q)),
+         "source": "add-queue" if q in added else "config"}
+        for q in sorted({*added, *configured})]
+    if getattr(args, "queue", None) is not None:
+        rows = [r for r in rows if r["queue"] == args.queue]
+        if not rows:
+            die(f"no queue {args.queue!r}")
+        if args.json:
+            print_json(rows[0])
+            return 0
+    elif args.json:
+        print_json({"queues": rows})
+        return 0
+    for line in table(("QUEUE", "PRIORITY", "SOURCE"),
+                      [[r["queue"], str(r["priority"]), r["source"]] for r in rows],
+                      right=frozenset({1})):
+        print(line)
     return 0
 
 

@@ -130,7 +130,7 @@ def test_only_the_owner_changes_accounting(client: redis.Redis,
 
 
 def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free: float | None,
-              bank: str = "", ncores: int = 2) -> None:
+              bank: str = "", ncores: int = 2, queue: str = "") -> None:
     """A job through its life: allocated at t_alloc, freed at t_free (None: running)."""
     store = EventStore(client, KEYS)
     client.set(KEYS.jm_fence(0), "1")
@@ -138,6 +138,8 @@ def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free:
     extra: dict[str, Any] = {"name": "j", "ncores": ncores, "nnodes": 1, "ngpus": 0}
     if bank:
         extra["bank"] = bank
+    if queue:
+        extra["queue"] = queue
     batch.append(KEYS.eventlog(jobid), jobid, 0, [
         ev.decode("submit", T, {"urgency": 16, "userid": uid, "flags": 0, "version": 1}),
         ev.decode("validate", T)], [extra, None])
@@ -447,3 +449,37 @@ def test_add_user_limits_default_as_flux_accountings(
         "associations"]
     assert erin["limits"]["max_running_jobs"] is None
     assert erin["limits"]["max_active_jobs"] == 20
+
+
+def test_queues_give_the_queue_factor_its_priorities(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    client.hset(KEYS.instance, "config", '[accounting]\nhalf-life = "0"\n'
+                '[accounting.queue-priority]\nbatch = 1\ndebug = 4\n')
+    setup_banks(capsys)
+    ok(capsys, "account", "add-queue", "urgent", "--priority=8")
+    ok(capsys, "account", "add-queue", "debug", "--priority=2")
+    assert orjson.loads(ok(capsys, "account", "list-queues", "--json"))["queues"] == [
+        {"queue": "batch", "priority": 1, "source": "config"},
+        {"queue": "debug", "priority": 2, "source": "add-queue"},
+        {"queue": "urgent", "priority": 8, "source": "add-queue"}]
+    ok(capsys, "account", "edit-queue", "urgent", "--priority=16")
+    assert orjson.loads(ok(capsys, "account", "view-queue", "urgent", "--json")) == \
+        {"queue": "urgent", "priority": 16, "source": "add-queue"}
+    ok(capsys, "account", "delete-queue", "debug")
+    text = ok(capsys, "account", "list-queues").splitlines()
+    assert text[0].split() == ["QUEUE", "PRIORITY", "SOURCE"]
+    assert ["debug", "4", "config"] in [line.split() for line in text]
+    # the multi-factor queue factor: the job's queue's priority over the largest one
+    write_job(client, 1, 1001, T + 10, None, queue="debug")
+    rebuild_joblist(client, KEYS)
+    shown = orjson.loads(ok(capsys, "job", "priority", "1", "--json"))
+    assert shown["factors"]["queue"]["factor"] == pytest.approx(4 / 16)
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["add-queue", "urgent"], "queue urgent already exists"),
+                          (["edit-queue", "nope", "--priority=1"], "no queue 'nope'"),
+                          (["add-queue", "x", "--priority=-1"], "expected an integer"),
+                          (["add-queue", "b@d"], "bad queue name"),
+                          (["view-queue", "nope"], "no queue 'nope'")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
+    assert client.xlen(KEYS.accounting) == count

@@ -9,10 +9,11 @@ bank they were added to unless changed, which jobs submitted without
 
 Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
 ``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, ``clear-usage``,
-flux-accounting's command names) kept in the instance's admin stream;
-:func:`apply` is the transition, a pure function that returns new :class:`Accounts` or raises
-:class:`AccountError` (leaving the old state untouched), so the stream
-replays (:func:`replay`) to the same state everywhere. Deleting marks banks
+``add-queue``, ``edit-queue``, ``delete-queue``, flux-accounting's command names)
+kept in the instance's admin stream; :func:`apply` is the transition, a pure
+function that returns new :class:`Accounts` or raises :class:`AccountError`
+(leaving the old state untouched), so the stream replays (:func:`replay`) to the
+same state everywhere. Deleting marks banks
 and associations inactive, as flux-accounting does: usage stays attributed,
 and adding them again reactivates them.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Final, NamedTuple
 
@@ -86,6 +87,14 @@ def check_uid(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UID:
         raise AccountError(f"userid: expected an integer 0-{MAX_UID}, got {_show(value)}")
     return value
+
+
+def check_queue_name(name: object) -> str:
+    """``name`` if it can name a queue (as a bank name); AccountError if not."""
+    if not isinstance(name, str) or not BANK_NAME.fullmatch(name):
+        raise AccountError(f"bad queue name {_show(name)}: use letters, digits, '_', '.', "
+                           "'+', '-' (at most 64, not starting with '.', '+' or '-')")
+    return name
 
 
 def check_factor(name: object) -> str:
@@ -232,6 +241,9 @@ class Accounts:
     default_banks: Mapping[str, str] = field(default_factory=dict)
     #: factor -> weight set by ``edit-factor``: over ``[accounting.weights]``
     weights: Mapping[str, int] = field(default_factory=dict)
+    #: queue -> its ``add-queue --priority`` (active queues only; over
+    #: ``[accounting.queue-priority]``)
+    queues: Mapping[str, int] = field(default_factory=dict)
     #: (uid, bank) -> the latest ``clear-usage`` of it: (time, half-life, its decayed
     #: core-, gpu- and node-seconds then), what fair share no longer counts
     cleared: Mapping[tuple[int, str], Cleared] = field(default_factory=dict)
@@ -457,9 +469,45 @@ class UsageClear(AccountEvent):
                 "usage": {k: list(v) for k, v in self.usage.items()}}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueAdd(AccountEvent):
+    """``add-queue QUEUE [--priority=N]``: the queue's priority, the multi-factor queue
+    factor's value (over ``[accounting.queue-priority]``)."""
+
+    kind: ClassVar[str] = "add-queue"
+    queue: str
+    priority: int = 0
+
+    def _fields(self) -> dict[str, Any]:
+        return {"queue": self.queue, "priority": self.priority}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueEdit(AccountEvent):
+    """``edit-queue QUEUE --priority=N``."""
+
+    kind: ClassVar[str] = "edit-queue"
+    queue: str
+    priority: int
+
+    def _fields(self) -> dict[str, Any]:
+        return {"queue": self.queue, "priority": self.priority}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDelete(AccountEvent):
+    """``delete-queue QUEUE``: its priority is the configuration's again."""
+
+    kind: ClassVar[str] = "delete-queue"
+    queue: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"queue": self.queue}
+
+
 _KINDS: Final[dict[str, type[AccountEvent]]] = {
     cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete,
-                              FactorEdit, UsageClear)}
+                              FactorEdit, UsageClear, QueueAdd, QueueEdit, QueueDelete)}
 #: Every admin event kind.
 EVENT_KINDS: Final = tuple(_KINDS)
 
@@ -489,34 +537,29 @@ def event_from_dict(obj: object) -> AccountEvent:
     return event
 
 
+def _check_bank_list(value: object) -> None:
+    if not isinstance(value, list | tuple) or not value:
+        raise AccountError(f"banks: expected a list of bank names, got {_show(value)}")
+    for bank in value:
+        check_bank_name(bank)
+
+
+#: The check of each event field, by name.
+_FIELD_CHECKS: Final[dict[str, Callable[[Any], object]]] = {
+    "bank": check_bank_name, "parent": check_bank_name, "default_bank": check_bank_name,
+    "username": check_user_name, "userid": check_uid,
+    "shares": lambda value: check_count(value, "shares"), "limits": check_limit_changes,
+    "factor": check_factor, "weight": check_weight, "queue": check_queue_name,
+    "priority": check_weight, "banks": _check_bank_list, "half_life": _check_time,
+    "usage": _cleared_usage}
+
+
 def _check_fields(event: AccountEvent) -> None:
     """Types of every field (names, counts, uids); AccountError naming the bad one."""
     for name, value in event.to_dict().items():
-        if value is None or name in ("kind", "timestamp"):
-            continue
-        if name in ("bank", "parent", "default_bank"):
-            check_bank_name(value)
-        elif name == "username":
-            check_user_name(value)
-        elif name == "userid":
-            check_uid(value)
-        elif name == "shares":
-            check_count(value, "shares")
-        elif name == "limits":
-            check_limit_changes(value)
-        elif name == "factor":
-            check_factor(value)
-        elif name == "weight":
-            check_weight(value)
-        elif name == "banks":
-            if not isinstance(value, list | tuple) or not value:
-                raise AccountError(f"banks: expected a list of bank names, got {_show(value)}")
-            for bank in value:
-                check_bank_name(bank)
-        elif name == "half_life":
-            _check_time(value)
-        elif name == "usage":
-            _cleared_usage(value)
+        check = _FIELD_CHECKS.get(name)
+        if value is not None and check is not None:
+            check(value)
 
 
 # ---------------------------------------------------------------- the fold
@@ -554,7 +597,7 @@ def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
     return Accounts(banks if banks is not None else accounts.banks,
                     associations if associations is not None else accounts.associations,
                     default_banks if default_banks is not None else accounts.default_banks,
-                    accounts.weights, accounts.cleared)
+                    accounts.weights, accounts.queues, accounts.cleared)
 
 
 def _defaults_after(associations: Mapping[tuple[str, str], Association],
@@ -691,7 +734,7 @@ def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
 def _edit_factor(event: FactorEdit, accounts: Accounts) -> Accounts:
     weights = {**accounts.weights, check_factor(event.factor): event.weight}
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights,
-                    accounts.cleared)
+                    accounts.queues, accounts.cleared)
 
 
 @_transition.register
@@ -702,4 +745,31 @@ def _clear_usage(event: UsageClear, accounts: Accounts) -> Accounts:
     for key, figures in _cleared_usage(event.usage).items():
         cleared[key] = Cleared(event.timestamp, event.half_life, figures)
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
-                    accounts.weights, cleared)
+                    accounts.weights, accounts.queues, cleared)
+
+
+def _with_queues(accounts: Accounts, queues: Mapping[str, int]) -> Accounts:
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
+                    accounts.weights, queues, accounts.cleared)
+
+
+@_transition.register
+def _add_queue(event: QueueAdd, accounts: Accounts) -> Accounts:
+    if event.queue in accounts.queues:
+        raise AccountError(f"queue {event.queue} already exists")
+    return _with_queues(accounts, {**accounts.queues, event.queue: event.priority})
+
+
+@_transition.register
+def _edit_queue(event: QueueEdit, accounts: Accounts) -> Accounts:
+    if event.queue not in accounts.queues:
+        raise AccountError(f"no queue {event.queue!r}")
+    return _with_queues(accounts, {**accounts.queues, event.queue: event.priority})
+
+
+@_transition.register
+def _delete_queue(event: QueueDelete, accounts: Accounts) -> Accounts:
+    if event.queue not in accounts.queues:
+        raise AccountError(f"no queue {event.queue!r}")
+    return _with_queues(accounts, {k: v for k, v in accounts.queues.items()
+                                   if k != event.queue})
