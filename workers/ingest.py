@@ -714,7 +714,7 @@ class IngestWorker(Worker):
         want = info.get("bank")
         pending = HeldJob(uid, want if isinstance(want, str) else None, False,
                           _int(info.get("nnodes")), _int(info.get("ncores")))
-        assoc = check_submit(accounts, held, user, pending)
+        assoc = check_submit(accounts, held, user, pending, job.queue)
         if assoc is None:
             return job
         held.add(accounts, pending._replace(bank=assoc.bank))

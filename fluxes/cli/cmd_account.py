@@ -91,6 +91,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--userid", type=int, default=None,
                    help="the user's uid (default: from 'fluxes admin users' or this machine)")
     p.add_argument("--shares", type=int, default=1, help="shares of the bank (default 1)")
+    p.add_argument("--queues", type=_queue_list, default=None, metavar="Q1,Q2",
+                   help="the queues its jobs may use (default: every queue)")
     _limit_options(p)
     p.set_defaults(func=_owner_only(_add_user))
 
@@ -105,6 +107,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--userid", type=int, default=None)
     p.add_argument("--shares", type=int, default=None)
     p.add_argument("--default-bank", default=None, metavar="BANK")
+    p.add_argument("--queues", type=_queue_list, default=None, metavar="Q1,Q2",
+                   help="the queues its jobs may use ('': every queue)")
     _limit_options(p)
     p.set_defaults(func=_owner_only(_edit_user))
 
@@ -263,6 +267,11 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_share)
 
 
+def _queue_list(text: str) -> list[str]:
+    """argparse type of ``--queues``: comma-separated queue names ('' for none)."""
+    return [q.strip() for q in text.split(",") if q.strip()]
+
+
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     for option, dest, what in _LIMIT_OPTIONS:
         parser.add_argument(option, dest=dest, type=int, default=None, metavar="N",
@@ -379,7 +388,7 @@ def _add_user(args: argparse.Namespace) -> int:
     limits = {**DEFAULT_USER_LIMITS, **_limits(args)}
     _append(args, lambda _a: UserAdd(timestamp=time.time(), username=args.username,
                                      userid=userid, bank=args.bank, shares=args.shares,
-                                     limits=limits))
+                                     limits=limits, queues=args.queues))
     return 0
 
 
@@ -389,12 +398,13 @@ def _edit_user(args: argparse.Namespace) -> int:
 
     limits = _limits(args)
     if args.userid is None and args.shares is None and args.default_bank is None \
-            and not limits:
-        die("edit-user: nothing to change (give --userid, --shares, --default-bank or a "
-            "limit)")
+            and args.queues is None and not limits:
+        die("edit-user: nothing to change (give --userid, --shares, --default-bank, "
+            "--queues or a limit)")
     _append(args, lambda _a: UserEdit(timestamp=time.time(), username=args.username,
                                       bank=args.bank, userid=args.userid, shares=args.shares,
-                                      default_bank=args.default_bank, limits=limits))
+                                      default_bank=args.default_bank, limits=limits,
+                                      queues=args.queues))
     return 0
 
 
@@ -599,7 +609,8 @@ def _limit_text(value: int | None) -> str:
 def _assoc_obj(accounts: Accounts, assoc: Association) -> dict[str, Any]:
     return {"username": assoc.username, "userid": assoc.userid, "bank": assoc.bank,
             "default_bank": accounts.default_banks.get(assoc.username), "active": assoc.active,
-            "shares": assoc.shares, "limits": dict(assoc.limits.items())}
+            "shares": assoc.shares, "limits": dict(assoc.limits.items()),
+            "queues": list(assoc.queues)}
 
 
 def _bank_obj(bank: Bank) -> dict[str, Any]:

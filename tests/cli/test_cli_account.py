@@ -358,7 +358,7 @@ def test_export_db_and_pop_db_round_trip_all_or_none(
     bad = tmp_path / "bad.csv"
     for text, message in [("erin,1005,chem\nfrank,1006,nope\n", "bad.csv line 2: no bank"),
                           ("erin,x,chem\n", "bad.csv line 1: userid: expected an integer"),
-                          ("erin,1005,chem,1,,,,batch\n", "queues"),
+                          ("erin,1005,chem,1,,,,batch\n", "no queue 'batch'"),
                           ("erin,1005\n", "the first three required"),
                           ("erin,1005,chem\nerin,1005,chem\n",
                            "bad.csv line 2: user erin is in bank chem already")]:
@@ -483,3 +483,36 @@ def test_queues_give_the_queue_factor_its_priorities(
         code, _out, err = run(capsys, "account", *argv)
         assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
     assert client.xlen(KEYS.accounting) == count
+
+
+def test_association_queues_limit_where_its_jobs_go(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    from fluxes.domain.accounting.limits import HeldJob, Holdings, check_submit
+    from fluxes.store.accounting import load_accounts
+
+    setup_banks(capsys)
+    code, _out, err = run(capsys, "account", "edit-user", "bob", "--queues=batch")
+    assert code == 1 and "no queue 'batch': add it with" in err
+    ok(capsys, "account", "add-queue", "batch")
+    ok(capsys, "account", "add-queue", "debug")
+    ok(capsys, "account", "add-user", "--username=carol", "--userid=1003", "--bank=chem",
+       "--queues=batch,debug")
+    ok(capsys, "account", "edit-user", "bob", "--queues=debug")
+    [bob] = orjson.loads(ok(capsys, "account", "view-user", "bob", "--json"))["associations"]
+    assert bob["queues"] == ["debug"]
+    accounts = load_accounts(client, KEYS)
+    job = HeldJob(1002, None, False, 1, 1)
+    assert check_submit(accounts, Holdings(), "bob", job, "debug") is not None
+    assert check_submit(accounts, Holdings(), "bob", job, None) is not None
+    with pytest.raises(ValueError, match="bob/chem may not use queue batch "
+                                         r"\(its queues: debug\)"):
+        check_submit(accounts, Holdings(), "bob", job, "batch")
+    # alice names no queues: every queue
+    assert check_submit(accounts, Holdings(), "alice", HeldJob(1001, None, False, 1, 1),
+                        "batch") is not None
+    ok(capsys, "account", "edit-user", "bob", "--queues=")
+    [bob] = orjson.loads(ok(capsys, "account", "view-user", "bob", "--json"))["associations"]
+    assert bob["queues"] == []
+    users = tmp_path / "u.csv"
+    ok(capsys, "account", "export-db", "-u", str(users), "-b", str(tmp_path / "b.csv"))
+    assert "carol,1003,chem,1,5,7,-1,\"batch,debug\",-1" in users.read_text().splitlines()

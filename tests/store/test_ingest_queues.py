@@ -56,6 +56,22 @@ class QueueStateContract:
                                                 "owner_uid": 1000, "config": CONFIG})
         return Instance(InstanceURI("redis://unused", NS), client=client)
 
+    def test_an_association_with_queues_submits_only_to_them(
+            self, instance: Instance) -> None:
+        from fluxes.domain.accounting.banks import BankAdd, QueueAdd, UserAdd
+
+        worker = IngestWorker(instance, name="ingest-a")
+        worker.setup()
+        t = time.time()
+        for event in (BankAdd(timestamp=t, bank="root"), QueueAdd(timestamp=t, queue="debug"),
+                      UserAdd(timestamp=t, username="me", userid=1000, bank="root",
+                              queues=["debug"])):
+            instance.redis.xadd(instance.keys.accounting,
+                                {"d": orjson.dumps(event.to_dict())})
+        assert "id" in submit(instance, worker, "debug")
+        assert submit(instance, worker, "batch") == {
+            "error": "me/root may not use queue batch (its queues: debug)"}
+
     def test_disable_then_submit_is_refused_and_enable_then_submit_accepted(
             self, instance: Instance) -> None:
         worker = IngestWorker(instance, name="ingest-a")

@@ -216,6 +216,8 @@ class Association:
     shares: int = 1
     limits: Limits = NO_LIMITS
     active: bool = True
+    #: the queues its jobs may use (``--queues``; empty: every queue)
+    queues: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -402,10 +404,12 @@ class UserAdd(AccountEvent):
     bank: str
     shares: int = 1
     limits: Mapping[str, int | None] = field(default_factory=dict)
+    queues: Sequence[str] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {"username": self.username, "userid": self.userid, "bank": self.bank,
-                "shares": self.shares, "limits": dict(self.limits)}
+                "shares": self.shares, "limits": dict(self.limits),
+                "queues": None if self.queues is None else list(self.queues)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -420,11 +424,13 @@ class UserEdit(AccountEvent):
     shares: int | None = None
     default_bank: str | None = None
     limits: Mapping[str, int | None] = field(default_factory=dict)
+    queues: Sequence[str] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {"username": self.username, "bank": self.bank, "userid": self.userid,
                 "shares": self.shares, "default_bank": self.default_bank,
-                "limits": dict(self.limits)}
+                "limits": dict(self.limits),
+                "queues": None if self.queues is None else list(self.queues)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -537,6 +543,20 @@ def event_from_dict(obj: object) -> AccountEvent:
     return event
 
 
+def _check_queue_list(value: object) -> None:
+    if not isinstance(value, list | tuple):
+        raise AccountError(f"queues: expected a list of queue names, got {_show(value)}")
+    for queue in value:
+        check_queue_name(queue)
+
+
+def _known_queues(accounts: Accounts, queues: Sequence[str] | None) -> None:
+    for queue in queues or ():
+        if queue not in accounts.queues:
+            raise AccountError(f"no queue {queue!r}: add it with 'fluxes account add-queue "
+                               f"{queue}'")
+
+
 def _check_bank_list(value: object) -> None:
     if not isinstance(value, list | tuple) or not value:
         raise AccountError(f"banks: expected a list of bank names, got {_show(value)}")
@@ -550,8 +570,8 @@ _FIELD_CHECKS: Final[dict[str, Callable[[Any], object]]] = {
     "username": check_user_name, "userid": check_uid,
     "shares": lambda value: check_count(value, "shares"), "limits": check_limit_changes,
     "factor": check_factor, "weight": check_weight, "queue": check_queue_name,
-    "priority": check_weight, "banks": _check_bank_list, "half_life": _check_time,
-    "usage": _cleared_usage}
+    "priority": check_weight, "banks": _check_bank_list, "queues": _check_queue_list,
+    "half_life": _check_time, "usage": _cleared_usage}
 
 
 def _check_fields(event: AccountEvent) -> None:
@@ -684,8 +704,9 @@ def _add_user(event: UserAdd, accounts: Accounts) -> Accounts:
                                f"{event.userid}")
         if assoc.userid == event.userid and assoc.username != event.username:
             raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
+    _known_queues(accounts, event.queues)
     assoc = Association(event.username, event.userid, event.bank, event.shares,
-                        NO_LIMITS.changed(event.limits))
+                        NO_LIMITS.changed(event.limits), queues=tuple(event.queues or ()))
     associations = {**accounts.associations, key: assoc}
     defaults = dict(accounts.default_banks)
     defaults.setdefault(event.username, event.bank)
@@ -704,11 +725,13 @@ def _edit_user(event: UserEdit, accounts: Accounts) -> Accounts:
         for assoc in accounts.associations.values():
             if assoc.userid == event.userid and assoc.username != event.username:
                 raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
+    _known_queues(accounts, event.queues)
     associations = dict(accounts.associations)
     for assoc in targets:
         associations[(assoc.username, assoc.bank)] = replace(
             assoc, shares=assoc.shares if event.shares is None else event.shares,
-            limits=assoc.limits.changed(event.limits))
+            limits=assoc.limits.changed(event.limits),
+            queues=assoc.queues if event.queues is None else tuple(event.queues))
     if event.userid is not None:
         # a uid is the user's, not the association's: every association follows
         for key, assoc in accounts.associations.items():

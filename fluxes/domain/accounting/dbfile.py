@@ -72,7 +72,8 @@ def export_users(accounts: Accounts) -> str:
         limits = dict(a.limits.items())
         # -1, not blank, for no limit: a blank is flux-accounting's default to pop-db
         rows.append([a.username, a.userid, a.bank, a.shares,
-                     *(_limit(limits[name], "-1") for name, _i in _USER_LIMITS[:3]), "",
+                     *(_limit(limits[name], "-1") for name, _i in _USER_LIMITS[:3]),
+                     ",".join(a.queues),
                      _limit(limits["max_cores"], "-1")])
     return _write(rows)
 
@@ -143,15 +144,15 @@ def user_events(text: str, what: str, timestamp: float) -> list[tuple[int, Accou
         userid = _int(cells[1], where, "userid", None)
         if userid is None:
             raise AccountError(f"{where}: userid is required")
-        if len(cells) > 7 and cells[7]:
-            raise AccountError(f"{where}: queues: fluxes has no per-association queues "
-                               "(leave the column empty)")
+        queues = [q.strip() for q in cells[7].split(",") if q.strip()] \
+            if len(cells) > 7 else []
         shares = _int(cells[3] if len(cells) > 3 else "", where, "shares", 1)
         assert shares is not None
         out.append((number, UserAdd(timestamp=timestamp, username=cells[0], userid=userid,
                                     bank=cells[2], shares=shares,
                                     limits=_limits(cells, where, _USER_LIMITS,
-                                                   DEFAULT_USER_LIMITS))))
+                                                   DEFAULT_USER_LIMITS),
+                                    queues=queues or None)))
     return out
 
 
