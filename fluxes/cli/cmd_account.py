@@ -93,6 +93,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--shares", type=int, default=1, help="shares of the bank (default 1)")
     p.add_argument("--queues", type=_queue_list, default=None, metavar="Q1,Q2",
                    help="the queues its jobs may use (default: every queue)")
+    p.add_argument("--projects", type=_queue_list, default=None, metavar="P1,P2",
+                   help="its projects, the first its default ('*' is always one)")
     _limit_options(p)
     p.set_defaults(func=_owner_only(_add_user))
 
@@ -109,6 +111,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--default-bank", default=None, metavar="BANK")
     p.add_argument("--queues", type=_queue_list, default=None, metavar="Q1,Q2",
                    help="the queues its jobs may use ('': every queue)")
+    p.add_argument("--projects", type=_queue_list, default=None, metavar="P1,P2",
+                   help="its projects, the first its default ('*' is always one)")
     _limit_options(p)
     p.set_defaults(func=_owner_only(_edit_user))
 
@@ -240,6 +244,25 @@ def register(subparsers: Any) -> None:
             p.add_argument("queue", metavar="QUEUE")
         p.add_argument("--json", action="store_true")
         p.set_defaults(func=_view_queues)
+
+    p = sub.add_parser("add-project", **help_with_example(
+        "Add a project associations may list (--projects) and jobs name\n"
+        "(--setattr=system.project=NAME). Instance owner only.",
+        ["fluxes account add-project bronze"]))
+    p.add_argument("project", metavar="PROJECT")
+    p.set_defaults(func=_owner_only(_project_change), project_change="add-project")
+
+    p = sub.add_parser("delete-project", **help_with_example(
+        "Remove a project no association lists. Instance owner only.",
+        ["fluxes account delete-project bronze"]))
+    p.add_argument("project", metavar="PROJECT")
+    p.set_defaults(func=_owner_only(_project_change), project_change="delete-project")
+
+    p = sub.add_parser("list-projects", **help_with_example(
+        "List the projects ('*', every association's, first).",
+        ["fluxes account list-projects", "fluxes account list-projects --json"]))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_list_projects)
 
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
@@ -388,7 +411,8 @@ def _add_user(args: argparse.Namespace) -> int:
     limits = {**DEFAULT_USER_LIMITS, **_limits(args)}
     _append(args, lambda _a: UserAdd(timestamp=time.time(), username=args.username,
                                      userid=userid, bank=args.bank, shares=args.shares,
-                                     limits=limits, queues=args.queues))
+                                     limits=limits, queues=args.queues,
+                                     projects=args.projects))
     return 0
 
 
@@ -398,13 +422,13 @@ def _edit_user(args: argparse.Namespace) -> int:
 
     limits = _limits(args)
     if args.userid is None and args.shares is None and args.default_bank is None \
-            and args.queues is None and not limits:
+            and args.queues is None and args.projects is None and not limits:
         die("edit-user: nothing to change (give --userid, --shares, --default-bank, "
-            "--queues or a limit)")
+            "--queues, --projects or a limit)")
     _append(args, lambda _a: UserEdit(timestamp=time.time(), username=args.username,
                                       bank=args.bank, userid=args.userid, shares=args.shares,
                                       default_bank=args.default_bank, limits=limits,
-                                      queues=args.queues))
+                                      queues=args.queues, projects=args.projects))
     return 0
 
 
@@ -592,6 +616,30 @@ def _view_queues(args: argparse.Namespace) -> int:
     return 0
 
 
+def _project_change(args: argparse.Namespace) -> int:
+    """Append add-project or delete-project."""
+    from fluxes.domain.accounting.banks import ProjectAdd, ProjectDelete
+
+    now = time.time()
+    cls = ProjectAdd if args.project_change == "add-project" else ProjectDelete
+    _append(args, lambda _a: cls(timestamp=now, project=args.project))
+    return 0
+
+
+def _list_projects(args: argparse.Namespace) -> int:
+    """Every project, '*' first."""
+    from fluxes.domain.accounting.banks import ANY_PROJECT
+
+    projects = [ANY_PROJECT, *sorted(_accounts(args).projects)]
+    if args.json:
+        print_json({"projects": projects})
+        return 0
+    print("PROJECT")
+    for name in projects:
+        print(name)
+    return 0
+
+
 # ---------------------------------------------------------------- views
 
 
@@ -610,7 +658,8 @@ def _assoc_obj(accounts: Accounts, assoc: Association) -> dict[str, Any]:
     return {"username": assoc.username, "userid": assoc.userid, "bank": assoc.bank,
             "default_bank": accounts.default_banks.get(assoc.username), "active": assoc.active,
             "shares": assoc.shares, "limits": dict(assoc.limits.items()),
-            "queues": list(assoc.queues)}
+            "queues": list(assoc.queues), "projects": [*assoc.projects, "*"],
+            "default_project": assoc.default_project}
 
 
 def _bank_obj(bank: Bank) -> dict[str, Any]:

@@ -516,3 +516,46 @@ def test_association_queues_limit_where_its_jobs_go(
     users = tmp_path / "u.csv"
     ok(capsys, "account", "export-db", "-u", str(users), "-b", str(tmp_path / "b.csv"))
     assert "carol,1003,chem,1,5,7,-1,\"batch,debug\",-1" in users.read_text().splitlines()
+
+
+def test_projects_as_flux_accounting_names_them(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    from fluxes.domain.accounting.limits import HeldJob, Holdings, check_submit
+    from fluxes.store.accounting import load_accounts
+
+    setup_banks(capsys)
+    code, _out, err = run(capsys, "account", "edit-user", "bob", "--projects=bronze")
+    assert code == 1 and "no project 'bronze': add it with" in err
+    ok(capsys, "account", "add-project", "bronze")
+    ok(capsys, "account", "add-project", "silver")
+    assert orjson.loads(ok(capsys, "account", "list-projects", "--json")) == \
+        {"projects": ["*", "bronze", "silver"]}
+    assert ok(capsys, "account", "list-projects").split() == ["PROJECT", "*", "bronze",
+                                                               "silver"]
+    ok(capsys, "account", "add-user", "--username=carol", "--userid=1003", "--bank=chem",
+       "--projects=silver,bronze")
+    [carol] = orjson.loads(ok(capsys, "account", "view-user", "carol", "--json"))[
+        "associations"]
+    assert carol["projects"] == ["silver", "bronze", "*"]
+    assert carol["default_project"] == "silver"
+    [bob] = orjson.loads(ok(capsys, "account", "view-user", "bob", "--json"))["associations"]
+    assert bob["projects"] == ["*"] and bob["default_project"] == "*"
+    accounts = load_accounts(client, KEYS)
+    job = HeldJob(1003, None, False, 1, 1)
+    for project in (None, "*", "bronze"):
+        assert check_submit(accounts, Holdings(), "carol", job, None, project) is not None
+    with pytest.raises(ValueError, match=r"carol/chem is not in project gold \(its "
+                                         r"projects: silver, bronze, \*\)"):
+        check_submit(accounts, Holdings(), "carol", job, None, "gold")
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["add-project", "bronze"], "project bronze already exists"),
+                          (["add-project", "*"], "project * already exists"),
+                          (["delete-project", "silver"], "listed by carol/chem"),
+                          (["delete-project", "gold"], "no project 'gold'")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert client.xlen(KEYS.accounting) == count
+    ok(capsys, "account", "edit-user", "carol", "--projects=")
+    ok(capsys, "account", "delete-project", "silver")
+    assert orjson.loads(ok(capsys, "account", "list-projects", "--json")) == \
+        {"projects": ["*", "bronze"]}

@@ -9,11 +9,12 @@ bank they were added to unless changed, which jobs submitted without
 
 Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
 ``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, ``clear-usage``,
-``add-queue``, ``edit-queue``, ``delete-queue``, flux-accounting's command names)
-kept in the instance's admin stream; :func:`apply` is the transition, a pure
-function that returns new :class:`Accounts` or raises :class:`AccountError`
-(leaving the old state untouched), so the stream replays (:func:`replay`) to the
-same state everywhere. Deleting marks banks
+``add-queue``, ``edit-queue``, ``delete-queue``, ``add-project``,
+``delete-project``, flux-accounting's command names) kept in the instance's admin
+stream; :func:`apply` is the transition, a pure function that returns new
+:class:`Accounts` or raises :class:`AccountError` (leaving the old state
+untouched), so the stream replays (:func:`replay`) to the same state everywhere.
+Deleting marks banks
 and associations inactive, as flux-accounting does: usage stays attributed,
 and adding them again reactivates them.
 
@@ -47,6 +48,8 @@ LIMIT_NAMES: Final = ("max_running_jobs", "max_active_jobs", "max_nodes", "max_c
 #: What ``add-user`` (and ``pop-db``'s blank columns) give a new association, as
 #: flux-accounting does; ``-1`` on the command line is no limit.
 DEFAULT_USER_LIMITS: Final = {"max_running_jobs": 5, "max_active_jobs": 7}
+#: The project every association has (flux-accounting's ``*``).
+ANY_PROJECT: Final = "*"
 #: The multi-factor priority factors whose weight ``edit-factor`` sets.
 FACTOR_NAMES: Final = ("fairshare", "age", "job_size", "queue", "urgency")
 
@@ -94,6 +97,15 @@ def check_queue_name(name: object) -> str:
     if not isinstance(name, str) or not BANK_NAME.fullmatch(name):
         raise AccountError(f"bad queue name {_show(name)}: use letters, digits, '_', '.', "
                            "'+', '-' (at most 64, not starting with '.', '+' or '-')")
+    return name
+
+
+def check_project_name(name: object) -> str:
+    """``name`` if it can name a project (``*`` or as a bank name); AccountError if not."""
+    if name != ANY_PROJECT and (not isinstance(name, str) or not BANK_NAME.fullmatch(name)):
+        raise AccountError(f"bad project name {_show(name)}: use letters, digits, '_', '.', "
+                           "'+', '-' (at most 64, not starting with '.', '+' or '-')")
+    assert isinstance(name, str)
     return name
 
 
@@ -218,6 +230,13 @@ class Association:
     active: bool = True
     #: the queues its jobs may use (``--queues``; empty: every queue)
     queues: tuple[str, ...] = ()
+    #: its projects (``--projects``), the first its default; ``*`` is always one
+    projects: tuple[str, ...] = ()
+
+    @property
+    def default_project(self) -> str:
+        """The project a job that names none is charged to (flux-accounting's)."""
+        return self.projects[0] if self.projects else ANY_PROJECT
 
     @property
     def label(self) -> str:
@@ -246,6 +265,8 @@ class Accounts:
     #: queue -> its ``add-queue --priority`` (active queues only; over
     #: ``[accounting.queue-priority]``)
     queues: Mapping[str, int] = field(default_factory=dict)
+    #: the projects added with ``add-project`` (``*`` is always one)
+    projects: frozenset[str] = frozenset()
     #: (uid, bank) -> the latest ``clear-usage`` of it: (time, half-life, its decayed
     #: core-, gpu- and node-seconds then), what fair share no longer counts
     cleared: Mapping[tuple[int, str], Cleared] = field(default_factory=dict)
@@ -405,11 +426,13 @@ class UserAdd(AccountEvent):
     shares: int = 1
     limits: Mapping[str, int | None] = field(default_factory=dict)
     queues: Sequence[str] | None = None
+    projects: Sequence[str] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {"username": self.username, "userid": self.userid, "bank": self.bank,
                 "shares": self.shares, "limits": dict(self.limits),
-                "queues": None if self.queues is None else list(self.queues)}
+                "queues": None if self.queues is None else list(self.queues),
+                "projects": None if self.projects is None else list(self.projects)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -425,12 +448,14 @@ class UserEdit(AccountEvent):
     default_bank: str | None = None
     limits: Mapping[str, int | None] = field(default_factory=dict)
     queues: Sequence[str] | None = None
+    projects: Sequence[str] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {"username": self.username, "bank": self.bank, "userid": self.userid,
                 "shares": self.shares, "default_bank": self.default_bank,
                 "limits": dict(self.limits),
-                "queues": None if self.queues is None else list(self.queues)}
+                "queues": None if self.queues is None else list(self.queues),
+                "projects": None if self.projects is None else list(self.projects)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -511,9 +536,32 @@ class QueueDelete(AccountEvent):
         return {"queue": self.queue}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectAdd(AccountEvent):
+    """``add-project PROJECT``: associations may then list it (``--projects``)."""
+
+    kind: ClassVar[str] = "add-project"
+    project: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"project": self.project}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectDelete(AccountEvent):
+    """``delete-project PROJECT``: no association may list it any more."""
+
+    kind: ClassVar[str] = "delete-project"
+    project: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"project": self.project}
+
+
 _KINDS: Final[dict[str, type[AccountEvent]]] = {
     cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete,
-                              FactorEdit, UsageClear, QueueAdd, QueueEdit, QueueDelete)}
+                              FactorEdit, UsageClear, QueueAdd, QueueEdit, QueueDelete,
+                              ProjectAdd, ProjectDelete)}
 #: Every admin event kind.
 EVENT_KINDS: Final = tuple(_KINDS)
 
@@ -557,6 +605,20 @@ def _known_queues(accounts: Accounts, queues: Sequence[str] | None) -> None:
                                f"{queue}'")
 
 
+def _check_project_list(value: object) -> None:
+    if not isinstance(value, list | tuple):
+        raise AccountError(f"projects: expected a list of project names, got {_show(value)}")
+    for project in value:
+        check_project_name(project)
+
+
+def _known_projects(accounts: Accounts, projects: Sequence[str] | None) -> None:
+    for project in projects or ():
+        if project not in accounts.projects and project != ANY_PROJECT:
+            raise AccountError(f"no project {project!r}: add it with 'fluxes account "
+                               f"add-project {project}'")
+
+
 def _check_bank_list(value: object) -> None:
     if not isinstance(value, list | tuple) or not value:
         raise AccountError(f"banks: expected a list of bank names, got {_show(value)}")
@@ -571,7 +633,8 @@ _FIELD_CHECKS: Final[dict[str, Callable[[Any], object]]] = {
     "shares": lambda value: check_count(value, "shares"), "limits": check_limit_changes,
     "factor": check_factor, "weight": check_weight, "queue": check_queue_name,
     "priority": check_weight, "banks": _check_bank_list, "queues": _check_queue_list,
-    "half_life": _check_time, "usage": _cleared_usage}
+    "half_life": _check_time, "usage": _cleared_usage, "project": check_project_name,
+    "projects": _check_project_list}
 
 
 def _check_fields(event: AccountEvent) -> None:
@@ -617,7 +680,7 @@ def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
     return Accounts(banks if banks is not None else accounts.banks,
                     associations if associations is not None else accounts.associations,
                     default_banks if default_banks is not None else accounts.default_banks,
-                    accounts.weights, accounts.queues, accounts.cleared)
+                    accounts.weights, accounts.queues, accounts.projects, accounts.cleared)
 
 
 def _defaults_after(associations: Mapping[tuple[str, str], Association],
@@ -705,8 +768,10 @@ def _add_user(event: UserAdd, accounts: Accounts) -> Accounts:
         if assoc.userid == event.userid and assoc.username != event.username:
             raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
     _known_queues(accounts, event.queues)
+    _known_projects(accounts, event.projects)
     assoc = Association(event.username, event.userid, event.bank, event.shares,
-                        NO_LIMITS.changed(event.limits), queues=tuple(event.queues or ()))
+                        NO_LIMITS.changed(event.limits), queues=tuple(event.queues or ()),
+                        projects=tuple(event.projects or ()))
     associations = {**accounts.associations, key: assoc}
     defaults = dict(accounts.default_banks)
     defaults.setdefault(event.username, event.bank)
@@ -726,12 +791,14 @@ def _edit_user(event: UserEdit, accounts: Accounts) -> Accounts:
             if assoc.userid == event.userid and assoc.username != event.username:
                 raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
     _known_queues(accounts, event.queues)
+    _known_projects(accounts, event.projects)
     associations = dict(accounts.associations)
     for assoc in targets:
         associations[(assoc.username, assoc.bank)] = replace(
             assoc, shares=assoc.shares if event.shares is None else event.shares,
             limits=assoc.limits.changed(event.limits),
-            queues=assoc.queues if event.queues is None else tuple(event.queues))
+            queues=assoc.queues if event.queues is None else tuple(event.queues),
+            projects=assoc.projects if event.projects is None else tuple(event.projects))
     if event.userid is not None:
         # a uid is the user's, not the association's: every association follows
         for key, assoc in accounts.associations.items():
@@ -757,7 +824,7 @@ def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
 def _edit_factor(event: FactorEdit, accounts: Accounts) -> Accounts:
     weights = {**accounts.weights, check_factor(event.factor): event.weight}
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights,
-                    accounts.queues, accounts.cleared)
+                    accounts.queues, accounts.projects, accounts.cleared)
 
 
 @_transition.register
@@ -768,12 +835,12 @@ def _clear_usage(event: UsageClear, accounts: Accounts) -> Accounts:
     for key, figures in _cleared_usage(event.usage).items():
         cleared[key] = Cleared(event.timestamp, event.half_life, figures)
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
-                    accounts.weights, accounts.queues, cleared)
+                    accounts.weights, accounts.queues, accounts.projects, cleared)
 
 
 def _with_queues(accounts: Accounts, queues: Mapping[str, int]) -> Accounts:
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
-                    accounts.weights, queues, accounts.cleared)
+                    accounts.weights, queues, accounts.projects, accounts.cleared)
 
 
 @_transition.register
@@ -796,3 +863,27 @@ def _delete_queue(event: QueueDelete, accounts: Accounts) -> Accounts:
         raise AccountError(f"no queue {event.queue!r}")
     return _with_queues(accounts, {k: v for k, v in accounts.queues.items()
                                    if k != event.queue})
+
+
+def _with_projects(accounts: Accounts, projects: frozenset[str]) -> Accounts:
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
+                    accounts.weights, accounts.queues, projects, accounts.cleared)
+
+
+@_transition.register
+def _add_project(event: ProjectAdd, accounts: Accounts) -> Accounts:
+    if event.project in accounts.projects or event.project == ANY_PROJECT:
+        raise AccountError(f"project {event.project} already exists")
+    return _with_projects(accounts, accounts.projects | {event.project})
+
+
+@_transition.register
+def _delete_project(event: ProjectDelete, accounts: Accounts) -> Accounts:
+    if event.project not in accounts.projects:
+        raise AccountError(f"no project {event.project!r}")
+    users = sorted(a.label for a in accounts.associations.values()
+                   if a.active and event.project in a.projects)
+    if users:
+        raise AccountError(f"project {event.project} is listed by {', '.join(users[:3])}"
+                           + (" and more" if len(users) > 3 else "") + ": edit them first")
+    return _with_projects(accounts, accounts.projects - {event.project})
