@@ -272,6 +272,7 @@ def register(subparsers: Any) -> None:
          "fluxes account view-job-records -B physics --after-start-time=-1d --json"]))
     p.add_argument("-u", "--user", default=None, metavar="USERNAME")
     p.add_argument("-B", "--bank", default=None, metavar="BANK")
+    p.add_argument("--project", default=None, metavar="PROJECT")
     p.add_argument("-j", "--jobid", type=job_id_arg, default=None, metavar="ID")
     p.add_argument("-a", "--after-start-time", type=_time_arg, default=None, metavar="TIME",
                    help="jobs that started at or after TIME")
@@ -860,7 +861,7 @@ def _time_arg(text: str) -> float:
 
 
 _RECORD_FIELDS = ("jobid", "username", "userid", "bank", "queue", "t_run", "t_inactive",
-                  "nnodes", "ncores", "ngpus")
+                  "nnodes", "ncores", "ngpus", "project")
 
 
 def _view_job_records(args: argparse.Namespace) -> int:
@@ -882,7 +883,7 @@ def _view_job_records(args: argparse.Namespace) -> int:
 
     # an allocation that started at or after TIME also ended after it: fewer to read
     charges = UsageStore(inst.redis, inst.keys).charges(after if after is not None else 0.0)
-    found = job_records(charges, userid=userid, bank=args.bank,
+    found = job_records(charges, userid=userid, bank=args.bank, project=args.project,
                         after_start=after, before_end=before,
                         jobid=None if args.jobid is None else int(args.jobid))
     names = _names(inst, accounts, {c.userid for c in found})
@@ -890,7 +891,7 @@ def _view_job_records(args: argparse.Namespace) -> int:
         {"jobid": c.jobid, "username": names[c.userid], "userid": c.userid,
              "bank": c.bank or None, "queue": c.queue or None, "t_run": c.t_alloc,
              "t_inactive": c.t_free, "nnodes": c.nnodes, "ncores": c.ncores,
-             "ngpus": c.ngpus} for c in found]
+             "ngpus": c.ngpus, "project": c.project or None} for c in found]
     if args.json:
         print_json({"jobs": rows})
         return 0

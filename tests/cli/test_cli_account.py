@@ -130,7 +130,7 @@ def test_only_the_owner_changes_accounting(client: redis.Redis,
 
 
 def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free: float | None,
-              bank: str = "", ncores: int = 2, queue: str = "") -> None:
+              bank: str = "", ncores: int = 2, queue: str = "", project: str = "") -> None:
     """A job through its life: allocated at t_alloc, freed at t_free (None: running)."""
     store = EventStore(client, KEYS)
     client.set(KEYS.jm_fence(0), "1")
@@ -140,6 +140,8 @@ def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free:
         extra["bank"] = bank
     if queue:
         extra["queue"] = queue
+    if project:
+        extra["project"] = project
     batch.append(KEYS.eventlog(jobid), jobid, 0, [
         ev.decode("submit", T, {"urgency": 16, "userid": uid, "flags": 0, "version": 1}),
         ev.decode("validate", T)], [extra, None])
@@ -258,7 +260,7 @@ def test_view_job_records_filters_as_flux_accounting(
     setup_banks(capsys)
     write_job(client, 1, 1001, T + 10, T + 110)  # alice, before any bank: no bank
     write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
-    write_job(client, 3, 1002, T + 100, T + 200, bank="chem")
+    write_job(client, 3, 1002, T + 100, T + 200, bank="chem", project="bronze")
     write_job(client, 4, 1002, T + 300, None, bank="chem")  # running: no record yet
     ok(capsys, "admin", "rebuild-accounting")
 
@@ -275,11 +277,13 @@ def test_view_job_records_filters_as_flux_accounting(
     assert ids(f"--before-end-time={T + 110}") == [2, 1]
     assert ids(f"-a={T + 20}", f"-b={T + 150}") == [2]
     assert ids("--jobid=3") == [3]
+    assert ids("--project=bronze") == [3]
+    assert ids("--project=silver") == []
     [record] = orjson.loads(ok(capsys, "account", "view-job-records", "--json", "-j",
                                "2"))["jobs"]
     assert record == {"jobid": 2, "username": "alice", "userid": 1001, "bank": "chem",
                       "queue": None, "t_run": T + 50, "t_inactive": T + 60, "nnodes": 1,
-                      "ncores": 1, "ngpus": 0}
+                      "ncores": 1, "ngpus": 0, "project": None}
     text = ok(capsys, "account", "view-job-records", "-u", "bob").splitlines()
     assert text[0].split()[:4] == ["JOBID", "USERNAME", "USERID", "BANK"]
     assert len(text) == 2 and text[1].split()[1:4] == ["bob", "1002", "chem"]

@@ -301,3 +301,21 @@ def test_clear_usage_leaves_exactly_the_usage_since_the_clear() -> None:
     # never below zero (float rounding)
     assert minus_cleared({(1, "a"): Figures(1.0, 0.0, 0.0)}, {(1, "a"): (0.0, 0.0, (
         1.0 + 1e-12, 0.0, 0.0))}, 5.0, 0.0)[(1, "a")].core_seconds == 0.0
+
+
+def test_records_carry_the_project_and_read_those_written_before_it() -> None:
+    charge = JobCharge(7, 1, "a", "q", 1.0, 2.0, 4, 0, 1, "bronze")
+    assert JobCharge.from_obj(7, charge.to_obj()) == charge
+    old = JobCharge(7, 1, "a", "q", 1.0, 2.0, 4, 0, 1)
+    assert len(old.to_obj()) == 8 and JobCharge.from_obj(7, old.to_obj()) == old
+    with pytest.raises(ValueError):
+        JobCharge.from_obj(7, [*charge.to_obj(), "extra"])
+    job = OpenJob(1, "a", "q", 4, 0, 1, 0.0, 1.0, "bronze")
+    assert OpenJob.from_obj(job.to_obj()) == job
+    assert "p" not in job._replace(project="").to_obj()
+    state = UsageState(0.0)
+    state.feed(9, "submit", 0.0, {"userid": 1}, {"bank": "a", "project": "bronze"})
+    state.feed(9, "alloc", 1.0, {}, {"ranks": "0"})
+    state.feed(9, "free", 3.0, {}, {})
+    [charged] = state.take_changes().charges
+    assert charged.project == "bronze"
