@@ -204,6 +204,8 @@ def register(subparsers: Any) -> None:
         "users to 0 (usage reports keep the history). Instance owner only.",
         ["fluxes account clear-usage physics", "fluxes account clear-usage root"]))
     p.add_argument("banks", nargs="+", metavar="BANK")
+    p.add_argument("--ignore-older-than", type=_time_arg, default=None, metavar="TIME",
+                   help="keep the usage held from TIME on (default: now, keep none)")
     p.set_defaults(func=_owner_only(_clear_usage))
 
     p = sub.add_parser("update-usage", **help_with_example(
@@ -529,6 +531,7 @@ def _pop_db(args: argparse.Namespace) -> int:
 def _clear_usage(args: argparse.Namespace) -> int:
     """Append clear-usage with the usage of the banks' associations as of now."""
     from fluxes.domain.accounting.banks import UsageClear
+    from fluxes.domain.accounting.usage import NO_USAGE, Figures, decayed_since
     from fluxes.store.accounting import UsageStore
 
     inst = instance(args)
@@ -538,12 +541,19 @@ def _clear_usage(args: argparse.Namespace) -> int:
     def make(accounts: Accounts) -> UsageClear:
         now = time.time()
         gone = {b.name for name in args.banks for b in accounts.subtree(name)}
+        kept: dict[tuple[int, str], Figures] = {}
+        if args.ignore_older_than is not None:
+            kept = decayed_since(store.charges(args.ignore_older_than),
+                                 store.open_jobs().values(), args.ignore_older_than, now,
+                                 half_life)
         usage: dict[str, list[float]] = {}
         for (uid, bank), figures in store.decayed(now).items():
             # a job that named no bank: fair share reads it as the default bank's
             name = bank or accounts.default_banks.get(accounts.username_of(uid) or "")
             if name in gone:
-                usage[f"{uid}:{bank}"] = list(figures)
+                keep = kept.get((uid, bank), NO_USAGE)
+                usage[f"{uid}:{bank}"] = [max(a - b, 0.0) for a, b in zip(figures, keep,
+                                                                          strict=True)]
         return UsageClear(timestamp=now, banks=list(args.banks), half_life=half_life,
                           usage=usage)
 

@@ -563,3 +563,20 @@ def test_projects_as_flux_accounting_names_them(
     ok(capsys, "account", "delete-project", "silver")
     assert orjson.loads(ok(capsys, "account", "list-projects", "--json")) == \
         {"projects": ["*", "bronze"]}
+
+
+def test_clear_usage_ignore_older_than_keeps_the_later_usage(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")  # 2 cores
+    write_job(client, 2, 1001, T + 10, T + 20, bank="physics")  # all before T + 60
+    write_job(client, 3, 1002, T + 10, T + 60, bank="chem")  # another bank: kept
+    ok(capsys, "admin", "rebuild-accounting")
+    ok(capsys, "account", "clear-usage", "physics", f"--ignore-older-than={T + 60}")
+    rows = orjson.loads(ok(capsys, "account", "share", "--json"))["rows"]
+    usage = {(r["name"], r["bank"]): r["usage"] for r in rows if r["kind"] == "user"}
+    assert usage == {("alice", "physics"): 100.0, ("alice", "chem"): 0.0,
+                     ("bob", "chem"): 100.0}
+    code, _out, err = run(capsys, "account", "clear-usage", "root",
+                          "--ignore-older-than=never")
+    assert code == 2 and "invalid time" in err

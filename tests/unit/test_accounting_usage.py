@@ -319,3 +319,15 @@ def test_records_carry_the_project_and_read_those_written_before_it() -> None:
     state.feed(9, "free", 3.0, {}, {})
     [charged] = state.take_changes().charges
     assert charged.project == "bronze"
+
+
+def test_decayed_since_counts_the_part_after_since() -> None:
+    from fluxes.domain.accounting.usage import decay, decayed_since
+
+    h = 60.0
+    charges = [JobCharge(1, 1, "a", "", 0.0, 100.0, 4, 0, 1),
+               JobCharge(2, 1, "a", "", 0.0, 40.0, 4, 0, 1)]  # all before: nothing
+    running = [OpenJob(2, "a", "", 1, 0, 1, 0.0, 120.0)]
+    got = decayed_since(charges, running, 50.0, 200.0, h)
+    assert got[(1, "a")].core_seconds == pytest.approx(4 * held(50, 100, h) * decay(100, h))
+    assert got[(2, "a")].core_seconds == pytest.approx(held(120, 200, h))

@@ -477,3 +477,26 @@ def minus_cleared(usage: Mapping[AssocKey, Figures],
                            max(have.gpu_seconds - figures[1] * weight, 0.0),
                            max(have.node_seconds - figures[2] * weight, 0.0))
     return out
+
+
+def decayed_since(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], since: float,
+                  now: float, half_life: float) -> dict[AssocKey, Figures]:
+    """Each association's decayed usage as of ``now`` of what was held from ``since`` on
+    (an allocation across ``since`` counts for its later part; running jobs up to
+    ``now``): what ``clear-usage --ignore-older-than`` keeps."""
+    out: dict[AssocKey, Figures] = {}
+
+    def add(key: AssocKey, rates: Figures, start: float, end: float) -> None:
+        start = max(start, since)
+        if end <= start:
+            return
+        amount = rates.scaled(held(start, end, half_life) * decay(now - end, half_life))
+        out[key] = out.get(key, NO_USAGE).plus(amount)
+
+    for charge in charges:
+        add(charge.key, Figures(float(charge.ncores), float(charge.ngpus),
+                                float(charge.nnodes)), charge.t_alloc, charge.t_free)
+    for job in open_jobs:
+        if job.t_alloc is not None:
+            add(job.key, job.rates, job.t_alloc, max(now, job.t_alloc))
+    return out
