@@ -7,11 +7,14 @@ accounting stream, each checked against the state the stream folds to
 make them, as only flux's instance owner may change flux-accounting's
 database. Everyone may look: ``view-user``, ``view-bank``, ``list-banks``,
 ``list-users``, ``usage`` (sreport-like: raw usage over a period) and
-``share`` (sshare-like: the fair-share tree). See docs/accounting.md.
+``share`` (sshare-like: the fair-share tree), ``view-job-records``. The handlers of
+the other flux-accounting commands (weights, CSV files, queues, projects,
+``clear-usage``, ``update-usage``) are in :mod:`fluxes.cli.account_admin`. See
+docs/accounting.md.
 
 Why one module: it is one command group, and the CLI keeps one module per group; most of
 it is the argparse table and one short handler per subcommand (the accounting rules
-themselves are in fluxes/domain/accounting/).
+themselves are in fluxes/domain/accounting/, the newer handlers in account_admin).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ _LIMIT_OPTIONS = (("--max-running-jobs", "max_running_jobs", "jobs running at on
 
 def register(subparsers: Any) -> None:
     """Add ``account`` and its subcommands."""
+    from fluxes.cli import account_admin
     parser = subparsers.add_parser("account", **help_with_example(
         "Banks, users, usage and fair share (flux-accounting's 'flux account').",
         ["fluxes account add-bank root 1", "fluxes account add-bank --parent-bank=root "
@@ -171,7 +175,7 @@ def register(subparsers: Any) -> None:
         ["fluxes account edit-factor --factor=fairshare --weight=50000"]))
     p.add_argument("--factor", required=True, metavar="FACTOR")
     p.add_argument("--weight", required=True, type=int, metavar="N")
-    p.set_defaults(func=_owner_only(_edit_factor))
+    p.set_defaults(func=_owner_only(account_admin.edit_factor))
 
     p = sub.add_parser("view-factor", **help_with_example(
         "Show the weight of a priority factor in effect (every factor without FACTOR)\n"
@@ -179,7 +183,7 @@ def register(subparsers: Any) -> None:
         ["fluxes account view-factor fairshare", "fluxes account view-factor --json"]))
     p.add_argument("factor", nargs="?", default=None, metavar="FACTOR")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_view_factor)
+    p.set_defaults(func=account_admin.view_factor)
 
     p = sub.add_parser("export-db", **help_with_example(
         "Write the banks and users as CSV files (flux-accounting's columns, then fluxes's\n"
@@ -189,7 +193,7 @@ def register(subparsers: Any) -> None:
                    help="default: users.csv")
     p.add_argument("-b", "--banks", default="banks.csv", metavar="FILE",
                    help="default: banks.csv")
-    p.set_defaults(func=_export_db)
+    p.set_defaults(func=account_admin.export_db)
 
     p = sub.add_parser("pop-db", **help_with_example(
         "Add the banks and users of CSV files (export-db's columns; blank shares: 1,\n"
@@ -197,7 +201,7 @@ def register(subparsers: Any) -> None:
         ["fluxes account pop-db -b banks.csv -u users.csv"]))
     p.add_argument("-u", "--users", default=None, metavar="FILE")
     p.add_argument("-b", "--banks", default=None, metavar="FILE")
-    p.set_defaults(func=_owner_only(_pop_db))
+    p.set_defaults(func=_owner_only(account_admin.pop_db))
 
     p = sub.add_parser("clear-usage", **help_with_example(
         "Reset the usage fair share counts for the banks, the banks below them and their\n"
@@ -206,7 +210,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("banks", nargs="+", metavar="BANK")
     p.add_argument("--ignore-older-than", type=_time_arg, default=None, metavar="TIME",
                    help="keep the usage held from TIME on (default: now, keep none)")
-    p.set_defaults(func=_owner_only(_clear_usage))
+    p.set_defaults(func=_owner_only(account_admin.clear_usage))
 
     p = sub.add_parser("update-usage", **help_with_example(
         "Wait until the usage includes every job that ended so far (flux-accounting's\n"
@@ -214,7 +218,7 @@ def register(subparsers: Any) -> None:
         ["fluxes account update-usage", "fluxes account update-usage --timeout=60"]))
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
                    help="give up after SECONDS (default 10)")
-    p.set_defaults(func=_update_usage)
+    p.set_defaults(func=account_admin.update_usage)
 
     p = sub.add_parser("add-queue", **help_with_example(
         "Give QUEUE a priority: the multi-factor queue factor's value (over\n"
@@ -222,20 +226,20 @@ def register(subparsers: Any) -> None:
         ["fluxes account add-queue debug --priority=10"]))
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--priority", type=int, default=0, metavar="N", help="default 0")
-    p.set_defaults(func=_owner_only(_queue_change), queue_change="add-queue")
+    p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="add-queue")
 
     p = sub.add_parser("edit-queue", **help_with_example(
         "Change a queue's priority. Instance owner only.",
         ["fluxes account edit-queue debug --priority=20"]))
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--priority", type=int, required=True, metavar="N")
-    p.set_defaults(func=_owner_only(_queue_change), queue_change="edit-queue")
+    p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="edit-queue")
 
     p = sub.add_parser("delete-queue", **help_with_example(
         "Remove a queue's priority (the configuration's applies again). Instance owner only.",
         ["fluxes account delete-queue debug"]))
     p.add_argument("queue", metavar="QUEUE")
-    p.set_defaults(func=_owner_only(_queue_change), queue_change="delete-queue")
+    p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="delete-queue")
 
     for name, what in (("view-queue", "one queue's"), ("list-queues", "every queue's")):
         p = sub.add_parser(name, **help_with_example(
@@ -245,26 +249,26 @@ def register(subparsers: Any) -> None:
         if name == "view-queue":
             p.add_argument("queue", metavar="QUEUE")
         p.add_argument("--json", action="store_true")
-        p.set_defaults(func=_view_queues)
+        p.set_defaults(func=account_admin.view_queues)
 
     p = sub.add_parser("add-project", **help_with_example(
         "Add a project associations may list (--projects) and jobs name\n"
         "(--setattr=system.project=NAME). Instance owner only.",
         ["fluxes account add-project bronze"]))
     p.add_argument("project", metavar="PROJECT")
-    p.set_defaults(func=_owner_only(_project_change), project_change="add-project")
+    p.set_defaults(func=_owner_only(account_admin.project_change), project_change="add-project")
 
     p = sub.add_parser("delete-project", **help_with_example(
         "Remove a project no association lists. Instance owner only.",
         ["fluxes account delete-project bronze"]))
     p.add_argument("project", metavar="PROJECT")
-    p.set_defaults(func=_owner_only(_project_change), project_change="delete-project")
+    p.set_defaults(func=_owner_only(account_admin.project_change), project_change="delete-project")
 
     p = sub.add_parser("list-projects", **help_with_example(
         "List the projects ('*', every association's, first).",
         ["fluxes account list-projects", "fluxes account list-projects --json"]))
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_list_projects)
+    p.set_defaults(func=account_admin.list_projects)
 
     p = sub.add_parser("view-job-records", **help_with_example(
         "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
@@ -441,213 +445,6 @@ def _delete_user(args: argparse.Namespace) -> int:
 
     _append(args, lambda _a: UserDelete(timestamp=time.time(), username=args.username,
                                         bank=args.bank))
-    return 0
-
-
-def _edit_factor(args: argparse.Namespace) -> int:
-    """Append edit-factor."""
-    from fluxes.domain.accounting.banks import FactorEdit, check_factor
-
-    factor = check_factor(args.factor)
-    _append(args, lambda _a: FactorEdit(timestamp=time.time(), factor=factor,
-                                        weight=args.weight))
-    return 0
-
-
-def _view_factor(args: argparse.Namespace) -> int:
-    """The weights in effect: edit-factor's over the configuration's."""
-    from fluxes.cli.display import table
-    from fluxes.domain.accounting.banks import FACTOR_NAMES, check_factor
-
-    names = FACTOR_NAMES if args.factor is None else (check_factor(args.factor),)
-    inst = instance(args)
-    edited = _accounts(args).weights
-    configured = inst.config().accounting.weights.as_dict()
-    rows: list[dict[str, Any]] = [{"factor": name, "weight": edited.get(name, configured[name]),
-             "source": "edit-factor" if name in edited else "config"} for name in names]
-    if args.json:
-        print_json(rows[0] if args.factor is not None else {"factors": rows})
-        return 0
-    for line in table(("FACTOR", "WEIGHT", "SOURCE"),
-                      [[r["factor"], str(r["weight"]), r["source"]] for r in rows],
-                      right=frozenset({1})):
-        print(line)
-    return 0
-
-
-def _export_db(args: argparse.Namespace) -> int:
-    """Banks and users as CSV files."""
-    from fluxes.domain.accounting.dbfile import export_banks, export_users
-
-    accounts = _accounts(args)
-    for path, text in ((args.banks, export_banks(accounts)),
-                       (args.users, export_users(accounts))):
-        if path == "-":
-            sys.stdout.write(text)
-            continue
-        try:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as exc:
-            die(f"export-db: cannot write {path}: {exc.strerror}")
-    return 0
-
-
-def _read_text(path: str) -> str:
-    if path == "-":
-        return sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as exc:
-        die(f"pop-db: cannot read {path}: {getattr(exc, 'strerror', None) or exc}")
-
-
-def _pop_db(args: argparse.Namespace) -> int:
-    """Add the banks, then the users, of CSV files: all or none."""
-    from fluxes.domain.accounting.dbfile import bank_events, check_events, user_events
-    from fluxes.store.accounting import append_admin_many
-
-    if args.banks is None and args.users is None:
-        die("pop-db: give -b/--banks FILE, -u/--users FILE or both")
-    now = time.time()
-    rows = []
-    for path, read in ((args.banks, bank_events), (args.users, user_events)):
-        if path is not None:
-            rows += [(f"{path} line {n}", event)
-                     for n, event in read(_read_text(path), path, now)]
-
-    def make(accounts: Accounts) -> list[AccountEvent]:
-        check_events(accounts, rows)  # names the file and line of a row that cannot apply
-        return [event for _where, event in rows]
-
-    inst = instance(args)
-    added, _after = append_admin_many(inst.redis, inst.keys, make)
-    print(f"added {sum(e.kind == 'add-bank' for e in added)} banks and "
-          f"{sum(e.kind == 'add-user' for e in added)} users")
-    return 0
-
-
-def _clear_usage(args: argparse.Namespace) -> int:
-    """Append clear-usage with the usage of the banks' associations as of now."""
-    from fluxes.domain.accounting.banks import UsageClear
-    from fluxes.domain.accounting.usage import NO_USAGE, Figures, decayed_since
-    from fluxes.store.accounting import UsageStore
-
-    inst = instance(args)
-    half_life = inst.config().accounting.half_life
-    store = UsageStore(inst.redis, inst.keys)
-
-    def make(accounts: Accounts) -> UsageClear:
-        now = time.time()
-        gone = {b.name for name in args.banks for b in accounts.subtree(name)}
-        kept: dict[tuple[int, str], Figures] = {}
-        if args.ignore_older_than is not None:
-            kept = decayed_since(store.charges(args.ignore_older_than),
-                                 store.open_jobs().values(), args.ignore_older_than, now,
-                                 half_life)
-        usage: dict[str, list[float]] = {}
-        for (uid, bank), figures in store.decayed(now).items():
-            # a job that named no bank: fair share reads it as the default bank's
-            name = bank or accounts.default_banks.get(accounts.username_of(uid) or "")
-            if name in gone:
-                keep = kept.get((uid, bank), NO_USAGE)
-                usage[f"{uid}:{bank}"] = [max(a - b, 0.0) for a, b in zip(figures, keep,
-                                                                          strict=True)]
-        return UsageClear(timestamp=now, banks=list(args.banks), half_life=half_life,
-                          usage=usage)
-
-    _append(args, make)
-    return 0
-
-
-def _update_usage(args: argparse.Namespace) -> int:
-    """Wait for the accounting fold to reach the end of every journal."""
-    from fluxes.store.accounting import UsageStore
-
-    if not args.timeout >= 0:
-        die("update-usage: --timeout must be a number of seconds >= 0")
-    inst = instance(args)
-    store = UsageStore(inst.redis, inst.keys)
-    deadline = time.monotonic() + args.timeout
-    while behind := store.behind():
-        if time.monotonic() >= deadline:
-            idle = [p for p in behind if store.lease_holder(p) is None]
-            why = (f"no accounting worker folds partition {idle[0]}: is the instance "
-                   "running? 'fluxes admin rebuild-accounting' folds now" if idle else
-                   f"the accounting worker is still folding partition {behind[0]}")
-            die(f"update-usage: usage not up to date after {args.timeout:g} s ({why})")
-        time.sleep(0.05)
-    print(f"usage is up to date ({inst.keys.partitions} partition"
-          f"{'s' if inst.keys.partitions != 1 else ''})")
-    return 0
-
-
-def _queue_change(args: argparse.Namespace) -> int:
-    """Append add-queue, edit-queue or delete-queue."""
-    from fluxes.domain.accounting.banks import QueueAdd, QueueDelete, QueueEdit
-
-    now = time.time()
-    event: AccountEvent
-    if args.queue_change == "add-queue":
-        event = QueueAdd(timestamp=now, queue=args.queue, priority=args.priority)
-    elif args.queue_change == "edit-queue":
-        event = QueueEdit(timestamp=now, queue=args.queue, priority=args.priority)
-    else:
-        event = QueueDelete(timestamp=now, queue=args.queue)
-    _append(args, lambda _a: event)
-    return 0
-
-
-def _view_queues(args: argparse.Namespace) -> int:
-    """Queue priorities in effect: add-queue's over the configuration's."""
-    from fluxes.cli.display import table
-
-    inst = instance(args)
-    added = _accounts(args).queues
-    configured = inst.config().accounting.weights.queue_priority
-    rows: list[dict[str, Any]] = [
-        {"queue": q, "priority": added.get(q, configured.get(q)),
-         "source": "add-queue" if q in added else "config"}
-        for q in sorted({*added, *configured})]
-    if getattr(args, "queue", None) is not None:
-        rows = [r for r in rows if r["queue"] == args.queue]
-        if not rows:
-            die(f"no queue {args.queue!r}")
-        if args.json:
-            print_json(rows[0])
-            return 0
-    elif args.json:
-        print_json({"queues": rows})
-        return 0
-    for line in table(("QUEUE", "PRIORITY", "SOURCE"),
-                      [[r["queue"], str(r["priority"]), r["source"]] for r in rows],
-                      right=frozenset({1})):
-        print(line)
-    return 0
-
-
-def _project_change(args: argparse.Namespace) -> int:
-    """Append add-project or delete-project."""
-    from fluxes.domain.accounting.banks import ProjectAdd, ProjectDelete
-
-    now = time.time()
-    cls = ProjectAdd if args.project_change == "add-project" else ProjectDelete
-    _append(args, lambda _a: cls(timestamp=now, project=args.project))
-    return 0
-
-
-def _list_projects(args: argparse.Namespace) -> int:
-    """Every project, '*' first."""
-    from fluxes.domain.accounting.banks import ANY_PROJECT
-
-    projects = [ANY_PROJECT, *sorted(_accounts(args).projects)]
-    if args.json:
-        print_json({"projects": projects})
-        return 0
-    print("PROJECT")
-    for name in projects:
-        print(name)
     return 0
 
 
