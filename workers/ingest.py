@@ -756,11 +756,15 @@ class IngestWorker(Worker):
         want = info.get("bank")
         pending = HeldJob(uid, want if isinstance(want, str) else None, False,
                           _int(info.get("nnodes")), _int(info.get("ncores")))
-        assoc = check_submit(accounts, held, user, pending)
+        project = info.get("project")
+        assoc = check_submit(accounts, held, user, pending, job.queue,
+                             project if isinstance(project, str) else None)
         if assoc is None:
             return job
         held.add(accounts, pending._replace(bank=assoc.bank))
-        return dataclasses.replace(job, info={**info, "bank": assoc.bank})
+        return dataclasses.replace(job, info={
+            **info, "bank": assoc.bank,
+            "project": project if isinstance(project, str) else assoc.default_project})
 
     def _existing_targets(self, checked: Iterable[_Checked]) -> set[int]:
         """Which of the jobs named by the checked jobs' dependencies exist.

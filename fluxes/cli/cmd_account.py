@@ -7,11 +7,14 @@ accounting stream, each checked against the state the stream folds to
 make them, as only flux's instance owner may change flux-accounting's
 database. Everyone may look: ``view-user``, ``view-bank``, ``list-banks``,
 ``list-users``, ``usage`` (sreport-like: raw usage over a period) and
-``share`` (sshare-like: the fair-share tree). See docs/accounting.md.
+``share`` (sshare-like: the fair-share tree), ``view-job-records``. The handlers of
+the other flux-accounting commands (weights, CSV files, queues, projects,
+``clear-usage``, ``update-usage``) are in :mod:`fluxes.cli.account_admin`. See
+docs/accounting.md.
 
 Why one module: it is one command group, and the CLI keeps one module per group; most of
 it is the argparse table and one short handler per subcommand (the accounting rules
-themselves are in fluxes/domain/accounting/).
+themselves are in fluxes/domain/accounting/, the newer handlers in account_admin).
 """
 
 from __future__ import annotations
@@ -23,7 +26,14 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
+from fluxes.cli.util import (
+    add_subcommands,
+    die,
+    help_with_example,
+    instance,
+    job_id_arg,
+    print_json,
+)
 
 if TYPE_CHECKING:
     from fluxes.domain.accounting.banks import AccountEvent, Accounts, Association, Bank
@@ -38,6 +48,7 @@ _LIMIT_OPTIONS = (("--max-running-jobs", "max_running_jobs", "jobs running at on
 
 def register(subparsers: Any) -> None:
     """Add ``account`` and its subcommands."""
+    from fluxes.cli import account_admin
     parser = subparsers.add_parser("account", **help_with_example(
         "Banks, users, usage and fair share (flux-accounting's 'flux account').",
         ["fluxes account add-bank root 1", "fluxes account add-bank --parent-bank=root "
@@ -84,6 +95,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--userid", type=int, default=None,
                    help="the user's uid (default: from 'fluxes admin users' or this machine)")
     p.add_argument("--shares", type=int, default=1, help="shares of the bank (default 1)")
+    p.add_argument("--queues", type=_queue_list, default=None, metavar="Q1,Q2",
+                   help="the queues its jobs may use (default: every queue)")
+    p.add_argument("--projects", type=_queue_list, default=None, metavar="P1,P2",
+                   help="its projects, the first its default ('*' is always one)")
     _limit_options(p)
     p.set_defaults(func=_owner_only(_add_user))
 
@@ -98,6 +113,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--userid", type=int, default=None)
     p.add_argument("--shares", type=int, default=None)
     p.add_argument("--default-bank", default=None, metavar="BANK")
+    p.add_argument("--queues", type=_queue_list, default=None, metavar="Q1,Q2",
+                   help="the queues its jobs may use ('': every queue)")
+    p.add_argument("--projects", type=_queue_list, default=None, metavar="P1,P2",
+                   help="its projects, the first its default ('*' is always one)")
     _limit_options(p)
     p.set_defaults(func=_owner_only(_edit_user))
 
@@ -150,6 +169,126 @@ def register(subparsers: Any) -> None:
     out.add_argument("--csv", action="store_true")
     p.set_defaults(func=_usage)
 
+    p = sub.add_parser("edit-factor", **help_with_example(
+        "Set the weight of a multi-factor priority factor (fairshare, age, job_size,\n"
+        "queue, urgency), over [accounting.weights]. Instance owner only.",
+        ["fluxes account edit-factor --factor=fairshare --weight=50000"]))
+    p.add_argument("--factor", required=True, metavar="FACTOR")
+    p.add_argument("--weight", required=True, type=int, metavar="N")
+    p.set_defaults(func=_owner_only(account_admin.edit_factor))
+
+    p = sub.add_parser("view-factor", **help_with_example(
+        "Show the weight of a priority factor in effect (every factor without FACTOR)\n"
+        "and where it comes from: edit-factor or the configuration.",
+        ["fluxes account view-factor fairshare", "fluxes account view-factor --json"]))
+    p.add_argument("factor", nargs="?", default=None, metavar="FACTOR")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=account_admin.view_factor)
+
+    p = sub.add_parser("export-db", **help_with_example(
+        "Write the banks and users as CSV files (flux-accounting's columns, then fluxes's\n"
+        "limits), which pop-db reads back; '-' writes to stdout.",
+        ["fluxes account export-db", "fluxes account export-db -u /tmp/u.csv -b /tmp/b.csv"]))
+    p.add_argument("-u", "--users", default="users.csv", metavar="FILE",
+                   help="default: users.csv")
+    p.add_argument("-b", "--banks", default="banks.csv", metavar="FILE",
+                   help="default: banks.csv")
+    p.set_defaults(func=account_admin.export_db)
+
+    p = sub.add_parser("pop-db", **help_with_example(
+        "Add the banks and users of CSV files (export-db's columns; blank shares: 1,\n"
+        "blank limits: none), all or none: a bad row changes nothing. Instance owner only.",
+        ["fluxes account pop-db -b banks.csv -u users.csv"]))
+    p.add_argument("-u", "--users", default=None, metavar="FILE")
+    p.add_argument("-b", "--banks", default=None, metavar="FILE")
+    p.set_defaults(func=_owner_only(account_admin.pop_db))
+
+    p = sub.add_parser("clear-usage", **help_with_example(
+        "Reset the usage fair share counts for the banks, the banks below them and their\n"
+        "users to 0 (usage reports keep the history). Instance owner only.",
+        ["fluxes account clear-usage physics", "fluxes account clear-usage root"]))
+    p.add_argument("banks", nargs="+", metavar="BANK")
+    p.add_argument("--ignore-older-than", type=_time_arg, default=None, metavar="TIME",
+                   help="keep the usage held from TIME on (default: now, keep none)")
+    p.set_defaults(func=_owner_only(account_admin.clear_usage))
+
+    p = sub.add_parser("update-usage", **help_with_example(
+        "Wait until the usage includes every job that ended so far (flux-accounting's\n"
+        "update-usage; here the accounting worker folds the journal continuously).",
+        ["fluxes account update-usage", "fluxes account update-usage --timeout=60"]))
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="give up after SECONDS (default 10)")
+    p.set_defaults(func=account_admin.update_usage)
+
+    p = sub.add_parser("add-queue", **help_with_example(
+        "Give QUEUE a priority: the multi-factor queue factor's value (over\n"
+        "[accounting.queue-priority]). Instance owner only.",
+        ["fluxes account add-queue debug --priority=10"]))
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--priority", type=int, default=0, metavar="N", help="default 0")
+    p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="add-queue")
+
+    p = sub.add_parser("edit-queue", **help_with_example(
+        "Change a queue's priority. Instance owner only.",
+        ["fluxes account edit-queue debug --priority=20"]))
+    p.add_argument("queue", metavar="QUEUE")
+    p.add_argument("--priority", type=int, required=True, metavar="N")
+    p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="edit-queue")
+
+    p = sub.add_parser("delete-queue", **help_with_example(
+        "Remove a queue's priority (the configuration's applies again). Instance owner only.",
+        ["fluxes account delete-queue debug"]))
+    p.add_argument("queue", metavar="QUEUE")
+    p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="delete-queue")
+
+    for name, what in (("view-queue", "one queue's"), ("list-queues", "every queue's")):
+        p = sub.add_parser(name, **help_with_example(
+            f"Show {what} priority in effect and its source (add-queue or the configuration).",
+            [f"fluxes account {name}" + (" debug" if name == "view-queue" else ""),
+             f"fluxes account {name} --json" + (" debug" if name == "view-queue" else "")]))
+        if name == "view-queue":
+            p.add_argument("queue", metavar="QUEUE")
+        p.add_argument("--json", action="store_true")
+        p.set_defaults(func=account_admin.view_queues)
+
+    p = sub.add_parser("add-project", **help_with_example(
+        "Add a project associations may list (--projects) and jobs name\n"
+        "(--setattr=system.project=NAME). Instance owner only.",
+        ["fluxes account add-project bronze"]))
+    p.add_argument("project", metavar="PROJECT")
+    p.set_defaults(func=_owner_only(account_admin.project_change), project_change="add-project")
+
+    p = sub.add_parser("delete-project", **help_with_example(
+        "Remove a project no association lists. Instance owner only.",
+        ["fluxes account delete-project bronze"]))
+    p.add_argument("project", metavar="PROJECT")
+    p.set_defaults(func=_owner_only(account_admin.project_change), project_change="delete-project")
+
+    p = sub.add_parser("list-projects", **help_with_example(
+        "List the projects ('*', every association's, first).",
+        ["fluxes account list-projects", "fluxes account list-projects --json"]))
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=account_admin.list_projects)
+
+    p = sub.add_parser("view-job-records", **help_with_example(
+        "The ended jobs accounting charged (flux-accounting's view-job-records): id, user,\n"
+        "bank, queue, start and end times, nodes, cores. TIME: a UNIX time, an ISO 8601\n"
+        "date/time, or -FSD (that long ago).",
+        ["fluxes account view-job-records --user=alice",
+         "fluxes account view-job-records -B physics --after-start-time=-1d --json"]))
+    p.add_argument("-u", "--user", default=None, metavar="USERNAME")
+    p.add_argument("-B", "--bank", default=None, metavar="BANK")
+    p.add_argument("--project", default=None, metavar="PROJECT")
+    p.add_argument("-j", "--jobid", type=job_id_arg, default=None, metavar="ID")
+    p.add_argument("-a", "--after-start-time", type=_time_arg, default=None, metavar="TIME",
+                   help="jobs that started at or after TIME")
+    p.add_argument("-b", "--before-end-time", type=_time_arg, default=None, metavar="TIME",
+                   help="jobs that ended at or before TIME")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true")
+    out.add_argument("--csv", action="store_true")
+    p.set_defaults(func=_view_job_records)
+
     p = sub.add_parser("share", **help_with_example(
         "The fair-share tree, like sshare: shares, decayed usage (billing units) and\n"
         "the factor, F = 2^(-effective usage / normalized shares).",
@@ -158,10 +297,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_share)
 
 
+def _queue_list(text: str) -> list[str]:
+    """argparse type of ``--queues``: comma-separated queue names ('' for none)."""
+    return [q.strip() for q in text.split(",") if q.strip()]
+
+
 def _limit_options(parser: argparse.ArgumentParser) -> None:
     for option, dest, what in _LIMIT_OPTIONS:
         parser.add_argument(option, dest=dest, type=int, default=None, metavar="N",
-                            help=f"at most N {what} (-1: no limit)")
+                            help=f"at most N {what} (-1: no limit; add-user: 5 running and 7 "
+                        "active jobs unless given)")
 
 
 def _limits(args: argparse.Namespace) -> dict[str, int | None]:
@@ -261,7 +406,7 @@ def user_id(inst: Instance, name: str) -> int | None:
 
 def _add_user(args: argparse.Namespace) -> int:
     """Append add-user (the uid found when not given)."""
-    from fluxes.domain.accounting.banks import UserAdd, check_user_name
+    from fluxes.domain.accounting.banks import DEFAULT_USER_LIMITS, UserAdd, check_user_name
 
     check_user_name(args.username)
     userid = args.userid
@@ -269,9 +414,12 @@ def _add_user(args: argparse.Namespace) -> int:
         userid = user_id(instance(args), args.username)
         if userid is None:
             die(f"add-user: user {args.username} is not known here: give --userid")
+    # flux-accounting's defaults, unless given (-1: no limit)
+    limits = {**DEFAULT_USER_LIMITS, **_limits(args)}
     _append(args, lambda _a: UserAdd(timestamp=time.time(), username=args.username,
                                      userid=userid, bank=args.bank, shares=args.shares,
-                                     limits=_limits(args)))
+                                     limits=limits, queues=args.queues,
+                                     projects=args.projects))
     return 0
 
 
@@ -281,12 +429,13 @@ def _edit_user(args: argparse.Namespace) -> int:
 
     limits = _limits(args)
     if args.userid is None and args.shares is None and args.default_bank is None \
-            and not limits:
-        die("edit-user: nothing to change (give --userid, --shares, --default-bank or a "
-            "limit)")
+            and args.queues is None and args.projects is None and not limits:
+        die("edit-user: nothing to change (give --userid, --shares, --default-bank, "
+            "--queues, --projects or a limit)")
     _append(args, lambda _a: UserEdit(timestamp=time.time(), username=args.username,
                                       bank=args.bank, userid=args.userid, shares=args.shares,
-                                      default_bank=args.default_bank, limits=limits))
+                                      default_bank=args.default_bank, limits=limits,
+                                      queues=args.queues, projects=args.projects))
     return 0
 
 
@@ -316,7 +465,9 @@ def _limit_text(value: int | None) -> str:
 def _assoc_obj(accounts: Accounts, assoc: Association) -> dict[str, Any]:
     return {"username": assoc.username, "userid": assoc.userid, "bank": assoc.bank,
             "default_bank": accounts.default_banks.get(assoc.username), "active": assoc.active,
-            "shares": assoc.shares, "limits": dict(assoc.limits.items())}
+            "shares": assoc.shares, "limits": dict(assoc.limits.items()),
+            "queues": list(assoc.queues), "projects": [*assoc.projects, "*"],
+            "default_project": assoc.default_project}
 
 
 def _bank_obj(bank: Bank) -> dict[str, Any]:
@@ -453,12 +604,9 @@ def usage_report(inst: Instance, since: float, until: float, now: float) -> dict
     store = UsageStore(inst.redis, inst.keys)
     found = window_usage(store.charges(since, until), store.open_jobs().values(), since,
                          until, now)
-    merged: dict[tuple[int, str], WindowUsage] = {}
-    for (uid, bank), used in found.items():
-        # a job that named no bank went to the user's default bank
-        name = bank or (accounts.default_banks.get(accounts.username_of(uid) or "") or "")
-        old = merged.get((uid, name), WindowUsage())
-        merged[(uid, name)] = WindowUsage(old.figures.plus(used.figures), old.jobs + used.jobs)
+    # a job whose journal names no bank was submitted before any bank existed: it is
+    # reported under no bank (bank None), not charged to a bank that did not exist then
+    merged: dict[tuple[int, str], WindowUsage] = dict(found)
     names = _names(inst, accounts, {uid for uid, _b in merged})
     rows = []
     banks: dict[str, WindowUsage] = {}
@@ -505,6 +653,67 @@ def _usage(args: argparse.Namespace) -> int:
             for row in report["usage"]]
     for line in table(("USER", "BANK", "JOBS", "CORE-SECONDS", "GPU-SECONDS", "NODE-SECONDS"),
                       rows, right=frozenset({2, 3, 4, 5})):
+        print(line)
+    return 0
+
+
+def _time_arg(text: str) -> float:
+    """argparse type: a UNIX time, an ISO 8601 date/time or -FSD (a usage error if not)."""
+    from fluxes.cli.display import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_RECORD_FIELDS = ("jobid", "username", "userid", "bank", "queue", "t_run", "t_inactive",
+                  "nnodes", "ncores", "ngpus", "project")
+
+
+def _view_job_records(args: argparse.Namespace) -> int:
+    """The ended allocations, filtered."""
+    from fluxes.cli.display import fmt_id, table
+    from fluxes.domain.accounting.usage import job_records
+    from fluxes.store.accounting import UsageStore, load_accounts
+
+    after, before = args.after_start_time, args.before_end_time
+    inst = instance(args)
+    accounts = load_accounts(inst.redis, inst.keys)
+    userid = None
+    if args.user is not None:
+        # associations name users first, as everywhere in accounting
+        known = [a.userid for a in accounts.associations.values() if a.username == args.user]
+        userid = known[0] if known else user_id(inst, args.user)
+        if userid is None:
+            die(f"no user {args.user}")
+
+    # an allocation that started at or after TIME also ended after it: fewer to read
+    charges = UsageStore(inst.redis, inst.keys).charges(after if after is not None else 0.0)
+    found = job_records(charges, userid=userid, bank=args.bank, project=args.project,
+                        after_start=after, before_end=before,
+                        jobid=None if args.jobid is None else int(args.jobid))
+    names = _names(inst, accounts, {c.userid for c in found})
+    rows: list[dict[str, Any]] = [
+        {"jobid": c.jobid, "username": names[c.userid], "userid": c.userid,
+             "bank": c.bank or None, "queue": c.queue or None, "t_run": c.t_alloc,
+             "t_inactive": c.t_free, "nnodes": c.nnodes, "ncores": c.ncores,
+             "ngpus": c.ngpus, "project": c.project or None} for c in found]
+    if args.json:
+        print_json({"jobs": rows})
+        return 0
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(_RECORD_FIELDS)
+        for row in rows:
+            writer.writerow(["" if row[f] is None else row[f] for f in _RECORD_FIELDS])
+        return 0
+    text = [[fmt_id(c.jobid), names[c.userid], str(c.userid), c.bank or "-",
+             c.queue or "-", f"{c.t_alloc:.2f}", f"{c.t_free:.2f}", str(c.nnodes),
+             str(c.ncores)] for c in found]
+    for line in table(("JOBID", "USERNAME", "USERID", "BANK", "QUEUE", "T_RUN",
+                       "T_INACTIVE", "NNODES", "NCORES"), text,
+                      right=frozenset({2, 5, 6, 7, 8})):
         print(line)
     return 0
 

@@ -552,6 +552,12 @@ class Jobspec:
         return bank if isinstance(bank, str) and bank else None
 
     @property
+    def project(self) -> str | None:
+        """The accounting project (``attributes.system.project``), if any."""
+        project = self._system().get("project")
+        return project if isinstance(project, str) and project else None
+
+    @property
     def command(self) -> list[str]:
         """The first task's command (a copy)."""
         return list(self._doc["tasks"][0]["command"])

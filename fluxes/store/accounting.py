@@ -60,6 +60,7 @@ from fluxes.domain.accounting.usage import (
     UsageState,
     add_usage,
     decayed_usage,
+    minus_cleared,
 )
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
@@ -159,20 +160,35 @@ def append_admin(client: redis.Redis, keys: Keys,
     The append is conditional on the stream still ending where it was read; a
     writer that lost the race reads again and builds its event anew.
     """
+    events, after = append_admin_many(client, keys, lambda accounts: [make(accounts)])
+    return events[0], after
+
+
+def append_admin_many(client: redis.Redis, keys: Keys,
+                      make: Callable[[Accounts], Sequence[AccountEvent]]
+                      ) -> tuple[list[AccountEvent], Accounts]:
+    """Append the events ``make(accounts)`` builds, all or none: each must apply to the
+    state the ones before it leave (AccountError naming the first that does not, and
+    nothing written); the events and the state after them. What ``fluxes account
+    pop-db`` loads a file with."""
     for _ in range(ADMIN_RETRIES):
         events, last = read_admin(client, keys)
         accounts = replay(events)
-        event = make(accounts)
-        after = apply(event, accounts)
+        new = list(make(accounts))
+        after = accounts
+        for event in new:
+            after = apply(event, after)
+        if not new:
+            return new, after
         try:
             Direct.of(client, keys.accounting).evalsha(
                 _ADMIN_SHA, ADMIN_LUA, [keys.accounting],
-                [last, orjson.dumps(event.to_dict())])
+                [last, *(orjson.dumps(event.to_dict()) for event in new)])
         except redis.ResponseError as exc:
             if str(exc).startswith("CONFLICT"):
                 continue
             raise
-        return event, after
+        return new, after
     raise AccountError("the accounting stream keeps changing: try again")
 
 
@@ -369,6 +385,16 @@ class UsageStore:
                                          part.half_life or 0.0, now))
         return out
 
+    def behind(self) -> list[int]:
+        """The partitions whose journal has entries the fold has not reached yet (what
+        ``fluxes account update-usage`` waits for)."""
+        out = []
+        for p in range(self.keys.partitions):
+            last = self.redis.xrevrange(self.keys.journal(p), count=1)
+            if last and _stream_id(_text(last[0][0])) > _stream_id(self.position(p)[0]):
+                out.append(p)
+        return out
+
     def active(self, partition: int) -> tuple[str | None, dict[AssocKey, int]]:
         """The partition's stored active-job counts and the position they are exact at
         (None: never written)."""
@@ -448,6 +474,14 @@ class UsageStore:
                     if until is None or charge.t_alloc < until:
                         out.append(charge)
         return out
+
+
+def _stream_id(text: str) -> tuple[int, int]:
+    ms, _, seq = text.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return (0, 0)
 
 
 def _counts(jobs: Iterable[OpenJob]) -> dict[AssocKey, int]:
@@ -688,6 +722,7 @@ def fair_share_now(client: redis.Redis, keys: Keys, config: InstanceConfig, now:
     if accounts is None:
         accounts = load_accounts(client, keys)
     billing = config.accounting.billing
-    usage = {key: figures.billing(billing)
-             for key, figures in UsageStore(client, keys).decayed(now).items()}
+    decayed = minus_cleared(UsageStore(client, keys).decayed(now), accounts.cleared, now,
+                            config.accounting.half_life)
+    usage = {key: figures.billing(billing) for key, figures in decayed.items()}
     return fair_share(accounts, usage)

@@ -130,7 +130,7 @@ def test_only_the_owner_changes_accounting(client: redis.Redis,
 
 
 def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free: float | None,
-              bank: str = "", ncores: int = 2) -> None:
+              bank: str = "", ncores: int = 2, queue: str = "", project: str = "") -> None:
     """A job through its life: allocated at t_alloc, freed at t_free (None: running)."""
     store = EventStore(client, KEYS)
     client.set(KEYS.jm_fence(0), "1")
@@ -138,6 +138,10 @@ def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free:
     extra: dict[str, Any] = {"name": "j", "ncores": ncores, "nnodes": 1, "ngpus": 0}
     if bank:
         extra["bank"] = bank
+    if queue:
+        extra["queue"] = queue
+    if project:
+        extra["project"] = project
     batch.append(KEYS.eventlog(jobid), jobid, 0, [
         ev.decode("submit", T, {"urgency": 16, "userid": uid, "flags": 0, "version": 1}),
         ev.decode("validate", T)], [extra, None])
@@ -157,7 +161,7 @@ def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free:
 def test_usage_over_a_period_as_json_csv_and_text(client: redis.Redis,
                                                   capsys: pytest.CaptureFixture[str]) -> None:
     setup_banks(capsys)
-    write_job(client, 1, 1001, T + 10, T + 110)  # alice's default bank: physics
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")
     write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
     write_job(client, 3, 1002, T + 100, None)  # bob, still running
     rebuilt = orjson.loads(ok(capsys, "admin", "rebuild-accounting", "--json"))
@@ -256,3 +260,330 @@ def test_jobs_history_filters_and_csv_as_sacct_users_want(
     assert code == 2 and "invalid time" in err
     code, _out, err = run(capsys, "jobs", "--csv", "--json")
     assert code == 2 and "cannot be combined" in err
+
+
+def test_view_job_records_filters_as_flux_accounting(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110)  # alice, before any bank: no bank
+    write_job(client, 2, 1001, T + 50, T + 60, bank="chem", ncores=1)
+    write_job(client, 3, 1002, T + 100, T + 200, bank="chem", project="bronze")
+    write_job(client, 4, 1002, T + 300, None, bank="chem")  # running: no record yet
+    ok(capsys, "admin", "rebuild-accounting")
+
+    def ids(*argv: str) -> list[int]:
+        doc = orjson.loads(ok(capsys, "account", "view-job-records", "--json", *argv))
+        return [job["jobid"] for job in doc["jobs"]]
+
+    assert ids() == [2, 1, 3]  # by end time
+    assert ids("--user=alice") == [2, 1]
+    assert ids("-B", "physics") == []  # job 1 named no bank: it charged none
+    assert ids("-B", "chem") == [2, 3]
+    assert ids("--bank=chem", "-u", "bob") == [3]
+    assert ids(f"--after-start-time={T + 50}") == [2, 3]
+    assert ids(f"--before-end-time={T + 110}") == [2, 1]
+    assert ids(f"-a={T + 20}", f"-b={T + 150}") == [2]
+    assert ids("--jobid=3") == [3]
+    assert ids("--project=bronze") == [3]
+    assert ids("--project=silver") == []
+    [record] = orjson.loads(ok(capsys, "account", "view-job-records", "--json", "-j",
+                               "2"))["jobs"]
+    assert record == {"jobid": 2, "username": "alice", "userid": 1001, "bank": "chem",
+                      "queue": None, "t_run": T + 50, "t_inactive": T + 60, "nnodes": 1,
+                      "ncores": 1, "ngpus": 0, "project": None}
+    text = ok(capsys, "account", "view-job-records", "-u", "bob").splitlines()
+    assert text[0].split()[:4] == ["JOBID", "USERNAME", "USERID", "BANK"]
+    assert len(text) == 2 and text[1].split()[1:4] == ["bob", "1002", "chem"]
+    table = list(csv.reader(io.StringIO(ok(capsys, "account", "view-job-records", "--csv"))))
+    assert table[0][:3] == ["jobid", "username", "userid"] and len(table) == 4
+    code, _out, err = run(capsys, "account", "view-job-records", "--after-start-time=soon")
+    assert code == 2 and "invalid time" in err
+    code, _out, err = run(capsys, "account", "view-job-records", "--user=zz-nobody-zz")
+    assert code == 1 and "no user zz-nobody-zz" in err
+
+
+def test_edit_factor_sets_a_weight_the_priority_uses(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    factors = orjson.loads(ok(capsys, "account", "view-factor", "--json"))["factors"]
+    assert {f["factor"]: (f["weight"], f["source"]) for f in factors}["fairshare"] == \
+        (100000, "config")
+    ok(capsys, "account", "edit-factor", "--factor=fairshare", "--weight=500")
+    ok(capsys, "account", "edit-factor", "--factor=job-size", "--weight=7")
+    assert orjson.loads(ok(capsys, "account", "view-factor", "fairshare", "--json")) == \
+        {"factor": "fairshare", "weight": 500, "source": "edit-factor"}
+    text = ok(capsys, "account", "view-factor").splitlines()
+    assert text[0].split() == ["FACTOR", "WEIGHT", "SOURCE"]
+    assert ["job_size", "7", "edit-factor"] in [line.split() for line in text]
+    # fluxes job priority (the plugin as the job manager builds it) weighs with them
+    write_job(client, 1, 1001, T + 10, T + 110)
+    ok(capsys, "admin", "rebuild-accounting")
+    rebuild_joblist(client, KEYS)
+    shown = orjson.loads(ok(capsys, "job", "priority", "1", "--json"))
+    assert shown["factors"]["fairshare"]["weight"] == 500
+    assert shown["factors"]["job_size"]["weight"] == 7
+    assert shown["factors"]["urgency"]["weight"] == 1000
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["edit-factor", "--factor=luck", "--weight=1"],
+                           "unknown priority factor 'luck'"),
+                          (["edit-factor", "--factor=age", "--weight=-1"],
+                           "weight: expected an integer"),
+                          (["view-factor", "luck"], "unknown priority factor")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1
+    assert client.xlen(KEYS.accounting) == count
+
+
+def test_export_db_and_pop_db_round_trip_all_or_none(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    setup_banks(capsys)
+    ok(capsys, "account", "edit-user", "alice", "--default-bank=chem")
+    banks, users = tmp_path / "b.csv", tmp_path / "u.csv"
+    ok(capsys, "account", "export-db", "-b", str(banks), "-u", str(users))
+    assert banks.read_text().splitlines() == [
+        "Bank,ParentBank,Shares,MaxRunningJobs,MaxActiveJobs,MaxNodes,MaxCores",
+        "root,,1,,,,", "chem,root,1,,,,", "physics,root,3,10,,,"]
+    assert users.read_text().splitlines() == [
+        "Username,UserID,Bank,Shares,MaxRunningJobs,MaxActiveJobs,MaxNodes,Queues,MaxCores",
+        "alice,1001,chem,2,5,7,-1,,-1", "alice,1001,physics,1,5,7,-1,,-1",
+        "bob,1002,chem,1,4,8,-1,,-1"]
+    before = {k: ok(capsys, "account", k, "--json") for k in ("list-banks", "list-users")}
+    # into an empty instance: the same banks, users, limits and default banks
+    client.delete(KEYS.accounting)
+    assert ok(capsys, "account", "pop-db", "-b", str(banks), "-u", str(users)).strip() == \
+        "added 3 banks and 3 users"
+    assert {k: ok(capsys, "account", k, "--json") for k in before} == before
+    # flux-accounting's shorter rows, no header, blank shares: 1
+    more = tmp_path / "more.csv"
+    more.write_text("carol,1003,physics\ndave,1004,chem,,2,,3\n")
+    ok(capsys, "account", "pop-db", "--users", str(more))
+    dave = orjson.loads(ok(capsys, "account", "view-user", "dave", "--json"))
+    assert dave["associations"][0]["shares"] == 1
+    assert dave["associations"][0]["limits"]["max_running_jobs"] == 2
+    assert dave["associations"][0]["limits"]["max_active_jobs"] == 7  # the default
+    assert dave["associations"][0]["limits"]["max_nodes"] == 3
+    carol = orjson.loads(ok(capsys, "account", "view-user", "carol", "--json"))
+    assert carol["associations"][0]["limits"] == {
+        "max_running_jobs": 5, "max_active_jobs": 7, "max_nodes": None, "max_cores": None}
+    count = client.xlen(KEYS.accounting)
+    bad = tmp_path / "bad.csv"
+    for text, message in [("erin,1005,chem\nfrank,1006,nope\n", "bad.csv line 2: no bank"),
+                          ("erin,x,chem\n", "bad.csv line 1: userid: expected an integer"),
+                          ("erin,1005,chem,1,,,,batch\n", "no queue 'batch'"),
+                          ("erin,1005\n", "the first three required"),
+                          ("erin,1005,chem\nerin,1005,chem\n",
+                           "bad.csv line 2: user erin is in bank chem already")]:
+        bad.write_text(text)
+        code, _out, err = run(capsys, "account", "pop-db", "-u", str(bad))
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    code, _out, err = run(capsys, "account", "pop-db", "-u", str(tmp_path / "none.csv"))
+    assert code == 1 and "cannot read" in err
+    code, _out, err = run(capsys, "account", "pop-db")
+    assert code == 1 and "give -b/--banks" in err
+    assert client.xlen(KEYS.accounting) == count  # nothing written half-way
+
+
+def test_usage_of_jobs_from_before_any_bank_is_charged_to_no_bank(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    # the journal names no bank for a job submitted before any bank existed (the ingest
+    # resolves a bank only once one exists): it used to be charged to the default bank
+    write_job(client, 1, 1001, T + 10, T + 110)
+    setup_banks(capsys)
+    write_job(client, 2, 1001, T + 200, T + 210, bank="physics")
+    ok(capsys, "admin", "rebuild-accounting")
+    report = orjson.loads(ok(capsys, "account", "usage", "--json"))
+    rows = {(r["user"], r["bank"]): r["core_seconds"] for r in report["usage"]}
+    assert rows == {("alice", None): 200.0, ("alice", "physics"): 20.0}
+    assert {b["bank"]: b["core_seconds"] for b in report["banks"]} == \
+        {"root": 20.0, "physics": 20.0}
+    text = ok(capsys, "account", "usage").splitlines()
+    assert ["alice", "-", "1", "200.0", "0.0", "100.0"] in [line.split() for line in text]
+
+
+def test_clear_usage_resets_fair_share_of_banks_and_their_users(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")  # 200 core-seconds
+    write_job(client, 2, 1002, T + 10, T + 60, bank="chem")  # 100
+    write_job(client, 3, 1001, T + 10, T + 20)  # before any bank: alice's default's, 20
+    ok(capsys, "admin", "rebuild-accounting")
+
+    def usage() -> dict[tuple[str, str], float]:
+        rows = orjson.loads(ok(capsys, "account", "share", "--json"))["rows"]
+        return {(r["name"], r["bank"]): r["usage"] for r in rows if r["kind"] == "user"}
+
+    assert usage() == {("alice", "physics"): 220.0, ("alice", "chem"): 0.0,
+                       ("bob", "chem"): 100.0}
+    ok(capsys, "account", "clear-usage", "physics")
+    assert usage() == {("alice", "physics"): 0.0, ("alice", "chem"): 0.0,
+                       ("bob", "chem"): 100.0}
+    # usage after the clear counts again (a job running across it: its later part only)
+    write_job(client, 4, 1001, T + 200, T + 230, bank="physics")
+    ok(capsys, "admin", "rebuild-accounting")
+    assert usage()[("alice", "physics")] == 60.0
+    ok(capsys, "account", "clear-usage", "root")  # the whole tree
+    assert set(usage().values()) == {0.0}
+    # history stays: sreport-like usage is not cleared
+    rows = orjson.loads(ok(capsys, "account", "usage", "--json"))["usage"]
+    assert sum(r["core_seconds"] for r in rows) == 380.0
+    count = client.xlen(KEYS.accounting)
+    code, _out, err = run(capsys, "account", "clear-usage", "physics", "nope")
+    assert code == 1 and "no bank 'nope'" in err
+    assert client.xlen(KEYS.accounting) == count
+
+
+def test_update_usage_waits_for_the_fold_and_says_why_not(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    ok(capsys, "admin", "rebuild-accounting")
+    assert "usage is up to date" in ok(capsys, "account", "update-usage")
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")  # no worker folds it
+    code, _out, err = run(capsys, "account", "update-usage", "--timeout=0.1")
+    assert code == 1 and "no accounting worker folds partition 0" in err
+    assert len(err.strip().splitlines()) == 1
+    ok(capsys, "admin", "rebuild-accounting")
+    assert "usage is up to date" in ok(capsys, "account", "update-usage", "--timeout=0")
+    code, _out, err = run(capsys, "account", "update-usage", "--timeout=nan")
+    assert code == 1 and "--timeout" in err
+
+
+def test_add_user_limits_default_as_flux_accountings(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    limits = {a["bank"]: a["limits"] for a in orjson.loads(
+        ok(capsys, "account", "view-user", "alice", "--json"))["associations"]}
+    assert limits["physics"] == {"max_running_jobs": 5, "max_active_jobs": 7,
+                                 "max_nodes": None, "max_cores": None}
+    ok(capsys, "account", "add-user", "--username=erin", "--userid=1005", "--bank=chem",
+       "--max-running-jobs=-1", "--max-active-jobs=20")
+    [erin] = orjson.loads(ok(capsys, "account", "view-user", "erin", "--json"))[
+        "associations"]
+    assert erin["limits"]["max_running_jobs"] is None
+    assert erin["limits"]["max_active_jobs"] == 20
+
+
+def test_queues_give_the_queue_factor_its_priorities(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    client.hset(KEYS.instance, "config", '[accounting]\nhalf-life = "0"\n'
+                '[accounting.queue-priority]\nbatch = 1\ndebug = 4\n')
+    setup_banks(capsys)
+    ok(capsys, "account", "add-queue", "urgent", "--priority=8")
+    ok(capsys, "account", "add-queue", "debug", "--priority=2")
+    assert orjson.loads(ok(capsys, "account", "list-queues", "--json"))["queues"] == [
+        {"queue": "batch", "priority": 1, "source": "config"},
+        {"queue": "debug", "priority": 2, "source": "add-queue"},
+        {"queue": "urgent", "priority": 8, "source": "add-queue"}]
+    ok(capsys, "account", "edit-queue", "urgent", "--priority=16")
+    assert orjson.loads(ok(capsys, "account", "view-queue", "urgent", "--json")) == \
+        {"queue": "urgent", "priority": 16, "source": "add-queue"}
+    ok(capsys, "account", "delete-queue", "debug")
+    text = ok(capsys, "account", "list-queues").splitlines()
+    assert text[0].split() == ["QUEUE", "PRIORITY", "SOURCE"]
+    assert ["debug", "4", "config"] in [line.split() for line in text]
+    # the multi-factor queue factor: the job's queue's priority over the largest one
+    write_job(client, 1, 1001, T + 10, None, queue="debug")
+    rebuild_joblist(client, KEYS)
+    shown = orjson.loads(ok(capsys, "job", "priority", "1", "--json"))
+    assert shown["factors"]["queue"]["factor"] == pytest.approx(4 / 16)
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["add-queue", "urgent"], "queue urgent already exists"),
+                          (["edit-queue", "nope", "--priority=1"], "no queue 'nope'"),
+                          (["add-queue", "x", "--priority=-1"], "expected an integer"),
+                          (["add-queue", "b@d"], "bad queue name"),
+                          (["view-queue", "nope"], "no queue 'nope'")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code != 0 and message in err and len(err.strip().splitlines()) == 1, err
+    assert client.xlen(KEYS.accounting) == count
+
+
+def test_association_queues_limit_where_its_jobs_go(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str], tmp_path: Any) -> None:
+    from fluxes.domain.accounting.limits import HeldJob, Holdings, check_submit
+    from fluxes.store.accounting import load_accounts
+
+    setup_banks(capsys)
+    code, _out, err = run(capsys, "account", "edit-user", "bob", "--queues=batch")
+    assert code == 1 and "no queue 'batch': add it with" in err
+    ok(capsys, "account", "add-queue", "batch")
+    ok(capsys, "account", "add-queue", "debug")
+    ok(capsys, "account", "add-user", "--username=carol", "--userid=1003", "--bank=chem",
+       "--queues=batch,debug")
+    ok(capsys, "account", "edit-user", "bob", "--queues=debug")
+    [bob] = orjson.loads(ok(capsys, "account", "view-user", "bob", "--json"))["associations"]
+    assert bob["queues"] == ["debug"]
+    accounts = load_accounts(client, KEYS)
+    job = HeldJob(1002, None, False, 1, 1)
+    assert check_submit(accounts, Holdings(), "bob", job, "debug") is not None
+    assert check_submit(accounts, Holdings(), "bob", job, None) is not None
+    with pytest.raises(ValueError, match="bob/chem may not use queue batch "
+                                         r"\(its queues: debug\)"):
+        check_submit(accounts, Holdings(), "bob", job, "batch")
+    # alice names no queues: every queue
+    assert check_submit(accounts, Holdings(), "alice", HeldJob(1001, None, False, 1, 1),
+                        "batch") is not None
+    ok(capsys, "account", "edit-user", "bob", "--queues=")
+    [bob] = orjson.loads(ok(capsys, "account", "view-user", "bob", "--json"))["associations"]
+    assert bob["queues"] == []
+    users = tmp_path / "u.csv"
+    ok(capsys, "account", "export-db", "-u", str(users), "-b", str(tmp_path / "b.csv"))
+    assert "carol,1003,chem,1,5,7,-1,\"batch,debug\",-1" in users.read_text().splitlines()
+
+
+def test_projects_as_flux_accounting_names_them(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    from fluxes.domain.accounting.limits import HeldJob, Holdings, check_submit
+    from fluxes.store.accounting import load_accounts
+
+    setup_banks(capsys)
+    code, _out, err = run(capsys, "account", "edit-user", "bob", "--projects=bronze")
+    assert code == 1 and "no project 'bronze': add it with" in err
+    ok(capsys, "account", "add-project", "bronze")
+    ok(capsys, "account", "add-project", "silver")
+    assert orjson.loads(ok(capsys, "account", "list-projects", "--json")) == \
+        {"projects": ["*", "bronze", "silver"]}
+    assert ok(capsys, "account", "list-projects").split() == ["PROJECT", "*", "bronze",
+                                                               "silver"]
+    ok(capsys, "account", "add-user", "--username=carol", "--userid=1003", "--bank=chem",
+       "--projects=silver,bronze")
+    [carol] = orjson.loads(ok(capsys, "account", "view-user", "carol", "--json"))[
+        "associations"]
+    assert carol["projects"] == ["silver", "bronze", "*"]
+    assert carol["default_project"] == "silver"
+    [bob] = orjson.loads(ok(capsys, "account", "view-user", "bob", "--json"))["associations"]
+    assert bob["projects"] == ["*"] and bob["default_project"] == "*"
+    accounts = load_accounts(client, KEYS)
+    job = HeldJob(1003, None, False, 1, 1)
+    for project in (None, "*", "bronze"):
+        assert check_submit(accounts, Holdings(), "carol", job, None, project) is not None
+    with pytest.raises(ValueError, match=r"carol/chem is not in project gold \(its "
+                                         r"projects: silver, bronze, \*\)"):
+        check_submit(accounts, Holdings(), "carol", job, None, "gold")
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["add-project", "bronze"], "project bronze already exists"),
+                          (["add-project", "*"], "project * already exists"),
+                          (["delete-project", "silver"], "listed by carol/chem"),
+                          (["delete-project", "gold"], "no project 'gold'")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert client.xlen(KEYS.accounting) == count
+    ok(capsys, "account", "edit-user", "carol", "--projects=")
+    ok(capsys, "account", "delete-project", "silver")
+    assert orjson.loads(ok(capsys, "account", "list-projects", "--json")) == \
+        {"projects": ["*", "bronze"]}
+
+
+def test_clear_usage_ignore_older_than_keeps_the_later_usage(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 110, bank="physics")  # 2 cores
+    write_job(client, 2, 1001, T + 10, T + 20, bank="physics")  # all before T + 60
+    write_job(client, 3, 1002, T + 10, T + 60, bank="chem")  # another bank: kept
+    ok(capsys, "admin", "rebuild-accounting")
+    ok(capsys, "account", "clear-usage", "physics", f"--ignore-older-than={T + 60}")
+    rows = orjson.loads(ok(capsys, "account", "share", "--json"))["rows"]
+    usage = {(r["name"], r["bank"]): r["usage"] for r in rows if r["kind"] == "user"}
+    assert usage == {("alice", "physics"): 100.0, ("alice", "chem"): 0.0,
+                     ("bob", "chem"): 100.0}
+    code, _out, err = run(capsys, "account", "clear-usage", "root",
+                          "--ignore-older-than=never")
+    assert code == 2 and "invalid time" in err

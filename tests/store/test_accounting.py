@@ -271,6 +271,22 @@ class AccountingContract:
             append_admin(client, KEYS, racing(BankDelete(timestamp=T, bank="root"), "vv"))
         assert client.xlen(KEYS.accounting) == 4
 
+    def test_the_admin_stream_appends_many_events_all_or_none(
+            self, client: redis.Redis) -> None:
+        from fluxes.store.accounting import append_admin_many
+
+        added, after = append_admin_many(client, KEYS, lambda _a: [
+            BankAdd(timestamp=T, bank="root", shares=1),
+            BankAdd(timestamp=T, bank="a", parent="root", shares=2),
+            UserAdd(timestamp=T, username="x", userid=7, bank="a")])
+        assert len(added) == 3 and client.xlen(KEYS.accounting) == 3
+        assert after == load_accounts(client, KEYS) and after.association("x", "a")
+        with pytest.raises(ValueError, match="no bank 'nope'"):
+            append_admin_many(client, KEYS, lambda _a: [
+                BankAdd(timestamp=T, bank="b", parent="root", shares=1),
+                UserAdd(timestamp=T, username="y", userid=8, bank="nope")])
+        assert client.xlen(KEYS.accounting) == 3  # the good one before it was not written
+
     def test_fair_share_from_the_stored_usage(self, instance: Instance,
                                               client: redis.Redis) -> None:
         for event in (BankAdd(timestamp=T, bank="root", shares=1),

@@ -56,6 +56,54 @@ class QueueStateContract:
                                                 "owner_uid": 1000, "config": CONFIG})
         return Instance(InstanceURI("redis://unused", NS), client=client)
 
+    def test_an_association_with_queues_submits_only_to_them(
+            self, instance: Instance) -> None:
+        from fluxes.domain.accounting.banks import BankAdd, QueueAdd, UserAdd
+
+        worker = IngestWorker(instance, name="ingest-a")
+        worker.setup()
+        t = time.time()
+        for event in (BankAdd(timestamp=t, bank="root"), QueueAdd(timestamp=t, queue="debug"),
+                      UserAdd(timestamp=t, username="me", userid=1000, bank="root",
+                              queues=["debug"])):
+            instance.redis.xadd(instance.keys.accounting,
+                                {"d": orjson.dumps(event.to_dict())})
+        assert "id" in submit(instance, worker, "debug")
+        assert submit(instance, worker, "batch") == {
+            "error": "me/root may not use queue batch (its queues: debug)"}
+
+    def test_a_job_s_project_is_checked_and_recorded(self, instance: Instance) -> None:
+        from fluxes.domain.accounting.banks import BankAdd, ProjectAdd, UserAdd
+
+        worker = IngestWorker(instance, name="ingest-a")
+        worker.setup()
+        t = time.time()
+        for event in (BankAdd(timestamp=t, bank="root"), ProjectAdd(timestamp=t, project="p1"),
+                      ProjectAdd(timestamp=t, project="p2"),
+                      UserAdd(timestamp=t, username="me", userid=1000, bank="root",
+                              projects=["p1"])):
+            instance.redis.xadd(instance.keys.accounting,
+                                {"d": orjson.dumps(event.to_dict())})
+
+        def submit_project(project: str | None) -> dict[str, object]:
+            attrs = {"system": {"project": project}} if project else None
+            spec = Jobspec.from_command(["true"], attributes=attrs).to_dict()
+            client = Client(instance, user="me")
+            [key] = client._send([{"t": "submit", "jobs": [{"jobspec": spec}]}])
+            worker.step()
+            [answer] = client._wait(key, 1.0)
+            result: dict[str, object] = answer["jobs"][0]
+            return result
+
+        assert "id" in submit_project(None)
+        assert "id" in submit_project("*")
+        assert submit_project("p2") == {
+            "error": "me/root is not in project p2 (its projects: p1, *)"}
+        projects = [orjson.loads(f[b"x"]).get("project")
+                    for _i, f in instance.redis.xrange(instance.keys.journal(0))
+                    if f[b"n"] == b"submit"]
+        assert projects == ["p1", "*"]  # none named: the association's default
+
     def test_disable_then_submit_is_refused_and_enable_then_submit_accepted(
             self, instance: Instance) -> None:
         worker = IngestWorker(instance, name="ingest-a")

@@ -165,9 +165,11 @@ def test_limits_and_fair_share_from_the_journal(launcher: Launcher,
     assert isinstance(refused, str) and "fluxes account add-user" in refused
     account(uri, "add-bank", "--parent-bank=root", "small", "1")
     account(uri, "add-bank", "--parent-bank=root", "large", "3")
+    # -1: no limit, over flux-accounting's defaults (5 running, 7 active jobs)
     account(uri, "add-user", "--username=alice", f"--userid={ALICE[1]}", "--bank=small",
-            "--max-running-jobs=2")
-    account(uri, "add-user", "--username=bob", f"--userid={BOB[1]}", "--bank=large")
+            "--max-running-jobs=2", "--max-active-jobs=-1")
+    account(uri, "add-user", "--username=bob", f"--userid={BOB[1]}", "--bank=large",
+            "--max-running-jobs=-1", "--max-active-jobs=-1")
     [other] = alice.submit([job("large")])
     assert isinstance(other, str) and "not in bank large" in other
 

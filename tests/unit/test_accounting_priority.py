@@ -13,6 +13,7 @@ from fluxes.domain.accounting.banks import BankAdd, UserAdd, replay
 from fluxes.domain.accounting.config import AccountingConfig, Weights
 from fluxes.domain.accounting.fairshare import FairShareTable, fair_share
 from fluxes.domain.accounting.priority import (
+    FACTORS,
     JobFacts,
     MultiFactorPriority,
     ReprioritizeTimer,
@@ -216,3 +217,24 @@ def test_reprioritizing_follows_usage_changes_at_most_every_min_interval() -> No
     quick = ReprioritizeTimer(interval=1.0, min_interval=5.0)
     quick.done(0.0, None)
     assert quick.should_look(1.0) and quick.due(1.0)  # the interval wins when shorter
+
+
+def test_edit_factor_weights_reach_the_plugin_and_survive_later_events() -> None:
+    from fluxes.domain.accounting.banks import FACTOR_NAMES, FactorEdit, UserEdit
+
+    assert FACTOR_NAMES == FACTORS
+    accounts = replay([BankAdd(timestamp=0, bank="root"),
+                       UserAdd(timestamp=0, username="a", userid=1, bank="root"),
+                       FactorEdit(timestamp=1, factor="urgency", weight=31),
+                       FactorEdit(timestamp=2, factor="job-size", weight=0),
+                       UserEdit(timestamp=3, username="a", shares=2)])
+    assert accounts.weights == {"urgency": 31, "job_size": 0}
+    plugin = MultiFactorPriority(Weights(), clock=lambda: 0.0)
+    assert plugin.weights.urgency == 1000
+    assert plugin.update(fair_share(accounts, {}))  # new weights: reprioritize
+    assert (plugin.weights.urgency, plugin.weights.job_size, plugin.weights.fairshare) == \
+        (31, 0, 100000)
+    assert plugin.priority(PriorityInput(1, 31, 1, 0.0, None)) == 100000 + 31
+    assert not plugin.update(fair_share(accounts, {}))
+    assert plugin.update(fair_share(replay([BankAdd(timestamp=0, bank="root")]), {}))
+    assert plugin.weights.urgency == 1000  # edits gone: the configuration's again

@@ -282,3 +282,52 @@ def test_a_pending_job_moved_to_another_bank_counts_there() -> None:
     assert state.take_changes().active == {(7, "a"): 1, (7, "b"): 1}
     state.feed(1, "clean", 2.0, {}, {})
     assert state.active == {(7, "b"): 1}
+
+
+def test_clear_usage_leaves_exactly_the_usage_since_the_clear() -> None:
+    from fluxes.domain.accounting.usage import decay, minus_cleared
+
+    h = 60.0
+    # 4 cores held from 0 to 100; clear-usage at 50 found the running part so far
+    total_at_200 = Figures(4 * held(0, 100, h) * decay(100, h), 0.0, 0.0)
+    found_at_50 = (4 * held(0, 50, h), 0.0, 0.0)
+    left = minus_cleared({(1, "a"): total_at_200, (2, "a"): Figures(5.0, 0.0, 0.0)},
+                         {(1, "a"): (50.0, h, found_at_50)}, 200.0, h)
+    assert left[(1, "a")].core_seconds == pytest.approx(4 * held(50, 100, h) * decay(100, h))
+    assert left[(2, "a")] == Figures(5.0, 0.0, 0.0)  # not cleared
+    # a clear under another half-life no longer compares: passed over
+    assert minus_cleared({(1, "a"): total_at_200}, {(1, "a"): (50.0, 30.0, found_at_50)},
+                         200.0, h)[(1, "a")] == total_at_200
+    # never below zero (float rounding)
+    assert minus_cleared({(1, "a"): Figures(1.0, 0.0, 0.0)}, {(1, "a"): (0.0, 0.0, (
+        1.0 + 1e-12, 0.0, 0.0))}, 5.0, 0.0)[(1, "a")].core_seconds == 0.0
+
+
+def test_records_carry_the_project_and_read_those_written_before_it() -> None:
+    charge = JobCharge(7, 1, "a", "q", 1.0, 2.0, 4, 0, 1, "bronze")
+    assert JobCharge.from_obj(7, charge.to_obj()) == charge
+    old = JobCharge(7, 1, "a", "q", 1.0, 2.0, 4, 0, 1)
+    assert len(old.to_obj()) == 8 and JobCharge.from_obj(7, old.to_obj()) == old
+    with pytest.raises(ValueError):
+        JobCharge.from_obj(7, [*charge.to_obj(), "extra"])
+    job = OpenJob(1, "a", "q", 4, 0, 1, 0.0, 1.0, "bronze")
+    assert OpenJob.from_obj(job.to_obj()) == job
+    assert "p" not in job._replace(project="").to_obj()
+    state = UsageState(0.0)
+    state.feed(9, "submit", 0.0, {"userid": 1}, {"bank": "a", "project": "bronze"})
+    state.feed(9, "alloc", 1.0, {}, {"ranks": "0"})
+    state.feed(9, "free", 3.0, {}, {})
+    [charged] = state.take_changes().charges
+    assert charged.project == "bronze"
+
+
+def test_decayed_since_counts_the_part_after_since() -> None:
+    from fluxes.domain.accounting.usage import decay, decayed_since
+
+    h = 60.0
+    charges = [JobCharge(1, 1, "a", "", 0.0, 100.0, 4, 0, 1),
+               JobCharge(2, 1, "a", "", 0.0, 40.0, 4, 0, 1)]  # all before: nothing
+    running = [OpenJob(2, "a", "", 1, 0, 1, 0.0, 120.0)]
+    got = decayed_since(charges, running, 50.0, 200.0, h)
+    assert got[(1, "a")].core_seconds == pytest.approx(4 * held(50, 100, h) * decay(100, h))
+    assert got[(2, "a")].core_seconds == pytest.approx(held(120, 200, h))

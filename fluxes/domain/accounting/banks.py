@@ -8,13 +8,19 @@ bank they were added to unless changed, which jobs submitted without
 ``--bank`` are charged to.
 
 Every change is an event (``add-bank``, ``edit-bank``, ``delete-bank``,
-``add-user``, ``edit-user``, ``delete-user``, flux-accounting's command
-names) kept in the instance's admin stream; :func:`apply` is the transition,
-a pure function that returns new :class:`Accounts` or raises
-:class:`AccountError` (leaving the old state untouched), so the stream
-replays (:func:`replay`) to the same state everywhere. Deleting marks banks
+``add-user``, ``edit-user``, ``delete-user``, ``edit-factor``, ``clear-usage``,
+``add-queue``, ``edit-queue``, ``delete-queue``, ``add-project``,
+``delete-project``, flux-accounting's command names) kept in the instance's admin
+stream; :func:`apply` is the transition, a pure function that returns new
+:class:`Accounts` or raises :class:`AccountError` (leaving the old state
+untouched), so the stream replays (:func:`replay`) to the same state everywhere.
+Deleting marks banks
 and associations inactive, as flux-accounting does: usage stays attributed,
 and adding them again reactivates them.
+
+Why one module: the events, the state and the fold are one transition system; each
+event's check and its transition are read together, and the state's invariants
+(one root, a default bank among the active ones) hold across all of them.
 """
 
 from __future__ import annotations
@@ -22,10 +28,11 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, NamedTuple
 
+from fluxes.domain.accounting.config import MAX_WEIGHT
 from fluxes.errors import PolicyError
 
 #: Bank names: what a command line, a key field and ``user/bank`` can carry.
@@ -38,6 +45,13 @@ MAX_UID: Final = 2**32 - 2
 MAX_COUNT: Final = 2**31 - 1
 #: The limit names, as the options spell them (``--max-running-jobs``...).
 LIMIT_NAMES: Final = ("max_running_jobs", "max_active_jobs", "max_nodes", "max_cores")
+#: What ``add-user`` (and ``pop-db``'s blank columns) give a new association, as
+#: flux-accounting does; ``-1`` on the command line is no limit.
+DEFAULT_USER_LIMITS: Final = {"max_running_jobs": 5, "max_active_jobs": 7}
+#: The project every association has (flux-accounting's ``*``).
+ANY_PROJECT: Final = "*"
+#: The multi-factor priority factors whose weight ``edit-factor`` sets.
+FACTOR_NAMES: Final = ("fairshare", "age", "job_size", "queue", "urgency")
 
 class AccountError(PolicyError):
     """An accounting change that cannot be made (unknown bank, duplicate user...)."""
@@ -76,6 +90,58 @@ def check_uid(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_UID:
         raise AccountError(f"userid: expected an integer 0-{MAX_UID}, got {_show(value)}")
     return value
+
+
+def check_queue_name(name: object) -> str:
+    """``name`` if it can name a queue (as a bank name); AccountError if not."""
+    if not isinstance(name, str) or not BANK_NAME.fullmatch(name):
+        raise AccountError(f"bad queue name {_show(name)}: use letters, digits, '_', '.', "
+                           "'+', '-' (at most 64, not starting with '.', '+' or '-')")
+    return name
+
+
+def check_project_name(name: object) -> str:
+    """``name`` if it can name a project (``*`` or as a bank name); AccountError if not."""
+    if name != ANY_PROJECT and (not isinstance(name, str) or not BANK_NAME.fullmatch(name)):
+        raise AccountError(f"bad project name {_show(name)}: use letters, digits, '_', '.', "
+                           "'+', '-' (at most 64, not starting with '.', '+' or '-')")
+    assert isinstance(name, str)
+    return name
+
+
+def check_factor(name: object) -> str:
+    """``name`` if it names a priority factor (``job-size`` for ``job_size`` too);
+    AccountError if not."""
+    text = name.replace("-", "_") if isinstance(name, str) else name
+    if text not in FACTOR_NAMES:
+        raise AccountError(f"unknown priority factor {_show(name)} "
+                           f"(known: {', '.join(FACTOR_NAMES)})")
+    assert isinstance(text, str)
+    return text
+
+
+def check_weight(value: object) -> int:
+    """``value`` if it is a factor's weight 0..MAX_WEIGHT; AccountError if not."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WEIGHT:
+        raise AccountError(f"weight: expected an integer 0-{MAX_WEIGHT}, got {_show(value)}")
+    return value
+
+
+def _cleared_usage(value: object) -> dict[tuple[int, str], tuple[float, float, float]]:
+    """``clear-usage``'s usage: ``uid:bank`` -> three numbers >= 0; AccountError if not."""
+    if not isinstance(value, Mapping):
+        raise AccountError(f"usage: expected an object, got {_show(value)}")
+    out = {}
+    for key, figures in value.items():
+        uid, sep, bank = str(key).partition(":")
+        if not sep or not uid.isdigit() or (bank and not BANK_NAME.fullmatch(bank)):
+            raise AccountError(f"usage: bad association {_show(key)} (want UID:BANK)")
+        if not isinstance(figures, list | tuple) or len(figures) != 3:
+            raise AccountError(f"usage: expected three numbers for {key}, got "
+                               f"{_show(figures)}")
+        core, gpu, node = (_check_time(f) for f in figures)
+        out[(check_uid(int(uid)), bank)] = (core, gpu, node)
+    return out
 
 
 def _check_time(value: object) -> float:
@@ -162,11 +228,28 @@ class Association:
     shares: int = 1
     limits: Limits = NO_LIMITS
     active: bool = True
+    #: the queues its jobs may use (``--queues``; empty: every queue)
+    queues: tuple[str, ...] = ()
+    #: its projects (``--projects``), the first its default; ``*`` is always one
+    projects: tuple[str, ...] = ()
+
+    @property
+    def default_project(self) -> str:
+        """The project a job that names none is charged to (flux-accounting's)."""
+        return self.projects[0] if self.projects else ANY_PROJECT
 
     @property
     def label(self) -> str:
         """``user/bank``, as limit messages name it."""
         return f"{self.username}/{self.bank}"
+
+
+class Cleared(NamedTuple):
+    """One association's usage as ``clear-usage`` found it (decayed as of ``at``)."""
+
+    at: float
+    half_life: float
+    figures: tuple[float, float, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +260,16 @@ class Accounts:
     associations: Mapping[tuple[str, str], Association] = field(default_factory=dict)
     #: username -> default bank (always one of the user's active associations)
     default_banks: Mapping[str, str] = field(default_factory=dict)
+    #: factor -> weight set by ``edit-factor``: over ``[accounting.weights]``
+    weights: Mapping[str, int] = field(default_factory=dict)
+    #: queue -> its ``add-queue --priority`` (active queues only; over
+    #: ``[accounting.queue-priority]``)
+    queues: Mapping[str, int] = field(default_factory=dict)
+    #: the projects added with ``add-project`` (``*`` is always one)
+    projects: frozenset[str] = frozenset()
+    #: (uid, bank) -> the latest ``clear-usage`` of it: (time, half-life, its decayed
+    #: core-, gpu- and node-seconds then), what fair share no longer counts
+    cleared: Mapping[tuple[int, str], Cleared] = field(default_factory=dict)
     #: uid -> user name, built on first use (the plugin asks once per job)
     _names: dict[int, str] | None = field(default=None, compare=False, repr=False)
 
@@ -332,10 +425,14 @@ class UserAdd(AccountEvent):
     bank: str
     shares: int = 1
     limits: Mapping[str, int | None] = field(default_factory=dict)
+    queues: Sequence[str] | None = None
+    projects: Sequence[str] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {"username": self.username, "userid": self.userid, "bank": self.bank,
-                "shares": self.shares, "limits": dict(self.limits)}
+                "shares": self.shares, "limits": dict(self.limits),
+                "queues": None if self.queues is None else list(self.queues),
+                "projects": None if self.projects is None else list(self.projects)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -350,11 +447,15 @@ class UserEdit(AccountEvent):
     shares: int | None = None
     default_bank: str | None = None
     limits: Mapping[str, int | None] = field(default_factory=dict)
+    queues: Sequence[str] | None = None
+    projects: Sequence[str] | None = None
 
     def _fields(self) -> dict[str, Any]:
         return {"username": self.username, "bank": self.bank, "userid": self.userid,
                 "shares": self.shares, "default_bank": self.default_bank,
-                "limits": dict(self.limits)}
+                "limits": dict(self.limits),
+                "queues": None if self.queues is None else list(self.queues),
+                "projects": None if self.projects is None else list(self.projects)}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,8 +470,98 @@ class UserDelete(AccountEvent):
         return {"username": self.username, "bank": self.bank}
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FactorEdit(AccountEvent):
+    """``edit-factor --factor=NAME --weight=N``: a multi-factor weight, over the
+    configuration's ``[accounting.weights]``."""
+
+    kind: ClassVar[str] = "edit-factor"
+    factor: str
+    weight: int
+
+    def _fields(self) -> dict[str, Any]:
+        return {"factor": self.factor, "weight": self.weight}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UsageClear(AccountEvent):
+    """``clear-usage BANK...``: fair share counts the usage of the banks' associations (and
+    their sub-banks') from ``timestamp`` on. ``usage`` is each one's decayed usage then
+    (``uid:bank`` -> core, gpu, node seconds; bank "" a job that named none), decayed
+    with ``half_life``: what readers take off, decayed on to their own now."""
+
+    kind: ClassVar[str] = "clear-usage"
+    banks: Sequence[str]
+    half_life: float
+    usage: Mapping[str, Sequence[float]] = field(default_factory=dict)
+
+    def _fields(self) -> dict[str, Any]:
+        return {"banks": list(self.banks), "half_life": self.half_life,
+                "usage": {k: list(v) for k, v in self.usage.items()}}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueAdd(AccountEvent):
+    """``add-queue QUEUE [--priority=N]``: the queue's priority, the multi-factor queue
+    factor's value (over ``[accounting.queue-priority]``)."""
+
+    kind: ClassVar[str] = "add-queue"
+    queue: str
+    priority: int = 0
+
+    def _fields(self) -> dict[str, Any]:
+        return {"queue": self.queue, "priority": self.priority}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueEdit(AccountEvent):
+    """``edit-queue QUEUE --priority=N``."""
+
+    kind: ClassVar[str] = "edit-queue"
+    queue: str
+    priority: int
+
+    def _fields(self) -> dict[str, Any]:
+        return {"queue": self.queue, "priority": self.priority}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueDelete(AccountEvent):
+    """``delete-queue QUEUE``: its priority is the configuration's again."""
+
+    kind: ClassVar[str] = "delete-queue"
+    queue: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"queue": self.queue}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectAdd(AccountEvent):
+    """``add-project PROJECT``: associations may then list it (``--projects``)."""
+
+    kind: ClassVar[str] = "add-project"
+    project: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"project": self.project}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProjectDelete(AccountEvent):
+    """``delete-project PROJECT``: no association may list it any more."""
+
+    kind: ClassVar[str] = "delete-project"
+    project: str
+
+    def _fields(self) -> dict[str, Any]:
+        return {"project": self.project}
+
+
 _KINDS: Final[dict[str, type[AccountEvent]]] = {
-    cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete)}
+    cls.kind: cls for cls in (BankAdd, BankEdit, BankDelete, UserAdd, UserEdit, UserDelete,
+                              FactorEdit, UsageClear, QueueAdd, QueueEdit, QueueDelete,
+                              ProjectAdd, ProjectDelete)}
 #: Every admin event kind.
 EVENT_KINDS: Final = tuple(_KINDS)
 
@@ -400,21 +591,58 @@ def event_from_dict(obj: object) -> AccountEvent:
     return event
 
 
+def _check_queue_list(value: object) -> None:
+    if not isinstance(value, list | tuple):
+        raise AccountError(f"queues: expected a list of queue names, got {_show(value)}")
+    for queue in value:
+        check_queue_name(queue)
+
+
+def _known_queues(accounts: Accounts, queues: Sequence[str] | None) -> None:
+    for queue in queues or ():
+        if queue not in accounts.queues:
+            raise AccountError(f"no queue {queue!r}: add it with 'fluxes account add-queue "
+                               f"{queue}'")
+
+
+def _check_project_list(value: object) -> None:
+    if not isinstance(value, list | tuple):
+        raise AccountError(f"projects: expected a list of project names, got {_show(value)}")
+    for project in value:
+        check_project_name(project)
+
+
+def _known_projects(accounts: Accounts, projects: Sequence[str] | None) -> None:
+    for project in projects or ():
+        if project not in accounts.projects and project != ANY_PROJECT:
+            raise AccountError(f"no project {project!r}: add it with 'fluxes account "
+                               f"add-project {project}'")
+
+
+def _check_bank_list(value: object) -> None:
+    if not isinstance(value, list | tuple) or not value:
+        raise AccountError(f"banks: expected a list of bank names, got {_show(value)}")
+    for bank in value:
+        check_bank_name(bank)
+
+
+#: The check of each event field, by name.
+_FIELD_CHECKS: Final[dict[str, Callable[[Any], object]]] = {
+    "bank": check_bank_name, "parent": check_bank_name, "default_bank": check_bank_name,
+    "username": check_user_name, "userid": check_uid,
+    "shares": lambda value: check_count(value, "shares"), "limits": check_limit_changes,
+    "factor": check_factor, "weight": check_weight, "queue": check_queue_name,
+    "priority": check_weight, "banks": _check_bank_list, "queues": _check_queue_list,
+    "half_life": _check_time, "usage": _cleared_usage, "project": check_project_name,
+    "projects": _check_project_list}
+
+
 def _check_fields(event: AccountEvent) -> None:
     """Types of every field (names, counts, uids); AccountError naming the bad one."""
     for name, value in event.to_dict().items():
-        if value is None or name in ("kind", "timestamp"):
-            continue
-        if name in ("bank", "parent", "default_bank"):
-            check_bank_name(value)
-        elif name == "username":
-            check_user_name(value)
-        elif name == "userid":
-            check_uid(value)
-        elif name == "shares":
-            check_count(value, "shares")
-        elif name == "limits":
-            check_limit_changes(value)
+        check = _FIELD_CHECKS.get(name)
+        if value is not None and check is not None:
+            check(value)
 
 
 # ---------------------------------------------------------------- the fold
@@ -451,7 +679,8 @@ def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
           default_banks: Mapping[str, str] | None = None) -> Accounts:
     return Accounts(banks if banks is not None else accounts.banks,
                     associations if associations is not None else accounts.associations,
-                    default_banks if default_banks is not None else accounts.default_banks)
+                    default_banks if default_banks is not None else accounts.default_banks,
+                    accounts.weights, accounts.queues, accounts.projects, accounts.cleared)
 
 
 def _defaults_after(associations: Mapping[tuple[str, str], Association],
@@ -521,8 +750,8 @@ def _delete_bank(event: BankDelete, accounts: Accounts) -> Accounts:
         if assoc.bank in gone and assoc.active:
             associations[key] = replace(assoc, active=False)
             users.append(assoc.username)
-    return Accounts(banks, associations,
-                    _defaults_after(associations, accounts.default_banks, users))
+    return _with(accounts, banks, associations,
+                 _defaults_after(associations, accounts.default_banks, users))
 
 
 @_transition.register
@@ -538,12 +767,15 @@ def _add_user(event: UserAdd, accounts: Accounts) -> Accounts:
                                f"{event.userid}")
         if assoc.userid == event.userid and assoc.username != event.username:
             raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
+    _known_queues(accounts, event.queues)
+    _known_projects(accounts, event.projects)
     assoc = Association(event.username, event.userid, event.bank, event.shares,
-                        NO_LIMITS.changed(event.limits))
+                        NO_LIMITS.changed(event.limits), queues=tuple(event.queues or ()),
+                        projects=tuple(event.projects or ()))
     associations = {**accounts.associations, key: assoc}
     defaults = dict(accounts.default_banks)
     defaults.setdefault(event.username, event.bank)
-    return Accounts(accounts.banks, associations, defaults)
+    return _with(accounts, associations=associations, default_banks=defaults)
 
 
 @_transition.register
@@ -558,11 +790,15 @@ def _edit_user(event: UserEdit, accounts: Accounts) -> Accounts:
         for assoc in accounts.associations.values():
             if assoc.userid == event.userid and assoc.username != event.username:
                 raise AccountError(f"uid {event.userid} is user {assoc.username}'s")
+    _known_queues(accounts, event.queues)
+    _known_projects(accounts, event.projects)
     associations = dict(accounts.associations)
     for assoc in targets:
         associations[(assoc.username, assoc.bank)] = replace(
             assoc, shares=assoc.shares if event.shares is None else event.shares,
-            limits=assoc.limits.changed(event.limits))
+            limits=assoc.limits.changed(event.limits),
+            queues=assoc.queues if event.queues is None else tuple(event.queues),
+            projects=assoc.projects if event.projects is None else tuple(event.projects))
     if event.userid is not None:
         # a uid is the user's, not the association's: every association follows
         for key, assoc in accounts.associations.items():
@@ -571,7 +807,7 @@ def _edit_user(event: UserEdit, accounts: Accounts) -> Accounts:
     defaults = dict(accounts.default_banks)
     if event.default_bank is not None:
         defaults[event.username] = event.default_bank
-    return Accounts(accounts.banks, associations, defaults)
+    return _with(accounts, associations=associations, default_banks=defaults)
 
 
 @_transition.register
@@ -579,5 +815,75 @@ def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
     assoc = accounts.association(event.username, event.bank)
     associations = {**accounts.associations,
                     (assoc.username, assoc.bank): replace(assoc, active=False)}
-    return Accounts(accounts.banks, associations,
-                    _defaults_after(associations, accounts.default_banks, [assoc.username]))
+    return _with(accounts, associations=associations,
+                 default_banks=_defaults_after(associations, accounts.default_banks,
+                                               [assoc.username]))
+
+
+@_transition.register
+def _edit_factor(event: FactorEdit, accounts: Accounts) -> Accounts:
+    weights = {**accounts.weights, check_factor(event.factor): event.weight}
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights,
+                    accounts.queues, accounts.projects, accounts.cleared)
+
+
+@_transition.register
+def _clear_usage(event: UsageClear, accounts: Accounts) -> Accounts:
+    for name in event.banks:
+        accounts.bank(name)
+    cleared = dict(accounts.cleared)
+    for key, figures in _cleared_usage(event.usage).items():
+        cleared[key] = Cleared(event.timestamp, event.half_life, figures)
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
+                    accounts.weights, accounts.queues, accounts.projects, cleared)
+
+
+def _with_queues(accounts: Accounts, queues: Mapping[str, int]) -> Accounts:
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
+                    accounts.weights, queues, accounts.projects, accounts.cleared)
+
+
+@_transition.register
+def _add_queue(event: QueueAdd, accounts: Accounts) -> Accounts:
+    if event.queue in accounts.queues:
+        raise AccountError(f"queue {event.queue} already exists")
+    return _with_queues(accounts, {**accounts.queues, event.queue: event.priority})
+
+
+@_transition.register
+def _edit_queue(event: QueueEdit, accounts: Accounts) -> Accounts:
+    if event.queue not in accounts.queues:
+        raise AccountError(f"no queue {event.queue!r}")
+    return _with_queues(accounts, {**accounts.queues, event.queue: event.priority})
+
+
+@_transition.register
+def _delete_queue(event: QueueDelete, accounts: Accounts) -> Accounts:
+    if event.queue not in accounts.queues:
+        raise AccountError(f"no queue {event.queue!r}")
+    return _with_queues(accounts, {k: v for k, v in accounts.queues.items()
+                                   if k != event.queue})
+
+
+def _with_projects(accounts: Accounts, projects: frozenset[str]) -> Accounts:
+    return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
+                    accounts.weights, accounts.queues, projects, accounts.cleared)
+
+
+@_transition.register
+def _add_project(event: ProjectAdd, accounts: Accounts) -> Accounts:
+    if event.project in accounts.projects or event.project == ANY_PROJECT:
+        raise AccountError(f"project {event.project} already exists")
+    return _with_projects(accounts, accounts.projects | {event.project})
+
+
+@_transition.register
+def _delete_project(event: ProjectDelete, accounts: Accounts) -> Accounts:
+    if event.project not in accounts.projects:
+        raise AccountError(f"no project {event.project!r}")
+    users = sorted(a.label for a in accounts.associations.values()
+                   if a.active and event.project in a.projects)
+    if users:
+        raise AccountError(f"project {event.project} is listed by {', '.join(users[:3])}"
+                           + (" and more" if len(users) > 3 else "") + ": edit them first")
+    return _with_projects(accounts, accounts.projects - {event.project})

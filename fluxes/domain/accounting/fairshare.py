@@ -81,6 +81,10 @@ class FairShareTable:
     enabled: bool = False
     #: decayed usage of the whole instance, in billing units
     total_usage: float = 0.0
+    #: factor -> weight set by ``fluxes account edit-factor`` (over the configuration's)
+    weights: Mapping[str, int] = field(default_factory=dict)
+    #: queue -> priority set by ``fluxes account add-queue`` (over the configuration's)
+    queue_priority: Mapping[str, int] = field(default_factory=dict)
 
     def factor(self, userid: int, bank: str | None) -> float:
         """The factor of a job of ``userid`` charged to ``bank`` (None or "": the default)."""
@@ -97,7 +101,8 @@ def fair_share(accounts: Accounts, usage: Mapping[AssocKey, float]) -> FairShare
     (``usage``: (uid, bank) -> billing units; bank "" is the user's default bank)."""
     root = accounts.root
     if root is None:
-        return FairShareTable()
+        return FairShareTable(weights=dict(accounts.weights),
+                              queue_priority=dict(accounts.queues))
     defaults = {a.userid: accounts.default_banks[a.username]
                 for a in accounts.associations.values()
                 if a.active and a.username in accounts.default_banks}
@@ -167,7 +172,8 @@ def fair_share(accounts: Accounts, usage: Mapping[AssocKey, float]) -> FairShare
             walk(sub, sub_row)
 
     walk(root, root_row)
-    return FairShareTable(tuple(rows), factors, defaults, True, total)
+    return FairShareTable(tuple(rows), factors, defaults, True, total, dict(accounts.weights),
+                          dict(accounts.queues))
 
 
 def association_row(table: FairShareTable, assoc: Association) -> ShareRow | None:

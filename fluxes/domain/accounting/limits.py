@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from fluxes.domain.accounting.banks import Accounts, Association, Limits
+from fluxes.domain.accounting.banks import ANY_PROJECT, Accounts, Association, Limits
 from fluxes.domain.accounting.usage import AssocKey
 from fluxes.domain.sched.policy import PendingJob
 from fluxes.errors import PolicyError
@@ -147,13 +147,16 @@ def _never_fits(limits: Limits, job: HeldJob, who: str) -> str | None:
     return None
 
 
-def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
+def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob,
+                 queue: str | None = None, project: str | None = None
                  ) -> Association | None:
     """The association a new job of ``username`` is charged to, or PolicyError saying why
     it may not be submitted. Before any bank exists every job may be (None).
 
     ``job.bank`` None asks for the user's default bank; ``held`` counts the active
-    jobs (pending and running) before this one.
+    jobs (pending and running) before this one; ``queue`` is the job's queue, which
+    must be one of the association's (``--queues``) when it names any; ``project``,
+    when given, one of its projects (``--projects``, and ``*``).
     """
     if not accounts.enabled:
         return None
@@ -176,6 +179,12 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
         assoc = accounts.associations.get((username, default)) if default else None
         if assoc is None:
             raise PolicyError(f"user {username} has no default bank: give one with -B")
+    if queue is not None and assoc.queues and queue not in assoc.queues:
+        raise PolicyError(f"{assoc.label} may not use queue {queue} (its queues: "
+                          f"{', '.join(assoc.queues)})")
+    if project is not None and project != ANY_PROJECT and project not in assoc.projects:
+        raise PolicyError(f"{assoc.label} is not in project {project[:40]} (its projects: "
+                          f"{', '.join((*assoc.projects, ANY_PROJECT))})")
     checks = [(assoc.limits, held.by_assoc.get((username, assoc.bank), Held()), assoc.label)]
     checks += [(accounts.banks[name].limits, held.by_bank.get(name, Held()), f"bank {name}")
                for name in reversed(accounts.path(assoc.bank))]

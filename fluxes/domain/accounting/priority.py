@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final, NamedTuple
 
 from fluxes.domain.accounting.config import Weights
@@ -89,6 +89,18 @@ def _no_facts(_jobid: int) -> JobFacts | None:
     return None
 
 
+def _with_edits(weights: Weights, table: FairShareTable) -> Weights:
+    """``weights`` with the weights ``fluxes account edit-factor`` and the queue priorities
+    ``add-queue`` set (in the table)."""
+    if not table.weights and not table.queue_priority:
+        return weights
+    edits: dict[str, Any] = {name: value for name, value in table.weights.items()
+                             if name in FACTORS}
+    if table.queue_priority:
+        edits["queue_priority"] = {**weights.queue_priority, **table.queue_priority}
+    return replace(weights, **edits)
+
+
 class MultiFactorPriority:
     """Priority from fair share, age, job size, queue and urgency (see the module)."""
 
@@ -98,21 +110,28 @@ class MultiFactorPriority:
                  facts: Callable[[int], JobFacts | None] = _no_facts,
                  clock: Callable[[], float] = time.time, total_cores: int = 0,
                  total_nodes: int = 0) -> None:
-        self.weights = weights
+        #: the configuration's weights; ``self.weights`` adds the table's edit-factor ones
+        self.base_weights = weights
         self.table = table if table is not None else FairShareTable()
         self.facts = facts
         self.clock = clock
         self.total_cores = total_cores
         self.total_nodes = total_nodes
-        top = max(weights.queue_priority.values(), default=0)
-        self._queue_top = top
+        self._set_weights(_with_edits(weights, self.table))
+
+    def _set_weights(self, weights: Weights) -> None:
+        self.weights = weights
+        self._queue_top = max(weights.queue_priority.values(), default=0)
 
     def update(self, table: FairShareTable) -> bool:
         """Install a new fair-share table; True when any association's factor changed (the
         job manager then recomputes every pending job's priority)."""
         changed = (table.factors != self.table.factors or table.enabled != self.table.enabled
-                   or table.default_banks != self.table.default_banks)
+                   or table.default_banks != self.table.default_banks
+                   or table.weights != self.table.weights
+                   or table.queue_priority != self.table.queue_priority)
         self.table = table
+        self._set_weights(_with_edits(self.base_weights, table))
         return changed
 
     def reprioritize_all(self) -> bool:

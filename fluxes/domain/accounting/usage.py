@@ -146,6 +146,8 @@ class OpenJob(NamedTuple):
     t_submit: float
     #: when it was allocated (None: pending, or freed already)
     t_alloc: float | None = None
+    #: the accounting project the ingest recorded ("" before projects existed)
+    project: str = ""
 
     @property
     def key(self) -> AssocKey:
@@ -159,8 +161,11 @@ class OpenJob(NamedTuple):
 
     def to_obj(self) -> dict[str, Any]:
         """Compact JSON-ready form."""
-        return {"u": self.userid, "b": self.bank, "q": self.queue, "c": self.ncores,
-                "g": self.ngpus, "n": self.nnodes, "s": self.t_submit, "a": self.t_alloc}
+        out = {"u": self.userid, "b": self.bank, "q": self.queue, "c": self.ncores,
+               "g": self.ngpus, "n": self.nnodes, "s": self.t_submit, "a": self.t_alloc}
+        if self.project:
+            out["p"] = self.project  # only when set: records from before stay as they were
+        return out
 
     @classmethod
     def from_obj(cls, obj: Any) -> OpenJob:
@@ -169,7 +174,7 @@ class OpenJob(NamedTuple):
             alloc = obj["a"]
             return cls(int(obj["u"]), str(obj["b"]), str(obj["q"]), int(obj["c"]),
                        int(obj["g"]), int(obj["n"]), float(obj["s"]),
-                       None if alloc is None else float(alloc))
+                       None if alloc is None else float(alloc), str(obj.get("p", "")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"bad open job record: {exc}") from None
 
@@ -186,6 +191,7 @@ class JobCharge(NamedTuple):
     ncores: int
     ngpus: int
     nnodes: int
+    project: str = ""
 
     @property
     def key(self) -> AssocKey:
@@ -193,17 +199,20 @@ class JobCharge(NamedTuple):
         return self.userid, self.bank
 
     def to_obj(self) -> list[Any]:
-        """Compact JSON-ready form."""
-        return [self.userid, self.bank, self.queue, self.t_alloc, self.t_free, self.ncores,
-                self.ngpus, self.nnodes]
+        """Compact JSON-ready form (the project last, only when set)."""
+        out: list[Any] = [self.userid, self.bank, self.queue, self.t_alloc, self.t_free,
+                          self.ncores, self.ngpus, self.nnodes]
+        return [*out, self.project] if self.project else out
 
     @classmethod
     def from_obj(cls, jobid: int, obj: Any) -> JobCharge:
         """Decode :meth:`to_obj` output; ValueError when it is not one."""
         try:
-            u, b, q, a, f, c, g, n = obj
+            u, b, q, a, f, c, g, n, *rest = obj
+            if len(rest) > 1:
+                raise ValueError("too many values")
             return cls(jobid, int(u), str(b), str(q), float(a), float(f), int(c), int(g),
-                       int(n))
+                       int(n), str(rest[0]) if rest else "")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad job charge record: {exc}") from None
 
@@ -329,9 +338,11 @@ class UsageState:
                              f"got {userid!r:.40}")
         if jobid in self.open:
             return  # a second submit of an active job: the job manager refuses it too
+        project = extra.get("project")
         job = OpenJob(userid, _text(extra, "bank"), _text(extra, "queue"),
                       _count(extra, "ncores", 1), _count(extra, "ngpus", 0),
-                      _count(extra, "nnodes", 0), timestamp)
+                      _count(extra, "nnodes", 0), timestamp,
+                      project=project if isinstance(project, str) else "")
         self._set(jobid, job)
 
     def _allocated(self, job: OpenJob, timestamp: float, extra: Mapping[str, Any]) -> OpenJob:
@@ -359,7 +370,8 @@ class UsageState:
         self.accums[key] = accum
         self.changes.accums[key] = accum
         self.changes.charges.append(JobCharge(jobid, job.userid, job.bank, job.queue, start,
-                                              end, job.ncores, job.ngpus, job.nnodes))
+                                              end, job.ncores, job.ngpus, job.nnodes,
+                                              job.project))
 
 
 # ---------------------------------------------------------------- reading usage
@@ -412,6 +424,74 @@ def window_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], sin
         old = out.get(key, WindowUsage())
         out[key] = WindowUsage(old.figures.plus(rates.scaled(max(hi - lo, 0.0))),
                                old.jobs + 1)
+
+    for charge in charges:
+        add(charge.key, Figures(float(charge.ncores), float(charge.ngpus),
+                                float(charge.nnodes)), charge.t_alloc, charge.t_free)
+    for job in open_jobs:
+        if job.t_alloc is not None:
+            add(job.key, job.rates, job.t_alloc, max(now, job.t_alloc))
+    return out
+
+
+def job_records(charges: Iterable[JobCharge], *, userid: int | None = None,
+                bank: str | None = None, after_start: float | None = None,
+                before_end: float | None = None, jobid: int | None = None,
+                project: str | None = None) -> list[JobCharge]:
+    """The ended allocations that pass every filter given (flux-accounting's
+    ``view-job-records``): of ``userid``, charged to ``bank`` (a job submitted before any
+    bank existed names none and charges none), of ``project``, started at or after
+    ``after_start``, ended at or before ``before_end``; by end time, then id."""
+    out = []
+    for charge in charges:
+        if jobid is not None and charge.jobid != jobid:
+            continue
+        if userid is not None and charge.userid != userid:
+            continue
+        if bank is not None and charge.bank != bank:
+            continue
+        if project is not None and charge.project != project:
+            continue
+        if after_start is not None and charge.t_alloc < after_start:
+            continue
+        if before_end is not None and charge.t_free > before_end:
+            continue
+        out.append(charge)
+    return sorted(out, key=lambda c: (c.t_free, c.jobid))
+
+
+def minus_cleared(usage: Mapping[AssocKey, Figures],
+                  cleared: Mapping[AssocKey, tuple[float, float, tuple[float, float, float]]],
+                  now: float, half_life: float) -> dict[AssocKey, Figures]:
+    """Decayed usage as of ``now`` less what ``clear-usage`` found (``cleared``: key ->
+    (time, half-life, figures then)), decayed on to ``now``: decayed usage is a sum over
+    time, so what is left is exactly the usage since the clear. A clear made under
+    another half-life is passed over (its figures no longer compare)."""
+    out = dict(usage)
+    for key, (at, cleared_half_life, figures) in cleared.items():
+        if key not in out or cleared_half_life != half_life:
+            continue
+        weight = decay(now - at, half_life)
+        have = out[key]
+        out[key] = Figures(max(have.core_seconds - figures[0] * weight, 0.0),
+                           max(have.gpu_seconds - figures[1] * weight, 0.0),
+                           max(have.node_seconds - figures[2] * weight, 0.0))
+    return out
+
+
+def decayed_since(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], since: float,
+                  now: float, half_life: float) -> dict[AssocKey, Figures]:
+    """Each association's decayed usage as of ``now`` of what was held from ``since`` on
+    (an allocation across ``since`` counts for its later part; running jobs up to
+    ``now``): what ``clear-usage --ignore-older-than`` keeps."""
+    out: dict[AssocKey, Figures] = {}
+
+    def add(key: AssocKey, rates: Figures, start: float, end: float) -> None:
+        start = max(start, since)
+        if end <= start:
+            return
+        amount = rates.scaled(held(start, end, half_life) * decay(now - end, half_life))
+        out[key] = out.get(key, NO_USAGE).plus(amount)
 
     for charge in charges:
         add(charge.key, Figures(float(charge.ncores), float(charge.ngpus),

@@ -100,8 +100,9 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
     }
     if admission.queue is not None:
         info["queue"] = admission.queue
-    if full.bank is not None:
-        info["bank"] = full.bank
+    # the accounting the job asks for (-B, --setattr=system.project=...)
+    info.update({key: value for key, value in (("bank", full.bank), ("project", full.project))
+                 if value is not None})
     if full.dependencies:
         info["dependencies"] = list(full.dependencies)
     if full.cwd:
