@@ -27,8 +27,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
+from fluxes.domain.graph.jgf import subgraph
 from fluxes.domain.graph.model import ResourceGraph
-from fluxes.domain.graph.output import pretty_lines, simple_lines
+from fluxes.domain.graph.output import pretty_lines, rset_of, simple_lines
 from fluxes.domain.graph.state import Hold
 from fluxes.domain.graph.traverser import Traverser
 from fluxes.domain.graph.wants import parse_resources
@@ -37,10 +40,17 @@ from fluxes.formats.jobspec import Jobspec
 
 __all__ = ["FORMATS", "POLICIES", "QuerySession", "Reply"]
 
-#: ``-P`` policies.
-POLICIES: Final = ("high", "low", "first", "best", "worst")
+#: ``-P`` policies -> the matcher's policy.  Fluxion's ``first`` is ``high`` that stops at
+#: the first match, ``lonode`` / ``hinode`` order nodes by id then ``low`` / ``high``
+#: below them (the id order does both), ``locality`` packs; ``variation`` (performance
+#: classes the graphs here do not carry) falls back to ``low``.
+POLICY_MAP: Final = {"high": "high", "low": "low", "first": "high", "lonode": "low",
+                     "hinode": "high", "lonodex": "lonodex", "hinodex": "hinodex",
+                     "firstnodex": "hinodex", "locality": "best", "variation": "low",
+                     "best": "best", "worst": "worst"}
+POLICIES: Final = tuple(POLICY_MAP)
 #: ``-F`` formats.
-FORMATS: Final = ("simple", "pretty_simple")
+FORMATS: Final = ("simple", "pretty_simple", "jgf", "rlite", "rv1", "rv1_nosched")
 
 _BAR: Final = "INFO: ============================="
 _SUBCOMMANDS: Final = ("allocate", "allocate_orelse_reserve", "allocate_with_satisfiability",
@@ -73,8 +83,12 @@ class QuerySession:
     """
 
     def __init__(self, graph: ResourceGraph, load: Callable[[str], Jobspec | Mapping[str, Any]],
-                 policy: str = "high", fmt: str = "simple") -> None:
-        """A session with nothing allocated; ValueError for an unknown policy or format."""
+                 policy: str = "high", fmt: str = "simple",
+                 clock: Callable[[], float] | None = None) -> None:
+        """A session with nothing allocated; ValueError for an unknown policy or format.
+
+        With a *clock* (seconds), each match also prints ``INFO: ELAPSE=`` its time.
+        """
         if policy not in POLICIES:
             raise ValueError(f"unknown match policy {policy!r} (expected one of "
                              f"{', '.join(POLICIES)})")
@@ -83,11 +97,12 @@ class QuerySession:
                              f"{', '.join(FORMATS)})")
         self.graph = graph
         self.trav = Traverser(graph)
-        self.policy = policy
+        self.policy = POLICY_MAP[policy]
         self.fmt = fmt
         self.load = load
         self.next_jobid = 1
         self.now = 0.0
+        self.clock = clock
 
     def execute(self, line: str) -> Reply:
         """Run one command line."""
@@ -100,7 +115,13 @@ class QuerySession:
         if cmd in ("help", "h"):
             return Reply(out=list(_HELP))
         if cmd in ("match", "m"):
-            return self._match(args)
+            if self.clock is None:
+                return self._match(args)
+            began = self.clock()
+            reply = self._match(args)
+            if not reply.err:
+                reply.out.append(f"INFO: ELAPSE={self.clock() - began:.6f}")
+            return reply
         if cmd in ("cancel", "c"):
             return self._cancel(args)
         return Reply(err=[f"ERROR: unknown command {cmd!r} (try 'help')"])
@@ -156,7 +177,14 @@ class QuerySession:
         """The vertices of *hold* in the session's format."""
         if self.fmt == "pretty_simple":
             return pretty_lines(self.graph, hold)
-        return simple_lines(self.graph, hold)
+        if self.fmt == "simple":
+            return simple_lines(self.graph, hold)
+        if self.fmt == "jgf":
+            return [_dumps(subgraph(self.graph, hold.shown))]
+        doc = rset_of(self.graph, hold, self.fmt == "rv1").encode()
+        if self.fmt == "rlite":
+            return [_dumps(doc["execution"]["R_lite"])]
+        return [_dumps(doc)]
 
     def _scheduled(self, hold: Hold) -> list[str]:
         """The INFO block of a match."""
@@ -164,6 +192,11 @@ class QuerySession:
         return [_BAR, f"INFO: JOBID={hold.jobid}",
                 f"INFO: RESOURCES={'ALLOCATED' if now else 'RESERVED'}",
                 f"INFO: SCHEDULED AT={'Now' if now else int(hold.start)}", _BAR]
+
+
+def _dumps(doc: object) -> str:
+    """One line of JSON."""
+    return orjson.dumps(doc).decode()
 
 
 def _read(jobspec: Jobspec | Mapping[str, Any]) -> tuple[object, float]:
