@@ -117,3 +117,32 @@ def test_rule3_granules_per_slot_copy() -> None:
     assert hold is not None
     # 3 copies of 2 GB: three whole 4 GB vertices, not 6 GB in two
     assert sorted(a for v, a in hold.amounts.items() if g.types[v] == "memory") == [4, 4, 4]
+
+
+def test_inspection_commands_status_property_info_and_find() -> None:
+    g = load_grug((CASES / "tiny.graphml").read_text())
+    s = QuerySession(g, load, "high")
+    js = "tests/cases/graph/jobspecs"
+
+    def run(line: str) -> list[str]:
+        reply = s.execute(line)
+        assert not reply.err, reply.err
+        return reply.out
+
+    run("set-status /tiny0/rack0/node1 down")
+    assert run("get-status /tiny0/rack0/node1") == ["/tiny0/rack0/node1 is down"]
+    # a vertex down is never matched: high ids first would take node1
+    assert "      ---------node0[1:s]" in run(f"match allocate {js}/excl_socket.yaml")
+    run("set-status /tiny0/rack0/node1 up")
+    out = run(f"multi-match allocate {js}/one_core.yaml {js}/one_core.yaml")
+    assert out.count("INFO: RESOURCES=ALLOCATED") == 2
+    assert run("info 1") == [f"INFO: 1, ALLOCATED, 0, {js}/excl_socket.yaml, 0.000000"]
+    assert len(run("list")) == 3 and run("stat")[0] == "INFO: Num. of Jobs Matched: 3"
+    found = run("find sched-now=allocated and type=socket or status=down")
+    assert [line.strip("- ") for line in found[:3]] == ["socket1[1:s]", "node0[1:s]",
+                                                        "socket1[1:s]"]
+    run("set-property /tiny0/rack0/node0 color=red")
+    assert run("get-property /tiny0/rack0/node0") == ["color=red"]
+    assert s.execute("get-status /nowhere").err == [
+        "ERROR: could not find path /nowhere in resource graph"]
+    assert s.execute("find color").err[0].startswith("ERROR: find: 'color' is not KEY=VALUE")

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import orjson
 
+from fluxes.domain.graph.inspect import find, set_status
 from fluxes.domain.graph.jgf import subgraph
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.output import pretty_lines, rset_of, simple_lines
@@ -56,6 +57,12 @@ _BAR: Final = "INFO: ============================="
 _SUBCOMMANDS: Final = ("allocate", "allocate_orelse_reserve", "allocate_with_satisfiability",
                        "satisfiability")
 _HELP: Final = (
+    "multi-match SUBCOMMAND JOBSPEC...            match each jobspec in turn",
+    "info JOBID, list, stat                       jobs matched, match times",
+    "find EXPR                                    vertices by status=, sched-now=, "
+    "sched-future=, type=, name=, rank=, property= (and, or)",
+    "set-status PATH up|down, get-status PATH     a vertex down is never matched",
+    "set-property PATH KEY=VALUE, get-property PATH",
     "match allocate JOBSPEC                       allocate now",
     "match allocate_orelse_reserve JOBSPEC        allocate now, else reserve the earliest "
     "window",
@@ -103,6 +110,10 @@ class QuerySession:
         self.next_jobid = 1
         self.now = 0.0
         self.clock = clock
+        #: jobid -> (state, scheduled at, jobspec file, match time) of jobs holding something
+        self.jobs: dict[int, tuple[str, int, str, float]] = {}
+        #: how long each match took (zero without a clock)
+        self.times: list[float] = []
 
     def execute(self, line: str) -> Reply:
         """Run one command line."""
@@ -119,12 +130,124 @@ class QuerySession:
                 return self._match(args)
             began = self.clock()
             reply = self._match(args)
+            took = self.clock() - began
             if not reply.err:
-                reply.out.append(f"INFO: ELAPSE={self.clock() - began:.6f}")
+                reply.out.append(f"INFO: ELAPSE={took:.6f}")
+                self._timed(took)
             return reply
+        if cmd in ("multi-match", "M"):
+            return self._multi(args)
         if cmd in ("cancel", "c"):
             return self._cancel(args)
-        return Reply(err=[f"ERROR: unknown command {cmd!r} (try 'help')"])
+        handler = self._commands().get(cmd)
+        if handler is None:
+            return Reply(err=[f"ERROR: unknown command {cmd!r} (try 'help')"])
+        try:
+            return handler(args)
+        except ValueError as exc:
+            return Reply(err=[f"ERROR: {exc}"])
+
+    def _commands(self) -> dict[str, Callable[[list[str]], Reply]]:
+        """The inspection commands by name and abbreviation."""
+        table: dict[str, Callable[[list[str]], Reply]] = {
+            "info": self._info, "i": self._info, "list": self._list, "l": self._list,
+            "stat": self._stat, "s": self._stat, "find": self._find, "f": self._find,
+            "set-property": self._set_property, "p": self._set_property,
+            "get-property": self._get_property, "g": self._get_property,
+            "set-status": self._set_status, "t": self._set_status,
+            "get-status": self._get_status, "e": self._get_status,
+        }
+        return table
+
+    def _job_line(self, jobid: int) -> str:
+        """``INFO: JOBID, STATE, AT, JOBSPEC, OVERHEAD`` of a matched job."""
+        mode, at, path, took = self.jobs[jobid]
+        return f"INFO: {jobid}, {mode}, {at}, {path}, {took:.6f}"
+
+    def _info(self, args: list[str]) -> Reply:
+        """``info JOBID``."""
+        if len(args) != 1:
+            raise ValueError("malformed command: info JOBID")
+        jobid = _jobid(args[0])
+        if jobid not in self.jobs:
+            raise ValueError(f"nonexistent job {jobid}")
+        return Reply(out=[self._job_line(jobid)])
+
+    def _list(self, args: list[str]) -> Reply:
+        """``list``: every job matched and still held."""
+        return Reply(out=[self._job_line(j) for j in sorted(self.jobs)])
+
+    def _stat(self, args: list[str]) -> Reply:
+        """``stat``: how many jobs matched, and the match times."""
+        times = self.times
+        return Reply(out=[f"INFO: Num. of Jobs Matched: {len(self.jobs)}",
+                          f"INFO: Min. Match Time: {min(times, default=0.0):.6f}",
+                          f"INFO: Max. Match Time: {max(times, default=0.0):.6f}",
+                          "INFO: Avg. Match Time: "
+                          f"{(sum(times) / len(times)) if times else 0.0:.6f}"])
+
+    def _vertex(self, path: str) -> int:
+        """The vertex at containment *path*; ValueError if none."""
+        v = self.graph.by_path(path)
+        if v is None:
+            raise ValueError(f"could not find path {path} in resource graph")
+        return v
+
+    def _find(self, args: list[str]) -> Reply:
+        """``find EXPR``: vertices by status, schedule, type, name, rank or property."""
+        expr = " ".join(args)
+        shown = find(self.graph, self.trav.state, expr)
+        hold = Hold(0, 0.0, 0.0, shown, {})
+        lines = self._lines(hold) if shown else []
+        return Reply(out=[*lines, _BAR, f'INFO: EXPRESSION="{expr}"', _BAR])
+
+    def _set_property(self, args: list[str]) -> Reply:
+        """``set-property PATH KEY=VALUE``."""
+        if len(args) != 2:
+            raise ValueError("malformed command: set-property PATH KEY=VALUE")
+        key, sep, value = args[1].partition("=")
+        if not key or not sep or not value:
+            raise ValueError("set-property: use set-property PATH KEY=VALUE")
+        v = self._vertex(args[0])
+        props = self.graph.props[v]
+        if props is None:
+            props = self.graph.props[v] = {}
+        props[key] = value
+        return Reply()
+
+    def _get_property(self, args: list[str]) -> Reply:
+        """``get-property PATH``."""
+        if len(args) != 1:
+            raise ValueError("malformed command: get-property PATH")
+        props = self.graph.props[self._vertex(args[0])]
+        if not props:
+            return Reply(out=[f"No properties were found for {args[0]}."])
+        return Reply(out=[f"{k}={v}" for k, v in sorted(props.items())])
+
+    def _set_status(self, args: list[str]) -> Reply:
+        """``set-status PATH up|down``: a vertex down (and its subtree) is never matched."""
+        if len(args) != 2:
+            raise ValueError("malformed command: set-status PATH up|down")
+        set_status(self.trav.state, self._vertex(args[0]), args[1])
+        return Reply()
+
+    def _get_status(self, args: list[str]) -> Reply:
+        """``get-status PATH``."""
+        if len(args) != 1:
+            raise ValueError("malformed command: get-status PATH")
+        down = self.trav.state.down[self._vertex(args[0])]
+        return Reply(out=[f"{args[0]} is {'down' if down else 'up'}"])
+
+    def _multi(self, args: list[str]) -> Reply:
+        """``multi-match SUBCOMMAND JOBSPEC...``: match each jobspec in turn."""
+        if len(args) < 2:
+            return Reply(err=["ERROR: malformed command: multi-match SUBCOMMAND JOBSPEC..."])
+        out = Reply()
+        for path in args[1:]:
+            one = self.execute(f"match {args[0]} {path}")
+            out.out += one.out
+            out.err += one.err
+        return out
 
     def _cancel(self, args: list[str]) -> Reply:
         """``cancel JOBID``."""
@@ -136,7 +259,17 @@ class QuerySession:
             return Reply(err=[f"ERROR: invalid job id {args[0]!r}"])
         if self.trav.cancel(jobid) is None:
             return Reply(err=[f"ERROR: nonexistent job {jobid}"])
+        self.jobs.pop(jobid, None)
         return Reply()
+
+    def _timed(self, took: float) -> None:
+        """Record the time of the match just made (if it matched)."""
+        last = self.next_jobid - 1
+        if last in self.jobs and self.jobs[last][3] == 0.0:
+            mode, at, path, _ = self.jobs[last]
+            self.jobs[last] = (mode, at, path, took)
+            if self.times:
+                self.times[-1] = took
 
     def _match(self, args: list[str]) -> Reply:
         """``match SUBCOMMAND JOBSPEC``."""
@@ -166,6 +299,9 @@ class QuerySession:
             if found is not None:
                 hold = trav.reserve_at(needs, jobid, found[0], duration, self.policy)
         if hold is not None:
+            at = 0 if hold.start <= self.now else int(hold.start)
+            self.jobs[jobid] = ("RESERVED" if hold.reserved else "ALLOCATED", at, path, 0.0)
+            self.times.append(0.0)
             return Reply(out=[*self._lines(hold), *self._scheduled(hold)])
         out = [_BAR, "INFO: No matching resources found"]
         if sub != "allocate" and not trav.satisfiable(needs):
@@ -192,6 +328,14 @@ class QuerySession:
         return [_BAR, f"INFO: JOBID={hold.jobid}",
                 f"INFO: RESOURCES={'ALLOCATED' if now else 'RESERVED'}",
                 f"INFO: SCHEDULED AT={'Now' if now else int(hold.start)}", _BAR]
+
+
+def _jobid(text: str) -> int:
+    """A job id argument; ValueError if it is none."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"invalid job id {text!r}") from None
 
 
 def _dumps(doc: object) -> str:
