@@ -1,26 +1,31 @@
 """Match a resources tree against a resource graph over a time window (Fluxion's semantics).
 
-For each wanted vertex (a :class:`~fluxes.domain.graph.wants.Want`) the
-matcher looks, below the vertex chosen for its parent (from the root for the
-top level), for vertices of its type, descending through vertices of other
-types; each candidate must be free enough and hold the wanted children
-itself.  Candidates come in the policy's order and the first that fit are
-taken:
+Fluxion's three rules (docs/resource-graph.md):
 
-* ``low`` / ``high``: lower / higher ids first at every level (Fluxion's
-  ``low``, ``high``; ``lonode`` / ``hinode`` and today's ``first-fit`` map to
-  them);
+1. the top-level request is looked for from the root, descending through
+   vertices of other types (levels may be omitted above the first match);
+   below a matched vertex only its direct children match;
+2. a ``slot`` is its children repeated ``count`` times, each copy below one
+   *home*: a vertex with children of every type the slot holds (the matched
+   parent itself, else one of its direct children; at the top, searched for
+   from the root), filling a home before the next;
+3. an exclusive vertex must be untouched during the window; it closes its
+   whole subtree to other jobs, but the hold lists only what the jobspec
+   named below it; an exclusive pool vertex (memory, ssd) is taken whole,
+   per slot copy (granules), while a shared leaf may take part of a vertex.
+
+Candidates come in the policy's order and the first that fit are taken:
+
+* ``low`` / ``high``: lower / higher ids first at every level;
+  ``lonodex`` / ``hinodex`` the same with every node taken exclusively;
 * ``first``: graph order;
 * ``best`` / ``worst``: the subtrees with the fewest / most free units of
   the request's main type (cores when it has any) first: pack or spread.
 
-A count range takes the most that fits (``largest accepted value``); a
-``slot`` is its children repeated ``count`` times.  A slot holding only
-resources below the hosts (cores, gpus, memory, sockets...) that is looked
-for above the hosts puts each copy on one host, filling a host before the
-next (a task slot never spans nodes).  An exclusive vertex must be untouched
-during the window and is taken with its whole subtree; a shared leaf (a
-memory or ssd pool outside a slot) may take part of a vertex.
+A count range takes the most that fits (``largest accepted value``).
+Trees read from today's plain Requests (``Want.loose``) keep today's pool's
+reading: counts gathered anywhere below the parent, a slot copy anywhere on
+one host, and an exclusive vertex naming nothing below holds its subtree.
 
 Everything here is one attempt at one window; :mod:`fluxes.domain.graph.traverser`
 chooses the windows.
