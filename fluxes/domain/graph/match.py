@@ -17,7 +17,8 @@ Fluxion's three rules (docs/resource-graph.md):
 Candidates come in the policy's order and the first that fit are taken:
 
 * ``low`` / ``high``: lower / higher ids first at every level;
-  ``lonodex`` / ``hinodex`` the same with every node taken exclusively;
+  ``lonodex`` / ``hinodex`` the same with every node taken exclusively
+  (and held whole, as Fluxion's node-exclusive policies list it);
 * ``first``: graph order;
 * ``best`` / ``worst``: the subtrees with the fewest / most free units of
   the request's main type (cores when it has any) first: pack or spread.
@@ -461,14 +462,15 @@ class Matcher:
         got = 0
         sizes = self.g.sizes
         for c in self._candidates(scope, need):
-            exclusive = need.exclusive or (self.nodex and need.type == "node")
+            nodex = self.nodex and need.type == "node"
+            exclusive = need.exclusive or nodex
             if need.leaf:
                 if exclusive:
                     size = sizes[c]
                     if not self._whole(c) or self._avail(c) < size:
                         continue
                     self._pick(c, size, _EXCL)
-                    if need.loose:
+                    if need.loose or nodex:
                         self._pick_below(c)
                     got += size
                 else:
@@ -488,7 +490,7 @@ class Matcher:
                     continue
                 # an exclusive vertex closes its subtree; only what was named is listed
                 # (all of it, for today's whole-node requests)
-                if exclusive and need.loose:
+                if exclusive and (need.loose or nodex):
                     self._rollback(mark)
                     self._pick(c, sizes[c], _EXCL)
                     self._pick_below(c)
