@@ -90,6 +90,7 @@ def test_rule1_the_graph_pool_r_and_its_recovery_hold_only_what_was_named() -> N
     rset = pool.alloc(request, 7, "high", now=0.0)
     assert rset.encode()["execution"]["R_lite"] == [{"rank": "1",
                                                     "children": {"core": "35"}}]
+    assert rset.ncores == 1  # what the scheduler reports, and accounting charges
     fresh = GraphPool(g, clock=lambda: 0.0)
     fresh.adopt(7, rset.encode())
     assert fresh.hold_of(7).amounts == pool.hold_of(7).amounts
