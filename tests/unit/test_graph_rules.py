@@ -147,3 +147,23 @@ def test_inspection_commands_status_property_info_and_find() -> None:
     assert s.execute("get-status /nowhere").err == [
         "ERROR: could not find path /nowhere in resource graph"]
     assert s.execute("find color").err[0].startswith("ERROR: find: 'color' is not KEY=VALUE")
+
+
+def test_node_centric_policies_rank_nodes_by_what_they_would_give() -> None:
+    g = load_grug((CASES / "tiny.graphml").read_text())
+    js = spec("excl_socket.yaml")["resources"]
+    for policy, order in (("hinode", ["node1/socket1", "node0/socket1", "node1/socket0",
+                                      "node0/socket0"]),
+                          ("high", ["node1/socket1", "node1/socket0", "node0/socket1",
+                                    "node0/socket0"]),
+                          ("lonode", ["node0/socket0", "node1/socket0", "node0/socket1",
+                                      "node1/socket1"])):
+        t = Traverser(g)
+        needs = t.compile(parse_resources(js))
+        got = []
+        for jobid in range(4):
+            hold = t.allocate(needs, jobid, 0.0, 10.0, policy)
+            assert hold is not None
+            got += ["/".join(g.path(v).split("/")[3:5]) for v in hold.amounts
+                    if g.types[v] == "socket"]
+        assert got == order, policy

@@ -50,8 +50,11 @@ MANY: Final = 1 << 62
 
 #: Policies the matcher knows (``lonodex`` / ``hinodex``: ``low`` / ``high`` with every
 #: node taken exclusively, Fluxion's node-exclusive policies).
-MATCH_POLICIES: Final = ("low", "high", "first", "best", "worst", "lonodex", "hinodex")
+MATCH_POLICIES: Final = ("low", "high", "first", "best", "worst", "lonode", "hinode",
+                         "lonodex", "hinodex")
 _NODEX: Final = {"lonodex": "low", "hinodex": "high"}
+#: node-centric policies: nodes ranked by the ids of what they would give
+_NODE_CENTRIC: Final = {"lonode": "low", "hinode": "high"}
 
 _GB: Final = 1 << 30
 
@@ -207,6 +210,7 @@ class Matcher:
     __slots__ = (
         "agg",
         "allowed",
+        "centric",
         "end",
         "g",
         "mode",
@@ -233,7 +237,8 @@ class Matcher:
         self.now = now
         self.mode = mode
         self.nodex = policy in _NODEX
-        self.policy = _NODEX.get(policy, policy)
+        self.centric = policy in _NODE_CENTRIC
+        self.policy = _NODEX.get(policy, _NODE_CENTRIC.get(policy, policy))
         self.skip = skip
         self.allowed = allowed
         self.agg = (state.free if mode == "now" else state.upcap if mode == "later"
@@ -457,11 +462,31 @@ class Matcher:
         target = (best or need.lo) * mult
         return self._gather(scope, need, target) >= target
 
+    def _ranked(self, scope: int, need: Need) -> Iterator[int]:
+        """Node candidates ranked by the ids of what each would give (node-centric).
+
+        Each node is tried alone; the one whose picks have the highest ids
+        (``hinode``; lowest for ``lonode``) comes first, ties in id order.
+        """
+        high = self.policy == "high"
+        ids = self.g.ids
+        scored: list[tuple[int, int, int]] = []
+        for c in self._candidates(scope, need):
+            if self.tbusy.get(c, 0) or (need.exclusive and not self._whole(c)):
+                continue
+            mark = len(self.picks)
+            if self._wants(c, need.children, 1):
+                total = sum(ids[v] for v, _, _ in self.picks[mark:])
+                scored.append((-total if high else total, len(scored), c))
+            self._rollback(mark)
+        return iter([c for _, _, c in sorted(scored)])
+
     def _gather(self, scope: int, need: Need, target: int) -> int:
         """Pick candidates in order until *target* units (or candidates) are taken."""
         got = 0
         sizes = self.g.sizes
-        for c in self._candidates(scope, need):
+        ranked = self.centric and need.type == "node" and not need.leaf
+        for c in (self._ranked(scope, need) if ranked else self._candidates(scope, need)):
             nodex = self.nodex and need.type == "node"
             exclusive = need.exclusive or nodex
             if need.leaf:

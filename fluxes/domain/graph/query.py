@@ -41,12 +41,12 @@ from fluxes.formats.jobspec import Jobspec
 
 __all__ = ["FORMATS", "POLICIES", "QuerySession", "Reply"]
 
-#: ``-P`` policies -> the matcher's policy.  Fluxion's ``first`` is ``high`` that stops at
-#: the first match, ``lonode`` / ``hinode`` order nodes by id then ``low`` / ``high``
-#: below them (the id order does both), ``locality`` packs; ``variation`` (performance
+#: ``-P`` policies -> the matcher's policy.  Fluxion's ``first`` is ``hinode`` that stops
+#: at the first match; ``lonode`` / ``hinode`` rank nodes by the ids of what each would
+#: give (node-centric), ``locality`` packs; ``variation`` (performance
 #: classes the graphs here do not carry) falls back to ``low``.
-POLICY_MAP: Final = {"high": "high", "low": "low", "first": "high", "lonode": "low",
-                     "hinode": "high", "lonodex": "lonodex", "hinodex": "hinodex",
+POLICY_MAP: Final = {"high": "high", "low": "low", "first": "hinode", "lonode": "lonode",
+                     "hinode": "hinode", "lonodex": "lonodex", "hinodex": "hinodex",
                      "firstnodex": "hinodex", "locality": "best", "variation": "low",
                      "best": "best", "worst": "worst"}
 POLICIES: Final = tuple(POLICY_MAP)
