@@ -10,7 +10,7 @@ lines and the jobspec files.  Commands:
 * ``match allocate_with_satisfiability JOBSPEC``: allocate now, and say
   whether a failed request could ever fit;
 * ``match satisfiability JOBSPEC``: could it fit the empty graph?
-* ``cancel JOBID``: release an allocation or drop a reservation;
+* ``cancel JOBID [stats]``: release an allocation or drop a reservation;
 * ``help``, ``quit``.  Blank lines and ``#`` comments are skipped.
 
 The clock starts at 0 and stays there: a job holds its resources for its
@@ -68,7 +68,7 @@ _HELP: Final = (
     "window",
     "match allocate_with_satisfiability JOBSPEC   allocate now; say if it could ever fit",
     "match satisfiability JOBSPEC                 could it fit the empty graph?",
-    "cancel JOBID                                 release an allocation or a reservation",
+    "cancel JOBID [stats]                         release an allocation or a reservation",
     "quit                                         end the session",
 )
 
@@ -250,17 +250,22 @@ class QuerySession:
         return out
 
     def _cancel(self, args: list[str]) -> Reply:
-        """``cancel JOBID``."""
-        if len(args) != 1:
-            return Reply(err=["ERROR: malformed command: cancel JOBID"])
+        """``cancel JOBID [stats]`` (stats: how many vertices the cancel visited)."""
+        if len(args) not in (1, 2) or (len(args) == 2 and args[1] != "stats"):
+            return Reply(err=["ERROR: malformed command: cancel JOBID [stats]"])
         try:
             jobid = int(args[0])
         except ValueError:
             return Reply(err=[f"ERROR: invalid job id {args[0]!r}"])
-        if self.trav.cancel(jobid) is None:
+        hold = self.trav.cancel(jobid)
+        if hold is None:
             return Reply(err=[f"ERROR: nonexistent job {jobid}"])
         self.jobs.pop(jobid, None)
-        return Reply()
+        if len(args) == 1:
+            return Reply()
+        visited = len(hold.touched)
+        return Reply(out=[_BAR, f'INFO: CANCEL PREORDER COUNT="{visited}"',
+                          f'INFO: CANCEL POSTORDER COUNT="{visited}"', _BAR])
 
     def _timed(self, took: float) -> None:
         """Record the time of the match just made (if it matched)."""
