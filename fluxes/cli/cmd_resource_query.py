@@ -1,10 +1,11 @@
 """``fluxes resource-query``: Fluxion's resource-query on a resource graph, offline.
 
 Load a graph (a GRUG recipe or JGF), then read commands on stdin (``match
-allocate JOBSPEC``, ``match allocate_orelse_reserve JOBSPEC``, ``match
-allocate_with_satisfiability JOBSPEC``, ``match satisfiability JOBSPEC``,
-``cancel JOBID``, ``quit``) and print what Fluxion's tool prints, so a site
-can check its graph and its jobspecs without an instance.  See
+allocate|allocate_orelse_reserve|allocate_with_satisfiability|satisfiability
+JOBSPEC``, ``multi-match``, ``cancel``, ``info``, ``list``, ``stat``,
+``find``, ``set-status``/``get-status``, ``set-property``/``get-property``,
+``quit``) and print what Fluxion's tool prints, so a site can check its
+graph and its jobspecs without an instance.  See
 ``docs/resource-graph.md``.
 """
 
@@ -27,7 +28,8 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("resource-query", **help_with_example(
         "Match jobspecs against a resource graph as Fluxion's resource-query does:\n"
         "commands on stdin (match allocate|allocate_orelse_reserve|\n"
-        "allocate_with_satisfiability|satisfiability JOBSPEC, cancel JOBID, quit).",
+        "allocate_with_satisfiability|satisfiability JOBSPEC, multi-match, cancel JOBID,\n"
+        "info, list, stat, find, set-status, get-status, set-property, get-property, quit).",
         ["fluxes resource-query -L tiny.graphml -P high < cmds",
          "fluxes resource-query -L cluster.json -f jgf -P low -F pretty_simple"]))
     parser.add_argument("-L", "--load-file", required=True, metavar="GRAPH",
