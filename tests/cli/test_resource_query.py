@@ -111,8 +111,8 @@ def test_allocate_orelse_reserve_schedules_in_whole_seconds(
     infos = [line for line in out.splitlines() if line.startswith("INFO")]
     assert infos == [*allocated(1), *allocated(2), *allocated(3, 1800), *allocated(4, 1800),
                      *allocated(5, 3600)]
-    # the node shows exclusive, alone: its memory is closed to others but not named
-    assert "      ------node1[1:x]" in out and "memory0" not in out
+    # the node, named with nothing below it, shows exclusive and whole, with its memory
+    assert "      ------node1[1:x]" in out and "      ---------memory0[8:x]" in out
     assert code == 0
 
 

@@ -6,7 +6,8 @@ do not fit, cancelled, and hosts drained and undrained, on our three graphs.
 After every step:
 
 * a job holds (lists in its R, is charged for) only vertices of the types its
-  jobspec names, never more of a type than its counts allow;
+  jobspec names, never more of a type than its counts allow (a vertex named
+  exclusively with nothing below it is held whole);
 * a vertex held exclusively, and everything below it, is touched by no other
   job whose window overlaps;
 * the units held on a vertex at any time fit its size;
@@ -83,6 +84,8 @@ def most(wants: Sequence[Want], mult: float = 1.0) -> dict[str, float]:
     out: dict[str, float] = {}
     for w in wants:
         n = mult * (math.inf if w.count.max is None else w.count.max)
+        if w.exclusive and not w.children:
+            out["*"] = math.inf  # named with nothing below: held whole, any type below
         if not w.is_slot:
             out[w.type] = out.get(w.type, 0.0) + n
         for kind, k in most(w.children, n).items():
@@ -101,7 +104,8 @@ def check(t: Traverser, named: dict[int, dict[str, float]]) -> None:
         for v in h.amounts:
             kinds[g.types[v]] = kinds.get(g.types[v], 0) + 1
         for kind, n in kinds.items():
-            assert not bound or n <= bound.get(kind, 0), (h.jobid, kind, n, bound)
+            assert not bound or "*" in bound or n <= bound.get(kind, 0), (h.jobid, kind, n,
+                                                                             bound)
         for v in h.touched:
             # allocations hold from now until their end; reservations their window
             others = [o for o in holds if o is not h and v in touched[o.jobid]

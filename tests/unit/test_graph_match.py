@@ -157,8 +157,8 @@ def test_slot_of_whole_nodes() -> None:
     assert s.alloc(r("slot", 1, r("core", 1))) is not None  # node0 is touched
     hold = s.alloc(r("slot", 1, r("node", 1)))
     assert s.taken(hold, "node") == ["/tiny0/rack0/node1"]
-    # the node is closed to others, but only the node is listed
-    assert hold is not None and len(hold.amounts) == 1 and len(hold.blocked) == 1 + 2 + 36 + 2 + 8
+    # a node named with nothing below it is held (and listed) whole
+    assert hold is not None and len(hold.amounts) == len(hold.blocked) == 1 + 2 + 36 + 2 + 8
     assert s.alloc(r("slot", 1, r("node", 1))) is None
 
 

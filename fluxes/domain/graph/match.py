@@ -495,8 +495,8 @@ class Matcher:
                     if not self._whole(c) or self._avail(c) < size:
                         continue
                     self._pick(c, size, _EXCL)
-                    if need.loose or nodex:
-                        self._pick_below(c)
+                    # a vertex named with nothing below it is held whole
+                    self._pick_below(c)
                     got += size
                 else:
                     free = self._avail(c)
@@ -527,7 +527,8 @@ class Matcher:
         return got
 
     def _pick_below(self, v: int) -> None:
-        """List every vertex below *v* as held too (a whole-node request holds them all)."""
+        """List every vertex below *v* as held too (an exclusive vertex the jobspec names
+        with nothing below it, a whole-node request, a node-exclusive policy)."""
         sizes = self.g.sizes
         for u in range(v + 1, self.g.end[v]):
             self._pick(u, sizes[u], _EXCL)

@@ -103,12 +103,14 @@ def _parse(vertices: object, where: str, in_slot: bool, depth: int) -> tuple[Wan
                 raise InfeasibleRequest(f"{path}.unit: unsupported unit {unit_text!r} "
                                         "(use B, KB, MB, GB or TB)")
         slot = kind == _SLOT
-        children = _parse(vertex.get("with", []), f"{path}.with", in_slot or slot, depth + 1)
+        exclusive = False if slot else (in_slot if flag is None else flag)
+        # below a slot or an exclusive vertex, everything is exclusive unless it says not
+        children = _parse(vertex.get("with", []), f"{path}.with", in_slot or slot or exclusive,
+                          depth + 1)
         if slot and not children:
             raise InfeasibleRequest(f"{path}: an empty slot is unsupported")
         if count is None:
             continue
-        exclusive = False if slot else (in_slot if flag is None else flag)
         out.append(Want(kind, count, exclusive, children, unit))
     return tuple(out)
 
