@@ -11,7 +11,8 @@ Fluxion's three rules (docs/resource-graph.md):
    from the root), filling a home before the next;
 3. an exclusive vertex must be untouched during the window; it closes its
    whole subtree to other jobs, but the hold lists only what the jobspec
-   named below it; an exclusive pool vertex (memory, ssd) is taken whole,
+   named below it (all of it when it named nothing below); an exclusive
+   pool vertex (memory, ssd) is taken whole,
    per slot copy (granules), while a shared leaf may take part of a vertex.
 
 Candidates come in the policy's order and the first that fit are taken:
