@@ -5,7 +5,11 @@ allocated with random policies, reserved at their earliest start when they
 do not fit, cancelled, and hosts drained and undrained, on our three graphs.
 After every step:
 
-* a vertex held exclusively is held by no other job whose window overlaps;
+* a job holds (lists in its R, is charged for) only vertices of the types its
+  jobspec names, never more of a type than its counts allow (a vertex named
+  exclusively with nothing below it is held whole);
+* a vertex held exclusively, and everything below it, is touched by no other
+  job whose window overlaps;
 * the units held on a vertex at any time fit its size;
 * the free and up totals kept per subtree are those of the vertices;
 * a reservation at the earliest start found always succeeds.
@@ -13,6 +17,8 @@ After every step:
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +28,7 @@ from hypothesis import strategies as st
 
 from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.traverser import Traverser
-from fluxes.domain.graph.wants import parse_resources
+from fluxes.domain.graph.wants import Want, parse_resources
 from fluxes.domain.sched.errors import InfeasibleRequest
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "graph"
@@ -62,7 +68,8 @@ RANDOM = st.recursive(
     max_leaves=5)
 # typical shapes three times in four: what makes jobs meet
 TREES = st.one_of(TYPICAL, TYPICAL, TYPICAL, RANDOM)
-JOB = st.tuples(st.just("job"), TREES, st.sampled_from(["low", "high", "first", "best", "worst"]),
+JOB = st.tuples(st.just("job"), TREES,
+                st.sampled_from(["low", "high", "first", "best", "worst", "lonodex", "hinodex"]),
                 st.sampled_from([10.0, 50.0, 100.0]))
 
 STEPS = st.lists(st.one_of(
@@ -72,19 +79,42 @@ STEPS = st.lists(st.one_of(
 ), min_size=1, max_size=20)
 
 
-def check(t: Traverser) -> None:
+def most(wants: Sequence[Want], mult: float = 1.0) -> dict[str, float]:
+    """The most vertices of each type a resources tree can name."""
+    out: dict[str, float] = {}
+    for w in wants:
+        n = mult * (math.inf if w.count.max is None else w.count.max)
+        if w.exclusive and not w.children:
+            out["*"] = math.inf  # named with nothing below: held whole, any type below
+        if not w.is_slot:
+            out[w.type] = out.get(w.type, 0.0) + n
+        for kind, k in most(w.children, n).items():
+            out[kind] = out.get(kind, 0.0) + k
+    return out
+
+
+def check(t: Traverser, named: dict[int, dict[str, float]]) -> None:
     """The rules of the module docstring."""
     g, state = t.graph, t.state
     holds = list(t.allocs.values()) + list(t.resvs.values())
+    touched = {h.jobid: set(h.touched) for h in holds}
     for h in holds:
-        for v, (_, exclusive) in h.shown.items():
+        bound = named[h.jobid]
+        kinds: dict[str, int] = {}
+        for v in h.amounts:
+            kinds[g.types[v]] = kinds.get(g.types[v], 0) + 1
+        for kind, n in kinds.items():
+            assert not bound or "*" in bound or n <= bound.get(kind, 0), (h.jobid, kind, n,
+                                                                             bound)
+        for v in h.touched:
             # allocations hold from now until their end; reservations their window
-            others = [o for o in holds if o is not h and v in o.shown
+            others = [o for o in holds if o is not h and v in touched[o.jobid]
                       and (o.start if o.reserved else 0.0) < h.end
                       and (h.start if h.reserved else 0.0) < o.end]
-            if exclusive:
+            # exclusive: listed so, or closed below an exclusive vertex
+            if v not in h.shown or h.shown[v][1]:
                 assert not others, (h.jobid, g.path(v), [o.jobid for o in others])
-            held = h.amounts.get(v, 0) + sum(o.amounts.get(v, 0) for o in others)
+            held = h.blocked.get(v, 0) + sum(o.blocked.get(v, 0) for o in others)
             assert held <= g.sizes[v] or len(others) > 1, g.path(v)
     for kind, col in state.free.items():
         assert col[0] == sum(g.sizes[v] - state.used[v] for v in range(len(g))
@@ -100,13 +130,17 @@ def check(t: Traverser) -> None:
 def test_holds_never_collide(name: str, steps: list[Any]) -> None:
     graph = GRAPHS[name]
     t = Traverser(graph)
+    named: dict[int, dict[str, float]] = {}
     for jobid, step in enumerate(steps):
         if step[0] == "job":
             _, tree, policy, length = step
             try:
-                needs = t.compile(parse_resources([tree]))
+                wants = parse_resources([tree])
+                needs = t.compile(wants)
             except (InfeasibleRequest, ValueError):
                 continue
+            # node-exclusive policies hold each node whole, as Fluxion's list them
+            named[jobid] = {} if policy.endswith("nodex") else most(wants)
             if t.allocate(needs, jobid, 0.0, length, policy) is None:
                 found = t.earliest(needs, jobid, 0.0, length, "low")
                 if found is not None and found[0] > 0.0:
@@ -118,4 +152,4 @@ def test_holds_never_collide(name: str, steps: list[Any]) -> None:
         else:
             host = graph.hosts[step[1] % len(graph.hosts)]
             t.state.set_down(host, not t.state.down[host])
-        check(t)
+        check(t, named)

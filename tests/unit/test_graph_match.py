@@ -86,7 +86,7 @@ SOCKET_CORE = r("cluster", 1, r("rack", 1, r("node", 1, r("slot", 1, r("socket",
 # -- fully specified, exclusive sockets --------------------------------------------------
 
 
-def test_an_exclusive_socket_takes_its_whole_subtree_high_ids_first() -> None:
+def test_an_exclusive_socket_is_closed_to_others_but_holds_only_what_was_named() -> None:
     s = Session("tiny", "high")
     holds = [s.alloc(SOCKET_CORE) for _ in range(4)]
     tops = [s.taken(h, "socket") for h in holds]
@@ -94,9 +94,12 @@ def test_an_exclusive_socket_takes_its_whole_subtree_high_ids_first() -> None:
                     ["/tiny0/rack0/node0/socket1"], ["/tiny0/rack0/node0/socket0"]]
     first = holds[0]
     assert first is not None
-    assert len(s.taken(first, "core")) == 18 and len(s.taken(first, "memory")) == 4
+    # one core (the one named), no gpu, no memory: the rest of the socket is closed
+    assert s.taken(first, "core") == ["/tiny0/rack0/node1/socket1/core35"]
+    assert s.taken(first, "memory") == [] and s.taken(first, "gpu") == []
+    assert sum(1 for v in first.blocked if s.g.types[v] == "core") == 18
     assert all(excl for v, (_, excl) in first.shown.items() if s.g.types[v] in
-               ("socket", "core", "gpu", "memory"))
+               ("socket", "core"))
     assert not first.shown[0][1]  # the cluster is passed through, shared
     assert s.alloc(SOCKET_CORE) is None  # the fifth finds nothing
 
@@ -131,17 +134,22 @@ def test_shared_node_with_slots_of_cores() -> None:
     s = Session("tiny")
     hold = s.alloc(r("node", 1, r("slot", 2, r("core", 4))))
     assert s.hosts(hold) == {"node0": 8}
-    # the node and its socket stay shared: another job uses the rest of node0
-    assert s.hosts(s.alloc(r("node", 1, r("slot", 1, r("core", 28))))) == {"node0": 28}
+    # the node and its socket stay shared: another job may use the rest of node0, but
+    # only socket1 there still holds 14 cores, so two slots of 14 go to node1
+    assert s.hosts(s.alloc(r("node", 1, r("slot", 2, r("core", 14))))) == {"node1": 28}
+    assert s.hosts(s.alloc(r("node", 1, r("slot", 1, r("core", 14))))) == {"node0": 14}
+    # a slot copy lives below one vertex holding cores (a socket): 19 never fit
+    assert s.alloc(r("node", 1, r("slot", 1, r("core", 19)))) is None
+    assert not s.t.satisfiable(s.needs(r("node", 1, r("slot", 1, r("core", 19)))))
 
 
-def test_slots_without_nodes_each_stay_on_one_node_filling_a_node_first() -> None:
+def test_slots_without_nodes_each_stay_below_one_socket_filling_one_first() -> None:
     s = Session("tiny")
-    assert s.alloc(r("slot", 1, r("core", 30))) is not None  # node0 keeps 6 cores
+    assert s.alloc(r("slot", 1, r("core", 16))) is not None  # socket0 of node0 keeps 2
     hold = s.alloc(r("slot", 3, r("core", 6)))
-    # one slot fits on node0, the two others go to node1: never a slot across nodes
-    assert s.hosts(hold) == {"node0": 6, "node1": 12}
-    assert s.alloc(r("slot", 1, r("core", 25))) is None  # node1 has 24 left
+    # socket0 holds none, socket1 of node0 three: never a slot across sockets
+    assert s.hosts(hold) == {"node0": 18}
+    assert s.alloc(r("slot", 1, r("core", 19))) is None
 
 
 def test_slot_of_whole_nodes() -> None:
@@ -149,7 +157,8 @@ def test_slot_of_whole_nodes() -> None:
     assert s.alloc(r("slot", 1, r("core", 1))) is not None  # node0 is touched
     hold = s.alloc(r("slot", 1, r("node", 1)))
     assert s.taken(hold, "node") == ["/tiny0/rack0/node1"]
-    assert hold is not None and len(hold.amounts) == 1 + 2 + 36 + 2 + 8
+    # a node named with nothing below it is held (and listed) whole
+    assert hold is not None and len(hold.amounts) == len(hold.blocked) == 1 + 2 + 36 + 2 + 8
     assert s.alloc(r("slot", 1, r("node", 1))) is None
 
 
@@ -157,7 +166,8 @@ def test_exclusive_flag_outside_a_slot_and_shared_inside() -> None:
     s = Session("tiny")
     hold = s.alloc(r("node", 1, r("slot", 1, r("socket", 1, r("core", 2)), exclusive=False)))
     # exclusive: false on the slot is meaningless; the socket in the slot is exclusive
-    assert hold is not None and len(s.taken(hold, "core")) == 18
+    assert hold is not None and len(s.taken(hold, "core")) == 2
+    assert sum(1 for v in hold.blocked if s.g.types[v] == "core") == 18
     shared = s.alloc(r("node", 1, r("slot", 1, r("socket", 1, r("core", 2),
                                                   exclusive=False))))
     assert len(s.taken(shared, "core")) == 2
@@ -181,7 +191,8 @@ def test_nodes_under_one_switch() -> None:
 
 def test_ssd_shared_by_a_rack_is_taken_in_parts() -> None:
     s = Session("medium")
-    rabbit = (r("rack", 1, r("slot", 1, r("node", 1, r("core", 2), exclusive=False)),
+    rabbit = (r("rack", 1, r("slot", 1, r("node", 1, r("socket", 1, r("core", 2)),
+                                          exclusive=False)),
                 r("ssd", 1000, unit="GB")),)
     first = s.alloc(*rabbit)
     assert first is not None
@@ -209,15 +220,16 @@ def test_count_range_takes_the_most_that_fits() -> None:
     assert len(s.taken(hold, "node")) == 4  # 2, 4 or 8: four of the five
     assert s.alloc(r("slot", 1, r("node", {"min": 2}))) is None  # one idle node left
     ranged = s.alloc(r("node", 1, r("slot", {"min": 1, "max": 100}, r("core", 3))))
-    assert ranged is not None and len(s.taken(ranged, "core")) == 15  # a node's 16 cores
+    # two slots per 8-core socket: a slot never spans sockets
+    assert ranged is not None and len(s.taken(ranged, "core")) == 12
 
 
 def test_memory_pool_part_of_a_vertex_when_shared_whole_vertices_in_a_slot() -> None:
     s = Session("medium")
-    shared = s.alloc(r("node", 1, r("memory", 20), r("slot", 1, r("core", 1))))
+    shared = s.alloc(r("node", 1, r("socket", 1, r("memory", 20), r("slot", 1, r("core", 1)))))
     assert shared is not None
     assert sorted(a for v, a in shared.amounts.items() if s.g.types[v] == "memory") == [4, 16]
-    whole = s.alloc(r("node", 1, r("slot", 1, r("memory", 20), r("core", 1))))
+    whole = s.alloc(r("node", 1, r("socket", 1, r("slot", 1, r("memory", 20), r("core", 1)))))
     assert whole is not None
     # exclusive memory is taken by whole 16 GB vertices: two of them
     assert sorted(a for v, a in whole.amounts.items() if s.g.types[v] == "memory") == [16, 16]
@@ -234,16 +246,19 @@ def test_gpus_tied_to_sockets() -> None:
 
 def test_slots_at_any_level() -> None:
     s = Session("medium")
-    hold = s.alloc(r("rack", 1, r("slot", 2, r("node", 1, r("core", 16)))))
+    hold = s.alloc(r("rack", 1, r("slot", 2, r("node", 1, r("socket", 2, r("core", 8))))))
     assert s.hosts(hold) == {"node0": 16, "node1": 16}
     deep = s.alloc(r("node", 1, r("socket", 2, r("slot", 1, r("core", 8)))))
     assert s.hosts(deep) == {"node2": 16}
-    assert s.alloc(r("cluster", 1, r("slot", 30, r("core", 16)))) is None  # 14 nodes left
+    # cores are no children of a node: levels below a match are never skipped
+    assert s.alloc(r("node", 1, r("core", 1))) is None
+    assert s.alloc(r("slot", 27, r("socket", 1, r("core", 8)))) is None  # 13 nodes left
+    assert s.alloc(r("slot", 26, r("socket", 1, r("core", 8)))) is not None
 
 
 def test_best_and_worst_fit_pack_and_spread() -> None:
     s = Session("tiny")
-    assert s.alloc(r("slot", 1, r("core", 30))) is not None  # node0: 6 cores left
+    assert s.alloc(r("slot", 1, r("core", 16))) is not None  # node0: 20 cores left
     best = s.alloc(r("slot", 1, r("core", 2)), policy="best")
     worst = s.alloc(r("slot", 1, r("core", 2)), policy="worst")
     assert s.hosts(best) == {"node0": 2} and s.hosts(worst) == {"node1": 2}
@@ -300,7 +315,7 @@ def test_satisfiability_ignores_what_is_held_and_drained() -> None:
 def test_drained_hosts_get_no_new_work() -> None:
     s = Session("tiny")
     s.t.state.set_down(s.g.rank_host[0], True)
-    assert s.hosts(s.alloc(r("slot", 1, r("core", 36)))) == {"node1": 36}
+    assert s.hosts(s.alloc(r("node", 1, r("slot", 2, r("core", 18))))) == {"node1": 36}
     assert s.alloc(r("slot", 1, r("core", 1))) is None
     assert s.t.earliest(s.needs(r("slot", 1, r("core", 1))), 9, 0.0, 10.0, "low") \
         is not None  # node1's cores come back at 3600
@@ -320,12 +335,12 @@ def test_r_lists_cores_and_gpus_per_rank_with_the_subgraph() -> None:
     hold = s.alloc(SOCKET_CORE)
     assert hold is not None
     doc = rset_of(s.g, hold, scheduling=True).encode()
-    assert doc["execution"]["R_lite"] == [{"rank": "1", "children": {"core": "18-35",
-                                                                      "gpu": "1"}}]
+    # the socket is closed to others, but R holds the one core the jobspec named
+    assert doc["execution"]["R_lite"] == [{"rank": "1", "children": {"core": "35"}}]
     assert doc["execution"]["nodelist"] == ["node1"]
     assert doc["execution"]["expiration"] == 3600.0
     nodes = doc["scheduling"]["graph"]["nodes"]
-    assert len(nodes) == len(hold.shown) == 3 + 1 + 18 + 1 + 4
+    assert len(nodes) == len(hold.shown) == 3 + 1 + 1
     assert "scheduling" not in rset_of(s.g, hold).encode()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from fluxes.domain.graph.grug import load_grug, read_grug
@@ -248,3 +249,21 @@ def test_jgf_reads_an_r_with_its_scheduling_key_and_older_edge_metadata() -> Non
 def test_bad_jgf_is_one_line(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_jgf(text)
+
+
+def test_jgf_skips_vertices_of_other_subsystems_only() -> None:
+    def node(key: str, kind: str, paths: dict[str, str]) -> dict[str, object]:
+        return {"id": key, "metadata": {"type": kind, "name": f"{kind}0", "paths": paths}}
+
+    doc = {"graph": {"nodes": [
+        node("0", "cluster", {"containment": "/cluster0"}),
+        node("1", "node", {"containment": "/cluster0/node0", "power": "/pdu0/node0"}),
+        node("2", "pdu", {"power": "/pdu0"}),
+    ], "edges": [
+        {"source": "0", "target": "1",
+         "metadata": {"subsystem": "containment", "relationship": "contains"}},
+        {"source": "2", "target": "1", "metadata": {"subsystem": "power",
+                                                    "relationship": "supplies"}},
+    ]}}
+    g = load_jgf(orjson.dumps(doc))
+    assert sorted(g.types) == ["cluster", "node"]  # one containment root, the pdu skipped

@@ -38,11 +38,14 @@ def medium() -> GraphPool:
 
 
 def switch_job(nodes: int, cores: int, duration: float) -> GraphRequest:
+    # a slot copy lives below one vertex with cores: 16 cores are two 8-core sockets
+    inner: list[dict[str, object]] = (
+        [{"type": "socket", "count": cores // 8, "with": [{"type": "core", "count": 8}]}]
+        if cores >= 8 else [{"type": "core", "count": cores}])
     spec = {"version": 9999, "resources": [
         {"type": "switch", "count": 1, "with": [
             {"type": "node", "count": nodes, "with": [
-                {"type": "slot", "count": 1, "label": "t",
-                 "with": [{"type": "core", "count": cores}]}]}]}],
+                {"type": "slot", "count": 1, "label": "t", "with": inner}]}]}],
         "attributes": {"system": {"duration": duration}}, "tasks": []}
     req = graph_request(spec)
     assert isinstance(req, GraphRequest)

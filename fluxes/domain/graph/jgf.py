@@ -113,6 +113,9 @@ def _add_node(builder: GraphBuilder, handles: dict[str, int], i: int, node: obje
     kind = meta.get("type")
     if not isinstance(kind, str):
         raise ValueError(f"{where}.metadata.type: expected a string")
+    paths = meta.get("paths")
+    if isinstance(paths, Mapping) and paths and _CONTAINMENT not in paths:
+        return  # a vertex of another subsystem only (power, network): not matched here
     mwhere = f"{where}.metadata"
     props = meta.get("properties") or {}
     if not isinstance(props, Mapping):

@@ -1,26 +1,33 @@
 """Match a resources tree against a resource graph over a time window (Fluxion's semantics).
 
-For each wanted vertex (a :class:`~fluxes.domain.graph.wants.Want`) the
-matcher looks, below the vertex chosen for its parent (from the root for the
-top level), for vertices of its type, descending through vertices of other
-types; each candidate must be free enough and hold the wanted children
-itself.  Candidates come in the policy's order and the first that fit are
-taken:
+Fluxion's three rules (docs/resource-graph.md):
 
-* ``low`` / ``high``: lower / higher ids first at every level (Fluxion's
-  ``low``, ``high``; ``lonode`` / ``hinode`` and today's ``first-fit`` map to
-  them);
+1. the top-level request is looked for from the root, descending through
+   vertices of other types (levels may be omitted above the first match);
+   below a matched vertex only its direct children match;
+2. a ``slot`` is its children repeated ``count`` times, each copy below one
+   *home*: a vertex with children of every type the slot holds (the matched
+   parent itself, else one of its direct children; at the top, searched for
+   from the root), filling a home before the next;
+3. an exclusive vertex must be untouched during the window; it closes its
+   whole subtree to other jobs, but the hold lists only what the jobspec
+   named below it (all of it when it named nothing below); an exclusive
+   pool vertex (memory, ssd) is taken whole,
+   per slot copy (granules), while a shared leaf may take part of a vertex.
+
+Candidates come in the policy's order and the first that fit are taken:
+
+* ``low`` / ``high``: lower / higher ids first at every level;
+  ``lonodex`` / ``hinodex`` the same with every node taken exclusively
+  (and held whole, as Fluxion's node-exclusive policies list it);
 * ``first``: graph order;
 * ``best`` / ``worst``: the subtrees with the fewest / most free units of
   the request's main type (cores when it has any) first: pack or spread.
 
-A count range takes the most that fits (``largest accepted value``); a
-``slot`` is its children repeated ``count`` times.  A slot holding only
-resources below the hosts (cores, gpus, memory, sockets...) that is looked
-for above the hosts puts each copy on one host, filling a host before the
-next (a task slot never spans nodes).  An exclusive vertex must be untouched
-during the window and is taken with its whole subtree; a shared leaf (a
-memory or ssd pool outside a slot) may take part of a vertex.
+A count range takes the most that fits (``largest accepted value``).
+Trees read from today's plain Requests (``Want.loose``) keep today's pool's
+reading: counts gathered anywhere below the parent, a slot copy anywhere on
+one host, and an exclusive vertex naming nothing below holds its subtree.
 
 Everything here is one attempt at one window; :mod:`fluxes.domain.graph.traverser`
 chooses the windows.
@@ -28,7 +35,7 @@ chooses the windows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
 from fluxes.domain.graph.model import ResourceGraph, unit_bytes
@@ -42,8 +49,13 @@ __all__ = ["EXCLUSIVE", "MANY", "MATCH_POLICIES", "PASS", "SHARED", "Matcher", "
 #: Stands for "no upper bound" in counts.
 MANY: Final = 1 << 62
 
-#: Policies the matcher knows.
-MATCH_POLICIES: Final = ("low", "high", "first", "best", "worst")
+#: Policies the matcher knows (``lonodex`` / ``hinodex``: ``low`` / ``high`` with every
+#: node taken exclusively, Fluxion's node-exclusive policies).
+MATCH_POLICIES: Final = ("low", "high", "first", "best", "worst", "lonode", "hinode",
+                         "lonodex", "hinodex")
+_NODEX: Final = {"lonodex": "low", "hinodex": "high"}
+#: node-centric policies: nodes ranked by the ids of what they would give
+_NODE_CENTRIC: Final = {"lonode": "low", "hinode": "high"}
 
 _GB: Final = 1 << 30
 
@@ -59,14 +71,15 @@ _PASS: Final = PASS
 class Need:
     """A :class:`Want` compiled for one graph (counts in graph units, pruning needs)."""
 
-    __slots__ = ("children", "cols", "count", "exclusive", "hi", "leaf", "lo", "node_bound",
-                 "per", "primary", "slot", "type")
+    __slots__ = ("children", "cols", "count", "exclusive", "granular", "hi", "kinds", "leaf",
+                 "lo", "loose", "per", "primary", "slot", "type")
 
     def __init__(self, want: Want, graph: ResourceGraph) -> None:
         """Compile *want* (and its children) for *graph*."""
         self.type = want.type
         self.slot = want.is_slot
         self.exclusive = want.exclusive
+        self.loose = want.loose
         count = want.count
         if want.unit is not None:
             # Sizes in another unit: scale the minimum (a range of bytes would
@@ -89,8 +102,12 @@ class Need:
         self.per = tuple(per.items())
         kinds = self.leaf_types()
         self.primary = "core" if "core" in kinds else (kinds[0] if kinds else self.type)
-        self.node_bound = (self.slot and bool(graph.hosts)
-                           and not (self.all_types() & graph.upper_types))
+        #: the slot's child types: a slot copy lives below one vertex with children of each
+        self.kinds = frozenset(c.type for c in self.children)
+        #: an exclusive leaf of a type with vertices larger than one unit: taken in whole
+        #: vertices, per slot copy (Fluxion's granules)
+        self.granular = (self.leaf and self.exclusive and not self.loose
+                         and _has_pools(graph, self.type))
         #: mode -> ((column, units), ...) built on first use against a state
         self.cols: dict[str, tuple[tuple[list[int], int], ...]] = {}
 
@@ -119,18 +136,29 @@ class Need:
         return out
 
 
+def _has_pools(graph: ResourceGraph, kind: str) -> bool:
+    """Whether *graph* has a vertex of type *kind* holding more than one unit."""
+    n = graph.total(kind)
+    return n > sum(1 for t in graph.types if t == kind) if n else False
+
+
 def make_hold(g: ResourceGraph, picks: Sequence[tuple[int, int, int]], jobid: int,
               start: float, end: float, reserved: bool) -> Hold:
     """The :class:`Hold` of *picks*: ``(vertex, units, kind)`` with kind 0 shared (part of a
-    vertex), 1 exclusive (its whole subtree), 2 passed through (nothing taken)."""
+    vertex), 1 exclusive (the vertex, its subtree closed to others), 2 passed through.
+
+    Only picked vertices (what the jobspec named) and their ancestors are
+    shown and held; an exclusive pick closes its whole subtree (``blocked``).
+    """
     sizes, parent, types = g.sizes, g.parent, g.types
     shown: dict[int, tuple[int, bool]] = {}
     amounts: dict[int, int] = {}
+    closed: list[int] = []
     for v, amount, kind in picks:
         if kind == _EXCL:
-            for u in range(v, g.end[v]):
-                shown[u] = (sizes[u], True)
-                amounts[u] = sizes[u]
+            shown[v] = (amount, True)
+            amounts[v] = amount
+            closed.append(v)
         elif kind == _SHARED:
             have = amounts.get(v, 0) + amount
             amounts[v] = have
@@ -142,11 +170,19 @@ def make_hold(g: ResourceGraph, picks: Sequence[tuple[int, int, int]], jobid: in
         while u >= 0 and u not in shown:
             shown[u] = (1, False)
             u = parent[u]
+    blocked = dict(amounts)
+    touched = set(shown)
+    gend = g.end
+    for v in closed:
+        for u in range(v, gend[v]):
+            blocked[u] = sizes[u]
+            touched.add(u)
     totals: dict[str, int] = {}
-    for v, a in amounts.items():
+    for v, a in blocked.items():
         t = types[v]
         totals[t] = totals.get(t, 0) + a
-    return Hold(jobid, start, end, shown, amounts, reserved, totals)
+    return Hold(jobid, start, end, shown, amounts, reserved, totals, blocked,
+                tuple(sorted(touched)))
 
 
 def compile_wants(wants: Sequence[Want], graph: ResourceGraph) -> tuple[Need, ...]:
@@ -175,9 +211,11 @@ class Matcher:
     __slots__ = (
         "agg",
         "allowed",
+        "centric",
         "end",
         "g",
         "mode",
+        "nodex",
         "now",
         "picks",
         "policy",
@@ -199,7 +237,9 @@ class Matcher:
         self.end = end
         self.now = now
         self.mode = mode
-        self.policy = policy
+        self.nodex = policy in _NODEX
+        self.centric = policy in _NODE_CENTRIC
+        self.policy = _NODEX.get(policy, _NODE_CENTRIC.get(policy, policy))
         self.skip = skip
         self.allowed = allowed
         self.agg = (state.free if mode == "now" else state.upcap if mode == "later"
@@ -304,47 +344,89 @@ class Matcher:
             return sorted(g.children[v], key=lambda c: (col[c], ids[c]))
         return sorted(g.children[v], key=lambda c: (-col[c], ids[c]))
 
-    def _candidates(self, scope: int, need: Need, hosts: bool) -> Iterator[int]:
-        """Vertices of *need*'s type (or hosts) below *scope* (-1: the root too), in order.
-
-        Subtrees that are drained, outside the allowed ranks, taken
-        exclusively in this attempt, or without enough units for one
-        candidate are skipped.
-        """
+    def _ok(self, u: int, cols: tuple[tuple[list[int], int], ...]) -> bool:
+        """Whether *u* may be visited: enough units below, up, not taken, allowed."""
+        for col, k in cols:
+            if col[u] < k:
+                return False
+        if self.mode != "static" and self.st.down[u]:
+            return False
+        if u in self.texcl:
+            return False
         g = self.g
-        types, host, ranks = g.types, g.host, g.ranks
+        return not (self.allowed is not None and g.host[u] == u
+                    and g.ranks[u] not in self.allowed)
+
+    def _candidates(self, scope: int, need: Need) -> Iterator[int]:
+        """Vertices of *need*'s type where it may be matched, in the policy's order.
+
+        Below a matched vertex (*scope* >= 0) only its direct children; at
+        the top (-1) the graph is searched from the root through vertices
+        of other types (Fluxion's "pristine" prefix omission).  Subtrees
+        that are drained, outside the allowed ranks, taken exclusively in
+        this attempt, or without enough units for one candidate are skipped.
+        """
         cols = self._cols(need)
-        down = None if self.mode == "static" else self.st.down
-        allowed = self.allowed
-        texcl = self.texcl
+        ok = self._ok
         want = need.type
-        primary = need.primary
+        types = self.g.types
+        if scope >= 0 and not need.loose:
+            for u in self._kids(scope, need.primary):
+                if types[u] == want and ok(u, cols):
+                    yield u
+            return
+        yield from self._search(scope, need, cols, lambda u: types[u] == want)
+
+    def _search(self, scope: int, need: Need, cols: tuple[tuple[list[int], int], ...],
+                hit: Callable[[int], bool]) -> Iterator[int]:
+        """Vertices for which *hit* holds, below *scope* (-1: from the root) down through
+        the others."""
+        ok = self._ok
         kids = self._kids
-        # One column (the usual single-type need) is tested inline: this loop
-        # is where matching spends its time, skipping full subtrees.
-        col0, k0 = cols[0] if cols else ([], 0)
-        rest = cols[1:]
+        primary = need.primary
         stack = [iter((0,)) if scope < 0 else iter(kids(scope, primary))]
         while stack:
             for u in stack[-1]:
-                if k0 and col0[u] < k0:
+                if not ok(u, cols):
                     continue
-                if rest and any(col[u] < k for col, k in rest):
-                    continue
-                if down is not None and down[u]:
-                    continue
-                if texcl and u in texcl:
-                    continue
-                is_host = host[u] == u
-                if allowed is not None and is_host and ranks[u] not in allowed:
-                    continue
-                if is_host if hosts else types[u] == want:
+                if hit(u):
                     yield u
-                elif not (hosts and host[u] >= 0):
+                else:
                     stack.append(iter(kids(u, primary)))
                     break
             else:
                 stack.pop()
+
+    def _homes(self, scope: int, need: Need) -> Iterator[int]:
+        """Vertices a slot copy may live under: those with children of every type it holds.
+
+        Below a matched vertex: that vertex itself, else its direct
+        children; at the top: searched from the root.
+        """
+        kinds = need.kinds
+        kid_types = self.st.kid_types
+        cols = self._cols(need)
+        if need.loose:
+            # today's pool: one host holds a copy (below the hosts: the vertex itself)
+            host = self.g.host
+            if scope >= 0 and host[scope] >= 0:
+                yield scope
+            else:
+                yield from self._search(scope, need, cols, lambda u: host[u] == u)
+            return
+
+        def home(u: int) -> bool:
+            return kinds <= kid_types[u]
+
+        if scope >= 0:
+            if home(scope):
+                yield scope
+                return
+            for u in self._kids(scope, need.primary):
+                if home(u) and self._ok(u, cols):
+                    yield u
+            return
+        yield from self._search(-1, need, cols, home)
 
     # -- needs -----------------------------------------------------------------------
 
@@ -359,6 +441,13 @@ class Matcher:
     def _want(self, scope: int, need: Need, mult: int) -> bool:
         """Take ``count × mult`` (the most that fits, for a range) of *need* below *scope*."""
         mark = len(self.picks)
+        if need.granular and mult > 1 and need.lo == need.hi:
+            # whole vertices for each copy: 4 copies of 1 GB on 2 GB vertices take 4
+            for _ in range(mult):
+                if self._gather(scope, need, need.lo) < need.lo:
+                    self._rollback(mark)
+                    return False
+            return True
         lo = need.lo * mult
         hi = min(need.hi * mult, MANY)
         got = self._gather(scope, need, hi)
@@ -374,17 +463,41 @@ class Matcher:
         target = (best or need.lo) * mult
         return self._gather(scope, need, target) >= target
 
+    def _ranked(self, scope: int, need: Need) -> Iterator[int]:
+        """Node candidates ranked by the ids of what each would give (node-centric).
+
+        Each node is tried alone; the one whose picks have the highest ids
+        (``hinode``; lowest for ``lonode``) comes first, ties in id order.
+        """
+        high = self.policy == "high"
+        ids = self.g.ids
+        scored: list[tuple[int, int, int]] = []
+        for c in self._candidates(scope, need):
+            if self.tbusy.get(c, 0) or (need.exclusive and not self._whole(c)):
+                continue
+            mark = len(self.picks)
+            if self._wants(c, need.children, 1):
+                total = sum(ids[v] for v, _, _ in self.picks[mark:])
+                scored.append((-total if high else total, len(scored), c))
+            self._rollback(mark)
+        return iter([c for _, _, c in sorted(scored)])
+
     def _gather(self, scope: int, need: Need, target: int) -> int:
         """Pick candidates in order until *target* units (or candidates) are taken."""
         got = 0
         sizes = self.g.sizes
-        for c in self._candidates(scope, need, False):
+        ranked = self.centric and need.type == "node" and not need.leaf
+        for c in (self._ranked(scope, need) if ranked else self._candidates(scope, need)):
+            nodex = self.nodex and need.type == "node"
+            exclusive = need.exclusive or nodex
             if need.leaf:
-                if need.exclusive:
+                if exclusive:
                     size = sizes[c]
                     if not self._whole(c) or self._avail(c) < size:
                         continue
                     self._pick(c, size, _EXCL)
+                    # a vertex named with nothing below it is held whole
+                    self._pick_below(c)
                     got += size
                 else:
                     free = self._avail(c)
@@ -395,70 +508,39 @@ class Matcher:
                     got += take
             else:
                 # another vertex of the same kind, when siblings ask for one each
-                if self.tbusy.get(c, 0) or (need.exclusive and not self._whole(c)):
+                if self.tbusy.get(c, 0) or (exclusive and not self._whole(c)):
                     continue
                 mark = len(self.picks)
                 if not self._wants(c, need.children, 1):
                     self._rollback(mark)
                     continue
-                if need.exclusive:
-                    self._rollback(mark)  # the whole subtree is taken instead
+                # an exclusive vertex closes its subtree; only what was named is listed
+                # (all of it, for today's whole-node requests)
+                if exclusive and (need.loose or nodex):
+                    self._rollback(mark)
                     self._pick(c, sizes[c], _EXCL)
+                    self._pick_below(c)
                 else:
-                    self._pick(c, 0, _PASS)
+                    self._pick(c, sizes[c] if exclusive else 0, _EXCL if exclusive else _PASS)
                 got += 1
             if got >= target:
                 break
         return got
 
+    def _pick_below(self, v: int) -> None:
+        """List every vertex below *v* as held too (an exclusive vertex the jobspec names
+        with nothing below it, a whole-node request, a node-exclusive policy)."""
+        sizes = self.g.sizes
+        for u in range(v + 1, self.g.end[v]):
+            self._pick(u, sizes[u], _EXCL)
+
     def _slot(self, scope: int, need: Need, mult: int) -> bool:
-        """Match ``count × mult`` copies of a slot's children (the most that fit, for a range)."""
-        if need.node_bound and (scope < 0 or self.g.host[scope] < 0):
-            return self._slot_hosts(scope, need, mult)
-        if need.lo == need.hi:
-            return self._wants(scope, need.children, mult * need.lo)
-        top = 0 if scope < 0 else scope
-        bound = min(need.hi, MANY)
-        for col, k in self._cols(need):
-            bound = min(bound, col[top] // max(k * mult, 1))
-        best = need.count.largest_at_most(bound)
-        if best is None:
-            return False
-        mark = len(self.picks)
-        if self._wants(scope, need.children, mult * best):
-            return True
-        self._rollback(mark)
-        if best == need.lo or not self._try(scope, need, mult, need.lo):
-            return False
-        # The most copies that fit (fewer copies always fit when more do):
-        # halve the gap while a valid count lies in its lower half, else
-        # step down through the valid counts.
-        good, bad = need.lo, best
-        while True:
-            mid = need.count.largest_at_most((good + bad) // 2)
-            if mid is None or mid <= good:
-                mid = need.count.largest_at_most(bad - 1)
-                if mid is None or mid <= good:
-                    break
-            if self._try(scope, need, mult, mid):
-                good = mid
-            else:
-                bad = mid
-        return self._wants(scope, need.children, mult * good)
-
-    def _try(self, scope: int, need: Need, mult: int, copies: int) -> bool:
-        """Whether *copies* copies of a slot's children fit (nothing stays picked)."""
-        mark = len(self.picks)
-        ok = self._wants(scope, need.children, mult * copies)
-        self._rollback(mark)
-        return ok
-
-    def _slot_hosts(self, scope: int, need: Need, mult: int) -> bool:
-        """Slot copies one host each: fill a host, then the next, in the policy's order."""
+        """Match ``count × mult`` slot copies (the most that fit, for a range), each copy
+        below one home vertex, filling a home before the next in the policy's order."""
         mark = len(self.picks)
         lo = need.lo * mult
         hi = min(need.hi * mult, MANY)
-        got = self._fill_hosts(scope, need, hi)
+        got = self._fill_homes(scope, need, hi)
         if got < lo:
             self._rollback(mark)
             return False
@@ -469,13 +551,13 @@ class Matcher:
             return True
         self._rollback(mark)
         target = (best or need.lo) * mult
-        return self._fill_hosts(scope, need, target) >= target
+        return self._fill_homes(scope, need, target) >= target
 
-    def _fill_hosts(self, scope: int, need: Need, target: int) -> int:
-        """Put up to *target* slot copies on hosts below *scope*; how many were placed."""
+    def _fill_homes(self, scope: int, need: Need, target: int) -> int:
+        """Put up to *target* slot copies below homes of *scope*; how many were placed."""
         got = 0
         cols = self._cols(need)
-        for h in self._candidates(scope, need, True):
+        for h in self._homes(scope, need):
             room = target - got
             for col, k in cols:
                 room = min(room, col[h] // k)

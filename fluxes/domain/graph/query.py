@@ -10,7 +10,7 @@ lines and the jobspec files.  Commands:
 * ``match allocate_with_satisfiability JOBSPEC``: allocate now, and say
   whether a failed request could ever fit;
 * ``match satisfiability JOBSPEC``: could it fit the empty graph?
-* ``cancel JOBID``: release an allocation or drop a reservation;
+* ``cancel JOBID [stats]``: release an allocation or drop a reservation;
 * ``help``, ``quit``.  Blank lines and ``#`` comments are skipped.
 
 The clock starts at 0 and stays there: a job holds its resources for its
@@ -27,8 +27,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+import orjson
+
+from fluxes.domain.graph.inspect import find, set_status
+from fluxes.domain.graph.jgf import subgraph
 from fluxes.domain.graph.model import ResourceGraph
-from fluxes.domain.graph.output import pretty_lines, simple_lines
+from fluxes.domain.graph.output import pretty_lines, rset_of, simple_lines
 from fluxes.domain.graph.state import Hold
 from fluxes.domain.graph.traverser import Traverser
 from fluxes.domain.graph.wants import parse_resources
@@ -37,21 +41,34 @@ from fluxes.formats.jobspec import Jobspec
 
 __all__ = ["FORMATS", "POLICIES", "QuerySession", "Reply"]
 
-#: ``-P`` policies.
-POLICIES: Final = ("high", "low", "first", "best", "worst")
+#: ``-P`` policies -> the matcher's policy.  Fluxion's ``first`` is ``hinode`` that stops
+#: at the first match; ``lonode`` / ``hinode`` rank nodes by the ids of what each would
+#: give (node-centric), ``locality`` packs; ``variation`` (performance
+#: classes the graphs here do not carry) falls back to ``low``.
+POLICY_MAP: Final = {"high": "high", "low": "low", "first": "hinode", "lonode": "lonode",
+                     "hinode": "hinode", "lonodex": "lonodex", "hinodex": "hinodex",
+                     "firstnodex": "hinodex", "locality": "best", "variation": "low",
+                     "best": "best", "worst": "worst"}
+POLICIES: Final = tuple(POLICY_MAP)
 #: ``-F`` formats.
-FORMATS: Final = ("simple", "pretty_simple")
+FORMATS: Final = ("simple", "pretty_simple", "jgf", "rlite", "rv1", "rv1_nosched")
 
 _BAR: Final = "INFO: ============================="
 _SUBCOMMANDS: Final = ("allocate", "allocate_orelse_reserve", "allocate_with_satisfiability",
                        "satisfiability")
 _HELP: Final = (
+    "multi-match SUBCOMMAND JOBSPEC...            match each jobspec in turn",
+    "info JOBID, list, stat                       jobs matched, match times",
+    "find EXPR                                    vertices by status=, sched-now=, "
+    "sched-future=, type=, name=, rank=, property= (and, or)",
+    "set-status PATH up|down, get-status PATH     a vertex down is never matched",
+    "set-property PATH KEY=VALUE, get-property PATH",
     "match allocate JOBSPEC                       allocate now",
     "match allocate_orelse_reserve JOBSPEC        allocate now, else reserve the earliest "
     "window",
     "match allocate_with_satisfiability JOBSPEC   allocate now; say if it could ever fit",
     "match satisfiability JOBSPEC                 could it fit the empty graph?",
-    "cancel JOBID                                 release an allocation or a reservation",
+    "cancel JOBID [stats]                         release an allocation or a reservation",
     "quit                                         end the session",
 )
 
@@ -73,8 +90,12 @@ class QuerySession:
     """
 
     def __init__(self, graph: ResourceGraph, load: Callable[[str], Jobspec | Mapping[str, Any]],
-                 policy: str = "high", fmt: str = "simple") -> None:
-        """A session with nothing allocated; ValueError for an unknown policy or format."""
+                 policy: str = "high", fmt: str = "simple",
+                 clock: Callable[[], float] | None = None) -> None:
+        """A session with nothing allocated; ValueError for an unknown policy or format.
+
+        With a *clock* (seconds), each match also prints ``INFO: ELAPSE=`` its time.
+        """
         if policy not in POLICIES:
             raise ValueError(f"unknown match policy {policy!r} (expected one of "
                              f"{', '.join(POLICIES)})")
@@ -83,11 +104,16 @@ class QuerySession:
                              f"{', '.join(FORMATS)})")
         self.graph = graph
         self.trav = Traverser(graph)
-        self.policy = policy
+        self.policy = POLICY_MAP[policy]
         self.fmt = fmt
         self.load = load
         self.next_jobid = 1
         self.now = 0.0
+        self.clock = clock
+        #: jobid -> (state, scheduled at, jobspec file, match time) of jobs holding something
+        self.jobs: dict[int, tuple[str, int, str, float]] = {}
+        #: how long each match took (zero without a clock)
+        self.times: list[float] = []
 
     def execute(self, line: str) -> Reply:
         """Run one command line."""
@@ -100,22 +126,155 @@ class QuerySession:
         if cmd in ("help", "h"):
             return Reply(out=list(_HELP))
         if cmd in ("match", "m"):
-            return self._match(args)
+            if self.clock is None:
+                return self._match(args)
+            began = self.clock()
+            reply = self._match(args)
+            took = self.clock() - began
+            if not reply.err:
+                reply.out.append(f"INFO: ELAPSE={took:.6f}")
+                self._timed(took)
+            return reply
+        if cmd in ("multi-match", "M"):
+            return self._multi(args)
         if cmd in ("cancel", "c"):
             return self._cancel(args)
-        return Reply(err=[f"ERROR: unknown command {cmd!r} (try 'help')"])
+        handler = self._commands().get(cmd)
+        if handler is None:
+            return Reply(err=[f"ERROR: unknown command {cmd!r} (try 'help')"])
+        try:
+            return handler(args)
+        except ValueError as exc:
+            return Reply(err=[f"ERROR: {exc}"])
+
+    def _commands(self) -> dict[str, Callable[[list[str]], Reply]]:
+        """The inspection commands by name and abbreviation."""
+        table: dict[str, Callable[[list[str]], Reply]] = {
+            "info": self._info, "i": self._info, "list": self._list, "l": self._list,
+            "stat": self._stat, "s": self._stat, "find": self._find, "f": self._find,
+            "set-property": self._set_property, "p": self._set_property,
+            "get-property": self._get_property, "g": self._get_property,
+            "set-status": self._set_status, "t": self._set_status,
+            "get-status": self._get_status, "e": self._get_status,
+        }
+        return table
+
+    def _job_line(self, jobid: int) -> str:
+        """``INFO: JOBID, STATE, AT, JOBSPEC, OVERHEAD`` of a matched job."""
+        mode, at, path, took = self.jobs[jobid]
+        return f"INFO: {jobid}, {mode}, {at}, {path}, {took:.6f}"
+
+    def _info(self, args: list[str]) -> Reply:
+        """``info JOBID``."""
+        if len(args) != 1:
+            raise ValueError("malformed command: info JOBID")
+        jobid = _jobid(args[0])
+        if jobid not in self.jobs:
+            raise ValueError(f"nonexistent job {jobid}")
+        return Reply(out=[self._job_line(jobid)])
+
+    def _list(self, args: list[str]) -> Reply:
+        """``list``: every job matched and still held."""
+        return Reply(out=[self._job_line(j) for j in sorted(self.jobs)])
+
+    def _stat(self, args: list[str]) -> Reply:
+        """``stat``: how many jobs matched, and the match times."""
+        times = self.times
+        return Reply(out=[f"INFO: Num. of Jobs Matched: {len(self.jobs)}",
+                          f"INFO: Min. Match Time: {min(times, default=0.0):.6f}",
+                          f"INFO: Max. Match Time: {max(times, default=0.0):.6f}",
+                          "INFO: Avg. Match Time: "
+                          f"{(sum(times) / len(times)) if times else 0.0:.6f}"])
+
+    def _vertex(self, path: str) -> int:
+        """The vertex at containment *path*; ValueError if none."""
+        v = self.graph.by_path(path)
+        if v is None:
+            raise ValueError(f"could not find path {path} in resource graph")
+        return v
+
+    def _find(self, args: list[str]) -> Reply:
+        """``find EXPR``: vertices by status, schedule, type, name, rank or property."""
+        expr = " ".join(args)
+        shown = find(self.graph, self.trav.state, expr)
+        hold = Hold(0, 0.0, 0.0, shown, {})
+        lines = self._lines(hold) if shown else []
+        return Reply(out=[*lines, _BAR, f'INFO: EXPRESSION="{expr}"', _BAR])
+
+    def _set_property(self, args: list[str]) -> Reply:
+        """``set-property PATH KEY=VALUE``."""
+        if len(args) != 2:
+            raise ValueError("malformed command: set-property PATH KEY=VALUE")
+        key, sep, value = args[1].partition("=")
+        if not key or not sep or not value:
+            raise ValueError("set-property: use set-property PATH KEY=VALUE")
+        v = self._vertex(args[0])
+        props = self.graph.props[v]
+        if props is None:
+            props = self.graph.props[v] = {}
+        props[key] = value
+        return Reply()
+
+    def _get_property(self, args: list[str]) -> Reply:
+        """``get-property PATH``."""
+        if len(args) != 1:
+            raise ValueError("malformed command: get-property PATH")
+        props = self.graph.props[self._vertex(args[0])]
+        if not props:
+            return Reply(out=[f"No properties were found for {args[0]}."])
+        return Reply(out=[f"{k}={v}" for k, v in sorted(props.items())])
+
+    def _set_status(self, args: list[str]) -> Reply:
+        """``set-status PATH up|down``: a vertex down (and its subtree) is never matched."""
+        if len(args) != 2:
+            raise ValueError("malformed command: set-status PATH up|down")
+        set_status(self.trav.state, self._vertex(args[0]), args[1])
+        return Reply()
+
+    def _get_status(self, args: list[str]) -> Reply:
+        """``get-status PATH``."""
+        if len(args) != 1:
+            raise ValueError("malformed command: get-status PATH")
+        down = self.trav.state.down[self._vertex(args[0])]
+        return Reply(out=[f"{args[0]} is {'down' if down else 'up'}"])
+
+    def _multi(self, args: list[str]) -> Reply:
+        """``multi-match SUBCOMMAND JOBSPEC...``: match each jobspec in turn."""
+        if len(args) < 2:
+            return Reply(err=["ERROR: malformed command: multi-match SUBCOMMAND JOBSPEC..."])
+        out = Reply()
+        for path in args[1:]:
+            one = self.execute(f"match {args[0]} {path}")
+            out.out += one.out
+            out.err += one.err
+        return out
 
     def _cancel(self, args: list[str]) -> Reply:
-        """``cancel JOBID``."""
-        if len(args) != 1:
-            return Reply(err=["ERROR: malformed command: cancel JOBID"])
+        """``cancel JOBID [stats]`` (stats: how many vertices the cancel visited)."""
+        if len(args) not in (1, 2) or (len(args) == 2 and args[1] != "stats"):
+            return Reply(err=["ERROR: malformed command: cancel JOBID [stats]"])
         try:
             jobid = int(args[0])
         except ValueError:
             return Reply(err=[f"ERROR: invalid job id {args[0]!r}"])
-        if self.trav.cancel(jobid) is None:
+        hold = self.trav.cancel(jobid)
+        if hold is None:
             return Reply(err=[f"ERROR: nonexistent job {jobid}"])
-        return Reply()
+        self.jobs.pop(jobid, None)
+        if len(args) == 1:
+            return Reply()
+        visited = len(hold.touched)
+        return Reply(out=[_BAR, f'INFO: CANCEL PREORDER COUNT="{visited}"',
+                          f'INFO: CANCEL POSTORDER COUNT="{visited}"', _BAR])
+
+    def _timed(self, took: float) -> None:
+        """Record the time of the match just made (if it matched)."""
+        last = self.next_jobid - 1
+        if last in self.jobs and self.jobs[last][3] == 0.0:
+            mode, at, path, _ = self.jobs[last]
+            self.jobs[last] = (mode, at, path, took)
+            if self.times:
+                self.times[-1] = took
 
     def _match(self, args: list[str]) -> Reply:
         """``match SUBCOMMAND JOBSPEC``."""
@@ -145,6 +304,9 @@ class QuerySession:
             if found is not None:
                 hold = trav.reserve_at(needs, jobid, found[0], duration, self.policy)
         if hold is not None:
+            at = 0 if hold.start <= self.now else int(hold.start)
+            self.jobs[jobid] = ("RESERVED" if hold.reserved else "ALLOCATED", at, path, 0.0)
+            self.times.append(0.0)
             return Reply(out=[*self._lines(hold), *self._scheduled(hold)])
         out = [_BAR, "INFO: No matching resources found"]
         if sub != "allocate" and not trav.satisfiable(needs):
@@ -156,7 +318,14 @@ class QuerySession:
         """The vertices of *hold* in the session's format."""
         if self.fmt == "pretty_simple":
             return pretty_lines(self.graph, hold)
-        return simple_lines(self.graph, hold)
+        if self.fmt == "simple":
+            return simple_lines(self.graph, hold)
+        if self.fmt == "jgf":
+            return [_dumps(subgraph(self.graph, hold.shown))]
+        doc = rset_of(self.graph, hold, self.fmt == "rv1").encode()
+        if self.fmt == "rlite":
+            return [_dumps(doc["execution"]["R_lite"])]
+        return [_dumps(doc)]
 
     def _scheduled(self, hold: Hold) -> list[str]:
         """The INFO block of a match."""
@@ -164,6 +333,19 @@ class QuerySession:
         return [_BAR, f"INFO: JOBID={hold.jobid}",
                 f"INFO: RESOURCES={'ALLOCATED' if now else 'RESERVED'}",
                 f"INFO: SCHEDULED AT={'Now' if now else int(hold.start)}", _BAR]
+
+
+def _jobid(text: str) -> int:
+    """A job id argument; ValueError if it is none."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"invalid job id {text!r}") from None
+
+
+def _dumps(doc: object) -> str:
+    """One line of JSON."""
+    return orjson.dumps(doc).decode()
 
 
 def _read(jobspec: Jobspec | Mapping[str, Any]) -> tuple[object, float]:

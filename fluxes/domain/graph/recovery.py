@@ -4,9 +4,9 @@ A restarted scheduler re-reads the R of every job holding resources
 (:meth:`GraphPool.adopt <fluxes.domain.graph.pool.GraphPool.adopt>`):
 
 * :func:`picks_of_graph`: an R's ``scheduling`` subgraph gives exactly the
-  vertices and units (exclusive subtrees, shared parts of pools, vertices
-  passed through), matched to the graph by containment path (else by rank,
-  type and id);
+  vertices and units (exclusive vertices, whose subtrees are closed again,
+  shared parts of pools, vertices passed through), matched to the graph by
+  containment path (else by rank, type and id);
 * :func:`picks_of_rset`: without one, ``R_lite`` gives cores and gpus by id,
   whole hosts for exclusive jobs, and memory as an amount per rank;
 * :func:`check_free`: a hold may be taken back only if nothing else holds it.
@@ -106,9 +106,8 @@ def picks_of_graph(g: ResourceGraph, scheduling: Mapping[str, Any], where: str) 
     inner = {g.parent[v] for v in held}
     for v, (size, excl) in held.items():
         if excl:
-            up = g.parent[v]
-            if not (up in held and held[up][1]):
-                picks.append((v, g.sizes[v], EXCLUSIVE))  # its subtree comes with it
+            # the vertex closes its subtree again; what was named below comes with it
+            picks.append((v, size, EXCLUSIVE))
         elif v in inner:
             picks.append((v, 0, PASS))
         else:
@@ -153,12 +152,14 @@ def picks_of_rset(g: ResourceGraph, state: GraphState, rset: ResourceSet,
 def check_free(g: ResourceGraph, state: GraphState, hold: Hold, where: str) -> None:
     """ValueError unless *hold* fits what allocations hold now."""
     sizes = g.sizes
-    for v, (_, excl) in hold.shown.items():
+    shown = hold.shown
+    for v in hold.touched:
+        excl = shown[v][1] if v in shown else True  # below an exclusive vertex: closed
         if excl and state.holds[v]:
             raise ValueError(f"{where}: {g.path(v)} is already held")
         if not excl and v not in hold.amounts and state.used[v] >= sizes[v]:
             raise ValueError(f"{where}: {g.path(v)} is held exclusively")
-    for v, a in hold.amounts.items():
+    for v, a in hold.blocked.items():
         if state.used[v] + a > sizes[v]:
             raise ValueError(f"{where}: {g.path(v)} is already held")
 

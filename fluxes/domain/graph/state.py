@@ -1,10 +1,14 @@
 """What is held on a resource graph, now and over time: each vertex's planner.
 
-A :class:`Hold` is what one job holds: per vertex, the units it takes
-(``amounts``) and what it shows (``shown``: every vertex it touches, with
-the amount printed and whether it holds it exclusively; ancestors of what it
-takes are shown shared).  A job holding a vertex exclusively holds its whole
-subtree, so an exclusive hold lists every descendant with its full size.
+A :class:`Hold` is what one job holds, as Fluxion gives it: per vertex the
+units it takes of the vertices its jobspec names (``amounts``: what its R
+lists and what it is charged for) and what it shows (``shown``: those
+vertices with the amount printed and whether it holds them exclusively, and
+their ancestors, shown shared).  A vertex held exclusively is closed to
+every other job *with its whole subtree*, but the hold lists only what the
+jobspec named below it: ``blocked`` (units of every vertex closed to
+others, whole subtrees included) and ``touched`` (every vertex shown or
+closed) are what the planner keeps.
 
 :class:`GraphState` keeps, per vertex:
 
@@ -45,12 +49,17 @@ class Hold:
     reserved: bool = False
     #: units taken per type (the planner tallies releases with them)
     totals: dict[str, int] = field(default_factory=dict)
+    #: vertex -> units closed to other jobs (amounts, and whole exclusive subtrees)
+    blocked: dict[int, int] = field(default_factory=dict)
+    #: every vertex shown or closed (no other job may take these exclusively)
+    touched: tuple[int, ...] = ()
 
 
 class GraphState:
     """The allocations, reservations and drains of one graph (see the module docstring)."""
 
-    __slots__ = ("amts", "down", "free", "g", "holds", "ndown", "resv", "upcap", "used")
+    __slots__ = ("amts", "down", "free", "g", "holds", "kid_types", "ndown", "resv", "upcap",
+                 "used")
 
     def __init__(self, graph: ResourceGraph) -> None:
         """Everything free and up."""
@@ -69,6 +78,9 @@ class GraphState:
         # Lists are changed in place, never replaced: the matcher keeps references.
         self.free = {t: col[:] for t, col in graph.cap.items()}
         self.upcap = {t: col[:] for t, col in graph.cap.items()}
+        #: per vertex, the types of its direct children (where a slot copy may live)
+        types = graph.types
+        self.kid_types = [frozenset(types[c] for c in kids) for kids in graph.children]
 
     # -- allocations and reservations ----------------------------------------------
 
@@ -77,9 +89,9 @@ class GraphState:
         jobid = hold.jobid
         if hold.reserved:
             resv = self.resv
-            amounts = hold.amounts
+            amounts = hold.blocked
             span = (hold.start, hold.end)
-            for v in hold.shown:
+            for v in hold.touched:
                 spans = resv.get(v)
                 entry = (span[0], span[1], amounts.get(v, 0), jobid)
                 if spans is None:
@@ -89,7 +101,7 @@ class GraphState:
             return
         holds = self.holds
         end = hold.end
-        for v in hold.shown:
+        for v in hold.touched:
             h = holds[v]
             if h is None:
                 holds[v] = {jobid: end}
@@ -101,7 +113,7 @@ class GraphState:
         """Move the end of allocation *hold* (held in this state) to *end*."""
         hold.end = end
         holds = self.holds
-        for v in hold.shown:
+        for v in hold.touched:
             h = holds[v]
             if h is not None and hold.jobid in h:
                 h[hold.jobid] = end
@@ -111,7 +123,7 @@ class GraphState:
         jobid = hold.jobid
         if hold.reserved:
             resv = self.resv
-            for v in hold.shown:
+            for v in hold.touched:
                 spans = resv.get(v)
                 if spans is None:
                     continue
@@ -122,7 +134,7 @@ class GraphState:
                     del resv[v]
             return
         holds = self.holds
-        for v in hold.shown:
+        for v in hold.touched:
             h = holds[v]
             if h is not None:
                 h.pop(jobid, None)
@@ -136,7 +148,7 @@ class GraphState:
         parent, types = g.parent, g.types
         used, amts, down, free = self.used, self.amts, self.down, self.free
         jobid = hold.jobid
-        for v, a in hold.amounts.items():
+        for v, a in hold.blocked.items():
             if not a:
                 continue
             used[v] += sign * a

@@ -48,6 +48,11 @@ class Want:
     exclusive: bool = False
     children: tuple[Want, ...] = ()
     unit: int | None = None
+    #: read as today's pool reads a plain Request, not as Fluxion reads a jobspec: counts
+    #: gathered anywhere below the parent (levels between may be omitted), a slot copy
+    #: anywhere on one host, and an exclusive vertex naming nothing below it holds (and
+    #: lists) its whole subtree, as a whole-node request does
+    loose: bool = False
 
     @property
     def is_slot(self) -> bool:
@@ -98,12 +103,14 @@ def _parse(vertices: object, where: str, in_slot: bool, depth: int) -> tuple[Wan
                 raise InfeasibleRequest(f"{path}.unit: unsupported unit {unit_text!r} "
                                         "(use B, KB, MB, GB or TB)")
         slot = kind == _SLOT
-        children = _parse(vertex.get("with", []), f"{path}.with", in_slot or slot, depth + 1)
+        exclusive = False if slot else (in_slot if flag is None else flag)
+        # below a slot or an exclusive vertex, everything is exclusive unless it says not
+        children = _parse(vertex.get("with", []), f"{path}.with", in_slot or slot or exclusive,
+                          depth + 1)
         if slot and not children:
             raise InfeasibleRequest(f"{path}: an empty slot is unsupported")
         if count is None:
             continue
-        exclusive = False if slot else (in_slot if flag is None else flag)
         out.append(Want(kind, count, exclusive, children, unit))
     return tuple(out)
 
@@ -155,17 +162,19 @@ def wants_of_request(request: Request) -> tuple[Want, ...]:
     content: list[Want] = []
     if request.sockets_per_slot:
         content.append(Want("socket", _amount(request.sockets_per_slot), False,
-                            (Want("core", _amount(request.cores_per_socket), True),)))
+                            (Want("core", _amount(request.cores_per_socket), True, loose=True),),
+                            loose=True))
     elif request.slot_size != 0:
-        content.append(Want("core", _amount(request.slot_size), True))
+        content.append(Want("core", _amount(request.slot_size), True, loose=True))
     if request.gpu_per_slot != 0:
-        content.append(Want("gpu", _amount(request.gpu_per_slot), True))
+        content.append(Want("gpu", _amount(request.gpu_per_slot), True, loose=True))
     if request.memory_per_slot:
-        content.append(Want("memory", _fixed(request.memory_per_slot), False, (), 1))
+        content.append(Want("memory", _fixed(request.memory_per_slot), False, (), 1, loose=True))
     if request.min_nodes == 0:
-        return (Want(_SLOT, _amount(request.nslots), False, tuple(content)),)
-    slots = (Want(_SLOT, _amount(request.nslots), False, tuple(content)),) if content else ()
-    return (Want("node", _amount(request.nnodes), request.exclusive, slots),)
+        return (Want(_SLOT, _amount(request.nslots), False, tuple(content), loose=True),)
+    slots = ((Want(_SLOT, _amount(request.nslots), False, tuple(content), loose=True),)
+             if content else ())
+    return (Want("node", _amount(request.nnodes), request.exclusive, slots, loose=True),)
 
 
 @dataclass(frozen=True, slots=True)
