@@ -33,7 +33,8 @@ OTHER = 5002
 # not listed here makes the test fail, so a new kind of key cannot be forgotten.
 SAMPLES: dict[str, list[object]] = {
     "rank": [0, 3], "partition": [0, 1, 2, 3], "jobid": [JOBID, 124, 1230], "owner": [OWNER, OTHER],
-    "user": ["alice", "bob"], "request": ["r1"], "digest": ["d" * 8],
+    "user": ["alice", "bob"], "request": ["r1"], "digest": ["d" * 8], "token": ["t0ken"],
+    "holder": ["scheduler@node1"],
 }
 #: Members of Keys that are not key names (prefixes and helpers).
 NOT_KEYS = {"g", "p", "partition_of", "same_slot", "ns", "partitions"}

@@ -15,7 +15,7 @@ DOC = (ROOT / "docs" / "architecture.md").read_text()
 PLACEHOLDERS = {"partition": (0, None), "jobid": (424242, "<id>"), "rank": (31337, "<r>"),
                 "user": ("USERNAME", "<user>"), "request": ("REQUESTID", "<request>"),
                 "owner": (4711, "<owner>"), "digest": ("DIGEST", "<digest>"),
-                "holder": ("HOLDER", "<holder>")}
+                "holder": ("HOLDER", "<holder>"), "token": ("TOKEN", "<token>")}
 NOT_KEYS = {"g", "p", "partition_of", "same_slot", "blob_prefix"}
 
 
