@@ -203,9 +203,12 @@ class _EndSink:
     def final(self) -> Any:
         """The job as its complete eventlog says."""
         from fluxes.store.eventstore import EventStore
+        from fluxes.store.private import revealed_job
 
         handle = self.future.flux_handle
-        return EventStore(handle.redis, handle.keys).replay_job(self.jobid)
+        job = EventStore(handle.redis, handle.keys).replay_job(self.jobid)
+        # the fatal exception's note is private to the owner (docs/security.md)
+        return revealed_job(handle.redis, handle.keys, job)
 
 
 def result_async(flux_handle: Flux, jobid: int, flags: int = 0) -> Future:

@@ -60,7 +60,9 @@ MAX_UID = 2**32 - 2
 BASIC_COMMANDS = ("ping", "hello", "client|setname", "select")
 #: What the query commands (jobs, job info/eventlog/attach, eventlog journal,
 #: queue list/status, resource list) send, all on read-only key patterns.
-READ_COMMANDS = ("exists", "get", "xrange", "xrevrange", "xread", "xlen",
+#: XINFO GROUPS of a journal tells how far the job list has folded it, so that
+#: ``fluxes jobs`` run by a user waits for it too (read your writes).
+READ_COMMANDS = ("exists", "get", "xrange", "xrevrange", "xread", "xlen", "xinfo|groups",
                  "hget", "hmget", "hgetall", "hlen", "hvals", "zrange", "zrevrange")
 #: Sending a request: XADD to the user's own submit stream, nothing else
 #: there (a user who could DEL or recreate the stream would break the
