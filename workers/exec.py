@@ -42,8 +42,6 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import orjson
-
 from fluxes import messages as proto
 from fluxes.config import DEFAULT_OUTPUT_LIMIT
 from fluxes.domain.exec import timers as clock
@@ -92,7 +90,11 @@ from fluxes.store.instance import Instance
 from fluxes.store.jobhash import OWNER
 from fluxes.store.keys import GROUP_EXEC
 from fluxes.store.pmi_kvs import PmiKvs
-from fluxes.store.resources import send_resource_event
+from fluxes.store.resources import (
+    published_summary,
+    resource_events_since,
+    send_resource_event,
+)
 from fluxes.store.security import ENV_CREDENTIALS, strip_password
 from workers.base import DEAD_LETTER_MAXLEN, Worker, not_the_input
 
@@ -473,8 +475,7 @@ class ExecWorker(Worker):
     def _undrain(self, rank: int, since: str) -> None:
         """Give back a rank housekeeping held, unless someone drained or undrained it
         after our drain ``since`` (theirs stands)."""
-        later = self.redis.xrange(self.keys.resource_events, min="(" + since)
-        for _id, fields in later:
+        for _id, fields in resource_events_since(self.redis, self.keys, since):
             try:
                 event = proto.decode_resource_event(fields)
             except ValueError:
@@ -486,12 +487,12 @@ class ExecWorker(Worker):
     def _is_drained(self, rank: int) -> bool:
         """Whether the scheduler's last summary says ``rank`` is drained (not by a
         housekeeping: that summary may predate the undrain of an earlier one)."""
-        raw = self.redis.get(self.keys.sched_status)
+        summary = published_summary(self.redis, self.keys) or {}
         try:
-            drain = orjson.loads(raw or b"{}").get("drained", {}).get(str(rank))
+            drain = summary.get("drained", {}).get(str(rank))
             return bool(drain) and not str(drain.get("reason", "")).startswith(
                 HOUSEKEEPING_REASON)
-        except (orjson.JSONDecodeError, AttributeError):
+        except AttributeError:
             return False
 
     def _watch_hook(self, pid: int) -> None:

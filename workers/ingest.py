@@ -97,9 +97,10 @@ from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
 from fluxes.store.eventstore import Batch, ClaimedError, CommitResult, EventStore
 from fluxes.store.groups import ensure_group
-from fluxes.store.instance import RESOURCES_DIGEST, Instance
+from fluxes.store.instance import RESOURCES_DIGEST, Instance, instance_created
 from fluxes.store.keys import GROUP_INGEST, Keys
 from fluxes.store.request_claims import RequestClaims
+from fluxes.store.resources import recorded_resources
 from workers.base import Worker, not_the_input, overdelivered_reason
 
 READ_COUNT = 500
@@ -232,8 +233,7 @@ class IngestWorker(Worker):
                                        self.name)
         # compared with Redis before the next request: Redis may have restarted
         self._acks.unchecked = True
-        created = self.redis.hget(self.keys.instance, "created")
-        self._instance_created = created.decode() if created else ""
+        self._instance_created = instance_created(self.redis, self.keys)
 
     def status(self) -> dict[str, Any]:
         """Jobs accepted so far."""
@@ -277,10 +277,10 @@ class IngestWorker(Worker):
             self.queue_states = fold_queue_events(self.config.queues, self._queue_log)
         resources = None
         if digest is None:  # recorded before digests: compare the resources themselves
-            resources = digest = self.redis.hget(self.keys.instance, "resources")
+            resources = digest = recorded_resources(self.redis, self.keys)
         if (digest, config_text) != self._inventory_source:
             if resources is None:
-                resources = self.redis.hget(self.keys.instance, "resources")
+                resources = recorded_resources(self.redis, self.keys)
             self._inventory_source = (digest, config_text)
             self._load_inventory(resources)
 

@@ -21,7 +21,7 @@ from fluxes.domain.sched.standby import Mirror
 from fluxes.formats.rset import ResourceSet
 from fluxes.store import jobhash
 from fluxes.store.instance import Instance
-from fluxes.store.resources import load_pool
+from fluxes.store.resources import load_pool, recorded_resources
 from fluxes.store.standby import allocation_events
 from workers.base import not_the_input
 
@@ -60,7 +60,7 @@ class WarmPool:
         self.hashes = jobhash.JobHashes(self.redis, self.keys)
         self.request_of = request_of
         # the record the pool was built from: another one at takeover means start afresh
-        self.resources = self.redis.hget(self.keys.instance, "resources")
+        self.resources = recorded_resources(self.redis, self.keys)
         self.pool = load_pool(instance)
         self.graph = isinstance(self.pool, GraphPool)
         self.mirror = Mirror()
@@ -95,4 +95,4 @@ class WarmPool:
 
     def current(self) -> bool:
         """True while the recorded resources are those this pool was built from."""
-        return bool(self.redis.hget(self.keys.instance, "resources") == self.resources)
+        return bool(recorded_resources(self.redis, self.keys) == self.resources)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import orjson
 
 from fluxes.cli.display import fmt_id, shown_id
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.domain.job.model import Job
@@ -54,9 +55,8 @@ class Outcome:
         return None
 
 
-#: The job hash field naming the job's owner (fluxes.store.jobhash.OWNER; read here with
-#: one HGET, which the small client of fluxes run offers too).
-OWNER_FIELD = "owner"
+#: The job hash field naming the job's owner, read without redis-py (fluxes.store.jobfacts).
+OWNER_FIELD = jobfacts.OWNER_FIELD
 
 
 def _denied(exc: BaseException) -> bool:
@@ -74,11 +74,8 @@ def private_output(jobid: int) -> str:
 def output_key(inst: Instance, jobid: int) -> str | None:
     """The key of the job's output stream (it carries the owner's uid, from the job
     hash); None when the job has no hash (unknown or purged)."""
-    owner = inst.redis.hget(inst.keys.job(jobid), OWNER_FIELD)
-    try:
-        return None if owner is None else inst.keys.output(int(owner), jobid)
-    except ValueError:
-        return None
+    owner = jobfacts.owner_of(inst.redis, inst.keys, jobid)
+    return None if owner is None else inst.keys.output(owner, jobid)
 
 
 def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
@@ -265,7 +262,7 @@ def follow_interruptible(inst: Instance, jobid: int, label: bool = False,
 
     if jobspec_text is not None:
         print_redirections(inst, jobid, jobspec_text=jobspec_text)
-    elif inst.redis.exists(inst.keys.eventlog(jobid)):
+    elif jobfacts.has_eventlog(inst.redis, inst.keys, jobid):
         print_redirections(inst, jobid)
     last: float | None = None
     canceled = False

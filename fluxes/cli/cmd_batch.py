@@ -258,14 +258,13 @@ def wait_for_child(inst: Instance, jobid: int, timeout: float = WAIT_CHILD_S) ->
     job ends first, is not an instance, or the wait times out."""
     from fluxes.proc.nested import READY, STOPPED, child_uri
     from fluxes.store.errors import NoPermissionError
-    from fluxes.store.jobhash import RESULT
 
     uri = child_uri(inst, jobid)
     deadline = time.monotonic() + timeout
     while True:
         try:
             ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
-                inst.redis.hget(inst.keys.job(jobid), RESULT)
+                _job_result(inst, jobid)
         except NoPermissionError:
             # a user's ACL identity reaches neither the children hash nor the child's
             # keys: only the job's own tasks get the child's identity (docs/nested.md)
@@ -298,7 +297,6 @@ def _run_in(uri: InstanceURI, command: list[str]) -> int:
 def _alloc(args: argparse.Namespace) -> int:
     from fluxes.proc.nested import STOP_REQUESTED
     from fluxes.store.client import Client
-    from fluxes.store.jobhash import RESULT
 
     if args.bg and [w for w in args.command if w != "--"]:
         raise UsageError("fluxes alloc: --bg runs no COMMAND (use fluxes proxy JOBID "
@@ -322,7 +320,7 @@ def _alloc(args: argparse.Namespace) -> int:
     finally:
         inst.redis.hset(Keys(uri.ns).instance, STOP_REQUESTED, repr(time.time()))
     deadline = time.monotonic() + 60
-    while inst.redis.hget(inst.keys.job(jobid), RESULT) is None:
+    while _job_result(inst, jobid) is None:
         if time.monotonic() > deadline:
             print(f"fluxes: job {fmt_id(jobid)} did not end within 60s", file=sys.stderr)
             break
@@ -345,7 +343,6 @@ def _run_allocated(inst: Instance, jobid: int, uri: InstanceURI, command: list[s
 
     from fluxes.proc.launcher import _exit_code
     from fluxes.proc.nested import STOPPED, child_environment
-    from fluxes.store.jobhash import RESULT
 
     child_keys = Keys(uri.ns)
     # Off a terminal the command gets a process group of its own, so that the hang-up
@@ -374,7 +371,7 @@ def _run_allocated(inst: Instance, jobid: int, uri: InstanceURI, command: list[s
                 return _exit_code(proc.wait(timeout=ALLOC_WATCH_S))
             except subprocess.TimeoutExpired:
                 pass
-            result = inst.redis.hget(inst.keys.job(jobid), RESULT)
+            result = _job_result(inst, jobid)
             if result is None and not inst.redis.hexists(child_keys.instance, STOPPED):
                 continue
             why = f"job {fmt_id(jobid)} ended ({result.decode()})" if result is not None \
@@ -581,3 +578,10 @@ def _top(args: argparse.Namespace) -> int:
                 "or not started yet)")
         inst = child
     return top.run(inst, interval=args.interval, iterations=args.iterations)
+
+
+def _job_result(inst: Instance, jobid: int) -> bytes | None:
+    """The job's result as its hash records it (None while the job is active)."""
+    from fluxes.store.jobhash import RESULT, JobHashes
+
+    return JobHashes(inst.redis, inst.keys).field([jobid], RESULT)[0]

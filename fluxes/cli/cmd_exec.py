@@ -72,6 +72,7 @@ def _exec(args: argparse.Namespace) -> int:
     from fluxes import messages as proto
     from fluxes.proc.remote_exec import decode_reply
     from fluxes.store.client import Client
+    from fluxes.store.exec_command import drop_answers, read_answers, send_command
 
     command = list(args.command)
     if command[:1] == ["--"]:
@@ -91,11 +92,7 @@ def _exec(args: argparse.Namespace) -> int:
     token = secrets.token_hex(12)
     msg = proto.Command(token=token, argv=command, cwd=args.dir or os.getcwd(),
                         env=dict(os.environ))
-    pipe = inst.redis.pipeline(transaction=False)
-    for rank in ranks:
-        pipe.xadd(inst.keys.exec_rank(rank), proto.encode_entry([msg]))
-    pipe.execute()
-    reply_key = inst.keys.exec_reply(token)
+    send_command(inst.redis, inst.keys, ranks, msg)
     waiting = set(ranks)
     worst = 0
     pos = "0-0"
@@ -106,20 +103,20 @@ def _exec(args: argparse.Namespace) -> int:
             from fluxes.formats.idset import IDSet
 
             die(f"exec: no answer from rank(s) {IDSet(waiting)} within {args.timeout:g} s")
-        got = inst.redis.xread({reply_key: pos}, block=int(min(left, 5.0) * 1000) or 1)
-        for _key, entries in got or []:
-            for entry_id, fields in entries:
-                pos = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-                rank, status, out, err, error = decode_reply(fields)
-                if rank not in waiting:
-                    continue
-                waiting.discard(rank)
-                _show(rank, out, sys.stdout, args.label_io)
-                _show(rank, err, sys.stderr, args.label_io)
-                if error:
-                    print(f"fluxes exec: rank {rank}: {error}", file=sys.stderr)
-                worst = max(worst, _exit_code(status))
-    inst.redis.delete(reply_key)
+        answers = read_answers(inst.redis, inst.keys, token, pos, min(left, 5.0))
+        if answers:
+            pos = answers[-1][0]
+        for _entry, fields in answers:
+            rank, status, out, err, error = decode_reply(fields)
+            if rank not in waiting:
+                continue
+            waiting.discard(rank)
+            _show(rank, out, sys.stdout, args.label_io)
+            _show(rank, err, sys.stderr, args.label_io)
+            if error:
+                print(f"fluxes exec: rank {rank}: {error}", file=sys.stderr)
+            worst = max(worst, _exit_code(status))
+    drop_answers(inst.redis, inst.keys, token)
     return worst
 
 

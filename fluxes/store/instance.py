@@ -122,6 +122,13 @@ def record_instance(client: redis.Redis, namespace: str, partitions: int,
     return existing is None
 
 
+def instance_created(client: Any, keys: Keys) -> str:
+    """When the instance was first recorded (the ``repr`` of a UNIX time; "" if never):
+    it tells one life of the instance's Redis from a new one."""
+    created = client.hget(keys.instance, "created")
+    return created.decode() if created else ""
+
+
 def load_functions(client: redis.Redis) -> None:
     """Load this version's Redis functions (fluxes/store/scripts.py) as the instance owner.
 

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from fluxes.domain.sched.protocol import SchedulerPool
     from fluxes.store.instance import Instance
 
-__all__ = ["LOST_AFTER_S", "exec_heartbeats", "load_inventory", "load_pool", "resource_event",
+__all__ = ["LOST_AFTER_S", "exec_heartbeats", "load_inventory", "load_pool",
+           "published_summary", "recorded_resources", "resource_event",
+           "resource_events_since",
            "resource_summary", "send_resource_event"]
 
 #: An exec target whose worker has not heart-beaten for this long is lost (its
@@ -36,9 +38,32 @@ def resource_event(kind: str, ranks: str, reason: str = "", auto: bool = False) 
                          "timestamp": time.time()})
 
 
+def recorded_resources(client: Any, keys: Any) -> bytes | None:
+    """The resources recorded in the instance (``fluxes start``/``admin init``), as stored;
+    None when the configuration's ``[resource]`` table stands instead."""
+    raw: bytes | None = client.hget(keys.instance, "resources")
+    return raw
+
+
+def published_summary(client: Any, keys: Any) -> dict[str, Any] | None:
+    """The scheduler's last published resource summary (None: none yet, or unreadable)."""
+    raw = client.get(keys.sched_status)
+    try:
+        summary = orjson.loads(raw) if raw else None
+    except orjson.JSONDecodeError:
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def resource_events_since(client: Any, keys: Any, since: str) -> list[tuple[Any, Any]]:
+    """The drain/undrain events written after stream id ``since`` (raw entries)."""
+    entries: list[tuple[Any, Any]] = client.xrange(keys.resource_events, min="(" + since)
+    return entries
+
+
 def load_inventory(instance: Instance) -> Inventory:
     """The instance inventory: the recorded resources, else the configuration's."""
-    raw = instance.redis.hget(instance.keys.instance, "resources")
+    raw = recorded_resources(instance.redis, instance.keys)
     try:
         return inventory_of(raw, instance.config())
     except ConfigError as exc:
@@ -48,7 +73,7 @@ def load_inventory(instance: Instance) -> Inventory:
 def load_pool(instance: Instance) -> SchedulerPool:
     """The scheduler's pool of the recorded resources (else the configuration's): a graph
     pool when they come with a graph, else today's pool."""
-    raw = instance.redis.hget(instance.keys.instance, "resources")
+    raw = recorded_resources(instance.redis, instance.keys)
     try:
         table = inventory_table(raw, instance.config())
         if not table:
@@ -85,8 +110,7 @@ def resource_summary(instance: Instance, timeout: float = 3.0, pause: float = 0.
     want = _stream_id(newest[0][0]) if newest else (0, 0)
     deadline = time.monotonic() + timeout
     while True:
-        raw = redis.get(instance.keys.sched_status)
-        summary: dict[str, Any] | None = orjson.loads(raw) if raw else None
+        summary = published_summary(redis, instance.keys)
         applied = _stream_id(str(summary.get("applied", "0-0"))) if summary else (0, 0)
         if applied >= want or time.monotonic() >= deadline:
             return summary, applied >= want

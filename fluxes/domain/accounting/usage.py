@@ -27,7 +27,7 @@ exactly what one fold from scratch gives (a hypothesis test checks it).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -408,6 +408,18 @@ class WindowUsage(NamedTuple):
     jobs: int = 0
 
 
+def _spans(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], now: float
+           ) -> Iterator[tuple[AssocKey, Figures, float, float]]:
+    """(association, rates, start, end) of every allocation: the ended ones as charged,
+    the running ones up to ``now``."""
+    for charge in charges:
+        yield (charge.key, Figures(float(charge.ncores), float(charge.ngpus),
+                                   float(charge.nnodes)), charge.t_alloc, charge.t_free)
+    for job in open_jobs:
+        if job.t_alloc is not None:
+            yield job.key, job.rates, job.t_alloc, max(now, job.t_alloc)
+
+
 def window_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], since: float,
                  until: float, now: float) -> dict[AssocKey, WindowUsage]:
     """Raw usage from ``since`` to ``until`` per association: each allocation's part of the
@@ -425,12 +437,8 @@ def window_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], sin
         out[key] = WindowUsage(old.figures.plus(rates.scaled(max(hi - lo, 0.0))),
                                old.jobs + 1)
 
-    for charge in charges:
-        add(charge.key, Figures(float(charge.ncores), float(charge.ngpus),
-                                float(charge.nnodes)), charge.t_alloc, charge.t_free)
-    for job in open_jobs:
-        if job.t_alloc is not None:
-            add(job.key, job.rates, job.t_alloc, max(now, job.t_alloc))
+    for span in _spans(charges, open_jobs, now):
+        add(*span)
     return out
 
 
@@ -493,10 +501,6 @@ def decayed_since(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], si
         amount = rates.scaled(held(start, end, half_life) * decay(now - end, half_life))
         out[key] = out.get(key, NO_USAGE).plus(amount)
 
-    for charge in charges:
-        add(charge.key, Figures(float(charge.ncores), float(charge.ngpus),
-                                float(charge.nnodes)), charge.t_alloc, charge.t_free)
-    for job in open_jobs:
-        if job.t_alloc is not None:
-            add(job.key, job.rates, job.t_alloc, max(now, job.t_alloc))
+    for span in _spans(charges, open_jobs, now):
+        add(*span)
     return out
