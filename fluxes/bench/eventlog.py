@@ -14,7 +14,7 @@ from fluxes.bench.common import Stopwatch, private_redis, used_memory
 from fluxes.domain.job import events as ev
 from fluxes.store.errors import Client
 from fluxes.store.eventstore import Batch, EventStore
-from fluxes.store.instance import Instance, InstanceURI
+from fluxes.store.joblist_rebuild import rebuild
 from fluxes.store.keys import Keys
 
 NS = "bench"
@@ -118,27 +118,16 @@ def run(jobs: int = 100_000, single: int = 10_000, batch_jobs: int = 100,
 
 
 def _read_model(client: Client, keys: Keys) -> dict[str, Any]:
-    """Fold the journal into the job-list read model; time it and weigh it."""
-    from workers.joblist import JobListWorker
+    """Fold the journal into the job-list read model; time it and weigh it.
 
-    client.hset(keys.instance, "partitions", 1)
-    instance = Instance(InstanceURI("redis://unused", NS), client=client)
-    worker = JobListWorker(instance)
-    worker.log.setLevel("WARNING")  # its info lines would mix with the figures
-    worker.setup()
+    The fold is the job-list worker's own (:class:`fluxes.store.joblist_fold.PartitionFolder`,
+    block by block, each block written with its position), driven by the rebuild that
+    ``fluxes admin rebuild-joblist`` runs: the read model is empty here, so the two agree.
+    """
     before = used_memory(client)
     watch = Stopwatch()
-    elapsed = 0.0
-    idle = 0
-    while idle < 2:  # the first step only re-reads pending entries (none here)
-        done = worker.processed
-        worker.step()
-        if worker.processed == done:
-            idle += 1
-        else:
-            idle = 0
-            elapsed = watch.elapsed  # not counting the final blocked reads
-    njobs = int(client.hlen(keys.joblist_jobs(0)))
+    [done] = rebuild(client, keys, [0], holder="bench")
+    elapsed = watch.elapsed
     after = used_memory(client)
-    return {"readmodel_fold_entries_per_s": worker.processed / max(elapsed, 1e-9),
-            "readmodel_bytes_per_job": (after - before) / max(njobs, 1)}
+    return {"readmodel_fold_entries_per_s": done.entries / max(elapsed, 1e-9),
+            "readmodel_bytes_per_job": (after - before) / max(done.jobs, 1)}

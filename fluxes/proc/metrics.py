@@ -11,15 +11,16 @@ Gauges that describe stored state (jobs by state, stream lag) are refreshed
 by the worker's heartbeat, and only while a server runs: there is no point
 paying a Redis round trip for numbers nobody reads.
 
-This module holds no Redis code: the heartbeat reads Redis and hands the
-replies to the pure helpers here (:func:`parse_groups`, :func:`job_counts`).
+This module holds no Redis code: the heartbeat reads Redis (stream lags come
+parsed from :func:`fluxes.store.groups.stream_lags`) and hands the figures to
+the helpers here (:func:`set_lags`, :func:`job_counts`).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, cast
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
@@ -29,6 +30,9 @@ from prometheus_client import (
     disable_created_metrics,
     start_http_server,
 )
+
+if TYPE_CHECKING:
+    from fluxes.store.groups import GroupLag
 
 # A ``_created`` series per counter and histogram doubles what is scraped for a
 # start time that ``process_start_time_seconds`` already gives. (The library
@@ -130,59 +134,6 @@ def stop() -> None:
 
 
 # ----------------------------------------------------------------------------- pure helpers
-
-
-class GroupLag(NamedTuple):
-    """How far one consumer group of one stream is behind."""
-
-    stream: str
-    group: str
-    consumers: int
-    pending: int
-    #: entries not yet delivered to the group; None when Redis cannot tell
-    undelivered: int | None
-
-    @property
-    def lag(self) -> int | None:
-        """Entries the group has not finished: pending plus undelivered (None if unknown)."""
-        return None if self.undelivered is None else self.pending + self.undelivered
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _count(value: Any) -> int | None:
-    if value is None or value in (b"", ""):
-        return None
-    number = int(value)
-    if number < 0:
-        raise ValueError(f"XINFO GROUPS count must be >= 0, got {number}")
-    return number
-
-
-def parse_groups(stream: str, reply: Iterable[Mapping[Any, Any]]) -> list[GroupLag]:
-    """The groups of an ``XINFO GROUPS stream`` reply (field names as str or bytes).
-
-    Redis 7 reports ``lag`` (entries not yet delivered) and ``pending``; an
-    older server or a stream with deleted entries leaves ``lag`` unknown.
-    """
-    out = []
-    for raw in reply:
-        info = {_text(k): v for k, v in raw.items()}
-        try:
-            name = info["name"]
-        except KeyError:
-            raise ValueError(f"XINFO GROUPS reply for {stream} has a group without a name") \
-                from None
-        try:
-            consumers = _count(info.get("consumers")) or 0
-            pending = _count(info.get("pending")) or 0
-            undelivered = _count(info.get("lag"))
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"XINFO GROUPS reply for {stream}: bad count ({exc})") from None
-        out.append(GroupLag(stream, _text(name), consumers, pending, undelivered))
-    return out
 
 
 def set_lags(lags: Iterable[GroupLag]) -> None:

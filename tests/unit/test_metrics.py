@@ -1,4 +1,4 @@
-"""fluxes.proc.metrics: port checks, XINFO GROUPS parsing, gauges from counters, the HTTP server."""
+"""fluxes.proc.metrics (and the XINFO GROUPS parsing it is fed by): port checks, gauges from counters, the HTTP server."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from fluxes.proc import metrics
-from fluxes.proc.metrics import GroupLag, check_port, heartbeat_age, job_counts, parse_groups
+from fluxes.proc.metrics import check_port, heartbeat_age, job_counts
+from fluxes.store.groups import GroupLag, parse_groups
 
 
 @pytest.mark.parametrize("port", [0, 1, 9102, 65535])
