@@ -5,7 +5,9 @@ algebra the scheduler needs (union, difference, intersection, subsets by
 rank).  Each rank maps to a ``(cores, gpus)`` pair of :class:`IDSet`; ranks
 that share identical children share the same pair object, so an inventory of
 thousands of identical nodes costs one pair, and encoding groups them back
-into a single ``R_lite`` entry.  See ``docs/formats/R.md``.
+into a single ``R_lite`` entry.  See ``docs/formats/R.md``.  The checks of the
+values inside a document (idsets, ranks, times, hostnames, property names) are
+in :mod:`fluxes.formats.rset_values`.
 
 Why one module: it is the one RFC 20 type; decoding, encoding and the set algebra share
 the private rank -> (cores, gpus) map and its sharing of identical pairs.
@@ -13,14 +15,31 @@ the private rank -> (cores, gpus) map and its sharing of identical pairs.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeAlias
+from typing import Any
 
 import orjson
 
 from fluxes.formats.hostlist import Hostlist
 from fluxes.formats.idset import MAX_ID, IDSet
+from fluxes.formats.rset_values import (
+    NO_IDS,
+    PROPERTY_ILLEGAL_CHARS,
+    IDsLike,
+    Pair,
+    Seconds,
+    as_idset,
+    bracketed,
+    check_hostname,
+    check_property_name,
+    check_rank,
+    check_time,
+    decode_children,
+    decode_idset,
+    execution_of,
+    parse_hostlist,
+    show,
+)
 
 __all__ = [
     "MAX_RANKS",
@@ -32,158 +51,6 @@ __all__ = [
 #: Most ranks one R may hold.  Ranks are expanded into a dict, so an idset
 #: like ``0-4294967294`` must be refused rather than exhaust memory.
 MAX_RANKS = 1 << 20
-
-#: Characters RFC 20 forbids in property names.
-PROPERTY_ILLEGAL_CHARS = "!&'\"^`|()"
-
-_Pair: TypeAlias = tuple[IDSet, IDSet]
-_Time: TypeAlias = "int | float"
-_IDs: TypeAlias = "IDSet | str"
-
-# Shared empty set for ranks without gpus.  Pairs are never mutated in place
-# (every operation builds new IDSets), so sharing is safe.
-_NONE = IDSet()
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """repr() of *value*, shortened so error messages stay on one line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _decode_idset(value: object, where: str) -> IDSet:
-    """Decode an RFC 22 string found at *where* in an R document."""
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected an idset string, got {type(value).__name__}")
-    try:
-        return IDSet(value)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
-
-
-def _as_idset(value: object, where: str) -> IDSet:
-    """Accept an IDSet (copied) or an RFC 22 string from a programmatic caller."""
-    if isinstance(value, IDSet):
-        return value.copy()
-    return _decode_idset(value, where)
-
-
-def _check_time(value: object, where: str) -> _Time:
-    """Return *value* if it is a finite number of seconds, else raise ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{where}: expected a number of seconds, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: {value} is not a finite number")
-    return value
-
-
-def _check_rank(value: object, where: str) -> int:
-    """Return *value* if it is a valid rank (int in ``0..MAX_ID``)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{where}: rank must be an integer, got {type(value).__name__}")
-    if not 0 <= value <= MAX_ID:
-        raise ValueError(f"{where}: rank {value} is out of range 0-{MAX_ID}")
-    return value
-
-
-def _check_hostnames_valid(names: list[str], where: str) -> None:
-    """ValueError unless every name can stand as one host in an RFC 29 hostlist."""
-    try:
-        Hostlist(names)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
-
-
-def _check_hostname(value: object, where: str) -> str:
-    """Return *value* if it is a string naming a single valid host."""
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: hostname must be a string, got {type(value).__name__}")
-    _check_hostnames_valid([value], where)
-    return value
-
-
-def check_property_name(name: object, where: str = "property") -> str:
-    """Return *name* if it is a legal RFC 20 property name, else raise ValueError.
-
-    A name is a non-empty string of valid UTF-8 without any of
-    ``! & ' " ^ ` | ( )``.  ``@`` is allowed (RFC 20 reserves it for
-    scheduler-specific suffixes such as ``amd-mi50@gpu``).
-    """
-    if not isinstance(name, str):
-        raise ValueError(f"{where}: property name must be a string, got {type(name).__name__}")
-    if not name:
-        raise ValueError(f"{where}: property name is empty")
-    for char in name:
-        if char in PROPERTY_ILLEGAL_CHARS:
-            raise ValueError(f"{where}: invalid character {char!r} in property name {_show(name)}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(f"{where}: property name {_show(name)} is not valid UTF-8") from None
-    return name
-
-
-def _parse_hostlist(text: object, where: str) -> Hostlist:
-    """Decode an RFC 29 hostlist string, naming *where* on error."""
-    if not isinstance(text, str):
-        raise ValueError(f"{where}: expected a hostlist string, got {type(text).__name__}")
-    try:
-        return Hostlist(text)
-    except ValueError as exc:
-        raise ValueError(f"{where}: {exc}") from None
-
-
-def _bracketed(ids: IDSet) -> str:
-    """``0`` or ``[0-3]``, the way flux writes ids after a resource name."""
-    return ids.encode(brackets=True)
-
-
-def _execution_of(R: object) -> Mapping[str, Any]:  # noqa: N803
-    """The ``execution`` object of an R document (JSON text or decoded), its header checked."""
-    obj: object = R
-    if isinstance(R, (str, bytes, bytearray, memoryview)):
-        try:
-            obj = orjson.loads(R)
-        except orjson.JSONDecodeError as exc:
-            raise ValueError(f"R: invalid JSON: {exc}") from None
-    if not isinstance(obj, Mapping):
-        raise ValueError(f"R: expected a JSON object, got {type(obj).__name__}")
-    if "version" not in obj:
-        raise ValueError("R: missing 'version'")
-    version = obj["version"]
-    if isinstance(version, bool) or not isinstance(version, int) or version != 1:
-        raise ValueError(f"R: unsupported version {_show(version)} (only 1 is supported)")
-    if "execution" not in obj:
-        raise ValueError("R: missing 'execution'")
-    execution = obj["execution"]
-    if not isinstance(execution, Mapping):
-        raise ValueError(f"R: execution must be an object, got {type(execution).__name__}")
-    if "R_lite" not in execution:
-        raise ValueError("R: missing 'execution.R_lite'")
-    entries = execution["R_lite"]
-    if not isinstance(entries, list):
-        raise ValueError(f"R: execution.R_lite must be a list, got {type(entries).__name__}")
-    return execution
-
-
-def _decode_children(children: object, ranks: IDSet, where: str) -> _Pair:
-    """The (cores, gpus) of one R_lite entry's ``children``."""
-    if not isinstance(children, Mapping):
-        raise ValueError(f"{where}.children: expected an object, "
-                         f"got {type(children).__name__}")
-    for key in children:
-        if key not in ("core", "gpu"):
-            raise ValueError(f"{where}.children: unsupported resource type "
-                             f"{_show(key)} (only core and gpu)")
-    if "core" not in children:
-        raise ValueError(f"{where}.children: missing 'core'")
-    cores = _decode_idset(children["core"], f"{where}.children.core")
-    gpus = _NONE
-    if "gpu" in children:
-        gpus = _decode_idset(children["gpu"], f"{where}.children.gpu") or _NONE
-    if not cores and not gpus:
-        raise ValueError(f"{where}: rank(s) {ranks} have no cores or gpus")
-    return (cores, gpus)
 
 
 class ResourceSet:
@@ -218,11 +85,11 @@ class ResourceSet:
 
     def __init__(self, R: Mapping[str, Any] | str | bytes | None = None) -> None:  # noqa: N803
         """Decode an R document (dict, JSON str or bytes); None gives an empty set."""
-        self._nodes: dict[int, _Pair] = {}
+        self._nodes: dict[int, Pair] = {}
         self._hosts: dict[int, str] = {}
         self._props: dict[str, IDSet] = {}
-        self._starttime: _Time | None = None
-        self._expiration: _Time | None = None
+        self._starttime: Seconds | None = None
+        self._expiration: Seconds | None = None
         self._cache_ranks: IDSet | None = None
         self._counts: tuple[int, int] | None = None
         self._host_index: dict[str, list[int]] | None = None
@@ -235,11 +102,11 @@ class ResourceSet:
     @classmethod
     def _build(
         cls,
-        nodes: dict[int, _Pair],
+        nodes: dict[int, Pair],
         hosts: dict[int, str],
         props: dict[str, IDSet],
-        starttime: _Time | None,
-        expiration: _Time | None,
+        starttime: Seconds | None,
+        expiration: Seconds | None,
     ) -> ResourceSet:
         """Wrap already-validated parts (taken over, not copied) in a new set."""
         obj = cls.__new__(cls)
@@ -257,11 +124,11 @@ class ResourceSet:
     @classmethod
     def from_ranks(
         cls,
-        ranks: Mapping[int, tuple[_IDs, _IDs | None]],
+        ranks: Mapping[int, tuple[IDsLike, IDsLike | None]],
         hostnames: Mapping[int, str] | Iterable[str] | None = None,
-        properties: Mapping[str, _IDs] | None = None,
-        starttime: _Time | None = None,
-        expiration: _Time | None = None,
+        properties: Mapping[str, IDsLike] | None = None,
+        starttime: Seconds | None = None,
+        expiration: Seconds | None = None,
     ) -> ResourceSet:
         """Build a set from ``{rank: (cores, gpus)}``; ids are IDSets or idset strings.
 
@@ -275,27 +142,27 @@ class ResourceSet:
             raise ValueError(f"from_ranks: ranks must be a mapping, got {type(ranks).__name__}")
         if len(ranks) > MAX_RANKS:
             raise ValueError(f"from_ranks: {len(ranks)} ranks exceed the limit of {MAX_RANKS}")
-        nodes: dict[int, _Pair] = {}
+        nodes: dict[int, Pair] = {}
         # Callers often pass one (cores, gpus) object for many ranks: convert
         # it once.  Equal children are interned so that ranks share one pair,
         # which keeps memory small and lets encode() group ranks by identity.
-        memo: dict[tuple[int, int], _Pair] = {}
-        interned: dict[tuple[str, str], _Pair] = {}
+        memo: dict[tuple[int, int], Pair] = {}
+        interned: dict[tuple[str, str], Pair] = {}
         keep: list[object] = []  # keeps the objects behind memo's ids alive
         for rank, pair in ranks.items():
             if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank <= MAX_ID:
-                _check_rank(rank, "from_ranks")
+                check_rank(rank, "from_ranks")
             if not isinstance(pair, tuple) or len(pair) != 2:
                 raise ValueError(f"from_ranks: rank {rank}: expected a (cores, gpus) pair, "
-                                 f"got {_show(pair)}")
+                                 f"got {show(pair)}")
             key = (id(pair[0]), id(pair[1]))
             made = memo.get(key)
             if made is None:
                 where = f"from_ranks: rank {rank}"
-                cores = _as_idset(pair[0], f"{where} cores")
-                gpus = _NONE if pair[1] is None else _as_idset(pair[1], f"{where} gpus")
+                cores = as_idset(pair[0], f"{where} cores")
+                gpus = NO_IDS if pair[1] is None else as_idset(pair[1], f"{where} gpus")
                 if not gpus:
-                    gpus = _NONE
+                    gpus = NO_IDS
                 if not cores and not gpus:
                     raise ValueError(f"{where}: has no cores or gpus")
                 made = interned.setdefault((cores.encode(), gpus.encode()), (cores, gpus))
@@ -322,7 +189,7 @@ class ResourceSet:
         if isinstance(hostnames, Mapping):
             for rank, name in hostnames.items():
                 if rank not in self._nodes:
-                    raise ValueError(f"hostnames: rank {_show(rank)} is not in the set")
+                    raise ValueError(f"hostnames: rank {show(rank)} is not in the set")
                 if not isinstance(name, str):
                     raise ValueError(f"hostnames: rank {rank}: hostname must be a string, "
                                      f"got {type(name).__name__}")
@@ -360,9 +227,9 @@ class ResourceSet:
 
     def _decode(self, R: Mapping[str, Any] | str | bytes) -> None:  # noqa: N803
         """Fill this (empty) set from an R document; see the class docstring."""
-        execution = _execution_of(R)
+        execution = execution_of(R)
         entries = execution["R_lite"]
-        nodes: dict[int, _Pair] = {}
+        nodes: dict[int, Pair] = {}
         seen = IDSet()
         ncores = ngpus = 0
         for i, entry in enumerate(entries):
@@ -373,7 +240,7 @@ class ResourceSet:
                 raise ValueError(f"{where}: missing 'rank'")
             if "children" not in entry:
                 raise ValueError(f"{where}: missing 'children'")
-            ranks = _decode_idset(entry["rank"], f"{where}.rank")
+            ranks = decode_idset(entry["rank"], f"{where}.rank")
             if not ranks:
                 raise ValueError(f"{where}.rank: is empty")
             if seen.intersects(ranks):
@@ -381,7 +248,7 @@ class ResourceSet:
             seen |= ranks
             if len(seen) > MAX_RANKS:
                 raise ValueError(f"{where}: more than {MAX_RANKS} ranks")
-            pair = _decode_children(entry["children"], ranks, where)
+            pair = decode_children(entry["children"], ranks, where)
             for rank in ranks:
                 nodes[rank] = pair
             ncores += len(ranks) * len(pair[0])
@@ -402,17 +269,17 @@ class ResourceSet:
             raise ValueError("R: execution.properties must be an object, "
                              f"got {type(props).__name__}")
         for name, targets in props.items():
-            where = f"R: execution.properties[{_show(name)}]"
+            where = f"R: execution.properties[{show(name)}]"
             check_property_name(name, where)
-            self._set_property(name, _decode_idset(targets, where), where)
+            self._set_property(name, decode_idset(targets, where), where)
 
     def _decode_times(self, execution: Mapping[str, Any]) -> None:
         """Set starttime and expiration from an R document's ``execution``."""
         start = exp = None
         if "starttime" in execution:
-            start = _check_time(execution["starttime"], "R: execution.starttime")
+            start = check_time(execution["starttime"], "R: execution.starttime")
         if "expiration" in execution:
-            exp = _check_time(execution["expiration"], "R: execution.expiration")
+            exp = check_time(execution["expiration"], "R: execution.expiration")
         if start is not None and exp is not None and exp < start:
             raise ValueError(f"R: execution.expiration {exp} is before starttime {start}")
         self._starttime = start
@@ -423,7 +290,7 @@ class ResourceSet:
         if not isinstance(nodelist, list):
             raise ValueError("R: execution.nodelist must be a list of hostlist strings, "
                              f"got {type(nodelist).__name__}")
-        lists = [_parse_hostlist(text, f"R: execution.nodelist[{i}]")
+        lists = [parse_hostlist(text, f"R: execution.nodelist[{i}]")
                  for i, text in enumerate(nodelist)]
         # Count before expanding: a short string can name billions of hosts.
         total = sum(len(hl) for hl in lists)
@@ -460,8 +327,8 @@ class ResourceSet:
     def add_rank(
         self,
         rank: int,
-        cores: _IDs,
-        gpus: _IDs | None = None,
+        cores: IDsLike,
+        gpus: IDsLike | None = None,
         hostname: str | None = None,
         properties: Iterable[str] = (),
     ) -> None:
@@ -471,14 +338,14 @@ class ResourceSet:
         giving (or omitting) *hostname* would leave some ranks with a
         hostname and others without.
         """
-        rank = _check_rank(rank, "add_rank")
+        rank = check_rank(rank, "add_rank")
         if rank in self._nodes:
             raise ValueError(f"add_rank: rank {rank} is already in the set")
         if len(self._nodes) >= MAX_RANKS:
             raise ValueError(f"add_rank: the set already holds {MAX_RANKS} ranks")
-        core_ids = _as_idset(cores, f"add_rank: rank {rank} cores")
-        gpu_ids = _NONE if gpus is None else (_as_idset(gpus, f"add_rank: rank {rank} gpus")
-                                              or _NONE)
+        core_ids = as_idset(cores, f"add_rank: rank {rank} cores")
+        gpu_ids = NO_IDS if gpus is None else (as_idset(gpus, f"add_rank: rank {rank} gpus")
+                                              or NO_IDS)
         if not core_ids and not gpu_ids:
             raise ValueError(f"add_rank: rank {rank} has no cores or gpus")
         if self._nodes and (hostname is None) != (not self._hosts):
@@ -490,7 +357,7 @@ class ResourceSet:
                              f"got {type(properties).__name__}")
         names = [check_property_name(p, f"add_rank: rank {rank}") for p in properties]
         if hostname is not None:
-            self._hosts[rank] = _check_hostname(hostname, f"add_rank: rank {rank}")
+            self._hosts[rank] = check_hostname(hostname, f"add_rank: rank {rank}")
         self._nodes[rank] = (core_ids, gpu_ids)
         self._changed()
         for name in names:
@@ -500,14 +367,14 @@ class ResourceSet:
             else:
                 ids.add(rank)
 
-    def set_property(self, name: str, ranks: _IDs | None = None) -> None:
+    def set_property(self, name: str, ranks: IDsLike | None = None) -> None:
         """Give property *name* to *ranks* (all ranks if None), adding to any it had.
 
         ValueError for an illegal name or ranks not in the set.
         """
-        where = f"set_property {_show(name)}"
+        where = f"set_property {show(name)}"
         check_property_name(name, where)
-        ids = self._rank_set().copy() if ranks is None else _as_idset(ranks, where)
+        ids = self._rank_set().copy() if ranks is None else as_idset(ranks, where)
         self._set_property(name, ids, where)
 
     def _set_property(self, name: str, ids: IDSet, where: str) -> None:
@@ -558,11 +425,11 @@ class ResourceSet:
         """Total number of gpus over all ranks."""
         return self._count()[1]
 
-    def _pair(self, rank: int) -> _Pair:
+    def _pair(self, rank: int) -> Pair:
         """The (cores, gpus) of *rank*, ValueError if it is not in the set."""
         pair = self._nodes.get(rank) if isinstance(rank, int) else None
         if pair is None:
-            raise ValueError(f"rank {_show(rank)} is not in the resource set")
+            raise ValueError(f"rank {show(rank)} is not in the resource set")
         return pair
 
     def cores(self, rank: int) -> IDSet:
@@ -615,7 +482,7 @@ class ResourceSet:
         """
         ranks = self._index().get(hostname) if isinstance(hostname, str) else None
         if not ranks:
-            raise ValueError(f"unknown host {_show(hostname)}")
+            raise ValueError(f"unknown host {show(hostname)}")
         return ranks[0]
 
     def ranks_for_hosts(self, hosts: str | Hostlist, *, ignore_unknown: bool = False) -> IDSet:
@@ -624,14 +491,14 @@ class ResourceSet:
         Raises ValueError naming the hosts the set does not hold, unless
         *ignore_unknown* is true, in which case they are skipped.
         """
-        hl = hosts if isinstance(hosts, Hostlist) else _parse_hostlist(hosts, "hostlist")
+        hl = hosts if isinstance(hosts, Hostlist) else parse_hostlist(hosts, "hostlist")
         index = self._index()
         found: list[int] = []
         if len(hl) > 4 * len(index) + 64:
             # The query is much larger than the set: look up our hosts in it
             # instead of expanding it (it may name billions of hosts).
             if not ignore_unknown:
-                raise ValueError(f"unknown hosts in {_show(str(hl), 60)}: the hostlist names "
+                raise ValueError(f"unknown hosts in {show(str(hl), 60)}: the hostlist names "
                                  f"{len(hl)} hosts, more than the {len(index)} known")
             for name, on_host in index.items():
                 if name in hl:
@@ -660,30 +527,30 @@ class ResourceSet:
 
     def _property_ranks(self, name: str) -> IDSet:
         """Like :meth:`ranks_with_property` without the copy (internal, read-only)."""
-        return self._props.get(name, _NONE)
+        return self._props.get(name, NO_IDS)
 
     @property
-    def starttime(self) -> _Time | None:
+    def starttime(self) -> Seconds | None:
         """Seconds since the epoch from which the set is valid, or None."""
         return self._starttime
 
     @starttime.setter
-    def starttime(self, value: _Time | None) -> None:
+    def starttime(self, value: Seconds | None) -> None:
         if value is not None:
-            value = _check_time(value, "starttime")
+            value = check_time(value, "starttime")
             if self._expiration is not None and self._expiration < value:
                 raise ValueError(f"starttime {value} is after expiration {self._expiration}")
         self._starttime = value
 
     @property
-    def expiration(self) -> _Time | None:
+    def expiration(self) -> Seconds | None:
         """Seconds since the epoch at which the set expires, or None."""
         return self._expiration
 
     @expiration.setter
-    def expiration(self, value: _Time | None) -> None:
+    def expiration(self, value: Seconds | None) -> None:
         if value is not None:
-            value = _check_time(value, "expiration")
+            value = check_time(value, "expiration")
             if self._starttime is not None and value < self._starttime:
                 raise ValueError(f"expiration {value} is before starttime {self._starttime}")
         self._expiration = value
@@ -705,7 +572,7 @@ class ResourceSet:
     def _groups(self) -> list[tuple[IDSet, IDSet, IDSet]]:
         """(ranks, cores, gpus) for each distinct children, ordered by lowest rank."""
         keys: dict[int, tuple[str, str]] = {}  # id(pair) -> encoded children
-        groups: dict[tuple[str, str], tuple[_Pair, list[int]]] = {}
+        groups: dict[tuple[str, str], tuple[Pair, list[int]]] = {}
         nodes = self._nodes
         for rank in self._rank_set():
             pair = nodes[rank]
@@ -755,10 +622,10 @@ class ResourceSet:
         for ranks, cores, gpus in self._groups():
             children = []
             if cores:
-                children.append("core" + _bracketed(cores))
+                children.append("core" + bracketed(cores))
             if gpus:
-                children.append("gpu" + _bracketed(gpus))
-            parts.append(f"rank{_bracketed(ranks)}/{','.join(children)}")
+                children.append("gpu" + bracketed(gpus))
+            parts.append(f"rank{bracketed(ranks)}/{','.join(children)}")
         return " ".join(parts)
 
     def __str__(self) -> str:
@@ -771,7 +638,7 @@ class ResourceSet:
 
     # -- set operations ----------------------------------------------------------
 
-    def _restricted(self, nodes: dict[int, _Pair], removed: list[int] | None = None,
+    def _restricted(self, nodes: dict[int, Pair], removed: list[int] | None = None,
                     counts: tuple[int, int] | None = None) -> ResourceSet:
         """A set of *nodes* (a subset of ours) with our hostnames, properties, times.
 
@@ -806,7 +673,7 @@ class ResourceSet:
         result._counts = counts
         return result
 
-    def _common(self, other: ResourceSet) -> Iterable[tuple[int, _Pair]]:
+    def _common(self, other: ResourceSet) -> Iterable[tuple[int, Pair]]:
         """(rank, other's pair) for ranks in both sets, looping over the smaller one."""
         theirs = other._nodes
         if len(theirs) <= len(self._nodes):
@@ -822,7 +689,7 @@ class ResourceSet:
         """
         _check_operand(other, "union")
         nodes = dict(self._nodes)
-        memo: dict[tuple[int, int], _Pair] = {}
+        memo: dict[tuple[int, int], Pair] = {}
         added_cores = added_gpus = 0
         for rank, theirs in other._nodes.items():
             ours = nodes.get(rank)
@@ -834,7 +701,7 @@ class ResourceSet:
                 key = (id(ours), id(theirs))
                 merged = memo.get(key)
                 if merged is None:
-                    merged = (ours[0] | theirs[0], ours[1] | theirs[1] or _NONE)
+                    merged = (ours[0] | theirs[0], ours[1] | theirs[1] or NO_IDS)
                     if merged == ours:
                         merged = ours
                     memo[key] = merged
@@ -869,7 +736,7 @@ class ResourceSet:
         """
         _check_operand(other, "difference")
         nodes = dict(self._nodes)
-        memo: dict[tuple[int, int], _Pair | None] = {}
+        memo: dict[tuple[int, int], Pair | None] = {}
         removed: list[int] = []
         lost_cores = lost_gpus = 0
         for rank, theirs in self._common(other):
@@ -884,7 +751,7 @@ class ResourceSet:
                     left = memo[key]
                 else:
                     cores = ours[0] - theirs[0]
-                    gpus = ours[1] - theirs[1] or _NONE
+                    gpus = ours[1] - theirs[1] or NO_IDS
                     if not cores and not gpus:
                         left = None
                     elif cores == ours[0] and gpus == ours[1]:
@@ -914,8 +781,8 @@ class ResourceSet:
         _check_operand(other, "intersection")
         small, large = ((self._nodes, other._nodes) if len(self._nodes) <= len(other._nodes)
                         else (other._nodes, self._nodes))
-        nodes: dict[int, _Pair] = {}
-        memo: dict[tuple[int, int], _Pair | None] = {}
+        nodes: dict[int, Pair] = {}
+        memo: dict[tuple[int, int], Pair | None] = {}
         for rank in small:
             theirs = large.get(rank)
             if theirs is None:
@@ -930,7 +797,7 @@ class ResourceSet:
                 both = memo[key]
             else:
                 cores = ours[0] & theirs[0]
-                gpus = ours[1] & theirs[1] or _NONE
+                gpus = ours[1] & theirs[1] or NO_IDS
                 if not cores and not gpus:
                     both = None
                 elif cores == ours[0] and gpus == ours[1]:
@@ -948,7 +815,7 @@ class ResourceSet:
         Hostnames and properties are restricted to those ranks; times are kept.
         """
         if isinstance(ranks, str):
-            want = _decode_idset(ranks, "copy_ranks")
+            want = decode_idset(ranks, "copy_ranks")
         elif isinstance(ranks, IDSet):
             want = ranks
         else:
