@@ -26,11 +26,11 @@ from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.proc.gcpolicy import freeze
 from fluxes.proc.logs import setup_logging
-from fluxes.store import reachability
-from fluxes.store.deadletters import counts_key
+from fluxes.store import deadletters, reachability
 from fluxes.store.errors import ResponseError, StoreConnectionError, StoreError
 from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
+from fluxes.store.registry import WorkerRegistry
 
 HEARTBEAT_INTERVAL = 2.0
 #: Entries kept in the dead-letter stream (approximate trim).
@@ -70,6 +70,7 @@ class Worker:
         self.instance = instance
         self.redis = instance.redis
         self.keys = instance.keys
+        self.registry = WorkerRegistry(self.redis, self.keys)
         self.name = name or f"{self.kind}-{socket.gethostname()}-{os.getpid()}"
         self.log: logging.Logger = setup_logging(f"fluxes.{self.kind}")
         self.stopping = False
@@ -202,12 +203,12 @@ class Worker:
         last minute under this name (what a crash left in the registry): a worker
         that dies in its first step still shows up, as crash-looping."""
         try:
-            raw = self.redis.hget(self.keys.workers, self.name)
+            raw = self.registry.stored(self.name)
             self.starts = [*recent_starts(raw, self.started), self.started][-MAX_STARTS_KEPT:]
             record = {"kind": self.kind, "pid": os.getpid(), "host": socket.gethostname(),
                       "started": self.started, "heartbeat": time.time(),
                       "starts": self.starts}
-            self.redis.hset(self.keys.workers, self.name, orjson.dumps(record))
+            self.registry.publish(self.name, record)
         except StoreError:
             pass  # best effort: setup() meets the same Redis next
 
@@ -230,11 +231,8 @@ class Worker:
                 # metrics are best effort: they never stop the work or the heartbeat
                 self.log.debug("metrics not refreshed", extra={"error": str(exc)})
         try:
-            self.redis.hset(self.keys.workers, self.name, orjson.dumps(record, default=str))
-            latencies = hops.snapshot()
-            if latencies:
-                # hand-off latency histograms (fluxes/proc/hops.py), for fluxes bench
-                self.redis.hset(self.keys.hops, self.name, orjson.dumps(latencies))
+            # with the hand-off latency histograms (fluxes/proc/hops.py), for fluxes bench
+            self.registry.publish(self.name, record, hops.snapshot())
         except StoreConnectionError:
             if force:
                 raise  # the loop's proof that Redis is back
@@ -243,7 +241,7 @@ class Worker:
     def unregister(self) -> None:
         """Remove this worker from the registry on a clean stop."""
         try:
-            self.redis.hdel(self.keys.workers, self.name)
+            self.registry.remove(self.name)
         except StoreConnectionError:
             pass
 
@@ -267,13 +265,8 @@ class Worker:
     def write_dead_letters(self, records: list[dict[str, bytes | str]]) -> None:
         """XADD dead-letter records on their own (not with an acknowledgement), and count
         them per stream."""
-        pipe = self.redis.pipeline(transaction=True)
-        for record in records:
-            pipe.xadd(self.keys.dead_letters, record, maxlen=DEAD_LETTER_MAXLEN,
-                      approximate=True)
-        for stream, n in per_stream(records).items():
-            pipe.hincrby(counts_key(self.keys), stream, n)
-        pipe.execute()
+        deadletters.append(self.redis, self.keys, records, per_stream(records),
+                           DEAD_LETTER_MAXLEN)
 
     def dead_letter(self, stream: str, msg_id: bytes | str, fields: Mapping[Any, Any],
                     error: str) -> None:
@@ -297,23 +290,18 @@ class Worker:
         for key in [stream, *(key for key, _d, _t in replies)]:
             if not keys.same_slot(key, keys.dead_letters):
                 raise ValueError(f"{key} is not in the slot of {keys.dead_letters}")
-        pipe = self.redis.pipeline(transaction=True)
-        for msg_id, fields, error in refused:
-            pipe.xadd(keys.dead_letters, self.dead_letter_record(stream, msg_id, fields, error),
-                      maxlen=DEAD_LETTER_MAXLEN, approximate=True)
-        pipe.hincrby(counts_key(keys), stream, len(refused))
-        pipe.xack(stream, group, *(msg_id for msg_id, _f, _e in refused))
-        for key, data, ttl_ms in replies:
-            pipe.rpush(key, data)
-            pipe.pexpire(key, ttl_ms)
+        records = [self.dead_letter_record(stream, msg_id, fields, error)
+                   for msg_id, fields, error in refused]
+        failed = deadletters.refuse(self.redis, keys, stream, group, records,
+                                    [msg_id for msg_id, _f, _e in refused], replies,
+                                    DEAD_LETTER_MAXLEN)
         # A reply key of another type fails its RPUSH alone (MULTI/EXEC applies the
         # rest): the input is refused and acknowledged all the same, never retried.
-        for result in pipe.execute(raise_on_error=False):
-            if isinstance(result, ResponseError):
-                if not str(result).startswith(INPUT_REPLIES):
-                    raise result
-                self.log.warning("reply not written", extra={"stream": stream,
-                                                              "error": str(result)})
+        for result in failed:
+            if not str(result).startswith(INPUT_REPLIES):
+                raise result
+            self.log.warning("reply not written", extra={"stream": stream,
+                                                          "error": str(result)})
         self.count_dead_letters(len(refused))
 
     def overdelivered(self, stream: str, group: str, consumer: str,
@@ -325,22 +313,12 @@ class Worker:
         One XPENDING over their range; Redis counts every delivery, the
         re-reads of a consumer's pending entries included.
         """
-        if not entries:
-            return {}
-        ids = [msg_id for msg_id, _f in entries]
-        got = self.redis.xpending_range(stream, group, min=ids[0], max=ids[-1],
-                                        count=len(ids), consumername=consumer)
-        wanted = set(ids)
-        out = {}
+        got = deadletters.deliveries(self.redis, stream, group, consumer,
+                                     [msg_id for msg_id, _f in entries])
         # Retries after a Redis stall re-read the entries in hand (OOM lets reads
         # through and refuses the writes): those deliveries are not the entry's fault.
         limit = MAX_DELIVERIES + self.stall_retries
-        for row in got:
-            msg_id = row["message_id"]
-            times = int(row["times_delivered"])
-            if msg_id in wanted and times > limit:
-                out[msg_id] = times
-        return out
+        return {msg_id: times for msg_id, times in got.items() if times > limit}
 
 
 def not_the_input(exc: BaseException) -> bool:

@@ -27,7 +27,6 @@ from fluxes.store.eventstore import EventStore, FencedError
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
-from workers import accounting as accounting_worker
 from workers.accounting import AccountingWorker
 
 KEYS = Keys("t")
@@ -44,10 +43,10 @@ LIFE: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = [
 @pytest.fixture(autouse=True)
 def _short_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Small blocks (many writes), no blocking reads, no linger, no waiting for leases."""
-    monkeypatch.setattr(accounting_worker, "BLOCK_MS", 10)
-    monkeypatch.setattr(accounting_worker, "READ_COUNT", 7)
-    monkeypatch.setattr(accounting_worker, "LINGER_S", 0.0)
-    monkeypatch.setattr(accounting_worker, "ACQUIRE_EVERY_S", 0.0)
+    monkeypatch.setattr(AccountingWorker, "block_ms", 10)
+    monkeypatch.setattr(AccountingWorker, "read_count", 7)
+    monkeypatch.setattr(AccountingWorker, "linger_s", 0.0)
+    monkeypatch.setattr(AccountingWorker, "acquire_every_s", 0.0)
 
 
 class Workload:

@@ -22,7 +22,6 @@ from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
-from workers import accounting as accounting_worker
 from workers import ingest as ingest_module
 from workers.accounting import AccountingWorker
 from workers.ingest import IngestWorker
@@ -91,9 +90,9 @@ class IngestChargesContract:
 
     def test_the_active_limit_counts_what_the_fold_counted_across_restarts(
             self, instance: Instance, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(accounting_worker, "BLOCK_MS", 10)
-        monkeypatch.setattr(accounting_worker, "LINGER_S", 0.0)
-        monkeypatch.setattr(accounting_worker, "ACQUIRE_EVERY_S", 0.0)
+        monkeypatch.setattr(AccountingWorker, "block_ms", 10)
+        monkeypatch.setattr(AccountingWorker, "linger_s", 0.0)
+        monkeypatch.setattr(AccountingWorker, "acquire_every_s", 0.0)
         client, keys = instance.redis, instance.keys
         t = time.time()
         admin(instance, BankAdd(timestamp=t, bank="root", shares=1))

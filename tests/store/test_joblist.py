@@ -15,7 +15,6 @@ from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.joblist import JobListStore
 from fluxes.store.keys import GROUP_JOBLIST, Keys
 from tests.backends import OnFakeRedis, OnRealRedis
-from workers import joblist as joblist_worker
 from workers.joblist import JobListWorker
 
 KEYS = Keys("t")
@@ -25,7 +24,7 @@ T = 1000.0
 @pytest.fixture(autouse=True)
 def _short_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once caught up, every step blocks waiting for new entries: keep that short."""
-    monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
+    monkeypatch.setattr(JobListWorker, "block_ms", 10)
 
 
 def _submit(jobid: int, queue: str = "batch") -> tuple[list[ev.Event], dict[str, object]]:
@@ -100,7 +99,7 @@ class JobListContract:
                                             seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
         store = EventStore(client, KEYS)
         _write_workload(store, client, 40, seed=seed)
-        monkeypatch.setattr(joblist_worker, "READ_COUNT", 7)
+        monkeypatch.setattr(JobListWorker, "read_count", 7)
         rng = random.Random(seed)
         for _ in range(30):
             worker = JobListWorker(instance)

@@ -17,15 +17,14 @@ from fluxes.store.joblist import JobListStore, id_before
 from fluxes.store.joblist_rebuild import rebuild
 from tests.backends import OnFakeRedis, OnRealRedis
 from tests.store.test_joblist import KEYS, LIFE, T, _expected, _redis_model, _submit
-from workers import joblist as joblist_worker
 from workers.joblist import JobListWorker
 
 
 @pytest.fixture(autouse=True)
 def _short_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once caught up, every step blocks waiting for new entries: keep that short."""
-    monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
-    monkeypatch.setattr(joblist_worker, "ACQUIRE_EVERY_S", 0.0)
+    monkeypatch.setattr(JobListWorker, "block_ms", 10)
+    monkeypatch.setattr(JobListWorker, "acquire_every_s", 0.0)
 
 
 class Workload:
@@ -167,7 +166,7 @@ class LeaseContract:
                                               monkeypatch: pytest.MonkeyPatch) -> None:
         load = Workload(client, 10, seed=5)
         load.more(30)
-        monkeypatch.setattr(joblist_worker, "READ_COUNT", 12)
+        monkeypatch.setattr(JobListWorker, "read_count", 12)
         a = self.worker(instance, "a")
         a.step()
         [group] = client.xinfo_groups(KEYS.journal(0))

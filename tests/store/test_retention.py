@@ -32,7 +32,6 @@ from fluxes.store.retention import (
     trim_stream,
 )
 from tests.backends import OnFakeRedis, OnRealRedis
-from workers import joblist as joblist_worker
 from workers.joblist import JobListWorker
 
 KEYS = Keys("t")
@@ -46,7 +45,7 @@ LIFE = [("depend", {}), ("priority", {"priority": 16}), ("alloc", {}), ("start",
 
 @pytest.fixture(autouse=True)
 def _short_blocks(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
+    monkeypatch.setattr(JobListWorker, "block_ms", 10)
     monkeypatch.setenv("FLUXES_STATE_DIR", str(tmp_path / "state"))
 
 
@@ -438,11 +437,10 @@ class RetentionContract:
     def test_accounting_rebuild_after_a_trim_starts_from_its_base(
             self, instance: Instance, client: redis.Redis, store: EventStore,
             monkeypatch: pytest.MonkeyPatch) -> None:
-        from workers import accounting as accounting_worker
         from workers.accounting import AccountingWorker
 
-        monkeypatch.setattr(accounting_worker, "BLOCK_MS", 10)
-        monkeypatch.setattr(accounting_worker, "LINGER_S", 0.0)
+        monkeypatch.setattr(AccountingWorker, "block_ms", 10)
+        monkeypatch.setattr(AccountingWorker, "linger_s", 0.0)
         ids = _jobs(store, client, 6, done=6)
         folder = AccountingWorker(instance)
         folder.setup()

@@ -15,7 +15,6 @@ from fluxes.store.joblist import JobListStore
 from fluxes.store.joblist_rebuild import rebuild
 from fluxes.store.keys import Keys
 from tests.system.test_connections import cluster, servers  # noqa: F401 (fixtures)
-from workers import joblist as joblist_worker
 from workers.joblist import JobListWorker
 
 pytestmark = pytest.mark.system
@@ -25,7 +24,7 @@ SUBMIT = {"urgency": 16, "userid": 1000, "flags": 0, "version": 1}
 
 def test_two_workers_fold_four_partitions_on_a_cluster(cluster: str,  # noqa: F811
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(joblist_worker, "BLOCK_MS", 10)
+    monkeypatch.setattr(JobListWorker, "block_ms", 10)
     client = connect(cluster)
     keys = Keys("jlc", 4)
     store = EventStore(client, keys)
