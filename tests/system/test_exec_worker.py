@@ -429,8 +429,10 @@ def test_registry_heartbeat(harness: Harness) -> None:
     entry = orjson.loads(harness.client.hget(KEYS.exec_registry, "1"))
     assert entry["hostname"] == socket.gethostname() and entry["worker"] == worker.name
     first = entry["heartbeat"]
-    time.sleep(1.3)
-    assert orjson.loads(harness.client.hget(KEYS.exec_registry, "1"))["heartbeat"] > first
+    deadline = time.monotonic() + 5  # it beats every second
+    while orjson.loads(harness.client.hget(KEYS.exec_registry, "1"))["heartbeat"] <= first:
+        assert time.monotonic() < deadline, "no new heartbeat"
+        time.sleep(0.05)
 
 
 def test_registry_hostnames_from_the_instance_inventory(harness: Harness) -> None:
@@ -482,10 +484,14 @@ def test_restarted_worker_adopts_running_jobs(harness: Harness) -> None:
     proc.wait()
     # While no worker runs: job 22's processes vanish without a trace, and a
     # kill for job 23 is queued.
-    for pid in _task_pids(harness.client, 22):
+    vanished = _task_pids(harness.client, 22)
+    for pid in vanished:
         os.killpg(pid, signal.SIGKILL)
     harness.kill(23)
-    time.sleep(0.3)
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in vanished):
+        assert time.monotonic() < deadline, "job 22's task outlived SIGKILL"
+        time.sleep(0.02)
     harness.worker(kill_grace=1.0)
     final = harness.final(20)
     assert final["status"] == 5 << 8 and final["error"] is None
@@ -559,12 +565,15 @@ def test_redis_outage_while_a_job_runs(tmp_path: Path) -> None:
     server = RedisServer(tmp_path / "redis", appendonly=True, appendfsync="always").start()
     h = Harness(server, server.client(), tmp_path / "state")
     try:
-        h.worker()
+        worker = h.worker()
         h.job(50, cmd("sh", "-c", "echo a; sleep 1; echo b; exit 4"))
         h.start(50)
         h.wait(50, lambda m: m["started"])
         server.kill()
-        time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while not worker.stall_retries:  # the worker met the outage, and waits it out
+            assert time.monotonic() < deadline, "the worker never noticed the outage"
+            time.sleep(0.02)
         server.start()
         h.client = server.client()
         assert h.final(50, timeout=15)["status"] == 4 << 8

@@ -24,7 +24,9 @@ from fluxes.drill.runner import Drill
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
+from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
+from fluxes.store.keys import GROUP_JM
 from tests.system.conftest import need_redis, running_instance
 
 pytestmark = pytest.mark.system
@@ -49,6 +51,11 @@ def raw_xadd(inst: Instance, stream: str, payload: bytes) -> str:
     """XADD as redis-cli sends it: ``XADD <stream> * d <payload>``."""
     sid = inst.redis.execute_command("XADD", stream, "*", "d", payload)
     return sid.decode() if isinstance(sid, bytes) else str(sid)
+
+
+def handled(inst: Instance, stream: str, group: str) -> bool:
+    """Every entry of ``stream`` was delivered to ``group`` and acknowledged."""
+    return any(g.group == group and g.lag == 0 for g in stream_lags(inst.redis, [stream]))
 
 
 def jobs_run(launcher: Launcher, inst: Instance, count: int = 2) -> None:
@@ -89,7 +96,11 @@ def test_forged_session_messages(running: tuple[Launcher, Instance], kind: str,
     now = epoch(inst)
     forged = now - 1 if age == "old" else now
     raw_xadd(inst, inst.keys.sched_resp(0), orjson.dumps({"e": forged, "m": [msg]}))
-    time.sleep(0.3)  # let the job manager read it before the next submission
+    # the job manager has read and acknowledged it before the next submission
+    deadline = time.monotonic() + 10
+    while not handled(inst, inst.keys.sched_resp(0), GROUP_JM):
+        assert time.monotonic() < deadline, "the job manager never took the forged message"
+        time.sleep(0.02)
     jobs_run(launcher, inst)
     assert all(w.restarts == 0 for w in launcher.workers), "no process was restarted"
 

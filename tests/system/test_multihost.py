@@ -24,7 +24,8 @@ After each phase every job must be INACTIVE exactly once with the
 expected result, no core may have been held by two jobs at once
 (``fluxes.drill.invariants``), and no worker may have parked a message as
 a dead letter. A last test checks that the cut-off host, once back, kills
-the tasks of a job that ran only there and failed while it was away.
+the tasks of a job that ran only there and failed while it was away (run
+alone, it cuts node2 off itself first).
 """
 
 from __future__ import annotations
@@ -477,10 +478,34 @@ def test_network_partition_drains_and_undrains(cluster: Cluster) -> None:
     cluster.partitioned = single
 
 
+def cut_off_node2_job(cluster: Cluster) -> int:
+    """What the partition test leaves behind, for this test run alone: a job that ran
+    only on node2 and failed while node2's cable was out; node2 back, undrained, and
+    running jobs again."""
+    node2 = cluster.nodes[2]
+    [single] = cluster.submit([real("sleep 300", requires=["host:node2"])])
+    cluster.wait_event(single, "start")
+    cluster.expect([single], JobResult.FAILED)
+    cluster.net.set_cable(node2, plugged=False)
+    try:
+        cluster.wait("rank 2 drained", lambda: 2 in cluster.drained(), LOST_AFTER_S + 10,
+                     logs=["scheduler"])
+        cluster.wait_inactive([single], timeout=10)
+    finally:
+        cluster.net.set_cable(node2, plugged=True)
+    cluster.wait("rank 2 undrained", lambda: 2 not in cluster.drained(), 30,
+                 logs=["scheduler", "exec-2"])
+    after = cluster.submit([sim("200ms", requires=["host:node2"])] * 4)
+    cluster.expect(after, JobResult.COMPLETED)
+    cluster.wait_inactive(after)
+    return single
+
+
 def test_returning_host_stops_tasks_of_jobs_failed_meanwhile(cluster: Cluster) -> None:
-    # the node2-only job of the partition test: failed and freed, but still running?
+    # the node2-only job of the partition test (or, run alone, of its own partition):
+    # failed and freed, but still running?
     if cluster.partitioned is None:
-        pytest.skip("needs the partition test's job")
+        cluster.partitioned = cut_off_node2_job(cluster)
     node2 = cluster.nodes[2]
     cluster.wait("the node2-only job's task to be killed",
                  lambda: cluster.partitioned not in cluster.task_jobs(node2), 3,

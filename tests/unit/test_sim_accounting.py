@@ -73,6 +73,31 @@ def test_shares_one_to_three_converge_to_a_quarter() -> None:
     assert _split(_run(None)) == pytest.approx(0.5, abs=0.03)
 
 
+#: tests/system/test_fairshare.py's instance: half-life 5 s, reprioritizing every 0.5 s.
+LIVE_CONFIG = ('[accounting]\npriority-plugin = "multifactor"\nhalf-life = "5s"\n'
+               'reprioritize-interval = "0.5s"\n'
+               '[accounting.weights]\nage = 0\njob-size = 0\nqueue = 0\nurgency = 0\n')
+#: its jobs run half a second
+LIVE_RUN = 0.5
+
+
+@pytest.mark.parametrize(("big", "bobs_part"), [(3, 0.75), (1, 0.5)])
+def test_the_live_fair_share_test_splits_the_core_seconds_as_the_shares(
+        big: int, bobs_part: float) -> None:
+    """The split tests/system/test_fairshare.py saw from a timed run, exactly: the system
+    test's configuration and job length on its 2 x 4 cores, both users always waiting."""
+    jobs: list[SimJob] = []
+    for i in range(600):
+        for uid in (1, 2):
+            jobs.append(SimJob(len(jobs) + 1, i * LIVE_RUN / 6, 1, 2 * LIVE_RUN, LIVE_RUN, uid,
+                               str(uid), "-"))
+    outcome = simulate(Workload(jobs), Machine.uniform(2, 4), InstanceConfig.from_toml(
+        LIVE_CONFIG), {"policy": "fcfs"}, label="fcfs", accounts=_banks(1, big))
+    assert outcome.checked.ok, outcome.checked.to_dict()
+    # past the warm-up of two half-lives
+    assert 1 - _split(outcome, since=10.0) == pytest.approx(bobs_part, abs=0.02)
+
+
 @pytest.mark.parametrize("policy", ["fcfs", "easy"])
 def test_max_running_jobs_is_never_exceeded(tmp_path: Path, policy: str) -> None:
     """alice may run 2 jobs at once: the simulated journal never shows 3, while bob's jobs
