@@ -76,7 +76,11 @@ def test_wait_event_blocks_until_the_event(store: EventStore, uri: str,
     _submit(store, 7)
 
     def later() -> None:
-        time.sleep(0.3)
+        # once the command waits (its read blocks in Redis), not before
+        deadline = time.monotonic() + 10
+        while not any("b" in c.get("flags", "") for c in store.redis.client_list()):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         _append(store, 7, 2, ev.decode("exception", T0 + 1,
                                        {"type": "test", "severity": 3, "note": "nope"}),
                 ev.decode("exception", T0 + 2, {"type": "cancel", "severity": 0, "note": ""}))

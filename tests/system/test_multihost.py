@@ -396,11 +396,16 @@ def test_exec_host_killed_and_restarted(cluster: Cluster) -> None:
     cluster.wait_event(spanning, "start")
     batch = cluster.submit([sim("1s")] * 30)
     cluster.expect([spanning, *batch], JobResult.COMPLETED)
-    time.sleep(0.3)
     node1 = cluster.nodes[1]
-    assert spanning in cluster.task_jobs(node1)
+    cluster.wait("the spanning job's task on node1", lambda: spanning in cluster.task_jobs(node1),
+                 10, logs=["exec-1"])
     cluster.kill("exec-1")
-    time.sleep(1.5)  # the host's simulated jobs reach their end while nobody watches
+    # the host's simulated jobs (1 s each) reach their end while nobody watches
+    ends = [e.timestamp + 1.0 for j in batch if cluster.inst.redis.hexists(
+        cluster.inst.keys.job(j), "R") and 1 in cluster.ranks_of(j)
+        for e in cluster.events(j) if e.event_name == "start"]
+    cluster.wait("node1's simulated jobs to reach their end", lambda: time.time() > max(
+        ends, default=0.0) + 0.2, 10)
     assert spanning in cluster.task_jobs(node1), "tasks must outlive their exec worker"
     cluster.start("exec-1")
     took = cluster.wait_inactive([spanning, *batch])
@@ -417,12 +422,13 @@ def test_control_host_killed_and_restarted(cluster: Cluster) -> None:
     cluster.wait_event(spanning, "start")
     batch = cluster.submit([sim("200ms")] * 60)
     cluster.expect([spanning, *batch], JobResult.COMPLETED)
-    time.sleep(0.3)
+    # killed under load: the batch is running
+    cluster.wait("the batch to start", lambda: any(e.event_name == "start"
+                                                   for e in cluster.events(batch[0])), 10)
     cluster.kill("job-manager")
     cluster.kill("scheduler")
-    more = cluster.submit([sim("200ms")] * 20)  # the ingest still takes them
+    more = cluster.submit([sim("200ms")] * 20)  # the ingest still takes them (ids returned)
     cluster.expect(more, JobResult.COMPLETED)
-    time.sleep(0.5)
     cluster.start("job-manager")
     cluster.start("scheduler")
     took = cluster.wait_inactive([spanning, *batch, *more])

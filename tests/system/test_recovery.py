@@ -7,7 +7,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,9 @@ from fluxes.drill.invariants import (
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher, WorkerSpec
 from fluxes.store.client import Client
+from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
+from fluxes.store.keys import GROUP_JM
 from tests.system.conftest import need_redis
 
 pytestmark = pytest.mark.system
@@ -50,6 +52,24 @@ def kill(launcher: Launcher, name: str) -> None:
     assert spec.proc is not None
     os.kill(spec.proc.pid, signal.SIGKILL)
     spec.proc.wait()
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``check`` until it holds (fail after ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def allocated(inst: Instance, jobid: int) -> bool:
+    """The scheduler wrote the job's R: the work is under way."""
+    return bool(inst.redis.hexists(inst.keys.job(jobid), "R"))
+
+
+def fence(inst: Instance) -> int:
+    """The job manager's lease epoch: one more each time a job manager takes it."""
+    return int(inst.redis.get(inst.keys.jm_fence(0)) or 0)
 
 
 def wait_all(launcher: Launcher, inst: Instance, ids: list[int], timeout: float = 120.0,
@@ -95,14 +115,20 @@ def test_job_manager_kill9_mid_thousand_jobs(instance: tuple[Launcher, Instance]
     launcher, inst = instance
     ids = Client(inst).submit([{"jobspec": sim()}] * 1000)
     assert all(isinstance(i, int) for i in ids)
-    time.sleep(0.5)
+    wait_until("the first job to be allocated", lambda: allocated(inst, int(ids[0])))
     kill(launcher, "job-manager-0")
-    time.sleep(1.0)
+    # while it is down, the reports of the jobs that were running pile up for the next one
+    inputs = [inst.keys.sched_resp(0), inst.keys.exec_events(0)]
+    wait_until("reports waiting for the job manager", lambda: any(
+        g.group == GROUP_JM and g.lag for g in stream_lags(inst.redis, inputs)))
+    killed_epoch = fence(inst)
     kill_again = [True]
 
     def chaos() -> None:
-        if kill_again and launcher.worker("job-manager-0").proc.poll() is None:  # type: ignore[union-attr]
-            time.sleep(0.3)
+        # the restarted one killed again once it leads (took the lease), mid-rebuild
+        proc = launcher.worker("job-manager-0").proc
+        if kill_again and proc is not None and proc.poll() is None \
+                and fence(inst) > killed_epoch:
             kill(launcher, "job-manager-0")
             kill_again.clear()
 
@@ -117,7 +143,7 @@ def test_standby_job_manager_takes_over(instance: tuple[Launcher, Instance]) -> 
     launcher.workers.append(spare)
     launcher._spawn(spare)
     ids = [int(i) for i in Client(inst).submit([{"jobspec": sim("50ms")}] * 300)]
-    time.sleep(0.5)
+    wait_until("the first job to be allocated", lambda: allocated(inst, ids[0]))
     # kill whichever holds the lease, and keep it dead: the other must finish the work
     holder = inst.redis.get(inst.keys.jm_lease(0)).decode()
     victim = next(w for w in launcher.workers
@@ -135,8 +161,11 @@ def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Inst
     client = Client(inst)
     ids: list[int] = []
     for _round in range(20):
-        ids += [int(i) for i in client.submit([{"jobspec": sim("30ms")}] * 50)]
-        time.sleep(0.2)
+        batch = [int(i) for i in client.submit([{"jobspec": sim("30ms")}] * 50)]
+        ids += batch
+        first = batch[0]
+        wait_until("the round's first job to be allocated",
+                   lambda: allocated(inst, first))  # noqa: B023 -- called before the loop goes on
         kill(launcher, "scheduler")
         deadline = time.monotonic() + 10
         while (launcher.worker("scheduler").proc.poll() is not None  # type: ignore[union-attr]
@@ -158,7 +187,7 @@ def test_hot_standby_scheduler_takes_over_a_killed_leader() -> None:
         inst = Instance.connect(str(launcher.start()))
         try:
             ids = [int(i) for i in Client(inst).submit([{"jobspec": sim("50ms")}] * 300)]
-            time.sleep(0.5)
+            wait_until("the first job to be allocated", lambda: allocated(inst, ids[0]))
             # kill -9 whichever leads, and keep it dead: the standby must finish the work
             holder = inst.redis.get(inst.keys.sched_lease(0)).decode()
             victim = next(w for w in launcher.workers

@@ -100,6 +100,21 @@ def events(launcher: Launcher, ids: list[int]) -> dict[int, list[str]]:
             for j, log in collect.read_eventlogs(inst, ids).logs.items()}
 
 
+def tasks_alive(launcher: Launcher, owner: redis.Redis, jobid: int) -> bool:
+    """Whether a task of ``jobid`` still runs (the exec workers record their pids)."""
+    keys = Instance.connect(str(launcher.uri)).keys
+    for rank in range(launcher.nodes):
+        raw = owner.hget(keys.exec_jobs(rank), str(jobid))
+        for task in orjson.loads(raw)["t"] if raw else []:
+            try:
+                stat = Path(f"/proc/{task[1]}/stat").read_text()
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[0] != "Z":
+                return True
+    return False
+
+
 def started(launcher: Launcher, ids: list[int]) -> bool:
     """True when every job of ``ids`` started."""
     return all("start" in names for names in events(launcher, ids).values())
@@ -152,7 +167,8 @@ def test_jobs_live_through_a_12_s_and_a_30_s_stall(launcher: Launcher, owner: re
     inside = submit(uri, capsys, "--cwd", "/tmp", "sleep", "25")
     until("the jobs to start", lambda: started(launcher, [through, inside]))
     stall(owner, 12)
-    time.sleep(1.0)
+    until("the workers to find Redis answering again",
+          lambda: bool(log_says(launcher, "redis answers again")))
     stall(owner, 30)
     ended_well(launcher, [through, inside])
     no_worker_died(launcher)
@@ -178,7 +194,8 @@ def test_maxmemory_reached(launcher: Launcher, owner: redis.Redis,
         err = capsys.readouterr().err.strip()
         assert err.startswith("fluxes: Redis is full (maxmemory reached)"), err
         assert "\n" not in err and "nothing was written" in err
-        time.sleep(2)  # the job's task ends while Redis refuses its report
+        until("the job's task to end while Redis refuses its report",
+              lambda: not tasks_alive(launcher, owner, job))
         assert owner.xlen(keys.journal(0)) == journal  # nothing half-written
     finally:
         owner.config_set("maxmemory", "0")
@@ -207,7 +224,8 @@ def test_a_snapshot_that_cannot_be_written(launcher: Launcher, owner: redis.Redi
         assert cli(uri, "submit", "--cwd", "/tmp", "true") == 1
         err = capsys.readouterr().err.strip()
         assert err.startswith("fluxes: Redis cannot save its data to disk"), err
-        time.sleep(2)  # the job's task ends while Redis refuses its report
+        until("the job's task to end while Redis refuses its report",
+              lambda: not tasks_alive(launcher, owner, job))
     finally:
         shutil.rmtree(dump, ignore_errors=True)
         owner.bgsave()

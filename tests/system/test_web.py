@@ -220,9 +220,8 @@ def test_time_travel_shows_a_job_pending_before_it_ran(
         site: Site, page: Any, capsys: pytest.CaptureFixture[str]) -> None:
     assert site.cli("queue", "stop", "-m", "web test") == 0
     jobid = site.submit(capsys, "true")
-    time.sleep(0.3)
+    assert site.cli("job", "wait-event", "-t", "30s", jobid, "priority") == 0  # now SCHED
     pending_at = time.time()
-    time.sleep(0.3)
     assert site.cli("queue", "start") == 0
     assert site.cli("job", "wait", jobid) == 0
     page.goto(site.url + f"jobs/{jobid}")
