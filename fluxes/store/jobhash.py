@@ -18,10 +18,8 @@ Who writes what (docs/architecture.md, "Keys and streams"):
 The hash holds only what every user may read (docs/security.md): the
 jobspecs, with their environment, are in the owner's blobs, which only the
 owner's ACL user (and the instance owner) can read; the hash names them by
-digest. Jobs stored before blobs hold their jobspecs inline: ``jobspec`` and,
-when different, ``jobspec_full`` (readable by all: see docs/security.md).
-Either way the jobspec a job runs with is the full one when there is one,
-else the submitted one (:func:`effective`).
+digest. The jobspec a job runs with is the full one when there is one, else the
+submitted one (:func:`effective`).
 Readers take :class:`JobHash` (typed, blobs resolved) or the bulk reads of
 :class:`JobHashes`: one round trip for the hashes and one for the blobs
 they name that are not cached yet (one per slot on a cluster).
@@ -40,10 +38,9 @@ from fluxes.store.keys import Keys
 
 # -- field names ------------------------------------------------------------------------
 
-#: The jobspec as submitted (JSON), inline: jobs stored before blobs.
+#: The name ``fluxes job info`` shows the jobspec as submitted under (from the blobs).
 JOBSPEC: Final = "jobspec"
-#: The jobspec with defaults applied (JSON), inline: jobs stored before blobs (when
-#: defaults changed it).
+#: ... and the jobspec with defaults applied (when defaults changed it).
 JOBSPEC_FULL: Final = "jobspec_full"
 #: Digest of the blob of the jobspec as submitted, without its environment.
 SPEC: Final = "spec"
@@ -66,12 +63,14 @@ RESULT: Final = "result"
 #: When the job became inactive (``repr`` of a UNIX time).
 T_INACTIVE: Final = "t_inactive"
 
-#: The fields that hold or name a job's jobspec.
-JOBSPEC_FIELDS: Final = (JOBSPEC, JOBSPEC_FULL, SPEC, FULL, ENV)
+#: The fields that name a job's jobspec (its blobs).
+JOBSPEC_FIELDS: Final = (SPEC, FULL, ENV)
 #: The fields that name blobs.
 BLOB_FIELDS: Final = (SPEC, FULL, ENV)
 #: What a jobspec is resolved from, in this order.
-_SOURCES: Final = (JOBSPEC, JOBSPEC_FULL, SPEC, FULL, ENV, OWNER)
+_SOURCES: Final = (SPEC, FULL, ENV, OWNER)
+#: Where the owner is in a row of :data:`_SOURCES`.
+_OWNER_AT: Final = 3
 #: Every field, in the order :meth:`JobHashes.get_many` reads them.
 FIELDS: Final = (*_SOURCES, REQUEST, R, URGENCY, QUEUE, RESULT, T_INACTIVE)
 #: Blob contents a reader keeps (immutable: a digest names one content).
@@ -287,7 +286,7 @@ class JobHashes:
         """(jobspec as submitted, jobspec with defaults when different) from each row
         of :data:`_SOURCES`; None where a blob is missing or does not splice."""
         named: list[dict[str, str] | None] = []
-        for jobid, (_js, _jf, spec, full, env, owner) in zip(jobids, rows, strict=True):
+        for jobid, (spec, full, env, owner) in zip(jobids, rows, strict=True):
             uid = _int(owner)
             if not spec or uid is None:
                 named.append(None)
@@ -297,9 +296,9 @@ class JobHashes:
                           for name, d in ((SPEC, spec), (FULL, full), (ENV, env)) if d})
         data = self._blob_data(k for n in named if n for k in n.values())
         out: list[tuple[bytes | None, bytes | None]] = []
-        for row, blobs in zip(rows, named, strict=True):
+        for blobs in named:
             if blobs is None:
-                out.append((row[0], row[1]))  # stored inline, before blobs
+                out.append((None, None))
                 continue
             env = data.get(blobs[ENV]) if ENV in blobs else None
             spec_data = data.get(blobs[SPEC])
@@ -329,7 +328,7 @@ class JobHashes:
                 continue
             request, r, urgency, queue, result, t_inactive = row[len(_SOURCES):]
             out.append(JobHash(jobid, jobspec=spec, jobspec_full=full, request=_text(request),
-                               R=r, owner=_int(row[5]), urgency=_int(urgency),
+                               R=r, owner=_int(row[_OWNER_AT]), urgency=_int(urgency),
                                queue=_text(queue), result=_text(result),
                                t_inactive=_float(t_inactive)))
         return out
@@ -339,13 +338,7 @@ class JobHashes:
         if not jobids:
             return []
         rows = self.rows(jobids, _SOURCES)
-        # an inline jobspec_full is the effective one (stored before blobs, or exec's copy)
-        todo = [n for n, row in enumerate(rows) if not row[1]]
-        out: list[bytes | None] = [row[1] for row in rows]
-        resolved = self._resolve([jobids[n] for n in todo], [rows[n] for n in todo])
-        for n, (spec, full) in zip(todo, resolved, strict=True):
-            out[n] = effective(full, spec)
-        return out
+        return [effective(full, spec) for spec, full in self._resolve(jobids, rows)]
 
     def allocations(self, jobids: Sequence[int]) -> list[tuple[bytes | None, str | None,
                                                                bytes | None]]:
@@ -369,7 +362,7 @@ class JobHashes:
         rows = self.rows(unique, (*_SOURCES, R, RESULT))
         n = len(_SOURCES)
         specs = self._resolve(unique, [row[:n] for row in rows])
-        return {jobid: (effective(full, spec), row[n], row[5], row[n + 1])
+        return {jobid: (effective(full, spec), row[n], row[_OWNER_AT], row[n + 1])
                 for jobid, row, (spec, full) in zip(unique, rows, specs, strict=True)}
 
     def gone(self, jobids: Sequence[int]) -> list[bool]:
@@ -388,6 +381,6 @@ class JobHashes:
         if not any(v is not None for v in row):
             return None
         request, r, urgency, queue, result, t_inactive = row[len(_SOURCES):]
-        return JobHash(jobid, request=_text(request), R=r, owner=_int(row[5]),
+        return JobHash(jobid, request=_text(request), R=r, owner=_int(row[_OWNER_AT]),
                        urgency=_int(urgency), queue=_text(queue), result=_text(result),
                        t_inactive=_float(t_inactive))

@@ -128,22 +128,6 @@ class JobHashContract:
         for jobid in ids:
             assert not instance.redis.hexists(instance.keys.job(jobid), jobhash.SPEC)
 
-    def test_jobs_stored_before_blobs_are_read_inline(self, instance: Instance) -> None:
-        keys = instance.keys
-        instance.redis.hset(keys.job(7), mapping={
-            jobhash.JOBSPEC: b'{"v":1}', jobhash.OWNER: ME, jobhash.R: b"{}"})
-        instance.redis.hset(keys.job(8), mapping={
-            jobhash.JOBSPEC: b'{"v":1}', jobhash.JOBSPEC_FULL: b'{"v":2}', jobhash.OWNER: ME})
-        hashes = JobHashes(instance.redis, keys)
-        assert hashes.effective_jobspecs([7, 8, 9]) == [b'{"v":1}', b'{"v":2}', None]
-        found = hashes.get(8)
-        assert found is not None and found.text_fields() == {
-            "jobspec": '{"v":1}', "jobspec_full": '{"v":2}', "owner": str(ME)}
-        assert hashes.get(9) is None
-        assert hashes.for_start([7]) == {7: (b'{"v":1}', b"{}", str(ME).encode(), None)}
-        # releasing an old job's blobs finds none
-        assert release_job_blobs(EventStore(instance.redis, keys), [7, 8]) == 0
-
     def test_exec_reads_the_jobspec_spliced_from_the_blobs(self, instance: Instance) -> None:
         store = EventStore(instance.redis, instance.keys)
         keys = instance.keys

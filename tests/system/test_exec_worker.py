@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from fluxes import messages as proto
+from fluxes.domain.jm.content import job_content
 from fluxes.formats import jobid as fjobid
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
@@ -34,6 +35,19 @@ pytestmark = [pytest.mark.system, pytest.mark.redis]
 
 NS = "t"
 KEYS = Keys(NS)
+
+
+def stored_job(client: Any, jobid: int, spec: Jobspec, **fields: str) -> None:
+    """The job's hash naming its jobspec's blobs, and the blobs, as the ingest stores
+    them (owned by this process' user)."""
+    owner = os.getuid()
+    content = job_content(spec.dumps().encode())
+    names = {"spec": content.spec, "env": content.env}
+    client.hset(KEYS.job(jobid), mapping={
+        "owner": str(owner), **{n: b.digest for n, b in names.items() if b}, **fields})
+    for blob in content.blobs:
+        client.hset(KEYS.blob(KEYS.partition_of(jobid), owner, blob.digest),
+                    mapping={"data": blob.data, "refs": 1})
 
 
 class Harness:
@@ -95,8 +109,7 @@ class Harness:
             gpus: Mapping[int, str] | None = None) -> None:
         ranks = ranks or {0: "0-1"}
         rset = ResourceSet.from_ranks({r: (c, (gpus or {}).get(r)) for r, c in ranks.items()})
-        self.client.hset(KEYS.job(jobid), mapping={
-            "jobspec_full": spec.dumps(), "R": rset.dumps(), "owner": str(os.getuid())})
+        stored_job(self.client, jobid, spec, R=rset.dumps())
 
     def start(self, jobid: int, ranks: str = "0", rank: int | None = None) -> None:
         targets = [rank] if rank is not None else [int(r) for r in ranks.split(",")]
@@ -193,7 +206,7 @@ def test_many_simulated_jobs_in_one_entry(harness: Harness) -> None:
     ids = list(range(100, 400))
     pipe = harness.client.pipeline()
     for jobid in ids:
-        pipe.hset(KEYS.job(jobid), mapping={"jobspec_full": spec.dumps(), "R": "{}"})
+        stored_job(pipe, jobid, spec, R="{}")
     pipe.execute()
     harness.client.xadd(KEYS.exec_rank(0), wire.entry(
         [{"t": "start", "id": j, "ranks": "0"} for j in ids]))
