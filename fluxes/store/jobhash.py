@@ -344,7 +344,8 @@ class JobHashes:
                                                                bytes | None]]:
         """(R, request, effective jobspec) of each job: what scheduler recovery reads.
 
-        The jobspec is read only for jobs without a stored request (older jobs).
+        The jobspec is read only for jobs without a stored request (one the ingest could
+        not represent, or that a ``fluxes update`` took away).
         """
         rows = self.rows(jobids, (R, REQUEST))
         old = [j for j, (_r, request) in zip(jobids, rows, strict=True) if not request]
