@@ -151,6 +151,8 @@ class JobInfo:
         try:
             return self._facts[name]
         except KeyError:
+            if name == "username" and "userid" in self._facts:
+                return _username(self._facts["userid"])
             raise AttributeError(name) from None
 
     def to_dict(self, filtered: bool = True) -> dict[str, Any]:
@@ -159,6 +161,16 @@ class JobInfo:
 
     def __repr__(self) -> str:
         return f"JobInfo({self._facts!r})"
+
+
+def _username(uid: int) -> str:
+    """The login name of ``uid`` (its number when the host has no such user, as flux)."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError, TypeError):
+        return str(uid)
 
 
 ExceptionInfo = collections.namedtuple("ExceptionInfo", "occurred, severity, type, note")

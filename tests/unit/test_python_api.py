@@ -77,3 +77,17 @@ def test_batch_jobspec_runs_the_script_in_a_child_instance() -> None:
     assert spec.resources[0]["type"] == "node" and spec.resources[0]["count"] == 2
     with pytest.raises(ValueError):
         JobspecV1.from_batch_command("echo no shebang", "x")
+
+
+def test_jobinfo_names_the_user_as_flux_does() -> None:
+    import os
+    import pwd
+
+    from fluxes.job.api import JobInfo
+
+    me = JobInfo({"id": 1, "userid": os.getuid()})
+    assert me.username == pwd.getpwuid(os.getuid()).pw_name
+    # a uid the host does not know is shown as its number
+    assert JobInfo({"id": 2, "userid": 4_000_000_000}).username == "4000000000"
+    with pytest.raises(AttributeError):
+        _ = JobInfo({"id": 3}).username
