@@ -2,10 +2,11 @@
 
 Load a graph (a GRUG recipe or JGF), then read commands on stdin (``match
 allocate|allocate_orelse_reserve|allocate_with_satisfiability|satisfiability
-JOBSPEC``, ``multi-match``, ``cancel``, ``info``, ``list``, ``stat``,
-``find``, ``set-status``/``get-status``, ``set-property``/``get-property``,
-``quit``) and print what Fluxion's tool prints, so a site can check its
-graph and its jobspecs without an instance.  See
+JOBSPEC``, ``multi-match``, ``cancel``, ``update``, ``partial-cancel``,
+``info``, ``list``, ``stat``, ``find``, ``set-status``/``get-status``,
+``set-property``/``get-property``, ``quit``) and print what Fluxion's
+tool prints, so a site can check its graph and its jobspecs without an
+instance.  See
 ``docs/resource-graph.md``.
 """
 
@@ -29,7 +30,9 @@ def register(subparsers: Any) -> None:
         "Match jobspecs against a resource graph as Fluxion's resource-query does:\n"
         "commands on stdin (match allocate|allocate_orelse_reserve|\n"
         "allocate_with_satisfiability|satisfiability JOBSPEC, multi-match, cancel JOBID,\n"
-        "info, list, stat, find, set-status, get-status, set-property, get-property, quit).",
+        "update allocate|reserve jgf|rv1exec R JOBID AT DURATION, partial-cancel JOBID\n"
+        "jgf|rv1exec R, info, list, stat, find, set-status, get-status, set-property,\n"
+        "get-property, quit).",
         ["fluxes resource-query -L tiny.graphml -P high < cmds",
          "fluxes resource-query -L cluster.json -f jgf -P low -F pretty_simple"]))
     parser.add_argument("-L", "--load-file", required=True, metavar="GRAPH",
@@ -77,7 +80,8 @@ def _run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise ValueError(f"{args.load_file}: {exc}") from None
     session = QuerySession(graph, _load_jobspec, args.match_policy, args.match_format,
-                           clock=time.perf_counter if args.elapse_time else None)
+                           clock=time.perf_counter if args.elapse_time else None,
+                           read=_read_r)
     if args.test_output is None:
         return _session(session, sys.stdout)
     try:
@@ -112,6 +116,15 @@ def _load_jobspec(path: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
         raise ValueError("a jobspec must be a mapping")
     return doc
+
+
+def _read_r(path: str) -> bytes:
+    """The bytes of an R or JGF file (``update``, ``partial-cancel``), bounded."""
+    with open(path, "rb") as handle:
+        data = handle.read(_MAX_GRAPH_BYTES + 1)
+    if len(data) > _MAX_GRAPH_BYTES:
+        raise ValueError(f"larger than {_MAX_GRAPH_BYTES} bytes")
+    return data
 
 
 def _session(session: Any, out: TextIO) -> int:

@@ -11,7 +11,11 @@ and keeps every job's :class:`~fluxes.domain.graph.state.Hold`:
   reservation), as the planner says; release totals rule most times out
   before any matching;
 * :meth:`Traverser.satisfiable`: whether it could fit the empty graph;
-* :meth:`Traverser.cancel`: drop a job's allocation or reservation.
+* :meth:`Traverser.cancel`: drop a job's allocation or reservation;
+* :meth:`Traverser.update`: record a hold given as an R (Fluxion's
+  ``update``), if nothing else holds it;
+* :meth:`Traverser.release_ranks`: release a job's vertices on some ranks
+  (Fluxion's partial cancel).
 
 Times are floats; a duration of ``math.inf`` is unlimited.
 """
@@ -221,6 +225,55 @@ class Traverser:
             i = bisect_left(self._ends, (hold.end, jobid))
             del self._ends[i]
         return hold
+
+    def update(self, hold: Hold, now: float) -> int | None:
+        """Record *hold* as given (an R read back, Fluxion's ``update``): an allocation when
+        it starts by *now*, else a reservation.
+
+        Returns the vertex that does not fit (held by another job over the
+        window, or down), or None once recorded.  ValueError if the job
+        already holds something.
+        """
+        jobid = hold.jobid
+        if jobid in self.allocs or jobid in self.resvs:
+            raise ValueError(f"update: job {jobid} already exists")
+        hold.reserved = hold.start > now
+        bad = self.state.conflict(hold, now)
+        if bad is None:
+            self.commit(hold)
+        return bad
+
+    def release_ranks(self, jobid: int, ranks: Iterable[int]) -> tuple[Hold, bool] | None:
+        """Release what *jobid*'s allocation holds on *ranks* (a partial cancel).
+
+        Returns what the job still holds and whether that was the last of
+        it (the job is then gone, as after :meth:`cancel`); None when the
+        job has no allocation.  Vertices above the hosts (a rack, the
+        cluster) stay held until the last rank goes.
+        """
+        hold = self.allocs.get(jobid)
+        if hold is None:
+            return None
+        g = self.graph
+        gone = {r for r in ranks if r in g.rank_host}
+
+        def keep(v: int) -> bool:
+            return g.rank_of(v) not in gone
+
+        left = Hold(jobid, hold.start, hold.end,
+                    {v: s for v, s in hold.shown.items() if keep(v)},
+                    {v: a for v, a in hold.amounts.items() if keep(v)}, False, {},
+                    {v: a for v, a in hold.blocked.items() if keep(v)},
+                    tuple(v for v in hold.touched if keep(v)))
+        if not any(g.rank_of(v) >= 0 for v in left.touched):
+            self.cancel(jobid)
+            return left, True
+        for v, a in left.blocked.items():
+            left.totals[g.types[v]] = left.totals.get(g.types[v], 0) + a
+        self.state.release(hold)
+        self.state.commit(left)
+        self.allocs[jobid] = left
+        return left, False
 
     def set_end(self, jobid: int, end: float) -> bool:
         """Move the end of *jobid*'s allocation to *end*; False if it holds none."""

@@ -1,0 +1,197 @@
+"""resource-query's ``update`` and ``partial-cancel`` on graphs of our own.
+
+``update allocate|reserve READER FILE JOBID AT DURATION`` records an R
+given (a JGF subgraph, an R with its ``scheduling`` key, or R_lite alone)
+as a job's hold, as Fluxion's does when a scheduler is restarted: replaying
+the R a session printed gives the same output, and the same state, as the
+matches did.  ``partial-cancel JOBID READER FILE`` releases what a job holds
+on the ranks an R names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from fluxes.domain.graph.grug import load_grug
+from fluxes.domain.graph.query import QuerySession
+from fluxes.domain.graph.recipe import generate, parse_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+CASES = ROOT / "tests" / "cases" / "graph"
+JS = "tests/cases/graph/jobspecs"
+
+
+def load(path: str) -> Any:
+    return yaml.safe_load((ROOT / path).read_text())
+
+
+class Files:
+    """R files kept in memory, read by the session as files."""
+
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def put(self, name: str, doc: object) -> str:
+        self.data[name] = doc if isinstance(doc, bytes) else orjson.dumps(doc)
+        return name
+
+    def read(self, name: str) -> bytes:
+        try:
+            return self.data[name]
+        except KeyError:
+            raise OSError(2, "No such file or directory") from None
+
+
+def session(files: Files, fmt: str = "jgf", graph: str = "tiny") -> QuerySession:
+    g = load_grug((CASES / f"{graph}.graphml").read_text())
+    return QuerySession(g, load, "high", fmt, read=files.read)
+
+
+def run(s: QuerySession, line: str) -> list[str]:
+    reply = s.execute(line)
+    assert not reply.err, reply.err
+    return reply.out
+
+
+def matches(s: QuerySession, lines: list[str]) -> list[str]:
+    """Run *lines*; the non-INFO lines each printed (one R per match in JSON formats)."""
+    out: list[str] = []
+    for line in lines:
+        out += run(s, line)
+    return out
+
+
+MIXED = [f"match allocate {JS}/one_core.yaml",
+         f"match allocate {JS}/excl_socket.yaml",
+         f"match allocate_orelse_reserve {JS}/whole_node.yaml",
+         f"match allocate_orelse_reserve {JS}/whole_node.yaml",
+         f"match allocate_orelse_reserve {JS}/whole_node.yaml"]
+
+
+def test_update_replays_what_matches_printed_line_for_line() -> None:
+    for fmt in ("jgf", "rv1"):
+        files = Files()
+        first = session(files, fmt)
+        printed = matches(first, MIXED)
+        rs = [line for line in printed if not line.startswith("INFO")]
+        assert len(rs) == 5
+        starts = [0 if "ALLOCATED" in line else int(printed[i + 1].split("=")[1])
+                  for i, line in enumerate(printed) if line.startswith("INFO: RESOURCES")]
+        assert starts == [0, 0, 0, 3600, 7200]
+        second = session(files, fmt)
+        replay = []
+        for jobid, (r, at, line) in enumerate(zip(rs, starts, MIXED, strict=True), start=1):
+            name = files.put(f"r{jobid}.json", r.encode())
+            sub = "allocate" if at == 0 else "reserve"
+            length = load(line.split()[-1])["attributes"]["system"]["duration"]
+            replay += run(second, f"update {sub} jgf {name} {jobid} {at} {length}")
+        assert replay == printed, fmt
+        # the state is the same too: the next match lands where it would have
+        assert run(second, MIXED[0]) == run(first, MIXED[0])
+        assert ([line.split(", ")[:3] for line in run(second, "list")]
+                == [line.split(", ")[:3] for line in run(first, "list")])
+
+
+def test_update_refuses_what_another_job_holds_and_an_existing_jobid() -> None:
+    files = Files()
+    s = session(files)
+    r = run(s, f"match allocate {JS}/excl_socket.yaml")[0]
+    name = files.put("r.json", r.encode())
+    reply = s.execute(f"update allocate jgf {name} 5 0 3600")
+    assert reply.out[1:3] == ["INFO: No matching resources found", "INFO: JOBID=5"]
+    assert reply.err == ["ERROR: update: /tiny0/rack0/node1/socket1 is not free for job 5"]
+    # later, once job 1 ends, it fits: a reservation at 3600
+    assert run(s, f"update reserve jgf {name} 6 3600 60")[-3:-1] == [
+        "INFO: RESOURCES=RESERVED", "INFO: SCHEDULED AT=3600"]
+    assert s.execute(f"update allocate jgf {name} 1 0 3600").err == ["ERROR: existing job 1"]
+    # the next match takes the id after the last update's
+    assert "INFO: JOBID=7" in run(s, f"match allocate {JS}/one_core.yaml")
+    for bad, why in ((f"update allocate jgf {name} 9 0 0", "invalid job or time"),
+                     (f"update allocate hwloc {name} 9 0 10", "unsupported reader"),
+                     ("update allocate jgf nowhere.json 9 0 10", "nowhere.json: No such"),
+                     (f"update grow jgf {name} 9 0 10", "unknown subcommand"),
+                     ("update allocate jgf", "malformed command")):
+        assert why in s.execute(bad).err[0], bad
+
+
+def rv1(ranks: str, cores: str, gpus: str | None = None) -> dict[str, Any]:
+    children = {"core": cores} | ({"gpu": gpus} if gpus else {})
+    return {"version": 1, "execution": {"R_lite": [{"rank": ranks, "children": children}],
+                                        "starttime": 0, "expiration": 0}}
+
+
+def test_update_rv1exec_holds_cores_and_gpus_and_the_host_when_all_are_listed() -> None:
+    files = Files()
+    g = generate(parse_recipe("cluster[1] -> node[2] -> core[4], gpu[1]"))
+    s = QuerySession(g, load, "high", "simple", read=files.read)
+    part = files.put("part.json", rv1("0", "0-1"))
+    out = run(s, f"update allocate rv1exec {part} 1 0 100")
+    assert [line.strip() for line in out[:3]] == ["---------core0[1:x]", "---------core1[1:x]",
+                                                  "------node0[1:s]"]
+    # every leaf of rank 1 listed: its node is held exclusively too
+    whole = files.put("whole.json", rv1("1", "0-3", "0"))
+    out = run(s, f"update allocate rv1exec {whole} 2 0 100")
+    assert "------node1[1:x]" in [line.strip() for line in out]
+    assert s.execute(f"update allocate rv1exec {part} 3 0 100").err  # cores 0-1 are held
+    # what is left free: cores 2-3 and the gpu of rank 0
+    free = [line.strip() for line in run(s, "find sched-now=free and type=core or "
+                                            "sched-now=free and type=gpu")]
+    assert free[:3] == ["---------core2[1:s]", "---------core3[1:s]", "---------gpu0[1:s]"]
+    assert not any("node1" in line for line in free)
+    bad = files.put("bad.json", rv1("5", "0"))
+    assert s.execute(f"update allocate rv1exec {bad} 4 0 100").err == [
+        "ERROR: update: bad.json: rank 5 is not in the graph"]
+
+
+def _ids(g: Any, rank: int, kind: str) -> str:
+    ids = sorted(g.ids[v] for v in g.subtree(g.rank_host[rank]) if g.types[v] == kind)
+    return ",".join(str(i) for i in ids)
+
+
+TWO_NODES = {"version": 1, "resources": [{"type": "node", "count": 2, "with": [
+    {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 2}]}]}],
+    "attributes": {"system": {"duration": 600}}}
+
+
+def test_partial_cancel_releases_the_ranks_an_r_names_then_the_job() -> None:
+    files = Files()
+    g = load_grug((CASES / "tiny.graphml").read_text())
+    specs = {"two.yaml": TWO_NODES}
+    s = QuerySession(g, lambda p: specs[p] if p in specs else load(p), "high", "simple",
+                     read=files.read)
+    run(s, "match allocate two.yaml")
+    rank1 = files.put("rank1.json", rv1("1", "0"))
+    out = run(s, f"partial-cancel 1 rv1exec {rank1} stats")
+    assert out[1] == 'INFO: PARTIAL CANCEL PREORDER COUNT="4"'  # node1, socket, 2 cores
+    assert run(s, "info 1")[0].startswith("INFO: 1, ALLOCATED")
+    free = run(s, "find sched-now=allocated and type=core")
+    assert {line.split("core")[0].count("-") for line in free[:2]} == {15}
+    assert all("node1" not in line for line in free)
+    # the JGF of what is left names rank 0: releasing it ends the job
+    left = {"graph": {"nodes": [{"id": "1", "metadata": {
+        "type": "node", "rank": 0, "id": 0, "paths": {"containment": "/tiny0/rack0/node0"}}}],
+        "edges": []}}
+    run(s, f"partial-cancel 1 jgf {files.put('rank0.json', left)}")
+    assert s.execute("info 1").err == ["ERROR: nonexistent job 1"]
+    assert run(s, "find sched-now=allocated") == [
+        "INFO: =============================", 'INFO: EXPRESSION="sched-now=allocated"',
+        "INFO: ============================="]
+    assert s.execute(f"partial-cancel 1 rv1exec {rank1}").err == ["ERROR: nonexistent job 1"]
+
+
+def test_partial_cancel_refuses_reservations_and_bad_input() -> None:
+    files = Files()
+    s = session(files, "simple")
+    for _ in range(3):
+        run(s, f"match allocate_orelse_reserve {JS}/whole_node.yaml")
+    rank0 = files.put("rank0.json", rv1("0", "0"))
+    assert s.execute(f"partial-cancel 3 rv1exec {rank0}").err == [
+        "ERROR: reservations not currently supported by partial cancel"]
+    assert "unsupported reader" in s.execute(f"partial-cancel 1 hwloc {rank0}").err[0]
+    bad = files.put("bad.json", b"{\"version\": 1}")
+    assert "R_lite must be a list" in s.execute(f"partial-cancel 1 rv1exec {bad}").err[0]
+    assert "malformed" in s.execute(f"partial-cancel 1 rv1exec {rank0} x").err[0]
