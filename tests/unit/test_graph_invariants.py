@@ -2,7 +2,9 @@
 
 Random resources trees (any types, slots, exclusive flags, ranges) are
 allocated with random policies, reserved at their earliest start when they
-do not fit, cancelled, and hosts drained and undrained, on our three graphs.
+do not fit, cancelled, partly released (ranks), given again as an R
+(resource-query's ``update``, refused when it collides), and hosts drained
+and undrained, on our three graphs.
 After every step:
 
 * a job holds (lists in its R, is charged for) only vertices of the types its
@@ -27,6 +29,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluxes.domain.graph.grug import load_grug
+from fluxes.domain.graph.jgf import subgraph
+from fluxes.domain.graph.match import make_hold
+from fluxes.domain.graph.recovery import picks_of_graph
 from fluxes.domain.graph.traverser import Traverser
 from fluxes.domain.graph.wants import Want, parse_resources
 from fluxes.domain.sched.errors import InfeasibleRequest
@@ -69,13 +74,16 @@ RANDOM = st.recursive(
 # typical shapes three times in four: what makes jobs meet
 TREES = st.one_of(TYPICAL, TYPICAL, TYPICAL, RANDOM)
 JOB = st.tuples(st.just("job"), TREES,
-                st.sampled_from(["low", "high", "first", "best", "worst", "lonodex", "hinodex"]),
+                st.sampled_from(["low", "high", "first", "best", "worst", "lonodex", "hinodex",
+                                 "lonode", "hinode", "locality", "variation"]),
                 st.sampled_from([10.0, 50.0, 100.0]))
 
 STEPS = st.lists(st.one_of(
     JOB, JOB, JOB,
     st.tuples(st.just("cancel"), st.integers(0, 40)),
     st.tuples(st.just("drain"), st.integers(0, 40)),
+    st.tuples(st.just("partial"), st.integers(0, 40), st.integers(0, 40)),
+    st.tuples(st.just("update"), st.integers(0, 40), st.sampled_from([0.0, 20.0])),
 ), min_size=1, max_size=20)
 
 
@@ -124,6 +132,35 @@ def check(t: Traverser, named: dict[int, dict[str, float]]) -> None:
                              if g.types[v] == kind and not state.down[v])
 
 
+def partial(t: Traverser, pick: int, rank: int) -> None:
+    """Release one rank of an allocation (a partial cancel)."""
+    held = sorted(t.allocs)
+    if not held:
+        return
+    jobid = held[pick % len(held)]
+    ranks = sorted({t.graph.rank_of(v) for v in t.allocs[jobid].shown} - {-1})
+    if ranks:
+        found = t.release_ranks(jobid, [ranks[rank % len(ranks)]])
+        assert found is not None
+        assert found[1] == (len(ranks) == 1) == (jobid not in t.allocs)
+
+
+def update(t: Traverser, named: dict[int, dict[str, float]], jobid: int, pick: int,
+           start: float) -> None:
+    """Give the R of a job held again, as a new job: it must not collide."""
+    held = sorted(t.allocs) + sorted(t.resvs)
+    if not held:
+        return
+    src = held[pick % len(held)]
+    hold = t.allocs.get(src) or t.resvs[src]
+    g = t.graph
+    picks = picks_of_graph(g, subgraph(g, hold.shown), "update")
+    copy = make_hold(g, picks, jobid, start, start + 10.0, False)
+    named[jobid] = named[src]
+    if t.update(copy, 0.0) is None:
+        assert jobid in (t.resvs if start > 0 else t.allocs)
+
+
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 @settings(max_examples=60, deadline=None)
 @given(steps=STEPS)
@@ -149,6 +186,10 @@ def test_holds_never_collide(name: str, steps: list[Any]) -> None:
             held = sorted(t.allocs) + sorted(t.resvs)
             if held:
                 t.cancel(held[step[1] % len(held)])
+        elif step[0] == "partial":
+            partial(t, step[1], step[2])
+        elif step[0] == "update":
+            update(t, named, jobid, step[1], step[2])
         else:
             host = graph.hosts[step[1] % len(graph.hosts)]
             t.state.set_down(host, not t.state.down[host])

@@ -195,3 +195,50 @@ def test_partial_cancel_refuses_reservations_and_bad_input() -> None:
     bad = files.put("bad.json", b"{\"version\": 1}")
     assert "R_lite must be a list" in s.execute(f"partial-cancel 1 rv1exec {bad}").err[0]
     assert "malformed" in s.execute(f"partial-cancel 1 rv1exec {rank0} x").err[0]
+
+
+def nodes_job(n: int) -> dict[str, Any]:
+    return {"version": 1, "resources": [{"type": "node", "count": n, "exclusive": True, "with": [
+        {"type": "slot", "count": 1, "label": "task", "with": [{"type": "core", "count": 1}]}]}],
+        "attributes": {"system": {"duration": 60}}}
+
+
+def nodes_of(out: list[str]) -> list[str]:
+    return [line.strip(" -").split("[")[0] for line in out if "node" in line]
+
+
+def test_variation_policy_takes_the_lowest_performance_class_first() -> None:
+    g = generate(parse_recipe("cluster[1] -> rack[2] -> node[4] -> core[4]"))
+    specs = {f"{n}N": nodes_job(n) for n in (1, 2, 3)}
+    s = QuerySession(g, specs.__getitem__, "variation", "simple")
+    paths = {g.names[v]: g.path(v) for v in g.hosts}
+    # across both racks: classes decide, not the rack; unreadable ones are the worst
+    for node, cls in (("node0", "2"), ("node1", "3"), ("node2", "1"), ("node3", "bad"),
+                      ("node4", "7x"), ("node5", "1"), ("node6", "-4"), ("node7", "2")):
+        run(s, f"set-property {paths[node]} perf_class={cls}")
+    assert nodes_of(run(s, "match allocate 3N")) == ["node0", "node2", "node5"]
+    assert nodes_of(run(s, "match allocate 2N")) == ["node1", "node7"]
+    assert nodes_of(run(s, "match allocate 2N")) == ["node3", "node4"]
+    assert nodes_of(run(s, "match allocate 1N")) == ["node6"]
+    # below a node, cores without classes come in graph order
+    t = QuerySession(g, specs.__getitem__, "variation", "simple")
+    assert [line.strip(" -") for line in run(t, "match allocate 1N")][:2] == [
+        "core0[1:x]", "node2[1:x]"]  # the classes set above stay on the graph
+
+
+def test_locality_policy_takes_the_longest_run_of_free_ids_first() -> None:
+    g = generate(parse_recipe("cluster[1] -> node[8] -> core[2]"))
+    specs = {f"{n}N": nodes_job(n) for n in (1, 2, 3)}
+    s = QuerySession(g, specs.__getitem__, "locality", "simple")
+    high = QuerySession(g, specs.__getitem__, "high", "simple")
+    for q in (s, high):
+        for node in ("node1", "node4"):
+            run(q, f"set-status {g.path(g.hosts[int(node[4:])])} down")
+    # free runs: [0], [2-3], [5-7]
+    assert nodes_of(run(s, "match allocate 2N")) == ["node6", "node7"]
+    assert nodes_of(run(high, "match allocate 2N")) == ["node6", "node7"]
+    # left: [0], [2-3], [5]: the run of two, where high would split the job
+    assert nodes_of(run(s, "match allocate 2N")) == ["node2", "node3"]
+    assert nodes_of(run(high, "match allocate 2N")) == ["node3", "node5"]
+    # ties between runs of one: the higher ids
+    assert nodes_of(run(s, "match allocate 1N")) == ["node5"]

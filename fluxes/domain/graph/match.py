@@ -22,7 +22,16 @@ Candidates come in the policy's order and the first that fit are taken:
   (and held whole, as Fluxion's node-exclusive policies list it);
 * ``first``: graph order;
 * ``best`` / ``worst``: the subtrees with the fewest / most free units of
-  the request's main type (cores when it has any) first: pack or spread.
+  the request's main type (cores when it has any) first: pack or spread;
+* ``locality`` (Fluxion's locality-aware policy): at the top, the
+  candidates that qualify (could take the request's children now) are
+  grouped into runs of consecutive ids, and the longest run is used first
+  (ties: the run with the higher ids), so a job lands on contiguous
+  resources; below the top, higher ids first, as ``high``;
+* ``variation`` (Fluxion's variation-aware policy): at every level, and
+  across the whole graph at the top, the vertices with the lowest
+  ``perf_class`` property first (a missing, unreadable or out-of-range
+  class counts as 9999, the worst), graph order among equals.
 
 A count range takes the most that fits (``largest accepted value``).
 Trees read from today's plain Requests (``Want.loose``) keep today's pool's
@@ -35,6 +44,7 @@ chooses the windows.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
@@ -43,8 +53,8 @@ from fluxes.domain.graph.state import GraphState, Hold
 from fluxes.domain.graph.wants import Want
 from fluxes.formats.counts import Count
 
-__all__ = ["EXCLUSIVE", "MANY", "MATCH_POLICIES", "PASS", "SHARED", "Matcher", "Need",
-           "compile_wants", "make_hold", "missing_types"]
+__all__ = ["EXCLUSIVE", "MANY", "MATCH_POLICIES", "PASS", "SHARED", "WORST_CLASS", "Matcher",
+           "Need", "compile_wants", "make_hold", "missing_types", "perf_class"]
 
 #: Stands for "no upper bound" in counts.
 MANY: Final = 1 << 62
@@ -52,7 +62,10 @@ MANY: Final = 1 << 62
 #: Policies the matcher knows (``lonodex`` / ``hinodex``: ``low`` / ``high`` with every
 #: node taken exclusively, Fluxion's node-exclusive policies).
 MATCH_POLICIES: Final = ("low", "high", "first", "best", "worst", "lonode", "hinode",
-                         "lonodex", "hinodex")
+                         "lonodex", "hinodex", "locality", "variation")
+#: The worst performance class (Fluxion's default for a vertex without a readable one).
+WORST_CLASS: Final = 9999
+_LEADING_INT: Final = re.compile(r"\s*([+-]?\d+)")
 _NODEX: Final = {"lonodex": "low", "hinodex": "high"}
 #: node-centric policies: nodes ranked by the ids of what they would give
 _NODE_CENTRIC: Final = {"lonode": "low", "hinode": "high"}
@@ -140,6 +153,18 @@ def _has_pools(graph: ResourceGraph, kind: str) -> bool:
     """Whether *graph* has a vertex of type *kind* holding more than one unit."""
     n = graph.total(kind)
     return n > sum(1 for t in graph.types if t == kind) if n else False
+
+
+def perf_class(props: dict[str, str] | None) -> int:
+    """A vertex's ``perf_class`` property as the variation policy ranks it: the leading
+    integer of its value (as C's ``stoi`` reads it), :data:`WORST_CLASS` when there is
+    none or it is outside 0..9999."""
+    text = (props or {}).get("perf_class")
+    found = _LEADING_INT.match(text) if text is not None else None
+    if found is None:
+        return WORST_CLASS
+    value = int(found.group(1))
+    return value if 0 <= value <= WORST_CLASS else WORST_CLASS
 
 
 def make_hold(g: ResourceGraph, picks: Sequence[tuple[int, int, int]], jobid: int,
@@ -336,6 +361,11 @@ class Matcher:
             return g.kids_high(v)
         if policy == "first":
             return g.children[v]
+        if policy == "locality":
+            return g.kids_high(v)
+        if policy == "variation":
+            props = g.props
+            return sorted(g.children[v], key=lambda c: perf_class(props[c]))
         col = self.agg.get(primary)
         ids = g.ids
         if col is None:
@@ -375,7 +405,50 @@ class Matcher:
                 if types[u] == want and ok(u, cols):
                     yield u
             return
-        yield from self._search(scope, need, cols, lambda u: types[u] == want)
+        found = self._search(scope, need, cols, lambda u: types[u] == want)
+        yield from self._top(found, need) if scope < 0 else found
+
+    def _top(self, found: Iterator[int], need: Need) -> Iterator[int]:
+        """The top-level candidates in the policy's global order (``variation``: by
+        performance class across the graph; ``locality``: longest runs of consecutive
+        ids among those that qualify); else as found."""
+        if self.policy == "variation":
+            props = self.g.props
+            yield from sorted(found, key=lambda u: (perf_class(props[u]), u))
+        elif self.policy == "locality":
+            yield from self._runs([u for u in found if self._qualifies(u, need)])
+        else:
+            yield from found
+
+    def _qualifies(self, u: int, need: Need) -> bool:
+        """Whether candidate *u* could take one of *need* now (nothing is kept)."""
+        if need.slot:
+            return True  # a home: its units were checked on the way
+        if self.tbusy.get(u, 0) and (need.exclusive or not need.leaf):
+            return False
+        if need.exclusive and not self._whole(u):
+            return False
+        if need.leaf:
+            return self._avail(u) > 0
+        mark = len(self.picks)
+        ok = self._wants(u, need.children, 1)
+        self._rollback(mark)
+        return ok
+
+    def _runs(self, cands: list[int]) -> list[int]:
+        """*cands* by runs of consecutive ids (per type): the longest run first, ties to
+        the higher ids; higher ids first within a run."""
+        g = self.g
+        ids, types = g.ids, g.types
+        runs: list[list[int]] = []
+        for u in sorted(cands, key=lambda c: (types[c], ids[c])):
+            last = runs[-1][-1] if runs else -1
+            if runs and types[last] == types[u] and ids[u] == ids[last] + 1:
+                runs[-1].append(u)
+            else:
+                runs.append([u])
+        runs.sort(key=lambda run: (-len(run), -ids[run[-1]]))
+        return [u for run in runs for u in reversed(run)]
 
     def _search(self, scope: int, need: Need, cols: tuple[tuple[list[int], int], ...],
                 hit: Callable[[int], bool]) -> Iterator[int]:
@@ -426,7 +499,7 @@ class Matcher:
                 if home(u) and self._ok(u, cols):
                     yield u
             return
-        yield from self._search(-1, need, cols, home)
+        yield from self._top(self._search(-1, need, cols, home), need)
 
     # -- needs -----------------------------------------------------------------------
 

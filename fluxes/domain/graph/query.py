@@ -57,12 +57,12 @@ __all__ = ["FORMATS", "POLICIES", "QuerySession", "Reply"]
 
 #: ``-P`` policies -> the matcher's policy.  Fluxion's ``first`` is ``hinode`` that stops
 #: at the first match; ``lonode`` / ``hinode`` rank nodes by the ids of what each would
-#: give (node-centric), ``locality`` packs; ``variation`` (performance
-#: classes the graphs here do not carry) falls back to ``low``.
+#: give (node-centric); ``locality`` takes the longest run of consecutive ids first;
+#: ``variation`` the lowest ``perf_class`` first (see :mod:`~fluxes.domain.graph.match`).
 POLICY_MAP: Final = {"high": "high", "low": "low", "first": "hinode", "lonode": "lonode",
                      "hinode": "hinode", "lonodex": "lonodex", "hinodex": "hinodex",
-                     "firstnodex": "hinodex", "locality": "best", "variation": "low",
-                     "best": "best", "worst": "worst"}
+                     "firstnodex": "hinodex", "locality": "locality",
+                     "variation": "variation", "best": "best", "worst": "worst"}
 POLICIES: Final = tuple(POLICY_MAP)
 #: ``-F`` formats.
 FORMATS: Final = ("simple", "pretty_simple", "jgf", "rlite", "rv1", "rv1_nosched")

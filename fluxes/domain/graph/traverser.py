@@ -249,7 +249,10 @@ class Traverser:
         Returns what the job still holds and whether that was the last of
         it (the job is then gone, as after :meth:`cancel`); None when the
         job has no allocation.  Vertices above the hosts (a rack, the
-        cluster) stay held until the last rank goes.
+        cluster) stay held until the last rank goes; one of them held
+        exclusively (a switch) keeps its subtree closed until then, as it
+        keeps it closed to others in Fluxion, though the R no longer lists
+        the ranks released.
         """
         hold = self.allocs.get(jobid)
         if hold is None:
@@ -260,12 +263,16 @@ class Traverser:
         def keep(v: int) -> bool:
             return g.rank_of(v) not in gone
 
+        closed: set[int] = set()
+        for v, (_, excl) in hold.shown.items():
+            if excl and keep(v) and g.rank_of(v) < 0:
+                closed.update(g.subtree(v))
         left = Hold(jobid, hold.start, hold.end,
                     {v: s for v, s in hold.shown.items() if keep(v)},
                     {v: a for v, a in hold.amounts.items() if keep(v)}, False, {},
-                    {v: a for v, a in hold.blocked.items() if keep(v)},
-                    tuple(v for v in hold.touched if keep(v)))
-        if not any(g.rank_of(v) >= 0 for v in left.touched):
+                    {v: a for v, a in hold.blocked.items() if keep(v) or v in closed},
+                    tuple(v for v in hold.touched if keep(v) or v in closed))
+        if not any(g.rank_of(v) >= 0 for v in left.shown):
             self.cancel(jobid)
             return left, True
         for v, a in left.blocked.items():
