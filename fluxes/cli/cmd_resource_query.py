@@ -52,10 +52,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-e", "--elapse-time", action="store_true",
                         help="print how long each match took")
     parser.add_argument("-d", "--disable-prompt", action="store_true",
-                        help="accepted for Fluxion's scripts: there is no prompt")
+                        help="no prompt (as Fluxion's --disable-prompt): there never is one")
     parser.add_argument("-p", "--prune-filters", metavar="HL:LL,...",
-                        help="accepted for Fluxion's scripts: every type is tracked in every "
-                             "subtree already")
+                        help="skip subtrees by the free units of type LL at vertices of type "
+                             "HL (ALL: every type), e.g. ALL:core,rack:node; 'none': never "
+                             "(default: every type at every vertex); results never change, "
+                             "only the work")
     parser.set_defaults(func=_run)
 
 
@@ -81,7 +83,7 @@ def _run(args: argparse.Namespace) -> int:
         raise ValueError(f"{args.load_file}: {exc}") from None
     session = QuerySession(graph, _load_jobspec, args.match_policy, args.match_format,
                            clock=time.perf_counter if args.elapse_time else None,
-                           read=_read_r)
+                           read=_read_r, prune=args.prune_filters)
     if args.test_output is None:
         return _session(session, sys.stdout)
     try:

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.jgf import subgraph
-from fluxes.domain.graph.match import make_hold
+from fluxes.domain.graph.match import make_hold, parse_prune
 from fluxes.domain.graph.recovery import picks_of_graph
 from fluxes.domain.graph.traverser import Traverser
 from fluxes.domain.graph.wants import Want, parse_resources
@@ -194,3 +194,55 @@ def test_holds_never_collide(name: str, steps: list[Any]) -> None:
             host = graph.hosts[step[1] % len(graph.hosts)]
             t.state.set_down(host, not t.state.down[host])
         check(t, named)
+
+
+def outcomes(t: Traverser, steps: list[Any]) -> list[Any]:
+    """What each step gives on *t*: the holds (vertices, amounts, window) or None."""
+    out: list[Any] = []
+    for jobid, step in enumerate(steps):
+        if step[0] == "job":
+            _, tree, policy, length = step
+            try:
+                needs = t.compile(parse_resources([tree]))
+            except (InfeasibleRequest, ValueError):
+                continue
+            hold = t.allocate(needs, jobid, 0.0, length, policy)
+            if hold is None:
+                found = t.earliest(needs, jobid, 0.0, length, policy)
+                if found is not None and found[0] > 0.0:
+                    hold = t.reserve_at(needs, jobid, found[0], length, policy)
+            out.append(None if hold is None else (hold.start, hold.end, hold.shown,
+                                                  hold.amounts, hold.blocked))
+            out.append(t.satisfiable(needs))
+        elif step[0] == "cancel":
+            held = sorted(t.allocs) + sorted(t.resvs)
+            if held:
+                t.cancel(held[step[1] % len(held)])
+        elif step[0] == "drain":
+            host = t.graph.hosts[step[1] % len(t.graph.hosts)]
+            t.state.set_down(host, not t.state.down[host])
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+@settings(max_examples=40, deadline=None)
+@given(steps=st.lists(st.one_of(JOB, JOB, JOB, st.tuples(st.just("cancel"), st.integers(0, 40)),
+                                st.tuples(st.just("drain"), st.integers(0, 40))),
+                      min_size=1, max_size=16))
+def test_prune_filters_change_no_result(name: str, steps: list[Any]) -> None:
+    """resource-query's -p: pruning by every type, by Fluxion's default (cores), by
+    nodes at racks only, or not at all, matches the same vertices."""
+    graph = GRAPHS[name]
+    expected = outcomes(Traverser(graph), steps)
+    for spec in ("none", "ALL:core", "rack:node,switch:node"):
+        assert outcomes(Traverser(graph, parse_prune(spec)), steps) == expected, spec
+
+
+def test_prune_filters_parse_as_fluxion_writes_them() -> None:
+    assert parse_prune("ALL:core,rack:node,switch:node") == (
+        ("core", None), ("node", frozenset({"rack", "switch"})))
+    assert parse_prune("rack:core,ALL:core") == (("core", None),)
+    assert parse_prune("none") == ()
+    for bad in ("core", "ALL:", ":core", "a:b:c"):
+        with pytest.raises(ValueError, match="expected HL:LL"):
+            parse_prune(bad)

@@ -54,7 +54,8 @@ from fluxes.domain.graph.wants import Want
 from fluxes.formats.counts import Count
 
 __all__ = ["EXCLUSIVE", "MANY", "MATCH_POLICIES", "PASS", "SHARED", "WORST_CLASS", "Matcher",
-           "Need", "compile_wants", "make_hold", "missing_types", "perf_class"]
+           "Need", "PruneSpec", "compile_wants", "make_hold", "missing_types", "parse_prune",
+           "perf_class"]
 
 #: Stands for "no upper bound" in counts.
 MANY: Final = 1 << 62
@@ -72,6 +73,11 @@ _NODE_CENTRIC: Final = {"lonode": "low", "hinode": "high"}
 
 _GB: Final = 1 << 30
 
+#: Prune filters: ((low-level type, the types of the vertices that prune by it, or None
+#: for all of them), ...); None: every type at every vertex.
+PruneSpec = tuple[tuple[str, frozenset[str] | None], ...]
+Cols = tuple[tuple[list[int], int, frozenset[str] | None], ...]
+
 #: Kinds of picks: part of a vertex, a whole subtree, passed through.
 SHARED: Final = 0
 EXCLUSIVE: Final = 1
@@ -85,7 +91,7 @@ class Need:
     """A :class:`Want` compiled for one graph (counts in graph units, pruning needs)."""
 
     __slots__ = ("children", "cols", "count", "exclusive", "granular", "hi", "kinds", "leaf",
-                 "lo", "loose", "per", "primary", "slot", "type")
+                 "lo", "loose", "per", "primary", "sizes", "slot", "type")
 
     def __init__(self, want: Want, graph: ResourceGraph) -> None:
         """Compile *want* (and its children) for *graph*."""
@@ -122,7 +128,9 @@ class Need:
         self.granular = (self.leaf and self.exclusive and not self.loose
                          and _has_pools(graph, self.type))
         #: mode -> ((column, units), ...) built on first use against a state
-        self.cols: dict[str, tuple[tuple[list[int], int], ...]] = {}
+        self.cols: dict[object, tuple[tuple[list[int], int, frozenset[str] | None], ...]] = {}
+        #: mode -> ((column, units), ...): what one candidate needs, to size slot fills
+        self.sizes: dict[str, tuple[tuple[list[int], int], ...]] = {}
 
     def total(self) -> dict[str, int]:
         """Units of each type the least count of this vertex needs."""
@@ -153,6 +161,25 @@ def _has_pools(graph: ResourceGraph, kind: str) -> bool:
     """Whether *graph* has a vertex of type *kind* holding more than one unit."""
     n = graph.total(kind)
     return n > sum(1 for t in graph.types if t == kind) if n else False
+
+
+def parse_prune(text: str) -> PruneSpec:
+    """Fluxion's ``--prune-filters`` ``HL:LL[,HL:LL...]`` (``ALL`` as HL: every vertex
+    type) as a :data:`PruneSpec`; ``none`` (ours): no pruning.  ValueError if malformed."""
+    if text.strip().lower() == "none":
+        return ()
+    where: dict[str, set[str] | None] = {}
+    for item in text.split(","):
+        high, sep, low = item.strip().partition(":")
+        if not sep or not high or not low or ":" in low:
+            raise ValueError(f"prune filter {item.strip()!r}: expected HL:LL (e.g. ALL:core)")
+        have = where.get(low, set())
+        if high == "ALL" or have is None:
+            where[low] = None
+        else:
+            where[low] = have | {high}
+    return tuple(sorted((low, None if high is None else frozenset(high))
+                        for low, high in where.items()))
 
 
 def perf_class(props: dict[str, str] | None) -> int:
@@ -230,7 +257,10 @@ class Matcher:
     ``later`` (a future window: prune with what is up) or ``static``
     (satisfiability: an empty graph, every vertex up).  *allowed* restricts
     the hosts to those ranks (a constraint); *skip* is a job whose own
-    reservation does not count.
+    reservation does not count.  *prune* (resource-query's ``-p``) says by
+    which types' free units subtrees are skipped early, and at which vertex
+    types; the default prunes by every type everywhere, ``()`` never prunes:
+    the result is the same either way, only the work differs.
     """
 
     __slots__ = (
@@ -244,6 +274,7 @@ class Matcher:
         "now",
         "picks",
         "policy",
+        "prune",
         "skip",
         "st",
         "start",
@@ -254,7 +285,8 @@ class Matcher:
 
     def __init__(self, state: GraphState, start: float, end: float, now: float, mode: str,
                  policy: str = "low", skip: int | None = None,
-                 allowed: frozenset[int] | None = None) -> None:
+                 allowed: frozenset[int] | None = None, prune: PruneSpec | None = None
+                 ) -> None:
         """Prepare an attempt; :meth:`run` does it."""
         self.st = state
         self.g = state.g
@@ -267,6 +299,7 @@ class Matcher:
         self.policy = _NODEX.get(policy, _NODE_CENTRIC.get(policy, policy))
         self.skip = skip
         self.allowed = allowed
+        self.prune = prune
         self.agg = (state.free if mode == "now" else state.upcap if mode == "later"
                     else state.g.cap)
         self.picks: list[tuple[int, int, int]] = []
@@ -342,14 +375,30 @@ class Matcher:
 
     # -- candidates ------------------------------------------------------------------
 
-    def _cols(self, need: Need) -> tuple[tuple[list[int], int], ...]:
-        """*need*'s per-candidate units as (aggregate column, units) pairs for this mode."""
-        cols = need.cols.get(self.mode)
+    def _cols(self, need: Need) -> Cols:
+        """*need*'s prune filters for this mode: (aggregate column, units one candidate
+        needs, the vertex types it prunes at or None for all), as the filters allow."""
+        key = (self.mode, self.prune)
+        cols = need.cols.get(key)
         if cols is None:
             agg = self.agg
-            cols = tuple((agg[t], k) for t, k in need.per)
-            need.cols[self.mode] = cols
+            prune = self.prune
+            if prune is None:
+                cols = tuple((agg[t], k, None) for t, k in need.per)
+            else:
+                where = dict(prune)
+                cols = tuple((agg[t], k, where[t]) for t, k in need.per if t in where)
+            need.cols[key] = cols
         return cols
+
+    def _sizes(self, need: Need) -> tuple[tuple[list[int], int], ...]:
+        """*need*'s per-candidate units as (aggregate column, units) pairs for this mode:
+        how many slot copies a home may take at most (not a filter: always known)."""
+        sizes = need.sizes.get(self.mode)
+        if sizes is None:
+            agg = self.agg
+            sizes = need.sizes[self.mode] = tuple((agg[t], k) for t, k in need.per)
+        return sizes
 
     def _kids(self, v: int, primary: str) -> list[int]:
         """Children of *v* in the policy's order."""
@@ -374,10 +423,11 @@ class Matcher:
             return sorted(g.children[v], key=lambda c: (col[c], ids[c]))
         return sorted(g.children[v], key=lambda c: (-col[c], ids[c]))
 
-    def _ok(self, u: int, cols: tuple[tuple[list[int], int], ...]) -> bool:
-        """Whether *u* may be visited: enough units below, up, not taken, allowed."""
-        for col, k in cols:
-            if col[u] < k:
+    def _ok(self, u: int, cols: Cols) -> bool:
+        """Whether *u* may be visited: enough units below (as the prune filters tell),
+        up, not taken, allowed."""
+        for col, k, where in cols:
+            if col[u] < k and (where is None or self.g.types[u] in where):
                 return False
         if self.mode != "static" and self.st.down[u]:
             return False
@@ -450,7 +500,7 @@ class Matcher:
         runs.sort(key=lambda run: (-len(run), -ids[run[-1]]))
         return [u for run in runs for u in reversed(run)]
 
-    def _search(self, scope: int, need: Need, cols: tuple[tuple[list[int], int], ...],
+    def _search(self, scope: int, need: Need, cols: Cols,
                 hit: Callable[[int], bool]) -> Iterator[int]:
         """Vertices for which *hit* holds, below *scope* (-1: from the root) down through
         the others."""
@@ -629,10 +679,10 @@ class Matcher:
     def _fill_homes(self, scope: int, need: Need, target: int) -> int:
         """Put up to *target* slot copies below homes of *scope*; how many were placed."""
         got = 0
-        cols = self._cols(need)
+        sizes = self._sizes(need)
         for h in self._homes(scope, need):
             room = target - got
-            for col, k in cols:
+            for col, k in sizes:
                 room = min(room, col[h] // k)
             while room >= 1:
                 mark = len(self.picks)

@@ -38,7 +38,7 @@ import orjson
 
 from fluxes.domain.graph.inspect import find, set_status
 from fluxes.domain.graph.jgf import subgraph
-from fluxes.domain.graph.match import make_hold
+from fluxes.domain.graph.match import make_hold, parse_prune
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.output import pretty_lines, rset_of, simple_lines
 from fluxes.domain.graph.recovery import (
@@ -109,10 +109,12 @@ class QuerySession:
     def __init__(self, graph: ResourceGraph, load: Callable[[str], Jobspec | Mapping[str, Any]],
                  policy: str = "high", fmt: str = "simple",
                  clock: Callable[[], float] | None = None,
-                 read: Callable[[str], bytes] | None = None) -> None:
+                 read: Callable[[str], bytes] | None = None, prune: str | None = None) -> None:
         """A session with nothing allocated; ValueError for an unknown policy or format.
 
         With a *clock* (seconds), each match also prints ``INFO: ELAPSE=`` its time.
+        *prune* is ``-p``'s ``HL:LL,...`` (``none``: no pruning; default: every type
+        everywhere): only how much is visited changes, never a result.
         """
         if policy not in POLICIES:
             raise ValueError(f"unknown match policy {policy!r} (expected one of "
@@ -121,7 +123,7 @@ class QuerySession:
             raise ValueError(f"unknown match format {fmt!r} (expected one of "
                              f"{', '.join(FORMATS)})")
         self.graph = graph
-        self.trav = Traverser(graph)
+        self.trav = Traverser(graph, None if prune is None else parse_prune(prune))
         self.policy = POLICY_MAP[policy]
         self.fmt = fmt
         self.load = load

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from heapq import merge
 from typing import Final
 
-from fluxes.domain.graph.match import Matcher, Need, compile_wants, missing_types
+from fluxes.domain.graph.match import Matcher, Need, PruneSpec, compile_wants, missing_types
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.state import GraphState, Hold
 from fluxes.domain.graph.wants import Want
@@ -43,11 +43,12 @@ _COMPILED_MAX: Final = 4096
 class Traverser:
     """Jobs' holds on one graph (see the module docstring)."""
 
-    __slots__ = ("_compiled", "_ends", "_missing", "allocs", "graph", "resvs", "state")
+    __slots__ = ("_compiled", "_ends", "_missing", "allocs", "graph", "prune", "resvs", "state")
 
-    def __init__(self, graph: ResourceGraph) -> None:
-        """Nothing held."""
+    def __init__(self, graph: ResourceGraph, prune: PruneSpec | None = None) -> None:
+        """Nothing held; *prune*: the matcher's prune filters (None: by every type)."""
         self.graph = graph
+        self.prune = prune
         self.state = GraphState(graph)
         self.allocs: dict[int, Hold] = {}
         self.resvs: dict[int, Hold] = {}
@@ -91,7 +92,7 @@ class Traverser:
             return None  # a type the graph lacks: nothing can match
         mode = "now" if start <= now and not overdue else "later"
         matcher = Matcher(self.state, start, start + length, -_INF if overdue else now, mode,
-                          policy, skip, allowed)
+                          policy, skip, allowed, self.prune)
         if not matcher.run(needs):
             return None
         return matcher.hold(jobid, start > now)
@@ -101,7 +102,8 @@ class Traverser:
         """Whether *needs* fits the empty graph (every vertex up, nothing held)."""
         if self.missing(needs):
             return False
-        return Matcher(self.state, 0.0, _INF, 0.0, "static", "low", None, allowed).run(needs)
+        return Matcher(self.state, 0.0, _INF, 0.0, "static", "low", None, allowed,
+                       self.prune).run(needs)
 
     def allocate(self, needs: Sequence[Need], jobid: int, now: float, length: float,
                  policy: str, allowed: frozenset[int] | None = None) -> Hold | None:
