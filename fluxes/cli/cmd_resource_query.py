@@ -37,8 +37,10 @@ def register(subparsers: Any) -> None:
          "fluxes resource-query -L cluster.json -f jgf -P low -F pretty_simple"]))
     parser.add_argument("-L", "--load-file", required=True, metavar="GRAPH",
                         help="the resource graph: a GRUG recipe (GraphML) or JGF")
-    parser.add_argument("-f", "--load-format", choices=("grug", "jgf"), default="grug",
-                        help="format of GRAPH (default grug)")
+    parser.add_argument("-f", "--load-format", choices=("grug", "jgf", "rv1exec"),
+                        default="grug",
+                        help="format of GRAPH (default grug; rv1exec: an R's R_lite, each "
+                             "rank a node holding its cores and gpus)")
     parser.add_argument("-P", "--match-policy", default="high", choices=POLICIES,
                         help="Fluxion's policies (high, low, lonode, hinode, lonodex, hinodex, "
                              "first, firstnodex, locality, variation) or best / worst "
@@ -66,6 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     from fluxes.domain.graph.grug import load_grug
     from fluxes.domain.graph.jgf import load_jgf
     from fluxes.domain.graph.query import QuerySession
+    from fluxes.domain.graph.rv1exec import load_rv1exec
 
     if args.match_subsystems != "CA":
         raise ValueError(f"-S {args.match_subsystems}: only CA (the containment subsystem) "
@@ -78,7 +81,8 @@ def _run(args: argparse.Namespace) -> int:
     if len(data) > _MAX_GRAPH_BYTES:
         raise ValueError(f"{args.load_file}: larger than {_MAX_GRAPH_BYTES} bytes")
     try:
-        graph = load_grug(data) if args.load_format == "grug" else load_jgf(data)
+        loader = {"grug": load_grug, "jgf": load_jgf, "rv1exec": load_rv1exec}
+        graph = loader[args.load_format](data)
     except ValueError as exc:
         raise ValueError(f"{args.load_file}: {exc}") from None
     session = QuerySession(graph, _load_jobspec, args.match_policy, args.match_format,

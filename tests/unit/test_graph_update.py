@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import yaml
 
 from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.query import QuerySession
 from fluxes.domain.graph.recipe import generate, parse_recipe
+from fluxes.domain.graph.rv1exec import load_rv1exec
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "cases" / "graph"
@@ -140,7 +142,7 @@ def test_update_rv1exec_holds_cores_and_gpus_and_the_host_when_all_are_listed() 
     # what is left free: cores 2-3 and the gpu of rank 0
     free = [line.strip() for line in run(s, "find sched-now=free and type=core or "
                                             "sched-now=free and type=gpu")]
-    assert free[:3] == ["---------core2[1:s]", "---------core3[1:s]", "---------gpu0[1:s]"]
+    assert free[:3] == ["---------core2[1:x]", "---------core3[1:x]", "---------gpu0[1:x]"]
     assert not any("node1" in line for line in free)
     bad = files.put("bad.json", rv1("5", "0"))
     assert s.execute(f"update allocate rv1exec {bad} 4 0 100").err == [
@@ -242,3 +244,27 @@ def test_locality_policy_takes_the_longest_run_of_free_ids_first() -> None:
     assert nodes_of(run(high, "match allocate 2N")) == ["node3", "node5"]
     # ties between runs of one: the higher ids
     assert nodes_of(run(s, "match allocate 1N")) == ["node5"]
+
+
+def test_an_r_alone_loads_as_fluxion_rv1exec_reader_builds_it() -> None:
+    r = {"version": 1, "execution": {"R_lite": [
+        {"rank": "0-1", "children": {"core": "0-3", "gpu": "0"}},
+        {"rank": "2", "children": {"core": "0-1"}}],
+        "nodelist": ["big[7-8]", "small"], "properties": {"fast": "1"},
+        "starttime": 0, "expiration": 0}}
+    g = load_rv1exec(orjson.dumps(r))
+    assert g.describe() == "cluster0: 1 cluster, 3 node, 10 core, 2 gpu"
+    assert [(g.names[h], g.basenames[h], g.ids[h], g.ranks[h]) for h in g.hosts] == [
+        ("big7", "big", 7, 0), ("big8", "big", 8, 1), ("small", "small", 2, 2)]
+    assert g.path(g.find(1, "gpu", 0) or 0) == "/cluster0/big8/gpu0"
+    assert g.props[g.hosts[1]] == {"fast": ""} and g.props[g.hosts[0]] is None
+    files = Files()
+    s = QuerySession(g, load, "low", "rv1_nosched", read=files.read)
+    out = run(s, f"update allocate rv1exec {files.put('r.json', rv1('1', '0-3', '0'))} 4 0 9")
+    assert orjson.loads(out[0])["execution"]["R_lite"] == [
+        {"rank": "1", "children": {"core": "0-3", "gpu": "0"}}]
+    for bad, why in ((b"[]", "rv1exec: "), (b"{", "invalid JSON"),
+                     (orjson.dumps({"version": 1, "execution": {"R_lite": []}}),
+                      "holds no resources")):
+        with pytest.raises(ValueError, match=why):
+            load_rv1exec(bad)

@@ -220,7 +220,7 @@ class QuerySession:
         """``find EXPR``: vertices by status, schedule, type, name, rank or property."""
         expr = " ".join(args)
         shown = find(self.graph, self.trav.state, expr)
-        hold = Hold(0, 0.0, 0.0, shown, {})
+        hold = Hold(0, 0.0, 0.0, shown, {v: size for v, (size, _) in shown.items()})
         lines = self._lines(hold) if shown else []
         return Reply(out=[*lines, _BAR, f'INFO: EXPRESSION="{expr}"', _BAR])
 
