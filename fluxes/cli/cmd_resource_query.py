@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
                         help="no prompt (as Fluxion's --disable-prompt): there never is one")
     parser.add_argument("-p", "--prune-filters", metavar="HL:LL,...",
                         help="skip subtrees by the free units of type LL at vertices of type "
-                             "HL (ALL: every type), e.g. ALL:core,rack:node; 'none': never "
+                             "HL (ALL: every type), e.g. ALL:core,rack:node; '' or 'none': never "
                              "(default: every type at every vertex); results never change, "
                              "only the work")
     parser.set_defaults(func=_run)

@@ -242,7 +242,7 @@ def test_prune_filters_parse_as_fluxion_writes_them() -> None:
     assert parse_prune("ALL:core,rack:node,switch:node") == (
         ("core", None), ("node", frozenset({"rack", "switch"})))
     assert parse_prune("rack:core,ALL:core") == (("core", None),)
-    assert parse_prune("none") == ()
+    assert parse_prune("none") == parse_prune("") == ()
     for bad in ("core", "ALL:", ":core", "a:b:c"):
         with pytest.raises(ValueError, match="expected HL:LL"):
             parse_prune(bad)

@@ -165,8 +165,9 @@ def _has_pools(graph: ResourceGraph, kind: str) -> bool:
 
 def parse_prune(text: str) -> PruneSpec:
     """Fluxion's ``--prune-filters`` ``HL:LL[,HL:LL...]`` (``ALL`` as HL: every vertex
-    type) as a :data:`PruneSpec`; ``none`` (ours): no pruning.  ValueError if malformed."""
-    if text.strip().lower() == "none":
+    type) as a :data:`PruneSpec`; empty (as Fluxion takes ``--prune-filters=""``) or
+    ``none``: no pruning.  ValueError if malformed."""
+    if text.strip().lower() in ("", "none"):
         return ()
     where: dict[str, set[str] | None] = {}
     for item in text.split(","):
