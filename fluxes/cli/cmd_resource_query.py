@@ -141,6 +141,9 @@ def _session(session: Any, out: TextIO) -> int:
         if reply.out:
             out.write("".join(f"{text}\n" for text in reply.out))
             out.flush()
+        if reply.console:
+            sys.stdout.write("".join(f"{text}\n" for text in reply.console))
+            sys.stdout.flush()
         if reply.err:
             failed = True
             sys.stderr.write("".join(f"{text}\n" for text in reply.err))

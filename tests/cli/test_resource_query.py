@@ -281,3 +281,18 @@ def test_update_and_partial_cancel_read_r_files_and_prune_filters_change_nothing
     for filters in ("none", "ALL:core", "ALL:core,node:socket"):
         assert run(monkeypatch, capsys, ["-L", TINY, "-P", "low", "-p", filters],
                    commands) == pruned
+
+
+def test_info_list_stat_and_elapsed_times_go_to_stdout_not_the_test_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = cores(tmp_path, 1)
+    out_file = tmp_path / "out"
+    code, out, _ = run(monkeypatch, capsys, ["-L", TINY, "-e", "-t", str(out_file)],
+                       [f"match allocate {spec}", "info 1", "list", "stat"])
+    assert code == 0
+    assert out_file.read_text().splitlines()[-5:] == allocated(1)
+    lines = out.splitlines()
+    assert lines[0].startswith("INFO: ELAPSE=")
+    assert lines[1:3] == [f"INFO: 1, ALLOCATED, 0, {spec}, {lines[0].split('=')[1]}"] * 2
+    assert lines[3] == "INFO: Num. of Jobs Matched: 1"

@@ -128,7 +128,7 @@ def test_inspection_commands_status_property_info_and_find() -> None:
     def run(line: str) -> list[str]:
         reply = s.execute(line)
         assert not reply.err, reply.err
-        return reply.out
+        return reply.out + reply.console
 
     run("set-status /tiny0/rack0/node1 down")
     assert run("get-status /tiny0/rack0/node1") == ["/tiny0/rack0/node1 is down"]

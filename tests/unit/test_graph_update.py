@@ -56,7 +56,7 @@ def session(files: Files, fmt: str = "jgf", graph: str = "tiny") -> QuerySession
 def run(s: QuerySession, line: str) -> list[str]:
     reply = s.execute(line)
     assert not reply.err, reply.err
-    return reply.out
+    return reply.out + reply.console
 
 
 def matches(s: QuerySession, lines: list[str]) -> list[str]:

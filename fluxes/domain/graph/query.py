@@ -91,10 +91,13 @@ _HELP: Final = (
 
 @dataclass
 class Reply:
-    """What one command prints: lines for stdout and stderr, and whether to stop."""
+    """What one command prints, and whether to stop: ``out`` goes where matches go (``-t
+    FILE``, else stdout), ``console`` always to stdout (``info``, ``list``, ``stat``,
+    ``help``, elapsed times, as Fluxion's tool prints them), ``err`` to stderr."""
 
     out: list[str] = field(default_factory=list)
     err: list[str] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
     quit: bool = False
 
 
@@ -145,7 +148,7 @@ class QuerySession:
         if cmd in ("quit", "q"):
             return Reply(quit=True)
         if cmd in ("help", "h"):
-            return Reply(out=list(_HELP))
+            return Reply(console=list(_HELP))
         if cmd in ("match", "m", "update", "u"):
             run = self._match if cmd in ("match", "m") else self._update
             if self.clock is None:
@@ -154,7 +157,7 @@ class QuerySession:
             reply = run(args)
             took = self.clock() - began
             if not reply.err:
-                reply.out.append(f"INFO: ELAPSE={took:.6f}")
+                reply.console.append(f"INFO: ELAPSE={took:.6f}")
                 self._timed(took)
             return reply
         if cmd in ("multi-match", "M"):
@@ -194,16 +197,16 @@ class QuerySession:
         jobid = _jobid(args[0])
         if jobid not in self.jobs:
             raise ValueError(f"nonexistent job {jobid}")
-        return Reply(out=[self._job_line(jobid)])
+        return Reply(console=[self._job_line(jobid)])
 
     def _list(self, args: list[str]) -> Reply:
         """``list``: every job matched and still held."""
-        return Reply(out=[self._job_line(j) for j in sorted(self.jobs)])
+        return Reply(console=[self._job_line(j) for j in sorted(self.jobs)])
 
     def _stat(self, args: list[str]) -> Reply:
         """``stat``: how many jobs matched, and the match times."""
         times = self.times
-        return Reply(out=[f"INFO: Num. of Jobs Matched: {len(self.jobs)}",
+        return Reply(console=[f"INFO: Num. of Jobs Matched: {len(self.jobs)}",
                           f"INFO: Min. Match Time: {min(times, default=0.0):.6f}",
                           f"INFO: Max. Match Time: {max(times, default=0.0):.6f}",
                           "INFO: Avg. Match Time: "
@@ -269,6 +272,7 @@ class QuerySession:
         for path in args[1:]:
             one = self.execute(f"match {args[0]} {path}")
             out.out += one.out
+            out.console += one.console
             out.err += one.err
         return out
 
@@ -302,26 +306,42 @@ class QuerySession:
             raise ValueError(f"{path}: {exc}") from None
 
     def _update(self, args: list[str]) -> Reply:
-        """``update allocate|reserve READER FILE JOBID AT DURATION``."""
+        """``update allocate|reserve READER FILE JOBID AT DURATION``.
+
+        A malformed command is an error only; an R that cannot be held (a
+        vertex not in the graph, or held by another job) also answers "no
+        match" for the job id, which is then used up, as in Fluxion.
+        """
         try:
-            hold, path = self._update_hold(args)
+            reader, path, jobid, at, length = self._update_args(args)
         except ValueError as exc:
             return Reply(err=[f"ERROR: {exc}"])
-        jobid = hold.jobid
         self.next_jobid = jobid + 1
+        no_match = [_BAR, "INFO: No matching resources found", f"INFO: JOBID={jobid}", _BAR]
+        try:
+            doc = self._r_file(path)
+            where = f"update: {path}"
+            if reader == "rv1exec":
+                picks = picks_of_rv1exec(self.graph, doc, where)
+            else:
+                picks = picks_of_graph(self.graph, doc, where)
+            if not picks:
+                raise ValueError(f"{where}: the R holds nothing")
+        except ValueError as exc:
+            return Reply(out=no_match, err=[f"ERROR: {exc}"])
+        hold = make_hold(self.graph, picks, jobid, float(at), float(at + length), False)
         bad = self.trav.update(hold, self.now)
         if bad is not None:
-            return Reply(out=[_BAR, "INFO: No matching resources found", f"INFO: JOBID={jobid}",
-                              _BAR],
-                         err=[f"ERROR: update: {self.graph.path(bad)} is not free for job "
-                              f"{jobid}"])
+            return Reply(out=no_match, err=[f"ERROR: update: {self.graph.path(bad)} is not "
+                                            f"free for job {jobid}"])
         at = int(hold.start) if hold.reserved else 0
         self.jobs[jobid] = ("RESERVED" if hold.reserved else "ALLOCATED", at, path, 0.0)
         self.times.append(0.0)
         return Reply(out=[*self._lines(hold), *self._scheduled(hold)])
 
-    def _update_hold(self, args: list[str]) -> tuple[Hold, str]:
-        """The hold an ``update`` command gives, and its file; ValueError if malformed."""
+    def _update_args(self, args: list[str]) -> tuple[str, str, int, int, int]:
+        """An ``update`` command's reader, file, job id, start and duration; ValueError if
+        malformed."""
         if len(args) != 6:
             raise ValueError("malformed command: update allocate|reserve "
                              "jgf|jgf_shorthand|rv1exec FILE JOBID AT DURATION")
@@ -336,15 +356,7 @@ class QuerySession:
             raise ValueError(f"existing job {jobid}")
         if jobid < 0 or at < 0 or length <= 0:
             raise ValueError(f"invalid job or time ({jobid}, {at}, {length})")
-        doc = self._r_file(path)
-        where = f"update: {path}"
-        if reader == "rv1exec":
-            picks = picks_of_rv1exec(self.graph, doc, where)
-        else:
-            picks = picks_of_graph(self.graph, doc, where)
-        if not picks:
-            raise ValueError(f"{where}: the R holds nothing")
-        return make_hold(self.graph, picks, jobid, float(at), float(at + length), False), path
+        return reader, path, jobid, at, length
 
     def _partial_cancel(self, args: list[str]) -> Reply:
         """``partial-cancel JOBID jgf|rv1exec FILE [stats]``: release the R's ranks."""
