@@ -268,3 +268,23 @@ def test_an_r_alone_loads_as_fluxion_rv1exec_reader_builds_it() -> None:
                       "holds no resources")):
         with pytest.raises(ValueError, match=why):
             load_rv1exec(bad)
+
+
+def test_find_by_job() -> None:
+    files = Files()
+    s = session(files, "simple")
+    run(s, f"match allocate {JS}/excl_socket.yaml")
+    for _ in range(3):
+        run(s, f"match allocate_orelse_reserve {JS}/whole_node.yaml")
+
+    def found(expr: str) -> list[str]:
+        return [line.strip(" -") for line in run(s, f"find {expr}")[:-3]]
+
+    assert found("jobid-alloc=1") == ["core35[1:x]", "socket1[1:x]", "node1[1:x]",
+                                      "rack0[1:x]", "tiny0[1:x]"]
+    assert found("jobid-span=1 and type=socket") == found("jobid-alloc=1 type=socket")
+    assert "node1[1:x]" in found("jobid-reserved=3 and type=node")
+    assert found("jobid-reserved=1") == [] and found("jobid-alloc=3") == []
+    # the tag covers what the job passes through too
+    assert found("jobid-tag=1 and type=rack") == ["rack0[1:x]", "tiny0[1:x]"]
+    assert "not a job id" in s.execute("find jobid-tag=x").err[0]

@@ -222,7 +222,8 @@ class QuerySession:
     def _find(self, args: list[str]) -> Reply:
         """``find EXPR``: vertices by status, schedule, type, name, rank or property."""
         expr = " ".join(args)
-        shown = find(self.graph, self.trav.state, expr)
+        trav = self.trav
+        shown = find(self.graph, trav.state, expr, [*trav.allocs.values(), *trav.resvs.values()])
         hold = Hold(0, 0.0, 0.0, shown, {v: size for v, (size, _) in shown.items()})
         lines = self._lines(hold) if shown else []
         return Reply(out=[*lines, _BAR, f'INFO: EXPRESSION="{expr}"', _BAR])
