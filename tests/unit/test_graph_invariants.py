@@ -9,7 +9,8 @@ After every step:
 
 * a job holds (lists in its R, is charged for) only vertices of the types its
   jobspec names, never more of a type than its counts allow (a vertex named
-  exclusively with nothing below it is held whole);
+  exclusively with nothing below it is held whole); its R's cores and gpus,
+  and its ``scheduling`` subgraph, are exactly those;
 * a vertex held exclusively, and everything below it, is touched by no other
   job whose window overlaps;
 * the units held on a vertex at any time fit its size;
@@ -31,6 +32,7 @@ from hypothesis import strategies as st
 from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.jgf import subgraph
 from fluxes.domain.graph.match import make_hold, parse_prune
+from fluxes.domain.graph.output import rset_of
 from fluxes.domain.graph.recovery import picks_of_graph
 from fluxes.domain.graph.traverser import Traverser
 from fluxes.domain.graph.wants import Want, parse_resources
@@ -114,6 +116,13 @@ def check(t: Traverser, named: dict[int, dict[str, float]]) -> None:
         for kind, n in kinds.items():
             assert not bound or "*" in bound or n <= bound.get(kind, 0), (h.jobid, kind, n,
                                                                              bound)
+        # the R itself (what the scheduler reports and accounting charges) holds no more
+        rset = rset_of(g, h, scheduling=True)
+        if bound and "*" not in bound:
+            assert rset.ncores <= bound.get("core", 0) and rset.ngpus <= bound.get("gpu", 0)
+        paths = {n["metadata"]["paths"]["containment"]
+                 for n in rset.encode()["scheduling"]["graph"]["nodes"]}
+        assert paths == {g.path(v) for v in h.shown}
         for v in h.touched:
             # allocations hold from now until their end; reservations their window
             others = [o for o in holds if o is not h and v in touched[o.jobid]

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fluxes.domain.accounting.usage import UsageState
 from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.output import rset_of
 from fluxes.domain.graph.pool import GraphPool
@@ -174,3 +175,21 @@ def test_node_centric_policies_rank_nodes_by_what_they_would_give() -> None:
             got += ["/".join(g.path(v).split("/")[3:5]) for v in hold.amounts
                     if g.types[v] == "socket"]
         assert got == order, policy
+
+
+def test_accounting_charges_the_cores_the_graph_pool_r_holds() -> None:
+    """The scheduler sends R's counts with the alloc (``ncores=rset.ncores``); the usage
+    fold charges those, not what the jobspec's exclusive socket closed."""
+    g = load_grug((CASES / "tiny.graphml").read_text())
+    pool = GraphPool(g, clock=lambda: 0.0)
+    jobspec = {**spec("excl_socket.yaml"), "version": 1}
+    jobspec["resources"][0]["with"][0]["label"] = "task"
+    rset = pool.alloc(graph_request(jobspec), 7, "high", now=0.0)
+    usage = UsageState(half_life=0.0)
+    usage.feed(7, "submit", 0.0, {"userid": 1000}, {"ncores": 18})
+    usage.feed(7, "alloc", 10.0, {}, {"ncores": rset.ncores, "ngpus": rset.ngpus,
+                                      "ranks": str(rset.ranks)})
+    usage.feed(7, "free", 110.0, {}, {})
+    charge = usage.take_changes().charges[0]
+    assert (charge.ncores, charge.ngpus, charge.nnodes) == (1, 0, 1)
+    assert next(iter(usage.accums.values())).raw.core_seconds == 100.0  # 1 core × 100 s, not 18
