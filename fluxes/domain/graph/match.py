@@ -40,6 +40,11 @@ one host, and an exclusive vertex naming nothing below holds its subtree.
 
 Everything here is one attempt at one window; :mod:`fluxes.domain.graph.traverser`
 chooses the windows.
+
+Why one module: the compiled request (:class:`Need`), the hold it gives
+(:func:`make_hold`) and the :class:`Matcher` whose methods share one
+attempt's tentative picks and the policy's orders are one algorithm;
+split, each part would pass that state to the others.
 """
 
 from __future__ import annotations
