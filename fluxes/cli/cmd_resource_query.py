@@ -2,10 +2,11 @@
 
 Load a graph (a GRUG recipe or JGF), then read commands on stdin (``match
 allocate|allocate_orelse_reserve|allocate_with_satisfiability|satisfiability
-JOBSPEC``, ``multi-match``, ``cancel``, ``info``, ``list``, ``stat``,
-``find``, ``set-status``/``get-status``, ``set-property``/``get-property``,
-``quit``) and print what Fluxion's tool prints, so a site can check its
-graph and its jobspecs without an instance.  See
+JOBSPEC``, ``multi-match``, ``cancel``, ``update``, ``partial-cancel``,
+``info``, ``list``, ``stat``, ``find``, ``set-status``/``get-status``,
+``set-property``/``get-property``, ``quit``) and print what Fluxion's
+tool prints, so a site can check its graph and its jobspecs without an
+instance.  See
 ``docs/resource-graph.md``.
 """
 
@@ -29,13 +30,17 @@ def register(subparsers: Any) -> None:
         "Match jobspecs against a resource graph as Fluxion's resource-query does:\n"
         "commands on stdin (match allocate|allocate_orelse_reserve|\n"
         "allocate_with_satisfiability|satisfiability JOBSPEC, multi-match, cancel JOBID,\n"
-        "info, list, stat, find, set-status, get-status, set-property, get-property, quit).",
+        "update allocate|reserve jgf|rv1exec R JOBID AT DURATION, partial-cancel JOBID\n"
+        "jgf|rv1exec R, info, list, stat, find, set-status, get-status, set-property,\n"
+        "get-property, quit).",
         ["fluxes resource-query -L tiny.graphml -P high < cmds",
          "fluxes resource-query -L cluster.json -f jgf -P low -F pretty_simple"]))
     parser.add_argument("-L", "--load-file", required=True, metavar="GRAPH",
                         help="the resource graph: a GRUG recipe (GraphML) or JGF")
-    parser.add_argument("-f", "--load-format", choices=("grug", "jgf"), default="grug",
-                        help="format of GRAPH (default grug)")
+    parser.add_argument("-f", "--load-format", choices=("grug", "jgf", "rv1exec"),
+                        default="grug",
+                        help="format of GRAPH (default grug; rv1exec: an R's R_lite, each "
+                             "rank a node holding its cores and gpus)")
     parser.add_argument("-P", "--match-policy", default="high", choices=POLICIES,
                         help="Fluxion's policies (high, low, lonode, hinode, lonodex, hinodex, "
                              "first, firstnodex, locality, variation) or best / worst "
@@ -49,10 +54,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument("-e", "--elapse-time", action="store_true",
                         help="print how long each match took")
     parser.add_argument("-d", "--disable-prompt", action="store_true",
-                        help="accepted for Fluxion's scripts: there is no prompt")
+                        help="no prompt (as Fluxion's --disable-prompt): there never is one")
     parser.add_argument("-p", "--prune-filters", metavar="HL:LL,...",
-                        help="accepted for Fluxion's scripts: every type is tracked in every "
-                             "subtree already")
+                        help="skip subtrees by the free units of type LL at vertices of type "
+                             "HL (ALL: every type), e.g. ALL:core,rack:node; '' or 'none': never "
+                             "(default: every type at every vertex); results never change, "
+                             "only the work")
     parser.set_defaults(func=_run)
 
 
@@ -61,6 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     from fluxes.domain.graph.grug import load_grug
     from fluxes.domain.graph.jgf import load_jgf
     from fluxes.domain.graph.query import QuerySession
+    from fluxes.domain.graph.rv1exec import load_rv1exec
 
     if args.match_subsystems != "CA":
         raise ValueError(f"-S {args.match_subsystems}: only CA (the containment subsystem) "
@@ -73,11 +81,13 @@ def _run(args: argparse.Namespace) -> int:
     if len(data) > _MAX_GRAPH_BYTES:
         raise ValueError(f"{args.load_file}: larger than {_MAX_GRAPH_BYTES} bytes")
     try:
-        graph = load_grug(data) if args.load_format == "grug" else load_jgf(data)
+        loader = {"grug": load_grug, "jgf": load_jgf, "rv1exec": load_rv1exec}
+        graph = loader[args.load_format](data)
     except ValueError as exc:
         raise ValueError(f"{args.load_file}: {exc}") from None
     session = QuerySession(graph, _load_jobspec, args.match_policy, args.match_format,
-                           clock=time.perf_counter if args.elapse_time else None)
+                           clock=time.perf_counter if args.elapse_time else None,
+                           read=_read_r, prune=args.prune_filters)
     if args.test_output is None:
         return _session(session, sys.stdout)
     try:
@@ -114,6 +124,15 @@ def _load_jobspec(path: str) -> Mapping[str, Any]:
     return doc
 
 
+def _read_r(path: str) -> bytes:
+    """The bytes of an R or JGF file (``update``, ``partial-cancel``), bounded."""
+    with open(path, "rb") as handle:
+        data = handle.read(_MAX_GRAPH_BYTES + 1)
+    if len(data) > _MAX_GRAPH_BYTES:
+        raise ValueError(f"larger than {_MAX_GRAPH_BYTES} bytes")
+    return data
+
+
 def _session(session: Any, out: TextIO) -> int:
     """Run stdin's commands, printing to *out*; 1 if any failed."""
     failed = False
@@ -122,6 +141,9 @@ def _session(session: Any, out: TextIO) -> int:
         if reply.out:
             out.write("".join(f"{text}\n" for text in reply.out))
             out.flush()
+        if reply.console:
+            sys.stdout.write("".join(f"{text}\n" for text in reply.console))
+            sys.stdout.flush()
         if reply.err:
             failed = True
             sys.stderr.write("".join(f"{text}\n" for text in reply.err))

@@ -196,6 +196,7 @@ def test_a_jgf_graph_answers_as_its_grug_recipe(
     (["-L", "/nonexistent/g.graphml"], "fluxes: /nonexistent/g.graphml: No such file"),
     (["-L", RESV, "-S", "PA"], "fluxes: -S PA: only CA (the containment subsystem)"),
     (["-L", RESV, "-f", "jgf"], "fluxes: " + RESV + ": jgf: invalid JSON"),
+    (["-L", RESV, "-p", "ALL"], "fluxes: prune filter 'ALL': expected HL:LL"),
 ])
 def test_bad_options_are_one_line(args: list[str], message: str,
                                   monkeypatch: pytest.MonkeyPatch,
@@ -249,3 +250,49 @@ def test_jobspec_files_of_every_shape_on_the_medium_graph(
     fifth = lines[lines.index("INFO: JOBID=4") + 3:lines.index("INFO: JOBID=5")]
     assert [line for line in fifth if "node" in line] == ["      ------------node2[1:x]",
                                                           "      ------------node3[1:x]"]
+
+
+def test_update_and_partial_cancel_read_r_files_and_prune_filters_change_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = cores(tmp_path, 2)
+    out_file = tmp_path / "out"
+    code, _, _ = run(monkeypatch, capsys, ["-L", TINY, "-F", "jgf", "-t", str(out_file)],
+                     [f"match allocate {spec}"] * 2)
+    assert code == 0
+    rs = [line for line in out_file.read_text().splitlines() if not line.startswith("INFO")]
+    for i, r in enumerate(rs):
+        (tmp_path / f"r{i}.json").write_text(r)
+    replay = [f"update allocate jgf {tmp_path / f'r{i}.json'} {i + 1} 0 100" for i in range(2)]
+    code, out, err = run(monkeypatch, capsys, ["-L", TINY, "-F", "jgf"], replay)
+    assert (code, err) == (0, "") and out == out_file.read_text()
+    rank1 = tmp_path / "rank1.json"
+    rank1.write_text(json.dumps({"version": 1, "execution": {"R_lite": [
+        {"rank": "1", "children": {"core": "0"}}]}}))
+    code, out, err = run(monkeypatch, capsys, ["-L", TINY], [
+        *replay, f"partial-cancel 1 rv1exec {rank1}", "info 1", "info 2",
+        f"partial-cancel 2 rv1exec {tmp_path / 'nowhere.json'}"])
+    assert code == 1
+    assert out.splitlines()[-1].startswith("INFO: 2, ALLOCATED, 0, ")
+    assert err.splitlines() == ["ERROR: nonexistent job 1",
+                                f"ERROR: {tmp_path / 'nowhere.json'}: No such file or directory"]
+    commands = [f"match allocate_orelse_reserve {spec}"] * 40
+    pruned = run(monkeypatch, capsys, ["-L", TINY, "-P", "low"], commands)
+    for filters in ("none", "ALL:core", "ALL:core,node:socket"):
+        assert run(monkeypatch, capsys, ["-L", TINY, "-P", "low", "-p", filters],
+                   commands) == pruned
+
+
+def test_info_list_stat_and_elapsed_times_go_to_stdout_not_the_test_output(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    spec = cores(tmp_path, 1)
+    out_file = tmp_path / "out"
+    code, out, _ = run(monkeypatch, capsys, ["-L", TINY, "-e", "-t", str(out_file)],
+                       [f"match allocate {spec}", "info 1", "list", "stat"])
+    assert code == 0
+    assert out_file.read_text().splitlines()[-5:] == allocated(1)
+    lines = out.splitlines()
+    assert lines[0].startswith("INFO: ELAPSE=")
+    assert lines[1:3] == [f"INFO: 1, ALLOCATED, 0, {spec}, {lines[0].split('=')[1]}"] * 2
+    assert lines[3] == "INFO: Num. of Jobs Matched: 1"

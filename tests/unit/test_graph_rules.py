@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from fluxes.domain.accounting.usage import UsageState
 from fluxes.domain.graph.grug import load_grug
 from fluxes.domain.graph.output import rset_of
 from fluxes.domain.graph.pool import GraphPool
@@ -128,7 +129,7 @@ def test_inspection_commands_status_property_info_and_find() -> None:
     def run(line: str) -> list[str]:
         reply = s.execute(line)
         assert not reply.err, reply.err
-        return reply.out
+        return reply.out + reply.console
 
     run("set-status /tiny0/rack0/node1 down")
     assert run("get-status /tiny0/rack0/node1") == ["/tiny0/rack0/node1 is down"]
@@ -140,13 +141,20 @@ def test_inspection_commands_status_property_info_and_find() -> None:
     assert run("info 1") == [f"INFO: 1, ALLOCATED, 0, {js}/excl_socket.yaml, 0.000000"]
     assert len(run("list")) == 3 and run("stat")[0] == "INFO: Num. of Jobs Matched: 3"
     found = run("find sched-now=allocated and type=socket or status=down")
-    assert [line.strip("- ") for line in found[:3]] == ["socket1[1:s]", "node0[1:s]",
-                                                        "socket1[1:s]"]
+    # sockets the one-core jobs only pass through are free, as in Fluxion's planners
+    assert [line.strip("- ") for line in found[:4]] == ["socket1[1:x]", "node0[1:x]",
+                                                        "rack0[1:x]", "tiny0[1:x]"]
+    assert [line.strip("- ") for line in run("find (type=core and sched-now=allocated) "
+                                             "status=up rank=1")][:2] == [
+        "core34[1:x]", "core35[1:x]"]
     run("set-property /tiny0/rack0/node0 color=red")
     assert run("get-property /tiny0/rack0/node0") == ["color=red"]
     assert s.execute("get-status /nowhere").err == [
         "ERROR: could not find path /nowhere in resource graph"]
-    assert s.execute("find color").err[0].startswith("ERROR: find: 'color' is not KEY=VALUE")
+    assert s.execute("find color").err[0].startswith(
+        "ERROR: find: invalid criteria: 'color' is not KEY=VALUE")
+    for bad in ("(type=core", "type=core or", "type=core )", "names=core[a["):
+        assert s.execute(f"find {bad}").err[0].startswith("ERROR: find: invalid criteria"), bad
 
 
 def test_node_centric_policies_rank_nodes_by_what_they_would_give() -> None:
@@ -167,3 +175,21 @@ def test_node_centric_policies_rank_nodes_by_what_they_would_give() -> None:
             got += ["/".join(g.path(v).split("/")[3:5]) for v in hold.amounts
                     if g.types[v] == "socket"]
         assert got == order, policy
+
+
+def test_accounting_charges_the_cores_the_graph_pool_r_holds() -> None:
+    """The scheduler sends R's counts with the alloc (``ncores=rset.ncores``); the usage
+    fold charges those, not what the jobspec's exclusive socket closed."""
+    g = load_grug((CASES / "tiny.graphml").read_text())
+    pool = GraphPool(g, clock=lambda: 0.0)
+    jobspec = {**spec("excl_socket.yaml"), "version": 1}
+    jobspec["resources"][0]["with"][0]["label"] = "task"
+    rset = pool.alloc(graph_request(jobspec), 7, "high", now=0.0)
+    usage = UsageState(half_life=0.0)
+    usage.feed(7, "submit", 0.0, {"userid": 1000}, {"ncores": 18})
+    usage.feed(7, "alloc", 10.0, {}, {"ncores": rset.ncores, "ngpus": rset.ngpus,
+                                      "ranks": str(rset.ranks)})
+    usage.feed(7, "free", 110.0, {}, {})
+    charge = usage.take_changes().charges[0]
+    assert (charge.ncores, charge.ngpus, charge.nnodes) == (1, 0, 1)
+    assert next(iter(usage.accums.values())).raw.core_seconds == 100.0  # 1 core × 100 s, not 18

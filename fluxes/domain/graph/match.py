@@ -22,7 +22,16 @@ Candidates come in the policy's order and the first that fit are taken:
   (and held whole, as Fluxion's node-exclusive policies list it);
 * ``first``: graph order;
 * ``best`` / ``worst``: the subtrees with the fewest / most free units of
-  the request's main type (cores when it has any) first: pack or spread.
+  the request's main type (cores when it has any) first: pack or spread;
+* ``locality`` (Fluxion's locality-aware policy): at the top, the
+  candidates that qualify (could take the request's children now) are
+  grouped into runs of consecutive ids, and the longest run is used first
+  (ties: the run with the higher ids), so a job lands on contiguous
+  resources; below the top, higher ids first, as ``high``;
+* ``variation`` (Fluxion's variation-aware policy): at every level, and
+  across the whole graph at the top, the vertices with the lowest
+  ``perf_class`` property first (a missing, unreadable or out-of-range
+  class counts as 9999, the worst), graph order among equals.
 
 A count range takes the most that fits (``largest accepted value``).
 Trees read from today's plain Requests (``Want.loose``) keep today's pool's
@@ -31,10 +40,16 @@ one host, and an exclusive vertex naming nothing below holds its subtree.
 
 Everything here is one attempt at one window; :mod:`fluxes.domain.graph.traverser`
 chooses the windows.
+
+Why one module: the compiled request (:class:`Need`), the hold it gives
+(:func:`make_hold`) and the :class:`Matcher` whose methods share one
+attempt's tentative picks and the policy's orders are one algorithm;
+split, each part would pass that state to the others.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Final
 
@@ -43,8 +58,9 @@ from fluxes.domain.graph.state import GraphState, Hold
 from fluxes.domain.graph.wants import Want
 from fluxes.formats.counts import Count
 
-__all__ = ["EXCLUSIVE", "MANY", "MATCH_POLICIES", "PASS", "SHARED", "Matcher", "Need",
-           "compile_wants", "make_hold", "missing_types"]
+__all__ = ["EXCLUSIVE", "MANY", "MATCH_POLICIES", "PASS", "SHARED", "WORST_CLASS", "Matcher",
+           "Need", "PruneSpec", "compile_wants", "make_hold", "missing_types", "parse_prune",
+           "perf_class"]
 
 #: Stands for "no upper bound" in counts.
 MANY: Final = 1 << 62
@@ -52,12 +68,20 @@ MANY: Final = 1 << 62
 #: Policies the matcher knows (``lonodex`` / ``hinodex``: ``low`` / ``high`` with every
 #: node taken exclusively, Fluxion's node-exclusive policies).
 MATCH_POLICIES: Final = ("low", "high", "first", "best", "worst", "lonode", "hinode",
-                         "lonodex", "hinodex")
+                         "lonodex", "hinodex", "locality", "variation")
+#: The worst performance class (Fluxion's default for a vertex without a readable one).
+WORST_CLASS: Final = 9999
+_LEADING_INT: Final = re.compile(r"\s*([+-]?\d+)")
 _NODEX: Final = {"lonodex": "low", "hinodex": "high"}
 #: node-centric policies: nodes ranked by the ids of what they would give
 _NODE_CENTRIC: Final = {"lonode": "low", "hinode": "high"}
 
 _GB: Final = 1 << 30
+
+#: Prune filters: ((low-level type, the types of the vertices that prune by it, or None
+#: for all of them), ...); None: every type at every vertex.
+PruneSpec = tuple[tuple[str, frozenset[str] | None], ...]
+Cols = tuple[tuple[list[int], int, frozenset[str] | None], ...]
 
 #: Kinds of picks: part of a vertex, a whole subtree, passed through.
 SHARED: Final = 0
@@ -72,7 +96,7 @@ class Need:
     """A :class:`Want` compiled for one graph (counts in graph units, pruning needs)."""
 
     __slots__ = ("children", "cols", "count", "exclusive", "granular", "hi", "kinds", "leaf",
-                 "lo", "loose", "per", "primary", "slot", "type")
+                 "lo", "loose", "per", "primary", "sizes", "slot", "type")
 
     def __init__(self, want: Want, graph: ResourceGraph) -> None:
         """Compile *want* (and its children) for *graph*."""
@@ -109,7 +133,9 @@ class Need:
         self.granular = (self.leaf and self.exclusive and not self.loose
                          and _has_pools(graph, self.type))
         #: mode -> ((column, units), ...) built on first use against a state
-        self.cols: dict[str, tuple[tuple[list[int], int], ...]] = {}
+        self.cols: dict[object, tuple[tuple[list[int], int, frozenset[str] | None], ...]] = {}
+        #: mode -> ((column, units), ...): what one candidate needs, to size slot fills
+        self.sizes: dict[str, tuple[tuple[list[int], int], ...]] = {}
 
     def total(self) -> dict[str, int]:
         """Units of each type the least count of this vertex needs."""
@@ -140,6 +166,38 @@ def _has_pools(graph: ResourceGraph, kind: str) -> bool:
     """Whether *graph* has a vertex of type *kind* holding more than one unit."""
     n = graph.total(kind)
     return n > sum(1 for t in graph.types if t == kind) if n else False
+
+
+def parse_prune(text: str) -> PruneSpec:
+    """Fluxion's ``--prune-filters`` ``HL:LL[,HL:LL...]`` (``ALL`` as HL: every vertex
+    type) as a :data:`PruneSpec`; empty (as Fluxion takes ``--prune-filters=""``) or
+    ``none``: no pruning.  ValueError if malformed."""
+    if text.strip().lower() in ("", "none"):
+        return ()
+    where: dict[str, set[str] | None] = {}
+    for item in text.split(","):
+        high, sep, low = item.strip().partition(":")
+        if not sep or not high or not low or ":" in low:
+            raise ValueError(f"prune filter {item.strip()!r}: expected HL:LL (e.g. ALL:core)")
+        have = where.get(low, set())
+        if high == "ALL" or have is None:
+            where[low] = None
+        else:
+            where[low] = have | {high}
+    return tuple(sorted((low, None if high is None else frozenset(high))
+                        for low, high in where.items()))
+
+
+def perf_class(props: dict[str, str] | None) -> int:
+    """A vertex's ``perf_class`` property as the variation policy ranks it: the leading
+    integer of its value (as C's ``stoi`` reads it), :data:`WORST_CLASS` when there is
+    none or it is outside 0..9999."""
+    text = (props or {}).get("perf_class")
+    found = _LEADING_INT.match(text) if text is not None else None
+    if found is None:
+        return WORST_CLASS
+    value = int(found.group(1))
+    return value if 0 <= value <= WORST_CLASS else WORST_CLASS
 
 
 def make_hold(g: ResourceGraph, picks: Sequence[tuple[int, int, int]], jobid: int,
@@ -205,7 +263,10 @@ class Matcher:
     ``later`` (a future window: prune with what is up) or ``static``
     (satisfiability: an empty graph, every vertex up).  *allowed* restricts
     the hosts to those ranks (a constraint); *skip* is a job whose own
-    reservation does not count.
+    reservation does not count.  *prune* (resource-query's ``-p``) says by
+    which types' free units subtrees are skipped early, and at which vertex
+    types; the default prunes by every type everywhere, ``()`` never prunes:
+    the result is the same either way, only the work differs.
     """
 
     __slots__ = (
@@ -219,6 +280,7 @@ class Matcher:
         "now",
         "picks",
         "policy",
+        "prune",
         "skip",
         "st",
         "start",
@@ -229,7 +291,8 @@ class Matcher:
 
     def __init__(self, state: GraphState, start: float, end: float, now: float, mode: str,
                  policy: str = "low", skip: int | None = None,
-                 allowed: frozenset[int] | None = None) -> None:
+                 allowed: frozenset[int] | None = None, prune: PruneSpec | None = None
+                 ) -> None:
         """Prepare an attempt; :meth:`run` does it."""
         self.st = state
         self.g = state.g
@@ -242,6 +305,7 @@ class Matcher:
         self.policy = _NODEX.get(policy, _NODE_CENTRIC.get(policy, policy))
         self.skip = skip
         self.allowed = allowed
+        self.prune = prune
         self.agg = (state.free if mode == "now" else state.upcap if mode == "later"
                     else state.g.cap)
         self.picks: list[tuple[int, int, int]] = []
@@ -317,14 +381,30 @@ class Matcher:
 
     # -- candidates ------------------------------------------------------------------
 
-    def _cols(self, need: Need) -> tuple[tuple[list[int], int], ...]:
-        """*need*'s per-candidate units as (aggregate column, units) pairs for this mode."""
-        cols = need.cols.get(self.mode)
+    def _cols(self, need: Need) -> Cols:
+        """*need*'s prune filters for this mode: (aggregate column, units one candidate
+        needs, the vertex types it prunes at or None for all), as the filters allow."""
+        key = (self.mode, self.prune)
+        cols = need.cols.get(key)
         if cols is None:
             agg = self.agg
-            cols = tuple((agg[t], k) for t, k in need.per)
-            need.cols[self.mode] = cols
+            prune = self.prune
+            if prune is None:
+                cols = tuple((agg[t], k, None) for t, k in need.per)
+            else:
+                where = dict(prune)
+                cols = tuple((agg[t], k, where[t]) for t, k in need.per if t in where)
+            need.cols[key] = cols
         return cols
+
+    def _sizes(self, need: Need) -> tuple[tuple[list[int], int], ...]:
+        """*need*'s per-candidate units as (aggregate column, units) pairs for this mode:
+        how many slot copies a home may take at most (not a filter: always known)."""
+        sizes = need.sizes.get(self.mode)
+        if sizes is None:
+            agg = self.agg
+            sizes = need.sizes[self.mode] = tuple((agg[t], k) for t, k in need.per)
+        return sizes
 
     def _kids(self, v: int, primary: str) -> list[int]:
         """Children of *v* in the policy's order."""
@@ -336,6 +416,11 @@ class Matcher:
             return g.kids_high(v)
         if policy == "first":
             return g.children[v]
+        if policy == "locality":
+            return g.kids_high(v)
+        if policy == "variation":
+            props = g.props
+            return sorted(g.children[v], key=lambda c: perf_class(props[c]))
         col = self.agg.get(primary)
         ids = g.ids
         if col is None:
@@ -344,10 +429,11 @@ class Matcher:
             return sorted(g.children[v], key=lambda c: (col[c], ids[c]))
         return sorted(g.children[v], key=lambda c: (-col[c], ids[c]))
 
-    def _ok(self, u: int, cols: tuple[tuple[list[int], int], ...]) -> bool:
-        """Whether *u* may be visited: enough units below, up, not taken, allowed."""
-        for col, k in cols:
-            if col[u] < k:
+    def _ok(self, u: int, cols: Cols) -> bool:
+        """Whether *u* may be visited: enough units below (as the prune filters tell),
+        up, not taken, allowed."""
+        for col, k, where in cols:
+            if col[u] < k and (where is None or self.g.types[u] in where):
                 return False
         if self.mode != "static" and self.st.down[u]:
             return False
@@ -375,9 +461,52 @@ class Matcher:
                 if types[u] == want and ok(u, cols):
                     yield u
             return
-        yield from self._search(scope, need, cols, lambda u: types[u] == want)
+        found = self._search(scope, need, cols, lambda u: types[u] == want)
+        yield from self._top(found, need) if scope < 0 else found
 
-    def _search(self, scope: int, need: Need, cols: tuple[tuple[list[int], int], ...],
+    def _top(self, found: Iterator[int], need: Need) -> Iterator[int]:
+        """The top-level candidates in the policy's global order (``variation``: by
+        performance class across the graph; ``locality``: longest runs of consecutive
+        ids among those that qualify); else as found."""
+        if self.policy == "variation":
+            props = self.g.props
+            yield from sorted(found, key=lambda u: (perf_class(props[u]), u))
+        elif self.policy == "locality":
+            yield from self._runs([u for u in found if self._qualifies(u, need)])
+        else:
+            yield from found
+
+    def _qualifies(self, u: int, need: Need) -> bool:
+        """Whether candidate *u* could take one of *need* now (nothing is kept)."""
+        if need.slot:
+            return True  # a home: its units were checked on the way
+        if self.tbusy.get(u, 0) and (need.exclusive or not need.leaf):
+            return False
+        if need.exclusive and not self._whole(u):
+            return False
+        if need.leaf:
+            return self._avail(u) > 0
+        mark = len(self.picks)
+        ok = self._wants(u, need.children, 1)
+        self._rollback(mark)
+        return ok
+
+    def _runs(self, cands: list[int]) -> list[int]:
+        """*cands* by runs of consecutive ids (per type): the longest run first, ties to
+        the higher ids; higher ids first within a run."""
+        g = self.g
+        ids, types = g.ids, g.types
+        runs: list[list[int]] = []
+        for u in sorted(cands, key=lambda c: (types[c], ids[c])):
+            last = runs[-1][-1] if runs else -1
+            if runs and types[last] == types[u] and ids[u] == ids[last] + 1:
+                runs[-1].append(u)
+            else:
+                runs.append([u])
+        runs.sort(key=lambda run: (-len(run), -ids[run[-1]]))
+        return [u for run in runs for u in reversed(run)]
+
+    def _search(self, scope: int, need: Need, cols: Cols,
                 hit: Callable[[int], bool]) -> Iterator[int]:
         """Vertices for which *hit* holds, below *scope* (-1: from the root) down through
         the others."""
@@ -426,7 +555,7 @@ class Matcher:
                 if home(u) and self._ok(u, cols):
                     yield u
             return
-        yield from self._search(-1, need, cols, home)
+        yield from self._top(self._search(-1, need, cols, home), need)
 
     # -- needs -----------------------------------------------------------------------
 
@@ -556,10 +685,10 @@ class Matcher:
     def _fill_homes(self, scope: int, need: Need, target: int) -> int:
         """Put up to *target* slot copies below homes of *scope*; how many were placed."""
         got = 0
-        cols = self._cols(need)
+        sizes = self._sizes(need)
         for h in self._homes(scope, need):
             room = target - got
-            for col, k in cols:
+            for col, k in sizes:
                 room = min(room, col[h] // k)
             while room >= 1:
                 mark = len(self.picks)

@@ -11,6 +11,13 @@ lines and the jobspec files.  Commands:
   whether a failed request could ever fit;
 * ``match satisfiability JOBSPEC``: could it fit the empty graph?
 * ``cancel JOBID [stats]``: release an allocation or drop a reservation;
+* ``update allocate|reserve jgf|jgf_shorthand|rv1exec FILE JOBID AT DURATION``:
+  record the R in FILE as JOBID's, held for ``[AT, AT + DURATION)`` (an
+  allocation when AT is 0, else a reservation) if nothing else holds any of
+  it; printed as a match would be, and the next job id is JOBID + 1;
+* ``partial-cancel JOBID jgf|rv1exec FILE [stats]``: release what the
+  allocation holds on the ranks the R in FILE names (the job is gone once
+  its last rank is);
 * ``help``, ``quit``.  Blank lines and ``#`` comments are skipped.
 
 The clock starts at 0 and stays there: a job holds its resources for its
@@ -31,8 +38,15 @@ import orjson
 
 from fluxes.domain.graph.inspect import find, set_status
 from fluxes.domain.graph.jgf import subgraph
+from fluxes.domain.graph.match import make_hold, parse_prune
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.output import pretty_lines, rset_of, simple_lines
+from fluxes.domain.graph.recovery import (
+    picks_of_graph,
+    picks_of_rv1exec,
+    r_document,
+    ranks_of_r,
+)
 from fluxes.domain.graph.state import Hold
 from fluxes.domain.graph.traverser import Traverser
 from fluxes.domain.graph.wants import parse_resources
@@ -43,12 +57,12 @@ __all__ = ["FORMATS", "POLICIES", "QuerySession", "Reply"]
 
 #: ``-P`` policies -> the matcher's policy.  Fluxion's ``first`` is ``hinode`` that stops
 #: at the first match; ``lonode`` / ``hinode`` rank nodes by the ids of what each would
-#: give (node-centric), ``locality`` packs; ``variation`` (performance
-#: classes the graphs here do not carry) falls back to ``low``.
+#: give (node-centric); ``locality`` takes the longest run of consecutive ids first;
+#: ``variation`` the lowest ``perf_class`` first (see :mod:`~fluxes.domain.graph.match`).
 POLICY_MAP: Final = {"high": "high", "low": "low", "first": "hinode", "lonode": "lonode",
                      "hinode": "hinode", "lonodex": "lonodex", "hinodex": "hinodex",
-                     "firstnodex": "hinodex", "locality": "best", "variation": "low",
-                     "best": "best", "worst": "worst"}
+                     "firstnodex": "hinodex", "locality": "locality",
+                     "variation": "variation", "best": "best", "worst": "worst"}
 POLICIES: Final = tuple(POLICY_MAP)
 #: ``-F`` formats.
 FORMATS: Final = ("simple", "pretty_simple", "jgf", "rlite", "rv1", "rv1_nosched")
@@ -69,32 +83,41 @@ _HELP: Final = (
     "match allocate_with_satisfiability JOBSPEC   allocate now; say if it could ever fit",
     "match satisfiability JOBSPEC                 could it fit the empty graph?",
     "cancel JOBID [stats]                         release an allocation or a reservation",
+    "update allocate|reserve jgf|rv1exec FILE JOBID AT DURATION   hold the R in FILE",
+    "partial-cancel JOBID jgf|rv1exec FILE [stats]  release the R's ranks of a job",
     "quit                                         end the session",
 )
 
 
 @dataclass
 class Reply:
-    """What one command prints: lines for stdout and stderr, and whether to stop."""
+    """What one command prints, and whether to stop: ``out`` goes where matches go (``-t
+    FILE``, else stdout), ``console`` always to stdout (``info``, ``list``, ``stat``,
+    ``help``, elapsed times, as Fluxion's tool prints them), ``err`` to stderr."""
 
     out: list[str] = field(default_factory=list)
     err: list[str] = field(default_factory=list)
+    console: list[str] = field(default_factory=list)
     quit: bool = False
 
 
 class QuerySession:
     """Commands on one graph (see the module docstring).
 
-    *load* turns a jobspec file name into a Jobspec (or its dict); it may
+    *load* turns a jobspec file name into a Jobspec (or its dict); *read*
+    gives the bytes of an R file (``update``, ``partial-cancel``); both may
     raise ValueError (or OSError) with a one-line message.
     """
 
     def __init__(self, graph: ResourceGraph, load: Callable[[str], Jobspec | Mapping[str, Any]],
                  policy: str = "high", fmt: str = "simple",
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 read: Callable[[str], bytes] | None = None, prune: str | None = None) -> None:
         """A session with nothing allocated; ValueError for an unknown policy or format.
 
         With a *clock* (seconds), each match also prints ``INFO: ELAPSE=`` its time.
+        *prune* is ``-p``'s ``HL:LL,...`` (``none``: no pruning; default: every type
+        everywhere): only how much is visited changes, never a result.
         """
         if policy not in POLICIES:
             raise ValueError(f"unknown match policy {policy!r} (expected one of "
@@ -103,10 +126,11 @@ class QuerySession:
             raise ValueError(f"unknown match format {fmt!r} (expected one of "
                              f"{', '.join(FORMATS)})")
         self.graph = graph
-        self.trav = Traverser(graph)
+        self.trav = Traverser(graph, None if prune is None else parse_prune(prune))
         self.policy = POLICY_MAP[policy]
         self.fmt = fmt
         self.load = load
+        self.read = read
         self.next_jobid = 1
         self.now = 0.0
         self.clock = clock
@@ -124,15 +148,16 @@ class QuerySession:
         if cmd in ("quit", "q"):
             return Reply(quit=True)
         if cmd in ("help", "h"):
-            return Reply(out=list(_HELP))
-        if cmd in ("match", "m"):
+            return Reply(console=list(_HELP))
+        if cmd in ("match", "m", "update", "u"):
+            run = self._match if cmd in ("match", "m") else self._update
             if self.clock is None:
-                return self._match(args)
+                return run(args)
             began = self.clock()
-            reply = self._match(args)
+            reply = run(args)
             took = self.clock() - began
             if not reply.err:
-                reply.out.append(f"INFO: ELAPSE={took:.6f}")
+                reply.console.append(f"INFO: ELAPSE={took:.6f}")
                 self._timed(took)
             return reply
         if cmd in ("multi-match", "M"):
@@ -156,6 +181,7 @@ class QuerySession:
             "get-property": self._get_property, "g": self._get_property,
             "set-status": self._set_status, "t": self._set_status,
             "get-status": self._get_status, "e": self._get_status,
+            "partial-cancel": self._partial_cancel, "pc": self._partial_cancel,
         }
         return table
 
@@ -171,16 +197,16 @@ class QuerySession:
         jobid = _jobid(args[0])
         if jobid not in self.jobs:
             raise ValueError(f"nonexistent job {jobid}")
-        return Reply(out=[self._job_line(jobid)])
+        return Reply(console=[self._job_line(jobid)])
 
     def _list(self, args: list[str]) -> Reply:
         """``list``: every job matched and still held."""
-        return Reply(out=[self._job_line(j) for j in sorted(self.jobs)])
+        return Reply(console=[self._job_line(j) for j in sorted(self.jobs)])
 
     def _stat(self, args: list[str]) -> Reply:
         """``stat``: how many jobs matched, and the match times."""
         times = self.times
-        return Reply(out=[f"INFO: Num. of Jobs Matched: {len(self.jobs)}",
+        return Reply(console=[f"INFO: Num. of Jobs Matched: {len(self.jobs)}",
                           f"INFO: Min. Match Time: {min(times, default=0.0):.6f}",
                           f"INFO: Max. Match Time: {max(times, default=0.0):.6f}",
                           "INFO: Avg. Match Time: "
@@ -196,8 +222,9 @@ class QuerySession:
     def _find(self, args: list[str]) -> Reply:
         """``find EXPR``: vertices by status, schedule, type, name, rank or property."""
         expr = " ".join(args)
-        shown = find(self.graph, self.trav.state, expr)
-        hold = Hold(0, 0.0, 0.0, shown, {})
+        trav = self.trav
+        shown = find(self.graph, trav.state, expr, [*trav.allocs.values(), *trav.resvs.values()])
+        hold = Hold(0, 0.0, 0.0, shown, {v: size for v, (size, _) in shown.items()})
         lines = self._lines(hold) if shown else []
         return Reply(out=[*lines, _BAR, f'INFO: EXPRESSION="{expr}"', _BAR])
 
@@ -246,6 +273,7 @@ class QuerySession:
         for path in args[1:]:
             one = self.execute(f"match {args[0]} {path}")
             out.out += one.out
+            out.console += one.console
             out.err += one.err
         return out
 
@@ -266,6 +294,95 @@ class QuerySession:
         visited = len(hold.touched)
         return Reply(out=[_BAR, f'INFO: CANCEL PREORDER COUNT="{visited}"',
                           f'INFO: CANCEL POSTORDER COUNT="{visited}"', _BAR])
+
+    def _r_file(self, path: str) -> Mapping[str, Any]:
+        """The R (or JGF) document in file *path*."""
+        if self.read is None:
+            raise ValueError("this session reads no R files")
+        try:
+            return r_document(self.read(path))
+        except OSError as exc:
+            raise ValueError(f"{path}: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from None
+
+    def _update(self, args: list[str]) -> Reply:
+        """``update allocate|reserve READER FILE JOBID AT DURATION``.
+
+        A malformed command is an error only; an R that cannot be held (a
+        vertex not in the graph, or held by another job) also answers "no
+        match" for the job id, which is then used up, as in Fluxion.
+        """
+        try:
+            reader, path, jobid, at, length = self._update_args(args)
+        except ValueError as exc:
+            return Reply(err=[f"ERROR: {exc}"])
+        self.next_jobid = jobid + 1
+        no_match = [_BAR, "INFO: No matching resources found", f"INFO: JOBID={jobid}", _BAR]
+        try:
+            doc = self._r_file(path)
+            where = f"update: {path}"
+            if reader == "rv1exec":
+                picks = picks_of_rv1exec(self.graph, doc, where)
+            else:
+                picks = picks_of_graph(self.graph, doc, where)
+            if not picks:
+                raise ValueError(f"{where}: the R holds nothing")
+        except ValueError as exc:
+            return Reply(out=no_match, err=[f"ERROR: {exc}"])
+        hold = make_hold(self.graph, picks, jobid, float(at), float(at + length), False)
+        bad = self.trav.update(hold, self.now)
+        if bad is not None:
+            return Reply(out=no_match, err=[f"ERROR: update: {self.graph.path(bad)} is not "
+                                            f"free for job {jobid}"])
+        at = int(hold.start) if hold.reserved else 0
+        self.jobs[jobid] = ("RESERVED" if hold.reserved else "ALLOCATED", at, path, 0.0)
+        self.times.append(0.0)
+        return Reply(out=[*self._lines(hold), *self._scheduled(hold)])
+
+    def _update_args(self, args: list[str]) -> tuple[str, str, int, int, int]:
+        """An ``update`` command's reader, file, job id, start and duration; ValueError if
+        malformed."""
+        if len(args) != 6:
+            raise ValueError("malformed command: update allocate|reserve "
+                             "jgf|jgf_shorthand|rv1exec FILE JOBID AT DURATION")
+        sub, reader, path = args[:3]
+        if sub not in ("allocate", "reserve"):
+            raise ValueError(f"unknown subcommand {sub!r} (expected allocate or reserve)")
+        if reader not in ("jgf", "jgf_shorthand", "rv1exec"):
+            raise ValueError(f"unsupported reader {reader!r} (expected jgf, jgf_shorthand "
+                             "or rv1exec)")
+        jobid, at, length = (_jobid(a) for a in args[3:])
+        if jobid in self.trav.allocs or jobid in self.trav.resvs:
+            raise ValueError(f"existing job {jobid}")
+        if jobid < 0 or at < 0 or length <= 0:
+            raise ValueError(f"invalid job or time ({jobid}, {at}, {length})")
+        return reader, path, jobid, at, length
+
+    def _partial_cancel(self, args: list[str]) -> Reply:
+        """``partial-cancel JOBID jgf|rv1exec FILE [stats]``: release the R's ranks."""
+        if len(args) not in (3, 4) or (len(args) == 4 and args[3] != "stats"):
+            raise ValueError("malformed command: partial-cancel JOBID jgf|rv1exec FILE [stats]")
+        jobid = _jobid(args[0])
+        reader, path = args[1], args[2]
+        if reader not in ("jgf", "rv1exec"):
+            raise ValueError(f"unsupported reader {reader!r} (expected jgf or rv1exec)")
+        if jobid in self.trav.resvs:
+            raise ValueError("reservations not currently supported by partial cancel")
+        if jobid not in self.trav.allocs:
+            raise ValueError(f"nonexistent job {jobid}")
+        before = len(self.trav.allocs[jobid].touched)
+        ranks = ranks_of_r(self.graph, self._r_file(path), reader, f"partial-cancel: {path}")
+        found = self.trav.release_ranks(jobid, ranks)
+        assert found is not None  # the job holds an allocation
+        left, gone = found
+        if gone:
+            self.jobs.pop(jobid, None)
+        if len(args) == 3:
+            return Reply()
+        visited = before if gone else before - len(left.touched)
+        return Reply(out=[_BAR, f'INFO: PARTIAL CANCEL PREORDER COUNT="{visited}"',
+                          f'INFO: PARTIAL CANCEL POSTORDER COUNT="{visited}"', _BAR])
 
     def _timed(self, took: float) -> None:
         """Record the time of the match just made (if it matched)."""

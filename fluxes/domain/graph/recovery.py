@@ -9,7 +9,9 @@ A restarted scheduler re-reads the R of every job holding resources
   containment path (else by rank, type and id);
 * :func:`picks_of_rset`: without one, ``R_lite`` gives cores and gpus by id,
   whole hosts for exclusive jobs, and memory as an amount per rank;
-* :func:`check_free`: a hold may be taken back only if nothing else holds it.
+* :func:`check_free`: a hold may be taken back only if nothing else holds it;
+* :func:`picks_of_rv1exec` and :func:`ranks_of_r`: what resource-query's
+  ``update`` and ``partial-cancel`` read from a given R.
 
 :func:`inventory_of` gives the hosts of a graph as the scheduler's
 :class:`~fluxes.domain.sched.inventory.Inventory`.
@@ -32,8 +34,8 @@ from fluxes.errors import ConfigError
 from fluxes.formats.idset import IDSet
 from fluxes.formats.rset import ResourceSet, check_property_name
 
-__all__ = ["check_free", "inventory_of", "picks_of_graph", "picks_of_rset", "r_document",
-           "r_times"]
+__all__ = ["check_free", "inventory_of", "picks_of_graph", "picks_of_rset", "picks_of_rv1exec",
+           "r_document", "r_times", "ranks_of_r"]
 
 _GB: Final = 1 << 30
 
@@ -147,6 +149,83 @@ def picks_of_rset(g: ResourceGraph, state: GraphState, rset: ResourceSet,
             if units > 0:
                 raise ValueError(f"{where}: rank {r} memory is already held")
     return picks
+
+
+def _rlite(doc: Mapping[str, Any], where: str) -> list[tuple[IDSet, Mapping[str, Any]]]:
+    """``execution.R_lite`` of an R document as (ranks, children) pairs."""
+    execution = doc.get("execution")
+    rlite = execution.get("R_lite") if isinstance(execution, Mapping) else None
+    if not isinstance(rlite, list):
+        raise ValueError(f"{where}: R: execution.R_lite must be a list")
+    out = []
+    for i, entry in enumerate(rlite):
+        ranks = entry.get("rank") if isinstance(entry, Mapping) else None
+        children = entry.get("children", {}) if isinstance(entry, Mapping) else None
+        if not isinstance(ranks, str) or not isinstance(children, Mapping):
+            raise ValueError(f"{where}: R: R_lite[{i}] needs a rank idset and children")
+        try:
+            out.append((IDSet(ranks), children))
+        except ValueError as exc:
+            raise ValueError(f"{where}: R: R_lite[{i}].rank: {exc}") from None
+    return out
+
+
+def picks_of_rv1exec(g: ResourceGraph, doc: Mapping[str, Any], where: str) -> Picks:
+    """Picks from an R's ``R_lite`` alone (Fluxion's rv1exec reader): each core and gpu
+    listed exclusively, and its host too when every leaf below the host is listed."""
+    picks: Picks = []
+    listed: set[int] = set()
+    hosts: list[int] = []
+    for ranks, children in _rlite(doc, where):
+        for r in ranks:
+            host = g.rank_host.get(r)
+            if host is None:
+                raise ValueError(f"{where}: rank {r} is not in the graph")
+            if host not in hosts:
+                hosts.append(host)
+            for kind, text in children.items():
+                try:
+                    ids = IDSet(text) if isinstance(text, str) else None
+                except ValueError:
+                    ids = None
+                if ids is None:
+                    raise ValueError(f"{where}: R: rank {r} {kind}: expected an idset")
+                for i in ids:
+                    v = g.find(r, str(kind), i)
+                    if v is None:
+                        raise ValueError(f"{where}: rank {r} has no {kind} {i}")
+                    if v not in listed:
+                        listed.add(v)
+                        picks.append((v, g.sizes[v], EXCLUSIVE))
+    for host in hosts:
+        leaves = [v for v in g.subtree(host) if not g.children[v]]
+        whole = all(v in listed for v in leaves)
+        picks.append((host, g.sizes[host] if whole else 0, EXCLUSIVE if whole else PASS))
+    return picks
+
+
+def ranks_of_r(g: ResourceGraph, doc: Mapping[str, Any], reader: str, where: str
+               ) -> set[int]:
+    """The ranks an R names: its ``R_lite`` (*reader* ``rv1exec``), else the ranks of
+    the vertices of its JGF (``jgf``: a subgraph or an R's ``scheduling`` key)."""
+    if reader == "rv1exec":
+        return {r for ranks, _ in _rlite(doc, where) for r in ranks}
+    try:
+        nodes = graph_part(doc).get("nodes")
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if not isinstance(nodes, list):
+        raise ValueError(f"{where}: graph.nodes must be a list")
+    out: set[int] = set()
+    for node in nodes:
+        meta = node.get("metadata") if isinstance(node, Mapping) else None
+        if not isinstance(meta, Mapping):
+            raise ValueError(f"{where}: a JGF node has no metadata")
+        v = _vertex_of(g, meta)
+        rank = g.rank_of(v) if v is not None else meta.get("rank")
+        if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0:
+            out.add(rank)
+    return out
 
 
 def check_free(g: ResourceGraph, state: GraphState, hold: Hold, where: str) -> None:

@@ -214,6 +214,29 @@ class GraphState:
             return False
         return any(s < end and start < e and j != skip for s, e, _, j in spans)
 
+    def conflict(self, hold: Hold, now: float) -> int | None:
+        """A vertex *hold* cannot have over its window (another job holds it, or it is
+        down), or None when the hold fits (``update``: an R given, not matched).
+
+        Vertices it shows exclusively, and those closed below them, must be
+        untouched by others; what it takes shared must be free in those
+        amounts; a vertex it passes through must not be closed by another.
+        """
+        start, end, sizes, shown = hold.start, hold.end, self.g.sizes, hold.shown
+        for v in hold.touched:
+            if self.down[v]:
+                return v
+            excl = shown[v][1] if v in shown else True  # below an exclusive vertex: closed
+            if excl:
+                if self.alloc_busy(v, start, now) or self.resv_busy(v, start, end, None):
+                    return v
+                continue
+            need = max(hold.amounts.get(v, 0), 1)
+            if (self.alloc_units(v, start, now) + self.resv_units(v, start, end, None) + need
+                    > sizes[v]):
+                return v
+        return None
+
     # -- drains ------------------------------------------------------------------------------
 
     def set_down(self, host: int, down: bool) -> bool:

@@ -11,7 +11,11 @@ and keeps every job's :class:`~fluxes.domain.graph.state.Hold`:
   reservation), as the planner says; release totals rule most times out
   before any matching;
 * :meth:`Traverser.satisfiable`: whether it could fit the empty graph;
-* :meth:`Traverser.cancel`: drop a job's allocation or reservation.
+* :meth:`Traverser.cancel`: drop a job's allocation or reservation;
+* :meth:`Traverser.update`: record a hold given as an R (Fluxion's
+  ``update``), if nothing else holds it;
+* :meth:`Traverser.release_ranks`: release a job's vertices on some ranks
+  (Fluxion's partial cancel).
 
 Times are floats; a duration of ``math.inf`` is unlimited.
 """
@@ -24,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from heapq import merge
 from typing import Final
 
-from fluxes.domain.graph.match import Matcher, Need, compile_wants, missing_types
+from fluxes.domain.graph.match import Matcher, Need, PruneSpec, compile_wants, missing_types
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.state import GraphState, Hold
 from fluxes.domain.graph.wants import Want
@@ -39,11 +43,12 @@ _COMPILED_MAX: Final = 4096
 class Traverser:
     """Jobs' holds on one graph (see the module docstring)."""
 
-    __slots__ = ("_compiled", "_ends", "_missing", "allocs", "graph", "resvs", "state")
+    __slots__ = ("_compiled", "_ends", "_missing", "allocs", "graph", "prune", "resvs", "state")
 
-    def __init__(self, graph: ResourceGraph) -> None:
-        """Nothing held."""
+    def __init__(self, graph: ResourceGraph, prune: PruneSpec | None = None) -> None:
+        """Nothing held; *prune*: the matcher's prune filters (None: by every type)."""
         self.graph = graph
+        self.prune = prune
         self.state = GraphState(graph)
         self.allocs: dict[int, Hold] = {}
         self.resvs: dict[int, Hold] = {}
@@ -87,7 +92,7 @@ class Traverser:
             return None  # a type the graph lacks: nothing can match
         mode = "now" if start <= now and not overdue else "later"
         matcher = Matcher(self.state, start, start + length, -_INF if overdue else now, mode,
-                          policy, skip, allowed)
+                          policy, skip, allowed, self.prune)
         if not matcher.run(needs):
             return None
         return matcher.hold(jobid, start > now)
@@ -97,7 +102,8 @@ class Traverser:
         """Whether *needs* fits the empty graph (every vertex up, nothing held)."""
         if self.missing(needs):
             return False
-        return Matcher(self.state, 0.0, _INF, 0.0, "static", "low", None, allowed).run(needs)
+        return Matcher(self.state, 0.0, _INF, 0.0, "static", "low", None, allowed,
+                       self.prune).run(needs)
 
     def allocate(self, needs: Sequence[Need], jobid: int, now: float, length: float,
                  policy: str, allowed: frozenset[int] | None = None) -> Hold | None:
@@ -221,6 +227,62 @@ class Traverser:
             i = bisect_left(self._ends, (hold.end, jobid))
             del self._ends[i]
         return hold
+
+    def update(self, hold: Hold, now: float) -> int | None:
+        """Record *hold* as given (an R read back, Fluxion's ``update``): an allocation when
+        it starts by *now*, else a reservation.
+
+        Returns the vertex that does not fit (held by another job over the
+        window, or down), or None once recorded.  ValueError if the job
+        already holds something.
+        """
+        jobid = hold.jobid
+        if jobid in self.allocs or jobid in self.resvs:
+            raise ValueError(f"update: job {jobid} already exists")
+        hold.reserved = hold.start > now
+        bad = self.state.conflict(hold, now)
+        if bad is None:
+            self.commit(hold)
+        return bad
+
+    def release_ranks(self, jobid: int, ranks: Iterable[int]) -> tuple[Hold, bool] | None:
+        """Release what *jobid*'s allocation holds on *ranks* (a partial cancel).
+
+        Returns what the job still holds and whether that was the last of
+        it (the job is then gone, as after :meth:`cancel`); None when the
+        job has no allocation.  Vertices above the hosts (a rack, the
+        cluster) stay held until the last rank goes; one of them held
+        exclusively (a switch) keeps its subtree closed until then, as it
+        keeps it closed to others in Fluxion, though the R no longer lists
+        the ranks released.
+        """
+        hold = self.allocs.get(jobid)
+        if hold is None:
+            return None
+        g = self.graph
+        gone = {r for r in ranks if r in g.rank_host}
+
+        def keep(v: int) -> bool:
+            return g.rank_of(v) not in gone
+
+        closed: set[int] = set()
+        for v, (_, excl) in hold.shown.items():
+            if excl and keep(v) and g.rank_of(v) < 0:
+                closed.update(g.subtree(v))
+        left = Hold(jobid, hold.start, hold.end,
+                    {v: s for v, s in hold.shown.items() if keep(v)},
+                    {v: a for v, a in hold.amounts.items() if keep(v)}, False, {},
+                    {v: a for v, a in hold.blocked.items() if keep(v) or v in closed},
+                    tuple(v for v in hold.touched if keep(v) or v in closed))
+        if not any(g.rank_of(v) >= 0 for v in left.shown):
+            self.cancel(jobid)
+            return left, True
+        for v, a in left.blocked.items():
+            left.totals[g.types[v]] = left.totals.get(g.types[v], 0) + a
+        self.state.release(hold)
+        self.state.commit(left)
+        self.allocs[jobid] = left
+        return left, False
 
     def set_end(self, jobid: int, end: float) -> bool:
         """Move the end of *jobid*'s allocation to *end*; False if it holds none."""
