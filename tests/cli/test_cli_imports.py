@@ -123,9 +123,11 @@ def _user() -> str:
 
 def test_following_a_job_imports_no_redis_py() -> None:
     """``fluxes run`` follows its job with the modules below (attach, the event decoder,
-    the job model, the client): none imports redis-py."""
+    the job model, the client, the reader of the owner's private note): none imports
+    redis-py."""
     probe = ("import json, sys\n"
              "import fluxes.cli.attach, fluxes.store.entries, fluxes.domain.job.model\n"
+             "import fluxes.store.private\n"
              "import fluxes.store.client, fluxes.store.lite, fluxes.store.instance\n"
              "print(json.dumps(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
