@@ -463,7 +463,7 @@ def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
                 ) -> tuple[list[Any], Instance | None]:
     """The records ``-R`` lists under job ``jobid`` and its child instance (None when
     it has none, or ``-L`` stops above this depth)."""
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
 
     level = getattr(args, "level", None)
     if level and depth > level:
@@ -476,7 +476,7 @@ def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
 
 
 def _rows(records: list[Any]) -> list[Any]:
-    from fluxes.cli.cmd_jobs import iter_rows
+    from fluxes.service.jobrows import iter_rows
 
     return iter_rows(records)
 

@@ -164,7 +164,7 @@ def pick_last(ids: list[int], which: str) -> list[int]:
 
 
 def _last(args: argparse.Namespace) -> int:
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
 
     inst = instance(args)
     records = select_jobs(inst, states="pending,running,inactive")

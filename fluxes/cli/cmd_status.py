@@ -171,7 +171,7 @@ def _streams(inst: Instance) -> list[dict[str, Any]]:
 
 
 def _queues(inst: Instance) -> list[dict[str, Any]]:
-    from fluxes.cli.cmd_queue import queue_states
+    from fluxes.service.queues import queue_states
 
     return [{"queue": name, "enabled": state.enabled, "disable_reason": state.enable_reason,
              "started": state.started, "stop_reason": state.stop_reason}
@@ -190,8 +190,9 @@ def _resources(inst: Instance, now: float) -> dict[str, Any] | None:
 
 
 def _jobs(inst: Instance) -> dict[str, Any]:
-    from fluxes.cli.cmd_jobs import caught_up, stats_line
+    from fluxes.cli.cmd_jobs import stats_line
     from fluxes.proc.metrics import job_counts
+    from fluxes.service.jobs import caught_up
 
     # a status must come back even when the job-list worker is down: wait briefly
     store = caught_up(inst, timeout=1.0)

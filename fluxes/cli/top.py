@@ -105,7 +105,7 @@ def frame(title: str, summary: Mapping[str, Any] | None, counts: Mapping[str, in
 
 def read_view(inst: Any) -> tuple[dict[str, Any] | None, dict[str, int], list[TopJob]]:
     """What a frame shows, read from ``inst`` (an Instance)."""
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
     from fluxes.store.joblist import JobListStore
 
     raw = inst.redis.get(inst.keys.sched_status)

@@ -36,7 +36,7 @@ def active_jobs_of(inst: Instance, user: str | None = None) -> list[int]:
     the rest, so a job folded while this runs is in one or the other (read
     the other way round, it could be in neither).
     """
-    from fluxes.cli.cmd_jobs import select_jobs, user_id
+    from fluxes.service.jobs import select_jobs, user_id
     from fluxes.store.joblist import JobListStore
 
     uid = user_id(inst, user)

@@ -571,35 +571,19 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
 def act_queue(call: Call, form: dict[str, str]) -> Response:
     """``POST /actions/queue``: start, stop, enable or disable a queue, as ``fluxes queue``
     does (the instance owner's Redis access needed)."""
-    from fluxes import messages as proto
-    from fluxes.domain.jm.queues import QueueEvent
+    from fluxes.service.queues import KINDS, change_queue
 
     kind = form.get("kind", "")
-    if kind not in ("start", "stop", "enable", "disable"):
+    if kind not in KINDS:
         raise ValueError(f"unknown queue action {kind[:20]!r}")
     refused = _need_login(call, f"{kind} queues")
     if refused is not None:
         return refused
     inst = call.web.identities.instance(call.session)
-    config = inst.config().queues
     name = form.get("queue") or None
-    if name is not None:
-        config.check_queue(name)
-    elif config.queue_names != (None,):
-        raise ValueError("name a queue")
-    reason: str | None = form.get("reason", "").strip()[:200] or None
-    if kind == "disable" and not reason:
-        reason = "disabled by administrator"
-    if kind in ("enable", "start"):
-        reason = None
-    event = QueueEvent(kind=kind, queue=name, timestamp=time.time(), reason=reason,
-                       all_queues=False)
-    pipe = inst.redis.pipeline(transaction=False)
-    pipe.xadd(inst.keys.queues, {"d": orjson.dumps(event.to_dict())})
-    for p in range(inst.keys.partitions):
-        pipe.xadd(inst.keys.jm_ctl(p), proto.encode_entry([proto.QueuesChanged()]))
+    reason = form.get("reason", "").strip()[:200] or None
     try:
-        pipe.execute()
+        change_queue(inst, kind, name, reason)
     except NoPermissionError:
         return _redirect(call, _back(call, "/queues"),
                          f"queue {kind}: only the instance owner may do this", error=True)
