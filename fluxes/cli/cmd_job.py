@@ -24,6 +24,7 @@ from fluxes.cli.util import (
 )
 from fluxes.formats import jobid
 from fluxes.formats.fsd import parse_duration
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
@@ -260,10 +261,7 @@ def _check_exist(inst: Instance, ids: list[int]) -> None:
     """Die naming the first of ``ids`` (as typed) that is no job, before waiting on any."""
     if not ids:
         return
-    pipe = inst.redis.pipeline(transaction=False)
-    for one in ids:
-        pipe.exists(inst.keys.eventlog(one))
-    for one, found in zip(ids, pipe.execute(), strict=True):
+    for one, found in zip(ids, jobfacts.which_exist(inst.redis, inst.keys, ids), strict=True):
         if not found:
             die(f"job {shown_id(one)} not found")
 
@@ -284,7 +282,7 @@ def _output(args: argparse.Namespace) -> int:
     from fluxes.cli.attach import print_output, print_redirections
 
     inst = instance(args)
-    if not inst.redis.exists(inst.keys.eventlog(args.id)):
+    if not jobfacts.has_eventlog(inst.redis, inst.keys, args.id):
         die(f"job {shown_id(args.id)} not found")
     print_output(inst, args.id, label=args.label_io)
     sys.stdout.flush()
@@ -428,7 +426,7 @@ def _wait_event(args: argparse.Namespace) -> int:
             if remaining <= 0:
                 die(f"wait-event timeout on event '{args.event}'")
             block = max(1, int(remaining * 1000))
-        reply = store.redis.xread({key: last}, block=block, count=1000)
+        reply = jobfacts.read_new(store.redis, {key: last}, block=block)
         for _stream, entries in reply or []:
             for sid, fields in entries:
                 last = sid.decode()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.util import UsageError, die, help_with_example, instance, job_id_arg
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
@@ -313,7 +314,7 @@ def _hostpids(args: argparse.Namespace) -> int:
                 die(f"job {shown_id(args.id)}: timeout waiting for its tasks to start")
             block = max(1, min(block, int(left * 1000)))
         try:
-            got = inst.redis.xread({key: position}, count=1000, block=block)
+            got = jobfacts.read_new(inst.redis, {key: position}, block=block)
         except NoPermissionError:
             die(private_output(jobid))
         for _stream, entries in got or []:

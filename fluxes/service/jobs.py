@@ -4,7 +4,6 @@ top``, the Python API)."""
 
 from __future__ import annotations
 
-import pwd
 import sys
 import time
 from collections.abc import Iterable
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from fluxes.domain.job.states import JobResult, JobState, parse_states
 from fluxes.errors import FluxesError
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.domain.job.record import JobRecord
@@ -108,23 +108,18 @@ class Window:
 
 def user_id(inst: Instance, user: str | None = None) -> int:
     """The uid of ``user`` (a name or uid; default: you, as the instance knows you)."""
+    from fluxes.service.users import local_uid
     from fluxes.store.client import current_user
+    from fluxes.store.users import UserTable
 
     who = user or inst.user or current_user()
-    try:
-        known = inst.redis.hget(inst.keys.users, who)
-    except Exception:
-        known = None  # a user without access to the users table is looked up locally
-    return int(known) if known is not None else _uid_of(who)
-
-
-def _uid_of(user: str) -> int:
-    if user.isdigit():
-        return int(user)
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        raise FluxesError(f"unknown user {user!r}") from None
+    # a user without access to the users table is looked up locally
+    known = UserTable(inst.redis, inst.keys).uid(who)
+    if known is None:
+        known = local_uid(who)
+    if known is None:
+        raise FluxesError(f"unknown user {who!r}")
+    return known
 
 
 def jobs_by_id(inst: Instance, ids: Iterable[int]) -> tuple[list[JobRecord], list[int]]:
@@ -145,10 +140,8 @@ def jobs_by_id(inst: Instance, ids: Iterable[int]) -> tuple[list[JobRecord], lis
                 found[jobid] = rec
         todo = [j for j in todo if j not in found]
         if todo:
-            pipe = inst.redis.pipeline(transaction=False)
-            for jobid in todo:
-                pipe.exists(inst.keys.eventlog(jobid))
-            todo = [j for j, exists in zip(todo, pipe.execute(), strict=True) if exists]
+            exist = jobfacts.which_exist(inst.redis, inst.keys, todo)
+            todo = [j for j, exists in zip(todo, exist, strict=True) if exists]
         if not todo or time.monotonic() >= deadline:
             break
         time.sleep(CATCH_UP_PAUSE_S)

@@ -537,8 +537,8 @@ def _need_login(call: Call, what: str) -> Response | None:
 def act_drain(call: Call, form: dict[str, str]) -> Response:
     """``POST /actions/drain`` and ``/actions/undrain``: a resource event, as ``fluxes
     resource drain|undrain`` writes it (the instance owner's Redis access needed)."""
-    from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import load_inventory, send_resource_event
+    from fluxes.service.drain import request_drain, target_ranks
+    from fluxes.store.resources import load_inventory
 
     kind = "undrain" if call.request.url.path.endswith("/undrain") else "drain"
     refused = _need_login(call, f"{kind} nodes")
@@ -548,18 +548,12 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
     targets = form.get("targets", "").strip()
     rset = load_inventory(inst).rset()
     try:
-        try:
-            ranks = IDSet(targets)
-        except ValueError:
-            ranks = rset.ranks_for_hosts(targets)
-        unknown = ranks - rset.ranks
-        if unknown or not ranks:
-            raise ValueError(f"unknown rank(s) {unknown}" if unknown else "name some nodes")
+        ranks = target_ranks(rset, targets)
     except ValueError as exc:
         return _redirect(call, _back(call), f"{kind}: {exc}", error=True)
     reason = form.get("reason", "").strip()[:200] if kind == "drain" else ""
     try:
-        send_resource_event(inst, kind, str(ranks), reason)
+        request_drain(inst, kind, ranks, reason)
     except NoPermissionError:
         return _redirect(call, _back(call), f"{kind}: only the instance owner may do this",
                          error=True)

@@ -285,6 +285,7 @@ def _json_or_text(raw: bytes) -> Any:
 def _private_parts(view: View, jobid: int, owner: int | None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The jobspec and the output tail, as the session's identity may read them."""
+    from fluxes.store.jobfacts import read_last
     from fluxes.store.jobhash import JobHashes
 
     why = "only its owner and the instance owner can read it"
@@ -301,7 +302,7 @@ def _private_parts(view: View, jobid: int, owner: int | None
     if owner is None:
         return jobspec, {"private": False, "lines": [], "truncated": False}
     try:
-        entries = inst.redis.xrevrange(inst.keys.output(owner, jobid), count=OUTPUT_TAIL)
+        entries = read_last(inst.redis, inst.keys.output(owner, jobid), OUTPUT_TAIL)
     except NoPermissionError:
         return jobspec, {"private": True, "why": why}
     lines = []
@@ -390,18 +391,20 @@ def _drained(view: View) -> tuple[dict[int, str], str | None]:
     """rank -> drain reason at the moment looked at, and a note when it is uncertain."""
     inst = view.inst
     if view.at is None:
-        raw = inst.redis.get(inst.keys.sched_status)
-        if not raw:
+        from fluxes.store.resources import published_summary
+
+        summary = published_summary(inst.redis, inst.keys)
+        if not summary:
             return {}, "no resource status yet (is the scheduler running?)"
-        summary = orjson.loads(raw)
         return {int(r): str(d.get("reason") or "") for r, d in
                 (summary.get("drained") or {}).items()}, None
     from fluxes import messages as proto
     from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import resource_events_since
 
     server = view.server
     try:
-        entries = server.redis.xrange(server.keys.resource_events)
+        entries = resource_events_since(server.redis, server.keys, "0-0")
     except NoPermissionError:
         return {}, "drains in the past are not readable with this server's credentials"
     drained: dict[int, str] = {}
@@ -427,10 +430,11 @@ def _online(view: View) -> set[int] | None:
     if view.at is not None or view.viewer.guest:
         return None
     from fluxes.store.resources import LOST_AFTER_S
+    from fluxes.store.status import exec_heartbeats
 
     inst = view.inst
     try:
-        beats = inst.redis.hgetall(inst.keys.exec_registry)
+        beats = exec_heartbeats(inst.redis, inst.keys)
     except NoPermissionError:
         return None
     now = time.time()
