@@ -484,9 +484,9 @@ def _rows(records: list[Any]) -> list[Any]:
 
 def instance_summary(child: Instance) -> str:
     """``N running, M pending, K done`` from a child instance's job counters."""
-    from fluxes.store.joblist import JobListStore
+    from fluxes.store.joblist_read import JobListReader
 
-    counts = JobListStore(child.redis, child.keys).counters()
+    counts = JobListReader(child.redis, child.keys).counters()
     running = counts.get("state:RUN", 0) + counts.get("state:CLEANUP", 0)
     pending = sum(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
     done = counts.get("state:INACTIVE", 0)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from fluxes.domain.jm.queues import QueueState
     from fluxes.domain.job.record import JobRecord
     from fluxes.store.instance import Instance
-    from fluxes.store.joblist import JobListStore
+    from fluxes.store.joblist_read import JobListReader
 
 #: Named formats. ``?:`` hides the queue column when no listed job has a queue, as
 #: flux does (an instance without named queues never shows it).
@@ -123,10 +123,11 @@ def register(subparsers: Any) -> None:
                    choices=("never", "always", "auto"), metavar="WHEN",
                    help="color lines by result: never, always or auto (default: auto, "
                         "when stdout is a terminal)")
-    p.set_defaults(func=_jobs)
+    # the small client (fluxes.store.lite): listing jobs imports no redis-py
+    p.set_defaults(func=_jobs, _lite=True)
 
 
-def stats_line(inst: Instance, store: JobListStore | None = None) -> str:
+def stats_line(inst: Instance, store: JobListReader | None = None) -> str:
     """flux's ``--stats`` summary from the read model's counters (of ``store``, a
     job list already caught up, or one caught up now)."""
     counts = (store or caught_up(inst)).counters()
@@ -174,7 +175,7 @@ def _jobs(args: argparse.Namespace) -> int:
     records = _revealed(inst, records)
     records = refine(records, args.name, include, args.count)
     if queues is None and any(rec.job.state is JobState.SCHED for rec in records):
-        queues = queue_states(inst)
+        queues = _row_queues(inst)
     now = time.time()
     rows = [Row(rec, now, queues) for rec in records]
     if sort_keys:
@@ -191,6 +192,14 @@ def _jobs(args: argparse.Namespace) -> int:
     else:
         _print_table(inst, fmt, args, records, rows)
     return _report_missing(missing)
+
+
+def _row_queues(inst: Instance) -> dict[str | None, QueueState] | None:
+    """The queue states the rows' INFO needs (a stopped queue's reason); None, without
+    reading the configuration, while no queue was ever stopped or disabled."""
+    from fluxes.store.queues import administered
+
+    return queue_states(inst) if administered(inst.redis, inst.keys) else None
 
 
 def _print_json(inst: Instance, args: argparse.Namespace, records: list[JobRecord],

@@ -16,7 +16,7 @@ from fluxes.store import jobfacts
 if TYPE_CHECKING:
     from fluxes.domain.job.record import JobRecord
     from fluxes.store.instance import Instance
-    from fluxes.store.joblist import JobListStore
+    from fluxes.store.joblist_read import JobListReader
 
 #: Pause between looks at the job list while it folds a job just submitted.
 CATCH_UP_PAUSE_S = 0.02
@@ -33,7 +33,7 @@ def wanted_states(states: str) -> tuple[JobState, JobResult]:
     return parsed, JobResult(0)
 
 
-def caught_up(inst: Instance, timeout: float = CATCH_UP_S) -> JobListStore:
+def caught_up(inst: Instance, timeout: float = CATCH_UP_S) -> JobListReader:
     """The job list, once it includes every journal entry written before this call.
 
     Read-your-writes: once ``job wait`` or ``wait-event ... clean`` has returned,
@@ -41,9 +41,9 @@ def caught_up(inst: Instance, timeout: float = CATCH_UP_S) -> JobListStore:
     if it has not caught up within ``timeout`` (its worker is down), say so on
     stderr and read it as it is.
     """
-    from fluxes.store.joblist import JobListStore
+    from fluxes.store.joblist_read import JobListReader
 
-    store = JobListStore(inst.redis, inst.keys)
+    store = JobListReader(inst.redis, inst.keys)
     behind = store.catch_up(timeout, CATCH_UP_PAUSE_S)
     if behind:
         print(f"fluxes: warning: the job list has not folded the newest journal entries "
@@ -108,8 +108,7 @@ class Window:
 
 def user_id(inst: Instance, user: str | None = None) -> int:
     """The uid of ``user`` (a name or uid; default: you, as the instance knows you)."""
-    from fluxes.service.users import local_uid
-    from fluxes.store.client import current_user
+    from fluxes.service.users import current_user, local_uid
     from fluxes.store.users import UserTable
 
     who = user or inst.user or current_user()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pwd
 from collections.abc import Iterable
 from functools import cache
@@ -18,6 +19,14 @@ def username(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except (KeyError, OverflowError, ValueError):
         return str(uid)
+
+
+def current_user() -> str:
+    """The name of the user running this process (the uid when it has none)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        return str(os.getuid())
 
 
 def local_uid(name: str) -> int | None:

@@ -113,6 +113,7 @@ def listed(monkeypatch: pytest.MonkeyPatch,
     from fluxes.cli import cmd_jobs
 
     monkeypatch.setattr(cmd_jobs, "queue_states", lambda inst: queues)
+    monkeypatch.setattr(cmd_jobs, "_row_queues", lambda inst: queues, raising=False)
     records: list[JobRecord] = []
     asked: list[int | None] = []
 
