@@ -29,7 +29,7 @@ from fluxes.cli.util import (
 from fluxes.domain.nested import CHILD_RUNNER
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
-from fluxes.store.nesting import ChildTable, has_mark, set_mark
+from fluxes.store.nesting import ChildTable, has_mark, instance_of, set_mark
 
 if TYPE_CHECKING:
     from fluxes.formats.jobspec import Jobspec
@@ -525,11 +525,6 @@ def _tree(inst: Instance, everything: bool, indent: str) -> None:
         print(f"{indent}{'└── ' if last else '├── '}{fmt_id(jobid)}: "
               f"{instance_summary(child)}")
         _tree(child, everything, indent + ("    " if last else "│   "))
-
-
-def instance_of(inst: Instance, ns: str) -> Instance:
-    """The instance of namespace ``ns`` on ``inst``'s Redis (same connection)."""
-    return Instance(InstanceURI(inst.uri.redis_url, ns), client=inst.redis)
 
 
 def mark_instances(inst: Instance, rows: list[Any]) -> None:

@@ -29,7 +29,6 @@ from fluxes.store import jobfacts
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
     from fluxes.store.eventstore import EventStore
-    from fluxes.store.instance import Instance
 
 
 def register(subparsers: Any) -> None:
@@ -227,7 +226,7 @@ def _wait(args: argparse.Namespace) -> int:
     if not args.all and not args.ids:
         raise UsageError("fluxes job wait: give job ids, or --all")
     inst = instance(args)
-    _check_exist(inst, args.ids)
+    cmd_jobtools.check_exist(inst, args.ids)
     if len(args.ids) == 1 and not args.progress:
         outcome = follow(inst, args.ids[0], output=False, timeout=timeout)
         message = outcome.message()
@@ -255,15 +254,6 @@ def _wait(args: argparse.Namespace) -> int:
     finally:
         bar.done()
     return 1 if failed else 0
-
-
-def _check_exist(inst: Instance, ids: list[int]) -> None:
-    """Die naming the first of ``ids`` (as typed) that is no job, before waiting on any."""
-    if not ids:
-        return
-    for one, found in zip(ids, jobfacts.which_exist(inst.redis, inst.keys, ids), strict=True):
-        if not found:
-            die(f"job {shown_id(one)} not found")
 
 
 def _attach(args: argparse.Namespace) -> int:

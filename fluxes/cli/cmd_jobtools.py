@@ -189,12 +189,11 @@ def status_code(outcome: Outcome, exception_code: int | None) -> int:
 def _status(args: argparse.Namespace) -> int:
     import orjson
 
-    from fluxes.cli.cmd_job import _check_exist
     from fluxes.cli.waitjobs import wait_jobs
 
     inst = instance(args)
     ids = list(dict.fromkeys(args.ids))
-    _check_exist(inst, ids)
+    check_exist(inst, ids)
     worst = 0
 
     def report(outcome: Outcome) -> None:
@@ -349,3 +348,12 @@ def _task_ranks(text: str | None) -> frozenset[int] | None:
         return frozenset(IDSet(text))
     except ValueError as exc:
         raise UsageError(f"fluxes job hostpids: -r {text!r}: {exc}") from None
+
+
+def check_exist(inst: Instance, ids: list[int]) -> None:
+    """Die naming the first of ``ids`` (as typed) that is no job, before waiting on any."""
+    if not ids:
+        return
+    for one, found in zip(ids, jobfacts.which_exist(inst.redis, inst.keys, ids), strict=True):
+        if not found:
+            die(f"job {shown_id(one)} not found")

@@ -168,8 +168,7 @@ def _keys(fd: int | None, timeout: float) -> list[str]:
 
 def run(inst: Any, interval: float = 2.0, iterations: int | None = None) -> int:
     """Draw the view of ``inst`` until ``q`` at the top (or ``iterations`` frames)."""
-    from fluxes.cli.cmd_batch import instance_of
-    from fluxes.store.nesting import ChildTable
+    from fluxes.store.nesting import ChildTable, instance_of
 
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None
     stack = [inst]

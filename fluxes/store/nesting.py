@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 
 
@@ -43,3 +44,8 @@ def has_mark(client: Any, keys: Keys, mark: str) -> bool:
 def set_mark(client: Any, keys: Keys, mark: str, value: str) -> None:
     """Set ``mark`` in the instance hash of ``keys`` (a request to its workers)."""
     client.hset(keys.instance, mark, value)
+
+
+def instance_of(inst: Instance, ns: str) -> Instance:
+    """The instance of namespace ``ns`` on ``inst``'s Redis (same connection): a child."""
+    return Instance(InstanceURI(inst.uri.redis_url, ns), client=inst.redis)

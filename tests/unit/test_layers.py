@@ -236,3 +236,81 @@ def test_raw_redis_calls_are_counted(tmp_path: Path) -> None:
         "workers/probe.py:2: redis.xadd", "workers/probe.py:3: redis.pipeline",
         "workers/probe.py:4: pipe.hget", "workers/probe.py:5: pipeline.execute_command",
         "workers/probe.py:5: redis.pipeline"]
+
+
+# ---------------------------------------------------------------- import circles
+
+#: Circles allowed: cmd_account and account_admin are one command split in two files
+#: (the admin half imports the helpers, the command registers the admin half).
+ALLOWED_CIRCLES = [{"fluxes.cli.account_admin", "fluxes.cli.cmd_account"}]
+
+
+def module_graph(root: Path, tops: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the modules of ``tops`` it imports (function-local imports included,
+    those for type checkers only not; ``from pkg import mod`` counts as ``pkg.mod``)."""
+    paths = {}
+    for top in tops:
+        for path in (root / top).rglob("*.py"):
+            name = path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
+            paths[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        deps = set()
+        tree = ast.parse(path.read_text(), str(path))
+        typing_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                       and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                       for n in ast.walk(block)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                deps |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names}
+        graph[name] = {d for d in deps if d in paths and d != name}
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected sets of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                out.append(group)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_circles_in_the_doors_and_the_service_layer() -> None:
+    """A command module imports what it needs from below (fluxes/service, the store), never
+    a command that imports it back (issue 25: cmd_batch/cmd_jobs/cmd_submit/top and
+    cmd_job/cmd_jobtools were such circles)."""
+    circles = import_circles(module_graph(ROOT, ("fluxes/cli", "fluxes/web", "fluxes/service")))
+    assert [c for c in circles if c not in ALLOWED_CIRCLES] == []
+
+
+def test_import_circles_are_found() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert import_circles(graph) == [{"a", "b", "c"}]
