@@ -21,6 +21,7 @@ import orjson
 
 from fluxes.formats.hostlist import Hostlist
 from fluxes.formats.idset import MAX_ID, IDSet
+from fluxes.formats.shown import shown as _show
 
 __all__ = [
     "MAX_RANKS",
@@ -43,12 +44,6 @@ _IDs: TypeAlias = "IDSet | str"
 # Shared empty set for ranks without gpus.  Pairs are never mutated in place
 # (every operation builds new IDSets), so sharing is safe.
 _NONE = IDSet()
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """repr() of *value*, shortened so error messages stay on one line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _decode_idset(value: object, where: str) -> IDSet:
