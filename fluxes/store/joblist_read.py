@@ -24,8 +24,9 @@ def _refused(exc: BaseException) -> bool:
 
 
 def _no_such_key(exc: BaseException) -> bool:
-    """Whether ``exc`` is Redis' error for a missing stream (redis-py's ResponseError)."""
-    return type(exc).__name__ == "ResponseError"
+    """Whether ``exc`` is an error reply of Redis (redis-py's ResponseError or a kind of
+    it): for XINFO, the stream does not exist yet."""
+    return any(kind.__name__ == "ResponseError" for kind in type(exc).__mro__)
 
 
 class JobListReader:
