@@ -73,12 +73,8 @@ def test_every_package_has_its_rules() -> None:
     """A new package under fluxes/ says what it may not import (an entry in FORBIDDEN)."""
     packages = {f"fluxes/{p.name}" for p in (ROOT / "fluxes").iterdir()
                 if (p / "__init__.py").exists()}
-    assert packages - set(FORBIDDEN) <= {"fluxes/forecast"} | _NO_RULES, \
-        sorted(packages - set(FORBIDDEN))
-
-
-#: Packages of fluxes/ without rules of their own (the generic one below holds them).
-_NO_RULES: set[str] = set()
+    # fluxes/forecast is being written this round (engineer "forecast"): give it its rules
+    assert packages - set(FORBIDDEN) <= {"fluxes/forecast"}, sorted(packages - set(FORBIDDEN))
 
 
 def test_nothing_in_fluxes_imports_workers() -> None:
