@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fluxes.errors import JobspecError
-from fluxes.formats import constraints as _constraints
 from fluxes.formats import jobid as _jobid
 from fluxes.formats.counts import Count
 from fluxes.formats.shown import shown
@@ -679,6 +678,8 @@ def _check_system(system: Mapping[str, Any], summary: Summary) -> None:
                         f"attributes.system.dependencies[{i}].value: {exc}"
                     ) from None
     if "constraints" in system:
+        from fluxes.formats import constraints as _constraints  # only when there are some
+
         try:
             _constraints.parse(system["constraints"])
         except ValueError as exc:
