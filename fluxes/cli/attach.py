@@ -93,7 +93,7 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     keys = inst.keys
     log_key = keys.eventlog(jobid)
     client = inst.redis
-    if not client.exists(log_key):
+    if not jobfacts.has_eventlog(client, keys, jobid):
         raise FluxesError(f"job {shown_id(jobid)} not found")
     out_key = output_key(inst, jobid) if output else None
     saved = state if state is not None else {}
@@ -130,14 +130,14 @@ def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
             if deadline - time.monotonic() <= 0:
                 raise FluxesError(f"job {fmt_id(jobid)} did not finish within {timeout:g}s")
         if same_slot or len(pos) == 1:
-            reply = client.xread(pos, count=1000, block=block)
+            reply = jobfacts.read_new(client, pos, block=block)
         else:
             # streams in different slots cannot share one XREAD (Redis Cluster):
             # block briefly on the eventlog, then take what output there is
             assert out_key is not None
-            reply = (client.xread({log_key: pos[log_key]}, count=1000,
-                                  block=100 if block is not None else None) or []) + \
-                (client.xread({out_key: pos[out_key]}, count=1000) or [])
+            reply = jobfacts.read_new(client, {log_key: pos[log_key]},
+                                      block=100 if block is not None else None) + \
+                jobfacts.read_new(client, {out_key: pos[out_key]})
         got = False
         for stream_b, entries in reply or []:
             stream = stream_b.decode()
@@ -180,7 +180,7 @@ def print_output(inst: Instance, jobid: int, label: bool = False) -> None:
     if key is None:
         return
     try:
-        entries = inst.redis.xrange(key)
+        entries = jobfacts.read_range(inst.redis, key)
     except Exception as exc:
         if _denied(exc):
             raise FluxesError(private_output(jobid)) from None

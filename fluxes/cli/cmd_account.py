@@ -34,6 +34,7 @@ from fluxes.cli.util import (
     job_id_arg,
     print_json,
 )
+from fluxes.service.usage import usage_report, user_names
 
 if TYPE_CHECKING:
     from fluxes.domain.accounting.banks import AccountEvent, Accounts, Association, Bank
@@ -387,14 +388,11 @@ def user_id(inst: Instance, name: str) -> int | None:
     """``name``'s uid: from ``fluxes admin adduser``'s users, the owner, or this machine."""
     import pwd
 
-    from fluxes.store.errors import NoPermissionError
+    from fluxes.store.users import UserTable
 
-    try:
-        raw = inst.redis.hget(inst.keys.users, name)
-    except NoPermissionError:
-        raw = None
-    if raw is not None:
-        return int(raw)
+    found = UserTable(inst.redis, inst.keys).uid(name)
+    if found is not None:
+        return found
     owner, owner_uid = inst.owner()
     if name == owner:
         return owner_uid
@@ -581,53 +579,6 @@ def _list_users(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- usage and share
 
 
-def _names(inst: Instance, accounts: Accounts, uids: Iterable[int]) -> dict[int, str]:
-    """uid -> user name: associations first, then the instance's users, then this machine."""
-    from fluxes.cli.display import username
-    from fluxes.store.errors import NoPermissionError
-
-    users: dict[int, str] = {}
-    try:
-        users = {int(v): k.decode() for k, v in inst.redis.hgetall(inst.keys.users).items()}
-    except NoPermissionError:
-        pass
-    return {uid: accounts.username_of(uid) or users.get(uid) or username(uid) for uid in uids}
-
-
-def usage_report(inst: Instance, since: float, until: float, now: float) -> dict[str, Any]:
-    """The ``account usage`` document: raw usage per (user, bank) over [since, until),
-    and per bank (a bank counts what is charged to it and to the banks below it)."""
-    from fluxes.domain.accounting.usage import NO_USAGE, WindowUsage, window_usage
-    from fluxes.store.accounting import UsageStore, load_accounts
-
-    accounts = load_accounts(inst.redis, inst.keys)
-    store = UsageStore(inst.redis, inst.keys)
-    found = window_usage(store.charges(since, until), store.open_jobs().values(), since,
-                         until, now)
-    # a job whose journal names no bank was submitted before any bank existed: it is
-    # reported under no bank (bank None), not charged to a bank that did not exist then
-    merged: dict[tuple[int, str], WindowUsage] = dict(found)
-    names = _names(inst, accounts, {uid for uid, _b in merged})
-    rows = []
-    banks: dict[str, WindowUsage] = {}
-    for (uid, bank), used in sorted(merged.items(), key=lambda kv: (names[kv[0][0]],
-                                                                    kv[0][1])):
-        rows.append({"user": names[uid], "userid": uid, "bank": bank or None,
-                     **_figures(used)})
-        if bank in accounts.banks:
-            for name in accounts.path(bank):
-                old = banks.get(name, WindowUsage(NO_USAGE, 0))
-                banks[name] = WindowUsage(old.figures.plus(used.figures), old.jobs + used.jobs)
-    return {"since": since, "until": until, "usage": rows,
-            "banks": [{"bank": name, **_figures(used)} for name, used in sorted(banks.items())]}
-
-
-def _figures(used: Any) -> dict[str, Any]:
-    figures = used.figures
-    return {"jobs": used.jobs, "core_seconds": figures.core_seconds,
-            "gpu_seconds": figures.gpu_seconds, "node_seconds": figures.node_seconds}
-
-
 def _usage(args: argparse.Namespace) -> int:
     """Raw usage over a period."""
     from fluxes.cli.display import parse_time, table
@@ -693,7 +644,7 @@ def _view_job_records(args: argparse.Namespace) -> int:
     found = job_records(charges, userid=userid, bank=args.bank, project=args.project,
                         after_start=after, before_end=before,
                         jobid=None if args.jobid is None else int(args.jobid))
-    names = _names(inst, accounts, {c.userid for c in found})
+    names = user_names(inst, accounts, {c.userid for c in found})
     rows: list[dict[str, Any]] = [
         {"jobid": c.jobid, "username": names[c.userid], "userid": c.userid,
              "bank": c.bank or None, "queue": c.queue or None, "t_run": c.t_alloc,
@@ -772,7 +723,6 @@ def _job_priority(args: argparse.Namespace) -> int:
     now; they differ until the job manager's next reprioritization
     (``[accounting] reprioritize-interval``) posts the new one.
     """
-    from fluxes.cli.cmd_jobs import caught_up
     from fluxes.cli.display import fmt_id, shown_id, table
     from fluxes.domain.accounting.priority import (
         FACTORS,
@@ -780,6 +730,7 @@ def _job_priority(args: argparse.Namespace) -> int:
         facts_from_info,
     )
     from fluxes.domain.jm.priority import PriorityInput
+    from fluxes.service.jobs import caught_up
     from fluxes.store.accounting import fair_share_now
 
     inst = instance(args)

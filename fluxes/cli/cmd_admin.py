@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
+from fluxes.store.users import UserTable
 
 if TYPE_CHECKING:
     from fluxes.store.instance import Instance
@@ -244,7 +245,7 @@ def _adduser(args: argparse.Namespace) -> int:
         die(f"cannot write {path} (permission denied): run as root, or use --credentials-dir")
     try:
         acl.set_user(inst.redis, name, rules)
-        inst.redis.hset(inst.keys.users, name, uid)
+        UserTable(inst.redis, inst.keys).add(name, uid)
     except BaseException:
         path.unlink(missing_ok=True)  # its password works nowhere
         raise
@@ -261,7 +262,7 @@ def _deluser(args: argparse.Namespace) -> int:
     inst = instance(args)
     name = _check_name(inst, args.name)
     had_acl = acl.delete_user(inst.redis, name)
-    had_entry = bool(inst.redis.hdel(inst.keys.users, name))
+    had_entry = UserTable(inst.redis, inst.keys).remove(name)
     if not had_acl and not had_entry:
         die(f"no user {name!r}")
     if had_acl:
@@ -275,7 +276,7 @@ def _users(args: argparse.Namespace) -> int:
     from fluxes.store import acl
 
     inst = instance(args)
-    entries = {k.decode(): int(v) for k, v in inst.redis.hgetall(inst.keys.users).items()}
+    entries = UserTable(inst.redis, inst.keys).entries()
     acl_users = acl.users(inst.redis)
     owner, owner_uid = inst.owner()
     rows = [{"name": owner, "uid": owner_uid, "acl": False, "owner": True}]

@@ -29,6 +29,7 @@ from fluxes.cli.util import (
 from fluxes.domain.nested import CHILD_RUNNER
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
+from fluxes.store.nesting import ChildTable, has_mark, instance_of, set_mark
 
 if TYPE_CHECKING:
     from fluxes.formats.jobspec import Jobspec
@@ -263,7 +264,7 @@ def wait_for_child(inst: Instance, jobid: int, timeout: float = WAIT_CHILD_S) ->
     deadline = time.monotonic() + timeout
     while True:
         try:
-            ns, result = inst.redis.hget(inst.keys.children, str(jobid)), \
+            ns, result = ChildTable(inst.redis, inst.keys).namespace_of(jobid), \
                 _job_result(inst, jobid)
         except NoPermissionError:
             # a user's ACL identity reaches neither the children hash nor the child's
@@ -271,10 +272,10 @@ def wait_for_child(inst: Instance, jobid: int, timeout: float = WAIT_CHILD_S) ->
             die(f"job {fmt_id(jobid)}: its instance cannot be reached with this Redis ACL "
                 "user's credentials (under ACL users, use fluxes batch; docs/nested.md)")
         if ns is not None:
-            if inst.redis.hexists(Keys(uri.ns).instance, STOPPED):
+            if has_mark(inst.redis, Keys(uri.ns), STOPPED):
                 die(f"job {fmt_id(jobid)}: its instance has ended")
             # recorded by the exec worker (under ACLs) before it is up: wait for that
-            if inst.redis.hexists(Keys(uri.ns).instance, READY):
+            if has_mark(inst.redis, Keys(uri.ns), READY):
                 return uri
         if result is not None:
             die(f"job {fmt_id(jobid)} ended ({result.decode()}) before its instance started")
@@ -318,7 +319,7 @@ def _alloc(args: argparse.Namespace) -> int:
     try:
         code = _run_allocated(inst, jobid, uri, command)
     finally:
-        inst.redis.hset(Keys(uri.ns).instance, STOP_REQUESTED, repr(time.time()))
+        set_mark(inst.redis, Keys(uri.ns), STOP_REQUESTED, repr(time.time()))
     deadline = time.monotonic() + 60
     while _job_result(inst, jobid) is None:
         if time.monotonic() > deadline:
@@ -372,7 +373,7 @@ def _run_allocated(inst: Instance, jobid: int, uri: InstanceURI, command: list[s
             except subprocess.TimeoutExpired:
                 pass
             result = _job_result(inst, jobid)
-            if result is None and not inst.redis.hexists(child_keys.instance, STOPPED):
+            if result is None and not has_mark(inst.redis, child_keys, STOPPED):
                 continue
             why = f"job {fmt_id(jobid)} ended ({result.decode()})" if result is not None \
                 else f"job {fmt_id(jobid)}: its instance stopped"
@@ -410,7 +411,7 @@ def _hang_up(proc: subprocess.Popen[bytes], group: bool) -> int:
 
 def _proxy(args: argparse.Namespace) -> int:
     inst = instance(args)
-    if inst.redis.hget(inst.keys.children, str(int(args.id))) is None:
+    if ChildTable(inst.redis, inst.keys).namespace_of(int(args.id)) is None:
         die(f"job {fmt_id(int(args.id))} runs no instance (not a batch or alloc job, "
             "or not started yet)")
     uri = wait_for_child(inst, int(args.id), timeout=0)
@@ -430,8 +431,8 @@ def _instance_child(args: argparse.Namespace) -> int:
 
 def child_instance(inst: Instance, jobid: int) -> Instance | None:
     """The child instance job ``jobid`` ran or runs (its keys are kept), else None."""
-    ns = inst.redis.hget(inst.keys.children, str(jobid))
-    return None if ns is None else instance_of(inst, ns.decode())
+    ns = ChildTable(inst.redis, inst.keys).namespace_of(jobid)
+    return None if ns is None else instance_of(inst, ns)
 
 
 def print_children(inst: Instance, jobid: int, fmt: Any, args: argparse.Namespace,
@@ -463,7 +464,7 @@ def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
                 ) -> tuple[list[Any], Instance | None]:
     """The records ``-R`` lists under job ``jobid`` and its child instance (None when
     it has none, or ``-L`` stops above this depth)."""
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
 
     level = getattr(args, "level", None)
     if level and depth > level:
@@ -476,20 +477,20 @@ def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
 
 
 def _rows(records: list[Any]) -> list[Any]:
-    from fluxes.cli.cmd_jobs import iter_rows
+    from fluxes.service.jobrows import iter_rows
 
     return iter_rows(records)
 
 
 def instance_summary(child: Instance) -> str:
     """``N running, M pending, K done`` from a child instance's job counters."""
-    from fluxes.store.joblist import JobListStore
+    from fluxes.store.joblist_read import JobListReader
 
-    counts = JobListStore(child.redis, child.keys).counters()
+    counts = JobListReader(child.redis, child.keys).counters()
     running = counts.get("state:RUN", 0) + counts.get("state:CLEANUP", 0)
     pending = sum(counts.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
     done = counts.get("state:INACTIVE", 0)
-    stopped = child.redis.hexists(child.keys.instance, "stopped")
+    stopped = has_mark(child.redis, child.keys, "stopped")
     return (f"{running} running, {pending} pending, {done} inactive"
             + (" (ended)" if stopped else ""))
 
@@ -513,23 +514,17 @@ def _pstree(args: argparse.Namespace) -> int:
 
 def _tree(inst: Instance, everything: bool, indent: str) -> None:
     """Print ``inst``'s child instances below it, depth first."""
-    children = sorted((int(k), v.decode()) for k, v in
-                      inst.redis.hgetall(inst.keys.children).items())
+    children = sorted(ChildTable(inst.redis, inst.keys).all().items())
     shown = []
     for jobid, ns in children:
         child = instance_of(inst, ns)
-        if everything or not child.redis.hexists(child.keys.instance, "stopped"):
+        if everything or not has_mark(child.redis, child.keys, "stopped"):
             shown.append((jobid, child))
     for i, (jobid, child) in enumerate(shown):
         last = i == len(shown) - 1
         print(f"{indent}{'└── ' if last else '├── '}{fmt_id(jobid)}: "
               f"{instance_summary(child)}")
         _tree(child, everything, indent + ("    " if last else "│   "))
-
-
-def instance_of(inst: Instance, ns: str) -> Instance:
-    """The instance of namespace ``ns`` on ``inst``'s Redis (same connection)."""
-    return Instance(InstanceURI(inst.uri.redis_url, ns), client=inst.redis)
 
 
 def mark_instances(inst: Instance, rows: list[Any]) -> None:
@@ -541,10 +536,10 @@ def mark_instances(inst: Instance, rows: list[Any]) -> None:
     redis_url = strip_password(inst.uri.redis_url)
     for start in range(0, len(rows), 1000):
         chunk = rows[start:start + 1000]
-        names = inst.redis.hmget(inst.keys.children, [str(int(r.id)) for r in chunk])
+        names = ChildTable(inst.redis, inst.keys).namespaces_of([int(r.id) for r in chunk])
         for row, ns in zip(chunk, names, strict=True):
             if ns is not None:
-                row.instance = ns.decode()
+                row.instance = ns
                 row.instance_stats = instance_summary(instance_of(inst, row.instance))
                 row.uri = str(InstanceURI(redis_url, row.instance))
 

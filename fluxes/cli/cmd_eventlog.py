@@ -20,6 +20,7 @@ from fluxes.cli.util import (
     print_json,
     whole_number,
 )
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.domain.job.model import Job
@@ -294,10 +295,8 @@ def _check(args: argparse.Namespace) -> int:
         total += len(ids) + len(result.broken)
         for i in range(0, len(ids), CHECK_BLOCK):
             chunk = ids[i:i + CHECK_BLOCK]
-            pipe = store.redis.pipeline(transaction=False)
-            for jobid in chunk:
-                pipe.xrange(store.keys.eventlog(jobid))
-            for jobid, entries in zip(chunk, pipe.execute(), strict=True):
+            logs = jobfacts.eventlogs(store.redis, store.keys, chunk)
+            for jobid, entries in zip(chunk, logs, strict=True):
                 reason = _check_one(jobid, entries, result.jobs[jobid])
                 if reason:
                     problems[jobid] = reason
@@ -332,7 +331,9 @@ def _check_one(jobid: int, entries: list[Any], from_journal: Job) -> str | None:
 def _dead_letters(args: argparse.Namespace) -> int:
     """Print the newest dead letters."""
     inst = instance(args)
-    entries = inst.redis.xrevrange(inst.keys.dead_letters, count=args.count)
+    from fluxes.store.status import newest_dead_letters
+
+    entries = newest_dead_letters(inst.redis, inst.keys, args.count)
     for sid, fields in reversed(entries):
         rec = {k.decode(): v.decode("utf-8", "replace") for k, v in fields.items()}
         if args.json:

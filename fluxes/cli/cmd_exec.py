@@ -111,8 +111,8 @@ def _exec(args: argparse.Namespace) -> int:
             if rank not in waiting:
                 continue
             waiting.discard(rank)
-            _show(rank, out, sys.stdout, args.label_io)
-            _show(rank, err, sys.stderr, args.label_io)
+            _print_chunk(rank, out, sys.stdout, args.label_io)
+            _print_chunk(rank, err, sys.stderr, args.label_io)
             if error:
                 print(f"fluxes exec: rank {rank}: {error}", file=sys.stderr)
             worst = max(worst, _exit_code(status))
@@ -127,7 +127,7 @@ def _exit_code(status: int) -> int:
     return os.WEXITSTATUS(status)
 
 
-def _show(rank: int, data: bytes, out: Any, label: bool) -> None:
+def _print_chunk(rank: int, data: bytes, out: Any, label: bool) -> None:
     if not data:
         return
     text = data.decode("utf-8", "replace")

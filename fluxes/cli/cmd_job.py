@@ -24,11 +24,11 @@ from fluxes.cli.util import (
 )
 from fluxes.formats import jobid
 from fluxes.formats.fsd import parse_duration
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
     from fluxes.store.eventstore import EventStore
-    from fluxes.store.instance import Instance
 
 
 def register(subparsers: Any) -> None:
@@ -226,7 +226,7 @@ def _wait(args: argparse.Namespace) -> int:
     if not args.all and not args.ids:
         raise UsageError("fluxes job wait: give job ids, or --all")
     inst = instance(args)
-    _check_exist(inst, args.ids)
+    cmd_jobtools.check_exist(inst, args.ids)
     if len(args.ids) == 1 and not args.progress:
         outcome = follow(inst, args.ids[0], output=False, timeout=timeout)
         message = outcome.message()
@@ -256,18 +256,6 @@ def _wait(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _check_exist(inst: Instance, ids: list[int]) -> None:
-    """Die naming the first of ``ids`` (as typed) that is no job, before waiting on any."""
-    if not ids:
-        return
-    pipe = inst.redis.pipeline(transaction=False)
-    for one in ids:
-        pipe.exists(inst.keys.eventlog(one))
-    for one, found in zip(ids, pipe.execute(), strict=True):
-        if not found:
-            die(f"job {shown_id(one)} not found")
-
-
 def _attach(args: argparse.Namespace) -> int:
     """Stream output until the job ends; exit with its exit code."""
     from fluxes.cli.attach import follow_interruptible
@@ -284,7 +272,7 @@ def _output(args: argparse.Namespace) -> int:
     from fluxes.cli.attach import print_output, print_redirections
 
     inst = instance(args)
-    if not inst.redis.exists(inst.keys.eventlog(args.id)):
+    if not jobfacts.has_eventlog(inst.redis, inst.keys, args.id):
         die(f"job {shown_id(args.id)} not found")
     print_output(inst, args.id, label=args.label_io)
     sys.stdout.flush()
@@ -428,7 +416,7 @@ def _wait_event(args: argparse.Namespace) -> int:
             if remaining <= 0:
                 die(f"wait-event timeout on event '{args.event}'")
             block = max(1, int(remaining * 1000))
-        reply = store.redis.xread({key: last}, block=block, count=1000)
+        reply = jobfacts.read_new(store.redis, {key: last}, block=block)
         for _stream, entries in reply or []:
             for sid, fields in entries:
                 last = sid.decode()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.display import fmt_id, shown_id
 from fluxes.cli.util import UsageError, die, help_with_example, instance, job_id_arg
+from fluxes.store import jobfacts
 
 if TYPE_CHECKING:
     from fluxes.cli.attach import Outcome
@@ -164,7 +165,7 @@ def pick_last(ids: list[int], which: str) -> list[int]:
 
 
 def _last(args: argparse.Namespace) -> int:
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
 
     inst = instance(args)
     records = select_jobs(inst, states="pending,running,inactive")
@@ -188,12 +189,11 @@ def status_code(outcome: Outcome, exception_code: int | None) -> int:
 def _status(args: argparse.Namespace) -> int:
     import orjson
 
-    from fluxes.cli.cmd_job import _check_exist
     from fluxes.cli.waitjobs import wait_jobs
 
     inst = instance(args)
     ids = list(dict.fromkeys(args.ids))
-    _check_exist(inst, ids)
+    check_exist(inst, ids)
     worst = 0
 
     def report(outcome: Outcome) -> None:
@@ -313,7 +313,7 @@ def _hostpids(args: argparse.Namespace) -> int:
                 die(f"job {shown_id(args.id)}: timeout waiting for its tasks to start")
             block = max(1, min(block, int(left * 1000)))
         try:
-            got = inst.redis.xread({key: position}, count=1000, block=block)
+            got = jobfacts.read_new(inst.redis, {key: position}, block=block)
         except NoPermissionError:
             die(private_output(jobid))
         for _stream, entries in got or []:
@@ -348,3 +348,12 @@ def _task_ranks(text: str | None) -> frozenset[int] | None:
         return frozenset(IDSet(text))
     except ValueError as exc:
         raise UsageError(f"fluxes job hostpids: -r {text!r}: {exc}") from None
+
+
+def check_exist(inst: Instance, ids: list[int]) -> None:
+    """Die naming the first of ``ids`` (as typed) that is no job, before waiting on any."""
+    if not ids:
+        return
+    for one, found in zip(ids, jobfacts.which_exist(inst.redis, inst.keys, ids), strict=True):
+        if not found:
+            die(f"job {shown_id(one)} not found")

@@ -64,7 +64,7 @@ def _kill(args: argparse.Namespace) -> int:
 
 
 def _killall(args: argparse.Namespace) -> int:
-    from fluxes.cli.cmd_jobs import user_id
+    from fluxes.service.jobs import user_id
     from fluxes.store.client import Client
 
     inst = instance(args)

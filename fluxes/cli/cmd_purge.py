@@ -121,15 +121,13 @@ def _purge_ids(inst: Instance, ids: list[int], force: bool) -> int:
 def _classify(inst: Instance, ids: list[int], result: PurgeResult) -> None:
     """Sort ``ids`` into active and unknown ones (what a purge would refuse)."""
     from fluxes.domain.retention import TERMINAL_EVENTS
+    from fluxes.store.jobfacts import last_events
 
-    pipe = inst.redis.pipeline(transaction=False)
-    for jobid in ids:
-        pipe.xrevrange(inst.keys.eventlog(jobid), count=1)
-    for jobid, last in zip(ids, pipe.execute(), strict=True):
-        if not last:
+    for jobid, last in zip(ids, last_events(inst.redis, inst.keys, ids), strict=True):
+        if last is None:
             result.unknown.append(jobid)
             continue
-        name = last[0][1].get(b"n", b"?").decode("utf-8", "replace")
+        name = last[1].get(b"n", b"?").decode("utf-8", "replace")
         if name not in TERMINAL_EVENTS:
             result.active[jobid] = name
 

@@ -7,14 +7,12 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from fluxes.cli.util import add_subcommands, die, help_with_example, instance, print_json
 from fluxes.formats.fsd import format_duration, parse_duration
+from fluxes.service.queues import change_queue, queue_states
 
 if TYPE_CHECKING:
     from fluxes.domain.jm.queues import QueueState
-    from fluxes.store.instance import Instance
 
 
 #: Pause between looks at the job list's position while it catches up with the journals.
@@ -59,25 +57,6 @@ def register(subparsers: Any) -> None:
         p.add_argument("--timeout", metavar="FSD", default=None)
         p.add_argument("--progress", action="store_true")
         p.set_defaults(func=_wait, kind=kind)
-
-
-def queue_states(inst: Instance) -> dict[str | None, QueueState]:
-    """Every queue's admin state, folded from the queue event stream."""
-    from fluxes.domain.jm.queues import fold_queue_events
-
-    return fold_queue_events(inst.config().queues, _queue_log(inst))
-
-
-def _queue_log(inst: Instance) -> list[Any]:
-    from fluxes import messages as proto
-
-    out = []
-    for _sid, fields in inst.redis.xrange(inst.keys.queues):
-        try:
-            out.append(proto.load_queue_event(fields))
-        except proto.MessageError:
-            continue
-    return out
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -139,29 +118,10 @@ def _status(args: argparse.Namespace) -> int:
 
 def _admin(args: argparse.Namespace) -> int:
     """Append a queue event and tell every job manager to re-read queue states."""
-    from fluxes import messages as proto
-    from fluxes.domain.jm.queues import QueueEvent
-
-    inst = instance(args)
-    config = inst.config().queues
-    if args.queue is not None and args.all:
-        die(f"queue {args.kind}: give QUEUE or --all, not both")
-    if args.queue is not None:
-        config.check_queue(args.queue)
-    elif not args.all and config.queue_names != (None,):
-        die(f"queue {args.kind}: name a queue or use --all")
-    reason = args.message
-    if args.kind == "disable" and not reason:
-        reason = "disabled by administrator"
-    if args.kind in ("enable", "start"):
-        reason = None
-    event = QueueEvent(kind=args.kind, queue=args.queue, timestamp=time.time(),
-                       reason=reason, all_queues=bool(args.all))
-    pipe = inst.redis.pipeline(transaction=False)
-    pipe.xadd(inst.keys.queues, {"d": orjson.dumps(event.to_dict())})
-    for p in range(inst.keys.partitions):
-        pipe.xadd(inst.keys.jm_ctl(p), proto.encode_entry([proto.QueuesChanged()]))
-    pipe.execute()
+    try:
+        change_queue(instance(args), args.kind, args.queue, args.message, bool(args.all))
+    except ValueError as exc:
+        die(str(exc))
     return 0
 
 

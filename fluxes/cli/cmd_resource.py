@@ -132,27 +132,22 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _drain(args: argparse.Namespace) -> int:
-    from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import load_inventory, send_resource_event
+    from fluxes.service.drain import request_drain, target_ranks
+    from fluxes.store.resources import load_inventory
 
     inst = instance(args)
     if args.targets is None:
         return _list_drained(inst, args)
-    inventory = load_inventory(inst)
-    rset = inventory.rset()
     try:
-        ranks = IDSet(args.targets)
-    except ValueError:
-        ranks = rset.ranks_for_hosts(args.targets)  # ValueError names unknown hosts
-    unknown = ranks - rset.ranks
-    if unknown:
-        die(f"unknown rank(s) {unknown}")
+        ranks = target_ranks(load_inventory(inst).rset(), args.targets)
+    except ValueError as exc:
+        die(str(exc))
     reason = " ".join(getattr(args, "reason", []) or [])
     if args.kind == "drain":
         ranks = _not_drained_yet(inst, args, ranks)
         if not ranks:
             return 0
-    send_resource_event(inst, args.kind, str(ranks), reason)
+    request_drain(inst, args.kind, ranks, reason)
     # the next command sees it: wait (briefly) until the scheduler has applied it
     _summary(inst)
     return 0

@@ -207,10 +207,13 @@ def _remove_state(launcher: Launcher, temporary: bool) -> None:
 
 
 def _stop(args: argparse.Namespace) -> int:
+    from fluxes.store.status import instance_facts
+
     inst = instance(args)
-    raw, host = inst.redis.hmget(inst.keys.instance, ["supervisor_pid", "supervisor_host"])
-    if host and host.decode() != os.uname().nodename:
-        die(f"the instance's supervisor runs on {host.decode()}: run fluxes stop there")
+    facts = instance_facts(inst.redis, inst.keys, ("supervisor_pid", "supervisor_host"))
+    raw, host = facts.get("supervisor_pid"), facts.get("supervisor_host")
+    if host and host != os.uname().nodename:
+        die(f"the instance's supervisor runs on {host}: run fluxes stop there")
     if not raw:
         die("this instance has no supervisor to stop (was it started with fluxes start?)")
     pid = int(raw)

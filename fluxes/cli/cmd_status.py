@@ -57,9 +57,10 @@ def register(subparsers: Any) -> None:
 
 def _workers(inst: Instance, now: float) -> list[dict[str, Any]]:
     from fluxes.proc.metrics import heartbeat_age
+    from fluxes.store.status import worker_records
 
     out = []
-    for name_b, raw in inst.redis.hgetall(inst.keys.workers).items():
+    for name, raw in worker_records(inst.redis, inst.keys).items():
         try:
             record = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -70,7 +71,7 @@ def _workers(inst: Instance, now: float) -> list[dict[str, Any]]:
         role = None
         if "leader" in record:
             role = "leader" if record["leader"] else "standby"
-        out.append({**record, "name": name_b.decode("utf-8", "replace"),
+        out.append({**record, "name": name,
                     "kind": str(record.get("kind", "?")),
                     "age_s": None if age is None else round(age, 1),
                     "alive": age is not None and age <= STALE_AFTER_S, "role": role})
@@ -122,15 +123,11 @@ def _leases(inst: Instance) -> list[dict[str, Any]]:
         wanted.append(("scheduler", p, keys.sched_lease(p), keys.sched_fence(p)))
         wanted.append(("job-list", p, keys.joblist_lease(p), keys.joblist_fence(p)))
         wanted.append(("accounting", p, keys.acct_lease(p), keys.acct_fence(p)))
-    pipe = inst.redis.pipeline(transaction=False)
-    for _kind, _p, lease, fence in wanted:
-        pipe.get(lease)
-        pipe.pttl(lease)
-        pipe.get(fence)
-    replies = pipe.execute()
+    from fluxes.store.status import lease_states
+
+    replies = lease_states(inst.redis, keys, [(lease, fence) for _k, _p, lease, fence in wanted])
     out = []
-    for i, (kind, p, _lease, _fence) in enumerate(wanted):
-        holder, ttl, epoch = replies[3 * i:3 * i + 3]
+    for (kind, p, _lease, _fence), (holder, ttl, epoch) in zip(wanted, replies, strict=True):
         out.append({"lease": kind, "partition": p,
                     "holder": holder.decode("utf-8", "replace") if holder else None,
                     "ttl_ms": int(ttl) if holder and int(ttl) >= 0 else None,
@@ -148,9 +145,9 @@ def _exec_ranks(inst: Instance) -> list[int]:
         ranks.update(t.rank for t in load_inventory(inst))
     except (FluxesError, ValueError, OSError):
         pass  # no inventory recorded: the registry still names the ranks served
-    for rank_b in inst.redis.hkeys(inst.keys.exec_registry):
-        if rank_b.isdigit():
-            ranks.add(int(rank_b))
+    from fluxes.store.status import registered_exec_ranks
+
+    ranks.update(registered_exec_ranks(inst.redis, inst.keys))
     return sorted(ranks)
 
 
@@ -159,7 +156,9 @@ def _streams(inst: Instance) -> list[dict[str, Any]]:
 
     keys = inst.keys
     owner, _uid = inst.owner()
-    users = sorted({owner, *(u.decode() for u in inst.redis.hkeys(keys.users))})
+    from fluxes.store.users import UserTable
+
+    users = sorted({owner, *UserTable(inst.redis, keys).entries()})
     streams = [keys.submit(u) for u in users]
     for p in range(keys.partitions):
         streams += [keys.jm_new(p), keys.jm_ctl(p), keys.sched_resp(p), keys.exec_events(p),
@@ -171,7 +170,7 @@ def _streams(inst: Instance) -> list[dict[str, Any]]:
 
 
 def _queues(inst: Instance) -> list[dict[str, Any]]:
-    from fluxes.cli.cmd_queue import queue_states
+    from fluxes.service.queues import queue_states
 
     return [{"queue": name, "enabled": state.enabled, "disable_reason": state.enable_reason,
              "started": state.started, "stop_reason": state.stop_reason}
@@ -179,10 +178,11 @@ def _queues(inst: Instance) -> list[dict[str, Any]]:
 
 
 def _resources(inst: Instance, now: float) -> dict[str, Any] | None:
-    raw = inst.redis.get(inst.keys.sched_status)
-    if not raw:
+    from fluxes.store.resources import published_summary
+
+    summary = published_summary(inst.redis, inst.keys)
+    if summary is None:
         return None
-    summary: dict[str, Any] = orjson.loads(raw)
     published = summary.get("time")
     if isinstance(published, int | float):
         summary["age_s"] = round(max(0.0, now - published), 1)
@@ -190,8 +190,9 @@ def _resources(inst: Instance, now: float) -> dict[str, Any] | None:
 
 
 def _jobs(inst: Instance) -> dict[str, Any]:
-    from fluxes.cli.cmd_jobs import caught_up, stats_line
+    from fluxes.cli.cmd_jobs import stats_line
     from fluxes.proc.metrics import job_counts
+    from fluxes.service.jobs import caught_up
 
     # a status must come back even when the job-list worker is down: wait briefly
     store = caught_up(inst, timeout=1.0)
@@ -201,15 +202,12 @@ def _jobs(inst: Instance) -> dict[str, Any]:
 
 def _dead_letters(inst: Instance) -> dict[str, Any]:
     from fluxes.store.deadletters import read_counts
+    from fluxes.store.status import dead_letter_tail
 
-    key = inst.keys.dead_letters
-    pipe = inst.redis.pipeline(transaction=False)
-    pipe.xlen(key)
-    pipe.xrevrange(key, count=1)
-    count, last = pipe.execute()
+    count, last = dead_letter_tail(inst.redis, inst.keys)
     latest = None
     if last:
-        fields = {k.decode(): v.decode("utf-8", "replace") for k, v in last[0][1].items()}
+        fields = {k.decode(): v.decode("utf-8", "replace") for k, v in last.items()}
         latest = {k: fields.get(k) for k in ("time", "worker", "stream", "error")}
     # the stream keeps the newest 10,000; the counts cover every one ever written
     return {"count": int(count), "last": latest, "by_stream": read_counts(inst.redis, inst.keys)}
@@ -253,9 +251,9 @@ def _lost_jobs(inst: Instance) -> dict[str, Any]:
 def collect(inst: Instance) -> dict[str, Any]:
     """The whole status as one JSON-ready object."""
     now = time.time()
-    facts = {k.decode(): v.decode("utf-8", "replace")
-             for k, v in inst.redis.hgetall(inst.keys.instance).items()
-             if k in (b"owner", b"started", b"created")}
+    from fluxes.store.status import instance_facts
+
+    facts = instance_facts(inst.redis, inst.keys, ("owner", "started", "created"))
     status: dict[str, Any] = {
         "instance": {"uri": strip_password(str(inst.uri)), "namespace": inst.keys.ns,
                      "partitions": inst.keys.partitions, **facts, "time": now},

@@ -492,7 +492,7 @@ def _command(args: argparse.Namespace) -> list[str]:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from fluxes.cli.cmd_jobs import select_jobs  # not at import: submit and run do not list jobs
+    from fluxes.service.jobs import select_jobs  # not at import: submit and run do not list jobs
     from fluxes.store.client import Client
 
     inst = instance(args)

@@ -1,19 +1,23 @@
-"""Formatting shared by commands: job ids, times, users, event lines, tables."""
+"""Formatting shared by commands: job ids, times, users, event lines, tables.
+
+``parse_time``/``stream_id_for`` and ``username`` live in the service layer (the web
+reads times and names too) and are re-exported here for the commands.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-import math
-import pwd
-import time
 from collections.abc import Mapping, Sequence
-from functools import cache
 from typing import Any
 
 import orjson
 
 from fluxes.formats import jobid as jobids
-from fluxes.formats.fsd import parse_duration
+from fluxes.service.timeparse import parse_time, stream_id_for
+from fluxes.service.users import username
+
+__all__ = ["context_text", "event_line", "fmt_id", "human_event_lines", "parse_time",
+           "shown_id", "stream_id_for", "table", "username"]
 
 
 def fmt_id(jobid: int, form: str = "f58") -> str:
@@ -29,15 +33,6 @@ def shown_id(jobid: int) -> str:
     """
     typed = getattr(jobid, "typed", None)
     return typed if isinstance(typed, str) else fmt_id(jobid)
-
-
-@cache
-def username(uid: int) -> str:
-    """The user name of ``uid`` (the number itself when unknown)."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, OverflowError, ValueError):
-        return str(uid)
 
 
 def context_text(ctx: Mapping[str, Any]) -> str:
@@ -64,33 +59,6 @@ def human_event_lines(events: Sequence[tuple[float, str, Mapping[str, Any] | Non
         line = f"[{stamp}] {name}"
         out.append(f"{line} {context_text(ctx)}" if ctx else line)
     return out
-
-
-def parse_time(text: str) -> float:
-    """A UNIX time, an ISO 8601 date/time, or ``-FSD`` (that long ago)."""
-    text = text.strip()
-    if text.startswith("-"):
-        return time.time() - parse_duration(text[1:])
-    try:
-        value = float(text)
-        if math.isfinite(value):
-            return value
-    except ValueError:
-        pass
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise ValueError(f"invalid time {text!r} (want a UNIX time, an ISO date, or -DURATION)")\
-            from None
-    return when.timestamp()
-
-
-def stream_id_for(text: str) -> str:
-    """A stream id from a stream id (``1700000000000-0``) or any :func:`parse_time` form."""
-    head, sep, tail = text.partition("-")
-    if sep and head.isdigit() and tail.isdigit():
-        return text
-    return f"{int(parse_time(text) * 1000)}-0"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]],

@@ -10,9 +10,9 @@ from fluxes.cli.util import UsageError
 from fluxes.formats.hostlist import Hostlist
 
 if TYPE_CHECKING:
-    from fluxes.cli.cmd_jobs import Row
     from fluxes.domain.job.record import JobRecord
     from fluxes.formats.idset import IDSet
+    from fluxes.service.jobrows import Row
 
 
 #: ANSI colors of ``--color`` lines by result (as flux: done green, failed and

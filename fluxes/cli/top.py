@@ -21,8 +21,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
 from fluxes.cli.display import fmt_id, username
 from fluxes.domain.job.states import JobState
 
@@ -105,14 +103,15 @@ def frame(title: str, summary: Mapping[str, Any] | None, counts: Mapping[str, in
 
 def read_view(inst: Any) -> tuple[dict[str, Any] | None, dict[str, int], list[TopJob]]:
     """What a frame shows, read from ``inst`` (an Instance)."""
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
     from fluxes.store.joblist import JobListStore
+    from fluxes.store.nesting import ChildTable
+    from fluxes.store.resources import published_summary
 
-    raw = inst.redis.get(inst.keys.sched_status)
-    summary = orjson.loads(raw) if raw else None
+    summary = published_summary(inst.redis, inst.keys)
     counts = dict(JobListStore(inst.redis, inst.keys).counters())
     records = select_jobs(inst, states="active", everyone=True)
-    children = inst.redis.hgetall(inst.keys.children)
+    children = ChildTable(inst.redis, inst.keys).all()
     now = time.time()
     jobs = []
     for rec in records:
@@ -121,7 +120,7 @@ def read_view(inst: Any) -> tuple[dict[str, Any] | None, dict[str, int], list[To
         jobs.append(TopJob(rec.id, username(job.userid) if job.userid >= 0 else "-",
                            job.state.short, int(rec.info.get("ntasks") or 0),
                            _nnodes(rec.info), runtime,
-                           str(rec.info.get("name") or ""), str(rec.id).encode() in children))
+                           str(rec.info.get("name") or ""), rec.id in children))
     # running jobs first, as flux top
     jobs.sort(key=lambda j: (j.state != JobState.RUN.short, -j.runtime))
     return summary, counts, jobs
@@ -169,7 +168,7 @@ def _keys(fd: int | None, timeout: float) -> list[str]:
 
 def run(inst: Any, interval: float = 2.0, iterations: int | None = None) -> int:
     """Draw the view of ``inst`` until ``q`` at the top (or ``iterations`` frames)."""
-    from fluxes.cli.cmd_batch import instance_of
+    from fluxes.store.nesting import ChildTable, instance_of
 
     fd = sys.stdin.fileno() if sys.stdin.isatty() else None
     stack = [inst]
@@ -206,9 +205,10 @@ def run(inst: Any, interval: float = 2.0, iterations: int | None = None) -> int:
                     elif key == "k":
                         selected = max(0, selected - 1)
                     elif key in ("\n", "\r") and jobs and jobs[selected].instance:
-                        ns = here.redis.hget(here.keys.children, str(jobs[selected].id))
+                        ns = ChildTable(here.redis, here.keys).namespace_of(
+                            jobs[selected].id)
                         if ns is not None:
-                            stack.append(instance_of(here, ns.decode()))
+                            stack.append(instance_of(here, ns))
                             selected = 0
                     redraw = True
                 if redraw:

@@ -13,8 +13,6 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
-import orjson
-
 from fluxes.errors import FluxesError
 from fluxes.formats import jobid
 
@@ -131,6 +129,8 @@ def _silence_stdout() -> None:
 def print_json(obj: Any, out: TextIO | None = None) -> None:
     """Print one JSON document on one line (for ``--json`` output)."""
     stream = out if out is not None else sys.stdout
+    import orjson  # here: fluxes --version and the help need no JSON
+
     stream.write(orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
 
 

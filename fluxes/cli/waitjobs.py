@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from fluxes.cli.attach import Outcome
 from fluxes.cli.display import shown_id
 from fluxes.errors import FluxesError
+from fluxes.store.jobfacts import last_events
 
 if TYPE_CHECKING:
     from fluxes.store.instance import Instance
@@ -36,7 +37,7 @@ def active_jobs_of(inst: Instance, user: str | None = None) -> list[int]:
     the rest, so a job folded while this runs is in one or the other (read
     the other way round, it could be in neither).
     """
-    from fluxes.cli.cmd_jobs import select_jobs, user_id
+    from fluxes.service.jobs import select_jobs, user_id
     from fluxes.store.joblist import JobListStore
 
     uid = user_id(inst, user)
@@ -133,12 +134,9 @@ def _ended(inst: Instance, ids: list[int]) -> list[int]:
     ended = []
     for i in range(0, len(ids), _CHUNK):
         chunk = ids[i:i + _CHUNK]
-        pipe = inst.redis.pipeline(transaction=False)
-        for jobid in chunk:
-            pipe.xrevrange(inst.keys.eventlog(jobid), count=1)
-        for jobid, last in zip(chunk, pipe.execute(), strict=True):
-            if not last:
+        for jobid, last in zip(chunk, last_events(inst.redis, inst.keys, chunk), strict=True):
+            if last is None:
                 raise FluxesError(f"job {shown_id(jobid)} not found")
-            if last[0][1].get(b"n") in _LAST:
+            if last[1].get(b"n") in _LAST:
                 ended.append(jobid)
     return ended

@@ -20,6 +20,7 @@ import orjson
 from fluxes.formats.hostlist import Hostlist
 from fluxes.formats.idset import IDSet
 from fluxes.formats.rset import ResourceSet, check_property_name
+from fluxes.formats.shown import shown as _show
 
 __all__ = ["MAX_DEPTH", "OPERATORS", "Constraint", "and_properties", "parse"]
 
@@ -36,12 +37,6 @@ _LOGICAL = ("and", "or", "not")
 # 64 levels written out would fill several screen lines.
 _PATH_HEAD = 3
 _PATH_TAIL = 4
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """repr() of *value*, shortened so error messages stay on one line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class Constraint:

@@ -23,6 +23,7 @@ from itertools import pairwise
 from typing import Final
 
 from fluxes.formats.idset import MAX_ID, IDSet
+from fluxes.formats.shown import shown as _show
 
 __all__ = ["MAX_COUNT", "OPERATORS", "Count"]
 
@@ -53,11 +54,6 @@ _RANGE = re.compile(
 )
 
 Runs = tuple[tuple[int, int], ...]
-
-
-def _show(text: str, limit: int = 40) -> str:
-    """Quote user input for a one-line message, shortened if long."""
-    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def _check_int(name: str, value: object) -> int:

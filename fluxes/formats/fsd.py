@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from fluxes.formats.shown import shown as _show
+
 __all__ = ["UNITS", "format_duration", "parse_duration"]
 
 #: Suffix -> number of seconds in one unit.
@@ -41,12 +43,6 @@ _FORMAT_UNITS: tuple[tuple[float, str], ...] = (
 
 _DEFAULT_PRECISION = 6
 _MAX_PRECISION = 17
-
-
-def _show(text: str, limit: int = 40) -> str:
-    """Quote ``text`` for an error message, shortened so messages stay one line."""
-    shown = text if len(text) <= limit else text[:limit] + "..."
-    return repr(shown)
 
 
 def _int_to_float(value: int) -> float:

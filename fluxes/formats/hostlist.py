@@ -23,6 +23,8 @@ from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from typing import ClassVar, NamedTuple, SupportsIndex, TypeAlias, overload
 
+from fluxes.formats.shown import shown as _show
+
 __all__ = ["MAX_DIGITS", "MAX_RANGE", "Hostlist", "HostlistLike"]
 
 #: Most hosts one ``lo-hi`` range in a hostlist string may name.  flux-core
@@ -66,13 +68,6 @@ class _Run(NamedTuple):
     lo: int
     hi: int
     width: int
-
-
-def _show(text: str) -> str:
-    """Quote (and shorten) user input for a one-line error message."""
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return repr(text)
 
 
 def _is_padded(digits: str) -> bool:

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator
 from itertools import accumulate, islice, pairwise
 from typing import Self, TypeAlias, cast
 
+from fluxes.formats.shown import shown as _show
+
 __all__ = ["MAX_ID", "IDSet", "IDSetLike"]
 
 #: Largest id accepted.  RFC 22 sets no bound, but flux-core's idsets keep
@@ -43,13 +45,6 @@ _BAD_CHAR = re.compile(r"[^0-9,\-]")
 
 IDSetLike: TypeAlias = "IDSet | str | Iterable[int]"
 """Anything :class:`IDSet` accepts: an IDSet, an RFC 22 string or an iterable of ids."""
-
-
-def _show(text: str) -> str:
-    """Quote (and shorten) user input for a one-line error message."""
-    if len(text) > 40:
-        text = text[:37] + "..."
-    return repr(text)
 
 
 def _check_int(value: object, what: str) -> int:

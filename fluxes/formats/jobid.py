@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 
 from fluxes.formats._mnemonic_words import BASE_WORDS, WORDS
+from fluxes.formats.shown import shown as _show
 
 __all__ = [
     "DEFAULT_EPOCH_MS",
@@ -164,11 +165,6 @@ def encode(id: int, form: str = "dec") -> str:
 
 # --------------------------------------------------------------------------
 # Parsing
-
-
-def _show(text: str) -> str:
-    shown = repr(text)
-    return shown if len(shown) <= 60 else shown[:56] + "...'"
 
 
 class _BadIdError(Exception):

@@ -29,7 +29,6 @@ from typing import Any, Final, cast
 import orjson
 
 from fluxes.errors import JobspecError
-from fluxes.formats import constraints as _constraints
 from fluxes.formats import fsd
 from fluxes.formats.jobspec_rules import Summary, format_path, validate
 from fluxes.formats.urgency import MAX_URGENCY, MIN_URGENCY
@@ -459,6 +458,10 @@ class Jobspec:
         The properties are ANDed into ``attributes.system.constraints``; an
         empty list returns an equal copy.
         """
+        # here: constraints import the resource set types, which submitting without
+        # --requires never needs (start-up time)
+        from fluxes.formats import constraints as _constraints
+
         system = cast(dict[str, Any], orjson.loads(orjson.dumps(self._system())))
         try:
             system_constraints = _constraints.and_properties(system.get("constraints"), props)

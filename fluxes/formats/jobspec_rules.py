@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from fluxes.errors import JobspecError
-from fluxes.formats import constraints as _constraints
 from fluxes.formats import jobid as _jobid
 from fluxes.formats.counts import Count
+from fluxes.formats.shown import shown
 
 __all__ = [
     "KNOWN_SYSTEM_ATTRIBUTES",
@@ -39,6 +39,9 @@ __all__ = [
     "join_path",
     "validate",
 ]
+
+#: values of a jobspec are quoted as the JSON they were written in (``null``, ``true``)
+_show = functools.partial(shown, as_json=True)
 
 #: ``attributes.system`` keys described by RFC 14 (``files``: RFC 37).  Any
 #: other key is kept but reported in ``Jobspec.warnings``.
@@ -150,19 +153,6 @@ def format_path(parts: Iterator[str | int] | list[str | int] | tuple[str | int, 
                 quoted = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in quoted)
             out.append(f"[{quoted}]")
     return join_path(out) or "jobspec"
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """A short one-line rendering of a user value for messages (strings quoted '...')."""
-    if isinstance(value, str):
-        text = repr(value)
-    else:
-        try:
-            text = json.dumps(value, ensure_ascii=False)
-        except (TypeError, ValueError):
-            text = repr(value)
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 _TYPE_NAMES: Final = {
@@ -688,6 +678,8 @@ def _check_system(system: Mapping[str, Any], summary: Summary) -> None:
                         f"attributes.system.dependencies[{i}].value: {exc}"
                     ) from None
     if "constraints" in system:
+        from fluxes.formats import constraints as _constraints  # only when there are some
+
         try:
             _constraints.parse(system["constraints"])
         except ValueError as exc:

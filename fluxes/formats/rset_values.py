@@ -17,6 +17,7 @@ import orjson
 
 from fluxes.formats.hostlist import Hostlist
 from fluxes.formats.idset import MAX_ID, IDSet
+from fluxes.formats.shown import shown as show
 
 #: Characters RFC 20 forbids in property names.
 PROPERTY_ILLEGAL_CHARS = "!&'\"^`|()"
@@ -31,12 +32,6 @@ IDsLike: TypeAlias = "IDSet | str"
 # Shared empty set for ranks without gpus.  Pairs are never mutated in place
 # (every operation builds new IDSets), so sharing is safe.
 NO_IDS = IDSet()
-
-
-def show(value: object, limit: int = 40) -> str:
-    """repr() of *value*, shortened so error messages stay on one line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def decode_idset(value: object, where: str) -> IDSet:

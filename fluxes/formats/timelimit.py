@@ -20,6 +20,7 @@ import math
 import re
 
 from fluxes.formats.fsd import parse_duration
+from fluxes.formats.shown import shown as _show
 
 __all__ = ["parse_time_limit"]
 
@@ -31,11 +32,6 @@ _CLOCK = re.compile(r"(?:(?P<days>[0-9]+)-)?(?P<rest>[0-9]+(?::[0-9]+){0,2})")
 
 _FORMS = ("use minutes (10), a duration with a unit (30s, 10m, 2h, 1d) or "
           "Slurm's M:S, H:M:S, D-H, D-H:M, D-H:M:S")
-
-
-def _show(text: str) -> str:
-    """``text`` quoted for a one-line message, cut when long."""
-    return repr(text if len(text) <= 40 else text[:40] + "...")
 
 
 def _clock(text: str) -> float | None:

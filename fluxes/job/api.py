@@ -410,7 +410,7 @@ def job_list(flux_handle: Flux, max_entries: int = 1000, attrs: Sequence[str] = 
              ) -> _ListFuture:
     """Your jobs (``userid`` -1: everyone's), newest first, as ``fluxes jobs -a`` lists
     them; the future's ``get_jobs()`` gives dicts."""
-    from fluxes.cli.cmd_jobs import select_jobs
+    from fluxes.service.jobs import select_jobs
 
     uid = os.getuid() if userid is None else int(userid)
     records = select_jobs(flux_handle.instance, states="active,inactive",

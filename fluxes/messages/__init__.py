@@ -16,9 +16,9 @@ one-line reason, so the reader dead-letters the entry instead of crashing.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 import msgspec
@@ -142,14 +142,31 @@ class _Unstamped(msgspec.Struct, kw_only=True):
     m: list[Any]
 
 
-@dataclass(frozen=True, slots=True)
 class Channel(Generic[M]):
-    """A message stream: the union of its message types and the bounds of an entry."""
+    """A message stream: the union of its message types and the bounds of an entry.
 
-    name: str
-    max_bytes: int
-    max_depth: int
-    decoder: msgspec.json.Decoder[Envelope[M]]
+    Its decoder is built on first use: building one costs about a millisecond per
+    union, and a short command (``fluxes submit``) decodes none of the streams.
+    """
+
+    __slots__ = ("_decoder", "_union", "max_bytes", "max_depth", "name")
+
+    def __init__(self, name: str, max_bytes: int, max_depth: int,
+                 decoder: msgspec.json.Decoder[Envelope[M]] | None = None,
+                 union: Any = None) -> None:
+        """A channel decoding with ``decoder``, or one built for ``union`` when needed."""
+        self.name = name
+        self.max_bytes = max_bytes
+        self.max_depth = max_depth
+        self._decoder = decoder
+        self._union = union
+
+    @property
+    def decoder(self) -> msgspec.json.Decoder[Envelope[M]]:
+        """The envelope decoder of this channel's message union."""
+        if self._decoder is None:
+            self._decoder = msgspec.json.Decoder(Envelope[self._union])  # type: ignore[name-defined]
+        return self._decoder
 
     def decode(self, raw: bytes) -> tuple[int, list[M]]:
         """Epoch and messages of an entry's ``d`` field; MessageError when malformed."""
@@ -169,7 +186,7 @@ class Channel(Generic[M]):
 
 
 def _channel(name: str, union: Any, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
-    return Channel(name, max_bytes, max_depth, msgspec.json.Decoder(Envelope[union]))
+    return Channel(name, max_bytes, max_depth, union=union)
 
 
 #: {p}:sched:req: job manager -> scheduler (a hello reply lists every job holding resources).
@@ -186,11 +203,30 @@ NEW_JOBS: Channel[New] = _channel("jm:new", New, 64 * _MiB, NEW_JOB_DEPTH)
 CONTROL: Channel[Control] = _channel("jm:ctl", Control, 16 * _MiB)
 
 _ENCODER = msgspec.json.Encoder()
-_REQUESTS: msgspec.json.Decoder[Request] = msgspec.json.Decoder(Request)
-_REQUEST_ID = msgspec.json.Decoder(SubmitReqId)
-_REPLIES = msgspec.json.Decoder(Reply)
-_RESOURCE_EVENTS: msgspec.json.Decoder[ResourceChange] = msgspec.json.Decoder(
-    ResourceChange)
+
+
+# The decoders below are built on first use (about a millisecond each; a short command
+# needs one at most).
+
+
+@functools.cache
+def _requests() -> msgspec.json.Decoder[Request]:
+    return msgspec.json.Decoder(Request)
+
+
+@functools.cache
+def _request_id() -> msgspec.json.Decoder[SubmitReqId]:
+    return msgspec.json.Decoder(SubmitReqId)
+
+
+@functools.cache
+def _replies() -> msgspec.json.Decoder[Reply]:
+    return msgspec.json.Decoder(Reply)
+
+
+@functools.cache
+def _resource_events() -> msgspec.json.Decoder[ResourceChange]:
+    return msgspec.json.Decoder(ResourceChange)
 
 
 def _field(fields: Mapping[bytes, bytes] | Mapping[str, Any] | None, what: str) -> bytes:
@@ -261,7 +297,7 @@ def decode_request(fields: Mapping[bytes, bytes],
     raw = _field(fields, "request")
     check_bounds(raw, max_bytes, REQUEST_DEPTH, "request")
     try:
-        return _REQUESTS.decode(raw)
+        return _requests().decode(raw)
     except msgspec.ValidationError as exc:
         raise MessageError(f"request: {one_line(str(exc))}") from None
     except msgspec.DecodeError as exc:
@@ -273,7 +309,7 @@ def request_id(fields: Mapping[bytes, bytes], max_bytes: int = MAX_REQUEST_BYTES
     try:
         raw = _field(fields, "request")
         check_bounds(raw, max_bytes, REQUEST_DEPTH, "request")
-        return _REQUEST_ID.decode(raw).req
+        return _request_id().decode(raw).req
     except (MessageError, msgspec.ValidationError, msgspec.DecodeError):
         return None
 
@@ -292,7 +328,7 @@ def decode_reply(raw: bytes) -> Reply:
     """A reply read from a reply list; MessageError when malformed."""
     check_bounds(raw, MAX_REPLY_BYTES, MAX_DEPTH, "reply")
     try:
-        return _REPLIES.decode(raw)
+        return _replies().decode(raw)
     except msgspec.ValidationError as exc:
         raise MessageError(f"reply: {one_line(str(exc))}") from None
     except msgspec.DecodeError as exc:
@@ -307,7 +343,7 @@ def decode_resource_event(fields: Mapping[bytes, bytes]) -> ResourceChange:
     raw = _field(fields, "resource event")
     check_bounds(raw, MAX_RESOURCE_EVENT_BYTES, MAX_DEPTH, "resource event")
     try:
-        return _RESOURCE_EVENTS.decode(raw)
+        return _resource_events().decode(raw)
     except msgspec.ValidationError as exc:
         raise MessageError(f"resource event: {one_line(str(exc))}") from None
     except msgspec.DecodeError as exc:

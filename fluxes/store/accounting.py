@@ -65,7 +65,7 @@ from fluxes.domain.accounting.usage import (
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import ensure_group
-from fluxes.store.joblist import id_before
+from fluxes.store.joblist_read import id_before
 from fluxes.store.keys import GROUP_ACCOUNTING, Keys
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.scripts import lua_source

@@ -11,7 +11,6 @@ The number of partitions is a fact of the instance, stored in Redis.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import pwd
 import time
@@ -37,6 +36,14 @@ if TYPE_CHECKING:  # neither is imported by a short command (fluxes submit: issu
     import redis
 
     from fluxes.config import InstanceConfig
+
+
+
+def _sha256(data: bytes) -> str:
+    # hashlib here, not at import: the short commands never record resources
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
 
 
 class NoInstanceError(FluxesError):
@@ -112,7 +119,7 @@ def record_instance(client: redis.Redis, namespace: str, partitions: int,
     fields: dict[str, str | int | bytes] = {
         "partitions": partitions, "owner": owner[0], "owner_uid": owner[1],
         "config": config.text, "resources": recorded,
-        RESOURCES_DIGEST: hashlib.sha256(recorded).hexdigest(),
+        RESOURCES_DIGEST: _sha256(recorded),
         "started": repr(time.time()), **(extra or {})}
     pipe = client.pipeline(transaction=True)
     pipe.hset(keys.instance, mapping=fields)

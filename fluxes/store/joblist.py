@@ -21,7 +21,6 @@ the group's pending list, out of the new folder's sight.
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -33,7 +32,8 @@ from fluxes.domain.joblist.model import Change, JobSummary, removal
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import ensure_group
-from fluxes.store.keys import GROUP_JOBLIST, Keys
+from fluxes.store.joblist_read import JobListReader, _text, id_before
+from fluxes.store.keys import GROUP_JOBLIST
 from fluxes.store.scripts import lua_source
 
 #: The fenced write: every read-model step goes through it (fluxes/store/lua).
@@ -45,12 +45,8 @@ _CHUNK = 2000
 _FENCE, _JOBS, _ACTIVE, _INACTIVE, _COUNTS, _JOURNAL = range(1, 7)
 
 
-class JobListStore:
-    """Reads and atomic updates of the job-list read model."""
-
-    def __init__(self, client: redis.Redis, keys: Keys) -> None:
-        self.redis = client
-        self.keys = keys
+class JobListStore(JobListReader):
+    """Atomic updates of the job-list read model (and its reads, JobListReader's)."""
 
     def ensure_groups(self) -> None:
         """Create the job-list consumer group (the folded position) on every journal."""
@@ -61,24 +57,6 @@ class JobListStore:
         """Summaries of every active job of ``partition`` (a restarted worker's cache)."""
         ids = [int(x) for x in self.redis.zrange(self.keys.joblist_active(partition), 0, -1)]
         return {s.id: s for s in self.get_many(ids) if s is not None}
-
-    def get_many(self, jobids: Sequence[int]) -> list[JobSummary | None]:
-        """Summaries of ``jobids`` (None where unknown), one round trip per partition."""
-        if not jobids:
-            return []
-        by_part: dict[int, list[int]] = {}
-        for jobid in jobids:
-            by_part.setdefault(self.keys.partition_of(jobid), []).append(jobid)
-        pipe = self.redis.pipeline(transaction=False)
-        order = []
-        for part, ids in by_part.items():
-            pipe.hmget(self.keys.joblist_jobs(part), ids)
-            order.append(ids)
-        found: dict[int, JobSummary | None] = {}
-        for ids, raws in zip(order, pipe.execute(), strict=True):
-            for jobid, raw in zip(ids, raws, strict=True):
-                found[jobid] = JobSummary.from_json(raw) if raw else None
-        return [found[j] for j in jobids]
 
     def _keys(self, partition: int) -> list[str]:
         """KEYS of the fenced write for ``partition``, in the ``_FENCE``... order."""
@@ -176,60 +154,6 @@ class JobListStore:
                 entries_read = None  # the group's count was off: let Redis estimate
         return id_before(oldest), entries_read
 
-    def folded_position(self, partition: int) -> str | None:
-        """The folded position, read without writing anything (:meth:`position` may
-        create the group): "0-0" before anything was folded, None when a user's ACL
-        does not allow reading it."""
-        journal = self.keys.journal(partition)
-        try:
-            groups = self.redis.xinfo_groups(journal)
-        except redis.exceptions.NoPermissionError:
-            return None
-        except redis.ResponseError:
-            return "0-0"  # no journal yet
-        for group in groups:
-            if _text(group["name"]) != GROUP_JOBLIST:
-                continue
-            last = _text(group["last-delivered-id"])
-            if group["pending"]:
-                # read by an older folder and never written: not folded
-                last = id_before(_text(self.redis.xpending(journal, GROUP_JOBLIST)["min"]))
-            return last
-        return "0-0"
-
-    def journal_marks(self) -> dict[int, str]:
-        """The id of the newest entry of every partition's journal ("0-0" when empty):
-        what a reader must see folded to see every job written before it asked."""
-        pipe = self.redis.pipeline(transaction=False)
-        for p in range(self.keys.partitions):
-            pipe.xrevrange(self.keys.journal(p), count=1)
-        return {p: (_text(last[0][0]) if last else "0-0")
-                for p, last in enumerate(pipe.execute())}
-
-    def behind(self, marks: dict[int, str]) -> dict[int, str]:
-        """Those of ``marks`` (partition -> journal id) the read model has not folded
-        up to yet. A partition whose position cannot be read counts as caught up:
-        a reader without the right to see it gets the read model as it is."""
-        out = {}
-        for partition, mark in marks.items():
-            if mark == "0-0":
-                continue
-            folded = self.folded_position(partition)
-            if folded is not None and stream_id_key(folded) < stream_id_key(mark):
-                out[partition] = mark
-        return out
-
-    def catch_up(self, timeout: float, pause: float = 0.02) -> dict[int, str]:
-        """Wait (up to ``timeout`` seconds) until the read model includes every journal
-        entry written before this call: read-your-writes for a reader that then reads
-        the model. Returns the partitions still behind (empty once caught up)."""
-        left = self.behind(self.journal_marks())
-        deadline = time.monotonic() + timeout
-        while left and time.monotonic() < deadline:
-            time.sleep(pause)
-            left = self.behind(left)
-        return left
-
     def take_over(self, partition: int, holder: str, ttl_ms: int) -> str:
         """Take the partition's job-list lease whoever holds it; the new fencing token.
 
@@ -246,48 +170,6 @@ class JobListStore:
         """Who holds the partition's job-list lease (None: nobody)."""
         raw = self.redis.get(self.keys.joblist_lease(partition))
         return raw.decode("utf-8", "replace") if raw is not None else None
-
-    def counters(self) -> Counter[str]:
-        """Counters summed over partitions (zero counts left out)."""
-        total: Counter[str] = Counter()
-        for p in range(self.keys.partitions):
-            for key, value in self.redis.hgetall(self.keys.joblist_counts(p)).items():
-                total[key.decode()] += int(value)
-        return +total
-
-    def all_summaries(self) -> dict[int, JobSummary]:
-        """Every summary of every partition (for checks and small instances)."""
-        out = {}
-        for p in range(self.keys.partitions):
-            for raw in self.redis.hvals(self.keys.joblist_jobs(p)):
-                summary = JobSummary.from_json(raw)
-                out[summary.id] = summary
-        return out
-
-    def list_ids(self, active: bool = True, inactive: bool = False,
-                 limit: int | None = None) -> list[int]:
-        """Job ids, active ones by submit time then inactive ones newest first."""
-        ids: list[tuple[float, int]] = []
-        for p in range(self.keys.partitions):
-            if active:
-                for raw, score in self.redis.zrange(self.keys.joblist_active(p), 0, -1,
-                                                    withscores=True):
-                    ids.append((-score, int(raw)))
-        # active: newest submission first, as flux jobs lists
-        ids.sort()
-        out = [j for _, j in ids]
-        if inactive:
-            more: list[tuple[float, int]] = []
-            stop = -1 if limit is None else max(limit - len(out), 0) - 1
-            if stop != -1 or limit is None:
-                for p in range(self.keys.partitions):
-                    for raw, score in self.redis.zrevrange(self.keys.joblist_inactive(p), 0,
-                                                           stop, withscores=True):
-                        more.append((-score, int(raw)))
-            more.sort()
-            out += [j for _, j in more]
-        return out if limit is None else out[:limit]
-
 
 def _flat(pairs: Iterable[tuple[Any, Any]]) -> list[Any]:
     """Pairs as one flat argument list (HSET field value ..., ZADD score member ...)."""
@@ -306,23 +188,3 @@ def _chunked(name: str, key: int, args: Sequence[Any], width: int = 2) -> list[t
 def _position(position: str, entries_read: int | None) -> tuple[Any, ...]:
     return ("POSITION", _JOURNAL, GROUP_JOBLIST, position,
             "" if entries_read is None else entries_read)
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def stream_id_key(stream_id: str) -> tuple[int, int]:
-    """A stream id as a pair of numbers, for comparing ids in order."""
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-def id_before(stream_id: str) -> str:
-    """The greatest stream id smaller than ``stream_id`` (reading after it gives it again)."""
-    ms, _, seq = stream_id.partition("-")
-    if int(seq or 0) > 0:
-        return f"{ms}-{int(seq) - 1}"
-    if int(ms) > 0:
-        return f"{int(ms) - 1}-{2**64 - 1}"
-    return "0-0"

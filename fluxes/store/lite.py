@@ -18,7 +18,7 @@ imported when one happens, so callers catch them as they always did.
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import hiredis
@@ -62,8 +62,9 @@ def _entries(raw: Sequence[Any] | None) -> list[tuple[Any, dict[Any, Any]]]:
 
 class LiteRedis:
     """A blocking connection to one Redis server with a redis-py-like surface for
-    ``hget``, ``hmget``, ``hgetall``, ``exists``, ``blpop``, ``xadd``, ``xread``,
-    ``xrange`` and ``pipeline`` (without transactions); bytes in, bytes out."""
+    ``hget``, ``hmget``, ``hgetall``, ``hexists``, ``hvals``, ``exists``, ``blpop``, ``xadd``,
+    ``xread``, ``xrange``, ``xrevrange``, ``xinfo_groups``, ``xpending``, ``zrange``,
+    ``zrevrange`` and ``pipeline`` (without transactions); bytes in, bytes out."""
 
     def __init__(self, target: RedisTarget, client_name: str | None = None) -> None:
         self._target = target
@@ -215,6 +216,58 @@ class LiteRedis:
             args += ["COUNT", count]
         return _entries(self.execute_command(*args))
 
+    def xrevrange(self, name: str, max: str = "+", min: str = "-",
+                  count: int | None = None) -> list[tuple[Any, dict[Any, Any]]]:
+        """XREVRANGE, as (id, fields) pairs, newest first."""
+        args: list[Any] = ["XREVRANGE", name, max, min]
+        if count is not None:
+            args += ["COUNT", count]
+        return _entries(self.execute_command(*args))
+
+    def xinfo_groups(self, name: str) -> list[dict[str, Any]]:
+        """XINFO GROUPS, as redis-py returns it: a dict per group, names as text."""
+        return [_info(group) for group in self.execute_command("XINFO", "GROUPS", name)]
+
+    def xpending(self, name: str, groupname: str) -> dict[str, Any]:
+        """XPENDING's summary form, as redis-py returns it."""
+        count, low, high, consumers = self.execute_command("XPENDING", name, groupname)
+        return {"pending": int(count), "min": low, "max": high,
+                "consumers": [{"name": c[0], "pending": int(c[1])} for c in consumers or ()]}
+
+    def hexists(self, name: str, key: str) -> bool:
+        """HEXISTS."""
+        return bool(self.execute_command("HEXISTS", name, key))
+
+    def hvals(self, name: str) -> list[Any]:
+        """HVALS."""
+        return list(self.execute_command("HVALS", name))
+
+    def zrange(self, name: str, start: int, end: int, withscores: bool = False) -> list[Any]:
+        """ZRANGE by rank, with (member, score) pairs when ``withscores``."""
+        return _scored(self.execute_command("ZRANGE", name, start, end,
+                                            *(["WITHSCORES"] if withscores else [])),
+                       withscores)
+
+    def zrevrange(self, name: str, start: int, end: int,
+                  withscores: bool = False) -> list[Any]:
+        """ZREVRANGE by rank, with (member, score) pairs when ``withscores``."""
+        return _scored(self.execute_command("ZREVRANGE", name, start, end,
+                                            *(["WITHSCORES"] if withscores else [])),
+                       withscores)
+
+
+def _info(flat: Sequence[Any]) -> dict[str, Any]:
+    """An XINFO reply's flat field list as redis-py gives it: field names as text."""
+    return {k.decode() if isinstance(k, bytes) else k: v for k, v in _pairs(flat).items()}
+
+
+def _scored(reply: Sequence[Any], withscores: bool) -> list[Any]:
+    """A sorted set range: members, or (member, score) pairs (redis-py's shape)."""
+    if not withscores:
+        return list(reply)
+    it = iter(reply)
+    return [(member, float(score)) for member, score in zip(it, it, strict=True)]
+
 
 def _flat(fields: Mapping[Any, Any]) -> list[Any]:
     """A mapping as the flat field/value list of a command."""
@@ -230,21 +283,51 @@ class LitePipeline:
     def __init__(self, client: LiteRedis) -> None:
         self._client = client
         self._commands: list[tuple[Any, ...]] = []
+        #: how each reply is shaped as redis-py shapes it (None: as it comes)
+        self._shapes: list[Callable[[Any], Any] | None] = []
+
+    def _queue(self, shape: Callable[[Any], Any] | None, *command: Any) -> LitePipeline:
+        self._commands.append(command)
+        self._shapes.append(shape)
+        return self
 
     def xadd(self, name: str, fields: Mapping[Any, Any], id: str = "*") -> LitePipeline:
         """Queue an XADD."""
-        self._commands.append(("XADD", name, id, *_flat(fields)))
-        return self
+        return self._queue(None, "XADD", name, id, *_flat(fields))
 
     def hget(self, name: str, key: str) -> LitePipeline:
         """Queue an HGET."""
-        self._commands.append(("HGET", name, key))
-        return self
+        return self._queue(None, "HGET", name, key)
+
+    def hmget(self, name: str, keys: Iterable[Any]) -> LitePipeline:
+        """Queue an HMGET."""
+        return self._queue(None, "HMGET", name, *keys)
+
+    def hgetall(self, name: str) -> LitePipeline:
+        """Queue an HGETALL (its reply a dict)."""
+        return self._queue(_pairs, "HGETALL", name)
+
+    def exists(self, *names: str) -> LitePipeline:
+        """Queue an EXISTS."""
+        return self._queue(int, "EXISTS", *names)
+
+    def xrange(self, name: str, min: str = "-", max: str = "+",
+               count: int | None = None) -> LitePipeline:
+        """Queue an XRANGE (its reply (id, fields) pairs)."""
+        extra = ["COUNT", count] if count is not None else []
+        return self._queue(_entries, "XRANGE", name, min, max, *extra)
+
+    def xrevrange(self, name: str, max: str = "+", min: str = "-",
+                  count: int | None = None) -> LitePipeline:
+        """Queue an XREVRANGE (its reply (id, fields) pairs, newest first)."""
+        extra = ["COUNT", count] if count is not None else []
+        return self._queue(_entries, "XREVRANGE", name, max, min, *extra)
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         """Send the queued commands; their replies (the first error raises, unless
         ``raise_on_error`` is False: then errors are in the list)."""
         commands, self._commands = self._commands, []
+        shapes, self._shapes = self._shapes, []
         if not commands:
             return []
         replies = self._client._roundtrip(commands)
@@ -252,4 +335,5 @@ class LitePipeline:
             for reply in replies:
                 if isinstance(reply, Exception):
                     raise reply
-        return replies
+        return [r if shape is None or isinstance(r, Exception) else shape(r)
+                for shape, r in zip(shapes, replies, strict=True)]

@@ -17,7 +17,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import orjson
-import redis
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import Job
@@ -31,7 +30,6 @@ from fluxes.domain.job.privacy import (
 )
 from fluxes.domain.job.record import JobRecord
 from fluxes.domain.job.states import JobState
-from fluxes.store.direct import execute_grouped
 from fluxes.store.keys import Keys
 
 
@@ -51,15 +49,17 @@ def read_private(client: Any, keys: Keys, jobs: Iterable[tuple[int, int]]
     wanted = list(dict.fromkeys(jobs))
     if not wanted:
         return {}
-    replies = execute_grouped(client, [
+    replies = _grouped(client, [
         (keys.private(keys.partition_of(j), uid, j),
          ("HGETALL", keys.private(keys.partition_of(j), uid, j))) for j, uid in wanted])
     out: dict[int, dict[str, Any]] = {}
     for (jobid, _uid), reply in zip(wanted, replies, strict=True):
-        if isinstance(reply, redis.exceptions.NoPermissionError) or not reply:
-            continue
         if isinstance(reply, Exception):
+            if _denied(reply):
+                continue
             raise reply
+        if not reply:
+            continue
         pairs = reply.items() if isinstance(reply, dict) else zip(reply[::2], reply[1::2],
                                                                   strict=True)
         fields: dict[str, Any] = {}
@@ -70,6 +70,27 @@ def read_private(client: Any, keys: Keys, jobs: Iterable[tuple[int, int]]
                 continue
         out[jobid] = fields
     return out
+
+
+def _grouped(client: Any, commands: Sequence[tuple[str, tuple[str, str]]]) -> list[Any]:
+    """``execute_grouped``, imported only for redis-py's clients: the CLI's small client
+    (``fluxes run``, ``job attach``) sends the few commands itself without redis-py."""
+    raw = getattr(client, "execute_raw", None)
+    if raw is not None:
+        answers: list[Any] = raw([command for _anchor, command in commands])
+        return answers
+    from fluxes.store.direct import execute_grouped
+
+    return execute_grouped(client, commands)
+
+
+def _denied(error: Exception) -> bool:
+    """Whether ``error`` says this Redis user may not read the key (another user's)."""
+    # imported only with an error in hand (redis-py built it): fluxes run and attach
+    # come here without redis-py (fluxes.store.lite)
+    from redis.exceptions import NoPermissionError
+
+    return isinstance(error, NoPermissionError)
 
 
 def reveal_records(client: Any, keys: Keys, records: dict[int, JobRecord]) -> None:

@@ -26,12 +26,9 @@ Nothing here talks to Redis; :mod:`fluxes.store.acl` sends the rules.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import secrets
 import stat
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,11 +100,15 @@ def glob_escape(text: str) -> str:
 
 def generate_password() -> str:
     """A fresh random password (URL-safe, so it goes into a URI unquoted)."""
+    import secrets  # here: connecting needs none of these (start-up time)
+
     return secrets.token_urlsafe(_PASSWORD_BYTES)
 
 
 def password_hash(password: str) -> str:
     """The SHA-256 hex digest Redis stores for ``password`` (``#<hash>`` in ACL rules)."""
+    import hashlib
+
     return hashlib.sha256(password.encode()).hexdigest()
 
 
@@ -463,6 +464,8 @@ def write_credentials(path: Path, creds: Credentials, uid: int | None = None,
             os.chown(directory, *owner)
     # a temporary file, 0600 from its creation, renamed into place: the
     # password is never in a file others can read, nor in a half-written one
+    import tempfile
+
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

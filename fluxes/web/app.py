@@ -537,8 +537,8 @@ def _need_login(call: Call, what: str) -> Response | None:
 def act_drain(call: Call, form: dict[str, str]) -> Response:
     """``POST /actions/drain`` and ``/actions/undrain``: a resource event, as ``fluxes
     resource drain|undrain`` writes it (the instance owner's Redis access needed)."""
-    from fluxes.formats.idset import IDSet
-    from fluxes.store.resources import load_inventory, send_resource_event
+    from fluxes.service.drain import request_drain, target_ranks
+    from fluxes.store.resources import load_inventory
 
     kind = "undrain" if call.request.url.path.endswith("/undrain") else "drain"
     refused = _need_login(call, f"{kind} nodes")
@@ -548,18 +548,12 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
     targets = form.get("targets", "").strip()
     rset = load_inventory(inst).rset()
     try:
-        try:
-            ranks = IDSet(targets)
-        except ValueError:
-            ranks = rset.ranks_for_hosts(targets)
-        unknown = ranks - rset.ranks
-        if unknown or not ranks:
-            raise ValueError(f"unknown rank(s) {unknown}" if unknown else "name some nodes")
+        ranks = target_ranks(rset, targets)
     except ValueError as exc:
         return _redirect(call, _back(call), f"{kind}: {exc}", error=True)
     reason = form.get("reason", "").strip()[:200] if kind == "drain" else ""
     try:
-        send_resource_event(inst, kind, str(ranks), reason)
+        request_drain(inst, kind, ranks, reason)
     except NoPermissionError:
         return _redirect(call, _back(call), f"{kind}: only the instance owner may do this",
                          error=True)
@@ -571,35 +565,19 @@ def act_drain(call: Call, form: dict[str, str]) -> Response:
 def act_queue(call: Call, form: dict[str, str]) -> Response:
     """``POST /actions/queue``: start, stop, enable or disable a queue, as ``fluxes queue``
     does (the instance owner's Redis access needed)."""
-    from fluxes import messages as proto
-    from fluxes.domain.jm.queues import QueueEvent
+    from fluxes.service.queues import KINDS, change_queue
 
     kind = form.get("kind", "")
-    if kind not in ("start", "stop", "enable", "disable"):
+    if kind not in KINDS:
         raise ValueError(f"unknown queue action {kind[:20]!r}")
     refused = _need_login(call, f"{kind} queues")
     if refused is not None:
         return refused
     inst = call.web.identities.instance(call.session)
-    config = inst.config().queues
     name = form.get("queue") or None
-    if name is not None:
-        config.check_queue(name)
-    elif config.queue_names != (None,):
-        raise ValueError("name a queue")
-    reason: str | None = form.get("reason", "").strip()[:200] or None
-    if kind == "disable" and not reason:
-        reason = "disabled by administrator"
-    if kind in ("enable", "start"):
-        reason = None
-    event = QueueEvent(kind=kind, queue=name, timestamp=time.time(), reason=reason,
-                       all_queues=False)
-    pipe = inst.redis.pipeline(transaction=False)
-    pipe.xadd(inst.keys.queues, {"d": orjson.dumps(event.to_dict())})
-    for p in range(inst.keys.partitions):
-        pipe.xadd(inst.keys.jm_ctl(p), proto.encode_entry([proto.QueuesChanged()]))
+    reason = form.get("reason", "").strip()[:200] or None
     try:
-        pipe.execute()
+        change_queue(inst, kind, name, reason)
     except NoPermissionError:
         return _redirect(call, _back(call, "/queues"),
                          f"queue {kind}: only the instance owner may do this", error=True)

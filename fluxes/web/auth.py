@@ -31,7 +31,7 @@ from typing import Any
 import itsdangerous
 
 from fluxes.store.connection import connect
-from fluxes.store.errors import NoPermissionError, StoreError
+from fluxes.store.errors import StoreError
 from fluxes.store.instance import Instance, InstanceURI, NoInstanceError
 from fluxes.store.security import REDIS_DEFAULT_USER, USER_NAME, with_userinfo
 
@@ -252,25 +252,16 @@ class Identities:
     def _uid_of(self, name: str) -> int | None:
         """The uid of a fluxes user: the users hash when the server may read it, else
         this machine's password database."""
-        import pwd
+        from fluxes.service.users import local_uid
+        from fluxes.store.users import UserTable
 
-        try:
-            raw = self.server.redis.hget(self.server.keys.users, name)
-            if raw is not None:
-                return int(raw)
-        except (NoPermissionError, ValueError):
-            pass
-        try:
-            return pwd.getpwnam(name).pw_uid
-        except KeyError:
-            return None
+        found = UserTable(self.server.redis, self.server.keys).uid(name)
+        return found if found is not None else local_uid(name)
 
 
 def _is_owner(inst: Instance) -> bool:
     """Whether a connection has the instance owner's access (it may read the users hash,
     which no fluxes user may)."""
-    try:
-        inst.redis.hlen(inst.keys.users)
-    except NoPermissionError:
-        return False
-    return True
+    from fluxes.store.users import UserTable
+
+    return UserTable(inst.redis, inst.keys).readable()

@@ -16,7 +16,6 @@ scatter those shared helpers (the HTML is in render.py, the routes in app.py).
 
 from __future__ import annotations
 
-import pwd
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.domain.job.states import JobResult, JobState, parse_states
+from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
 from fluxes.formats import jobid as jobids
 from fluxes.store.errors import NoPermissionError
@@ -84,7 +83,7 @@ class View:
 
 def parse_at(text: str | None) -> float | None:
     """``?at=``: a UNIX time, an ISO date and time, or -DURATION ago; None when absent."""
-    from fluxes.cli.display import parse_time
+    from fluxes.service.timeparse import parse_time
 
     if text is None or not text.strip() or text.strip() == "now":
         return None
@@ -101,58 +100,27 @@ def parse_job(text: str) -> int:
 
 def user_name(uid: int) -> str:
     """The name of ``uid`` on this machine, else the number."""
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except (KeyError, OverflowError, ValueError):
-        return str(uid)
+    from fluxes.service.users import username
+
+    return username(uid)
 
 
 def resolve_user(view: View, text: str) -> int:
     """A user given by name or uid: the instance's users, else this machine's."""
-    text = text.strip()
-    if text.isdigit():
-        return int(text)
-    for inst in (view.inst, view.server):
-        try:
-            raw = inst.redis.hget(inst.keys.users, text)
-        except NoPermissionError:
-            continue
-        if raw is not None:
-            return int(raw)
-    try:
-        return pwd.getpwnam(text).pw_uid
-    except KeyError:
-        raise ValueError(f"unknown user {text!r}") from None
+    from fluxes.service.users import uid_of
+
+    return uid_of((view.inst, view.server), text)
 
 
-def wanted_states(text: str) -> tuple[JobState, JobResult]:
-    """The states and results a ``fluxes jobs -f`` text names (ValueError if bad)."""
-    parsed = parse_states(text)
-    if isinstance(parsed, tuple):
-        return parsed
-    if isinstance(parsed, JobResult):
-        return JobState(0), parsed
-    return parsed, JobResult(0)
+from fluxes.service.jobs import wanted_states  # noqa: E402 (the web names it too)
 
 
 def queue_states(view: View) -> dict[str | None, QueueState]:
     """Every queue's admin state at the moment looked at (the queue stream folded up to
     it)."""
-    from fluxes import messages as proto
-    from fluxes.domain.jm.queues import fold_queue_events
+    from fluxes.service.queues import queue_states as states_at
 
-    inst = view.inst
-    events = []
-    for _sid, fields in inst.redis.xrange(inst.keys.queues):
-        try:
-            event = proto.load_queue_event(fields)
-        except proto.MessageError:
-            continue
-        stamp = event.get("timestamp") if isinstance(event, dict) else None
-        if view.at is not None and isinstance(stamp, int | float) and stamp > view.at:
-            continue
-        events.append(event)
-    return fold_queue_events(inst.config().queues, events)
+    return states_at(view.inst, view.at)
 
 
 def _active_records(view: View) -> list[JobRecord]:
@@ -171,7 +139,7 @@ def _active_records(view: View) -> list[JobRecord]:
 def job_row(record: JobRecord, now: float,
             queues: dict[str | None, QueueState] | None) -> dict[str, Any]:
     """A job as ``fluxes jobs --json`` prints it, plus its F58 id and times as text."""
-    from fluxes.cli.cmd_jobs import Row
+    from fluxes.service.jobrows import Row
 
     row = Row(record, now, queues)
     out = row.as_dict()
@@ -317,6 +285,7 @@ def _json_or_text(raw: bytes) -> Any:
 def _private_parts(view: View, jobid: int, owner: int | None
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The jobspec and the output tail, as the session's identity may read them."""
+    from fluxes.store.jobfacts import read_last
     from fluxes.store.jobhash import JobHashes
 
     why = "only its owner and the instance owner can read it"
@@ -333,7 +302,7 @@ def _private_parts(view: View, jobid: int, owner: int | None
     if owner is None:
         return jobspec, {"private": False, "lines": [], "truncated": False}
     try:
-        entries = inst.redis.xrevrange(inst.keys.output(owner, jobid), count=OUTPUT_TAIL)
+        entries = read_last(inst.redis, inst.keys.output(owner, jobid), OUTPUT_TAIL)
     except NoPermissionError:
         return jobspec, {"private": True, "why": why}
     lines = []
@@ -422,18 +391,20 @@ def _drained(view: View) -> tuple[dict[int, str], str | None]:
     """rank -> drain reason at the moment looked at, and a note when it is uncertain."""
     inst = view.inst
     if view.at is None:
-        raw = inst.redis.get(inst.keys.sched_status)
-        if not raw:
+        from fluxes.store.resources import published_summary
+
+        summary = published_summary(inst.redis, inst.keys)
+        if not summary:
             return {}, "no resource status yet (is the scheduler running?)"
-        summary = orjson.loads(raw)
         return {int(r): str(d.get("reason") or "") for r, d in
                 (summary.get("drained") or {}).items()}, None
     from fluxes import messages as proto
     from fluxes.formats.idset import IDSet
+    from fluxes.store.resources import resource_events_since
 
     server = view.server
     try:
-        entries = server.redis.xrange(server.keys.resource_events)
+        entries = resource_events_since(server.redis, server.keys, "0-0")
     except NoPermissionError:
         return {}, "drains in the past are not readable with this server's credentials"
     drained: dict[int, str] = {}
@@ -459,10 +430,11 @@ def _online(view: View) -> set[int] | None:
     if view.at is not None or view.viewer.guest:
         return None
     from fluxes.store.resources import LOST_AFTER_S
+    from fluxes.store.status import exec_heartbeats
 
     inst = view.inst
     try:
-        beats = inst.redis.hgetall(inst.keys.exec_registry)
+        beats = exec_heartbeats(inst.redis, inst.keys)
     except NoPermissionError:
         return None
     now = time.time()
@@ -583,7 +555,7 @@ def usage(view: View, since: float | None = None, until: float | None = None
           ) -> dict[str, Any]:
     """``/api/usage``: raw usage per user and bank over ``[since, until)`` (default: all
     time up to the moment looked at), as ``fluxes account usage --json``."""
-    from fluxes.cli.cmd_account import usage_report
+    from fluxes.service.usage import usage_report
 
     until = until if until is not None else view.when
     since = since if since is not None else 0.0

@@ -31,7 +31,7 @@ def client(monkeypatch: pytest.MonkeyPatch, fake_redis: redis.Redis) -> Iterator
     user = {"name": None}
 
     def connect(cls: type[Instance], uri: str | None = None,
-                client_name: str | None = None) -> Instance:
+                client_name: str | None = None, lite: bool = False) -> Instance:
         return Instance(InstanceURI("redis://unused", "t"), client=fake_redis,
                         user=user["name"])
 

@@ -147,7 +147,8 @@ def test_job_id_bad_input_is_one_line(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_jobs_format_knows_every_output_encoding() -> None:
-    from fluxes.cli.cmd_jobs import JobId, _check_format
+    from fluxes.cli.cmd_jobs import _check_format
+    from fluxes.service.jobrows import JobId
 
     _check_format("{id.f58plain} {id.words} {id.kvs}")
     assert JobId(6787342413402046).f58plain == "fuzzybunny"

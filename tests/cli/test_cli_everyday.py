@@ -113,6 +113,7 @@ def listed(monkeypatch: pytest.MonkeyPatch,
     from fluxes.cli import cmd_jobs
 
     monkeypatch.setattr(cmd_jobs, "queue_states", lambda inst: queues)
+    monkeypatch.setattr(cmd_jobs, "_row_queues", lambda inst: queues, raising=False)
     records: list[JobRecord] = []
     asked: list[int | None] = []
 
@@ -397,10 +398,11 @@ def test_jobspec_file_refuses_gpus_per_node(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_jobs_level_stops_recursion_below_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fluxes.cli import cmd_batch, cmd_jobs
+    from fluxes.cli import cmd_batch
+    from fluxes.service import jobs as selection
 
     monkeypatch.setattr(cmd_batch, "child_instance", lambda inst, jobid: "child")
-    monkeypatch.setattr(cmd_jobs, "select_jobs", lambda child, states, everyone: [7])
+    monkeypatch.setattr(selection, "select_jobs", lambda child, states, everyone: [7])
 
     def under(level: int | None, depth: int) -> tuple[list[Any], Any]:
         args = SimpleNamespace(level=level, filter=None, a=False)

@@ -149,6 +149,7 @@ def jobs_env(monkeypatch: pytest.MonkeyPatch) -> SimpleNamespace:
     # raising=False: the tests must run (and fail) on a CLI without these too
     monkeypatch.setattr(cmd_jobs, "jobs_by_id", by_id, raising=False)
     monkeypatch.setattr(cmd_jobs, "queue_states", lambda inst: env.queues, raising=False)
+    monkeypatch.setattr(cmd_jobs, "_row_queues", lambda inst: env.queues, raising=False)
     return env
 
 

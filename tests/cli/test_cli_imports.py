@@ -115,6 +115,32 @@ def test_submit_talks_to_redis_without_redis_py(redis_server: Any, real_redis: A
     assert real_redis.xlen("{t}:submit:" + _user()) == 1
 
 
+_JOBS_PROBE = """
+import io, json, sys, contextlib
+from fluxes.cli.main import main
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = main(["--uri", sys.argv[1], "jobs", "-a", "--stats"])
+print(json.dumps([code, out.getvalue(), sorted(sys.modules)]))
+"""
+
+
+def test_jobs_lists_without_redis_py(redis_server: Any) -> None:
+    """``fluxes jobs`` reads the job list (its position, indexes and counters) through
+    fluxes.store.lite: neither redis-py nor the instance configuration is imported."""
+    out = subprocess.run([sys.executable, "-c", _JOBS_PROBE, redis_server.url + "?ns=t"],
+                         check=True, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"})
+    code, printed, modules = json.loads(out.stdout.splitlines()[-1])
+    assert code == 0
+    assert printed.splitlines()[0].startswith("0 running, 0 completed")
+    assert "JOBID" in printed.splitlines()[1]
+    loaded = set(modules)
+    assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
+    connected = set(HEAVY) - {"fluxes.store.instance"}  # it talks to an instance
+    assert not loaded & connected, sorted(loaded & connected)
+
+
 def _user() -> str:
     import pwd
 
@@ -123,9 +149,11 @@ def _user() -> str:
 
 def test_following_a_job_imports_no_redis_py() -> None:
     """``fluxes run`` follows its job with the modules below (attach, the event decoder,
-    the job model, the client): none imports redis-py."""
+    the job model, the client, the reader of the owner's private note): none imports
+    redis-py."""
     probe = ("import json, sys\n"
              "import fluxes.cli.attach, fluxes.store.entries, fluxes.domain.job.model\n"
+             "import fluxes.store.private\n"
              "import fluxes.store.client, fluxes.store.lite, fluxes.store.instance\n"
              "print(json.dumps(sorted(sys.modules)))")
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,

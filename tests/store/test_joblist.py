@@ -138,7 +138,8 @@ class JobListContract:
             monkeypatch: pytest.MonkeyPatch) -> None:
         """``job wait --all`` must not miss a job the job list folds between its reads
         of the job list and of the journal (it used to be in neither)."""
-        from fluxes.cli import cmd_jobs, waitjobs
+        from fluxes.cli import waitjobs
+        from fluxes.service import jobs as selection
 
         store = EventStore(client, KEYS)
         client.set(KEYS.jm_fence(0), "1")
@@ -149,15 +150,15 @@ class JobListContract:
             batch = store.batch()
             batch.append(KEYS.eventlog(jobid), jobid, 0, events, [extra, None])
             store.commit(batch)
-        real_select = cmd_jobs.select_jobs
+        real_select = selection.select_jobs
 
         def select_then_fold(*args: object, **kwargs: object) -> object:
             found = real_select(*args, **kwargs)  # type: ignore[arg-type]
             worker.step()  # the job-list worker folds both jobs right after the read
             return found
 
-        monkeypatch.setattr(cmd_jobs, "select_jobs", select_then_fold)
-        monkeypatch.setattr(cmd_jobs, "user_id", lambda inst, user=None: 1000)
+        monkeypatch.setattr(selection, "select_jobs", select_then_fold)
+        monkeypatch.setattr(selection, "user_id", lambda inst, user=None: 1000)
         assert waitjobs.active_jobs_of(instance) == [3, 6]
 
     def test_catch_up_waits_for_what_was_written_before(
@@ -184,7 +185,7 @@ class JobListContract:
         even when the job list folds it only a moment later."""
         import threading
 
-        from fluxes.cli import cmd_jobs
+        from fluxes.service import jobs as selection
 
         store = EventStore(client, KEYS)
         client.set(KEYS.jm_fence(0), "1")
@@ -203,7 +204,7 @@ class JobListContract:
         folder = threading.Timer(0.2, worker.step)
         folder.start()
         try:
-            found = cmd_jobs.select_jobs(instance, states="active,inactive", everyone=True)
+            found = selection.select_jobs(instance, states="active,inactive", everyone=True)
         finally:
             folder.join()
         assert [(r.id, r.job.state.name) for r in found] == [(3, "INACTIVE")]
@@ -212,7 +213,7 @@ class JobListContract:
     def test_jobs_says_when_the_job_list_is_behind(
             self, instance: Instance, client: redis.Redis,
             capsys: pytest.CaptureFixture[str]) -> None:
-        from fluxes.cli import cmd_jobs
+        from fluxes.service import jobs as selection
 
         store = EventStore(client, KEYS)
         JobListWorker(instance).setup()  # a group, but nobody folding
@@ -220,7 +221,7 @@ class JobListContract:
         batch = store.batch()
         batch.append(KEYS.eventlog(1), 1, 0, events, [extra, None])
         store.commit(batch)
-        cmd_jobs.caught_up(instance, timeout=0.05)
+        selection.caught_up(instance, timeout=0.05)
         assert "the job list has not folded the newest journal entries of partition(s) 0" \
             in capsys.readouterr().err
 

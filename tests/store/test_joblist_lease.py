@@ -13,7 +13,8 @@ from fluxes.domain.joblist.model import ReadModel
 from fluxes.store import joblist_rebuild as rebuild_module
 from fluxes.store.eventstore import EventStore, FencedError, journal_entry
 from fluxes.store.instance import Instance, InstanceURI
-from fluxes.store.joblist import JobListStore, id_before
+from fluxes.store.joblist import JobListStore
+from fluxes.store.joblist_read import id_before
 from fluxes.store.joblist_rebuild import rebuild
 from tests.backends import OnFakeRedis, OnRealRedis
 from tests.store.test_joblist import KEYS, LIFE, T, _expected, _redis_model, _submit

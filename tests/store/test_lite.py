@@ -52,6 +52,35 @@ def test_replies_are_shaped_as_redis_py_shapes_them(lite: LiteRedis,
         c["name"] == "lite-test" for c in real_redis.client_list())
 
 
+def test_the_job_lists_reads_are_shaped_as_redis_py_shapes_them(
+        lite: LiteRedis, real_redis: redis.Redis) -> None:
+    """What ``fluxes jobs`` reads (fluxes.store.joblist_read) through the small client."""
+    real_redis.zadd("z", {"a": 1.5, "b": 2, "c": 3})
+    real_redis.hset("h", mapping={"a": "1", "b": "2"})
+    for sid in ("1-1", "2-1", "3-1"):
+        real_redis.xadd("j", {"n": sid}, id=sid)
+    real_redis.xgroup_create("j", "g", id="0")
+    real_redis.xreadgroup("g", "c1", {"j": ">"}, count=2)
+    for client in (lite, real_redis):
+        assert client.zrange("z", 0, -1) == [b"a", b"b", b"c"]
+        assert client.zrange("z", 0, -1, withscores=True) == [(b"a", 1.5), (b"b", 2.0),
+                                                               (b"c", 3.0)]
+        assert client.zrevrange("z", 0, 1, withscores=True) == [(b"c", 3.0), (b"b", 2.0)]
+        assert client.zrevrange("z", 0, -1) == [b"c", b"b", b"a"]
+        assert sorted(client.hvals("h")) == [b"1", b"2"]
+        assert client.hexists("h", "a") and not client.hexists("h", "zz")
+        assert client.xrevrange("j", count=1) == [(b"3-1", {b"n": b"3-1"})]
+    assert lite.xinfo_groups("j") == real_redis.xinfo_groups("j")
+    assert lite.xpending("j", "g") == real_redis.xpending("j", "g")
+    assert lite.xpending("j", "g")["min"] == b"1-1"
+    for client in (lite, real_redis):
+        pipe = client.pipeline(transaction=False)
+        pipe.hmget("h", ["a", "zz"]).hgetall("h").exists("h", "nothing")
+        pipe.xrange("j", count=1).xrevrange("j", count=1)
+        assert pipe.execute() == [[b"1", None], {b"a": b"1", b"b": b"2"}, 1,
+                                  [(b"1-1", {b"n": b"1-1"})], [(b"3-1", {b"n": b"3-1"})]]
+
+
 def test_errors_are_redis_py_errors(lite: LiteRedis, real_redis: redis.Redis,
                                     redis_server: RedisServer) -> None:
     real_redis.set("str", "x")

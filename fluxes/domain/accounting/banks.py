@@ -34,6 +34,7 @@ from typing import Any, ClassVar, Final, NamedTuple
 
 from fluxes.domain.accounting.config import MAX_WEIGHT
 from fluxes.errors import PolicyError
+from fluxes.formats.shown import shown as _show
 
 #: Bank names: what a command line, a key field and ``user/bank`` can carry.
 BANK_NAME: Final = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
@@ -55,11 +56,6 @@ FACTOR_NAMES: Final = ("fairshare", "age", "job_size", "queue", "urgency")
 
 class AccountError(PolicyError):
     """An accounting change that cannot be made (unknown bank, duplicate user...)."""
-
-
-def _show(value: object, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def check_bank_name(name: object) -> str:

@@ -45,6 +45,7 @@ from fluxes.errors import PolicyError
 from fluxes.formats import fsd
 from fluxes.formats import jobid as _jobid
 from fluxes.formats.jobspec import parse_dependency as _split_dependency
+from fluxes.formats.shown import shown as _show
 
 __all__ = [
     "JOBID_SCHEMES",
@@ -75,11 +76,6 @@ SCHEMES: Final = (*JOBID_SCHEMES, "begin-time")
 # A UNIX timestamp: a plain non-negative decimal number.  Stricter than
 # flux's strtod on purpose: no hex, inf, nan, signs or surrounding spaces.
 _TIMESTAMP = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
-
-
-def _show(value: object, limit: int = 40) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 # -- one dependency --------------------------------------------------------------------

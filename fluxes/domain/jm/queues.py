@@ -34,6 +34,7 @@ from fluxes.errors import ConfigError, PolicyError
 from fluxes.formats.fsd import format_duration, parse_duration
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import check_property_name
+from fluxes.formats.shown import shown as _show
 
 __all__ = [
     "PLACEMENTS",
@@ -89,14 +90,9 @@ _LEAVES: Final[dict[_Path, str]] = {
 _TABLES: Final[frozenset[_Path]] = frozenset(
     path[:i] for path in _LEAVES for i in range(len(path))
 )
+
 _DEFAULT_QUEUE: Final = ("jobspec", "defaults", "system", "queue")
 _QUEUE_KEYS: Final = ("requires", "policy")
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """repr() of *value*, shortened so messages stay on one line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _kind(value: object) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar
 
+from fluxes.formats.shown import shown as _show
+
 #: Shared immutable empty context: most events have none, so no dict per event.
 NO_CONTEXT: Mapping[str, Any] = MappingProxyType({})
 
@@ -59,14 +61,6 @@ class Event:
 
 
 # ---------------------------------------------------------------- context checks
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """repr() of a bad value for a one-line message, shortened."""
-    if isinstance(value, int) and value.bit_length() > 128:
-        return f"a {value.bit_length()}-bit integer"  # str() of it may even be refused
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _int(ctx: Mapping[str, Any], key: str, lo: int | None = None, hi: int | None = None) -> int:

@@ -28,6 +28,7 @@ from fluxes.errors import ConfigError
 from fluxes.formats.hostlist import Hostlist
 from fluxes.formats.idset import MAX_ID, IDSet
 from fluxes.formats.rset import MAX_RANKS, ResourceSet, check_property_name
+from fluxes.formats.shown import shown as _show
 
 __all__ = [
     "CONFIG_KEYS",
@@ -52,12 +53,6 @@ MAX_SIZE: Final = 1 << 60
 MAX_SOCKETS: Final = 1024
 
 _EMPTY = IDSet()
-
-
-def _show(value: object, limit: int = 40) -> str:
-    """repr() of *value*, shortened so messages stay on one line."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def parse_size(value: object, where: str = "size") -> int:

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 from fluxes.domain.job.states import JobResult, JobState
 
 if TYPE_CHECKING:
-    from fluxes.cli.cmd_jobs import Row
     from fluxes.domain.job.model import Job
     from fluxes.domain.job.record import JobRecord
+    from fluxes.service.jobrows import Row
 
 
 def more_fields(row: Row, rec: JobRecord, now: float) -> None:
