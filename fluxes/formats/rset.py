@@ -38,8 +38,8 @@ from fluxes.formats.rset_values import (
     decode_idset,
     execution_of,
     parse_hostlist,
-    show,
 )
+from fluxes.formats.shown import shown as show
 
 __all__ = [
     "MAX_RANKS",

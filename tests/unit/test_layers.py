@@ -37,12 +37,9 @@ FORBIDDEN = {
     "fluxes/sim": ("redis", "hiredis", "fluxes.store", "fluxes.proc", "fluxes.web", "workers"),
 }
 
-#: Imports that break the rules above and are being removed (issue 25, engineer
-#: "tidy"): drop each line once its fix is merged.
-KNOWN_EXCEPTIONS = {
-    ("fluxes/store/groups.py", "fluxes.proc"),  # stream lag metrics: proc.metrics
-    ("fluxes/bench/eventlog.py", "workers.joblist"),  # the job-list fold it times
-}
+#: Imports that break the rules above, each with why (none today: add one only with a
+#: reason and an issue that removes it).
+KNOWN_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 def imports_of(path: Path) -> list[tuple[int, str]]:
