@@ -1,4 +1,10 @@
-"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options."""
+"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options.
+
+Why one module: it is one command, its options table, the row a format names and the
+three ways it prints (table, CSV, JSON) read together; the format language
+(jobformat), the row's computed fields (jobfields), picking and sorting (jobpick) and
+the instance tree (jobtree) are apart already.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +21,7 @@ from fluxes.cli.display import shown_id, username
 from fluxes.cli.jobfields import more_fields, returncode
 from fluxes.cli.jobformat import FormatError, JobFormat
 from fluxes.cli.jobpick import hosts_or_ranks, painter, refine, sort_fields, sorted_rows
+from fluxes.cli.jobtree import thread_count
 from fluxes.cli.util import (
     UsageError,
     die,
@@ -83,6 +90,9 @@ class Row:
     t_remaining: float
     exception: dict[str, Any]
     inactive_reason: str
+    state_emoji: str
+    result_emoji: str
+    status_emoji: str
 
     def __init__(self, rec: JobRecord, now: float,
                  queues: Mapping[str | None, QueueState] | None = None) -> None:
@@ -119,9 +129,11 @@ class Row:
         self.t_inactive = job.t_inactive
         self.annotations: dict[str, Any] = dict(job.annotations or {})
         #: The child instance a batch/alloc job runs (namespace) and its job counts
-        #: (filled by :func:`fluxes.cli.cmd_batch.mark_instances` when a listing names them).
+        #: (filled by :func:`fluxes.cli.jobtree.mark_instances` when a listing names them).
         self.instance: str | None = None
         self.instance_stats: str | None = None
+        #: its ``instance.*`` fields, without the prefix (None: not an instance job)
+        self.instance_info: dict[str, Any] | None = None
         #: flux's ``uri``: the child instance's URI (no password), for FLUXES_URI
         self.uri: str | None = None
         self.t_submit_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.t_submit))
@@ -364,6 +376,12 @@ def register(subparsers: Any) -> None:
                         "(with --json: in its \"jobs\" list)")
     p.add_argument("-L", "--level", type=_count, metavar="N",
                    help="with -R, descend at most N levels (0: no limit)")
+    p.add_argument("--recurse-all", action="store_true",
+                   help="-R into other users' batch and alloc jobs too (implies -R; "
+                        "without it -R skips them, as flux's)")
+    p.add_argument("--threads", type=thread_count, metavar="N", default=1,
+                   help="read the child instances of batch and alloc jobs (instance "
+                        "fields) with N threads (default 1)")
     p.add_argument("--name", metavar="NAME", help="only jobs named NAME")
     p.add_argument("-i", "--include", metavar="HOSTS|RANKS",
                    help="only jobs allocated any of these nodes: a hostlist, or an idset of "
@@ -422,6 +440,10 @@ def _jobs(args: argparse.Namespace) -> int:
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
     inst = instance(args)
+    if args.recurse_all:
+        args.recursive = True
+    if args.recursive:
+        args.owner_uid = user_id(inst)
     records, missing, queues = _selected(inst, args, window)
     records = _revealed(inst, records)
     records = refine(records, args.name, include, args.count)
@@ -433,9 +455,9 @@ def _jobs(args: argparse.Namespace) -> int:
         records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
     if fmt is not None and ("instance" in text or "uri" in text):
-        from fluxes.cli.cmd_batch import mark_instances
+        from fluxes.cli.jobtree import mark_instances
 
-        mark_instances(inst, rows)
+        mark_instances(inst, rows, args.threads)
     if fmt is None:
         _print_json(inst, args, records, rows)
     elif args.csv:
@@ -452,10 +474,11 @@ def _print_json(inst: Instance, args: argparse.Namespace, records: list[JobRecor
         print(stats_line(inst))
     listed = [r.as_dict() for r in rows]
     if args.recursive:
-        from fluxes.cli.cmd_batch import nest_children
+        from fluxes.cli.jobtree import descends, nest_children
 
         for rec, entry in zip(records, listed, strict=True):
-            nest_children(inst, rec.id, entry, args, depth=1)
+            if descends(args, rec):
+                nest_children(inst, rec.id, entry, args, depth=1)
     print_json({"jobs": listed})
 
 
@@ -486,9 +509,10 @@ def _print_table(inst: Instance, fmt: JobFormat, args: argparse.Namespace,
     for rec, row, line in zip(records, rows, lines, strict=True):
         print(paint(row, line))
         if recursive:
-            from fluxes.cli.cmd_batch import print_children
+            from fluxes.cli.jobtree import descends, print_children
 
-            print_children(inst, rec.id, fmt, args, depth=1)
+            if descends(args, rec):
+                print_children(inst, rec.id, fmt, args, depth=1)
 
 
 def _selected(inst: Instance, args: argparse.Namespace, window: Window | None
