@@ -754,8 +754,10 @@ class IngestWorker(Worker):
         accounts, held = self._charging
         info = job.info
         want = info.get("bank")
+        duration = info.get("duration")
         pending = HeldJob(uid, want if isinstance(want, str) else None, False,
-                          _int(info.get("nnodes")), _int(info.get("ncores")))
+                          _int(info.get("nnodes")), _int(info.get("ncores")),
+                          float(duration) if isinstance(duration, int | float) else 0.0)
         project = info.get("project")
         assoc = check_submit(accounts, held, user, pending, job.queue,
                              project if isinstance(project, str) else None)

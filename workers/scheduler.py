@@ -60,7 +60,13 @@ from fluxes.store.eventstore import EventStore, FencedError, NotWaitingError
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.lease import LEASE_TTL_MS, Lease
-from fluxes.store.resources import LOST_AFTER_S, exec_heartbeats, load_pool, resource_event
+from fluxes.store.resources import (
+    LOST_AFTER_S,
+    exec_heartbeats,
+    load_inventory,
+    load_pool,
+    resource_event,
+)
 from fluxes.store.standby import (
     SIGNALLED,
     AliveSignal,
@@ -415,6 +421,9 @@ class SchedulerWorker(Worker):
             self._resource_pos = sid.decode()
             try:
                 event = proto.decode_resource_event(fields)
+                if isinstance(event, proto.Reload):
+                    self._reload_resources()
+                    continue
                 ranks = IDSet(event.ranks) & pool.inventory.ranks
             except ValueError as exc:  # MessageError included
                 self.dead_letter(self.keys.resource_events, sid, fields, str(exc))
@@ -430,6 +439,23 @@ class SchedulerWorker(Worker):
                 for r in ranks:
                     self.drained.pop(r, None)
             self._dirty = True
+
+    def _reload_resources(self) -> None:
+        """The recorded resources were replaced (``fluxes resource reload``): the pool
+        follows in place (fluxes/domain/sched/reload.py); ValueError when it cannot."""
+        from fluxes.domain.sched.pool import ResourcePool
+        from fluxes.domain.sched.reload import reload_pool
+
+        pool = self.pool
+        if not isinstance(pool, ResourcePool):
+            raise ValueError("reload: a graph pool follows new resources only on restart")
+        try:
+            plan = reload_pool(pool, load_inventory(self.instance), time.time)
+        except FluxesError as exc:
+            raise ValueError(f"reload: {exc}") from None
+        for rank in plan.removed | plan.changed:
+            self.drained.pop(rank, None)
+        self._dirty = True
 
     def _housekeeping(self) -> None:
         """Drain ranks whose exec worker went silent (and undrain them when it is back);

@@ -112,9 +112,14 @@ def queue_change(args: argparse.Namespace) -> int:
     now = time.time()
     event: AccountEvent
     if args.queue_change == "add-queue":
-        event = QueueAdd(timestamp=now, queue=args.queue, priority=args.priority)
+        event = QueueAdd(timestamp=now, queue=args.queue, priority=args.priority,
+                         queue_limits=base.queue_limits(args))
     elif args.queue_change == "edit-queue":
-        event = QueueEdit(timestamp=now, queue=args.queue, priority=args.priority)
+        limits = base.queue_limits(args)
+        if args.priority is None and not limits:
+            die("edit-queue: give --priority or a limit to change")
+        event = QueueEdit(timestamp=now, queue=args.queue, priority=args.priority,
+                          queue_limits=limits)
     else:
         event = QueueDelete(timestamp=now, queue=args.queue)
     base._append(args, lambda _a: event)
@@ -124,13 +129,17 @@ def queue_change(args: argparse.Namespace) -> int:
 def view_queues(args: argparse.Namespace) -> int:
     """Queue priorities in effect: add-queue's over the configuration's."""
     from fluxes.cli.display import table
+    from fluxes.domain.accounting.queuelimits import NO_QUEUE_LIMITS
+    from fluxes.formats.fsd import format_duration
 
     inst = instance(args)
-    added = base._accounts(args).queues
+    accounts = base._accounts(args)
+    added = accounts.queues
     configured = inst.config().accounting.weights.queue_priority
     rows: list[dict[str, Any]] = [
         {"queue": q, "priority": added.get(q, configured.get(q)),
-         "source": "add-queue" if q in added else "config"}
+         "source": "add-queue" if q in added else "config",
+         "limits": accounts.queue_limits.get(q, NO_QUEUE_LIMITS).to_dict()}
         for q in sorted({*added, *configured})]
     if getattr(args, "queue", None) is not None:
         rows = [r for r in rows if r["queue"] == args.queue]
@@ -142,9 +151,19 @@ def view_queues(args: argparse.Namespace) -> int:
     elif args.json:
         print_json({"queues": rows})
         return 0
-    for line in table(("QUEUE", "PRIORITY", "SOURCE"),
-                      [[r["queue"], str(r["priority"]), r["source"]] for r in rows],
-                      right=frozenset({1})):
+    def shown(value: int | None, time_limit: bool = False) -> str:
+        if value is None:
+            return "-"
+        return format_duration(value) if time_limit else str(value)
+
+    for line in table(("QUEUE", "PRIORITY", "SOURCE", "MIN-NODES", "MAX-NODES", "MAX-TIME",
+                       "MAX-RUN"),
+                      [[r["queue"], str(r["priority"]), r["source"],
+                        shown(r["limits"]["min_nodes_per_job"]),
+                        shown(r["limits"]["max_nodes_per_job"]),
+                        shown(r["limits"]["max_time_per_job"], True),
+                        shown(r["limits"]["max_running_jobs"])] for r in rows],
+                      right=frozenset({1, 3, 4, 5, 6})):
         print(line)
     return 0
 

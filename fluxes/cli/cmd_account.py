@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import math
 import sys
 import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.util import (
+    UsageError,
     add_subcommands,
     die,
     help_with_example,
@@ -165,6 +167,8 @@ def register(subparsers: Any) -> None:
          "fluxes account usage --since=2026-11-01 --until=2026-12-01 --csv"]))
     p.add_argument("--since", default=None, metavar="TIME", help="default: the beginning")
     p.add_argument("--until", default=None, metavar="TIME", help="default: now")
+    p.add_argument("--by-project", action="store_true",
+                   help="per project (--setattr=system.project) instead of user and bank")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--csv", action="store_true")
@@ -223,17 +227,21 @@ def register(subparsers: Any) -> None:
 
     p = sub.add_parser("add-queue", **help_with_example(
         "Give QUEUE a priority: the multi-factor queue factor's value (over\n"
-        "[accounting.queue-priority]). Instance owner only.",
-        ["fluxes account add-queue debug --priority=10"]))
+        "[accounting.queue-priority]), and limits. Instance owner only.",
+        ["fluxes account add-queue debug --priority=10",
+         "fluxes account add-queue debug --max-nodes-per-job=1 --max-running-jobs=2"]))
     p.add_argument("queue", metavar="QUEUE")
     p.add_argument("--priority", type=int, default=0, metavar="N", help="default 0")
+    _queue_limit_options(p)
     p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="add-queue")
 
     p = sub.add_parser("edit-queue", **help_with_example(
-        "Change a queue's priority. Instance owner only.",
-        ["fluxes account edit-queue debug --priority=20"]))
+        "Change a queue's priority or limits (-1: no limit). Instance owner only.",
+        ["fluxes account edit-queue debug --priority=20",
+         "fluxes account edit-queue debug --max-time-per-job=30m"]))
     p.add_argument("queue", metavar="QUEUE")
-    p.add_argument("--priority", type=int, required=True, metavar="N")
+    p.add_argument("--priority", type=int, default=None, metavar="N")
+    _queue_limit_options(p)
     p.set_defaults(func=_owner_only(account_admin.queue_change), queue_change="edit-queue")
 
     p = sub.add_parser("delete-queue", **help_with_example(
@@ -285,9 +293,20 @@ def register(subparsers: Any) -> None:
                    help="jobs that started at or after TIME")
     p.add_argument("-b", "--before-end-time", type=_time_arg, default=None, metavar="TIME",
                    help="jobs that ended at or before TIME")
+    for short, long, what in (("-d", "--requested-duration", "the time limit asked for"),
+                              ("-e", "--actual-duration", "the time run"),
+                              ("-D", "--duration-delta", "the time limit asked for less "
+                               "the time run")):
+        p.add_argument(short, long, type=_duration_test, nargs="+", action="extend",
+                       default=[], metavar="EXPR",
+                       help=f"jobs whose {what} passes every EXPR: an operator <, <=, =, "
+                            ">=, > and seconds ('< 60')")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true")
     out.add_argument("--csv", action="store_true")
+    out.add_argument("-o", "--format", default=None, metavar="FORMAT",
+                     help="one line per job in Python's format syntax, with a header: "
+                          f"{{{'}, {'.join(_FORMAT_FIELDS)}}}")
     p.set_defaults(func=_view_job_records)
 
     p = sub.add_parser("share", **help_with_example(
@@ -308,6 +327,47 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(option, dest=dest, type=int, default=None, metavar="N",
                             help=f"at most N {what} (-1: no limit; add-user: 5 running and 7 "
                         "active jobs unless given)")
+
+
+#: The limit options of add-queue and edit-queue (flux-accounting's).
+_QUEUE_LIMIT_OPTIONS = (
+    ("--min-nodes-per-job", "min_nodes_per_job", "at least N nodes per job"),
+    ("--max-nodes-per-job", "max_nodes_per_job", "at most N nodes per job"),
+    ("--max-time-per-job", "max_time_per_job", "a time limit of at most FSD per job "
+     "(e.g. 30m; a job without one is refused)"),
+    ("--max-running-jobs", "max_running_jobs", "at most N jobs of an association "
+     "running in the queue at once"))
+
+
+def _queue_limit_options(parser: argparse.ArgumentParser) -> None:
+    for option, dest, what in _QUEUE_LIMIT_OPTIONS:
+        parser.add_argument(option, dest=dest, default=None,
+                            metavar="FSD" if "time" in dest else "N",
+                            help=f"{what} (-1: no limit; default none)")
+
+
+def queue_limits(args: argparse.Namespace) -> dict[str, int | None]:
+    """The queue limits ``args`` gives (name -> value, None: no limit); dies on a bad
+    one."""
+    from fluxes.formats.fsd import parse_duration
+
+    out: dict[str, int | None] = {}
+    for option, dest, _what in _QUEUE_LIMIT_OPTIONS:
+        text = getattr(args, dest)
+        if text is None:
+            continue
+        if text.strip() == "-1":
+            out[dest] = None
+            continue
+        try:
+            value = parse_duration(text) if "time" in dest else int(text)
+        except ValueError:
+            die(f"{option}: expected {'a duration (FSD)' if 'time' in dest else 'a count'} "
+                f"or -1 (no limit), got {text!r:.40}")
+        if value < 0 or value == float("inf"):
+            die(f"{option}: expected a finite value >= 0 or -1 (no limit), got {text!r:.40}")
+        out[dest] = math.ceil(value)
+    return out
 
 
 def _limits(args: argparse.Namespace) -> dict[str, int | None]:
@@ -593,6 +653,8 @@ def _usage(args: argparse.Namespace) -> int:
         print_json(report)
         return 0
     fields = ("jobs", "core_seconds", "gpu_seconds", "node_seconds")
+    if args.by_project:
+        return _project_usage(report["projects"], fields, args.csv)
     if args.csv:
         writer = csv.writer(sys.stdout, lineterminator="\n")
         writer.writerow(("user", "userid", "bank", *fields))
@@ -604,6 +666,24 @@ def _usage(args: argparse.Namespace) -> int:
             for row in report["usage"]]
     for line in table(("USER", "BANK", "JOBS", "CORE-SECONDS", "GPU-SECONDS", "NODE-SECONDS"),
                       rows, right=frozenset({2, 3, 4, 5})):
+        print(line)
+    return 0
+
+
+def _project_usage(projects: list[dict[str, Any]], fields: tuple[str, ...], as_csv: bool
+                   ) -> int:
+    """``usage --by-project``: a row per project (``-``: from before projects)."""
+    from fluxes.cli.display import table
+
+    if as_csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(("project", *fields))
+        for row in projects:
+            writer.writerow([row["project"] or "", *(_num(row[f]) for f in fields)])
+        return 0
+    for line in table(("PROJECT", "JOBS", "CORE-SECONDS", "GPU-SECONDS", "NODE-SECONDS"),
+                      [[row["project"] or "-", *(_num(row[f]) for f in fields)]
+                       for row in projects], right=frozenset({1, 2, 3, 4})):
         print(line)
     return 0
 
@@ -620,12 +700,53 @@ def _time_arg(text: str) -> float:
 
 _RECORD_FIELDS = ("jobid", "username", "userid", "bank", "queue", "t_run", "t_inactive",
                   "nnodes", "ncores", "ngpus", "project")
+#: the fields ``view-job-records -o`` knows: flux-accounting's and fluxes's
+_FORMAT_FIELDS = ("jobid", "username", "userid", "t_submit", "t_run", "t_inactive", "nnodes",
+                  "project", "bank", "queue", "ncores", "ngpus", "requested_duration",
+                  "actual_duration", "duration_delta")
+
+
+def _duration_test(text: str) -> Any:
+    from fluxes.domain.accounting.records import DurationTest
+
+    try:
+        return DurationTest.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _format_lines(fmt: str, rows: list[dict[str, Any]]) -> list[str]:
+    """``-o FORMAT``: a header (each field's name in the field's width and alignment),
+    then a line per row; UsageError naming an unknown field or a bad format."""
+    import re
+    import string
+
+    header = []
+    try:
+        for literal, name, spec, _conv in string.Formatter().parse(fmt):
+            header.append(literal)
+            if name is None:
+                continue
+            if name not in _FORMAT_FIELDS:
+                raise UsageError(f"-o: unknown field {name!r} (fields: "
+                                 f"{', '.join(_FORMAT_FIELDS)})")
+            # a name is text: keep the field's fill, alignment and width, not its type
+            shape = re.match(r"(?:(.?)([<>^=]))?[+\- ]?#?0?(\d*)", spec or "")
+            assert shape is not None  # every part of that pattern may be empty
+            align = "<" if shape[2] == "=" else (shape[2] or "")
+            if not align and spec and spec[-1] in "bcdeEfFgGnoxX%":
+                align = ">"  # a number's default alignment
+            header.append(format(name, f"{(shape[1] or '') if align else ''}{align}"
+                                       f"{shape[3]}"))
+        return ["".join(header), *(fmt.format(**row) for row in rows)]
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        raise UsageError(f"-o: bad format {fmt!r:.60}: {exc}") from None
 
 
 def _view_job_records(args: argparse.Namespace) -> int:
     """The ended allocations, filtered."""
     from fluxes.cli.display import fmt_id, table
-    from fluxes.domain.accounting.usage import job_records
+    from fluxes.domain.accounting.records import job_records
     from fluxes.store.accounting import UsageStore, load_accounts
 
     after, before = args.after_start_time, args.before_end_time
@@ -643,13 +764,24 @@ def _view_job_records(args: argparse.Namespace) -> int:
     charges = UsageStore(inst.redis, inst.keys).charges(after if after is not None else 0.0)
     found = job_records(charges, userid=userid, bank=args.bank, project=args.project,
                         after_start=after, before_end=before,
-                        jobid=None if args.jobid is None else int(args.jobid))
+                        jobid=None if args.jobid is None else int(args.jobid),
+                        requested=args.requested_duration, actual=args.actual_duration,
+                        delta=args.duration_delta)
     names = user_names(inst, accounts, {c.userid for c in found})
     rows: list[dict[str, Any]] = [
         {"jobid": c.jobid, "username": names[c.userid], "userid": c.userid,
              "bank": c.bank or None, "queue": c.queue or None, "t_run": c.t_alloc,
              "t_inactive": c.t_free, "nnodes": c.nnodes, "ncores": c.ncores,
              "ngpus": c.ngpus, "project": c.project or None} for c in found]
+    if args.format is not None:
+        for line in _format_lines(args.format, [
+                {**row, "jobid": fmt_id(c.jobid), "project": c.project or "",
+                 "bank": c.bank or "", "queue": c.queue or "", "t_submit": c.t_submit,
+                 "requested_duration": c.duration, "actual_duration": c.actual_duration,
+                 "duration_delta": c.duration_delta} for row, c in zip(rows, found,
+                                                                       strict=True)]):
+            print(line)
+        return 0
     if args.json:
         print_json({"jobs": rows})
         return 0

@@ -435,51 +435,6 @@ def child_instance(inst: Instance, jobid: int) -> Instance | None:
     return None if ns is None else instance_of(inst, ns)
 
 
-def print_children(inst: Instance, jobid: int, fmt: Any, args: argparse.Namespace,
-                   depth: int) -> None:
-    """``fluxes jobs -R``: the jobs of job ``jobid``'s child instance (every user's,
-    with the listing's state filter), indented under it, and theirs below them."""
-    records, child = _child_jobs(inst, jobid, args, depth)
-    if child is None:
-        return
-    _header, lines = fmt.render(vars(row) for row in _rows(records))
-    for rec, line in zip(records, lines, strict=True):
-        print("  " * depth + line)
-        print_children(child, rec.id, fmt, args, depth + 1)
-
-
-def nest_children(inst: Instance, jobid: int, entry: dict[str, Any],
-                  args: argparse.Namespace, depth: int) -> None:
-    """``fluxes jobs -R --json``: the jobs of job ``jobid``'s child instance as the
-    ``jobs`` list of its JSON ``entry`` (as flux's), theirs in turn in theirs."""
-    records, child = _child_jobs(inst, jobid, args, depth)
-    if child is None:
-        return
-    entry["jobs"] = [row.as_dict() for row in _rows(records)]
-    for rec, sub in zip(records, entry["jobs"], strict=True):
-        nest_children(child, rec.id, sub, args, depth + 1)
-
-
-def _child_jobs(inst: Instance, jobid: int, args: argparse.Namespace, depth: int
-                ) -> tuple[list[Any], Instance | None]:
-    """The records ``-R`` lists under job ``jobid`` and its child instance (None when
-    it has none, or ``-L`` stops above this depth)."""
-    from fluxes.service.jobs import select_jobs
-
-    level = getattr(args, "level", None)
-    if level and depth > level:
-        return [], None
-    child = child_instance(inst, jobid)
-    if child is None:
-        return [], None
-    states = args.filter or ("active,inactive" if args.a else "active")
-    return select_jobs(child, states=states, everyone=True), child
-
-
-def _rows(records: list[Any]) -> list[Any]:
-    from fluxes.service.jobrows import iter_rows
-
-    return iter_rows(records)
 
 
 def instance_summary(child: Instance) -> str:
@@ -527,21 +482,6 @@ def _tree(inst: Instance, everything: bool, indent: str) -> None:
         _tree(child, everything, indent + ("    " if last else "│   "))
 
 
-def mark_instances(inst: Instance, rows: list[Any]) -> None:
-    """Fill the ``instance`` (the child's namespace), ``instance_stats`` (its job
-    counts) and ``uri`` (its URI, without a password) fields of the ``fluxes jobs``
-    rows of batch and alloc jobs."""
-    from fluxes.store.security import strip_password
-
-    redis_url = strip_password(inst.uri.redis_url)
-    for start in range(0, len(rows), 1000):
-        chunk = rows[start:start + 1000]
-        names = ChildTable(inst.redis, inst.keys).namespaces_of([int(r.id) for r in chunk])
-        for row, ns in zip(chunk, names, strict=True):
-            if ns is not None:
-                row.instance = ns
-                row.instance_stats = instance_summary(instance_of(inst, row.instance))
-                row.uri = str(InstanceURI(redis_url, row.instance))
 
 
 def register_top(subparsers: Any) -> None:

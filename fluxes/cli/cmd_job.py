@@ -408,6 +408,7 @@ def _wait_event(args: argparse.Namespace) -> int:
         die(f"job {shown_id(args.id)} not found")
     deadline = None if timeout is None else time.monotonic() + timeout
     last = "0-0"
+    seen: list[Any] = []  # the eventlog so far: private text is keyed by position
     while True:
         if deadline is None:
             block = 0  # XREAD BLOCK 0 waits forever
@@ -421,15 +422,17 @@ def _wait_event(args: argparse.Namespace) -> int:
             for sid, fields in entries:
                 last = sid.decode()
                 event = decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c"))
-                if event.event_name == args.event and _context_matches(event.context(),
-                                                                       matches):
-                    if not args.quiet:
-                        if args.format == "json":
-                            print_json(event.to_rfc18())
-                        else:
-                            print(event_line(event.timestamp, event.event_name,
-                                             event.context()))
-                    return 0
+                seen.append(event)
+                if event.event_name == args.event:
+                    # the owner waits on (and sees) the note as written, not its stand-in
+                    stamp, name, context = _revealed(store, args.id, seen)[-1]
+                    if _context_matches(context, matches):
+                        if not args.quiet:
+                            if args.format == "json":
+                                print_json(_rfc18(stamp, name, context))
+                            else:
+                                print(event_line(stamp, name, context))
+                        return 0
                 if event.event_name in _LAST_EVENTS:
                     die(f"event '{args.event}' never received")
 

@@ -1,4 +1,10 @@
-"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options."""
+"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options.
+
+Why one module: it is one command, its options table, the row a format names and the
+three ways it prints (table, CSV, JSON) read together; the format language
+(jobformat), the row's computed fields (jobfields), picking and sorting (jobpick) and
+the instance tree (jobtree) are apart already.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +18,7 @@ from fluxes.cli.cmd_queue import known_queue
 from fluxes.cli.display import shown_id
 from fluxes.cli.jobformat import FormatError, JobFormat
 from fluxes.cli.jobpick import hosts_or_ranks, painter, refine, sort_fields, sorted_rows
+from fluxes.cli.jobtree import thread_count
 from fluxes.cli.util import (
     UsageError,
     die,
@@ -112,6 +119,12 @@ def register(subparsers: Any) -> None:
                         "(with --json: in its \"jobs\" list)")
     p.add_argument("-L", "--level", type=_count, metavar="N",
                    help="with -R, descend at most N levels (0: no limit)")
+    p.add_argument("--recurse-all", action="store_true",
+                   help="-R into other users' batch and alloc jobs too (implies -R; "
+                        "without it -R skips them, as flux's)")
+    p.add_argument("--threads", type=thread_count, metavar="N", default=1,
+                   help="read the child instances of batch and alloc jobs (instance "
+                        "fields) with N threads (default 1)")
     p.add_argument("--name", metavar="NAME", help="only jobs named NAME")
     p.add_argument("-i", "--include", metavar="HOSTS|RANKS",
                    help="only jobs allocated any of these nodes: a hostlist, or an idset of "
@@ -171,6 +184,10 @@ def _jobs(args: argparse.Namespace) -> int:
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
     inst = instance(args)
+    if args.recurse_all:
+        args.recursive = True
+    if args.recursive:
+        args.owner_uid = user_id(inst)
     records, missing, queues = _selected(inst, args, window)
     records = _revealed(inst, records)
     records = refine(records, args.name, include, args.count)
@@ -182,9 +199,9 @@ def _jobs(args: argparse.Namespace) -> int:
         records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
     if fmt is not None and ("instance" in text or "uri" in text):
-        from fluxes.cli.cmd_batch import mark_instances
+        from fluxes.cli.jobtree import mark_instances
 
-        mark_instances(inst, rows)
+        mark_instances(inst, rows, args.threads)
     if fmt is None:
         _print_json(inst, args, records, rows)
     elif args.csv:
@@ -209,10 +226,11 @@ def _print_json(inst: Instance, args: argparse.Namespace, records: list[JobRecor
         print(stats_line(inst))
     listed = [r.as_dict() for r in rows]
     if args.recursive:
-        from fluxes.cli.cmd_batch import nest_children
+        from fluxes.cli.jobtree import descends, nest_children
 
         for rec, entry in zip(records, listed, strict=True):
-            nest_children(inst, rec.id, entry, args, depth=1)
+            if descends(args, rec):
+                nest_children(inst, rec.id, entry, args, depth=1)
     print_json({"jobs": listed})
 
 
@@ -243,9 +261,10 @@ def _print_table(inst: Instance, fmt: JobFormat, args: argparse.Namespace,
     for rec, row, line in zip(records, rows, lines, strict=True):
         print(paint(row, line))
         if recursive:
-            from fluxes.cli.cmd_batch import print_children
+            from fluxes.cli.jobtree import descends, print_children
 
-            print_children(inst, rec.id, fmt, args, depth=1)
+            if descends(args, rec):
+                print_children(inst, rec.id, fmt, args, depth=1)
 
 
 def _selected(inst: Instance, args: argparse.Namespace, window: Window | None

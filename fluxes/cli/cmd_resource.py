@@ -1,4 +1,5 @@
-"""``fluxes resource``: the inventory, what is free or allocated, drain and undrain."""
+"""``fluxes resource``: the inventory, what is free or allocated, drain and undrain,
+reload."""
 
 from __future__ import annotations
 
@@ -64,6 +65,18 @@ def register(subparsers: Any) -> None:
         else:
             p.add_argument("targets", metavar="TARGETS")
         p.set_defaults(func=_drain, kind=kind)
+    rp = sub.add_parser("reload", **help_with_example(
+        "Replace the instance's resources, as flux's: FILE is an RFC 20 R (JSON) or a\n"
+        "TOML file with a [resource] table (config entries, as 'fluxes start --config').\n"
+        "The scheduler and the submission checks follow at once; added ranks need their\n"
+        "exec worker ('fluxes worker exec --ranks R'; without one they are drained after\n"
+        "10 s). Instance owner only.",
+        ["fluxes resource reload bigger.toml", "fluxes resource reload -f R.json"]))
+    rp.add_argument("file", metavar="FILE")
+    rp.add_argument("-f", "--force", action="store_true",
+                    help="reload even when ranks that run jobs go or change (those jobs lose "
+                         "what they hold there)")
+    rp.set_defaults(func=_reload)
 
 
 def _summary(inst: Instance) -> dict[str, Any]:
@@ -265,3 +278,82 @@ def _rset(args: argparse.Namespace) -> int:
     rset = _selected(args)[0]
     print(rset.dumps())
     return 0
+
+
+def _reload_table(path: str) -> dict[str, Any]:
+    """The ``[resource]`` table of FILE: ``{"path": FILE}`` for an R, the ``resource``
+    table of a TOML file (or the file itself when it is that table)."""
+    import os
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        die(f"resource reload: cannot read {path}: {exc.strerror or exc}")
+    if path.endswith(".toml"):
+        try:
+            doc = tomllib.loads(data.decode("utf-8", "replace"))
+        except tomllib.TOMLDecodeError as exc:
+            die(f"resource reload: {path}: {exc}")
+        table = doc.get("resource", doc)
+        if not isinstance(table, dict):
+            die(f"resource reload: {path}: [resource] is not a table")
+        return dict(table)
+    # an R file is recorded by path, as a configuration's resource.path
+    return {"path": os.path.abspath(path)}
+
+
+def _reload(args: argparse.Namespace) -> int:
+    """``flux resource reload``: record the new resources once checked; the scheduler
+    applies them before this returns (or says it has not)."""
+    from fluxes.domain.graph.table import graph_of_table
+    from fluxes.domain.jm.feasibility import inventory_table
+    from fluxes.domain.sched.inventory import Inventory
+    from fluxes.domain.sched.reload import plan_reload, reload_refusal
+    from fluxes.errors import FluxesError
+    from fluxes.store.resources import (
+        load_inventory,
+        record_resources,
+        recorded_resources,
+    )
+
+    inst = instance(args)
+    table = _reload_table(args.file)
+    try:
+        old = load_inventory(inst)
+        new = Inventory.from_table(table)
+        current = inventory_table(recorded_resources(inst.redis, inst.keys), inst.config())
+        if graph_of_table(table) is not None or graph_of_table(current) is not None:
+            die("resource reload: resources with a graph are not reloaded (restart the "
+                "instance with them)")
+    except FluxesError as exc:
+        die(f"resource reload: {exc}")
+    plan = plan_reload(old, new)
+    if plan.empty:
+        print("fluxes resource reload: no change")
+        return 0
+    refusal = reload_refusal(plan, _busy_ranks(inst))
+    if refusal is not None and not args.force:
+        die(f"resource reload: {refusal} (-f reloads anyway)")
+    record_resources(inst, table)
+    _summary(inst)  # the scheduler applied it: the next command sees the new resources
+    hosts = {t.rank: t.hostname or str(t.rank) for t in (*old, *new)}
+    words = [f"{len(new)} nodes"]
+    for sign, ranks in (("+", plan.added), ("-", plan.removed), ("~", plan.changed)):
+        if ranks:
+            words.append(sign + ",".join(hosts[r] for r in ranks))
+    print("fluxes resource reload: " + " ".join(words))
+    return 0
+
+
+def _busy_ranks(inst: Instance) -> IDSet:
+    """The ranks running jobs hold, from the job list caught up with the journals (the
+    published summary may be a second old)."""
+    from fluxes.formats.idset import IDSet
+    from fluxes.service.jobs import select_jobs
+
+    busy = IDSet()
+    for rec in select_jobs(inst, states="running", everyone=True):
+        busy = busy | IDSet(str(rec.info.get("ranks") or ""))
+    return busy

@@ -8,6 +8,10 @@ A format is a Python format string with flux's additions:
   missing value gives an empty string;
 * the ``h`` suffix of a spec (``{nnodes:>6h}``) prints ``-`` for an empty
   value;
+* ``!P``: a fraction as a percentage in at most 5 characters (``0.5`` is ``50%``,
+  ``0.015`` is ``1.5%``), for ``{instance.utilization!P}``;
+* ``instance.*`` fields of a batch or alloc job (its child instance's job counts,
+  utilization and resources; empty for other jobs);
 * annotation fields: ``{annotations.sched.reason_pending}``, with ``sched.``
   and ``user.`` short for ``annotations.sched.`` and ``annotations.user.``; a
   missing key gives an empty string;
@@ -31,6 +35,7 @@ import orjson
 
 from fluxes.formats import jobid as jobids
 from fluxes.formats.fsd import format_duration
+from fluxes.service.jobfields import INSTANCE_FIELDS
 
 #: Column titles; a field not listed here is titled by its name in upper case.
 HEADERS = {
@@ -53,6 +58,8 @@ HEADERS = {
     "sched.reason_pending": "REASON", "annotations.sched.reason_pending": "REASON",
     "sched.t_estimate": "T_ESTIMATE", "annotations.sched.t_estimate": "T_ESTIMATE",
     "sched.resource_summary": "RESOURCES", "annotations.sched.resource_summary": "RESOURCES",
+    "state_emoji": "STATE", "result_emoji": "RESULT", "status_emoji": "STATUS",
+    **INSTANCE_FIELDS,
 }
 
 #: Fields a format may name besides those with a title above.
@@ -64,7 +71,7 @@ FIELDS = frozenset(HEADERS) | {
 #: Fields whose dotted names reach into the job's annotations, and where they start.
 _ANNOTATION_ROOTS = {"annotations": (), "sched": ("sched",), "user": ("user",)}
 
-CONVERSIONS = ("s", "r", "a", "D", "d", "F", "H")
+CONVERSIONS = ("s", "r", "a", "D", "d", "F", "H", "P")
 
 #: How a spec starts: fill and alignment, sign and the like, then the width.
 _SPEC_HEAD = re.compile(r"(?:(?P<fill>.)?(?P<align>[<>=^]))?[-+ ]?z?#?0?(?P<width>\d*)")
@@ -113,6 +120,20 @@ def _hms(value: Any) -> str:
     return str(dt.timedelta(seconds=round(seconds)))
 
 
+def _percent(value: Any) -> str:
+    """flux's ``!P``: a fraction as a percentage of at most 5 characters."""
+    if _missing(value):
+        return ""
+    percent = float(value) * 100
+    for decimals in (2, 1, 0):
+        text = f"{percent:.{decimals}f}"
+        if "." in text:
+            text = text.rstrip("0").rstrip(".")
+        if len(text) < 5:
+            return f"{text}%"
+    return f"{percent:.0f}%"
+
+
 def _fsd(value: Any) -> str:
     if _missing(value):
         return ""
@@ -129,6 +150,9 @@ class JobFormatter(string.Formatter):
         head, _, rest = field_name.partition(".")
         if head == "exception" and rest:
             return kwargs.get("exception", {}).get(rest, ""), field_name
+        if head == "instance" and rest:
+            # empty for a job that runs no instance
+            return (kwargs.get("instance_info") or {}).get(rest, ""), field_name
         if head in _ANNOTATION_ROOTS:
             path = (*_ANNOTATION_ROOTS[head], *(rest.split(".") if rest else ()))
             return _annotation(kwargs.get("annotations"), path), field_name
@@ -147,6 +171,8 @@ class JobFormatter(string.Formatter):
             return _fsd(value)
         if conversion == "H":
             return _hms(value)
+        if conversion == "P":
+            return _percent(value)
         return super().convert_field(value, conversion)
 
     def format_field(self, value: Any, format_spec: str) -> str:

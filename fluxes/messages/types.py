@@ -456,4 +456,9 @@ class Undrain(ResourceEvent, tag="undrain", frozen=True):
     """Return the ranks to service."""
 
 
-ResourceChange = Drain | Undrain
+class Reload(ResourceEvent, tag="reload", frozen=True):
+    """The recorded resources were replaced (``fluxes resource reload``): the scheduler
+    reads them again (``ranks`` is empty: the record says what they are)."""
+
+
+ResourceChange = Drain | Undrain | Reload

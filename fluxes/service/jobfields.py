@@ -1,10 +1,14 @@
 """``fluxes jobs -o``: the fields of a job row that flux's ``jobs`` computes from a
-job's result and summary (return code, how it ended, the exception, time left)."""
+job's result and summary (return code, how it ended, the exception, time left, the
+emoji of its state and result), and the ``instance.*`` fields of a job that runs an
+instance, from the child's job counters and published resource summary."""
 
 from __future__ import annotations
 
 import signal
-from typing import TYPE_CHECKING
+import sys
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from fluxes.domain.job.states import JobResult, JobState
 
@@ -22,6 +26,10 @@ def more_fields(row: Row, rec: JobRecord, now: float) -> None:
     result = job.result
     row.state_single = job.state.short
     row.result_abbrev = result.short if result is not None else ""
+    row.state_emoji = _shown(STATE_EMOJI.get(job.state, ""), job.state.short)
+    row.result_emoji = _shown(RESULT_EMOJI[result], result.short) if result is not None \
+        else ""
+    row.status_emoji = row.result_emoji or row.state_emoji
     row.success = "" if result is None else result is JobResult.COMPLETED
     row.ranks = str(info.get("ranks") or "")
     row.cwd = str(info.get("cwd") or "")
@@ -40,6 +48,74 @@ def more_fields(row: Row, rec: JobRecord, now: float) -> None:
                      "type": fatal.type if fatal is not None else "",
                      "note": fatal.note if fatal is not None else ""}
     row.inactive_reason = inactive_reason(job)
+
+
+#: ``{state_emoji}``: a picture of each state (fluxes's choice).
+STATE_EMOJI = {JobState.NEW: "\U0001f195", JobState.DEPEND: "\U0001f517",
+               JobState.PRIORITY: "\U0001f522", JobState.SCHED: "\u23f3",
+               JobState.RUN: "\U0001f3c3", JobState.CLEANUP: "\U0001f9f9",
+               JobState.INACTIVE: "\U0001f4a4"}
+#: ``{result_emoji}``: a picture of each result.
+RESULT_EMOJI = {JobResult.COMPLETED: "\u2705", JobResult.FAILED: "\u274c",
+                JobResult.CANCELED: "\U0001f6ab", JobResult.TIMEOUT: "\u23f0"}
+
+
+def _shown(emoji: str, fallback: str) -> str:
+    """``emoji``, or ``fallback`` when standard output cannot encode it (as flux does on
+    an ASCII terminal)."""
+    encoding = getattr(sys.stdout, "encoding", None) or "utf-8"
+    try:
+        emoji.encode(encoding)
+    except (UnicodeEncodeError, LookupError):
+        return fallback
+    return emoji
+
+
+#: The ``instance.*`` fields (flux's): name -> column title.
+INSTANCE_FIELDS = {
+    "instance.stats": "STATS", "instance.stats.total": "NJOBS",
+    "instance.utilization": "CORE%", "instance.gpu_utilization": "GPU%",
+    "instance.progress": "PROG",
+    **{f"instance.resources.{state}.{kind}": f"{state.upper()}-{kind[1:].upper()}"
+       for state in ("all", "up", "down", "allocated", "free") for kind in ("ncores",
+                                                                           "ngpus")},
+}
+
+
+def instance_fields(counters: Mapping[str, int], summary: Mapping[str, Any] | None
+                    ) -> dict[str, Any]:
+    """The ``instance.*`` values (keys without ``instance.``) of a child instance with
+    job-list ``counters`` (``state:X``/``result:X`` -> jobs) and the scheduler's
+    published resource ``summary`` (None: none yet: no resource figures)."""
+    pending = sum(counters.get(f"state:{s}", 0) for s in ("DEPEND", "PRIORITY", "SCHED"))
+    running = counters.get("state:RUN", 0) + counters.get("state:CLEANUP", 0)
+    done = counters.get("result:COMPLETED", 0)
+    failed = sum(counters.get(f"result:{r}", 0) for r in ("FAILED", "CANCELED", "TIMEOUT"))
+    total = pending + running + counters.get("state:INACTIVE", 0)
+    out: dict[str, Any] = {
+        "stats": f"PD:{pending} R:{running} CD:{done} F:{failed}", "stats.total": total,
+        "progress": counters.get("state:INACTIVE", 0) / total if total else 0.0}
+    if summary is None:
+        return out
+    counts = {state: (_count(summary, state, "ncores"), _count(summary, state, "ngpus"))
+              for state in ("free", "allocated", "down")}
+    counts["up"] = (counts["free"][0] + counts["allocated"][0],
+                    counts["free"][1] + counts["allocated"][1])
+    counts["all"] = (counts["up"][0] + counts["down"][0], counts["up"][1] + counts["down"][1])
+    for state, (cores, gpus) in counts.items():
+        out[f"resources.{state}.ncores"] = cores
+        out[f"resources.{state}.ngpus"] = gpus
+    out["utilization"] = counts["allocated"][0] / counts["all"][0] \
+        if counts["all"][0] else 0.0
+    out["gpu_utilization"] = counts["allocated"][1] / counts["all"][1] \
+        if counts["all"][1] else 0.0
+    return out
+
+
+def _count(summary: Mapping[str, Any], state: str, kind: str) -> int:
+    part = summary.get(state)
+    value = part.get(kind) if isinstance(part, Mapping) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def inactive_reason(job: Job) -> str:

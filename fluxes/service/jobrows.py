@@ -45,6 +45,9 @@ class Row:
     t_remaining: float
     exception: dict[str, Any]
     inactive_reason: str
+    state_emoji: str
+    result_emoji: str
+    status_emoji: str
 
     def __init__(self, rec: JobRecord, now: float,
                  queues: Mapping[str | None, QueueState] | None = None) -> None:
@@ -81,9 +84,11 @@ class Row:
         self.t_inactive = job.t_inactive
         self.annotations: dict[str, Any] = dict(job.annotations or {})
         #: The child instance a batch/alloc job runs (namespace) and its job counts
-        #: (filled by :func:`fluxes.cli.cmd_batch.mark_instances` when a listing names them).
+        #: (filled by :func:`fluxes.cli.jobtree.mark_instances` when a listing names them).
         self.instance: str | None = None
         self.instance_stats: str | None = None
+        #: its ``instance.*`` fields, without the prefix (None: not an instance job)
+        self.instance_info: dict[str, Any] | None = None
         #: flux's ``uri``: the child instance's URI (no password), for FLUXES_URI
         self.uri: str | None = None
         self.t_submit_text = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(job.t_submit))

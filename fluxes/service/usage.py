@@ -22,13 +22,19 @@ def user_names(inst: Instance, accounts: Accounts, uids: Iterable[int]) -> dict[
 def usage_report(inst: Instance, since: float, until: float, now: float) -> dict[str, Any]:
     """The ``account usage`` document: raw usage per (user, bank) over [since, until),
     and per bank (a bank counts what is charged to it and to the banks below it)."""
-    from fluxes.domain.accounting.usage import NO_USAGE, WindowUsage, window_usage
+    from fluxes.domain.accounting.usage import (
+        NO_USAGE,
+        WindowUsage,
+        project_usage,
+        window_usage,
+    )
     from fluxes.store.accounting import UsageStore, load_accounts
 
     accounts = load_accounts(inst.redis, inst.keys)
     store = UsageStore(inst.redis, inst.keys)
-    found = window_usage(store.charges(since, until), store.open_jobs().values(), since,
-                         until, now)
+    charges, running = store.charges(since, until), list(store.open_jobs().values())
+    found = window_usage(charges, running, since, until, now)
+    projects = project_usage(charges, running, since, until, now)
     # a job whose journal names no bank was submitted before any bank existed: it is
     # reported under no bank (bank None), not charged to a bank that did not exist then
     merged: dict[tuple[int, str], WindowUsage] = dict(found)
@@ -44,7 +50,10 @@ def usage_report(inst: Instance, since: float, until: float, now: float) -> dict
                 old = banks.get(name, WindowUsage(NO_USAGE, 0))
                 banks[name] = WindowUsage(old.figures.plus(used.figures), old.jobs + used.jobs)
     return {"since": since, "until": until, "usage": rows,
-            "banks": [{"bank": name, **_figures(used)} for name, used in sorted(banks.items())]}
+            "banks": [{"bank": name, **_figures(used)} for name, used in sorted(banks.items())],
+            # "" (null): jobs from before projects were recorded
+            "projects": [{"project": name or None, **_figures(used)}
+                         for name, used in sorted(projects.items())]}
 
 
 def _figures(used: Any) -> dict[str, Any]:

@@ -18,12 +18,14 @@ from fluxes.domain.jm.feasibility import load_inventory as inventory_of
 from fluxes.errors import ConfigError, FluxesError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from fluxes.domain.sched.inventory import Inventory
     from fluxes.domain.sched.protocol import SchedulerPool
     from fluxes.store.instance import Instance
 
 __all__ = ["LOST_AFTER_S", "exec_heartbeats", "load_inventory", "load_pool",
-           "published_summary", "recorded_resources", "resource_event",
+           "published_summary", "record_resources", "recorded_resources", "resource_event",
            "resource_events_since",
            "resource_summary", "send_resource_event"]
 
@@ -93,6 +95,24 @@ def send_resource_event(instance: Instance, kind: str, ranks: str, reason: str =
     """Append a drain/undrain event; its stream id (what :func:`resource_summary` waits for)."""
     sid = instance.redis.xadd(instance.keys.resource_events,
                               {"d": resource_event(kind, ranks, reason)})
+    return sid.decode() if isinstance(sid, bytes) else str(sid)
+
+
+def record_resources(instance: Instance, table: Mapping[str, Any]) -> str:
+    """Replace the instance's recorded ``[resource]`` table (``fluxes resource reload``)
+    and tell the scheduler, in one transaction: the ingest follows the record's digest,
+    the scheduler the ``reload`` event. The event's stream id (what
+    :func:`resource_summary` waits for)."""
+    import hashlib
+
+    from fluxes.store.instance import RESOURCES_DIGEST
+
+    recorded = orjson.dumps(dict(table))
+    pipe = instance.redis.pipeline(transaction=True)
+    pipe.hset(instance.keys.instance, mapping={
+        "resources": recorded, RESOURCES_DIGEST: hashlib.sha256(recorded).hexdigest()})
+    pipe.xadd(instance.keys.resource_events, {"d": resource_event("reload", "")})
+    sid = pipe.execute()[1]
     return sid.decode() if isinstance(sid, bytes) else str(sid)
 
 

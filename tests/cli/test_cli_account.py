@@ -130,12 +130,14 @@ def test_only_the_owner_changes_accounting(client: redis.Redis,
 
 
 def write_job(client: redis.Redis, jobid: int, uid: int, t_alloc: float, t_free: float | None,
-              bank: str = "", ncores: int = 2, queue: str = "", project: str = "") -> None:
+              bank: str = "", ncores: int = 2, queue: str = "", project: str = "",
+              duration: float = 0.0) -> None:
     """A job through its life: allocated at t_alloc, freed at t_free (None: running)."""
     store = EventStore(client, KEYS)
     client.set(KEYS.jm_fence(0), "1")
     batch = store.batch()
-    extra: dict[str, Any] = {"name": "j", "ncores": ncores, "nnodes": 1, "ngpus": 0}
+    extra: dict[str, Any] = {"name": "j", "ncores": ncores, "nnodes": 1, "ngpus": 0,
+                             "duration": duration}
     if bank:
         extra["bank"] = bank
     if queue:
@@ -469,17 +471,20 @@ def test_queues_give_the_queue_factor_its_priorities(
     setup_banks(capsys)
     ok(capsys, "account", "add-queue", "urgent", "--priority=8")
     ok(capsys, "account", "add-queue", "debug", "--priority=2")
+    none = {"min_nodes_per_job": None, "max_nodes_per_job": None, "max_time_per_job": None,
+            "max_running_jobs": None}
     assert orjson.loads(ok(capsys, "account", "list-queues", "--json"))["queues"] == [
-        {"queue": "batch", "priority": 1, "source": "config"},
-        {"queue": "debug", "priority": 2, "source": "add-queue"},
-        {"queue": "urgent", "priority": 8, "source": "add-queue"}]
+        {"queue": "batch", "priority": 1, "source": "config", "limits": none},
+        {"queue": "debug", "priority": 2, "source": "add-queue", "limits": none},
+        {"queue": "urgent", "priority": 8, "source": "add-queue", "limits": none}]
     ok(capsys, "account", "edit-queue", "urgent", "--priority=16")
     assert orjson.loads(ok(capsys, "account", "view-queue", "urgent", "--json")) == \
-        {"queue": "urgent", "priority": 16, "source": "add-queue"}
+        {"queue": "urgent", "priority": 16, "source": "add-queue", "limits": none}
     ok(capsys, "account", "delete-queue", "debug")
     text = ok(capsys, "account", "list-queues").splitlines()
-    assert text[0].split() == ["QUEUE", "PRIORITY", "SOURCE"]
-    assert ["debug", "4", "config"] in [line.split() for line in text]
+    assert text[0].split() == ["QUEUE", "PRIORITY", "SOURCE", "MIN-NODES", "MAX-NODES",
+                               "MAX-TIME", "MAX-RUN"]
+    assert ["debug", "4", "config", "-", "-", "-", "-"] in [line.split() for line in text]
     # the multi-factor queue factor: the job's queue's priority over the largest one
     write_job(client, 1, 1001, T + 10, None, queue="debug")
     rebuild_joblist(client, KEYS)
@@ -587,3 +592,81 @@ def test_clear_usage_ignore_older_than_keeps_the_later_usage(
     code, _out, err = run(capsys, "account", "clear-usage", "root",
                           "--ignore-older-than=never")
     assert code == 2 and "invalid time" in err
+
+
+def test_queue_limits_as_flux_accountings_add_queue_options(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    from fluxes.domain.accounting.limits import HeldJob, Holdings, check_submit
+    from fluxes.store.accounting import load_accounts
+
+    setup_banks(capsys)
+    ok(capsys, "account", "add-queue", "debug", "--max-nodes-per-job=2",
+       "--max-time-per-job=30m", "--max-running-jobs=3")
+    shown = orjson.loads(ok(capsys, "account", "view-queue", "debug", "--json"))
+    assert shown["priority"] == 0 and shown["limits"] == {
+        "min_nodes_per_job": None, "max_nodes_per_job": 2, "max_time_per_job": 1800,
+        "max_running_jobs": 3}
+    ok(capsys, "account", "edit-queue", "debug", "--min-nodes-per-job=2",
+       "--max-running-jobs=-1")
+    assert ok(capsys, "account", "list-queues").splitlines()[1].split() == [
+        "debug", "0", "add-queue", "2", "2", "30m", "-"]
+    accounts = load_accounts(client, KEYS)
+    assert check_submit(accounts, Holdings(), "bob", HeldJob(1002, None, False, 2, 1, 60.0),
+                        "debug") is not None
+    with pytest.raises(ValueError, match="over the max-time-per-job"):
+        check_submit(accounts, Holdings(), "bob", HeldJob(1002, None, False, 2, 1, 3600.0),
+                     "debug")
+    count = client.xlen(KEYS.accounting)
+    for argv, message in [(["edit-queue", "debug"], "give --priority or a limit"),
+                          (["edit-queue", "debug", "--max-nodes-per-job=x"], "a count"),
+                          (["edit-queue", "debug", "--max-time-per-job=soon"], "a duration"),
+                          (["edit-queue", "debug", "--max-nodes-per-job=-3"], ">= 0")]:
+        code, _out, err = run(capsys, "account", *argv)
+        assert code == 1 and message in err and len(err.strip().splitlines()) == 1, err
+    assert client.xlen(KEYS.accounting) == count
+
+
+def test_view_job_records_duration_filters_and_format(
+        client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    from fluxes.cli.display import fmt_id
+
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 40, bank="chem", duration=60.0)  # 30 of 60
+    write_job(client, 2, 1002, T + 10, T + 610, bank="chem", duration=3600.0)  # 600/3600
+    write_job(client, 3, 1002, T + 10, T + 20, bank="chem")  # no time limit
+    ok(capsys, "admin", "rebuild-accounting")
+
+    def ids(*argv: str) -> list[str]:
+        return ok(capsys, "account", "view-job-records", "-o", "{userid}", *argv).split()[1:]
+
+    assert ids() == ["1002", "1001", "1002"]  # by end time: 3, 1, 2
+    assert ids("-d", "> 0", "< 120") == ["1001"]
+    assert ids("-e", ">= 600") == ["1002"]
+    assert ids("-D", "< 0") == ["1002"]  # job 3: no limit, ran 10 s
+    assert ids("--requested-duration=<=3600", "--actual-duration", "> 20") == \
+        ["1001", "1002"]
+    text = ok(capsys, "account", "view-job-records", "-j", "2", "-o",
+              "{jobid:<6}|{username:<5}|{requested_duration:>6.0f}|{duration_delta:.0f}")
+    assert text.splitlines() == ["jobid |username|requested_duration|duration_delta",
+                                 f"{fmt_id(2):<6}|bob  |  3600|3000"]
+    code, _out, err = run(capsys, "account", "view-job-records", "-d", "60")
+    assert code == 2 and "start with one of" in err
+    code, _out, err = run(capsys, "account", "view-job-records", "-o", "{nope}")
+    assert code == 2 and "unknown field 'nope'" in err
+
+
+def test_usage_per_project(client: redis.Redis, capsys: pytest.CaptureFixture[str]) -> None:
+    setup_banks(capsys)
+    write_job(client, 1, 1001, T + 10, T + 40, bank="chem", project="bronze")  # 2 cores
+    write_job(client, 2, 1002, T + 10, T + 20, bank="chem", project="bronze")
+    write_job(client, 3, 1002, T + 10, T + 20, bank="chem")
+    ok(capsys, "admin", "rebuild-accounting")
+    doc = orjson.loads(ok(capsys, "account", "usage", "--json"))
+    assert [(p["project"], p["jobs"], p["core_seconds"]) for p in doc["projects"]] == [
+        (None, 1, 20.0), ("bronze", 2, 80.0)]
+    lines = ok(capsys, "account", "usage", "--by-project").splitlines()
+    assert [line.split() for line in lines] == [
+        ["PROJECT", "JOBS", "CORE-SECONDS", "GPU-SECONDS", "NODE-SECONDS"],
+        ["-", "1", "20.0", "0.0", "10.0"], ["bronze", "2", "80.0", "0.0", "40.0"]]
+    assert ok(capsys, "account", "usage", "--by-project", "--csv").splitlines()[2] == \
+        "bronze,2,80.0,0.0,40.0"

@@ -398,7 +398,7 @@ def test_jobspec_file_refuses_gpus_per_node(capsys: pytest.CaptureFixture[str]) 
 
 
 def test_jobs_level_stops_recursion_below_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    from fluxes.cli import cmd_batch
+    from fluxes.cli import cmd_batch, jobtree
     from fluxes.service import jobs as selection
 
     monkeypatch.setattr(cmd_batch, "child_instance", lambda inst, jobid: "child")
@@ -406,9 +406,82 @@ def test_jobs_level_stops_recursion_below_it(monkeypatch: pytest.MonkeyPatch) ->
 
     def under(level: int | None, depth: int) -> tuple[list[Any], Any]:
         args = SimpleNamespace(level=level, filter=None, a=False)
-        return cmd_batch._child_jobs(SimpleNamespace(), 1, args, depth)  # type: ignore[arg-type]
+        return jobtree._child_jobs(SimpleNamespace(), 1, args, depth)  # type: ignore[arg-type]
 
     assert under(None, 5) == ([7], "child")  # no -L: every level
     assert under(0, 5) == ([7], "child")  # -L 0: no limit
     assert under(2, 2) == ([7], "child")
     assert under(2, 3) == ([], None)
+
+
+def test_jobs_emoji_fields(listed: list[JobRecord], capsys: pytest.CaptureFixture[str],
+                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from fluxes.domain.job.states import JobResult
+    from fluxes.service.jobfields import RESULT_EMOJI, STATE_EMOJI
+
+    listed += [_ended(1, 0), _ended(2, None, ("cancel", "")), _record(3, t_run=NOW - 5),
+               _record(4, state=JobState.SCHED)]
+    fmt = "{id.dec}|{state_emoji}|{result_emoji}|{status_emoji}"
+    assert main(["jobs", "-o", fmt]) == 0
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header == "JOBID|STATE|RESULT|STATUS"
+    done, canceled = RESULT_EMOJI[JobResult.COMPLETED], RESULT_EMOJI[JobResult.CANCELED]
+    assert lines == [f"1|{STATE_EMOJI[JobState.INACTIVE]}|{done}|{done}",
+                     f"2|{STATE_EMOJI[JobState.INACTIVE]}|{canceled}|{canceled}",
+                     f"3|{STATE_EMOJI[JobState.RUN]}||{STATE_EMOJI[JobState.RUN]}",
+                     f"4|{STATE_EMOJI[JobState.SCHED]}||{STATE_EMOJI[JobState.SCHED]}"]
+    # an output that cannot show them gets the abbreviations, as flux's
+    monkeypatch.setattr("sys.stdout", io.TextIOWrapper(io.BytesIO(), encoding="ascii"))
+    from fluxes.service.jobfields import _shown
+
+    assert _shown(done, "CD") == "CD"
+
+
+def test_jobs_instance_fields_are_empty_for_other_jobs(
+        listed: list[JobRecord], capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fluxes.cli import jobtree
+
+    listed.append(_record(1, t_run=NOW - 5))
+    monkeypatch.setattr(jobtree, "mark_instances", lambda inst, rows, threads=1: None)
+    fmt = "{id.dec}|{instance.stats}|{instance.utilization!P}|{instance.resources.all.ncores}"
+    assert main(["jobs", "-o", fmt]) == 0
+    assert capsys.readouterr().out.splitlines() == ["JOBID|STATS|CORE%|ALL-CORES", "1|||"]
+    assert main(["jobs", "-o", "{instance.nosuch}"]) == 1
+    assert "unknown field 'instance.nosuch'" in capsys.readouterr().err
+    for bad in ("0", "x"):
+        assert main(["jobs", "--threads", bad]) == 2
+        assert "thread" in capsys.readouterr().err
+
+
+def test_instance_fields_from_the_childs_counters_and_resources() -> None:
+    from fluxes.cli.jobformat import _percent
+    from fluxes.service.jobfields import instance_fields
+
+    counters = {"state:SCHED": 2, "state:RUN": 1, "state:INACTIVE": 5,
+                "result:COMPLETED": 3, "result:FAILED": 1, "result:TIMEOUT": 1}
+    summary = {"free": {"ncores": 6, "ngpus": 1}, "allocated": {"ncores": 2, "ngpus": 1},
+               "down": {"ncores": 8, "ngpus": 2}}
+    got = instance_fields(counters, summary)
+    assert got["stats"] == "PD:2 R:1 CD:3 F:2" and got["stats.total"] == 8
+    assert got["progress"] == 5 / 8
+    assert (got["resources.up.ncores"], got["resources.all.ncores"],
+            got["resources.all.ngpus"], got["resources.down.ngpus"]) == (8, 16, 4, 2)
+    assert got["utilization"] == 2 / 16 and got["gpu_utilization"] == 1 / 4
+    assert "utilization" not in instance_fields({}, None)  # no summary published yet
+    assert instance_fields({}, None)["progress"] == 0.0
+    assert [_percent(v) for v in (0.5, 0.015, 0.0005, 1.0, 0.123456, "")] == [
+        "50%", "1.5%", "0.05%", "100%", "12.3%", ""]
+
+
+def test_recursion_skips_other_users_instances_without_recurse_all() -> None:
+    import argparse
+
+    from fluxes.cli.jobtree import descends
+
+    mine, theirs = _record(1), _record(2)
+    theirs = JobRecord(theirs.job.replace(userid=theirs.job.userid + 1), theirs.info)
+    args = argparse.Namespace(owner_uid=mine.job.userid, recurse_all=False)
+    assert descends(args, mine) and not descends(args, theirs)
+    args.recurse_all = True
+    assert descends(args, theirs)

@@ -140,6 +140,18 @@ def test_batch_steps_run_in_the_allocation_and_the_exit_code_is_the_scripts(
     assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec}:{instance_stats}"]) == 0
     marked = dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
     assert marked[str(good)] == "0 running, 0 pending, 11 inactive (ended)"
+    # flux's instance.* fields, the children read by several threads
+    assert main(["--uri", uri, "jobs", "-a", "-n", "--threads", "4", "-o",
+                 "{id.dec}|{instance.stats}|{instance.stats.total}|{instance.progress!P}|"
+                 "{instance.resources.all.ncores}"]) == 0
+    marked = dict(line.split("|", 1) for line in capsys.readouterr().out.splitlines())
+    stats, total, progress, cores = marked[str(good)].split("|")
+    assert (stats, total, progress) == ("PD:0 R:0 CD:11 F:0", "11", "100%")
+    assert cores.isdigit() and int(cores) > 0
+    # --recurse-all is -R into every user's jobs (here all are ours: the same listing)
+    assert main(["--uri", uri, "jobs", "-a", "--recurse-all", "-L", "1", "--name", "steps",
+                 "-n", "-o", "{id.dec}"]) == 0
+    assert len(capsys.readouterr().out.split()) == 2 + 2 * 11
     assert main(["--uri", uri, "jobs", "-a", "-n", "-o", "{id.dec} {uri}"]) == 0
     uris = dict(line.split(" ", 1) for line in capsys.readouterr().out.splitlines())
     assert InstanceURI.parse(uris[str(good)]).ns == child_of(parent, good).keys.ns

@@ -342,3 +342,75 @@ def test_the_ledger_counts_what_a_job_by_job_model_counts(ops: list[tuple[str, i
                 expected[key] = expected.get(key, 0) + 1
             assert ledger.counts({}, positions, now) == expected
             assert len(ledger) == len(model)
+
+
+def _queued(**limits: int | None) -> Accounts:
+    """accounts() with an accounting queue 'debug' carrying ``limits``."""
+    from fluxes.domain.accounting.banks import QueueAdd
+
+    return apply(QueueAdd(timestamp=T, queue="debug", priority=5, queue_limits=limits),
+                 accounts())
+
+
+def test_queue_limits_are_events_that_edit_keeps_and_other_changes_carry() -> None:
+    from fluxes.domain.accounting.banks import AccountError, QueueDelete, QueueEdit, event_from_dict
+    from fluxes.domain.accounting.queuelimits import QueueLimits
+
+    acc = _queued(max_nodes_per_job=2, max_running_jobs=1)
+    assert acc.queue_limits["debug"] == QueueLimits(max_nodes_per_job=2, max_running_jobs=1)
+    edit = QueueEdit(timestamp=T, queue="debug", queue_limits={"max_running_jobs": None,
+                                                                "max_time_per_job": 600})
+    assert event_from_dict(edit.to_dict()) == edit
+    acc = apply(edit, acc)
+    assert acc.queues["debug"] == 5  # no --priority: kept
+    assert acc.queue_limits["debug"] == QueueLimits(max_nodes_per_job=2,
+                                                    max_time_per_job=600)
+    # a change of anything else keeps them
+    acc = apply(BankAdd(timestamp=T, bank="bio", parent="root", shares=1), acc)
+    assert acc.queue_limits["debug"].max_time_per_job == 600
+    assert "debug" not in apply(QueueDelete(timestamp=T, queue="debug"), acc).queue_limits
+    for bad in ({"max_nodes": 1}, {"max_running_jobs": -2}, {"min_nodes_per_job": "1"}):
+        with pytest.raises(AccountError):
+            event_from_dict({**edit.to_dict(), "queue_limits": bad})
+    # an event from before queue limits reads as before
+    old = {"kind": "edit-queue", "timestamp": T, "queue": "debug", "priority": 3}
+    assert apply(event_from_dict(old), acc).queue_limits["debug"].max_time_per_job == 600
+
+
+def test_queue_node_and_time_limits_refuse_a_submission() -> None:
+    acc = _queued(min_nodes_per_job=2, max_nodes_per_job=3, max_time_per_job=600)
+
+    def submit(nodes: int, duration: float, queue: str | None = "debug") -> None:
+        check_submit(acc, Holdings(), "alice", HeldJob(ALICE, None, False, nodes, 1,
+                                                       duration), queue)
+
+    submit(2, 600.0)
+    submit(1, 0.0, queue=None)  # no queue, no queue limits
+    with pytest.raises(PolicyError, match=r"requests 1 nodes, fewer than the "
+                                          r"min-nodes-per-job \(2\) of queue debug"):
+        submit(0, 60.0)  # no node count: one node
+    with pytest.raises(PolicyError, match=r"more than the max-nodes-per-job \(3\)"):
+        submit(4, 60.0)
+    with pytest.raises(PolicyError, match=r"a time limit of 601s, over the "
+                                          r"max-time-per-job \(600s\) of queue debug"):
+        submit(2, 601.0)
+    with pytest.raises(PolicyError, match="no time limit"):
+        submit(2, 0.0)
+
+
+def test_a_queue_running_limit_holds_back_an_associations_next_job_there() -> None:
+    gate = LimitGate(_queued(max_running_jobs=1))
+    job = PendingJob(1, 1, 1.0, BOB, "debug", Request(nslots=1, duration=10.0))
+    other = PendingJob(2, 1, 2.0, BOB, "batch", Request(nslots=1, duration=10.0))
+    assert gate.refusal(job) is None
+    gate.adopt(10, BOB, None, 1, 1, "debug")
+    assert gate.refusal(job) == \
+        "max-running-jobs limit (1) of queue debug reached for bob/theory"
+    assert gate.refusal(other) is None  # another queue
+    assert gate.refusal(PendingJob(3, 1, 3.0, ALICE, "debug", Request(
+        nslots=1, duration=10.0), bank="physics")) is None  # another association
+    gate.set_accounts(apply(UserEdit(timestamp=T, username="bob", bank="theory",
+                                     shares=2), gate.accounts))
+    assert gate.refusal(job) is not None  # counted again under the new accounts
+    gate.end(10)
+    assert gate.refusal(job) is None and gate.in_queue == {}

@@ -331,3 +331,75 @@ def test_decayed_since_counts_the_part_after_since() -> None:
     got = decayed_since(charges, running, 50.0, 200.0, h)
     assert got[(1, "a")].core_seconds == pytest.approx(4 * held(50, 100, h) * decay(100, h))
     assert got[(2, "a")].core_seconds == pytest.approx(held(120, 200, h))
+
+
+def test_records_keep_the_submit_time_and_requested_duration() -> None:
+    # view-job-records -d/-e/-D filter on them; records from before them read as 0
+    state = UsageState(0.0)
+    state.feed(9, "submit", 5.0, {"userid": 1}, {"bank": "a", "duration": 600.0})
+    state.feed(9, "jobspec-update", 6.0, {"attributes.system.duration": 120.0}, {})
+    state.feed(9, "alloc", 10.0, {}, {"ranks": "0"})
+    state.feed(9, "free", 40.0, {}, {})
+    [charged] = state.take_changes().charges
+    assert (charged.t_submit, charged.duration) == (5.0, 120.0)
+    assert (charged.actual_duration, charged.duration_delta) == (30.0, 90.0)
+    assert JobCharge.from_obj(9, charged.to_obj()) == charged
+    job = OpenJob(1, "a", "q", 4, 0, 1, 0.0, 1.0, duration=60.0)
+    assert OpenJob.from_obj(job.to_obj()) == job
+    # a malformed duration extra is no limit, not a fold error
+    state.feed(10, "submit", 5.0, {"userid": 1}, {"duration": "soon"})
+    assert state.open[10].duration == 0.0
+
+
+def test_view_job_records_duration_filters() -> None:
+    from fluxes.domain.accounting.records import DurationTest, job_records
+
+    assert DurationTest.parse("< 60") == DurationTest("<", 60.0)
+    assert DurationTest.parse(">=1.5") == DurationTest(">=", 1.5)
+    for bad in ("60", "<", "< soon", "=> 5", "< inf"):
+        with pytest.raises(ValueError):
+            DurationTest.parse(bad)
+    short = JobCharge(1, 1, "a", "", 0.0, 20.0, 1, 0, 1, "", 0.0, 60.0)   # ran 20 of 60
+    long = JobCharge(2, 1, "a", "", 0.0, 500.0, 1, 0, 1, "", 0.0, 3600.0)  # 500 of 3600
+
+    def ids(requested: tuple[str, ...] = (), actual: tuple[str, ...] = (),
+            delta: tuple[str, ...] = ()) -> list[int]:
+        return [c.jobid for c in job_records(
+            [short, long], requested=[DurationTest.parse(t) for t in requested],
+            actual=[DurationTest.parse(t) for t in actual],
+            delta=[DurationTest.parse(t) for t in delta])]
+
+    assert ids(requested=("< 120",)) == [1]
+    assert ids(requested=("> 60", "< 7200")) == [2]
+    assert ids(actual=("= 20",)) == [1]
+    assert ids(delta=("> 1000",)) == [2]
+    assert ids(requested=("<= 60",), actual=("> 30",)) == []
+
+
+def test_usage_per_project_over_a_period() -> None:
+    from fluxes.domain.accounting.usage import project_usage
+
+    charges = [JobCharge(1, 1, "a", "", 0.0, 100.0, 2, 0, 1, "bronze"),
+               JobCharge(2, 2, "b", "", 50.0, 150.0, 1, 0, 1, "bronze"),
+               JobCharge(3, 1, "a", "", 0.0, 10.0, 1, 0, 1)]  # from before projects
+    running = [OpenJob(3, "a", "", 4, 0, 1, 0.0, 100.0, "gold"),
+               OpenJob(3, "a", "", 4, 0, 1, 0.0, None, "gold")]  # pending: nothing
+    got = project_usage(charges, running, 50.0, 200.0, 120.0)
+    assert set(got) == {"bronze", "gold"}  # job 3 ended before the period
+    assert got["bronze"].jobs == 2 and got["bronze"].figures.core_seconds == 2 * 50 + 100
+    assert got["gold"].jobs == 1 and got["gold"].figures.core_seconds == 4 * 20
+    assert "" in project_usage(charges, [], 0.0, 200.0, 120.0)
+
+
+def test_view_job_records_format_has_a_header_in_each_fields_width() -> None:
+    from fluxes.cli.cmd_account import _format_lines
+    from fluxes.cli.util import UsageError
+
+    rows = [{"userid": 5001, "t_inactive": 1750178788.3331, "jobid": "ƒ2abc"}]
+    assert _format_lines("{userid:<8} || {t_inactive:<12.3f}", rows) == [
+        "userid   || t_inactive  ", "5001     || 1750178788.333"]
+    assert _format_lines("{jobid:>8}|{userid:08d}", rows) == [
+        "   jobid|  userid", "   ƒ2abc|00005001"]
+    for bad in ("{nosuch}", "{userid:q}", "{userid"):
+        with pytest.raises(UsageError):
+            _format_lines(bad, rows)

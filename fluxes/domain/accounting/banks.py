@@ -33,6 +33,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Final, NamedTuple
 
 from fluxes.domain.accounting.config import MAX_WEIGHT
+from fluxes.domain.accounting.queuelimits import (
+    NO_QUEUE_LIMITS,
+    QueueLimits,
+    check_queue_limit_changes,
+)
 from fluxes.errors import PolicyError
 from fluxes.formats.shown import shown as _show
 
@@ -266,6 +271,8 @@ class Accounts:
     #: (uid, bank) -> the latest ``clear-usage`` of it: (time, half-life, its decayed
     #: core-, gpu- and node-seconds then), what fair share no longer counts
     cleared: Mapping[tuple[int, str], Cleared] = field(default_factory=dict)
+    #: queue -> its ``add-queue``/``edit-queue`` limits (active queues only)
+    queue_limits: Mapping[str, QueueLimits] = field(default_factory=dict)
     #: uid -> user name, built on first use (the plugin asks once per job)
     _names: dict[int, str] | None = field(default=None, compare=False, repr=False)
 
@@ -504,21 +511,30 @@ class QueueAdd(AccountEvent):
     kind: ClassVar[str] = "add-queue"
     queue: str
     priority: int = 0
+    #: its limits (:mod:`fluxes.domain.accounting.queuelimits`), only those given
+    queue_limits: Mapping[str, int | None] = field(default_factory=dict)
 
     def _fields(self) -> dict[str, Any]:
-        return {"queue": self.queue, "priority": self.priority}
+        out: dict[str, Any] = {"queue": self.queue, "priority": self.priority}
+        if self.queue_limits:  # only when given: events from before them stay the same
+            out["queue_limits"] = dict(self.queue_limits)
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueEdit(AccountEvent):
-    """``edit-queue QUEUE --priority=N``."""
+    """``edit-queue QUEUE [--priority=N] [limits]``."""
 
     kind: ClassVar[str] = "edit-queue"
     queue: str
-    priority: int
+    priority: int | None = None
+    queue_limits: Mapping[str, int | None] = field(default_factory=dict)
 
     def _fields(self) -> dict[str, Any]:
-        return {"queue": self.queue, "priority": self.priority}
+        out: dict[str, Any] = {"queue": self.queue, "priority": self.priority}
+        if self.queue_limits:
+            out["queue_limits"] = dict(self.queue_limits)
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -579,12 +595,21 @@ def event_from_dict(obj: object) -> AccountEvent:
     values["timestamp"] = _check_time(values["timestamp"])
     if "limits" in values:
         values["limits"] = check_limit_changes(values["limits"])
+    if "queue_limits" in values:
+        values["queue_limits"] = _check_queue_limits(values["queue_limits"])
     try:
         event = cls(**values)
     except TypeError as exc:
         raise AccountError(f"{cls.kind}: {exc}") from None
     _check_fields(event)
     return event
+
+
+def _check_queue_limits(value: object) -> dict[str, int | None]:
+    try:
+        return check_queue_limit_changes(value)
+    except PolicyError as exc:
+        raise AccountError(str(exc)) from None
 
 
 def _check_queue_list(value: object) -> None:
@@ -630,7 +655,7 @@ _FIELD_CHECKS: Final[dict[str, Callable[[Any], object]]] = {
     "factor": check_factor, "weight": check_weight, "queue": check_queue_name,
     "priority": check_weight, "banks": _check_bank_list, "queues": _check_queue_list,
     "half_life": _check_time, "usage": _cleared_usage, "project": check_project_name,
-    "projects": _check_project_list}
+    "projects": _check_project_list, "queue_limits": _check_queue_limits}
 
 
 def _check_fields(event: AccountEvent) -> None:
@@ -676,7 +701,8 @@ def _with(accounts: Accounts, banks: Mapping[str, Bank] | None = None,
     return Accounts(banks if banks is not None else accounts.banks,
                     associations if associations is not None else accounts.associations,
                     default_banks if default_banks is not None else accounts.default_banks,
-                    accounts.weights, accounts.queues, accounts.projects, accounts.cleared)
+                    accounts.weights, accounts.queues, accounts.projects, accounts.cleared,
+                    queue_limits=accounts.queue_limits)
 
 
 def _defaults_after(associations: Mapping[tuple[str, str], Association],
@@ -820,7 +846,8 @@ def _delete_user(event: UserDelete, accounts: Accounts) -> Accounts:
 def _edit_factor(event: FactorEdit, accounts: Accounts) -> Accounts:
     weights = {**accounts.weights, check_factor(event.factor): event.weight}
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks, weights,
-                    accounts.queues, accounts.projects, accounts.cleared)
+                    accounts.queues, accounts.projects, accounts.cleared,
+                    queue_limits=accounts.queue_limits)
 
 
 @_transition.register
@@ -831,39 +858,52 @@ def _clear_usage(event: UsageClear, accounts: Accounts) -> Accounts:
     for key, figures in _cleared_usage(event.usage).items():
         cleared[key] = Cleared(event.timestamp, event.half_life, figures)
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
-                    accounts.weights, accounts.queues, accounts.projects, cleared)
+                    accounts.weights, accounts.queues, accounts.projects, cleared,
+                    queue_limits=accounts.queue_limits)
 
 
-def _with_queues(accounts: Accounts, queues: Mapping[str, int]) -> Accounts:
+def _with_queues(accounts: Accounts, queue: str, priority: int | None,
+                 limits: QueueLimits | None) -> Accounts:
+    """``accounts`` with ``queue``'s priority and limits (None priority: the queue goes)."""
+    queues = {k: v for k, v in accounts.queues.items() if k != queue}
+    queue_limits = {k: v for k, v in accounts.queue_limits.items() if k != queue}
+    if priority is not None:
+        queues[queue] = priority
+        if limits is not None and limits != NO_QUEUE_LIMITS:
+            queue_limits[queue] = limits
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
-                    accounts.weights, queues, accounts.projects, accounts.cleared)
+                    accounts.weights, queues, accounts.projects, accounts.cleared,
+                    queue_limits=queue_limits)
 
 
 @_transition.register
 def _add_queue(event: QueueAdd, accounts: Accounts) -> Accounts:
     if event.queue in accounts.queues:
         raise AccountError(f"queue {event.queue} already exists")
-    return _with_queues(accounts, {**accounts.queues, event.queue: event.priority})
+    return _with_queues(accounts, event.queue, event.priority,
+                        NO_QUEUE_LIMITS.changed(event.queue_limits))
 
 
 @_transition.register
 def _edit_queue(event: QueueEdit, accounts: Accounts) -> Accounts:
     if event.queue not in accounts.queues:
         raise AccountError(f"no queue {event.queue!r}")
-    return _with_queues(accounts, {**accounts.queues, event.queue: event.priority})
+    limits = accounts.queue_limits.get(event.queue, NO_QUEUE_LIMITS)
+    priority = event.priority if event.priority is not None else accounts.queues[event.queue]
+    return _with_queues(accounts, event.queue, priority, limits.changed(event.queue_limits))
 
 
 @_transition.register
 def _delete_queue(event: QueueDelete, accounts: Accounts) -> Accounts:
     if event.queue not in accounts.queues:
         raise AccountError(f"no queue {event.queue!r}")
-    return _with_queues(accounts, {k: v for k, v in accounts.queues.items()
-                                   if k != event.queue})
+    return _with_queues(accounts, event.queue, None, None)
 
 
 def _with_projects(accounts: Accounts, projects: frozenset[str]) -> Accounts:
     return Accounts(accounts.banks, accounts.associations, accounts.default_banks,
-                    accounts.weights, accounts.queues, projects, accounts.cleared)
+                    accounts.weights, accounts.queues, projects, accounts.cleared,
+                    queue_limits=accounts.queue_limits)
 
 
 @_transition.register

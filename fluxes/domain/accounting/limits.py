@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fluxes.domain.accounting.banks import ANY_PROJECT, Accounts, Association, Limits
+from fluxes.domain.accounting.queuelimits import running_refusal, submit_refusal
 from fluxes.domain.accounting.usage import AssocKey
 from fluxes.domain.sched.policy import PendingJob
 from fluxes.errors import PolicyError
@@ -55,6 +56,8 @@ class HeldJob(NamedTuple):
     running: bool
     nnodes: int = 0
     ncores: int = 0
+    #: the time limit it asks for, seconds (0: none): a queue's max-time-per-job
+    duration: float = 0.0
 
     @property
     def held(self) -> Held:
@@ -182,6 +185,10 @@ def check_submit(accounts: Accounts, held: Holdings, username: str, job: HeldJob
     if queue is not None and assoc.queues and queue not in assoc.queues:
         raise PolicyError(f"{assoc.label} may not use queue {queue} (its queues: "
                           f"{', '.join(assoc.queues)})")
+    if queue is not None and queue in accounts.queue_limits:
+        reason = submit_refusal(queue, accounts.queue_limits[queue], job.nnodes, job.duration)
+        if reason is not None:
+            raise PolicyError(reason)
     if project is not None and project != ANY_PROJECT and project not in assoc.projects:
         raise PolicyError(f"{assoc.label} is not in project {project[:40]} (its projects: "
                           f"{', '.join((*assoc.projects, ANY_PROJECT))})")
@@ -424,6 +431,10 @@ class LimitGate:
         #: jobid -> the running job as limits see it
         self.running: dict[int, HeldJob] = {}
         self.held = Holdings()
+        #: jobid -> the queue of a running job that has one
+        self.queue_of: dict[int, str] = {}
+        #: (username, bank, queue) -> the association's jobs running in the queue
+        self.in_queue: dict[tuple[str, str, str], int] = {}
 
     def set_accounts(self, accounts: Accounts) -> None:
         """New banks and associations: count the running jobs again under them."""
@@ -431,29 +442,60 @@ class LimitGate:
             return
         self.accounts = accounts
         self.held = holdings(accounts, self.running.values())
+        self.in_queue = {}
+        for jobid, queue in self.queue_of.items():
+            self._count_in_queue(self.running[jobid], queue, 1)
+
+    def _queue_key(self, job: HeldJob, queue: str) -> tuple[str, str, str] | None:
+        assoc = self.accounts.resolve(job.userid, job.bank)
+        return None if assoc is None else (assoc.username, assoc.bank, queue)
+
+    def _count_in_queue(self, job: HeldJob, queue: str, delta: int) -> None:
+        key = self._queue_key(job, queue)
+        if key is not None:
+            count = self.in_queue.get(key, 0) + delta
+            if count > 0:
+                self.in_queue[key] = count
+            else:
+                self.in_queue.pop(key, None)
 
     def refusal(self, job: PendingJob) -> str | None:
         """Why the pending ``job`` may not start now; None: it may."""
         if not self.accounts.enabled:
             return None
         request = job.request
-        return start_refusal(self.accounts, self.held, HeldJob(
-            job.userid, job.bank, True, request.min_nodes, request.min_cores))
+        held = HeldJob(job.userid, job.bank, True, request.min_nodes, request.min_cores)
+        limits = self.accounts.queue_limits.get(job.queue) if job.queue else None
+        if limits is not None and job.queue:
+            key = self._queue_key(held, job.queue)
+            if key is not None:
+                reason = running_refusal(job.queue, limits, self.in_queue.get(key, 0),
+                                         f"{key[0]}/{key[1]}")
+                if reason is not None:
+                    return reason
+        return start_refusal(self.accounts, self.held, held)
 
     def started(self, job: PendingJob, rset: ResourceSet) -> None:
         """``job`` was allocated ``rset``: it holds its nodes and cores."""
-        self.adopt(job.id, job.userid, job.bank, rset.nnodes, rset.ncores)
+        self.adopt(job.id, job.userid, job.bank, rset.nnodes, rset.ncores, job.queue)
 
     def adopt(self, jobid: int, userid: int, bank: str | None, nnodes: int,
-              ncores: int) -> None:
-        """Count a running job (an allocation made now, or recovered after a restart)."""
+              ncores: int, queue: str | None = None) -> None:
+        """Count a running job (an allocation made now, or recovered after a restart;
+        ``queue``, when known, for the per-queue running limits)."""
         self.end(jobid)
         running = HeldJob(userid, bank, True, nnodes, ncores)
         self.running[jobid] = running
         self.held.add(self.accounts, running)
+        if queue:
+            self.queue_of[jobid] = queue
+            self._count_in_queue(running, queue, 1)
 
     def end(self, jobid: int) -> None:
         """The job's resources were freed (unknown jobs are ignored)."""
         running = self.running.pop(jobid, None)
         if running is not None:
             self.held.remove(self.accounts, running)
+            queue = self.queue_of.pop(jobid, None)
+            if queue is not None:
+                self._count_in_queue(running, queue, -1)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, TypeVar
 
 from fluxes.formats.idset import IDSet
 
@@ -39,6 +39,7 @@ MAX_RESOURCES: Final = 2**31 - 1
 
 #: (userid, bank): the key usage is kept under ("" bank: the user's default).
 AssocKey = tuple[int, str]
+_K = TypeVar("_K")
 
 
 class UsageError(ValueError):
@@ -148,6 +149,8 @@ class OpenJob(NamedTuple):
     t_alloc: float | None = None
     #: the accounting project the ingest recorded ("" before projects existed)
     project: str = ""
+    #: the time limit it asked for, seconds (0: none; the submit extra ``duration``)
+    duration: float = 0.0
 
     @property
     def key(self) -> AssocKey:
@@ -165,6 +168,8 @@ class OpenJob(NamedTuple):
                "g": self.ngpus, "n": self.nnodes, "s": self.t_submit, "a": self.t_alloc}
         if self.project:
             out["p"] = self.project  # only when set: records from before stay as they were
+        if self.duration:
+            out["d"] = self.duration
         return out
 
     @classmethod
@@ -174,7 +179,8 @@ class OpenJob(NamedTuple):
             alloc = obj["a"]
             return cls(int(obj["u"]), str(obj["b"]), str(obj["q"]), int(obj["c"]),
                        int(obj["g"]), int(obj["n"]), float(obj["s"]),
-                       None if alloc is None else float(alloc), str(obj.get("p", "")))
+                       None if alloc is None else float(alloc), str(obj.get("p", "")),
+                       float(obj.get("d", 0.0)))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"bad open job record: {exc}") from None
 
@@ -192,16 +198,34 @@ class JobCharge(NamedTuple):
     ngpus: int
     nnodes: int
     project: str = ""
+    #: when it was submitted (0: a record from before it was kept)
+    t_submit: float = 0.0
+    #: the time limit it asked for, seconds (0: none, or a record from before it was kept)
+    duration: float = 0.0
 
     @property
     def key(self) -> AssocKey:
         """The association it was charged to."""
         return self.userid, self.bank
 
+    @property
+    def actual_duration(self) -> float:
+        """How long it held its resources, seconds."""
+        return max(self.t_free - self.t_alloc, 0.0)
+
+    @property
+    def duration_delta(self) -> float:
+        """The time limit it asked for less the time it ran (flux-accounting's
+        ``duration_delta``: how much of its request it left unused)."""
+        return self.duration - self.actual_duration
+
     def to_obj(self) -> list[Any]:
-        """Compact JSON-ready form (the project last, only when set)."""
+        """Compact JSON-ready form (the project, submit time and requested duration last,
+        only when set: records from before them stay as they were)."""
         out: list[Any] = [self.userid, self.bank, self.queue, self.t_alloc, self.t_free,
                           self.ncores, self.ngpus, self.nnodes]
+        if self.t_submit or self.duration:
+            return [*out, self.project, self.t_submit, self.duration]
         return [*out, self.project] if self.project else out
 
     @classmethod
@@ -209,10 +233,11 @@ class JobCharge(NamedTuple):
         """Decode :meth:`to_obj` output; ValueError when it is not one."""
         try:
             u, b, q, a, f, c, g, n, *rest = obj
-            if len(rest) > 1:
+            if len(rest) not in (0, 1, 3):
                 raise ValueError("too many values")
+            later = (float(rest[1]), float(rest[2])) if len(rest) == 3 else (0.0, 0.0)
             return cls(jobid, int(u), str(b), str(q), float(a), float(f), int(c), int(g),
-                       int(n), str(rest[0]) if rest else "")
+                       int(n), str(rest[0]) if rest else "", *later)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"bad job charge record: {exc}") from None
 
@@ -225,6 +250,14 @@ def _count(extra: Mapping[str, Any], key: str, default: int) -> int:
         raise UsageError(f"extra {key}: expected an integer 0-{MAX_RESOURCES}, "
                          f"got {value!r:.40}")
     return value
+
+
+def _seconds(value: Any) -> float:
+    """A requested duration as the journal carries it (seconds; 0 or none: no limit).
+    Anything else counts as no limit: it only filters ``view-job-records``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if math.isfinite(value) and value > 0 else 0.0
 
 
 def _text(mapping: Mapping[str, Any], key: str) -> str:
@@ -296,12 +329,14 @@ class UsageState:
         elif name == "jobspec-update" and job.t_alloc is None:
             bank = context.get("attributes.system.bank")
             queue = context.get("attributes.system.queue")
-            if bank is not None or queue is not None:
+            duration = context.get("attributes.system.duration")
+            if bank is not None or queue is not None or duration is not None:
                 self._set(jobid, job._replace(
                     bank=_text(context, "attributes.system.bank") if bank is not None
                     else job.bank,
                     queue=_text(context, "attributes.system.queue") if queue is not None
-                    else job.queue))
+                    else job.queue,
+                    duration=job.duration if duration is None else _seconds(duration)))
 
     def feed_all(self, entries: Iterable[tuple[int, str, float, Mapping[str, Any],
                                                Mapping[str, Any]]]) -> None:
@@ -342,7 +377,8 @@ class UsageState:
         job = OpenJob(userid, _text(extra, "bank"), _text(extra, "queue"),
                       _count(extra, "ncores", 1), _count(extra, "ngpus", 0),
                       _count(extra, "nnodes", 0), timestamp,
-                      project=project if isinstance(project, str) else "")
+                      project=project if isinstance(project, str) else "",
+                      duration=_seconds(extra.get("duration")))
         self._set(jobid, job)
 
     def _allocated(self, job: OpenJob, timestamp: float, extra: Mapping[str, Any]) -> OpenJob:
@@ -371,7 +407,7 @@ class UsageState:
         self.changes.accums[key] = accum
         self.changes.charges.append(JobCharge(jobid, job.userid, job.bank, job.queue, start,
                                               end, job.ncores, job.ngpus, job.nnodes,
-                                              job.project))
+                                              job.project, job.t_submit, job.duration))
 
 
 # ---------------------------------------------------------------- reading usage
@@ -425,47 +461,36 @@ def window_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], sin
     """Raw usage from ``since`` to ``until`` per association: each allocation's part of the
     period (jobs still running count up to ``now``); ``jobs`` counts the allocations
     that overlap the period."""
-    out: dict[AssocKey, WindowUsage] = {}
+    return _window(_spans(charges, open_jobs, now), since, until)
 
-    def add(key: AssocKey, rates: Figures, start: float, end: float) -> None:
+
+def project_usage(charges: Iterable[JobCharge], open_jobs: Iterable[OpenJob], since: float,
+                  until: float, now: float) -> dict[str, WindowUsage]:
+    """:func:`window_usage` per project (``""``: jobs from before projects were
+    recorded)."""
+    charges, open_jobs = list(charges), list(open_jobs)
+    projects = [c.project for c in charges] + [j.project for j in open_jobs
+                                               if j.t_alloc is not None]
+    spans = ((project, *span[1:]) for project, span in
+             zip(projects, _spans(charges, open_jobs, now), strict=True))
+    return _window(spans, since, until)
+
+
+def _window(spans: Iterable[tuple[_K, Figures, float, float]], since: float,
+            until: float) -> dict[_K, WindowUsage]:
+    """Each key's raw usage from ``since`` to ``until`` over ``spans`` (key, rates, start,
+    end)."""
+    out: dict[_K, WindowUsage] = {}
+    for key, rates, start, end in spans:
         # the period is [since, until): adjacent periods never count a job twice
         overlaps = start < until and end > since if end > start else since <= start < until
         if not overlaps:
-            return
+            continue
         lo, hi = max(start, since), min(end, until)
         old = out.get(key, WindowUsage())
         out[key] = WindowUsage(old.figures.plus(rates.scaled(max(hi - lo, 0.0))),
                                old.jobs + 1)
-
-    for span in _spans(charges, open_jobs, now):
-        add(*span)
     return out
-
-
-def job_records(charges: Iterable[JobCharge], *, userid: int | None = None,
-                bank: str | None = None, after_start: float | None = None,
-                before_end: float | None = None, jobid: int | None = None,
-                project: str | None = None) -> list[JobCharge]:
-    """The ended allocations that pass every filter given (flux-accounting's
-    ``view-job-records``): of ``userid``, charged to ``bank`` (a job submitted before any
-    bank existed names none and charges none), of ``project``, started at or after
-    ``after_start``, ended at or before ``before_end``; by end time, then id."""
-    out = []
-    for charge in charges:
-        if jobid is not None and charge.jobid != jobid:
-            continue
-        if userid is not None and charge.userid != userid:
-            continue
-        if bank is not None and charge.bank != bank:
-            continue
-        if project is not None and charge.project != project:
-            continue
-        if after_start is not None and charge.t_alloc < after_start:
-            continue
-        if before_end is not None and charge.t_free > before_end:
-            continue
-        out.append(charge)
-    return sorted(out, key=lambda c: (c.t_free, c.jobid))
 
 
 def minus_cleared(usage: Mapping[AssocKey, Figures],
