@@ -92,6 +92,7 @@ from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.formats.jobid import encode as encode_id
 from fluxes.messages.bounds import one_line
 from fluxes.proc import metrics
+from fluxes.proc.gcpolicy import release_free_memory
 from fluxes.store import acklog, jobhash
 from fluxes.store.accounting import AccountsFollower, UsageStore
 from fluxes.store.errors import ResponseError
@@ -134,6 +135,9 @@ PROGRESS_TTL_MS = 24 * 3600 * 1000
 #: How long a worker's claim on a request lasts (fluxes.store.request_claims): as long as
 #: another ingest waits before taking over the requests a worker left unacknowledged.
 REQUEST_CLAIM_TTL_MS = CLAIM_IDLE_MS
+#: Jobs after which the handled requests' memory is given back to the OS (a trim costs
+#: milliseconds: not after every small request).
+TRIM_AFTER_JOBS = 1000
 #: How soon a request another ingest worker holds is tried again.
 DEFER_S = 0.05
 
@@ -181,7 +185,8 @@ class IngestWorker(Worker):
         #: None when the inventory cannot be loaded: the scheduler then judges alone
         self.feasibility: Feasibility | None = None
         self.fluids: FluidGenerator | None = None
-        self._full: list[tuple[int, Batch, list[proto.New]]] = []
+        #: the commits of the block's full batches so far, by partition
+        self._written: list[tuple[int, CommitResult]] = []
         #: per partition, the jobs each request has in the open batch, by record
         #: key: (the request's stream, [(index in the request, job id)])
         self._progress: dict[int, dict[str, tuple[str, list[request_progress.Pair]]]] = {}
@@ -453,6 +458,9 @@ class IngestWorker(Worker):
             jobs += size
         if block:
             self._handle_bounded(block, redelivered)
+        if sum(_job_count(p.request) for p in requests) >= TRIM_AFTER_JOBS:
+            # what the blocks held goes back to the OS, not only to the C heap
+            release_free_memory()
 
     def _handle_bounded(self, requests: list[_Pending], redelivered: bool) -> None:
         """Handle decoded requests as one block; should that raise, one by one, refusing
@@ -523,7 +531,7 @@ class IngestWorker(Worker):
         block is handled once and both copies are answered alike.
         """
         keys = self.keys
-        self._full = []
+        self._written = []
         self._progress = {}
         self._forwarded = {}
         self._answered = []
@@ -818,9 +826,7 @@ class IngestWorker(Worker):
             batch = batches.get(part)
             if batch is None or batch.events >= MAX_BATCH_EVENTS:
                 if batch is not None:
-                    # a full batch goes out in its own Lua call: scripts block Redis
-                    self._record_progress(part, batch)
-                    self._full.append((part, batch, new_msgs.pop(part, [])))
+                    self._commit_full(part, batch, new_msgs.pop(part, []))
                 batch = batches[part] = self.store.batch(part)
             progress = self._progress.setdefault(part, {})
             entry = progress.get(name)
@@ -839,6 +845,16 @@ class IngestWorker(Worker):
         self.submitted += len(prepared)
         self._answered += [(r["id"], user, request.req[:64]) for r in results if "id" in r]
         return proto.Reply(jobs=[proto.JobResult(**r) for r in results])
+
+    def _commit_full(self, part: int, batch: Batch, msgs: list[proto.New]) -> None:
+        """Commit a full batch at once, in its own Lua call (scripts block Redis), with the
+        records of the jobs it creates: a block holds one batch per partition at most
+        (issue 26: a 10,000-job block held five, ~8 KB of arguments per job)."""
+        self._record_progress(part, batch)
+        _add_messages(batch, self.keys.jm_new(part), msgs, proto.NEW_JOBS)
+        [result] = self.store.commit_many([batch])
+        metrics.EVENTS_INGEST.inc(result.events)
+        self._written.append((part, result))
 
     def _record_progress(self, part: int, batch: Batch) -> None:
         """Add to ``batch`` the records of the jobs it creates, per request, kept
@@ -961,16 +977,8 @@ class IngestWorker(Worker):
                 acks: dict[str, list[bytes]]) -> None:
         """One commit per partition; replies and acks join it when they share its slot."""
         keys = self.keys
-        full = self._full
-        self._full = []
-        written: list[tuple[int, CommitResult]] = []
-        for part, done, msgs in full:
-            _add_messages(done, keys.jm_new(part), msgs, proto.NEW_JOBS)
-        if full:
-            # earlier, full batches first: the replies (in the last batch) come after
-            done_results = self.store.commit_many([b for _p, b, _m in full])
-            metrics.EVENTS_INGEST.inc(sum(r.events for r in done_results))
-            written += zip([p for p, _b, _m in full], done_results, strict=True)
+        # the full batches went out first (_commit_full): the replies come after
+        written, self._written = self._written, []
         for part, msgs in new_msgs.items():
             _add_messages(batches[part], keys.jm_new(part), msgs, proto.NEW_JOBS)
         for part, ctl in forwards.items():

@@ -28,6 +28,17 @@ PREFIX: Final = b'{"attributes":{"system":{'
 _ENV_KEY: Final = b'"environment":'
 
 
+def json_bytes(obj: Any) -> bytes:
+    """``obj`` as compact JSON in a bytes object of its own size.
+
+    orjson returns its write buffer, which keeps the capacity it grew to: a
+    2 KB jobspec held that way costs ~8 KB of resident memory, and the ingest
+    holds every jobspec of a block of up to 10,000 jobs (issue 26: 27 KB per
+    job checked, 7.6 KB with the copy). The copy costs ~1 us per KB.
+    """
+    return bytes(memoryview(orjson.dumps(obj)))
+
+
 def digest(data: bytes) -> str:
     """The content address of ``data``: 128 bits of BLAKE2b, in hex.
 
@@ -78,7 +89,7 @@ def split(jobspec: bytes) -> tuple[bytes, bytes | None]:
     rest = {"attributes": {"system": system,
                            **{k: v for k, v in attributes.items() if k != "system"}},
             **{k: v for k, v in doc.items() if k != "attributes"}}
-    return orjson.dumps(rest), orjson.dumps(env)
+    return json_bytes(rest), json_bytes(env)
 
 
 def splice(spec: bytes, env: bytes | None) -> bytes:
