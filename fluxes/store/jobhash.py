@@ -7,7 +7,8 @@ Who writes what (docs/architecture.md, "Keys and streams"):
   digests of the job's jobspec blobs (:mod:`fluxes.domain.jm.content`):
   ``spec`` (as submitted, without its environment), ``full`` (with the
   instance's defaults applied, only when they changed it) and ``env`` (the
-  environment both share). The blobs (``{p}:blob:<owner>:<digest>``, each
+  environment both share), and ``cc``: a ``--cc`` copy's ``FLUXES_JOB_CC``,
+  kept out of the environment blob so that the copies share it. The blobs (``{p}:blob:<owner>:<digest>``, each
   once per distinct content and owner, with a reference count) are written
   and counted in the same commit;
 * the scheduler writes ``R`` with its SUCCESS response (:func:`set_r`);
@@ -51,6 +52,9 @@ SPEC: Final = "spec"
 FULL: Final = "full"
 #: Digest of the blob of the environment (absent: none split off).
 ENV: Final = "env"
+#: ``FLUXES_JOB_CC``, kept out of the environment blob so that the copies of a
+#: ``--cc`` array share one (absent: none taken out).
+CC: Final = "cc"
 #: The scheduler's normalized request (:meth:`fluxes.domain.sched.request.Request.to_wire`).
 REQUEST: Final = "request"
 #: The allocated resources (RFC 20), written by the scheduler.
@@ -67,11 +71,11 @@ RESULT: Final = "result"
 T_INACTIVE: Final = "t_inactive"
 
 #: The fields that hold or name a job's jobspec.
-JOBSPEC_FIELDS: Final = (JOBSPEC, JOBSPEC_FULL, SPEC, FULL, ENV)
+JOBSPEC_FIELDS: Final = (JOBSPEC, JOBSPEC_FULL, SPEC, FULL, ENV, CC)
 #: The fields that name blobs.
 BLOB_FIELDS: Final = (SPEC, FULL, ENV)
 #: What a jobspec is resolved from, in this order.
-_SOURCES: Final = (JOBSPEC, JOBSPEC_FULL, SPEC, FULL, ENV, OWNER)
+_SOURCES: Final = (JOBSPEC, JOBSPEC_FULL, SPEC, FULL, ENV, OWNER, CC)
 #: Every field, in the order :meth:`JobHashes.get_many` reads them.
 FIELDS: Final = (*_SOURCES, REQUEST, R, URGENCY, QUEUE, RESULT, T_INACTIVE)
 #: Blob contents a reader keeps (immutable: a digest names one content).
@@ -153,6 +157,8 @@ def create(batch: Batch, keys: Keys, jobid: int, *, owner: int, urgency: int,
         fields[FULL] = content.full.digest
     if content.env is not None:
         fields[ENV] = content.env.digest
+    if content.cc is not None:
+        fields[CC] = content.cc
     if queue is not None:
         fields[QUEUE] = queue
     if request is not None:
@@ -287,7 +293,7 @@ class JobHashes:
         """(jobspec as submitted, jobspec with defaults when different) from each row
         of :data:`_SOURCES`; None where a blob is missing or does not splice."""
         named: list[dict[str, str] | None] = []
-        for jobid, (_js, _jf, spec, full, env, owner) in zip(jobids, rows, strict=True):
+        for jobid, (_js, _jf, spec, full, env, owner, _cc) in zip(jobids, rows, strict=True):
             uid = _int(owner)
             if not spec or uid is None:
                 named.append(None)
@@ -307,9 +313,10 @@ class JobHashes:
             if (ENV in blobs and env is None) or spec_data is None:
                 out.append((None, None))
                 continue
+            cc = _text(row[6])
             try:
-                out.append((splice(spec_data, env),
-                            None if full_data is None else splice(full_data, env)))
+                out.append((splice(spec_data, env, cc),
+                            None if full_data is None else splice(full_data, env, cc)))
             except ValueError:
                 out.append((None, None))
         return out
