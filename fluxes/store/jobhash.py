@@ -8,9 +8,9 @@ Who writes what (docs/architecture.md, "Keys and streams"):
   ``spec`` (as submitted, without its environment), ``full`` (with the
   instance's defaults applied, only when they changed it) and ``env`` (the
   environment both share), and ``cc``: a ``--cc`` copy's ``FLUXES_JOB_CC``,
-  kept out of the environment blob so that the copies share it. The blobs (``{p}:blob:<owner>:<digest>``, each
-  once per distinct content and owner, with a reference count) are written
-  and counted in the same commit;
+  kept out of the environment blob so that the copies share it. The blobs
+  (``{p}:blob:<owner>:<digest>``, each once per distinct content and owner,
+  with a reference count) are written and counted in the same commit;
 * the scheduler writes ``R`` with its SUCCESS response (:func:`set_r`);
 * the job manager writes ``result`` and ``t_inactive`` when the job ends
   (:func:`set_result`);
