@@ -127,13 +127,11 @@ class IngestWorker(Worker):
         self._deferred: list[list[rq.Pending]] = []
         self._retry_at = 0.0
         self.submitted = 0
-        #: requests per read (next_read_count): from READ_FIRST, so that even the first
-        #: read of a burst of big requests holds at most READ_FIRST of them
+        #: requests per read: from READ_FIRST (even a first read of big requests is small)
         self._read_count = rq.READ_FIRST
         self._pending = True
         self._claim_at = 0.0
-        #: banks and associations: once a bank exists, every job is charged to one
-        self.charging = Charging(self.redis, self.keys)
+        self.charging = Charging(self.redis, self.keys)  # once a bank exists
         self._ledger = self.charging.ledger
         #: the charger of the block being handled (None: no banks)
         self._charger: checks.Charger | None = None
@@ -377,7 +375,8 @@ class IngestWorker(Worker):
         for pending in requests:
             acks.setdefault(pending.stream, []).append(pending.msg_id)
         copies, digests = rq.first_copies(requests)
-        block = SubmitBlock(self.store, self._claims.token, digests)
+        block = SubmitBlock(self.store, self._claims.token, digests,
+                            lambda: self._claims.renew(self._held))
         firsts = [n for n in copies if copies[n] == n]
         seen, why = self._seen_before(requests, firsts)
         # every job of the block is checked first, so that the dependency
@@ -390,6 +389,8 @@ class IngestWorker(Worker):
         checked = {n: self._check(requests[n], seen[n]) for n in firsts
                    if isinstance(requests[n].request, proto.SubmitJobs) and n not in why}
         existing = self.requests.existing_jobs(checks.dependency_targets(checked.values()))
+        if checked:  # the checks of a big block may take most of a claim's life
+            self._claims.renew(self._held)
         answers: dict[int, bytes] = {}
         replies: list[tuple[str, bytes]] = []
         for n, pending in enumerate(requests):

@@ -10,7 +10,7 @@ fills, so that a block holds one batch per partition at most).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fluxes import messages as proto
@@ -312,8 +312,11 @@ class SubmitBlock:
     """The writes of one block of requests: jobs, forwarded control messages, progress
     records, answers and acknowledgements, committed per partition."""
 
-    def __init__(self, store: EventStore, token: str, digests: Mapping[str, str]) -> None:
+    def __init__(self, store: EventStore, token: str, digests: Mapping[str, str],
+                 renew: Callable[[], None] | None = None) -> None:
         self.store = store
+        #: renews the block's request claims before each commit that depends on them
+        self.renew = renew
         self.keys = store.keys
         #: the request claims' token every record is fenced by
         self.token = token
@@ -368,6 +371,8 @@ class SubmitBlock:
         self._record(part, batch)
         _add_messages(batch, self.keys.jm_new(part), self.new_msgs.pop(part, []),
                       proto.NEW_JOBS)
+        if self.renew is not None:
+            self.renew()
         self.written += zip([part], self.store.commit_many([batch]), strict=True)
 
     def _record(self, part: int, batch: Batch) -> None:
