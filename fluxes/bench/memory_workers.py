@@ -12,8 +12,11 @@ workers summed). ``total`` is their sum: the bytes a pending job costs the
 instance.
 
 A process' resident set keeps what its allocator once took (CPython seldom
-gives arenas back): a worker's figure is its high-water mark over the
-submission, which is what the host has to provide anyway.
+gives arenas back), unless the process gives it back: the ingest trims the C
+heap after a burst (``fluxes.proc.gcpolicy.release_free_memory``), so its
+figure is what it keeps per job, and ``worker_peak_rss_mb`` reports every
+worker's high-water mark (``VmHWM``) over the run: what the host has to
+provide during a burst, bounded by a block of requests, not by the backlog.
 """
 
 from __future__ import annotations
@@ -49,26 +52,26 @@ def run(jobs: int = 100_000, nodes: int = 16, cores_per_node: int = 32,
                         time.monotonic() + timeout)
 
 
-def rss_bytes(pid: int) -> int:
-    """The resident set of process ``pid`` (0 when it is gone)."""
+def rss_bytes(pid: int, field: str = "VmRSS") -> int:
+    """The resident set of process ``pid`` (``VmHWM``: its peak; 0 when it is gone)."""
     try:
         text = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return 0
     for line in text.splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
 
 
-def worker_rss(launcher: Launcher) -> dict[str, int]:
-    """Resident bytes per worker kind (``exec-3`` counts as ``exec``)."""
+def worker_rss(launcher: Launcher, field: str = "VmRSS") -> dict[str, int]:
+    """Resident bytes per worker kind (``exec-3`` counts as ``exec``; ``VmHWM``: peaks)."""
     out: dict[str, int] = {}
     for spec in launcher.workers:
         if spec.proc is None:
             continue
         kind = "exec" if spec.name.startswith("exec-") else spec.name.removesuffix("-0")
-        out[kind] = out.get(kind, 0) + rss_bytes(spec.proc.pid)
+        out[kind] = out.get(kind, 0) + rss_bytes(spec.proc.pid, field)
     return out
 
 
@@ -130,4 +133,6 @@ def _measure(launcher: Launcher, inst: Instance, uri: str, jobs: int, nodes: int
     return {"jobs": jobs, "nodes": nodes, "cores_per_node": cores,
             "pending_in_scheduler": pending, "submit_s": round(submitted, 2),
             "bytes_per_pending_job": per_job,
-            "worker_rss_after": rss_after, "used_memory_after": redis_after}
+            "worker_rss_after": rss_after, "used_memory_after": redis_after,
+            "worker_peak_rss_mb": {kind: round(peak / 1e6, 1) for kind, peak
+                                   in sorted(worker_rss(launcher, "VmHWM").items())}}

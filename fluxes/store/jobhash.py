@@ -7,9 +7,10 @@ Who writes what (docs/architecture.md, "Keys and streams"):
   digests of the job's jobspec blobs (:mod:`fluxes.domain.jm.content`):
   ``spec`` (as submitted, without its environment), ``full`` (with the
   instance's defaults applied, only when they changed it) and ``env`` (the
-  environment both share). The blobs (``{p}:blob:<owner>:<digest>``, each
-  once per distinct content and owner, with a reference count) are written
-  and counted in the same commit;
+  environment both share), and ``cc``: a ``--cc`` copy's ``FLUXES_JOB_CC``,
+  kept out of the environment blob so that the copies share it. The blobs
+  (``{p}:blob:<owner>:<digest>``, each once per distinct content and owner,
+  with a reference count) are written and counted in the same commit;
 * the scheduler writes ``R`` with its SUCCESS response (:func:`set_r`);
 * the job manager writes ``result`` and ``t_inactive`` when the job ends
   (:func:`set_result`);
@@ -48,6 +49,9 @@ SPEC: Final = "spec"
 FULL: Final = "full"
 #: Digest of the blob of the environment (absent: none split off).
 ENV: Final = "env"
+#: ``FLUXES_JOB_CC``, kept out of the environment blob so that the copies of a
+#: ``--cc`` array share one (absent: none taken out).
+CC: Final = "cc"
 #: The scheduler's normalized request (:meth:`fluxes.domain.sched.request.Request.to_wire`).
 REQUEST: Final = "request"
 #: The allocated resources (RFC 20), written by the scheduler.
@@ -63,12 +67,12 @@ RESULT: Final = "result"
 #: When the job became inactive (``repr`` of a UNIX time).
 T_INACTIVE: Final = "t_inactive"
 
-#: The fields that name a job's jobspec (its blobs).
-JOBSPEC_FIELDS: Final = (SPEC, FULL, ENV)
+#: The fields that name a job's jobspec (its blobs, and a --cc copy's variable).
+JOBSPEC_FIELDS: Final = (SPEC, FULL, ENV, CC)
 #: The fields that name blobs.
 BLOB_FIELDS: Final = (SPEC, FULL, ENV)
 #: What a jobspec is resolved from, in this order.
-_SOURCES: Final = (SPEC, FULL, ENV, OWNER)
+_SOURCES: Final = (SPEC, FULL, ENV, OWNER, CC)
 #: Where the owner is in a row of :data:`_SOURCES`.
 _OWNER_AT: Final = 3
 #: Every field, in the order :meth:`JobHashes.get_many` reads them.
@@ -152,6 +156,8 @@ def create(batch: Batch, keys: Keys, jobid: int, *, owner: int, urgency: int,
         fields[FULL] = content.full.digest
     if content.env is not None:
         fields[ENV] = content.env.digest
+    if content.cc is not None:
+        fields[CC] = content.cc
     if queue is not None:
         fields[QUEUE] = queue
     if request is not None:
@@ -286,7 +292,7 @@ class JobHashes:
         """(jobspec as submitted, jobspec with defaults when different) from each row
         of :data:`_SOURCES`; None where a blob is missing or does not splice."""
         named: list[dict[str, str] | None] = []
-        for jobid, (spec, full, env, owner) in zip(jobids, rows, strict=True):
+        for jobid, (spec, full, env, owner, _cc) in zip(jobids, rows, strict=True):
             uid = _int(owner)
             if not spec or uid is None:
                 named.append(None)
@@ -296,7 +302,7 @@ class JobHashes:
                           for name, d in ((SPEC, spec), (FULL, full), (ENV, env)) if d})
         data = self._blob_data(k for n in named if n for k in n.values())
         out: list[tuple[bytes | None, bytes | None]] = []
-        for blobs in named:
+        for row, blobs in zip(rows, named, strict=True):
             if blobs is None:
                 out.append((None, None))
                 continue
@@ -306,9 +312,10 @@ class JobHashes:
             if (ENV in blobs and env is None) or spec_data is None:
                 out.append((None, None))
                 continue
+            cc = _text(row[4])
             try:
-                out.append((splice(spec_data, env),
-                            None if full_data is None else splice(full_data, env)))
+                out.append((splice(spec_data, env, cc),
+                            None if full_data is None else splice(full_data, env, cc)))
             except ValueError:
                 out.append((None, None))
         return out

@@ -72,6 +72,14 @@ class RequestClaims:
             self.drop(lost)
         return set(won) - lost
 
+    def renew(self, names: Iterable[str]) -> None:
+        """Give this token's claims on ``names`` (every partition) a fresh lifetime, so
+        that a block longer than the claims' lifetime keeps them; a claim that lapsed
+        stays lapsed (the commits that depend on it are refused)."""
+        names = sorted(names)
+        if names:
+            self._call_each("renew", names, range(self.keys.partitions))
+
     def drop(self, names: Iterable[str], partitions: Iterable[int] | None = None) -> None:
         """Drop this token's claims on ``names`` in ``partitions`` (default: all)."""
         names = sorted(names)

@@ -293,7 +293,7 @@ def test_job_manager_dying_on_an_entry_refuses_it_after_five_deliveries(
 
 def test_ingest_dying_on_a_request_refuses_it_after_five_deliveries(
         system: System, monkeypatch: pytest.MonkeyPatch) -> None:
-    import workers.ingest
+    import fluxes.domain.ingest.checks
     from fluxes.domain.jm.submission import prepare_job as real
 
     def dies(item: Any, *args: Any, **kw: Any) -> Any:
@@ -301,7 +301,7 @@ def test_ingest_dying_on_a_request_refuses_it_after_five_deliveries(
             raise Crash
         return real(item, *args, **kw)
 
-    monkeypatch.setattr(workers.ingest, "prepare_job", dies)
+    monkeypatch.setattr(fluxes.domain.ingest.checks, "prepare_job", dies)
     poison = spec()
     poison.setdefault("attributes", {}).setdefault("user", {})["die"] = True
     client = Client(system.instance, user="me")

@@ -16,13 +16,13 @@ from fluxes.domain.accounting.banks import AccountEvent, BankAdd, UserAdd
 from fluxes.domain.accounting.limits import journal_id
 from fluxes.domain.job import events as ev
 from fluxes.formats.jobspec import Jobspec
+from fluxes.store import ingest as ingest_store
 from fluxes.store.accounting import UsageStore
 from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests.backends import OnFakeRedis, OnRealRedis
-from workers import ingest as ingest_module
 from workers.accounting import AccountingWorker
 from workers.ingest import IngestWorker
 
@@ -141,7 +141,7 @@ class IngestChargesContract:
 
     def test_jobs_of_a_block_in_several_batches_wait_for_the_last_one_folded(
             self, instance: Instance, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(ingest_module, "MAX_BATCH_EVENTS", 4)  # two jobs per batch
+        monkeypatch.setattr(ingest_store, "MAX_BATCH_EVENTS", 4)  # two jobs per batch
         t = time.time()
         admin(instance, BankAdd(timestamp=t, bank="root", shares=1))
         admin(instance, UserAdd(timestamp=t, username="alice", userid=1001, bank="root",

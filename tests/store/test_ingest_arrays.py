@@ -17,8 +17,10 @@ import pytest
 import redis
 
 from fluxes import messages as proto
+from fluxes.domain.ingest import requests as requests_mod
 from fluxes.formats.idset import IDSet
 from fluxes.formats.jobspec import Jobspec
+from fluxes.store import ingest as ingest_store
 from fluxes.store.client import Client
 from tests.backends import OnFakeRedis, OnRealRedis
 from tests.store.test_ingest_progress import (
@@ -29,7 +31,6 @@ from tests.store.test_ingest_progress import (
     make_instance,
     new_ingest,
 )
-from workers import ingest as ingest_mod
 
 #: {cc} in the job name: each copy's own id must reach its jobspec
 SPEC = Jobspec.from_command(["true"], name="copy-{cc}").to_dict()
@@ -55,8 +56,8 @@ class ArrayContract:
     @pytest.fixture(autouse=True)
     def small_batches(self, monkeypatch: pytest.MonkeyPatch) -> None:
         # 5 jobs per commit, at most 12 jobs per block: many cuts at a small size
-        monkeypatch.setattr(ingest_mod, "MAX_BATCH_EVENTS", 10)
-        monkeypatch.setattr(ingest_mod, "BLOCK_JOBS", 12)
+        monkeypatch.setattr(ingest_store, "MAX_BATCH_EVENTS", 10)
+        monkeypatch.setattr(requests_mod, "BLOCK_JOBS", 12)
 
     def test_over_the_limit_is_refused_whole_and_nothing_is_created(
             self, client: redis.Redis) -> None:
@@ -152,7 +153,7 @@ class ArrayContract:
         real = worker._handle_bounded
 
         def spy(requests: list[Any], redelivered: bool) -> None:
-            blocks.append(sum(ingest_mod._job_count(p.request) for p in requests))
+            blocks.append(sum(requests_mod.job_count(p.request) for p in requests))
             real(requests, redelivered)
 
         monkeypatch.setattr(worker, "_handle_bounded", spy)
@@ -174,12 +175,12 @@ class TestRealRedis(ArrayContract, OnRealRedis):
 def test_reads_take_fewer_requests_while_they_are_big() -> None:
     """What one read holds stays near READ_BYTES: a read of big requests makes the next
     take fewer, small ones let it grow back to READ_COUNT."""
-    step = ingest_mod.next_read_count
-    big = ingest_mod.READ_BYTES
-    assert step(16, 1000) == 32 and step(400, 1000) == ingest_mod.READ_COUNT
+    step = requests_mod.next_read_count
+    big = requests_mod.READ_BYTES
+    assert step(16, 1000) == 32 and step(400, 1000) == requests_mod.READ_COUNT
     assert step(500, 4 * big) == 125 and step(3, 100 * big) == 1
     assert step(10, big) == 10  # as much as fits: no more
-    count = ingest_mod.READ_FIRST
+    count = requests_mod.READ_FIRST
     for _ in range(12):  # a burst of 3 MB requests (1,000 jobs each, a big environment)
         count = step(count, count * (3 << 20))
         assert count * (3 << 20) <= 2 * big

@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from fluxes.formats.jobspec import Jobspec
+from fluxes.store import ingest as ingest_store
 from fluxes.store.client import Client
 from fluxes.store.eventstore import Batch, CommitResult, EventStore
 from fluxes.store.instance import Instance, InstanceURI
@@ -69,7 +70,8 @@ class Crashing:
                     raise Killed
                 return client.pipeline(*args, **kw)
 
-        worker.redis = Proxy()
+        # the worker's Redis calls are its store's (fluxes.store.ingest)
+        worker.redis = worker.requests.redis = Proxy()
 
 
 def make_instance(client: redis.Redis, partitions: int) -> Instance:
@@ -133,7 +135,7 @@ class ProgressContract:
     @pytest.fixture(autouse=True)
     def small_batches(self, monkeypatch: pytest.MonkeyPatch) -> None:
         # 10 jobs per batch: the cuts of a 5,000-job request, at a size fakeredis runs fast
-        monkeypatch.setattr(ingest_mod, "MAX_BATCH_EVENTS", 20)
+        monkeypatch.setattr(ingest_store, "MAX_BATCH_EVENTS", 20)
 
     @pytest.mark.parametrize("partitions", [1, 2, 3])
     @pytest.mark.parametrize("takeover", ["restart", "claim"])
@@ -211,7 +213,7 @@ class ProgressContract:
         runs = [run for blob in client.lrange(key, 0, -1)
                 for run in orjson.loads(blob)["runs"]]
         assert [run[1] + k * run[3] for run in runs for k in range(run[2])] == ids
-        assert 0 < client.pttl(key) <= ingest_mod.PROGRESS_TTL_MS
+        assert 0 < client.pttl(key) <= ingest_store.PROGRESS_TTL_MS
 
     def test_records_of_a_cut_request_name_the_user_and_request(
             self, client: redis.Redis) -> None:
@@ -227,7 +229,7 @@ class ProgressContract:
         # each batch records its jobs (the last one with the acknowledgement)
         recorded = [run[1] + k * run[3] for run in runs for k in range(run[2])]
         assert recorded == ids
-        assert 0 < client.pttl(key) <= ingest_mod.PROGRESS_TTL_MS
+        assert 0 < client.pttl(key) <= ingest_store.PROGRESS_TTL_MS
 
 
 class TestFakeRedis(ProgressContract, OnFakeRedis):

@@ -180,6 +180,30 @@ class RaceContract:
         assert client.llen(record) == 2
 
 
+    @pytest.mark.parametrize("partitions", [1, 2])
+    def test_renew_keeps_a_held_claim_and_never_takes_one_back(
+            self, client: redis.Redis, partitions: int) -> None:
+        """A long block renews its claims; one that lapsed (or another worker took)
+        stays with whoever has it, so the commits depending on it are refused."""
+        from fluxes.store.request_claims import RequestClaims
+
+        instance = make_instance(client, partitions)
+        keys = instance.keys
+        mine = RequestClaims(client, keys, "a#1", 10_000)
+        assert mine.take(["me:r1", "me:r2"]) == {"me:r1", "me:r2"}
+        for part in range(partitions):
+            client.pexpire(keys.request_claim(part, "me:r1"), 50)
+        client.delete(keys.request_claim(0, "me:r2"))  # lapsed
+        mine.renew(["me:r1", "me:r2"])
+        for part in range(partitions):
+            assert client.pttl(keys.request_claim(part, "me:r1")) > 1000
+        assert client.get(keys.request_claim(0, "me:r2")) is None
+        client.set(keys.request_claim(0, "me:r2"), "b#1")  # another worker's now
+        mine.renew(["me:r2"])
+        assert client.get(keys.request_claim(0, "me:r2")) == b"b#1"
+        assert client.pttl(keys.request_claim(0, "me:r2")) == -1
+
+
 class TestFakeRedis(RaceContract, OnFakeRedis):
     """The contract on fakeredis."""
 

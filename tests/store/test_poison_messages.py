@@ -128,7 +128,7 @@ def test_request_whose_handling_raises_is_refused_alone(system: System,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Anything a handler raises (not only MessageError): that request is dead-lettered
     and answered, the others of its block are handled."""
-    import workers.ingest
+    import fluxes.domain.ingest.checks
     from fluxes.domain.jm.submission import prepare_job as real
 
     def flaky(item: Any, *args: Any, **kw: Any) -> Any:
@@ -136,7 +136,7 @@ def test_request_whose_handling_raises_is_refused_alone(system: System,
             raise RuntimeError("boom")
         return real(item, *args, **kw)
 
-    monkeypatch.setattr(workers.ingest, "prepare_job", flaky)
+    monkeypatch.setattr(fluxes.domain.ingest.checks, "prepare_job", flaky)
     from fluxes.store.client import Client
 
     client = Client(system.instance, user="me")

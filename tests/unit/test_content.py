@@ -89,3 +89,26 @@ def test_errors() -> None:
     with pytest.raises(ValueError, match="not in split form"):
         splice(b'{"version":1}', b"{}")
     assert len(digest(b"")) == 32 and digest(b"a") != digest(b"b")
+
+
+def test_the_copies_of_a_cc_array_share_one_environment_blob() -> None:
+    """FLUXES_JOB_CC is kept out of the environment blob (the job hash's ``cc``), so that
+    the copies of a --cc array share their blobs; splicing it back gives each copy's
+    jobspec (the same object) again."""
+    from fluxes.domain.jm.arrays import with_cc_variable
+
+    base = {"attributes": {"system": {"environment": {"HOME": "/h", "PATH": "/bin"},
+                                      "cwd": "/tmp"}}, "version": 1}
+    contents = [job_content(orjson.dumps(with_cc_variable(base, i))) for i in (1, 2, 30)]
+    assert len({c.env for c in contents}) == 1 and len({c.spec for c in contents}) == 1
+    assert [c.cc for c in contents] == ["1", "2", "30"]
+    for i, c in zip((1, 2, 30), contents, strict=True):
+        assert orjson.loads(c.jobspec()) == with_cc_variable(base, i)
+
+
+def test_an_environment_of_only_the_cc_variable_or_a_non_string_stays_whole() -> None:
+    for env in ({"FLUXES_JOB_CC": "3"}, {"FLUXES_JOB_CC": 3, "A": "b"}):
+        doc = {"attributes": {"system": {"environment": env}}, "version": 1}
+        content = job_content(orjson.dumps(doc))
+        assert content.cc is None
+        assert orjson.loads(content.jobspec()) == doc

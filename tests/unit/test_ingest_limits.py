@@ -16,10 +16,10 @@ import yaml
 
 from fluxes import messages as proto
 from fluxes.config import IngestLimits, InstanceConfig
+from fluxes.domain.ingest.checks import SubmitRules, check_jobs
 from fluxes.domain.jm.submission import MAX_TOTAL, prepare_job
 from fluxes.errors import ConfigError, JobspecError, PolicyError
 from fluxes.formats.jobspec import Jobspec
-from workers.ingest import IngestWorker
 
 OWNER = 1000
 
@@ -190,25 +190,21 @@ def test_environment_bytes_limit() -> None:
 # -- jobs per request (checked by the ingest worker on the whole request) ---------------------
 
 
-def _submit_checker(cfg: InstanceConfig) -> IngestWorker:
-    """An ingest worker with just a configuration: enough for the per-request check,
-    which answers before any job is looked at (and before Redis is touched)."""
-    worker = IngestWorker.__new__(IngestWorker)
-    worker.config = cfg
-    return worker
+def _check(cfg: InstanceConfig, request: proto.SubmitJobs) -> proto.Reply | None:
+    """The ingest's check of a whole request (:func:`fluxes.domain.ingest.checks.check_jobs`),
+    which answers before any job is looked at: its request-wide answer."""
+    return check_jobs(request, "owner", OWNER, SubmitRules(cfg, {}, None, OWNER)).answer
 
 
 def test_jobs_per_request_limit() -> None:
-    worker = _submit_checker(config(max_jobs_per_request=3))
     request = proto.SubmitJobs(req="r1", jobs=[proto.SubmitItem(jobspec=spec())] * 4)
-    answer = worker._submit(request, "owner", OWNER, {}, {})
+    answer = _check(config(max_jobs_per_request=3), request)
     assert answer == proto.Reply(errors=["request has 4 jobs, the limit is 3"])
 
 
 def test_jobs_per_request_default() -> None:
-    worker = _submit_checker(InstanceConfig())
     request = proto.SubmitJobs(req="r1", jobs=[proto.SubmitItem()] * 10_001)
-    answer = worker._submit(request, "owner", OWNER, {}, {})
+    answer = _check(InstanceConfig(), request)
     assert answer == proto.Reply(errors=["request has 10001 jobs, the limit is 10000"])
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from fluxes.domain.jm import content
 from fluxes.formats.idset import IDSet
 from fluxes.messages.types import SubmitItem, SubmitJobs
 
@@ -53,7 +54,7 @@ def job_count(request: SubmitJobs) -> int:
 
 
 #: The variable ``submit --cc`` sets in each copy's environment (flux: FLUX_JOB_CC).
-CC_VARIABLE = "FLUXES_JOB_CC"
+CC_VARIABLE = content.CC_VARIABLE
 
 
 def with_cc_variable(doc: dict[str, Any], cc: int) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from fluxes.config import InstanceConfig
-from fluxes.domain.jm.content import JobContent, job_content
+from fluxes.domain.jm.content import JobContent, job_content, json_bytes
 from fluxes.domain.jm.depend import Dependency
 from fluxes.domain.jm.feasibility import Feasibility, dependency_targets
 from fluxes.domain.jm.priority import DEFAULT_URGENCY, MAX_URGENCY, MIN_URGENCY
@@ -74,13 +74,13 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
         if not isinstance(text, str | bytes):
             raise JobspecError("yaml must be a string")
         spec = Jobspec.from_yaml(text, max_bytes=limits.max_jobspec_bytes)
-        original = orjson.dumps(spec.to_dict())
+        original = json_bytes(spec.to_dict())
     else:
         obj = item.get("jobspec")
         if not isinstance(obj, Mapping):
             raise JobspecError("jobspec must be an object")
         try:
-            original = orjson.dumps(obj)
+            original = json_bytes(obj)
         except orjson.JSONEncodeError as exc:  # a TypeError: not what a JSON request holds
             raise JobspecError(f"jobspec is not JSON: {exc}") from None
         if len(original) > limits.max_jobspec_bytes:
@@ -93,7 +93,7 @@ def prepare_job(item: Any, userid: int, username: str | None, config: InstanceCo
     request = _request_of(full)
     if feasibility is not None:
         feasibility.check(full)  # with the queue's requires and defaults, as scheduled
-    full_json = orjson.dumps(full.to_dict())
+    full_json = json_bytes(full.to_dict())
     info: dict[str, Any] = {
         "name": full.name, "ntasks": _ntasks(full), "nnodes": full.nnodes,
         "ncores": full.ncores, "ngpus": full.ngpus, "duration": full.duration,

@@ -2,7 +2,7 @@
 --
 -- KEYS[1..n]  claim keys (strings with a TTL whose value is the holder's token)
 --
--- ARGV[1]     operation: "take" | "drop"
+-- ARGV[1]     operation: "take" | "renew" | "drop"
 -- ARGV[2]     the writer's token: `<worker name>#<incarnation>`, unique per process
 -- ARGV[3]     the claim's time to live in milliseconds (take)
 --
@@ -11,6 +11,9 @@
 --       out anything the old one may still send) is set to the token with a fresh
 --       time to live; returns, per key, 1 when the token holds it now and 0 when
 --       another worker does.
+-- renew: gives each key that still holds the token a fresh time to live (a long block
+--       keeps its claims; a lapsed one is not taken again: another worker may have
+--       had it since); returns, per key, 1 when renewed.
 -- drop: deletes each key that holds the token; returns, per key, 1 when deleted.
 --
 -- A key of another type is no claim anyone holds: the script fails on it (WRONGTYPE)
@@ -30,6 +33,11 @@ for i, key in ipairs(KEYS) do
   if op == 'take' then
     if not holder or holder == token or worker(holder) == me then
       redis.call('SET', key, token, 'PX', tonumber(ARGV[3]))
+      out[i] = 1
+    end
+  elseif op == 'renew' then
+    if holder == token then
+      redis.call('PEXPIRE', key, tonumber(ARGV[3]))
       out[i] = 1
     end
   elseif holder == token then
