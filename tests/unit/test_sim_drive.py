@@ -209,8 +209,7 @@ def test_the_workers_constants_and_policies_are_the_drivers() -> None:
         '[queues.b.policy.scheduler]\npolicy = "easy"\nqueue-depth = 7\n'
         'placement = "best-fit"\n')
     mine = drive.queue_policies(config)
-    theirs = worker.SchedulerWorker._queue_policies(
-        object.__new__(worker.SchedulerWorker), config)
+    theirs = worker.queue_policies(config)
     assert mine == theirs
     assert mine["b"] == QueuePolicy("easy", 7, 3, "best-fit")
     assert drive.queue_policies(config, {"policy": "fcfs"})["a"].policy == "fcfs"
