@@ -653,9 +653,11 @@ class SessionCore:
             rs[jobid] = data
         ann: dict[str, Any] = {"sched": {"resource_summary": summary,
                                          "reason_pending": None, "t_estimate": None}}
+        # machines without host names have an empty nodelist: it is left out (every
+        # reader takes an absent one as empty)
         fx.out(part).append(proto.AllocResponse(
             id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=ranks,
-            nodelist=nodelist, ncores=rset.ncores, ngpus=rset.ngpus))
+            nodelist=nodelist or None, ncores=rset.ncores, ngpus=rset.ngpus))
         self.allocations += 1
         record = self.jobs.get(jobid)
         origin, arrived = (record.origin, record.arrived) if isinstance(record, Queued) \
