@@ -120,8 +120,10 @@ class SchedulerWorker(Worker):
         self.recovered_in = 0.0
         self._recover_started = 0.0
         self._alloc_done: list[float] = []
-        self.owner_uid = instance.owner()[1] if self.redis.exists(keys.instance) \
-            else os.getuid()
+        try:
+            self.owner_uid = instance.owner()[1]
+        except KeyError:  # no owner recorded, and this uid has no passwd entry
+            self.owner_uid = os.getuid()
         self._resource_pos = "0-0"
         self._housekept = 0.0
         self._lead_since = 0.0
