@@ -119,7 +119,6 @@ class SchedulerWorker(Worker):
         self._allocated_before = 0
         self.recovered_in = 0.0
         self._recover_started = 0.0
-        self._alloc_done: list[float] = []
         try:
             self.owner_uid = instance.owner()[1]
         except KeyError:  # no owner recorded, and this uid has no passwd entry
@@ -200,7 +199,6 @@ class SchedulerWorker(Worker):
         if self.core is not None:
             self._allocated_before += self.core.allocations
         self.core = None
-        self._alloc_done.clear()
         for s in self.sessions:
             s.lease.token = None
 
@@ -327,7 +325,7 @@ class SchedulerWorker(Worker):
         for stream_b, entries in reply or []:
             session = self._session_of(stream_b.decode())
             items = self._decode(session, entries, freed_sent)
-            if freed_sent:
+            if any(isinstance(item.msg, proto.Free) for item in items):
                 # a drain written before the job was released (an exec worker's
                 # housekeeping holding its rank) must apply before the free does
                 self._read_resource_events()
@@ -362,12 +360,16 @@ class SchedulerWorker(Worker):
                 continue
             if sent and any(isinstance(m, proto.Free) for m in batch):
                 freed_sent.append(sent)  # the hand-off ends with its answer's write
+            # the item keeps the entry's fields: should it break the session, its dead
+            # letter shows them
             items.extend(Item(epoch, m, msg_id, fields) for m in batch)
         return items
 
     def _apply(self, fx: Effects) -> bool:
         """Apply what handling requests decided but the responses: log, dead letters,
         resource events and raise requests, new epochs; False when deposed."""
+        if self.core is None:
+            return False  # a lease lost during the batch: the next leader reads it again
         for level, message, extra in fx.log:
             getattr(self.log, level)(message, extra=extra)
         fx.log.clear()
