@@ -241,3 +241,37 @@ def test_timers_only_with_annotations() -> None:
     quiet.schedule(NOW, fx)
     assert quiet.next_timer() is None and not quiet.due(NOW + 100)
     assert answers(fx) == [(1, proto.ALLOC_SUCCESS)]  # no annotations at all
+
+
+def test_a_snapshot_of_live_state_runs_forward() -> None:
+    """The recipe of the module docstring (what a forecast does)."""
+    machine = Machine.uniform(3, 4)
+    running = Request.from_wire(wire(ntasks=4, duration=100.0))
+    elsewhere = ResourcePool(machine.inventory, clock=lambda: NOW)
+    raw_r = elsewhere.alloc(running, 1, now=NOW - 50).dumps().encode()
+    # 1. the core on the live machine
+    c = SessionCore(ResourcePool(machine.inventory, clock=lambda: NOW),
+                    {None: QueuePolicy("easy")}, gate=LimitGate(), annotate=False,
+                    write_r=False)
+    # 2. the session, ready with an empty pool
+    c.begin_epoch(0, 1)
+    fx = Effects()
+    c.handle(0, [Item(1, proto.HelloReply(alloc=[]))], fx)
+    # 3. a drained node, 4. the running job (its end moved to NOW + 100)
+    c.apply_resource_event(proto.Drain(ranks="1", reason="repair", timestamp=NOW))
+    c.hold(1, raw_r, running, proto.HeldJob(id=1, expiration=NOW + 100))
+    assert c.pool.jobids() == [1]
+    # 5. pending: a whole-machine-sized job first, then a small one
+    fx = Effects()
+    c.handle(0, [Item(1, alloc(2, wire(ntasks=8), priority=20)),
+                 Item(1, alloc(3, wire(ntasks=2), priority=10))], fx)
+    # 6. forward: the big one (8 cores: nodes 0 and 2, node 1 is drained) is reserved
+    # at the running job's end, the small one backfills on node 2 now; once both
+    # have ended the big one starts
+    result = c.schedule(NOW, fx)
+    assert [j for j, _ in result.allocated] == [3]
+    assert 2 in result.reserved and result.reserved[2] >= NOW + 100 - 1e-6
+    fx = Effects()
+    c.handle(0, [Item(1, proto.Free(id=1)), Item(1, proto.Free(id=3))], fx)
+    result = c.schedule(NOW + 100, fx)
+    assert [j for j, _ in result.allocated] == [2]

@@ -23,17 +23,30 @@ Two drivers:
 * ``fluxes/sim/drive.py`` carries the job manager core's messages to the
   same methods on a virtual clock, with no store (``NO_STORE``).
 
-Driving it from a snapshot of live state (what a forecast does): build the
-pool (``pool_of_table``/``ResourcePool``) and mark the drained ranks down
-(:meth:`SessionCore.apply_resource_event` with a ``Drain``); make a
-``SessionCore(pool, queue_policies(config), gate=LimitGate(accounts),
-stored=NO_STORE, clock=...)``, :meth:`~SessionCore.begin_epoch` a partition,
-hand it a ``HelloReply`` whose ``alloc`` lists the running jobs (with their
-``expiration``) together with a :class:`StoredJobs` that returns their R, then
-``Alloc`` messages for the pending jobs (priority, t_submit, queue, request,
-bank); then call :meth:`SessionCore.schedule` at the times you care about,
-sending ``Free`` for each running job as its expiration passes. Allocations
-come back as SUCCESS responses (and in :attr:`PassResult.allocated`).
+Driving it from a snapshot of live state (what a forecast does; see
+``test_a_snapshot_of_live_state_runs_forward`` in
+``tests/unit/test_sched_session.py``):
+
+1. the pool: ``ResourcePool(inventory, clock=...)`` (or ``pool_of_table``
+   for a graph), and ``SessionCore(pool, queue_policies(config),
+   gate=LimitGate(accounts), mode=..., limit=..., annotate=False,
+   write_r=False)`` (``stored`` stays ``NO_STORE``: every alloc carries its
+   request);
+2. the session: :meth:`SessionCore.begin_epoch` of partition 0 (with
+   ``partition_of`` left as it is, every job is partition 0) and
+   :meth:`SessionCore.handle` of a ``HelloReply(alloc=[])``: ready, with an
+   empty pool (a hello reply frees what it does not name: hold jobs after it);
+3. drained nodes: :meth:`SessionCore.apply_resource_event` with a
+   ``proto.Drain(ranks=..., reason=...)`` per drained set;
+4. running jobs: :meth:`SessionCore.hold` with each job's stored R, its
+   request and a ``proto.HeldJob(id, userid, bank, expiration)`` (the
+   expiration the job manager holds, when ``fluxes update`` moved it);
+5. pending jobs: :meth:`SessionCore.handle` of their ``Alloc`` messages
+   (priority, t_submit, userid, queue, request wire, bank);
+6. run forward: :meth:`SessionCore.schedule` at ``now``, then at each
+   running job's end (``handle`` a ``Free`` for it first) while jobs are
+   pending; a SUCCESS response (and :attr:`PassResult.allocated`) says when
+   a pending job starts, :attr:`PassResult.reserved` when it is planned to.
 
 Why one module: it is the session's one state machine (the records of the
 outstanding jobs are shared by the request handlers, the passes, the
@@ -526,6 +539,16 @@ class SessionCore:
         fx.out(partition).append(self.ready_message())
         fx.readied.append((partition, len(owners), len(ids)))
 
+    def hold(self, jobid: int, raw_r: bytes, request: Request | None = None,
+             owner: proto.HeldJob | None = None) -> ResourceSet:
+        """Put a running job's allocation (its stored R) into the pool, as the hello
+        recovery does for each job the reply names: ``owner`` (the reply's entry) moves
+        its end (``expiration``) and counts it against its owner's limits. For a
+        snapshot of live state. ValueError when R does not fit the pool; its R."""
+        rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
+        self._adopted(jobid, owner or proto.HeldJob(id=jobid), rset.nnodes, rset.ncores)
+        return rset
+
     def _adopted(self, jobid: int, owner: proto.HeldJob, nnodes: int, ncores: int) -> None:
         """A job's allocation is in the pool: its end and its owner's limits as the hello
         reply says."""
@@ -552,8 +575,7 @@ class SessionCore:
             try:
                 request = self.requests.of_stored(wire, stored_spec or specs.get(jobid),
                                                   fx.log)
-                rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
-                self._adopted(jobid, owners[jobid], rset.nnodes, rset.ncores)
+                self.hold(jobid, raw_r, request, owners[jobid])
             except Exception as exc:  # whatever broke, this job's allocation is lost
                 lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
         return lost
