@@ -311,13 +311,12 @@ class SchedulerWorker(Worker):
 
     def step(self) -> None:
         """Lead (or wait to), read requests, schedule, answer."""
-        if not self.leader:
+        core = self.core
+        if not self.leader or core is None:
             self._stand_by()
             return
         if not self.keepalive():
             return
-        core = self.core
-        assert core is not None  # leading
         streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
         reply = read_streams(self.redis, streams, READ_COUNT, BLOCK_MS if not core.dirty else 1)
         fx = Effects()
@@ -475,7 +474,7 @@ class SchedulerWorker(Worker):
                     self.step_down(str(exc))
                     return
                 except NotWaitingError as exc:
-                    msgs = self._take_back(p, exc.jobids, rs, msgs)
+                    msgs = self._take_back(core, p, exc.jobids, rs, msgs)
                     continue
                 break
             core.committed(rs)
@@ -484,14 +483,14 @@ class SchedulerWorker(Worker):
             for arrival in fx.arrivals:
                 metrics.ALLOC_LATENCY.observe(committed - arrival)
 
-    def _take_back(self, partition: int, jobids: list[int], rs: dict[int, bytes],
-                   msgs: list[proto.SchedResponse]) -> list[proto.SchedResponse]:
+    def _take_back(self, core: SessionCore, partition: int, jobids: list[int],
+                   rs: dict[int, bytes], msgs: list[proto.SchedResponse]
+                   ) -> list[proto.SchedResponse]:
         """Allocations made for jobs that wait for none (their alloc request was
         replayed or forged): freed by the core, their R and SUCCESS dropped, their request
         dead-lettered; the responses left to send."""
-        assert self.core is not None  # leading
         refused = set(jobids)
-        for jobid, origin in self.core.take_back(jobids):
+        for jobid, origin in core.take_back(jobids):
             rs.pop(jobid, None)
             self.dead_letter(self.keys.sched_req(partition), origin, {"alloc": str(jobid)},
                              f"alloc: job {jobid} waits for no allocation (it runs, ended, "
