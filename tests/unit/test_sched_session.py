@@ -86,15 +86,15 @@ def test_allocs_are_queued_then_allocated_with_their_r_and_one_record_each() -> 
     c = core()
     fx = send(c, alloc(1), alloc(2, wire(ntasks=8)))
     assert fx.queued == [1, 2] and c.dirty and c.due(NOW)
-    queued = c.jobs[1]
-    assert isinstance(queued, Queued) and queued.origin == b"1-0"
+    queued = c.sched.pending[1]  # the queued job's record is the scheduler's entry
+    assert isinstance(queued, Queued) and queued.origin == b"1-0" and 1 not in c.jobs
     c.schedule(NOW, fx)
     assert answers(fx) == [(1, proto.ALLOC_SUCCESS), (2, proto.ALLOC_ANNOTATE)]
     allocated = c.jobs[1]
     assert set(fx.r[0]) == {1} and isinstance(allocated, Allocated)
     assert orjson.loads(fx.r[0][1])["execution"]["R_lite"]
     c.committed(fx.r[0])
-    assert set(c.jobs) == {2} and not c.due(NOW)
+    assert not c.jobs and set(c.sched.pending) == {2} and not c.due(NOW)
 
 
 def test_a_request_that_never_fits_is_denied_and_forgotten() -> None:
@@ -123,7 +123,7 @@ def test_cancel_free_and_prioritize() -> None:
     fx = send(c, proto.Cancel(id=3), proto.Cancel(id=99),
               proto.Prioritize(jobs=[(2, 99), (77, 1)]))
     assert answers(fx) == [(3, proto.ALLOC_CANCEL)] and fx.queued == [2]
-    assert 3 not in c.jobs and c.sched.pending[2].priority == 99
+    assert 3 not in c.sched.pending and c.sched.pending[2].priority == 99
     fx = send(c, proto.Free(id=1), proto.Free(id=1))  # a second free is answered too
     assert fx.responses[0] == [proto.FreeResponse(id=1), proto.FreeResponse(id=1)]
     c.schedule(NOW, fx)
@@ -136,7 +136,7 @@ def test_annotations_are_sent_as_deltas() -> None:
     c.schedule(NOW, fx)
     [ann] = [m for m in fx.responses[0] if getattr(m, "type", "") == proto.ALLOC_ANNOTATE]
     first = ann.annotations["sched"]  # type: ignore[union-attr,index]
-    record = c.jobs[2]
+    record = c.sched.pending[2]
     assert first and isinstance(record, Queued) and record.sent == first
     fx = Effects()
     c.dirty = True
@@ -275,3 +275,15 @@ def test_a_snapshot_of_live_state_runs_forward() -> None:
     c.handle(0, [Item(1, proto.Free(id=1)), Item(1, proto.Free(id=3))], fx)
     result = c.schedule(NOW + 100, fx)
     assert [j for j, _ in result.allocated] == [2]
+
+
+def test_a_replayed_alloc_of_a_queued_job_keeps_what_was_sent() -> None:
+    c = core(nodes=1, cores=1)
+    fx = send(c, alloc(1), alloc(2))
+    c.schedule(NOW, fx)
+    before = c.sched.pending[2]
+    assert isinstance(before, Queued) and before.sent
+    fx = send(c, alloc(2))  # the job manager sent it again (a replay)
+    after = c.sched.pending[2]
+    assert isinstance(after, Queued) and after.sent == before.sent
+    assert after.origin == b"1-0" and answers(fx) == []

@@ -4,7 +4,8 @@
 :class:`~fluxes.domain.jm.core.JobManagerCore` is to the job manager. It
 holds the pool, the :class:`~fluxes.domain.sched.policy.Scheduler` with its
 pending jobs, the running-limits gate, the drained ranks and one record per
-outstanding job (:class:`Queued`, :class:`Allocated`, :class:`Quarantined`),
+outstanding job (:class:`Queued`, the scheduler's own pending entry;
+:class:`Allocated` and :class:`Quarantined` in :attr:`SessionCore.jobs`),
 and it decides everything the session does: which alloc requests are
 queued or denied, when a pass is due and what it answers (SUCCESS with the R
 to write, DENY, ANNOTATE deltas), what a free, cancel, prioritize,
@@ -129,11 +130,13 @@ NO_STORE: Final[StoredJobs] = _NoStore()
 
 
 @dataclass(slots=True)
-class Queued:
-    """An alloc request waiting in the scheduler's queues."""
+class Queued(PendingJob):
+    """An alloc request waiting in the scheduler's queues: the scheduler's pending entry
+    (:attr:`Scheduler.pending`) is the session's record, so a queued job costs three
+    fields more than the scheduler's own."""
 
     #: the request stream entry it came in (its dead letter names it)
-    origin: bytes
+    origin: bytes = b"-"
     #: when it arrived (monotonic), kept only while alloc latency is measured
     arrived: float | None = None
     #: the ``sched`` annotations last sent for it (deltas are sent)
@@ -158,7 +161,8 @@ class Quarantined:
     ranks: IDSet
 
 
-Record = Queued | Allocated | Quarantined
+#: What :attr:`SessionCore.jobs` holds (queued jobs are the scheduler's pending entries).
+Record = Allocated | Quarantined
 
 
 class Item(NamedTuple):
@@ -332,7 +336,8 @@ class SessionCore:
         self.clock = clock
         self.owner_uid = owner_uid
         self.requests = Requests(graph)
-        #: one record per outstanding job
+        #: the record of each job allocated but not committed, or quarantined (a queued
+        #: job's record is its entry in ``sched.pending``: one record per outstanding job)
         self.jobs: dict[int, Record] = {}
         #: partition -> its epoch (absent: no session there, its messages are ignored)
         self.epochs: dict[int, int] = {}
@@ -374,7 +379,7 @@ class SessionCore:
         the same without refusing anything; requests after either are ignored
         until :meth:`begin_epoch`.
         """
-        allocs: list[proto.Alloc] = []
+        allocs: list[tuple[proto.Alloc, bytes]] = []
         for item in items:
             msg = item.msg
             if isinstance(msg, proto.Reset):
@@ -393,8 +398,8 @@ class SessionCore:
         if allocs:
             self._add_allocs(allocs, fx)
 
-    def _apply(self, partition: int, item: Item, allocs: list[proto.Alloc],
-               fx: Effects) -> list[proto.Alloc]:
+    def _apply(self, partition: int, item: Item, allocs: list[tuple[proto.Alloc, bytes]],
+               fx: Effects) -> list[tuple[proto.Alloc, bytes]]:
         """Apply one request of the partition's epoch; the alloc requests still to queue."""
         sched, pool = self.sched, self.pool
         match item.msg:
@@ -402,17 +407,10 @@ class SessionCore:
                 if partition not in self.ready:  # a repeated answer to this epoch's hello
                     self._recover(partition, held, fx)
             case proto.Alloc() as msg:
-                allocs.append(msg)
-                record = self.jobs.get(msg.id)
-                if isinstance(record, Queued):
-                    record.origin = item.origin  # replayed: what was sent still holds
-                else:
-                    self.jobs[msg.id] = Queued(item.origin)
+                allocs.append((msg, item.origin))
             case proto.Cancel(id=jobid):
                 before = len(allocs)
-                allocs = [a for a in allocs if a.id != jobid]  # not yet queued
-                if isinstance(self.jobs.get(jobid), Queued):
-                    del self.jobs[jobid]
+                allocs = [a for a in allocs if a[0].id != jobid]  # not yet queued
                 if sched.remove(jobid) or len(allocs) != before:
                     fx.out(partition).append(proto.AllocResponse(id=jobid,
                                                                  type=proto.ALLOC_CANCEL))
@@ -446,18 +444,18 @@ class SessionCore:
             del self.jobs[jobid]
             fx.resource_events.append(("undrain", str(record.ranks), "", False))
 
-    def _add_allocs(self, allocs: list[proto.Alloc], fx: Effects) -> None:
+    def _add_allocs(self, allocs: list[tuple[proto.Alloc, bytes]], fx: Effects) -> None:
         """Queue new alloc requests; the jobspecs of those that carry no request are read
         through the store port in one call."""
-        sched, pool, jobs = self.sched, self.pool, self.jobs
+        sched, pool = self.sched, self.pool
         arrived = self.clock() if self.latency else None
-        requests = [self.requests.of_wire(msg.request, fx.log) for msg in allocs]
-        missing = [msg.id for msg, request in zip(allocs, requests, strict=True)
+        requests = [self.requests.of_wire(msg.request, fx.log) for msg, _o in allocs]
+        missing = [msg.id for (msg, _o), request in zip(allocs, requests, strict=True)
                    if request is None]
         specs = dict(zip(missing, self.stored.effective_jobspecs(missing), strict=True)) \
             if missing else {}
         held = set(pool.jobids())
-        for n, (msg, carried) in enumerate(zip(allocs, requests, strict=True)):
+        for n, ((msg, origin), carried) in enumerate(zip(allocs, requests, strict=True)):
             if n % PULSE_EVERY == PULSE_EVERY - 1 and self.pulse is not None:
                 self.pulse()
             jobid = msg.id
@@ -465,26 +463,23 @@ class SessionCore:
                 # a replayed request of a job holding resources: it has its answer
                 fx.log.append(("warning", "alloc request for a job holding resources "
                                "ignored", {"job": jobid}))
-                jobs.pop(jobid, None)
                 continue
             try:
                 request = carried if carried is not None \
                     else self.requests.of_jobspec(specs.get(jobid))
                 pool.check(request)
-                pending = PendingJob(jobid, msg.priority, msg.t_submit, msg.userid, msg.queue,
-                                     request, bank=msg.bank)
+                queued = Queued(jobid, msg.priority, msg.t_submit, msg.userid, msg.queue,
+                                request, bank=msg.bank, origin=origin, arrived=arrived)
             except Exception as exc:  # whatever is wrong with it, this job is refused
-                jobs.pop(jobid, None)
                 fx.out(self.partition_of(jobid)).append(proto.AllocResponse(
                     id=jobid, type=proto.ALLOC_DENY,
                     note=one_line(str(exc) or type(exc).__name__)))
                 continue
-            sched.add(pending)
+            before = sched.pending.get(jobid)
+            if isinstance(before, Queued):
+                queued.sent = before.sent  # replayed while queued: what was sent holds
+            sched.add(queued)
             fx.queued.append(jobid)
-            if arrived is not None:
-                record = jobs.get(jobid)
-                if isinstance(record, Queued):
-                    record.arrived = arrived
             self.dirty = True
 
     # -- reset and recovery ------------------------------------------------------------
@@ -496,7 +491,6 @@ class SessionCore:
         sched, pool, part = self.sched, self.pool, self.partition_of
         for jobid in [j for j in sched.pending if part(j) == partition]:
             sched.remove(jobid)
-            self.jobs.pop(jobid, None)
         for jobid in [j for j in pool.jobids() if part(j) == partition]:
             pool.free(jobid)
             if self.gate is not None:
@@ -642,20 +636,23 @@ class SessionCore:
         result = self.sched.schedule(now, full=full)
         self.dirty = False
         self.planned = now
-        for jobid, rset in result.allocated:
-            self._allocated(jobid, rset, fx)
-        jobs, part = self.jobs, self.partition_of
+        if result.allocated:
+            answered = {job.id: job for job in result.answered}
+            for jobid, rset in result.allocated:
+                self._allocated(answered.get(jobid), jobid, rset, fx)
+        part = self.partition_of
         for jobid, note in result.denied:
             fx.out(part(jobid)).append(proto.AllocResponse(id=jobid, type=proto.ALLOC_DENY,
                                                            note=note))
-            jobs.pop(jobid, None)
         if self.annotate:
             for jobid, sched_ann in result.annotations.items():
                 self._annotate(jobid, sched_ann, fx)
         return result
 
-    def _allocated(self, jobid: int, rset: ResourceSet, fx: Effects) -> None:
-        """A pass allocated ``rset`` to ``jobid``: its SUCCESS, and its R to write."""
+    def _allocated(self, job: PendingJob | None, jobid: int, rset: ResourceSet,
+                   fx: Effects) -> None:
+        """A pass allocated ``rset`` to ``jobid`` (queued as ``job``): its SUCCESS, and
+        its R to write."""
         part = self.partition_of(jobid)
         shape = self.pool.shape_of(jobid)
         data: bytes | None = None
@@ -681,21 +678,18 @@ class SessionCore:
             id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=ranks,
             nodelist=nodelist or None, ncores=rset.ncores, ngpus=rset.ngpus))
         self.allocations += 1
-        record = self.jobs.get(jobid)
-        origin, arrived = (record.origin, record.arrived) if isinstance(record, Queued) \
+        origin, arrived = (job.origin, job.arrived) if isinstance(job, Queued) \
             else (b"-", None)
         if data is not None:
             self.jobs[jobid] = Allocated(origin, arrived, data)
-        else:
-            self.jobs.pop(jobid, None)
         if arrived is not None:
             fx.arrivals.append(arrived)
 
     def _annotate(self, jobid: int, sched_ann: dict[str, Any], fx: Effects) -> None:
         """Send a pending job's annotations when they changed: the delta only."""
-        record = self.jobs.get(jobid)
+        record = self.sched.pending.get(jobid)
         if not isinstance(record, Queued):
-            return  # not outstanding (a test's scheduler fed directly): nothing to tell
+            return  # not the session's (a test's scheduler fed directly): nothing to tell
         old = record.sent
         if old == sched_ann:
             return
@@ -728,8 +722,7 @@ class SessionCore:
                 pass  # not held here
             self.allocations -= 1
             record = self.jobs.pop(jobid, None)
-            out.append((jobid, record.origin if isinstance(record, Allocated | Queued)
-                        else b"-"))
+            out.append((jobid, record.origin if isinstance(record, Allocated) else b"-"))
         self.dirty = True
         return out
 
