@@ -360,7 +360,7 @@ def _graph_worker_path(graph: Any, req: Request, n: int) -> dict[str, Any]:
             if not allocated:
                 break
             for jobid, rset in allocated:
-                # as workers/scheduler.py does when the pool has no cached shape
+                # as the session core does when the pool has no cached shape
                 assert pool.shape_of(jobid) is None
                 sizes.append(len(rset.dumps()))
                 rset.summary(), str(rset.ranks), str(rset.hostlist)

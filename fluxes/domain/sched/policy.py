@@ -146,6 +146,8 @@ class PassResult:
     reserved: dict[int, float] = field(default_factory=dict)
     #: jobs considered (at most queue_depth per queue)
     considered: int = 0
+    #: the jobs this pass answered (allocated or denied), as they were queued
+    answered: list[PendingJob] = field(default_factory=list)
 
 
 def _key(job: PendingJob) -> tuple[int, float, int]:
@@ -465,6 +467,7 @@ class Scheduler:
             # must go back, or they would never be considered again.
             for job in done:
                 self._forget(job)
+            result.answered = done
             for order, jobs in taken:
                 if order.count:
                     order.put_back(j for j in jobs if j.id in self.pending)
