@@ -51,6 +51,10 @@ FORMATS = {
             "{ntasks:>6} {nnodes:>6} {priority:>10} {runtime_text:>8} {result:<9} "
             "{contextual_info}",
     "ids": "{id.f58}",
+    # --forecast: the pending view with each job's expected start (docs/forecast.md)
+    "forecast": "{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} "
+                "{status_abbrev:>2.2} {ntasks:>6} {nnodes:>6} {t_forecast!D:>19} "
+                "{contextual_info}",
     # sacct's everyday columns; the default of --csv
     "accounting": "{id.f58:>12} {username:<8.8} {bank:<8.8} ?:{queue:<8.8} {name:<10.10} "
                   "{status:<9} {ncores:>6} {nnodes:>6} {t_submit!D:<19} {t_run!D:<19} "
@@ -83,6 +87,8 @@ class Row:
     t_remaining: float
     exception: dict[str, Any]
     inactive_reason: str
+    #: the expected start of a pending job (``--forecast``): a UNIX time, "-" for never
+    t_forecast: float | str | None = None
 
     def __init__(self, rec: JobRecord, now: float,
                  queues: Mapping[str | None, QueueState] | None = None) -> None:
@@ -133,6 +139,7 @@ class Row:
         else:
             self.contextual_time = self.runtime_text
         self.contextual_info = _info(rec, now, _stopped(rec, queues))
+        self.t_forecast = None
         more_fields(self, rec, now)
 
     def as_dict(self) -> dict[str, Any]:
@@ -333,6 +340,7 @@ def register(subparsers: Any) -> None:
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
          "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
          "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'",
+         "fluxes jobs --forecast", "fluxes jobs -o '{id.f58} {t_forecast!D}' --forecast",
          "fluxes jobs -a --name=sim --sort=-t_submit -o '{id.f58} {result_abbrev} "
          "{inactive_reason}'", "fluxes jobs -a -i node[0-3]"]))
     p.add_argument("ids", nargs="*", type=job_id_arg, metavar="JOBID",
@@ -371,6 +379,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sort", metavar="KEY,...",
                    help="order by these fields (a leading - reverses one), e.g. "
                         "-t_submit or username,-priority")
+    p.add_argument("--forecast", action="store_true",
+                   help="each pending job's expected start ({t_forecast}: a UNIX time, - "
+                        "when it can never start), shown as START; lists pending jobs "
+                        "unless -f is given (docs/forecast.md)")
     p.add_argument("--color", nargs="?", const="always", default="auto",
                    choices=("never", "always", "auto"), metavar="WHEN",
                    help="color lines by result: never, always or auto (default: auto, "
@@ -418,6 +430,11 @@ def _jobs(args: argparse.Namespace) -> int:
         raise UsageError("fluxes jobs: --json and --csv cannot be combined")
     sort_keys = sort_fields(args.sort)
     include = hosts_or_ranks(args.include)
+    if args.forecast:
+        if args.format == "default" and not args.csv:
+            args.format = "forecast"
+        if args.filter is None and not args.ids:
+            args.filter = "pending"
     name = "accounting" if args.csv and args.format == "default" else args.format
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
@@ -432,6 +449,10 @@ def _jobs(args: argparse.Namespace) -> int:
     if sort_keys:
         records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
+    if args.forecast or "t_forecast" in text or "t_forecast" in (args.sort or ""):
+        add_forecasts(inst, rows)
+        if sort_keys and "t_forecast" in (args.sort or ""):
+            records, rows = sorted_rows(records, rows, sort_keys)
     if fmt is not None and ("instance" in text or "uri" in text):
         from fluxes.cli.cmd_batch import mark_instances
 
@@ -443,6 +464,24 @@ def _jobs(args: argparse.Namespace) -> int:
     else:
         _print_table(inst, fmt, args, records, rows)
     return _report_missing(missing)
+
+
+def add_forecasts(inst: Instance, rows: list[Row]) -> None:
+    """Set each pending row's ``t_forecast`` (its expected start; ``-``: never) from the
+    instance's forecast (cached a few seconds: ``[forecast] cache``)."""
+    if not any(row.state in _PENDING_NAMES for row in rows):
+        return
+    from fluxes.store.forecast import cached_forecast
+
+    run = cached_forecast(inst)
+    for row in rows:
+        if row.state not in _PENDING_NAMES:
+            continue
+        found = run.jobs.get(int(row.id))
+        row.t_forecast = "-" if found is None or found.t_start is None else found.t_start
+
+
+_PENDING_NAMES = frozenset(("DEPEND", "PRIORITY", "SCHED"))
 
 
 def _print_json(inst: Instance, args: argparse.Namespace, records: list[JobRecord],

@@ -183,3 +183,16 @@ def test_history_runtime_moves_forecasts() -> None:
     assert out.jobs[200].runtime == "history"
     with pytest.raises(ValueError, match="runtime"):
         forecast(snap, runtime="guess")  # type: ignore[arg-type]
+
+
+def test_forecast_config() -> None:
+    from fluxes.errors import ConfigError
+
+    assert InstanceConfig().forecast.runtime == "limit"
+    cfg = InstanceConfig.from_toml('[forecast]\nruntime = "history"\ncache = "2s"\n')
+    assert (cfg.forecast.runtime, cfg.forecast.cache) == ("history", 2.0)
+    for bad, said in (('[forecast]\nruntime = "guess"\n', "forecast.runtime"),
+                      ("[forecast]\nhorizon = 1\n", "forecast.horizon: unknown key"),
+                      ("forecast = 1\n", "forecast: expected a table")):
+        with pytest.raises(ConfigError, match=said):
+            InstanceConfig.from_toml(bad)
