@@ -116,6 +116,25 @@ class ForecastRun:
     elapsed: float = 0.0
     passes: int = 0
 
+    def to_obj(self) -> dict[str, Any]:
+        """JSON-ready form (the forecast cache)."""
+        return {"now": self.now, "elapsed": self.elapsed, "passes": self.passes,
+                "jobs": [[f.id, f.t_start, f.t_end, f.ranks, f.nodelist, f.reason, f.runtime]
+                         for f in self.jobs.values()],
+                "spans": [[j, str(r), s, e] for j, (r, s, e) in self.spans.items()]}
+
+    @classmethod
+    def from_obj(cls, obj: Any) -> ForecastRun:
+        """Decode :meth:`to_obj` output; ValueError when it is not one."""
+        try:
+            jobs = {int(j[0]): Forecast(int(j[0]), _time(j[1]), _time(j[2]), str(j[3]),
+                                        str(j[4]), str(j[5]), str(j[6])) for j in obj["jobs"]}
+            spans = {int(j): (IDSet(str(r)), float(s), _time(e)) for j, r, s, e in obj["spans"]}
+            return cls(float(obj["now"]), jobs, spans, float(obj["elapsed"]),
+                       int(obj["passes"]))
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ValueError(f"bad forecast: {exc}") from None
+
     def behind(self, jobid: int) -> list[int]:
         """The jobs ``jobid`` waits behind: those holding some of the ranks it gets that end
         after now and before it starts, by end."""
@@ -127,3 +146,11 @@ class ForecastRun:
                  if other != jobid and end is not None and self.now < end <= start
                  and (r & ranks)]
         return [other for _end, other in sorted(found)]
+
+
+def _time(value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ValueError(f"not a time: {value!r:.40}")

@@ -13,10 +13,15 @@ run once per process).
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import orjson
@@ -194,7 +199,47 @@ def cached_forecast(instance: Instance, runtime: RuntimeSource | None = None,
         found = _cache.get(key)
         if found is not None and now - found[0] < keep:
             return found[1]
-    run = forecast(read_snapshot(instance, history=source == "history"), source)
+    path = _cache_file(instance, str(source)) if keep > 0 else None
+    run = _read_cached(path, keep) if path is not None else None
+    if run is None:
+        run = forecast(read_snapshot(instance, history=source == "history"), source)
+        if path is not None:
+            _write_cached(path, run)
     with _lock:
         _cache[key] = (time.monotonic(), run)
     return run
+
+
+def _cache_file(instance: Instance, source: str) -> Path:
+    """This user's cache file of the instance's forecast (one command's forecast serves
+    the next for a few seconds): in ``$XDG_RUNTIME_DIR``, else the temporary directory;
+    never in the instance."""
+    where = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
+    name = hashlib.sha1(f"{instance.uri.redis_url}|{instance.keys.ns}|{source}".encode()
+                        ).hexdigest()[:16]
+    return Path(where) / f"fluxes-forecast-{os.getuid()}-{name}.json"
+
+
+def _read_cached(path: Path, keep: float) -> ForecastRun | None:
+    """The cached forecast when it is fresh, this user's own, and readable; else None."""
+    try:
+        st = path.stat()
+        if st.st_uid != os.getuid() or time.time() - st.st_mtime >= keep:
+            return None
+        return ForecastRun.from_obj(orjson.loads(path.read_bytes()))
+    except (OSError, ValueError):
+        return None
+
+
+def _write_cached(path: Path, run: ForecastRun) -> None:
+    """Write the cache atomically, readable by this user only (failures are ignored: the
+    cache only saves time)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(orjson.dumps(run.to_obj()))
+        os.replace(tmp, path)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()

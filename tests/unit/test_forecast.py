@@ -196,3 +196,15 @@ def test_forecast_config() -> None:
                       ("forecast = 1\n", "forecast: expected a table")):
         with pytest.raises(ConfigError, match=said):
             InstanceConfig.from_toml(bad)
+
+
+def test_forecast_round_trips_for_the_cache() -> None:
+    from fluxes.forecast import ForecastRun
+
+    _inv, snap = _full_instance()
+    out = forecast(snap)
+    back = ForecastRun.from_obj(out.to_obj())
+    assert back.jobs == out.jobs
+    assert back.behind(202) == out.behind(202) == [100, 200, 201]
+    with pytest.raises(ValueError, match="bad forecast"):
+        ForecastRun.from_obj({"now": 1})
