@@ -208,3 +208,39 @@ def test_forecast_round_trips_for_the_cache() -> None:
     assert back.behind(202) == out.behind(202) == [100, 200, 201]
     with pytest.raises(ValueError, match="bad forecast"):
         ForecastRun.from_obj({"now": 1})
+
+
+def _trace(n: int, exact: bool) -> list:
+    import random
+
+    from fluxes.sim.workload import SimJob
+
+    rng = random.Random(3)
+    jobs = []
+    for i in range(n):
+        limit = rng.choice([60.0, 120.0, 600.0])
+        ran = limit if exact else limit * rng.uniform(0.1, 1.0)
+        jobs.append(SimJob(id=i + 1, submit=i * 20.0, size=rng.choice([1, 2, 4, 8]),
+                           requested=limit, runtime=round(ran), userid=i % 3,
+                           user=f"u{i % 3}", queue_label=""))
+    return jobs
+
+
+def test_forecast_eval_is_exact_when_jobs_run_their_limits() -> None:
+    """Under fcfs, later submissions never move earlier jobs: with every job running to
+    its limit, each forecast made at submission is the start it gets."""
+    from fluxes.forecast.evaluate import evaluate
+    from fluxes.sim.workload import Machine
+
+    ev = evaluate(_trace(60, exact=True), Machine.uniform(1, 8), InstanceConfig(),
+                  {"policy": "fcfs"}, every=2)
+    rows = {r["predictor"]: r for r in ev.rows()}
+    assert ev.probed == 30 and rows["forecast, limit"]["n"] == 30
+    assert rows["forecast, limit"]["p90_s"] == 0.0
+    # jobs shorter than their limits: the limit over-estimates, history does better
+    ev = evaluate(_trace(60, exact=False), Machine.uniform(1, 8), InstanceConfig(),
+                  {"policy": "easy"}, every=2)
+    rows = {r["predictor"]: r for r in ev.rows()}
+    assert rows["forecast, limit"]["median_s"] > 0
+    assert rows["forecast, history"]["mean_s"] < rows["forecast, limit"]["mean_s"]
+    assert "EASY head t_estimate" in rows and ev.text()[1].split()[0] == "predictor"
