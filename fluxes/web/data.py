@@ -191,9 +191,11 @@ def job_row(record: JobRecord, now: float,
 
 def jobs(view: View, all_jobs: bool = False, user: str | None = None,
          queue: str | None = None, states: str | None = None,
-         limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+         limit: int = DEFAULT_LIMIT, forecast: bool = False) -> dict[str, Any]:
     """``/api/jobs``: jobs filtered like ``fluxes jobs -A`` (``all_jobs``: inactive ones
-    too; ``user``, ``queue``, ``states`` as ``-u``, ``-q``, ``-f``), newest first."""
+    too; ``user``, ``queue``, ``states`` as ``-u``, ``-q``, ``-f``), newest first;
+    ``forecast``: each pending job's ``t_forecast`` (``fluxes jobs --forecast``; live
+    only: a forecast is of the present)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be 1-{MAX_LIMIT}")
     want_states, want_results = wanted_states(
@@ -225,10 +227,43 @@ def jobs(view: View, all_jobs: bool = False, user: str | None = None,
                 break
     truncated = len(picked) > limit
     now = view.when
+    rows = [job_row(rec, now, queues) for rec in picked[:limit]]
+    if forecast and view.at is None:
+        _add_forecasts(view, rows)
     return {"at": view.at, "now": time.time(), "limit": limit, "truncated": truncated,
             "filters": {"all": all_jobs, "user": user, "queue": queue, "states": states},
-            "jobs": [job_row(rec, now, queues) for rec in picked[:limit]],
+            "jobs": rows,
             "purged_before": view.moment().purged_before if view.at is not None else None}
+
+
+def _add_forecasts(view: View, rows: list[dict[str, Any]]) -> None:
+    """``t_forecast`` on each pending row: its expected start (``-``: never)."""
+    if not any(row.get("state") in _PENDING_NAMES for row in rows):
+        return
+    from fluxes.store.forecast import cached_forecast
+
+    run = cached_forecast(view.inst)
+    for row in rows:
+        if row.get("state") in _PENDING_NAMES:
+            found = run.jobs.get(int(row["id"]))
+            row["t_forecast"] = "-" if found is None or found.t_start is None \
+                else found.t_start
+
+
+_PENDING_NAMES = frozenset(("DEPEND", "PRIORITY", "SCHED"))
+
+
+def _job_forecast(view: View, jobid: int) -> dict[str, Any] | None:
+    """A pending job's forecast for its page: when, where, behind which jobs."""
+    from fluxes.store.forecast import cached_forecast
+
+    run = cached_forecast(view.inst)
+    found = run.jobs.get(jobid)
+    if found is None:
+        return None
+    behind = run.behind(jobid)
+    return {**found.to_dict(), "behind": [jobids.encode(j, "f58") for j in behind[:8]],
+            "behind_more": max(len(behind) - 8, 0)}
 
 
 def _candidates(view: View, active: bool, inactive: bool,
@@ -289,7 +324,9 @@ def job(view: View, jobid: int) -> dict[str, Any]:
                           else None,
                           "t_estimate": sched.get("t_estimate") if isinstance(sched, dict)
                           else None,
-                          "info": out["job"].get("contextual_info")}
+                          "info": out["job"].get("contextual_info"),
+                          "forecast": _job_forecast(view, jobid) if view.at is None
+                          else None}
     allocated = view.at is None or record.job.t_run is not None  # R came with the alloc
     out["R"] = _json_or_text(facts.R) if facts is not None and facts.R and allocated \
         else None
@@ -522,12 +559,17 @@ def queues(view: View) -> dict[str, Any]:
 # ---------------------------------------------------------------- the Gantt chart
 
 
-def gantt(view: View, start: float | None = None, end: float | None = None) -> dict[str, Any]:
+def gantt(view: View, start: float | None = None, end: float | None = None,
+          forecast: bool = False) -> dict[str, Any]:
     """``/api/gantt``: the allocations (job, ranks, from, to) that overlap the window
-    ``[start, end]`` (default: the hour up to the moment looked at)."""
+    ``[start, end]`` (default: the hour up to the moment looked at). ``forecast`` (live
+    only): the window goes on into the future as far as it reaches into the past, and
+    the forecast's allocations there are bars with ``"forecast": true``."""
     from fluxes.formats.idset import IDSet
     from fluxes.store.resources import load_inventory
 
+    if forecast and view.at is None:
+        return _forecast_gantt(view, start, end)
     end = end if end is not None else view.when
     if start is None:
         # a young instance's hour is mostly empty: start where its history does
@@ -574,6 +616,59 @@ def gantt(view: View, start: float | None = None, end: float | None = None) -> d
     return {"at": view.at, "start": start, "end": end, "truncated": len(bars) >= MAX_BARS,
             "ranks": [{"rank": t.rank, "host": t.hostname or f"rank{t.rank}"}
                       for t in inventory], "bars": bars}
+
+
+#: How far the Gantt chart's forecast reaches at most (seconds).
+FORECAST_HORIZON_S = 86400.0
+
+
+def _forecast_gantt(view: View, start: float | None, end: float | None) -> dict[str, Any]:
+    """The Gantt of the past up to now, then the forecast future (lighter bars)."""
+    from fluxes.store.forecast import cached_forecast
+
+    now = time.time()
+    past = gantt(view, start, now)
+    start = float(past["start"])
+    run = cached_forecast(view.inst)
+    if end is None or end <= now:
+        # as far into the future as the window reaches into the past, or up to the last
+        # forecast end (a young instance's past is short), a day at most
+        last = max((e for _r, _s, e in run.spans.values() if e is not None), default=now)
+        end = now + min(max(now - start, last - now), FORECAST_HORIZON_S)
+    bars = past["bars"]
+    known = {b["id"]: b for b in bars}
+    for jobid, (ranks, t_from, t_to) in run.spans.items():
+        begin = max(t_from, now)
+        until = end if t_to is None else min(t_to, end)
+        if until <= begin or begin >= end:
+            continue
+        seen = known.get(jobid)
+        fc = run.jobs.get(jobid)
+        if seen is None and fc is None:
+            continue  # running, but not in the window's past (purged, hidden)
+        bars.append({"id": jobid, "f58": jobids.encode(jobid, "f58"),
+                     "user": seen["user"] if seen else "",
+                     "name": seen["name"] if seen else "", "ranks": list(ranks),
+                     "start": begin, "end": until, "t_run": t_from, "t_end": t_to,
+                     "state": "forecast", "forecast": True})
+        if len(bars) >= MAX_BARS:
+            break
+    _name_forecast_bars(view, [b for b in bars if b.get("forecast") and not b["user"]])
+    return {**past, "end": end, "now": now, "bars": bars,
+            "truncated": past["truncated"] or len(bars) >= MAX_BARS}
+
+
+def _name_forecast_bars(view: View, bars: list[dict[str, Any]]) -> None:
+    """Users and names of the pending jobs the forecast drew."""
+    if not bars:
+        return
+    from fluxes.store.joblist import JobListStore
+
+    store = JobListStore(view.inst.redis, view.inst.keys)
+    for bar, rec in zip(bars, store.get_many([b["id"] for b in bars]), strict=True):
+        if rec is not None:
+            bar["user"] = user_name(rec.job.userid) if rec.job.userid >= 0 else "-"
+            bar["name"] = str(rec.info.get("name") or "")
 
 
 # ---------------------------------------------------------------- usage
