@@ -68,6 +68,16 @@ def read_snapshot(instance: Instance, now: float | None = None,
     by_id = {r.id: r for r in records}
     hashes = JobHashes(instance.redis, instance.keys)
     running = _running(hashes, [by_id[j] for j in run_ids], inventory.ranks)
+    stopped = _stopped_queues(instance)
+    for jobid in list(sched_ids):
+        rec = by_id[jobid]
+        if rec.job.priority == 0 or rec.job.urgency == 0:
+            excluded[jobid] = "held"
+        elif (rec.queue or None) in stopped:
+            excluded[jobid] = "its queue is stopped"
+        else:
+            continue
+        sched_ids.remove(jobid)
     waiting, unreadable = _waiting(hashes, [by_id[j] for j in sched_ids])
     excluded.update(unreadable)
     accounts = load_accounts(instance.redis, instance.keys)
@@ -77,6 +87,21 @@ def read_snapshot(instance: Instance, now: float | None = None,
         drained=_drained(instance) & inventory.ranks, table=table,
         accounts=accounts if accounts.enabled else None,
         history=_history(store) if history else {}, excluded=excluded)
+
+
+def _stopped_queues(instance: Instance) -> set[str | None]:
+    """Queues nothing is scheduled from now (``fluxes queue stop``)."""
+    from fluxes import messages as proto
+    from fluxes.domain.jm.queues import fold_queue_events
+
+    log = []
+    for _sid, fields in instance.redis.xrange(instance.keys.queues):
+        try:
+            log.append(proto.load_queue_event(fields))
+        except proto.MessageError:
+            continue
+    states = fold_queue_events(instance.config().queues, log)
+    return {name for name, state in states.items() if not state.started}
 
 
 def _records(store: JobListStore, ids: Sequence[int]) -> list[JobRecord]:

@@ -75,6 +75,11 @@ def test_full_instance_forecasts_the_line(uri: str, capsys: pytest.CaptureFixtur
     # a running job has no forecast: an error, not a traceback
     assert cli(uri, "job", "forecast", str(big)) == 1
     assert "is not pending" in capsys.readouterr().err
+    # a held job never starts by itself: -
+    held = submit(uri, capsys, "--urgency=hold", "-N1", "-t", "30s", "true")
+    _wait_states(uri, capsys, {held: "SCHED"})
+    assert _listed(uri, capsys, "--forecast")[held]["t_forecast"] == "-"
+    cli(uri, "cancel", str(held))
     # forecasting wrote nothing: the jobs are as they were
     again = _listed(uri, capsys, "-A", str(big), *map(str, line))
     assert [again[j]["state"] for j in (big, *line)] == ["RUN", "SCHED", "SCHED", "SCHED"]
