@@ -37,7 +37,7 @@ def register_job_forecast(sub: Any) -> None:
 
 def _forecast(args: argparse.Namespace) -> int:
     from fluxes.cli.cmd_jobs import jobs_by_id
-    from fluxes.store.forecast import cached_forecast
+    from fluxes.cli.forecasting import cached_forecast
 
     inst = instance(args)
     records, missing = jobs_by_id(inst, [args.id])

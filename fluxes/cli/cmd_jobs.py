@@ -1,4 +1,9 @@
-"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options."""
+"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options.
+
+Why one module: it is one command whose options all shape the same listing
+(selection, fields, format, output); the forecast's part lives in
+:mod:`fluxes.cli.forecasting`.
+"""
 
 from __future__ import annotations
 
@@ -51,10 +56,6 @@ FORMATS = {
             "{ntasks:>6} {nnodes:>6} {priority:>10} {runtime_text:>8} {result:<9} "
             "{contextual_info}",
     "ids": "{id.f58}",
-    # --forecast: the pending view with each job's expected start (docs/forecast.md)
-    "forecast": "{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} "
-                "{status_abbrev:>2.2} {ntasks:>6} {nnodes:>6} {t_forecast!D:>19} "
-                "{contextual_info}",
     # sacct's everyday columns; the default of --csv
     "accounting": "{id.f58:>12} {username:<8.8} {bank:<8.8} ?:{queue:<8.8} {name:<10.10} "
                   "{status:<9} {ncores:>6} {nnodes:>6} {t_submit!D:<19} {t_run!D:<19} "
@@ -87,8 +88,6 @@ class Row:
     t_remaining: float
     exception: dict[str, Any]
     inactive_reason: str
-    #: the expected start of a pending job (``--forecast``): a UNIX time, "-" for never
-    t_forecast: float | str | None = None
 
     def __init__(self, rec: JobRecord, now: float,
                  queues: Mapping[str | None, QueueState] | None = None) -> None:
@@ -431,10 +430,9 @@ def _jobs(args: argparse.Namespace) -> int:
     sort_keys = sort_fields(args.sort)
     include = hosts_or_ranks(args.include)
     if args.forecast:
-        if args.format == "default" and not args.csv:
-            args.format = "forecast"
-        if args.filter is None and not args.ids:
-            args.filter = "pending"
+        from fluxes.cli.forecasting import forecast_view
+
+        forecast_view(args)
     name = "accounting" if args.csv and args.format == "default" else args.format
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
@@ -450,9 +448,10 @@ def _jobs(args: argparse.Namespace) -> int:
         records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
     if args.forecast or "t_forecast" in text or "t_forecast" in (args.sort or ""):
+        from fluxes.cli.forecasting import add_forecasts
+
         add_forecasts(inst, rows)
-        if sort_keys and "t_forecast" in (args.sort or ""):
-            records, rows = sorted_rows(records, rows, sort_keys)
+        records, rows = sorted_rows(records, rows, sort_keys) if sort_keys else (records, rows)
     if fmt is not None and ("instance" in text or "uri" in text):
         from fluxes.cli.cmd_batch import mark_instances
 
@@ -464,24 +463,6 @@ def _jobs(args: argparse.Namespace) -> int:
     else:
         _print_table(inst, fmt, args, records, rows)
     return _report_missing(missing)
-
-
-def add_forecasts(inst: Instance, rows: list[Row]) -> None:
-    """Set each pending row's ``t_forecast`` (its expected start; ``-``: never) from the
-    instance's forecast (cached a few seconds: ``[forecast] cache``)."""
-    if not any(row.state in _PENDING_NAMES for row in rows):
-        return
-    from fluxes.store.forecast import cached_forecast
-
-    run = cached_forecast(inst)
-    for row in rows:
-        if row.state not in _PENDING_NAMES:
-            continue
-        found = run.jobs.get(int(row.id))
-        row.t_forecast = "-" if found is None or found.t_start is None else found.t_start
-
-
-_PENDING_NAMES = frozenset(("DEPEND", "PRIORITY", "SCHED"))
 
 
 def _print_json(inst: Instance, args: argparse.Namespace, records: list[JobRecord],

@@ -13,7 +13,21 @@ docs/forecast.md.
 
 from __future__ import annotations
 
-from fluxes.forecast.engine import forecast
-from fluxes.forecast.model import Forecast, ForecastRun, Running, Snapshot, Waiting
+from fluxes.forecast.model import (
+    Forecast,
+    ForecastRun,
+    Running,
+    RuntimeSource,
+    Snapshot,
+    Waiting,
+)
 
 __all__ = ["Forecast", "ForecastRun", "Running", "Snapshot", "Waiting", "forecast"]
+
+
+def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit") -> ForecastRun:
+    """:func:`fluxes.forecast.engine.forecast` (imported on first use: the store reads
+    snapshots through :mod:`fluxes.forecast.model` without loading the simulator)."""
+    from fluxes.forecast.engine import forecast as run
+
+    return run(snapshot, runtime)

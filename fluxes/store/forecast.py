@@ -6,32 +6,23 @@ the instance: the configuration and inventory, the job list's active jobs
 it would read), the ranks the scheduler's last published summary says are
 drained or down, the banks (running limits) and, for the history predictor,
 the run times of each user's newest finished jobs. It only reads: a forecast
-never writes to the instance. :func:`cached_forecast` reuses a forecast for
-``[forecast] cache`` seconds in this process (the web server, ``fluxes jobs``
-run once per process).
+never writes to the instance (``fluxes.cli.forecasting`` runs and caches it).
 """
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import math
-import os
-import tempfile
-import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import orjson
 
 from fluxes.domain.jm.feasibility import inventory_table
 from fluxes.domain.job.states import JobResult, JobState
 from fluxes.domain.sched.request import Request
-from fluxes.forecast.engine import forecast
 from fluxes.forecast.history import KEPT
-from fluxes.forecast.model import ForecastRun, Running, RuntimeSource, Snapshot, Waiting
+from fluxes.forecast.model import Running, Snapshot, Waiting
 from fluxes.formats.idset import IDSet
 from fluxes.formats.rset import ResourceSet
 from fluxes.store.accounting import load_accounts
@@ -44,7 +35,7 @@ if TYPE_CHECKING:
     from fluxes.domain.job.record import JobRecord
     from fluxes.store.instance import Instance
 
-__all__ = ["HISTORY_JOBS", "cached_forecast", "read_snapshot"]
+__all__ = ["HISTORY_JOBS", "read_snapshot"]
 
 #: Finished jobs read for the history predictor (the newest, all users together).
 HISTORY_JOBS: Final = 5000
@@ -203,68 +194,3 @@ def _history(store: JobListStore) -> dict[int, tuple[float, ...]]:
         if ran >= 0 and math.isfinite(ran):
             out.setdefault(job.userid, []).append((job.t_cleanup, ran))
     return {u: tuple(r for _t, r in sorted(v)[-KEPT:]) for u, v in out.items()}
-
-
-# -- the cache ------------------------------------------------------------------------------
-
-_lock = threading.Lock()
-_cache: dict[tuple[int, str, str], tuple[float, ForecastRun]] = {}
-
-
-def cached_forecast(instance: Instance, runtime: RuntimeSource | None = None,
-                    ttl: float | None = None) -> ForecastRun:
-    """The forecast of the instance now, reused for ``ttl`` seconds (default: ``[forecast]
-    cache``) by this process; ``runtime`` defaults to ``[forecast] runtime``."""
-    config = instance.config().forecast
-    source: Any = runtime or config.runtime
-    keep = config.cache if ttl is None else ttl
-    key = (id(instance.redis), instance.keys.ns, str(source))
-    now = time.monotonic()
-    with _lock:
-        found = _cache.get(key)
-        if found is not None and now - found[0] < keep:
-            return found[1]
-    path = _cache_file(instance, str(source)) if keep > 0 else None
-    run = _read_cached(path, keep) if path is not None else None
-    if run is None:
-        run = forecast(read_snapshot(instance, history=source == "history"), source)
-        if path is not None:
-            _write_cached(path, run)
-    with _lock:
-        _cache[key] = (time.monotonic(), run)
-    return run
-
-
-def _cache_file(instance: Instance, source: str) -> Path:
-    """This user's cache file of the instance's forecast (one command's forecast serves
-    the next for a few seconds): in ``$XDG_RUNTIME_DIR``, else the temporary directory;
-    never in the instance."""
-    where = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    name = hashlib.sha1(f"{instance.uri.redis_url}|{instance.keys.ns}|{source}".encode()
-                        ).hexdigest()[:16]
-    return Path(where) / f"fluxes-forecast-{os.getuid()}-{name}.json"
-
-
-def _read_cached(path: Path, keep: float) -> ForecastRun | None:
-    """The cached forecast when it is fresh, this user's own, and readable; else None."""
-    try:
-        st = path.stat()
-        if st.st_uid != os.getuid() or time.time() - st.st_mtime >= keep:
-            return None
-        return ForecastRun.from_obj(orjson.loads(path.read_bytes()))
-    except (OSError, ValueError):
-        return None
-
-
-def _write_cached(path: Path, run: ForecastRun) -> None:
-    """Write the cache atomically, readable by this user only (failures are ignored: the
-    cache only saves time)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(orjson.dumps(run.to_obj()))
-        os.replace(tmp, path)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink()

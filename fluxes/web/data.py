@@ -240,7 +240,7 @@ def _add_forecasts(view: View, rows: list[dict[str, Any]]) -> None:
     """``t_forecast`` on each pending row: its expected start (``-``: never)."""
     if not any(row.get("state") in _PENDING_NAMES for row in rows):
         return
-    from fluxes.store.forecast import cached_forecast
+    from fluxes.cli.forecasting import cached_forecast
 
     run = cached_forecast(view.inst)
     for row in rows:
@@ -255,7 +255,7 @@ _PENDING_NAMES = frozenset(("DEPEND", "PRIORITY", "SCHED"))
 
 def _job_forecast(view: View, jobid: int) -> dict[str, Any] | None:
     """A pending job's forecast for its page: when, where, behind which jobs."""
-    from fluxes.store.forecast import cached_forecast
+    from fluxes.cli.forecasting import cached_forecast
 
     run = cached_forecast(view.inst)
     found = run.jobs.get(jobid)
@@ -624,7 +624,7 @@ FORECAST_HORIZON_S = 86400.0
 
 def _forecast_gantt(view: View, start: float | None, end: float | None) -> dict[str, Any]:
     """The Gantt of the past up to now, then the forecast future (lighter bars)."""
-    from fluxes.store.forecast import cached_forecast
+    from fluxes.cli.forecasting import cached_forecast
 
     now = time.time()
     past = gantt(view, start, now)
