@@ -90,7 +90,7 @@ def _write_cached(path: Path, run: ForecastRun) -> None:
     cache only saves time)."""
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "wb") as f:
             f.write(orjson.dumps(run.to_obj()))
         os.replace(tmp, path)

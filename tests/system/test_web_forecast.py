@@ -68,6 +68,13 @@ def test_pending_job_page_and_gantt_show_the_forecast(
         # without the flag: no forecast bars, no future
         page.goto(site.url + "gantt")
         assert page.locator("rect.bar.forecast").count() == 0
+        # another user sees the same forecast of the owner's jobs (read with bob's rights)
+        page.context.clear_cookies()
+        log_in(site, page, "bob", site.bob_password)
+        rows = {j["f58"]: j for j in _api(site, page, "api/jobs?forecast=1")["jobs"]}
+        assert abs(rows[waiting]["t_forecast"] - t_limit) <= 2
+        page.goto(site.url + "jobs/" + waiting)
+        assert "expected start:" in page.inner_text("#forecast")
     finally:
         for jobid in (big, waiting):
             site.cli("cancel", jobid)
