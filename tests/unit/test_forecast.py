@@ -244,3 +244,24 @@ def test_forecast_eval_is_exact_when_jobs_run_their_limits() -> None:
     assert rows["forecast, limit"]["median_s"] > 0
     assert rows["forecast, history"]["mean_s"] < rows["forecast, limit"]["mean_s"]
     assert "EASY head t_estimate" in rows and ev.text()[1].split()[0] == "predictor"
+
+
+def test_cache_file_round_trip_and_staleness(tmp_path, monkeypatch) -> None:
+    import os
+    import time as _time
+
+    from fluxes.cli import forecasting
+
+    _inv, snap = _full_instance()
+    run = forecast(snap)
+    path = tmp_path / "fc.json"
+    forecasting._write_cached(path, run)
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    back = forecasting._read_cached(path, 5.0)
+    assert back is not None and back.jobs == run.jobs
+    old = _time.time() - 10
+    os.utime(path, (old, old))
+    assert forecasting._read_cached(path, 5.0) is None  # stale
+    path.write_text("not json")
+    os.utime(path, None)
+    assert forecasting._read_cached(path, 5.0) is None  # unreadable: made again
