@@ -61,6 +61,8 @@ def test_full_instance_forecasts_the_line(uri: str, capsys: pytest.CaptureFixtur
     assert cli(uri, "jobs", "--forecast", "-n", "-o", "{id.dec} {t_forecast:.0f}") == 0
     out = capsys.readouterr().out.split()
     assert out[0::2] == [str(j) for j in line] or sorted(out[0::2]) == sorted(map(str, line))
+    assert cli(uri, "jobs", "--forecast", "-n", "-o", "{id.dec}", "--sort=-t_forecast") == 0
+    assert capsys.readouterr().out.split() == [str(j) for j in reversed(line)]
     assert cli(uri, "jobs", "--forecast") == 0
     header = capsys.readouterr().out.splitlines()[0]
     assert "START" in header.split()
