@@ -153,7 +153,9 @@ class _Run(ExecModel, Observer):
         for wait in sorted(snap.waiting, key=lambda w: (w.t_submit, w.id)):
             self.limits[wait.id] = wait.limit
             self.userid[wait.id] = wait.userid
-            driver.submit(_simjob(wait), Prepared(_queue(wait), dict(wait.info), wait.request))
+            # past its dependencies already: the job manager must not wait on them again
+            info = {k: v for k, v in wait.info.items() if k != "dependencies"}
+            driver.submit(_simjob(wait), Prepared(_queue(wait), info, wait.request))
 
     def _running_end(self, userid: int, t_run: float, expiration: float | None
                      ) -> float | None:

@@ -265,3 +265,12 @@ def test_cache_file_round_trip_and_staleness(tmp_path, monkeypatch) -> None:
     path.write_text("not json")
     os.utime(path, None)
     assert forecasting._read_cached(path, 5.0) is None  # unreadable: made again
+
+
+def test_dependencies_met_already_are_not_waited_on_again() -> None:
+    inv = _inventory(1)
+    job = _waiting(200, _spec(nnodes=1))
+    met = Waiting(job.id, job.userid, job.urgency, job.priority, job.t_submit,
+                  {**job.info, "dependencies": [{"scheme": "afterok", "value": 12345}]},
+                  job.request)
+    assert forecast(Snapshot(T0, InstanceConfig(), inv, (), (met,))).jobs[200].t_start == T0
