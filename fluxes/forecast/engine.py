@@ -27,7 +27,7 @@ import heapq
 import math
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Final
 
 from fluxes.domain.jm.priority import PriorityInput
 from fluxes.domain.sched.policy import PassResult
@@ -92,7 +92,9 @@ class _Run(ExecModel, Observer):
         self.driver = Driver(
             snap.inventory, queue_policies(snap.config), clock=self.clock, exec_model=self,
             observer=self, priority=_Priorities({w.id: w.priority for w in snap.waiting}),
-            table=snap.table, accounting=_accounting(snap, self.clock))
+            mode=snap.config.sched.get("mode", "unlimited"),
+            limit=int(snap.config.sched.get("limit", 0)), table=snap.table,
+            accounting=_accounting(snap, self.clock))
 
     # -- the driver's plug-ins -----------------------------------------------------------
 
@@ -268,11 +270,3 @@ def _nodelist(ranks: IDSet, names: Mapping[int, str]) -> str:
     from fluxes.formats.hostlist import Hostlist
 
     return str(Hostlist([names[r] for r in ranks if r in names]))
-
-
-def describe(run: ForecastRun, jobid: int) -> dict[str, Any]:
-    """One job's forecast with what it waits behind (``fluxes job forecast``)."""
-    fc = run.jobs.get(jobid)
-    if fc is None:
-        raise KeyError(jobid)
-    return {**fc.to_dict(), "behind": run.behind(jobid)}
