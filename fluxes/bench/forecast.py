@@ -69,16 +69,22 @@ def snapshot(nodes: int = 1024, pending: int = 10_000, seed: int = 1,
 
 
 def run(nodes: int = 1024, pending: int = 10_000, runs: int = 3, policy: str = "easy",
-        runtime: RuntimeSource = "limit", seed: int = 1) -> dict[str, Any]:
-    """Forecast the synthetic instance ``runs`` times; the figures (see the module)."""
+        runtime: RuntimeSource = "limit", seed: int = 1, job: int | None = None
+        ) -> dict[str, Any]:
+    """Forecast the synthetic instance ``runs`` times; the figures (see the module).
+    ``job``: forecast only the job-th waiting job (1: the first submitted), as ``fluxes
+    job forecast`` does (the run stops once it started)."""
     if nodes < 1 or pending < 0 or runs < 1:
         raise ValueError("--nodes and --runs must be >= 1, --pending >= 0")
+    if job is not None and not 1 <= job <= pending:
+        raise ValueError("--job must be 1 to --pending")
     snap = snapshot(nodes, pending, seed, policy)
+    wanted = None if job is None else [snap.waiting[job - 1].id]
     best_wall = best_cpu = float("inf")
     out = None
     for _ in range(runs):
         wall, cpu = time.perf_counter(), time.process_time()
-        out = forecast(snap, runtime)
+        out = forecast(snap, runtime, wanted)
         best_wall = min(best_wall, time.perf_counter() - wall)
         best_cpu = min(best_cpu, time.process_time() - cpu)
     assert out is not None
@@ -86,4 +92,4 @@ def run(nodes: int = 1024, pending: int = 10_000, runs: int = 3, policy: str = "
     return {"nodes": nodes, "running": len(snap.running), "pending": pending,
             "policy": policy, "runtime": runtime, "forecast_s": round(best_wall, 3),
             "cpu_s": round(best_cpu, 3), "passes": out.passes, "started": started,
-            "runs": runs}
+            "runs": runs, **({"job": job} if job is not None else {})}

@@ -176,6 +176,8 @@ def register(subparsers: Any) -> None:
     fc.add_argument("--policy", choices=("fcfs", "easy", "conservative"), default="easy")
     fc.add_argument("--runtime", choices=("limit", "history"), default="limit")
     fc.add_argument("--seed", type=int, default=1)
+    fc.add_argument("--job", type=int, default=None, metavar="K",
+                    help="forecast only the K-th waiting job, as 'fluxes job forecast' does")
     fc.add_argument("--json", action="store_true")
     fc.set_defaults(func=_forecast)
 
@@ -346,7 +348,8 @@ def _forecast(args: argparse.Namespace) -> int:
     from fluxes.bench.common import report
 
     report(forecast.run(nodes=args.nodes, pending=args.pending, runs=args.runs,
-                        policy=args.policy, runtime=args.runtime, seed=args.seed), args.json)
+                        policy=args.policy, runtime=args.runtime, seed=args.seed,
+                        job=args.job), args.json)
     return 0
 
 

@@ -48,7 +48,7 @@ def _forecast(args: argparse.Namespace) -> int:
         when = job.t_run
         since = f" since {_when(when)}" if when else ""
         die(f"job {shown_id(args.id)} is not pending ({job.state.name}{since})")
-    run = cached_forecast(inst, args.runtime)
+    run = cached_forecast(inst, args.runtime, wanted=[args.id])
     fc = run.jobs.get(args.id)
     if fc is None:
         die(f"job {shown_id(args.id)}: no forecast (it was not pending when the forecast "

@@ -15,7 +15,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,34 +34,50 @@ FORECAST_FORMAT = ("{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} "
                    "{contextual_info}")
 
 _lock = threading.Lock()
-_cache: dict[tuple[int, str, str], tuple[float, ForecastRun]] = {}
+#: (connection, namespace, runtime source, the jobs asked about or ()) -> (when, forecast)
+_cache: dict[tuple[int, str, str, tuple[int, ...]], tuple[float, ForecastRun]] = {}
+#: Forecasts of some jobs kept at most (the web's job pages), before the oldest go.
+_PARTIAL_KEPT = 256
 
 
 def cached_forecast(instance: Instance, runtime: RuntimeSource | None = None,
-                    ttl: float | None = None) -> ForecastRun:
+                    ttl: float | None = None, wanted: Iterable[int] | None = None
+                    ) -> ForecastRun:
     """The forecast of the instance now, reused for ``ttl`` seconds (default: ``[forecast]
-    cache``) by this process; ``runtime`` defaults to ``[forecast] runtime``."""
+    cache``); ``runtime`` defaults to ``[forecast] runtime``. ``wanted``: the jobs asked
+    about; a forecast of every job still fresh answers, else the run stops once they
+    have started (the answer then leaves out the jobs not reached)."""
     config = instance.config().forecast
     source: Any = runtime or config.runtime
     keep = config.cache if ttl is None else ttl
-    key = (id(instance.redis), instance.keys.ns, str(source))
-    now = time.monotonic()
-    with _lock:
-        found = _cache.get(key)
-        if found is not None and now - found[0] < keep:
-            return found[1]
+    full = (id(instance.redis), instance.keys.ns, str(source), ())
+    some = (*full[:3], tuple(sorted(set(wanted)))) if wanted is not None else full
+    found = _fresh(full, keep) or _fresh(some, keep)
+    if found is not None:
+        return found
     path = _cache_file(instance, str(source)) if keep > 0 else None
     run = _read_cached(path, keep) if path is not None else None
     if run is None:
         from fluxes.forecast.engine import forecast
         from fluxes.store.forecast import read_snapshot
 
-        run = forecast(read_snapshot(instance, history=source == "history"), source)
-        if path is not None:
+        snap = read_snapshot(instance, history=source == "history")
+        run = forecast(snap, source, None if wanted is None else some[3])
+        if path is not None and run.complete:
             _write_cached(path, run)
     with _lock:
-        _cache[key] = (time.monotonic(), run)
+        if len(_cache) > _PARTIAL_KEPT:
+            _cache.clear()
+        _cache[full if run.complete else some] = (time.monotonic(), run)
     return run
+
+
+def _fresh(key: tuple[int, str, str, tuple[int, ...]], keep: float) -> ForecastRun | None:
+    with _lock:
+        found = _cache.get(key)
+    if found is not None and time.monotonic() - found[0] < keep:
+        return found[1]
+    return None
 
 
 def _cache_file(instance: Instance, source: str) -> Path:
@@ -113,7 +129,8 @@ def add_forecasts(inst: Instance, rows: Sequence[Any]) -> None:
     instance's forecast (cached a few seconds: ``[forecast] cache``)."""
     if not any(row.state in _PENDING_NAMES for row in rows):
         return
-    run = cached_forecast(inst)
+    run = cached_forecast(inst, wanted=[int(r.id) for r in rows
+                                        if r.state in _PENDING_NAMES])
     for row in rows:
         if row.state not in _PENDING_NAMES:
             continue

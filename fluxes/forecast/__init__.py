@@ -13,6 +13,8 @@ docs/forecast.md.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fluxes.forecast.model import (
     Forecast,
     ForecastRun,
@@ -25,9 +27,10 @@ from fluxes.forecast.model import (
 __all__ = ["Forecast", "ForecastRun", "Running", "Snapshot", "Waiting", "forecast"]
 
 
-def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit") -> ForecastRun:
+def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit",
+             wanted: Iterable[int] | None = None) -> ForecastRun:
     """:func:`fluxes.forecast.engine.forecast` (imported on first use: the store reads
     snapshots through :mod:`fluxes.forecast.model` without loading the simulator)."""
     from fluxes.forecast.engine import forecast as run
 
-    return run(snapshot, runtime)
+    return run(snapshot, runtime, wanted)

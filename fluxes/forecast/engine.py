@@ -26,7 +26,7 @@ import dataclasses
 import heapq
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
 from fluxes.domain.jm.priority import PriorityInput
@@ -88,6 +88,9 @@ class _Run(ExecModel, Observer):
         self.ends: dict[int, float | None] = {}
         self.reasons: dict[int, str] = {}
         self.started = 0
+        #: the jobs asked about (empty: every one) and how many of them still wait
+        self.wanted: set[int] = set()
+        self.wanted_left = 0
         self.sources: dict[int, str] = {}
         self.driver = Driver(
             snap.inventory, queue_policies(snap.config), clock=self.clock, exec_model=self,
@@ -105,6 +108,8 @@ class _Run(ExecModel, Observer):
         ran = self._runtime(self.userid[jobid], limit, jobid)
         self.starts[jobid] = (now, IDSet(ranks))
         self.started += 1
+        if jobid in self.wanted:
+            self.wanted_left -= 1
         end = now + ran if math.isfinite(ran) else None
         self.ends[jobid] = end
         if end is not None and ran < limit:
@@ -177,7 +182,7 @@ class _Run(ExecModel, Observer):
         driver.settle(now)
         self._timers(now)
         waiting = len(self.limits)
-        while events and self.started < waiting:
+        while events and self.started < waiting and (not self.wanted or self.wanted_left):
             now = events[0][0]
             self.clock.now = now
             while events and events[0][0] == now:
@@ -203,8 +208,11 @@ class _Run(ExecModel, Observer):
         jobs: dict[int, Forecast] = {}
         for jobid, why in self.snap.excluded.items():
             jobs[jobid] = Forecast(jobid, None, reason=why)
+        complete = not self.wanted or self.started == len(self.limits) or not self.events
         for jobid in self.limits:
             started = self.starts.get(jobid)
+            if started is None and not complete:
+                continue  # not reached: the run stopped once the jobs asked about started
             reason = self.reasons.get(jobid, "")
             source = self.sources.get(jobid, self.source if self.source == "limit" else "")
             if started is None:
@@ -215,22 +223,31 @@ class _Run(ExecModel, Observer):
                                    _nodelist(ranks, names), reason, source)
         spans = {jobid: (ranks, t, self.ends.get(jobid))
                  for jobid, (t, ranks) in self.starts.items()}
-        return ForecastRun(self.snap.now, jobs, spans, elapsed, self.driver.passes)
+        return ForecastRun(self.snap.now, jobs, spans, elapsed, self.driver.passes, complete)
 
 
-def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit") -> ForecastRun:
+def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit",
+             wanted: Iterable[int] | None = None) -> ForecastRun:
     """Every waiting job's expected start, from ``snapshot`` run forward (see the module).
 
     ``runtime``: how run times are predicted, ``"limit"`` (each job runs to its time
     limit: an upper bound, as the schedulers plan) or ``"history"`` (the mean of its
     user's last two run times, capped by the limit: :mod:`fluxes.forecast.history`).
-    Pure: the snapshot is not changed. ValueError for a snapshot the cores refuse (a
-    running job's R not in the inventory, two jobs on one core).
+    ``wanted``: the jobs asked about; the run stops once they have all started, so a
+    job near the front costs a short run (the result then leaves out the jobs not
+    reached, and says it is not ``complete``). Pure: the snapshot is not changed.
+    ValueError for a snapshot the cores refuse (a running job's R not in the
+    inventory, two jobs on one core).
     """
     if runtime not in ("limit", "history"):
         raise ValueError(f"forecast: runtime must be limit or history, not {runtime!r}")
     began = time.perf_counter()
     run = _Run(snapshot, runtime)
+    if wanted is not None:
+        # a wanted job not waiting (unknown, excluded) is nothing to wait for; none at
+        # all left (the -1 that no job is): the run stops after its first pass
+        run.wanted = set(wanted) & {w.id for w in snapshot.waiting} or {-1}
+        run.wanted_left = len(run.wanted - {-1})
     run.seed()
     run.run()
     return run.result(time.perf_counter() - began)

@@ -115,10 +115,13 @@ class ForecastRun:
     #: the run's cost (seconds of wall time) and scheduling passes
     elapsed: float = 0.0
     passes: int = 0
+    #: False when the run stopped once the jobs asked about started (others left out)
+    complete: bool = True
 
     def to_obj(self) -> dict[str, Any]:
         """JSON-ready form (the forecast cache)."""
         return {"now": self.now, "elapsed": self.elapsed, "passes": self.passes,
+                "complete": self.complete,
                 "jobs": [[f.id, f.t_start, f.t_end, f.ranks, f.nodelist, f.reason, f.runtime]
                          for f in self.jobs.values()],
                 "spans": [[j, str(r), s, e] for j, (r, s, e) in self.spans.items()]}
@@ -131,7 +134,7 @@ class ForecastRun:
                                         str(j[4]), str(j[5]), str(j[6])) for j in obj["jobs"]}
             spans = {int(j): (IDSet(str(r)), float(s), _time(e)) for j, r, s, e in obj["spans"]}
             return cls(float(obj["now"]), jobs, spans, float(obj["elapsed"]),
-                       int(obj["passes"]))
+                       int(obj["passes"]), bool(obj.get("complete", True)))
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ValueError(f"bad forecast: {exc}") from None
 

@@ -242,7 +242,8 @@ def _add_forecasts(view: View, rows: list[dict[str, Any]]) -> None:
         return
     from fluxes.cli.forecasting import cached_forecast
 
-    run = cached_forecast(view.inst)
+    run = cached_forecast(view.inst, wanted=[int(row["id"]) for row in rows
+                                             if row.get("state") in _PENDING_NAMES])
     for row in rows:
         if row.get("state") in _PENDING_NAMES:
             found = run.jobs.get(int(row["id"]))
@@ -257,7 +258,7 @@ def _job_forecast(view: View, jobid: int) -> dict[str, Any] | None:
     """A pending job's forecast for its page: when, where, behind which jobs."""
     from fluxes.cli.forecasting import cached_forecast
 
-    run = cached_forecast(view.inst)
+    run = cached_forecast(view.inst, wanted=[jobid])
     found = run.jobs.get(jobid)
     if found is None:
         return None

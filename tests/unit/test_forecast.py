@@ -274,3 +274,20 @@ def test_dependencies_met_already_are_not_waited_on_again() -> None:
                   {**job.info, "dependencies": [{"scheme": "afterok", "value": 12345}]},
                   job.request)
     assert forecast(Snapshot(T0, InstanceConfig(), inv, (), (met,))).jobs[200].t_start == T0
+
+
+def test_a_forecast_for_some_jobs_stops_once_they_started() -> None:
+    inv, snap = _full_instance()
+    many = tuple(_waiting(200 + i, _spec(nnodes=2, duration=30.0)) for i in range(50))
+    snap = Snapshot(T0, InstanceConfig(), inv, snap.running, many)
+    full = forecast(snap)
+    some = forecast(snap, wanted=[201])
+    assert full.complete and not some.complete
+    assert some.jobs[201] == full.jobs[201] and some.behind(201) == full.behind(201)
+    assert 202 not in some.jobs and some.passes < full.passes / 10
+    # a job that is not waiting, or none: the first pass only
+    assert forecast(snap, wanted=[999]).passes == 1
+    # a wanted job that never starts: run to the end, it says never
+    drained = Snapshot(T0, InstanceConfig(), inv, snap.running, many, drained=IDSet("1"))
+    out = forecast(drained, wanted=[230])
+    assert out.complete and out.jobs[230].t_start is None
