@@ -229,42 +229,13 @@ def jobs(view: View, all_jobs: bool = False, user: str | None = None,
     now = view.when
     rows = [job_row(rec, now, queues) for rec in picked[:limit]]
     if forecast and view.at is None:
-        _add_forecasts(view, rows)
+        from fluxes.web.forecast import add_forecasts
+
+        add_forecasts(view, rows)
     return {"at": view.at, "now": time.time(), "limit": limit, "truncated": truncated,
             "filters": {"all": all_jobs, "user": user, "queue": queue, "states": states},
             "jobs": rows,
             "purged_before": view.moment().purged_before if view.at is not None else None}
-
-
-def _add_forecasts(view: View, rows: list[dict[str, Any]]) -> None:
-    """``t_forecast`` on each pending row: its expected start (``-``: never)."""
-    if not any(row.get("state") in _PENDING_NAMES for row in rows):
-        return
-    from fluxes.cli.forecasting import cached_forecast
-
-    run = cached_forecast(view.inst, wanted=[int(row["id"]) for row in rows
-                                             if row.get("state") in _PENDING_NAMES])
-    for row in rows:
-        if row.get("state") in _PENDING_NAMES:
-            found = run.jobs.get(int(row["id"]))
-            row["t_forecast"] = "-" if found is None or found.t_start is None \
-                else found.t_start
-
-
-_PENDING_NAMES = frozenset(("DEPEND", "PRIORITY", "SCHED"))
-
-
-def _job_forecast(view: View, jobid: int) -> dict[str, Any] | None:
-    """A pending job's forecast for its page: when, where, behind which jobs."""
-    from fluxes.cli.forecasting import cached_forecast
-
-    run = cached_forecast(view.inst, wanted=[jobid])
-    found = run.jobs.get(jobid)
-    if found is None:
-        return None
-    behind = run.behind(jobid)
-    return {**found.to_dict(), "behind": [jobids.encode(j, "f58") for j in behind[:8]],
-            "behind_more": max(len(behind) - 8, 0)}
 
 
 def _candidates(view: View, active: bool, inactive: bool,
@@ -326,13 +297,21 @@ def job(view: View, jobid: int) -> dict[str, Any]:
                           "t_estimate": sched.get("t_estimate") if isinstance(sched, dict)
                           else None,
                           "info": out["job"].get("contextual_info"),
-                          "forecast": _job_forecast(view, jobid) if view.at is None
-                          else None}
+                          "forecast": _job_forecast(view, jobid)}
     allocated = view.at is None or record.job.t_run is not None  # R came with the alloc
     out["R"] = _json_or_text(facts.R) if facts is not None and facts.R and allocated \
         else None
     out["jobspec"], out["output"] = _private_parts(view, jobid, facts.owner if facts else None)
     return out
+
+
+def _job_forecast(view: View, jobid: int) -> dict[str, Any] | None:
+    """A pending job's forecast for its page (live only: a forecast is of the present)."""
+    if view.at is not None:
+        return None
+    from fluxes.web.forecast import job_forecast
+
+    return job_forecast(view, jobid)
 
 
 def _record(view: View, jobid: int) -> JobRecord | None:
@@ -570,7 +549,9 @@ def gantt(view: View, start: float | None = None, end: float | None = None,
     from fluxes.store.resources import load_inventory
 
     if forecast and view.at is None:
-        return _forecast_gantt(view, start, end)
+        from fluxes.web.forecast import forecast_gantt
+
+        return forecast_gantt(view, start, end)
     end = end if end is not None else view.when
     if start is None:
         # a young instance's hour is mostly empty: start where its history does
@@ -617,59 +598,6 @@ def gantt(view: View, start: float | None = None, end: float | None = None,
     return {"at": view.at, "start": start, "end": end, "truncated": len(bars) >= MAX_BARS,
             "ranks": [{"rank": t.rank, "host": t.hostname or f"rank{t.rank}"}
                       for t in inventory], "bars": bars}
-
-
-#: How far the Gantt chart's forecast reaches at most (seconds).
-FORECAST_HORIZON_S = 86400.0
-
-
-def _forecast_gantt(view: View, start: float | None, end: float | None) -> dict[str, Any]:
-    """The Gantt of the past up to now, then the forecast future (lighter bars)."""
-    from fluxes.cli.forecasting import cached_forecast
-
-    now = time.time()
-    past = gantt(view, start, now)
-    start = float(past["start"])
-    run = cached_forecast(view.inst)
-    if end is None or end <= now:
-        # as far into the future as the window reaches into the past, or up to the last
-        # forecast end (a young instance's past is short), a day at most
-        last = max((e for _r, _s, e in run.spans.values() if e is not None), default=now)
-        end = now + min(max(now - start, last - now), FORECAST_HORIZON_S)
-    bars = past["bars"]
-    known = {b["id"]: b for b in bars}
-    for jobid, (ranks, t_from, t_to) in run.spans.items():
-        begin = max(t_from, now)
-        until = end if t_to is None else min(t_to, end)
-        if until <= begin or begin >= end:
-            continue
-        seen = known.get(jobid)
-        fc = run.jobs.get(jobid)
-        if seen is None and fc is None:
-            continue  # running, but not in the window's past (purged, hidden)
-        bars.append({"id": jobid, "f58": jobids.encode(jobid, "f58"),
-                     "user": seen["user"] if seen else "",
-                     "name": seen["name"] if seen else "", "ranks": list(ranks),
-                     "start": begin, "end": until, "t_run": t_from, "t_end": t_to,
-                     "state": "forecast", "forecast": True})
-        if len(bars) >= MAX_BARS:
-            break
-    _name_forecast_bars(view, [b for b in bars if b.get("forecast") and not b["user"]])
-    return {**past, "end": end, "now": now, "bars": bars,
-            "truncated": past["truncated"] or len(bars) >= MAX_BARS}
-
-
-def _name_forecast_bars(view: View, bars: list[dict[str, Any]]) -> None:
-    """Users and names of the pending jobs the forecast drew."""
-    if not bars:
-        return
-    from fluxes.store.joblist import JobListStore
-
-    store = JobListStore(view.inst.redis, view.inst.keys)
-    for bar, rec in zip(bars, store.get_many([b["id"] for b in bars]), strict=True):
-        if rec is not None:
-            bar["user"] = user_name(rec.job.userid) if rec.job.userid >= 0 else "-"
-            bar["name"] = str(rec.info.get("name") or "")
 
 
 # ---------------------------------------------------------------- usage
