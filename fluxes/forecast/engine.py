@@ -148,8 +148,14 @@ class _Run(ExecModel, Observer):
         """The snapshot into the driver: running jobs held, drained ranks down, waiting
         jobs submitted."""
         snap, driver = self.snap, self.driver
-        for job in snap.running:
-            driver.hold(job.id, job.R, userid=job.userid, bank=job.bank)
+        # newest first: of two that overlap (see below), the newer holds the cores
+        for job in sorted(snap.running, key=lambda r: -r.t_run):
+            try:
+                driver.hold(job.id, job.R, userid=job.userid, bank=job.bank)
+            except ValueError:
+                # the snapshot is not read at one instant: a job that ended while it
+                # was read may overlap the one that took its cores
+                continue
             end = self._running_end(job.userid, job.t_run, job.expiration)
             self.ends[job.id] = end
             self.starts[job.id] = (job.t_run, job.R.ranks)
@@ -235,9 +241,9 @@ def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit",
     user's last two run times, capped by the limit: :mod:`fluxes.forecast.history`).
     ``wanted``: the jobs asked about; the run stops once they have all started, so a
     job near the front costs a short run (the result then leaves out the jobs not
-    reached, and says it is not ``complete``). Pure: the snapshot is not changed.
-    ValueError for a snapshot the cores refuse (a running job's R not in the
-    inventory, two jobs on one core).
+    reached, and says it is not ``complete``). Pure: the snapshot is not changed. A
+    running job whose R the pool refuses (on cores a newer running job holds: a
+    snapshot is not read at one instant) is left out.
     """
     if runtime not in ("limit", "history"):
         raise ValueError(f"forecast: runtime must be limit or history, not {runtime!r}")

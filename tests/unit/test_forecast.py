@@ -291,3 +291,12 @@ def test_a_forecast_for_some_jobs_stops_once_they_started() -> None:
     drained = Snapshot(T0, InstanceConfig(), inv, snap.running, many, drained=IDSet("1"))
     out = forecast(drained, wanted=[230])
     assert out.complete and out.jobs[230].t_start is None
+
+
+def test_overlapping_running_jobs_keep_the_newer() -> None:
+    """A snapshot read while a job ended and another took its node: the newer holds it."""
+    inv = _inventory(1)
+    old = _running(inv, 100, _spec(nnodes=1, duration=600.0), T0 - 500)
+    new = _running(inv, 101, _spec(nnodes=1, duration=60.0), T0 - 10)
+    snap = Snapshot(T0, InstanceConfig(), inv, (old, new), (_waiting(200, _spec(nnodes=1)),))
+    assert forecast(snap).jobs[200].t_start == T0 + 50
