@@ -59,6 +59,7 @@ HEADERS = {
     "sched.t_estimate": "T_ESTIMATE", "annotations.sched.t_estimate": "T_ESTIMATE",
     "sched.resource_summary": "RESOURCES", "annotations.sched.resource_summary": "RESOURCES",
     "state_emoji": "STATE", "result_emoji": "RESULT", "status_emoji": "STATUS",
+    "t_forecast": "START",
     **INSTANCE_FIELDS,
 }
 
@@ -103,6 +104,8 @@ def _missing(value: Any) -> bool:
 
 
 def _timestamp(value: Any, conv: str) -> Any:
+    if value == "-":
+        return "-"  # a time that will not come (a forecast start that never is)
     if _missing(value) or not value:
         # never a 1970 date for a time that did not happen
         return _NoTime() if conv == "d" else ""

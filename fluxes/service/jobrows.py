@@ -100,6 +100,8 @@ class Row:
         else:
             self.contextual_time = self.runtime_text
         self.contextual_info = _info(rec, now, _stopped(rec, queues))
+        #: the expected start of a pending job (``--forecast``): a UNIX time, "-" for never
+        self.t_forecast: float | str | None = None
         more_fields(self, rec, now)
 
     def as_dict(self) -> dict[str, Any]:

@@ -35,6 +35,9 @@ FORBIDDEN = {
     "fluxes/drill": ("fluxes.cli", "fluxes.web", "fluxes.bench", "workers"),
     # the simulator drives the pure cores on a virtual clock: no Redis, no processes
     "fluxes/sim": ("redis", "hiredis", "fluxes.store", "fluxes.proc", "fluxes.web", "workers"),
+    # forecasts run the simulator on a snapshot: pure, like it (the store reads the snapshot)
+    "fluxes/forecast": ("redis", "hiredis", "fluxes.store", "fluxes.proc", "fluxes.web",
+                        "fluxes.cli", "workers", "subprocess"),
 }
 
 #: Imports that break the rules above, each with why (none today: add one only with a
