@@ -36,8 +36,8 @@ def register_job_forecast(sub: Any) -> None:
 
 
 def _forecast(args: argparse.Namespace) -> int:
+    from fluxes.service.forecasting import cached_forecast
     from fluxes.service.jobs import jobs_by_id
-    from fluxes.cli.forecasting import cached_forecast
 
     inst = instance(args)
     records, missing = jobs_by_id(inst, [args.id])
@@ -109,3 +109,18 @@ def _lines(run: ForecastRun, jobid: int, behind: list[int]) -> list[str]:
     if fc.reason:
         out.append(f"held by:        {fc.reason}")
     return out
+
+
+#: ``fluxes jobs --forecast``'s format: the pending view with each job's expected start
+FORECAST_FORMAT = ("{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} "
+                   "{status_abbrev:>2.2} {ntasks:>6} {nnodes:>6} {t_forecast!D:>19} "
+                   "{contextual_info}")
+
+
+def forecast_view(args: Any) -> None:
+    """``fluxes jobs --forecast``: the pending jobs (unless ``-f`` or ids are given) in the
+    format with the START column (unless ``-o`` or ``--csv`` is given)."""
+    if args.format == "default" and not args.csv:
+        args.format = FORECAST_FORMAT
+    if args.filter is None and not args.ids:
+        args.filter = "pending"

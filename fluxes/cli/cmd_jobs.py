@@ -175,6 +175,15 @@ def _active(inst: Instance) -> int:
                for s in ("DEPEND", "PRIORITY", "SCHED", "RUN", "CLEANUP"))
 
 
+def _needs_full_client(args: argparse.Namespace, text: str) -> bool:
+    """Whether the listing reads more than the job list: the forecast (a snapshot of the
+    whole instance), child instances (-R, instance fields, uri); the small client of a
+    plain listing answers only the job list's reads."""
+    wanted = f"{text} {args.sort or ''}"
+    return bool(args.forecast or args.recursive or args.recurse_all
+                or any(word in wanted for word in ("t_forecast", "instance", "uri")))
+
+
 def _jobs(args: argparse.Namespace) -> int:
     if args.stats_only:
         inst = instance(args)
@@ -186,12 +195,14 @@ def _jobs(args: argparse.Namespace) -> int:
     sort_keys = sort_fields(args.sort)
     include = hosts_or_ranks(args.include)
     if args.forecast:
-        from fluxes.cli.forecasting import forecast_view
+        from fluxes.cli.cmd_forecast import forecast_view
 
         forecast_view(args)
     name = "accounting" if args.csv and args.format == "default" else args.format
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
+    if _needs_full_client(args, FORMATS.get(name, name)):
+        args._lite = False
     inst = instance(args)
     if args.recurse_all:
         args.recursive = True
@@ -208,7 +219,7 @@ def _jobs(args: argparse.Namespace) -> int:
         records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
     if args.forecast or "t_forecast" in text or "t_forecast" in (args.sort or ""):
-        from fluxes.cli.forecasting import add_forecasts
+        from fluxes.service.forecasting import add_forecasts
 
         add_forecasts(inst, rows)
         records, rows = sorted_rows(records, rows, sort_keys) if sort_keys else (records, rows)

@@ -6,7 +6,7 @@ the instance: the configuration and inventory, the job list's active jobs
 it would read), the ranks the scheduler's last published summary says are
 drained or down, the banks (running limits) and, for the history predictor,
 the run times of each user's newest finished jobs. It only reads: a forecast
-never writes to the instance (``fluxes.cli.forecasting`` runs and caches it).
+never writes to the instance (``fluxes.service.forecasting`` runs and caches it).
 """
 
 from __future__ import annotations

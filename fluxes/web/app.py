@@ -47,7 +47,7 @@ from fluxes.store.errors import (
     StoreTimeoutError,
 )
 from fluxes.store.instance import Instance
-from fluxes.web import data, render
+from fluxes.web import data, forecast, render
 from fluxes.web.auth import (
     COOKIE,
     FLASH_COOKIE,
@@ -343,10 +343,30 @@ def _opt(call: Call, name: str) -> str | None:
 
 def _jobs_doc(call: Call, view: data.View) -> dict[str, Any]:
     queue = call.request.query_params.get("queue")
-    return data.jobs(view, all_jobs=_flag(call, "all"), user=_opt(call, "user"),
-                     queue=queue if queue not in (None, "") else None,
-                     states=_opt(call, "states"), limit=_limit(call),
-                     forecast=_flag(call, "forecast"))
+    doc = data.jobs(view, all_jobs=_flag(call, "all"), user=_opt(call, "user"),
+                    queue=queue if queue not in (None, "") else None,
+                    states=_opt(call, "states"), limit=_limit(call))
+    if _flag(call, "forecast") and view.at is None:  # a forecast is of the present
+        forecast.add_forecasts(view, doc["jobs"])
+    return doc
+
+
+def _job_doc(view: data.View, jobid: int) -> dict[str, Any]:
+    """``data.job`` with a pending job's forecast (live only)."""
+    doc = data.job(view, jobid)
+    pending = doc.get("pending")
+    if isinstance(pending, dict) and view.at is None:
+        pending["forecast"] = forecast.job_forecast(view, jobid)
+    return doc
+
+
+def _gantt_doc(call: Call, view: data.View, start: float | None, end: float | None
+               ) -> dict[str, Any]:
+    """``data.gantt``, or with ``forecast`` (live only) the window going on into the
+    future, the forecast's allocations there as bars with ``"forecast": true``."""
+    if _flag(call, "forecast") and view.at is None:
+        return forecast.forecast_gantt(view, start, end)
+    return data.gantt(view, start, end)
 
 
 def page_machine(call: Call) -> Response:
@@ -374,7 +394,7 @@ def page_job(call: Call) -> Response:
     """``/jobs/ID``."""
     view = call.view()
     jobid = data.parse_job(call.request.path_params["job"])
-    doc = data.job(view, jobid)
+    doc = _job_doc(view, jobid)
     row = doc.get("job") or {}
     active = bool(row) and not row.get("result")
     mine = call.session.owner or (call.session.uid is not None
@@ -392,8 +412,7 @@ def page_gantt(call: Call) -> Response:
     """``/gantt``."""
     view = call.view()
     start, end = _window(call)
-    return HTMLResponse(render.gantt(call.frame(view), data.gantt(
-        view, start, end, forecast=_flag(call, "forecast"))))
+    return HTMLResponse(render.gantt(call.frame(view), _gantt_doc(call, view, start, end)))
 
 
 def page_usage(call: Call) -> Response:
@@ -416,7 +435,7 @@ def api_jobs(call: Call) -> Response:
 
 def api_job(call: Call) -> Response:
     """``/api/jobs/ID``."""
-    return _json(data.job(call.view(), data.parse_job(call.request.path_params["job"])))
+    return _json(_job_doc(call.view(), data.parse_job(call.request.path_params["job"])))
 
 
 def api_resources(call: Call) -> Response:
@@ -432,7 +451,8 @@ def api_queues(call: Call) -> Response:
 def api_gantt(call: Call) -> Response:
     """``/api/gantt``."""
     start, end = _window(call)
-    return _json(data.gantt(call.view(), start, end, forecast=_flag(call, "forecast")))
+    view = call.view()
+    return _json(_gantt_doc(call, view, start, end))
 
 
 def api_usage(call: Call) -> Response:

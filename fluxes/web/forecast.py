@@ -8,8 +8,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from fluxes.cli.forecasting import cached_forecast
 from fluxes.formats import jobid as jobids
+from fluxes.service.forecasting import cached_forecast
 from fluxes.web.data import MAX_BARS, View, gantt, user_name
 
 __all__ = ["FORECAST_HORIZON_S", "add_forecasts", "forecast_gantt", "job_forecast"]

@@ -250,7 +250,7 @@ def test_cache_file_round_trip_and_staleness(tmp_path, monkeypatch) -> None:
     import os
     import time as _time
 
-    from fluxes.cli import forecasting
+    from fluxes.service import forecasting
 
     _inv, snap = _full_instance()
     run = forecast(snap)

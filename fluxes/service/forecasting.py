@@ -26,12 +26,7 @@ from fluxes.forecast.model import ForecastRun, RuntimeSource
 if TYPE_CHECKING:
     from fluxes.store.instance import Instance
 
-__all__ = ["FORECAST_FORMAT", "add_forecasts", "cached_forecast", "forecast_view"]
-
-#: ``fluxes jobs --forecast``'s format: the pending view with each job's expected start
-FORECAST_FORMAT = ("{id.f58:>12} ?:{queue:<8.8} {username:<8.8} {name:<10.10} "
-                   "{status_abbrev:>2.2} {ntasks:>6} {nnodes:>6} {t_forecast!D:>19} "
-                   "{contextual_info}")
+__all__ = ["add_forecasts", "cached_forecast"]
 
 _lock = threading.Lock()
 #: (connection, namespace, runtime source, the jobs asked about or ()) -> (when, forecast)
@@ -113,15 +108,6 @@ def _write_cached(path: Path, run: ForecastRun) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink()
-
-
-def forecast_view(args: Any) -> None:
-    """``fluxes jobs --forecast``: the pending jobs (unless ``-f`` or ids are given) in the
-    format with the START column (unless ``-o`` or ``--csv`` is given)."""
-    if args.format == "default" and not args.csv:
-        args.format = FORECAST_FORMAT
-    if args.filter is None and not args.ids:
-        args.filter = "pending"
 
 
 def add_forecasts(inst: Instance, rows: Sequence[Any]) -> None:
