@@ -49,33 +49,30 @@ from fluxes.domain.accounting.priority import (
 from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
 from fluxes.domain.jm.priority import DefaultPriority
-from fluxes.domain.jm.queues import fold_queue_events
-from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store import jobhash, reachability
 from fluxes.store.accounting import AccountsFollower, UsageStore, fair_share_now
-from fluxes.store.deadletters import counts_key
-from fluxes.store.errors import ResponseError, StoreError
+from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import (
     BadBatchError,
-    Batch,
+    CommitResult,
     ConflictError,
     EventStore,
     FencedError,
     KeyTypeError,
     RawEvent,
 )
-from fluxes.store.groups import ensure_group, read_streams
+from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
+from fluxes.store.jm_unit import MAX_COMMIT_EVENTS, JobManagerStore, Unit
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.private import ensure_salt
 from fluxes.store.resources import load_inventory
 from workers.base import (
-    INPUT_REPLIES,
     Worker,
     not_the_input,
     overdelivered_reason,
@@ -85,12 +82,6 @@ from workers.base import (
 #: Stream entries per read (a new-job entry may carry a couple of thousand jobs).
 READ_COUNT = 200
 MAX_BLOCK_MS = 1000
-#: Replies to clients expire if nobody reads them.
-REPLY_TTL_MS = 60_000
-#: Events per commit at most (a Lua call blocks Redis while it runs).
-MAX_COMMIT_EVENTS = 4000
-#: Messages per outbound stream entry (one XADD each).
-MESSAGES_PER_ENTRY = 1000
 #: Events between checkpoints.
 CHECKPOINT_EVERY = 200_000
 #: Pending jobs whose stored requests are read per round trip when taking over.
@@ -111,22 +102,6 @@ PRIORITY_CHECK_S = 1.0
 REBUILDS_BEFORE_PAUSE = 3
 REBUILD_WINDOW_S = 10.0
 REBUILD_PAUSE_S = 1.0
-#: Longest reply key a control message may name (the prefix, a user name, a
-#: request id of 64 characters).
-MAX_REPLY_KEY = 512
-
-
-def stopped_queues(instance: Instance) -> set[str]:
-    """Queues whose admin state says stopped, folded from the queue event stream."""
-    log = []
-    for _sid, fields in instance.redis.xrange(instance.keys.queues):
-        try:
-            log.append(proto.load_queue_event(fields))
-        except proto.MessageError:
-            continue  # a malformed admin entry cannot stop a queue
-    states = fold_queue_events(instance.config().queues, log)
-    # the core names the anonymous queue "" (a job record's queue when none is set)
-    return {q or "" for q, s in states.items() if not s.started}
 
 
 class JobManagerWorker(Worker):
@@ -136,11 +111,12 @@ class JobManagerWorker(Worker):
 
     def __init__(self, instance: Instance, partition: int = 0, name: str | None = None,
                  owner_uid: int | None = None, lease_ttl_ms: int = LEASE_TTL_MS,
-                 checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+                 checkpoint_every: int = CHECKPOINT_EVERY, pipelined: bool = False) -> None:
         super().__init__(instance, name)
         self.partition = partition
         keys = self.keys
         self.store = EventStore(self.redis, keys)
+        self.writes = JobManagerStore(self.store, partition)
         self.hashes = jobhash.JobHashes(self.redis, keys)
         self.lease = Lease(self.redis, keys.jm_lease(partition), keys.jm_fence(partition),
                            self.name, lease_ttl_ms)
@@ -162,7 +138,10 @@ class JobManagerWorker(Worker):
         #: the one input of the step being committed in careful mode
         self._alone: tuple[str, bytes, Mapping[bytes, bytes]] | None = None
         self._rebuilds: list[float] = []
-        self._reply_prefix = self.keys.reply("", "")[:-1]
+        #: a step's effects are sent with the next read of the inputs (one round trip
+        #: per step): the effects of the last step until then (None: none wait)
+        self.pipelined = pipelined
+        self._unsent: Effects | None = None
         #: send times of the exec reports and allocations handled since the last
         #: commit: their hand-offs end when it is written (fluxes/proc/hops.py)
         self._sent_exec: list[float] = []
@@ -181,8 +160,8 @@ class JobManagerWorker(Worker):
         self.salt = b""
 
     def _instance_owner(self) -> int:
-        raw = self.redis.hget(self.keys.instance, "owner_uid")
-        return int(raw) if raw else os.getuid()
+        owner = self.writes.instance_owner()
+        return owner if owner is not None else os.getuid()
 
     # ------------------------------------------------------------ leadership
 
@@ -197,6 +176,7 @@ class JobManagerWorker(Worker):
         self.core = None
         self.token = None
         self.lease.token = None
+        self._unsent = None
         super().reconnected()
 
     def status(self) -> dict[str, Any]:
@@ -219,10 +199,9 @@ class JobManagerWorker(Worker):
         started = time.monotonic()
         result, _used = self.store.restore(self.partition)
         core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
-                              stopped_queues=stopped_queues(self.instance),
+                              stopped_queues=self.writes.stopped_queues(self.instance),
                               priority=self._priority_plugin())
-        saved = {int(k): orjson.loads(v) for k, v in
-                 self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
+        saved = self.writes.saved_progress()
         requests = self._stored_requests(core.pending_ids(result.records.values()))
         core.load(result.records.values(), saved, requests)
         self.keepalive()
@@ -358,6 +337,7 @@ class JobManagerWorker(Worker):
         self.core = None
         self.token = None
         self.lease.token = None
+        self._unsent = None
 
     def _lookup(self, jobid: int) -> TargetStatus | None:
         """Dependency targets the core no longer holds: replay their own eventlog."""
@@ -394,7 +374,22 @@ class JobManagerWorker(Worker):
         else:
             streams = dict.fromkeys(self.inputs, ">")
             block = self._block_ms(core)
-        reply = read_streams(self.redis, streams, READ_COUNT, block, GROUP_JM, "jm")
+        reply = self._read(streams, block)
+        if self.core is not core:
+            return  # the last step's commit was refused, or this leader deposed
+        fx = self._take(core, reply)
+        if fx is None:
+            return
+        core.on_timers(fx)
+        self.reprioritize(core, fx)
+        if self.pipelined and self.core is core:
+            self._unsent = fx  # sent with the next read
+        else:
+            self.commit(fx)
+
+    def _take(self, core: JobManagerCore, reply: list[Any]) -> Effects | None:
+        """Hand the entries read to the core; their effects (None: rebuilt from storage or
+        deposed on the way, the effects are gone)."""
         fx = Effects()
         got = 0
         for stream_b, entries in reply or []:
@@ -409,21 +404,19 @@ class JobManagerWorker(Worker):
                     fx.acks.append((stream, msg_id))
                     continue
                 if not self.dispatch(fx, core, stream, msg_id, fields):
-                    return  # rebuilt from storage: this step's effects are gone
+                    return None  # rebuilt from storage: this step's effects are gone
                 if self._renewed_token() is None:
-                    return  # deposed: another leader has these inputs now
+                    return None  # deposed: another leader has these inputs now
                 if fx.nevents >= MAX_COMMIT_EVENTS:
                     # Cut between inputs: each input's effects stay in one commit,
                     # and no Lua call runs long enough to block Redis.
                     self.commit(fx)
                     fx = Effects()
                     if self.core is None:
-                        return  # deposed by that commit
+                        return None  # deposed by that commit
         if self._pending and got == 0:
             self._pending = False
-        core.on_timers(fx)
-        self.reprioritize(core, fx)
-        self.commit(fx)
+        return fx
 
     def _try_to_lead(self) -> None:
         """Take the lease and restore the state from storage, or wait a little."""
@@ -443,7 +436,7 @@ class JobManagerWorker(Worker):
         written (or that kills the process) fails alone and is refused, and only its
         delivery count grows. False (back to normal steps) once nothing is pending."""
         for stream in self.inputs:
-            reply = read_streams(self.redis, {stream: "0"}, 1, None, GROUP_JM, "jm")
+            reply = self.writes.read({stream: "0"}, 1, None, "jm")
             for _stream_b, entries in reply or []:
                 for msg_id, fields in entries[:1]:
                     fx = Effects()
@@ -510,11 +503,7 @@ class JobManagerWorker(Worker):
 
     def scheduler_epoch(self) -> int:
         """The epoch of the scheduler holding the partition's lease now; -1 when none does."""
-        p = self.partition
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.exists(self.keys.sched_lease(p))
-        pipe.get(self.keys.sched_fence(p))
-        held, fence = pipe.execute()
+        held, fence = self.writes.scheduler_lease()
         if not held and not reachability.may_judge(LEASE_TTL_MS / 1000):
             # Redis stalled lately: the lease may have expired during the stall while
             # its scheduler lives; it renews it within a TTL of answered time.
@@ -567,11 +556,11 @@ class JobManagerWorker(Worker):
                         f"taken): {why}"))
             else:
                 ctls = proto.decode_entry(proto.CONTROL, fields)[1]
-                self.check_replies([c.reply for c in ctls if c.reply is not None])
+                self.writes.check_replies([c.reply for c in ctls if c.reply is not None])
                 for ctl in ctls:
                     if isinstance(ctl, proto.QueuesChanged):
                         core.on_ctl(fx, msgspec.structs.replace(
-                            ctl, stopped=sorted(stopped_queues(self.instance))))
+                            ctl, stopped=sorted(self.writes.stopped_queues(self.instance))))
                     else:
                         core.on_ctl(fx, ctl)
         except proto.MessageError as exc:
@@ -631,27 +620,6 @@ class JobManagerWorker(Worker):
                     out[new.id] = f"job {new.id}: {why}"
         return out
 
-    def check_replies(self, replies: list[str]) -> None:
-        """MessageError unless every reply key is a client's reply list: under
-        ``{ns}:reply:``, and a list or nothing yet (one round trip, only for control
-        messages that want an answer)."""
-        if not replies:
-            return
-        prefix = self._reply_prefix
-        for key in replies:
-            if not key.startswith(prefix) or len(key) > MAX_REPLY_KEY:
-                raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} is not under "
-                                         f"{prefix!r}")
-        pipe = self.redis.pipeline(transaction=False)
-        distinct = sorted(set(replies))
-        for key in distinct:
-            pipe.type(key)
-        for key, kind in zip(distinct, pipe.execute(), strict=True):
-            name = kind.decode() if isinstance(kind, bytes) else str(kind)
-            if name not in ("none", "list"):
-                raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} holds a {name}, "
-                                         "not a list")
-
     def poisoned(self, stream: str, msg_id: bytes, fields: Mapping[bytes, bytes],
                  exc: Exception) -> None:
         """An input whose handling (or commit) failed: dead-letter and acknowledge it in
@@ -668,114 +636,36 @@ class JobManagerWorker(Worker):
             stream, msg_id, fields, f"{type(exc).__name__}: {exc}"))
         fx.acks.append((stream, msg_id))
         self.core = None  # nothing of the broken step may be committed
+        self._unsent = None  # nor of the last one: its inputs are read again
         self.commit(fx)
 
     # ------------------------------------------------------------ writing
 
-    def build(self, fx: Effects) -> tuple[list[Batch], dict[str, list[Any]]]:
-        """The batches for ``fx`` and the writes that cannot share their slot.
-
-        A normal step fits one batch. A huge one (a restart with many pending
-        jobs) is cut at job boundaries into batches of MAX_COMMIT_EVENTS
-        events, because a Lua call blocks Redis while it runs; the messages,
-        replies and acknowledgements go in the last batch, after all events.
-        """
-        keys = self.keys
-        p = self.partition
-        batches = self._event_batches(fx)
-        batch = batches[-1]
-        for jobid, fields in fx.job_fields.items():
-            jobhash.set_updated(batch, keys, jobid, fields)
-        for jobid, (result, t_inactive) in fx.retired.items():
-            jobhash.set_result(batch, keys, jobid, result, t_inactive)
-        progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
-        if progress:
-            batch.hset(keys.exec_progress(p), progress)
-        gone = [str(j) for j, v in fx.progress.items() if v is None]
-        if gone:
-            batch.hdel(keys.exec_progress(p), gone)
+    def _layout(self, fx: Effects) -> Unit:
         core = self.core
         epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
-        sent = time.time()
-        for entry in proto.encode_chunks(fx.sched, epoch, MESSAGES_PER_ENTRY,
-                                         proto.SCHED_REQUESTS.max_bytes, sent):
-            batch.xadd(keys.sched_req(p), entry)
-        later: dict[str, list[Any]] = {}
-        journal = keys.journal(p)
-        for rank, msgs in fx.exec.items():
-            key = keys.exec_rank(rank)
-            for entry in proto.encode_chunks(msgs, 0, MESSAGES_PER_ENTRY,
-                                             proto.EXEC_REQUESTS.max_bytes, sent):
-                if keys.same_slot(key, journal):
-                    batch.xadd(key, entry)
-                else:
-                    later.setdefault(key, []).append(entry)
-        for key, payload in fx.replies:
-            data = proto.encode_reply(payload)
-            if keys.same_slot(key, journal):
-                batch.push_reply(key, data, REPLY_TTL_MS)
-            else:
-                later.setdefault(key, []).append(data)
-        if fx.dead_letters and keys.same_slot(keys.dead_letters, journal):
-            # with the acknowledgements below: refused and acknowledged in one step
-            for record in fx.dead_letters:
-                batch.xadd(keys.dead_letters, record)
-            batch.hincrby(counts_key(keys), per_stream(fx.dead_letters))
-        by_stream: dict[str, list[bytes]] = {}
-        for stream, msg_id in fx.acks:
-            by_stream.setdefault(stream, []).append(msg_id)
-        for stream, ids in by_stream.items():
-            batch.xack(stream, GROUP_JM, ids)
-        return batches, later
-
-    def _event_batches(self, fx: Effects) -> list[Batch]:
-        """The events of ``fx``, job by job, in batches of about MAX_COMMIT_EVENTS."""
-        keys = self.keys
-        p = self.partition
-        batches = [self.store.batch(p)]
-        batch = batches[0]
-        for jobid, ops in fx.ops.items():
-            if batch.events >= MAX_COMMIT_EVENTS:
-                batch = self.store.batch(p)
-                batches.append(batch)
-            seq = fx.base_seq.get(jobid, 0)
-            run: list[ev.Event] = []
-            extras: list[Mapping[str, Any] | None] = []
-            log = keys.eventlog(jobid)
-            owner = fx.owners.get(jobid)
-            for op in ops:
-                if op[0] == "E":
-                    run.append(op[1])
-                    extras.append(op[2])
-                    continue
-                if run:
-                    batch.append(log, jobid, seq, run, extras, owner=owner, salt=self.salt)
-                    seq += len(run)
-                    run, extras = [], []
-                batch.journal_only(jobid, op[1])
-            if run:
-                batch.append(log, jobid, seq, run, extras, owner=owner, salt=self.salt)
-        return batches
+        return self.writes.layout(fx, epoch, self.salt, per_stream(fx.dead_letters))
 
     def commit(self, fx: Effects) -> None:
-        """Write ``fx``; on a stale token step down, on a conflict rebuild from storage."""
+        """Write ``fx`` (after the step's effects not sent yet); on a stale token step
+        down, on a conflict rebuild from storage."""
+        self.flush()
         if not fx or self.token is None:
             return
-        batches, later = self.build(fx)
-        if fx.dead_letters and not self.keys.same_slot(self.keys.dead_letters,
-                                                       self.keys.journal(self.partition)):
+        unit = self._layout(fx)
+        if unit.dead_letters_apart:
             # Several partitions: the dead letters cannot share the commit's
             # slot, so they go first; a crash before the commit writes them
             # again when the inputs are read again, and never loses one.
             self.write_dead_letters(fx.dead_letters)
         try:
-            result = self.store.commit(batches[0], self.token)
+            result = self.writes.commit(unit.batches[0], self.token)
             written = result.events
-            for batch in batches[1:]:
+            for batch in unit.batches[1:]:
                 token = self._renewed_token()
                 if token is None:
                     return
-                result = self.store.commit(batch, token)
+                result = self.writes.commit(batch, token)
                 written += result.events
         except FencedError as exc:
             self.step_down(str(exc))
@@ -783,7 +673,19 @@ class JobManagerWorker(Worker):
         except (ConflictError, KeyTypeError, BadBatchError) as exc:
             self.commit_refused(exc)
             return
-        self._write_later(later)
+        for error in self.writes.write_later(unit.later):
+            self.log.warning("reply not written", extra={"error": error})
+        self._committed(fx, written, result.journal_id)
+
+    def flush(self) -> None:
+        """Commit the last step's effects if they still wait for the next read (none
+        once memory was given up: their inputs are read again)."""
+        fx, self._unsent = self._unsent, None
+        if fx is not None and self.core is not None:
+            self.commit(fx)
+
+    def _committed(self, fx: Effects, written: int, journal_id: str) -> None:
+        """Count what a commit wrote; end the hand-offs it completes; checkpoint if due."""
         if fx.dead_letters:
             self.count_dead_letters(len(fx.dead_letters))
         if self._sent_exec or self._sent_alloc:
@@ -795,27 +697,45 @@ class JobManagerWorker(Worker):
             metrics.EVENTS_JOB_MANAGER.inc(written)
             self.events_written += written
             self._since_checkpoint += written
-            self._last_journal_id = result.journal_id
+            self._last_journal_id = journal_id
             if self._since_checkpoint >= self.checkpoint_every:
                 self.checkpoint()
 
-    def _write_later(self, later: dict[str, list[Any]]) -> None:
-        """Write what could not share the commit's slot: replies (bytes) and messages."""
-        if later:
-            pipe = self.redis.pipeline(transaction=False)
-            for key, items in later.items():
-                for item in items:
-                    if isinstance(item, bytes):
-                        pipe.rpush(key, item)
-                        pipe.pexpire(key, REPLY_TTL_MS)
-                    else:
-                        pipe.xadd(key, item)
-            for result in pipe.execute(raise_on_error=False):
-                if isinstance(result, ResponseError):
-                    if not str(result).startswith(INPUT_REPLIES):
-                        raise result
-                    # a reply list replaced by another type since it was checked
-                    self.log.warning("reply not written", extra={"error": str(result)})
+    def _read(self, streams: dict[str, str], block: int | None) -> list[Any]:
+        """The next block of inputs; the last step's effects, when they wait, go out in
+        the same write (one round trip). [] when that commit was refused or stale."""
+        fx, self._unsent = self._unsent, None
+        unit = self._layout(fx) if fx and self.token is not None else None
+        if fx is None or unit is None or not self.writes.can_read_with(unit, self.inputs):
+            if fx is not None:
+                self._unsent = fx
+                self.flush()
+                if self.core is None:
+                    return []
+            return self.writes.read(streams, READ_COUNT, block, "jm")
+        assert self.token is not None
+        # the hand-offs end when the commit is sent: Redis runs it at once
+        sent = time.time()
+        try:
+            got = self.writes.commit_then_read(unit.batches[0], self.token, streams,
+                                               READ_COUNT, block, "jm")
+        except FencedError as exc:
+            self.step_down(str(exc))
+            return []
+        except (ConflictError, KeyTypeError, BadBatchError) as exc:
+            self.commit_refused(exc)
+            return []
+        self._committed_at(fx, got.result, sent)
+        if got.error is not None:
+            raise got.error
+        return got.entries
+
+    def _committed_at(self, fx: Effects, result: CommitResult, sent: float) -> None:
+        if self._sent_exec or self._sent_alloc:
+            hops.record_since(hops.EXEC_TO_JM, self._sent_exec, sent)
+            hops.record_since(hops.SCHED_TO_JM, self._sent_alloc, sent)
+            self._sent_exec, self._sent_alloc = [], []
+        self._committed(fx, result.events, result.journal_id)
 
     def commit_refused(self, exc: Exception) -> None:
         """A commit that storage refused (not as stale): memory and storage disagree.
@@ -834,45 +754,17 @@ class JobManagerWorker(Worker):
 
     def checkpoint(self) -> None:
         """Write the active records and the journal position they include (fenced)."""
+        self.flush()
         core = self.core
         if core is None or self.token is None:
             return
-        # The journal holds the submit events of jobs whose jm:new message this
-        # leader has not processed yet; they are not in memory, so the
-        # checkpoint must sit before them, or a restore would skip their later
-        # events. Records already holding events after that position are fine:
-        # replay skips entries a record has (by eventlog position).
-        position = self._last_journal_id if self._last_journal_id != "0-0" \
-            else self.store.journal_last_id(self.partition)
-        unread = self._oldest_unread_new()
-        if unread is not None and _stream_id_key(unread) <= _stream_id_key(position):
-            ms = int(unread.split("-")[0])
-            position = f"{ms - 1}-{2**64 - 1}" if ms > 0 else "0-0"
-        blob = self.store.checkpoint_blob((a.rec for a in core.jobs.values()), position)
-        batch = self.store.batch(self.partition)
-        batch.set(self.keys.checkpoint(self.partition), blob)
         try:
-            self.store.commit(batch, self.token)
+            self.writes.checkpoint((a.rec for a in core.jobs.values()),
+                                   self._last_journal_id, self.token)
         except FencedError as exc:
             self.step_down(str(exc))
             return
         self._since_checkpoint = 0
-
-    def _oldest_unread_new(self) -> str | None:
-        """Id of the first jm:new entry this leader has not processed (None: none)."""
-        key = self.keys.jm_new(self.partition)
-        pending = self.redis.xpending(key, GROUP_JM)
-        if pending and pending.get("pending"):
-            low = pending.get("min")
-            return low.decode() if isinstance(low, bytes) else str(low)
-        for group in self.redis.xinfo_groups(key):
-            name = group["name"]
-            if (name.decode() if isinstance(name, bytes) else name) == GROUP_JM:
-                last = group["last-delivered-id"]
-                last = last.decode() if isinstance(last, bytes) else str(last)
-                after = self.redis.xrange(key, min="(" + last, count=1)
-                return after[0][0].decode() if after else None
-        return None
 
     def teardown(self) -> None:
         """Clean stop: checkpoint, then hand the lease over at once."""
@@ -908,11 +800,6 @@ def not_as_stored(new: proto.New, head: list[RawEvent] | str) -> str | None:
     return None
 
 
-def _stream_id_key(sid: str) -> tuple[int, int]:
-    ms, _, seq = sid.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def main(instance: Instance, partition: int = 0) -> int:
     """Run a job manager for ``partition`` until SIGTERM."""
-    return JobManagerWorker(instance, partition).run()
+    return JobManagerWorker(instance, partition, pipelined=True).run()
