@@ -35,57 +35,37 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-import orjson
 
 from fluxes import messages as proto
-from fluxes.config import InstanceConfig
-from fluxes.domain.accounting.config import AccountingConfig
 from fluxes.domain.accounting.priority import (
     JobFacts,
-    MultiFactorPriority,
-    ReprioritizeTimer,
     facts_from_info,
 )
 from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
 from fluxes.domain.jm.priority import DefaultPriority
-from fluxes.errors import FluxesError
-from fluxes.formats.jobid import MAX_ID as MAX_JOBID
-from fluxes.messages.bounds import one_line
-from fluxes.proc import hops, metrics
-from fluxes.store import jobhash, reachability
-from fluxes.store.accounting import AccountsFollower, UsageStore, fair_share_now
+from fluxes.proc import metrics
 from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import (
-    BadBatchError,
-    CommitResult,
-    ConflictError,
     EventStore,
     FencedError,
-    KeyTypeError,
-    RawEvent,
 )
 from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
-from fluxes.store.jm_unit import MAX_COMMIT_EVENTS, JobManagerStore, Unit
+from fluxes.store.jm_priority import NEW_SETTINGS, PriorityFeed
+from fluxes.store.jm_unit import MAX_COMMIT_EVENTS, JobManagerStore
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.private import ensure_salt
-from fluxes.store.resources import load_inventory
 from workers.base import (
-    Worker,
     not_the_input,
     overdelivered_reason,
-    per_stream,
 )
+from workers.jm_commit import Committing
 
-#: Stream entries per read (a new-job entry may carry a couple of thousand jobs).
-READ_COUNT = 200
 MAX_BLOCK_MS = 1000
 #: Events between checkpoints.
 CHECKPOINT_EVERY = 200_000
-#: Pending jobs whose stored requests are read per round trip when taking over.
-READ_REQUESTS = 10_000
 #: How often the leader re-reads its pending entries: inputs a deposed leader
 #: read but could not commit stay pending under the shared consumer name.
 PENDING_RESCAN_S = 2.0
@@ -93,10 +73,6 @@ PENDING_RESCAN_S = 2.0
 #: scheduler lease (one round trip). A dead scheduler is noticed this long
 #: after its lease expires.
 SCHED_CHECK_S = 1.0
-#: How often the leader reads the accounting worker's usage marks and the instance
-#: configuration (one round trip): usage that changed is acted on this soon (at
-#: most every ``reprioritize-min-interval``), new priority settings too.
-PRIORITY_CHECK_S = 1.0
 #: Rebuilds from storage within REBUILD_WINDOW_S after which the next one waits a
 #: little (a storage problem no input causes must not spin the CPU and the logs).
 REBUILDS_BEFORE_PAUSE = 3
@@ -104,7 +80,7 @@ REBUILD_WINDOW_S = 10.0
 REBUILD_PAUSE_S = 1.0
 
 
-class JobManagerWorker(Worker):
+class JobManagerWorker(Committing):
     """Leader (or standby) job manager of one partition."""
 
     kind = "job-manager"
@@ -117,7 +93,6 @@ class JobManagerWorker(Worker):
         keys = self.keys
         self.store = EventStore(self.redis, keys)
         self.writes = JobManagerStore(self.store, partition)
-        self.hashes = jobhash.JobHashes(self.redis, keys)
         self.lease = Lease(self.redis, keys.jm_lease(partition), keys.jm_fence(partition),
                            self.name, lease_ttl_ms)
         self.owner_uid = owner_uid if owner_uid is not None else self._instance_owner()
@@ -146,16 +121,8 @@ class JobManagerWorker(Worker):
         #: commit: their hand-offs end when it is written (fluxes/proc/hops.py)
         self._sent_exec: list[float] = []
         self._sent_alloc: list[float] = []
-        #: the multi-factor priority plugin (None: flux's default, urgency only) and when
-        #: it is next given a new fair-share table and every pending job reprioritized
-        self._multifactor: MultiFactorPriority | None = None
-        self._timer = ReprioritizeTimer(60.0, 5.0)
-        #: the configuration text the plugin was built from, its [accounting] table, and
-        #: when the usage marks and the configuration are next read
-        self._config_raw: bytes | None = None
-        self._accounting: AccountingConfig | None = None
-        self._look_at = 0.0
-        self._accounts = AccountsFollower(self.redis, self.keys)
+        #: the priority plugin and when every pending job is due a new priority
+        self.priority = PriorityFeed(instance, self._facts)
         #: the key masking dependency descriptions in public events (read in setup)
         self.salt = b""
 
@@ -200,9 +167,10 @@ class JobManagerWorker(Worker):
         result, _used = self.store.restore(self.partition)
         core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
                               stopped_queues=self.writes.stopped_queues(self.instance),
-                              priority=self._priority_plugin())
+                              priority=self.priority.plugin())
         saved = self.writes.saved_progress()
-        requests = self._stored_requests(core.pending_ids(result.records.values()))
+        requests = self.writes.stored_requests(core.pending_ids(result.records.values()),
+                                               self.keepalive)
         core.load(result.records.values(), saved, requests)
         self.keepalive()
         self.core = core
@@ -222,104 +190,28 @@ class JobManagerWorker(Worker):
                                         "replayed_events": result.events,
                                         "restore_s": round(self.restored_in, 3)})
 
-    def _priority_plugin(self, config: tuple[bytes | None, InstanceConfig] | None = None
-                         ) -> MultiFactorPriority | None:
-        """The plugin ``[accounting] priority-plugin`` names (None: the default), with the
-        fair-share table as of now (docs/accounting.md); ``config``: the configuration
-        (its text and what it reads as) when the caller read it already."""
-        if config is None:
-            raw = self.redis.hget(self.keys.instance, "config")
-            config = raw, InstanceConfig.from_toml(raw) if raw else InstanceConfig()
-        self._config_raw = config[0]
-        accounting = self._accounting = config[1].accounting
-        self._timer = ReprioritizeTimer(accounting.reprioritize_interval,
-                                        accounting.reprioritize_min_interval)
-        self._multifactor = None
-        if accounting.priority_plugin != "multifactor":
-            return None
-        try:
-            inventory = load_inventory(self.instance)
-            cores, nodes = inventory.ncores, len(inventory)
-        except (FluxesError, ValueError):
-            cores, nodes = 0, 0  # no job-size factor without an inventory
-        plugin = MultiFactorPriority(accounting.weights, facts=self._facts,
-                                     total_cores=cores, total_nodes=nodes)
-        self._multifactor = plugin
-        self._refresh_fair_share()
-        return plugin
-
     def _facts(self, jobid: int) -> JobFacts | None:
         """A job's bank and size for the multi-factor plugin, from its submit extras."""
         act = self.core.jobs.get(jobid) if self.core is not None else None
         return facts_from_info(act.rec.info) if act is not None else None
 
-    def _refresh_fair_share(self) -> None:
-        """Give the plugin the fair-share table of the banks and the usage folded so far."""
-        plugin = self._multifactor
-        if plugin is None:
-            return
-        # the marks first: usage folded after them makes them move again
-        marks = UsageStore(self.redis, self.keys).usage_marks()
-        self._timer.done(time.monotonic(), marks)
-        plugin.update(fair_share_now(self.redis, self.keys, self.instance.config(),
-                                     time.time(), accounts=self._accounts.refresh()))
-
     def reprioritize(self, core: JobManagerCore, fx: Effects) -> None:
-        """Give the plugin a new fair-share table and recompute every pending job's
-        priority: every ``reprioritize-interval`` (age drifts, banks change), soon after
-        the accounting worker folded a change of usage (at most every
-        ``reprioritize-min-interval``), and at once under new ``[accounting]`` settings
-        (the plugin built anew: no restart needed)."""
-        now = time.monotonic()
-        marks: tuple[str | None, ...] | None = None
-        if now >= self._look_at:
-            self._look_at = now + PRIORITY_CHECK_S
-            if self._settings_changed(core):
-                self._recompute(core, fx, "new priority settings")
-                return
-            if self._multifactor is not None and self._timer.should_look(now):
-                marks = UsageStore(self.redis, self.keys).usage_marks()
-        if self._multifactor is None or not self._timer.due(now, marks):
+        """Recompute every pending job's priority when the feed says it is due (the
+        interval, a change of usage, new ``[accounting]`` settings: a new plugin)."""
+        due = self.priority.due()
+        if self.priority.refused is not None:
+            self.log.warning("configuration not applied",
+                             extra={"error": self.priority.refused})
+            self.priority.refused = None
+        if due is None:
             return
-        periodic = now - self._timer.last >= self._timer.interval
-        self._refresh_fair_share()
-        self._recompute(core, fx, "periodic" if periodic else "usage changed")
-
-    def _settings_changed(self, core: JobManagerCore) -> bool:
-        """Read the configuration when its text changed; under a new ``[accounting]``
-        table, build the plugin anew and give it to ``core``."""
-        raw = self.redis.hget(self.keys.instance, "config")
-        if raw == self._config_raw:
-            return False
-        try:
-            config = InstanceConfig.from_toml(raw) if raw else InstanceConfig()
-        except ValueError as exc:
-            self._config_raw = raw  # said once; the plugin stays as it was
-            self.log.warning("configuration not applied", extra={"error": one_line(str(exc))})
-            return False
-        if config.accounting == self._accounting:
-            self._config_raw = raw
-            return False
-        core.priority = self._priority_plugin((raw, config)) or DefaultPriority()
-        return True
-
-    def _recompute(self, core: JobManagerCore, fx: Effects, why: str) -> None:
+        why, plugin = due
+        if why == NEW_SETTINGS:
+            core.priority = plugin or DefaultPriority()
         changed = core.reprioritize(fx)
         if changed:
             self.log.debug("reprioritized", extra={"partition": self.partition,
                                                    "changed": changed, "why": why})
-
-    def _stored_requests(self, jobids: list[int]) -> dict[int, str | None]:
-        """The stored scheduler requests of pending jobs (their alloc messages carry
-        them), READ_REQUESTS jobs per round trip."""
-        out: dict[int, str | None] = {}
-        for i in range(0, len(jobids), READ_REQUESTS):
-            chunk = jobids[i:i + READ_REQUESTS]
-            for jobid, raw in zip(chunk, self.hashes.field(chunk, jobhash.REQUEST),
-                                  strict=True):
-                out[jobid] = raw.decode("utf-8", "replace") if raw else None
-            self.keepalive()
-        return out
 
     def _renewed_token(self) -> str | None:
         """The fencing token after renewing the lease if due (None once deposed)."""
@@ -503,15 +395,7 @@ class JobManagerWorker(Worker):
 
     def scheduler_epoch(self) -> int:
         """The epoch of the scheduler holding the partition's lease now; -1 when none does."""
-        held, fence = self.writes.scheduler_lease()
-        if not held and not reachability.may_judge(LEASE_TTL_MS / 1000):
-            # Redis stalled lately: the lease may have expired during the stall while
-            # its scheduler lives; it renews it within a TTL of answered time.
-            held = True
-        try:
-            return int(fence) if held and fence else -1
-        except ValueError:
-            return -1  # only a scheduler writes it: nobody leads with that
+        return self.writes.scheduler_epoch()
 
     def _block_ms(self, core: JobManagerCore) -> int:
         due = core.next_timer()
@@ -544,7 +428,7 @@ class JobManagerWorker(Worker):
                     core.on_exec(fx, report)
             elif stream == keys.jm_new(p):
                 news = proto.decode_entry(proto.NEW_JOBS, fields)[1]
-                refused = self.check_new(core, news)
+                refused = self.writes.news_not_stored(core.jobs, news)
                 for new in news:
                     if new.id not in refused:
                         core.on_new(fx, new)
@@ -591,35 +475,6 @@ class JobManagerWorker(Worker):
                 self.log.warning("scheduling suspended", extra={
                     "partition": p, "why": core.session.suspended})
 
-    def check_new(self, core: JobManagerCore, news: list[proto.New]) -> dict[int, str]:
-        """The new-job messages of an entry that describe no job the ingest stored and this
-        job manager has yet to take (job id -> why), read against the stored eventlogs.
-
-        A job the ingest created has exactly its ``submit`` and ``validate``
-        events, matching the message, until the job manager takes it; a
-        message naming anything else (no job, a job of another partition, one
-        that already went on, or other facts) would make the commit fail on
-        its eventlog, and replaying it could only fail again: it is refused.
-        Jobs known from the replay are left to the core, which passes over them.
-        """
-        out: dict[int, str] = {}
-        unknown: list[proto.New] = []
-        for new in news:
-            if new.id in core.jobs or not 0 <= new.id <= MAX_JOBID:
-                continue  # known, or out of range (which the core refuses)
-            owner = self.keys.partition_of(new.id)
-            if owner != self.partition:
-                out[new.id] = f"job {new.id} belongs to partition {owner}"
-            else:
-                unknown.append(new)
-        if unknown:
-            heads = self.store.eventlog_heads([new.id for new in unknown])
-            for new, head in zip(unknown, heads, strict=True):
-                why = not_as_stored(new, head)
-                if why is not None:
-                    out[new.id] = f"job {new.id}: {why}"
-        return out
-
     def poisoned(self, stream: str, msg_id: bytes, fields: Mapping[bytes, bytes],
                  exc: Exception) -> None:
         """An input whose handling (or commit) failed: dead-letter and acknowledge it in
@@ -639,133 +494,6 @@ class JobManagerWorker(Worker):
         self._unsent = None  # nor of the last one: its inputs are read again
         self.commit(fx)
 
-    # ------------------------------------------------------------ writing
-
-    def _layout(self, fx: Effects) -> Unit:
-        core = self.core
-        epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
-        return self.writes.layout(fx, epoch, self.salt, per_stream(fx.dead_letters))
-
-    def commit(self, fx: Effects) -> None:
-        """Write ``fx`` (after the step's effects not sent yet); on a stale token step
-        down, on a conflict rebuild from storage."""
-        self.flush()
-        if not fx or self.token is None:
-            return
-        unit = self._layout(fx)
-        if unit.dead_letters_apart:
-            # Several partitions: the dead letters cannot share the commit's
-            # slot, so they go first; a crash before the commit writes them
-            # again when the inputs are read again, and never loses one.
-            self.write_dead_letters(fx.dead_letters)
-        try:
-            result = self.writes.commit(unit.batches[0], self.token)
-            written = result.events
-            for batch in unit.batches[1:]:
-                token = self._renewed_token()
-                if token is None:
-                    return
-                result = self.writes.commit(batch, token)
-                written += result.events
-        except FencedError as exc:
-            self.step_down(str(exc))
-            return
-        except (ConflictError, KeyTypeError, BadBatchError) as exc:
-            self.commit_refused(exc)
-            return
-        for error in self.writes.write_later(unit.later):
-            self.log.warning("reply not written", extra={"error": error})
-        self._committed(fx, written, result.journal_id)
-
-    def flush(self) -> None:
-        """Commit the last step's effects if they still wait for the next read (none
-        once memory was given up: their inputs are read again)."""
-        fx, self._unsent = self._unsent, None
-        if fx is not None and self.core is not None:
-            self.commit(fx)
-
-    def _committed(self, fx: Effects, written: int, journal_id: str) -> None:
-        """Count what a commit wrote; end the hand-offs it completes; checkpoint if due."""
-        if fx.dead_letters:
-            self.count_dead_letters(len(fx.dead_letters))
-        if self._sent_exec or self._sent_alloc:
-            now = time.time()
-            hops.record_since(hops.EXEC_TO_JM, self._sent_exec, now)
-            hops.record_since(hops.SCHED_TO_JM, self._sent_alloc, now)
-            self._sent_exec, self._sent_alloc = [], []
-        if written:
-            metrics.EVENTS_JOB_MANAGER.inc(written)
-            self.events_written += written
-            self._since_checkpoint += written
-            self._last_journal_id = journal_id
-            if self._since_checkpoint >= self.checkpoint_every:
-                self.checkpoint()
-
-    def _read(self, streams: dict[str, str], block: int | None) -> list[Any]:
-        """The next block of inputs; the last step's effects, when they wait, go out in
-        the same write (one round trip). [] when that commit was refused or stale."""
-        fx, self._unsent = self._unsent, None
-        unit = self._layout(fx) if fx and self.token is not None else None
-        if fx is None or unit is None or not self.writes.can_read_with(unit, self.inputs):
-            if fx is not None:
-                self._unsent = fx
-                self.flush()
-                if self.core is None:
-                    return []
-            return self.writes.read(streams, READ_COUNT, block, "jm")
-        assert self.token is not None
-        # the hand-offs end when the commit is sent: Redis runs it at once
-        sent = time.time()
-        try:
-            got = self.writes.commit_then_read(unit.batches[0], self.token, streams,
-                                               READ_COUNT, block, "jm")
-        except FencedError as exc:
-            self.step_down(str(exc))
-            return []
-        except (ConflictError, KeyTypeError, BadBatchError) as exc:
-            self.commit_refused(exc)
-            return []
-        self._committed_at(fx, got.result, sent)
-        if got.error is not None:
-            raise got.error
-        return got.entries
-
-    def _committed_at(self, fx: Effects, result: CommitResult, sent: float) -> None:
-        if self._sent_exec or self._sent_alloc:
-            hops.record_since(hops.EXEC_TO_JM, self._sent_exec, sent)
-            hops.record_since(hops.SCHED_TO_JM, self._sent_alloc, sent)
-            self._sent_exec, self._sent_alloc = [], []
-        self._committed(fx, result.events, result.journal_id)
-
-    def commit_refused(self, exc: Exception) -> None:
-        """A commit that storage refused (not as stale): memory and storage disagree.
-
-        Alone in its commit (careful mode), the input is the cause: it is
-        refused. Otherwise memory is given up; the next step rebuilds it from
-        storage and then takes the pending inputs one per commit.
-        """
-        alone, self._alone = self._alone, None
-        if alone is not None:
-            self.poisoned(*alone, exc)
-            return
-        self.log.error("commit refused, rebuilding", extra={"error": one_line(str(exc))})
-        self._careful = True
-        self.core = None
-
-    def checkpoint(self) -> None:
-        """Write the active records and the journal position they include (fenced)."""
-        self.flush()
-        core = self.core
-        if core is None or self.token is None:
-            return
-        try:
-            self.writes.checkpoint((a.rec for a in core.jobs.values()),
-                                   self._last_journal_id, self.token)
-        except FencedError as exc:
-            self.step_down(str(exc))
-            return
-        self._since_checkpoint = 0
-
     def teardown(self) -> None:
         """Clean stop: checkpoint, then hand the lease over at once."""
         try:
@@ -774,30 +502,6 @@ class JobManagerWorker(Worker):
             self.lease.release()
         except StoreError:
             pass
-
-
-def not_as_stored(new: proto.New, head: list[RawEvent] | str) -> str | None:
-    """Why a new-job message does not describe the job whose first stored eventlog
-    entries are ``head`` (or why those cannot be read), None when it does."""
-    if isinstance(head, str):
-        return head
-    if not head:
-        return "no such job (its eventlog is empty)"
-    names = [entry.name.decode("utf-8", "replace")[:40] for entry in head]
-    if names != ["submit", "validate"]:
-        shown = " ".join(names) + (" ..." if len(names) > 2 else "")
-        return f"not a job waiting to be taken (its eventlog begins {shown})"
-    submit = head[0]
-    try:
-        stamp = float(submit.timestamp)
-        context = orjson.loads(submit.context) if submit.context else {}
-    except (ValueError, orjson.JSONDecodeError):
-        return "its submit event does not decode"
-    if not isinstance(context, dict) or stamp != new.t_submit or (
-            context.get("userid"), context.get("urgency"), context.get("flags", 0)) != (
-            new.userid, new.urgency, new.flags):
-        return "the message does not match the job's submit event"
-    return None
 
 
 def main(instance: Instance, partition: int = 0) -> int:

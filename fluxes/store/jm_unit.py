@@ -20,7 +20,7 @@ manager waits again.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,13 +32,22 @@ from fluxes.domain.jm.core import Effects
 from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.record import JobRecord
-from fluxes.store import jobhash, scripts
+from fluxes.formats.jobid import MAX_ID as MAX_JOBID
+from fluxes.store import jobhash, reachability, scripts
 from fluxes.store.deadletters import counts_key
 from fluxes.store.direct import Direct, stream_entries
-from fluxes.store.eventstore import Batch, CommitResult, EventStore, commit_error, commit_result
+from fluxes.store.eventstore import (
+    Batch,
+    CommitResult,
+    EventStore,
+    RawEvent,
+    commit_error,
+    commit_result,
+)
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM, Keys
+from fluxes.store.lease import LEASE_TTL_MS
 
 #: Events per commit at most (a Lua call blocks Redis while it runs).
 MAX_COMMIT_EVENTS = 4000
@@ -46,6 +55,8 @@ MAX_COMMIT_EVENTS = 4000
 MESSAGES_PER_ENTRY = 1000
 #: Replies to clients expire if nobody reads them.
 REPLY_TTL_MS = 60_000
+#: Pending jobs whose stored requests are read per round trip when taking over.
+READ_REQUESTS = 10_000
 #: Longest reply key a control message may name (the prefix, a user name, a
 #: request id of 64 characters).
 MAX_REPLY_KEY = 512
@@ -85,6 +96,7 @@ class JobManagerStore:
         self.keys: Keys = store.keys
         self.partition = partition
         self.reply_prefix = self.keys.reply("", "")[:-1]
+        self.hashes = jobhash.JobHashes(self.redis, self.keys)
 
     # ------------------------------------------------------------ the unit of work
 
@@ -333,14 +345,89 @@ class JobManagerStore:
                 raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} holds a {name}, "
                                          "not a list")
 
-    def scheduler_lease(self) -> tuple[bool, bytes | None]:
-        """Whether a scheduler holds the partition's lease, and the scheduler fence."""
+    def scheduler_epoch(self) -> int:
+        """The epoch of the scheduler holding the partition's lease now; -1 when none does."""
         p = self.partition
         pipe = self.redis.pipeline(transaction=False)
         pipe.exists(self.keys.sched_lease(p))
         pipe.get(self.keys.sched_fence(p))
         held, fence = pipe.execute()
-        return bool(held), fence
+        if not held and not reachability.may_judge(LEASE_TTL_MS / 1000):
+            # Redis stalled lately: the lease may have expired during the stall while
+            # its scheduler lives; it renews it within a TTL of answered time.
+            held = True
+        try:
+            return int(fence) if held and fence else -1
+        except ValueError:
+            return -1  # only a scheduler writes it: nobody leads with that
+
+    def stored_requests(self, jobids: list[int], between: Callable[[], object]
+                        ) -> dict[int, str | None]:
+        """The stored scheduler requests of pending jobs (their alloc messages carry
+        them), READ_REQUESTS jobs per round trip, calling ``between`` after each (the
+        leader renews its lease)."""
+        out: dict[int, str | None] = {}
+        for i in range(0, len(jobids), READ_REQUESTS):
+            chunk = jobids[i:i + READ_REQUESTS]
+            for jobid, raw in zip(chunk, self.hashes.field(chunk, jobhash.REQUEST),
+                                  strict=True):
+                out[jobid] = raw.decode("utf-8", "replace") if raw else None
+            between()
+        return out
+
+    def news_not_stored(self, known: Container[int], news: list[proto.New]
+                        ) -> dict[int, str]:
+        """The new-job messages of an entry that describe no job the ingest stored and this
+        job manager has yet to take (job id -> why), read against the stored eventlogs.
+
+        A job the ingest created has exactly its ``submit`` and ``validate``
+        events, matching the message, until the job manager takes it; a
+        message naming anything else (no job, a job of another partition, one
+        that already went on, or other facts) would make the commit fail on
+        its eventlog, and replaying it could only fail again: it is refused.
+        Jobs ``known`` (from the replay) are left to the core, which passes over them.
+        """
+        out: dict[int, str] = {}
+        unknown: list[proto.New] = []
+        for new in news:
+            if new.id in known or not 0 <= new.id <= MAX_JOBID:
+                continue  # known, or out of range (which the core refuses)
+            owner = self.keys.partition_of(new.id)
+            if owner != self.partition:
+                out[new.id] = f"job {new.id} belongs to partition {owner}"
+            else:
+                unknown.append(new)
+        if unknown:
+            heads = self.store.eventlog_heads([new.id for new in unknown])
+            for new, head in zip(unknown, heads, strict=True):
+                why = not_as_stored(new, head)
+                if why is not None:
+                    out[new.id] = f"job {new.id}: {why}"
+        return out
+
+
+def not_as_stored(new: proto.New, head: list[RawEvent] | str) -> str | None:
+    """Why a new-job message does not describe the job whose first stored eventlog
+    entries are ``head`` (or why those cannot be read), None when it does."""
+    if isinstance(head, str):
+        return head
+    if not head:
+        return "no such job (its eventlog is empty)"
+    names = [entry.name.decode("utf-8", "replace")[:40] for entry in head]
+    if names != ["submit", "validate"]:
+        shown = " ".join(names) + (" ..." if len(names) > 2 else "")
+        return f"not a job waiting to be taken (its eventlog begins {shown})"
+    submit = head[0]
+    try:
+        stamp = float(submit.timestamp)
+        context = orjson.loads(submit.context) if submit.context else {}
+    except (ValueError, orjson.JSONDecodeError):
+        return "its submit event does not decode"
+    if not isinstance(context, dict) or stamp != new.t_submit or (
+            context.get("userid"), context.get("urgency"), context.get("flags", 0)) != (
+            new.userid, new.urgency, new.flags):
+        return "the message does not match the job's submit event"
+    return None
 
 
 def before_ms_of(stream_id: str) -> str:
