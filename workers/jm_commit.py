@@ -15,7 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from fluxes.domain.jm.core import Effects, JobManagerCore
+from fluxes.domain.jm.core import JobManagerCore
+from fluxes.domain.jm.effects import Effects
 from fluxes.messages.bounds import one_line
 from fluxes.proc import hops, metrics
 from fluxes.store.eventstore import BadBatchError, ConflictError, FencedError, KeyTypeError

@@ -41,8 +41,9 @@ from fluxes.domain.accounting.priority import (
     JobFacts,
     facts_from_info,
 )
-from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
+from fluxes.domain.jm.core import JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
+from fluxes.domain.jm.effects import Ack, Effects
 from fluxes.domain.jm.priority import DefaultPriority
 from fluxes.proc import metrics
 from fluxes.store.errors import StoreError

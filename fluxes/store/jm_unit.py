@@ -28,7 +28,7 @@ import orjson
 import redis
 
 from fluxes import messages as proto
-from fluxes.domain.jm.core import Effects
+from fluxes.domain.jm.effects import Effects
 from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.record import JobRecord
