@@ -530,11 +530,7 @@ class ExecWorker(Worker):
             self._reply(run.token, reply_fields(run.rank, status, out, err, run.error))
 
     def _reply(self, token: str, fields: dict[bytes, bytes]) -> None:
-        key = self.keys.exec_reply(token)
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.xadd(key, fields)
-        pipe.expire(key, REPLY_TTL_S)
-        pipe.execute()
+        self.store.answer_command(token, fields, REPLY_TTL_S)
 
     def _start_now(self, rank: int, jobid: int, facts: StartFacts | None,
                    redelivered: bool) -> None:
