@@ -189,7 +189,7 @@ class JobManagerCore(ControlHandlers):
         if jobid not in fx.base_seq:
             fx.base_seq[jobid] = act.job.seq
         act.rec = apply_record(act.rec, jobid, event, extra)
-        fx.ops.setdefault(jobid, []).append(("E", event, extra))
+        fx.add_event(jobid, event, extra)
         if act.job.userid is not None:
             fx.owners[jobid] = act.job.userid
         if self.deps.is_target(jobid):

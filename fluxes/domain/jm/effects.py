@@ -8,10 +8,12 @@ session with the current scheduler.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from fluxes import messages as proto
+from fluxes.domain.job import events as ev
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
 from fluxes.formats.jobid import encode as encode_id
 from fluxes.messages import ExecRequest, Reply, SchedRequest
@@ -51,6 +53,13 @@ class Effects:
     #: the owner of each job with events in ``ops``: their private text goes to the
     #: owner's private hash (fluxes.domain.job.privacy)
     owners: dict[int, int] = field(default_factory=dict)
+    #: eventlog events in ``ops`` (the ``E`` ops), kept by :meth:`add_event`
+    events: int = 0
+
+    def add_event(self, jobid: int, event: ev.Event, extra: Mapping[str, Any] | None) -> None:
+        """Add an eventlog event of job ``jobid`` (with its journal extras) to ``ops``."""
+        self.ops.setdefault(jobid, []).append(("E", event, extra))
+        self.events += 1
 
     def __bool__(self) -> bool:
         return bool(self.ops or self.sched or self.exec or self.replies or self.retired
@@ -58,8 +67,9 @@ class Effects:
 
     @property
     def nevents(self) -> int:
-        """Number of eventlog events in this step."""
-        return sum(1 for ops in self.ops.values() for op in ops if op[0] == "E")
+        """Number of eventlog events in this step (counted as they are added: the loop
+        asks after every input whether the step must be cut)."""
+        return self.events
 
 
 @dataclass
