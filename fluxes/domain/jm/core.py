@@ -39,6 +39,7 @@ from fluxes.domain.jm.depend import DependencyActions, DependencyIndex, TargetSt
 from fluxes.domain.jm.effects import (
     KILL_SIGNAL,
     LOST_WAIT_STATUS,
+    SavedProgress,
     SchedSession,
     check_jobid,
     show_id,
@@ -713,7 +714,7 @@ class JobManagerCore(ControlHandlers):
     @staticmethod
     def _save_progress(fx: Effects, act: Active) -> None:
         """The ranks' progress no event records yet, saved with the commit."""
-        saved: dict[str, Any] = {
+        saved: SavedProgress = {
             "started": sorted(act.exec_started),
             "finished": {str(r): s for r, s in act.exec_finished.items()},
             "released": sorted(act.exec_released), "error": act.exec_error}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from fluxes import messages as proto
 from fluxes.domain.job import events as ev
@@ -25,6 +25,20 @@ Ack = tuple[str, bytes]
 KILL_SIGNAL = 15
 #: Wait status recorded for a rank whose tasks were lost: "killed by SIGKILL".
 LOST_WAIT_STATUS = 9
+
+
+class SavedProgress(TypedDict):
+    """A running job's exec progress no event records yet, saved with a commit so that
+    a restarted job manager does not lose which ranks already reported (as stored:
+    JSON, rank keys as text)."""
+
+    started: list[int]
+    #: rank -> its wait status
+    finished: dict[str, int]
+    released: list[int]
+    error: bool
+    #: the prolog/epilog progress (``HookProgress.to_wire``)
+    hooks: NotRequired[dict[str, Any]]
 
 
 @dataclass
@@ -42,7 +56,7 @@ class Effects:
     retired: dict[int, tuple[str, float]] = field(default_factory=dict)
     #: exec progress per job not yet told by events (None: forget it), so a
     #: restarted job manager does not lose which ranks already reported
-    progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
+    progress: dict[int, SavedProgress | None] = field(default_factory=dict)
     acks: list[Ack] = field(default_factory=list)
     #: per job, the facts of its hash an update changed (``queue``, ``request``; None:
     #: no longer any), written with its ``jobspec-update`` event
