@@ -35,66 +35,38 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-import orjson
 
 from fluxes import messages as proto
-from fluxes.config import InstanceConfig
-from fluxes.domain.accounting.config import AccountingConfig
 from fluxes.domain.accounting.priority import (
     JobFacts,
-    MultiFactorPriority,
-    ReprioritizeTimer,
     facts_from_info,
 )
-from fluxes.domain.jm.core import Ack, Effects, JobManagerCore
+from fluxes.domain.jm.core import JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
+from fluxes.domain.jm.effects import Ack, Effects
 from fluxes.domain.jm.priority import DefaultPriority
-from fluxes.domain.jm.queues import fold_queue_events
-from fluxes.domain.job import events as ev
-from fluxes.errors import FluxesError
-from fluxes.formats.jobid import MAX_ID as MAX_JOBID
-from fluxes.messages.bounds import one_line
-from fluxes.proc import hops, metrics
-from fluxes.store import jobhash, reachability
-from fluxes.store.accounting import AccountsFollower, UsageStore, fair_share_now
-from fluxes.store.deadletters import counts_key
-from fluxes.store.errors import ResponseError, StoreError
+from fluxes.proc import metrics
+from fluxes.store.errors import StoreError
 from fluxes.store.eventstore import (
-    BadBatchError,
-    Batch,
-    ConflictError,
     EventStore,
     FencedError,
-    KeyTypeError,
-    RawEvent,
 )
-from fluxes.store.groups import ensure_group, read_streams
+from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance
+from fluxes.store.jm_priority import NEW_SETTINGS, PriorityFeed
+from fluxes.store.jm_unit import MAX_COMMIT_EVENTS, JobManagerStore
 from fluxes.store.keys import GROUP_JM
 from fluxes.store.lease import LEASE_TTL_MS, Lease
 from fluxes.store.private import ensure_salt
-from fluxes.store.resources import load_inventory
 from workers.base import (
-    INPUT_REPLIES,
-    Worker,
     not_the_input,
     overdelivered_reason,
-    per_stream,
 )
+from workers.jm_commit import Committing
 
-#: Stream entries per read (a new-job entry may carry a couple of thousand jobs).
-READ_COUNT = 200
 MAX_BLOCK_MS = 1000
-#: Replies to clients expire if nobody reads them.
-REPLY_TTL_MS = 60_000
-#: Events per commit at most (a Lua call blocks Redis while it runs).
-MAX_COMMIT_EVENTS = 4000
-#: Messages per outbound stream entry (one XADD each).
-MESSAGES_PER_ENTRY = 1000
 #: Events between checkpoints.
 CHECKPOINT_EVERY = 200_000
-#: Pending jobs whose stored requests are read per round trip when taking over.
-READ_REQUESTS = 10_000
 #: How often the leader re-reads its pending entries: inputs a deposed leader
 #: read but could not commit stay pending under the shared consumer name.
 PENDING_RESCAN_S = 2.0
@@ -102,46 +74,26 @@ PENDING_RESCAN_S = 2.0
 #: scheduler lease (one round trip). A dead scheduler is noticed this long
 #: after its lease expires.
 SCHED_CHECK_S = 1.0
-#: How often the leader reads the accounting worker's usage marks and the instance
-#: configuration (one round trip): usage that changed is acted on this soon (at
-#: most every ``reprioritize-min-interval``), new priority settings too.
-PRIORITY_CHECK_S = 1.0
 #: Rebuilds from storage within REBUILD_WINDOW_S after which the next one waits a
 #: little (a storage problem no input causes must not spin the CPU and the logs).
 REBUILDS_BEFORE_PAUSE = 3
 REBUILD_WINDOW_S = 10.0
 REBUILD_PAUSE_S = 1.0
-#: Longest reply key a control message may name (the prefix, a user name, a
-#: request id of 64 characters).
-MAX_REPLY_KEY = 512
 
 
-def stopped_queues(instance: Instance) -> set[str]:
-    """Queues whose admin state says stopped, folded from the queue event stream."""
-    log = []
-    for _sid, fields in instance.redis.xrange(instance.keys.queues):
-        try:
-            log.append(proto.load_queue_event(fields))
-        except proto.MessageError:
-            continue  # a malformed admin entry cannot stop a queue
-    states = fold_queue_events(instance.config().queues, log)
-    # the core names the anonymous queue "" (a job record's queue when none is set)
-    return {q or "" for q, s in states.items() if not s.started}
-
-
-class JobManagerWorker(Worker):
+class JobManagerWorker(Committing):
     """Leader (or standby) job manager of one partition."""
 
     kind = "job-manager"
 
     def __init__(self, instance: Instance, partition: int = 0, name: str | None = None,
                  owner_uid: int | None = None, lease_ttl_ms: int = LEASE_TTL_MS,
-                 checkpoint_every: int = CHECKPOINT_EVERY) -> None:
+                 checkpoint_every: int = CHECKPOINT_EVERY, pipelined: bool = False) -> None:
         super().__init__(instance, name)
         self.partition = partition
         keys = self.keys
         self.store = EventStore(self.redis, keys)
-        self.hashes = jobhash.JobHashes(self.redis, keys)
+        self.writes = JobManagerStore(self.store, partition)
         self.lease = Lease(self.redis, keys.jm_lease(partition), keys.jm_fence(partition),
                            self.name, lease_ttl_ms)
         self.owner_uid = owner_uid if owner_uid is not None else self._instance_owner()
@@ -162,27 +114,22 @@ class JobManagerWorker(Worker):
         #: the one input of the step being committed in careful mode
         self._alone: tuple[str, bytes, Mapping[bytes, bytes]] | None = None
         self._rebuilds: list[float] = []
-        self._reply_prefix = self.keys.reply("", "")[:-1]
+        #: a step's effects are sent with the next read of the inputs (one round trip
+        #: per step): the effects of the last step until then (None: none wait)
+        self.pipelined = pipelined
+        self._unsent: Effects | None = None
         #: send times of the exec reports and allocations handled since the last
         #: commit: their hand-offs end when it is written (fluxes/proc/hops.py)
         self._sent_exec: list[float] = []
         self._sent_alloc: list[float] = []
-        #: the multi-factor priority plugin (None: flux's default, urgency only) and when
-        #: it is next given a new fair-share table and every pending job reprioritized
-        self._multifactor: MultiFactorPriority | None = None
-        self._timer = ReprioritizeTimer(60.0, 5.0)
-        #: the configuration text the plugin was built from, its [accounting] table, and
-        #: when the usage marks and the configuration are next read
-        self._config_raw: bytes | None = None
-        self._accounting: AccountingConfig | None = None
-        self._look_at = 0.0
-        self._accounts = AccountsFollower(self.redis, self.keys)
+        #: the priority plugin and when every pending job is due a new priority
+        self.priority = PriorityFeed(instance, self._facts)
         #: the key masking dependency descriptions in public events (read in setup)
         self.salt = b""
 
     def _instance_owner(self) -> int:
-        raw = self.redis.hget(self.keys.instance, "owner_uid")
-        return int(raw) if raw else os.getuid()
+        owner = self.writes.instance_owner()
+        return owner if owner is not None else os.getuid()
 
     # ------------------------------------------------------------ leadership
 
@@ -197,6 +144,7 @@ class JobManagerWorker(Worker):
         self.core = None
         self.token = None
         self.lease.token = None
+        self._unsent = None
         super().reconnected()
 
     def status(self) -> dict[str, Any]:
@@ -219,11 +167,11 @@ class JobManagerWorker(Worker):
         started = time.monotonic()
         result, _used = self.store.restore(self.partition)
         core = JobManagerCore(owner_uid=self.owner_uid, lookup=self._lookup,
-                              stopped_queues=stopped_queues(self.instance),
-                              priority=self._priority_plugin())
-        saved = {int(k): orjson.loads(v) for k, v in
-                 self.redis.hgetall(self.keys.exec_progress(self.partition)).items()}
-        requests = self._stored_requests(core.pending_ids(result.records.values()))
+                              stopped_queues=self.writes.stopped_queues(self.instance),
+                              priority=self.priority.plugin())
+        saved = self.writes.saved_progress()
+        requests = self.writes.stored_requests(core.pending_ids(result.records.values()),
+                                               self.keepalive)
         core.load(result.records.values(), saved, requests)
         self.keepalive()
         self.core = core
@@ -243,104 +191,28 @@ class JobManagerWorker(Worker):
                                         "replayed_events": result.events,
                                         "restore_s": round(self.restored_in, 3)})
 
-    def _priority_plugin(self, config: tuple[bytes | None, InstanceConfig] | None = None
-                         ) -> MultiFactorPriority | None:
-        """The plugin ``[accounting] priority-plugin`` names (None: the default), with the
-        fair-share table as of now (docs/accounting.md); ``config``: the configuration
-        (its text and what it reads as) when the caller read it already."""
-        if config is None:
-            raw = self.redis.hget(self.keys.instance, "config")
-            config = raw, InstanceConfig.from_toml(raw) if raw else InstanceConfig()
-        self._config_raw = config[0]
-        accounting = self._accounting = config[1].accounting
-        self._timer = ReprioritizeTimer(accounting.reprioritize_interval,
-                                        accounting.reprioritize_min_interval)
-        self._multifactor = None
-        if accounting.priority_plugin != "multifactor":
-            return None
-        try:
-            inventory = load_inventory(self.instance)
-            cores, nodes = inventory.ncores, len(inventory)
-        except (FluxesError, ValueError):
-            cores, nodes = 0, 0  # no job-size factor without an inventory
-        plugin = MultiFactorPriority(accounting.weights, facts=self._facts,
-                                     total_cores=cores, total_nodes=nodes)
-        self._multifactor = plugin
-        self._refresh_fair_share()
-        return plugin
-
     def _facts(self, jobid: int) -> JobFacts | None:
         """A job's bank and size for the multi-factor plugin, from its submit extras."""
         act = self.core.jobs.get(jobid) if self.core is not None else None
         return facts_from_info(act.rec.info) if act is not None else None
 
-    def _refresh_fair_share(self) -> None:
-        """Give the plugin the fair-share table of the banks and the usage folded so far."""
-        plugin = self._multifactor
-        if plugin is None:
-            return
-        # the marks first: usage folded after them makes them move again
-        marks = UsageStore(self.redis, self.keys).usage_marks()
-        self._timer.done(time.monotonic(), marks)
-        plugin.update(fair_share_now(self.redis, self.keys, self.instance.config(),
-                                     time.time(), accounts=self._accounts.refresh()))
-
     def reprioritize(self, core: JobManagerCore, fx: Effects) -> None:
-        """Give the plugin a new fair-share table and recompute every pending job's
-        priority: every ``reprioritize-interval`` (age drifts, banks change), soon after
-        the accounting worker folded a change of usage (at most every
-        ``reprioritize-min-interval``), and at once under new ``[accounting]`` settings
-        (the plugin built anew: no restart needed)."""
-        now = time.monotonic()
-        marks: tuple[str | None, ...] | None = None
-        if now >= self._look_at:
-            self._look_at = now + PRIORITY_CHECK_S
-            if self._settings_changed(core):
-                self._recompute(core, fx, "new priority settings")
-                return
-            if self._multifactor is not None and self._timer.should_look(now):
-                marks = UsageStore(self.redis, self.keys).usage_marks()
-        if self._multifactor is None or not self._timer.due(now, marks):
+        """Recompute every pending job's priority when the feed says it is due (the
+        interval, a change of usage, new ``[accounting]`` settings: a new plugin)."""
+        due = self.priority.due()
+        if self.priority.refused is not None:
+            self.log.warning("configuration not applied",
+                             extra={"error": self.priority.refused})
+            self.priority.refused = None
+        if due is None:
             return
-        periodic = now - self._timer.last >= self._timer.interval
-        self._refresh_fair_share()
-        self._recompute(core, fx, "periodic" if periodic else "usage changed")
-
-    def _settings_changed(self, core: JobManagerCore) -> bool:
-        """Read the configuration when its text changed; under a new ``[accounting]``
-        table, build the plugin anew and give it to ``core``."""
-        raw = self.redis.hget(self.keys.instance, "config")
-        if raw == self._config_raw:
-            return False
-        try:
-            config = InstanceConfig.from_toml(raw) if raw else InstanceConfig()
-        except ValueError as exc:
-            self._config_raw = raw  # said once; the plugin stays as it was
-            self.log.warning("configuration not applied", extra={"error": one_line(str(exc))})
-            return False
-        if config.accounting == self._accounting:
-            self._config_raw = raw
-            return False
-        core.priority = self._priority_plugin((raw, config)) or DefaultPriority()
-        return True
-
-    def _recompute(self, core: JobManagerCore, fx: Effects, why: str) -> None:
+        why, plugin = due
+        if why == NEW_SETTINGS:
+            core.priority = plugin or DefaultPriority()
         changed = core.reprioritize(fx)
         if changed:
             self.log.debug("reprioritized", extra={"partition": self.partition,
                                                    "changed": changed, "why": why})
-
-    def _stored_requests(self, jobids: list[int]) -> dict[int, str | None]:
-        """The stored scheduler requests of pending jobs (their alloc messages carry
-        them), READ_REQUESTS jobs per round trip."""
-        out: dict[int, str | None] = {}
-        for i in range(0, len(jobids), READ_REQUESTS):
-            chunk = jobids[i:i + READ_REQUESTS]
-            for jobid, raw in zip(chunk, self.hashes.field(chunk, jobhash.REQUEST),
-                                  strict=True):
-                out[jobid] = raw.decode("utf-8", "replace") if raw else None
-            self.keepalive()
-        return out
 
     def _renewed_token(self) -> str | None:
         """The fencing token after renewing the lease if due (None once deposed)."""
@@ -358,6 +230,7 @@ class JobManagerWorker(Worker):
         self.core = None
         self.token = None
         self.lease.token = None
+        self._unsent = None
 
     def _lookup(self, jobid: int) -> TargetStatus | None:
         """Dependency targets the core no longer holds: replay their own eventlog."""
@@ -394,7 +267,22 @@ class JobManagerWorker(Worker):
         else:
             streams = dict.fromkeys(self.inputs, ">")
             block = self._block_ms(core)
-        reply = read_streams(self.redis, streams, READ_COUNT, block, GROUP_JM, "jm")
+        reply = self._read(streams, block)
+        if self.core is not core:
+            return  # the last step's commit was refused, or this leader deposed
+        fx = self._take(core, reply)
+        if fx is None:
+            return
+        core.on_timers(fx)
+        self.reprioritize(core, fx)
+        if self.pipelined and self.core is core:
+            self._unsent = fx  # sent with the next read
+        else:
+            self.commit(fx)
+
+    def _take(self, core: JobManagerCore, reply: list[Any]) -> Effects | None:
+        """Hand the entries read to the core; their effects (None: rebuilt from storage or
+        deposed on the way, the effects are gone)."""
         fx = Effects()
         got = 0
         for stream_b, entries in reply or []:
@@ -409,21 +297,19 @@ class JobManagerWorker(Worker):
                     fx.acks.append((stream, msg_id))
                     continue
                 if not self.dispatch(fx, core, stream, msg_id, fields):
-                    return  # rebuilt from storage: this step's effects are gone
+                    return None  # rebuilt from storage: this step's effects are gone
                 if self._renewed_token() is None:
-                    return  # deposed: another leader has these inputs now
+                    return None  # deposed: another leader has these inputs now
                 if fx.nevents >= MAX_COMMIT_EVENTS:
                     # Cut between inputs: each input's effects stay in one commit,
                     # and no Lua call runs long enough to block Redis.
                     self.commit(fx)
                     fx = Effects()
                     if self.core is None:
-                        return  # deposed by that commit
+                        return None  # deposed by that commit
         if self._pending and got == 0:
             self._pending = False
-        core.on_timers(fx)
-        self.reprioritize(core, fx)
-        self.commit(fx)
+        return fx
 
     def _try_to_lead(self) -> None:
         """Take the lease and restore the state from storage, or wait a little."""
@@ -443,7 +329,7 @@ class JobManagerWorker(Worker):
         written (or that kills the process) fails alone and is refused, and only its
         delivery count grows. False (back to normal steps) once nothing is pending."""
         for stream in self.inputs:
-            reply = read_streams(self.redis, {stream: "0"}, 1, None, GROUP_JM, "jm")
+            reply = self.writes.read({stream: "0"}, 1, None, "jm")
             for _stream_b, entries in reply or []:
                 for msg_id, fields in entries[:1]:
                     fx = Effects()
@@ -510,19 +396,7 @@ class JobManagerWorker(Worker):
 
     def scheduler_epoch(self) -> int:
         """The epoch of the scheduler holding the partition's lease now; -1 when none does."""
-        p = self.partition
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.exists(self.keys.sched_lease(p))
-        pipe.get(self.keys.sched_fence(p))
-        held, fence = pipe.execute()
-        if not held and not reachability.may_judge(LEASE_TTL_MS / 1000):
-            # Redis stalled lately: the lease may have expired during the stall while
-            # its scheduler lives; it renews it within a TTL of answered time.
-            held = True
-        try:
-            return int(fence) if held and fence else -1
-        except ValueError:
-            return -1  # only a scheduler writes it: nobody leads with that
+        return self.writes.scheduler_epoch()
 
     def _block_ms(self, core: JobManagerCore) -> int:
         due = core.next_timer()
@@ -555,7 +429,7 @@ class JobManagerWorker(Worker):
                     core.on_exec(fx, report)
             elif stream == keys.jm_new(p):
                 news = proto.decode_entry(proto.NEW_JOBS, fields)[1]
-                refused = self.check_new(core, news)
+                refused = self.writes.news_not_stored(core.jobs, news)
                 for new in news:
                     if new.id not in refused:
                         core.on_new(fx, new)
@@ -567,11 +441,11 @@ class JobManagerWorker(Worker):
                         f"taken): {why}"))
             else:
                 ctls = proto.decode_entry(proto.CONTROL, fields)[1]
-                self.check_replies([c.reply for c in ctls if c.reply is not None])
+                self.writes.check_replies([c.reply for c in ctls if c.reply is not None])
                 for ctl in ctls:
                     if isinstance(ctl, proto.QueuesChanged):
                         core.on_ctl(fx, msgspec.structs.replace(
-                            ctl, stopped=sorted(stopped_queues(self.instance))))
+                            ctl, stopped=sorted(self.writes.stopped_queues(self.instance))))
                     else:
                         core.on_ctl(fx, ctl)
         except proto.MessageError as exc:
@@ -602,56 +476,6 @@ class JobManagerWorker(Worker):
                 self.log.warning("scheduling suspended", extra={
                     "partition": p, "why": core.session.suspended})
 
-    def check_new(self, core: JobManagerCore, news: list[proto.New]) -> dict[int, str]:
-        """The new-job messages of an entry that describe no job the ingest stored and this
-        job manager has yet to take (job id -> why), read against the stored eventlogs.
-
-        A job the ingest created has exactly its ``submit`` and ``validate``
-        events, matching the message, until the job manager takes it; a
-        message naming anything else (no job, a job of another partition, one
-        that already went on, or other facts) would make the commit fail on
-        its eventlog, and replaying it could only fail again: it is refused.
-        Jobs known from the replay are left to the core, which passes over them.
-        """
-        out: dict[int, str] = {}
-        unknown: list[proto.New] = []
-        for new in news:
-            if new.id in core.jobs or not 0 <= new.id <= MAX_JOBID:
-                continue  # known, or out of range (which the core refuses)
-            owner = self.keys.partition_of(new.id)
-            if owner != self.partition:
-                out[new.id] = f"job {new.id} belongs to partition {owner}"
-            else:
-                unknown.append(new)
-        if unknown:
-            heads = self.store.eventlog_heads([new.id for new in unknown])
-            for new, head in zip(unknown, heads, strict=True):
-                why = not_as_stored(new, head)
-                if why is not None:
-                    out[new.id] = f"job {new.id}: {why}"
-        return out
-
-    def check_replies(self, replies: list[str]) -> None:
-        """MessageError unless every reply key is a client's reply list: under
-        ``{ns}:reply:``, and a list or nothing yet (one round trip, only for control
-        messages that want an answer)."""
-        if not replies:
-            return
-        prefix = self._reply_prefix
-        for key in replies:
-            if not key.startswith(prefix) or len(key) > MAX_REPLY_KEY:
-                raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} is not under "
-                                         f"{prefix!r}")
-        pipe = self.redis.pipeline(transaction=False)
-        distinct = sorted(set(replies))
-        for key in distinct:
-            pipe.type(key)
-        for key, kind in zip(distinct, pipe.execute(), strict=True):
-            name = kind.decode() if isinstance(kind, bytes) else str(kind)
-            if name not in ("none", "list"):
-                raise proto.MessageError(f"jm:ctl: reply key {key[:80]!r} holds a {name}, "
-                                         "not a list")
-
     def poisoned(self, stream: str, msg_id: bytes, fields: Mapping[bytes, bytes],
                  exc: Exception) -> None:
         """An input whose handling (or commit) failed: dead-letter and acknowledge it in
@@ -668,211 +492,8 @@ class JobManagerWorker(Worker):
             stream, msg_id, fields, f"{type(exc).__name__}: {exc}"))
         fx.acks.append((stream, msg_id))
         self.core = None  # nothing of the broken step may be committed
+        self._unsent = None  # nor of the last one: its inputs are read again
         self.commit(fx)
-
-    # ------------------------------------------------------------ writing
-
-    def build(self, fx: Effects) -> tuple[list[Batch], dict[str, list[Any]]]:
-        """The batches for ``fx`` and the writes that cannot share their slot.
-
-        A normal step fits one batch. A huge one (a restart with many pending
-        jobs) is cut at job boundaries into batches of MAX_COMMIT_EVENTS
-        events, because a Lua call blocks Redis while it runs; the messages,
-        replies and acknowledgements go in the last batch, after all events.
-        """
-        keys = self.keys
-        p = self.partition
-        batches = self._event_batches(fx)
-        batch = batches[-1]
-        for jobid, fields in fx.job_fields.items():
-            jobhash.set_updated(batch, keys, jobid, fields)
-        for jobid, (result, t_inactive) in fx.retired.items():
-            jobhash.set_result(batch, keys, jobid, result, t_inactive)
-        progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
-        if progress:
-            batch.hset(keys.exec_progress(p), progress)
-        gone = [str(j) for j, v in fx.progress.items() if v is None]
-        if gone:
-            batch.hdel(keys.exec_progress(p), gone)
-        core = self.core
-        epoch = fx.sched_epoch or (core.session.epoch if core and core.session.epoch else 0)
-        sent = time.time()
-        for entry in proto.encode_chunks(fx.sched, epoch, MESSAGES_PER_ENTRY,
-                                         proto.SCHED_REQUESTS.max_bytes, sent):
-            batch.xadd(keys.sched_req(p), entry)
-        later: dict[str, list[Any]] = {}
-        journal = keys.journal(p)
-        for rank, msgs in fx.exec.items():
-            key = keys.exec_rank(rank)
-            for entry in proto.encode_chunks(msgs, 0, MESSAGES_PER_ENTRY,
-                                             proto.EXEC_REQUESTS.max_bytes, sent):
-                if keys.same_slot(key, journal):
-                    batch.xadd(key, entry)
-                else:
-                    later.setdefault(key, []).append(entry)
-        for key, payload in fx.replies:
-            data = proto.encode_reply(payload)
-            if keys.same_slot(key, journal):
-                batch.push_reply(key, data, REPLY_TTL_MS)
-            else:
-                later.setdefault(key, []).append(data)
-        if fx.dead_letters and keys.same_slot(keys.dead_letters, journal):
-            # with the acknowledgements below: refused and acknowledged in one step
-            for record in fx.dead_letters:
-                batch.xadd(keys.dead_letters, record)
-            batch.hincrby(counts_key(keys), per_stream(fx.dead_letters))
-        by_stream: dict[str, list[bytes]] = {}
-        for stream, msg_id in fx.acks:
-            by_stream.setdefault(stream, []).append(msg_id)
-        for stream, ids in by_stream.items():
-            batch.xack(stream, GROUP_JM, ids)
-        return batches, later
-
-    def _event_batches(self, fx: Effects) -> list[Batch]:
-        """The events of ``fx``, job by job, in batches of about MAX_COMMIT_EVENTS."""
-        keys = self.keys
-        p = self.partition
-        batches = [self.store.batch(p)]
-        batch = batches[0]
-        for jobid, ops in fx.ops.items():
-            if batch.events >= MAX_COMMIT_EVENTS:
-                batch = self.store.batch(p)
-                batches.append(batch)
-            seq = fx.base_seq.get(jobid, 0)
-            run: list[ev.Event] = []
-            extras: list[Mapping[str, Any] | None] = []
-            log = keys.eventlog(jobid)
-            owner = fx.owners.get(jobid)
-            for op in ops:
-                if op[0] == "E":
-                    run.append(op[1])
-                    extras.append(op[2])
-                    continue
-                if run:
-                    batch.append(log, jobid, seq, run, extras, owner=owner, salt=self.salt)
-                    seq += len(run)
-                    run, extras = [], []
-                batch.journal_only(jobid, op[1])
-            if run:
-                batch.append(log, jobid, seq, run, extras, owner=owner, salt=self.salt)
-        return batches
-
-    def commit(self, fx: Effects) -> None:
-        """Write ``fx``; on a stale token step down, on a conflict rebuild from storage."""
-        if not fx or self.token is None:
-            return
-        batches, later = self.build(fx)
-        if fx.dead_letters and not self.keys.same_slot(self.keys.dead_letters,
-                                                       self.keys.journal(self.partition)):
-            # Several partitions: the dead letters cannot share the commit's
-            # slot, so they go first; a crash before the commit writes them
-            # again when the inputs are read again, and never loses one.
-            self.write_dead_letters(fx.dead_letters)
-        try:
-            result = self.store.commit(batches[0], self.token)
-            written = result.events
-            for batch in batches[1:]:
-                token = self._renewed_token()
-                if token is None:
-                    return
-                result = self.store.commit(batch, token)
-                written += result.events
-        except FencedError as exc:
-            self.step_down(str(exc))
-            return
-        except (ConflictError, KeyTypeError, BadBatchError) as exc:
-            self.commit_refused(exc)
-            return
-        self._write_later(later)
-        if fx.dead_letters:
-            self.count_dead_letters(len(fx.dead_letters))
-        if self._sent_exec or self._sent_alloc:
-            now = time.time()
-            hops.record_since(hops.EXEC_TO_JM, self._sent_exec, now)
-            hops.record_since(hops.SCHED_TO_JM, self._sent_alloc, now)
-            self._sent_exec, self._sent_alloc = [], []
-        if written:
-            metrics.EVENTS_JOB_MANAGER.inc(written)
-            self.events_written += written
-            self._since_checkpoint += written
-            self._last_journal_id = result.journal_id
-            if self._since_checkpoint >= self.checkpoint_every:
-                self.checkpoint()
-
-    def _write_later(self, later: dict[str, list[Any]]) -> None:
-        """Write what could not share the commit's slot: replies (bytes) and messages."""
-        if later:
-            pipe = self.redis.pipeline(transaction=False)
-            for key, items in later.items():
-                for item in items:
-                    if isinstance(item, bytes):
-                        pipe.rpush(key, item)
-                        pipe.pexpire(key, REPLY_TTL_MS)
-                    else:
-                        pipe.xadd(key, item)
-            for result in pipe.execute(raise_on_error=False):
-                if isinstance(result, ResponseError):
-                    if not str(result).startswith(INPUT_REPLIES):
-                        raise result
-                    # a reply list replaced by another type since it was checked
-                    self.log.warning("reply not written", extra={"error": str(result)})
-
-    def commit_refused(self, exc: Exception) -> None:
-        """A commit that storage refused (not as stale): memory and storage disagree.
-
-        Alone in its commit (careful mode), the input is the cause: it is
-        refused. Otherwise memory is given up; the next step rebuilds it from
-        storage and then takes the pending inputs one per commit.
-        """
-        alone, self._alone = self._alone, None
-        if alone is not None:
-            self.poisoned(*alone, exc)
-            return
-        self.log.error("commit refused, rebuilding", extra={"error": one_line(str(exc))})
-        self._careful = True
-        self.core = None
-
-    def checkpoint(self) -> None:
-        """Write the active records and the journal position they include (fenced)."""
-        core = self.core
-        if core is None or self.token is None:
-            return
-        # The journal holds the submit events of jobs whose jm:new message this
-        # leader has not processed yet; they are not in memory, so the
-        # checkpoint must sit before them, or a restore would skip their later
-        # events. Records already holding events after that position are fine:
-        # replay skips entries a record has (by eventlog position).
-        position = self._last_journal_id if self._last_journal_id != "0-0" \
-            else self.store.journal_last_id(self.partition)
-        unread = self._oldest_unread_new()
-        if unread is not None and _stream_id_key(unread) <= _stream_id_key(position):
-            ms = int(unread.split("-")[0])
-            position = f"{ms - 1}-{2**64 - 1}" if ms > 0 else "0-0"
-        blob = self.store.checkpoint_blob((a.rec for a in core.jobs.values()), position)
-        batch = self.store.batch(self.partition)
-        batch.set(self.keys.checkpoint(self.partition), blob)
-        try:
-            self.store.commit(batch, self.token)
-        except FencedError as exc:
-            self.step_down(str(exc))
-            return
-        self._since_checkpoint = 0
-
-    def _oldest_unread_new(self) -> str | None:
-        """Id of the first jm:new entry this leader has not processed (None: none)."""
-        key = self.keys.jm_new(self.partition)
-        pending = self.redis.xpending(key, GROUP_JM)
-        if pending and pending.get("pending"):
-            low = pending.get("min")
-            return low.decode() if isinstance(low, bytes) else str(low)
-        for group in self.redis.xinfo_groups(key):
-            name = group["name"]
-            if (name.decode() if isinstance(name, bytes) else name) == GROUP_JM:
-                last = group["last-delivered-id"]
-                last = last.decode() if isinstance(last, bytes) else str(last)
-                after = self.redis.xrange(key, min="(" + last, count=1)
-                return after[0][0].decode() if after else None
-        return None
 
     def teardown(self) -> None:
         """Clean stop: checkpoint, then hand the lease over at once."""
@@ -884,35 +505,6 @@ class JobManagerWorker(Worker):
             pass
 
 
-def not_as_stored(new: proto.New, head: list[RawEvent] | str) -> str | None:
-    """Why a new-job message does not describe the job whose first stored eventlog
-    entries are ``head`` (or why those cannot be read), None when it does."""
-    if isinstance(head, str):
-        return head
-    if not head:
-        return "no such job (its eventlog is empty)"
-    names = [entry.name.decode("utf-8", "replace")[:40] for entry in head]
-    if names != ["submit", "validate"]:
-        shown = " ".join(names) + (" ..." if len(names) > 2 else "")
-        return f"not a job waiting to be taken (its eventlog begins {shown})"
-    submit = head[0]
-    try:
-        stamp = float(submit.timestamp)
-        context = orjson.loads(submit.context) if submit.context else {}
-    except (ValueError, orjson.JSONDecodeError):
-        return "its submit event does not decode"
-    if not isinstance(context, dict) or stamp != new.t_submit or (
-            context.get("userid"), context.get("urgency"), context.get("flags", 0)) != (
-            new.userid, new.urgency, new.flags):
-        return "the message does not match the job's submit event"
-    return None
-
-
-def _stream_id_key(sid: str) -> tuple[int, int]:
-    ms, _, seq = sid.partition("-")
-    return int(ms), int(seq or 0)
-
-
 def main(instance: Instance, partition: int = 0) -> int:
     """Run a job manager for ``partition`` until SIGTERM."""
-    return JobManagerWorker(instance, partition).run()
+    return JobManagerWorker(instance, partition, pipelined=True).run()

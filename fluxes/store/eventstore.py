@@ -342,6 +342,8 @@ class EventStore:
         self.redis = client
         self.keys = keys
         self._commit = lua_source("commit")
+        #: the text of commit.lua (for callers that send its call with other commands)
+        self.commit_source = self._commit
         # A second client on the same connections whose XRANGE replies stay raw
         # (flat field lists): redis-py's pairs-to-dict conversion cost more than
         # everything else on the replay path.
@@ -372,8 +374,8 @@ class EventStore:
             # keys[1] is the partition journal: every key of a batch is in its slot
             result = self.direct(keys[1]).fcall(self._commit, keys, args)
         except redis.ResponseError as exc:
-            raise _commit_error(exc) from None
-        return _commit_result(result)
+            raise commit_error(exc) from None
+        return commit_result(result)
 
     def commit_many(self, batches: Sequence[Batch], token: str = "") -> list[CommitResult]:
         """Commit several batches in one round trip (each one atomic on its own)."""
@@ -393,8 +395,8 @@ class EventStore:
         out = []
         for result in results:
             if isinstance(result, redis.ResponseError):
-                raise _commit_error(result)
-            out.append(_commit_result(result))
+                raise commit_error(result)
+            out.append(commit_result(result))
         return out
 
     # ------------------------------------------------------------ reads
@@ -837,7 +839,7 @@ def _id_ms(stream_id: bytes) -> int:
     return int(stream_id.partition(b"-")[0])
 
 
-def _commit_error(exc: redis.ResponseError) -> FluxesError | redis.ResponseError:
+def commit_error(exc: redis.ResponseError) -> FluxesError | redis.ResponseError:
     """The FluxesError for an error reply of ``commit.lua`` (see its header); a Redis that
     refused the whole script (full, busy, its disk failing) is ``exc`` itself, which the
     worker's loop waits out."""
@@ -865,6 +867,7 @@ def _commit_error(exc: redis.ResponseError) -> FluxesError | redis.ResponseError
     return FluxesError(f"commit failed: {text}")
 
 
-def _commit_result(result: Any) -> CommitResult:
+def commit_result(result: Any) -> CommitResult:
+    """The CommitResult of ``commit.lua``'s reply."""
     count, last = result
     return CommitResult(int(count), last.decode() if isinstance(last, bytes) else str(last))

@@ -206,6 +206,15 @@ class ExecStreams:
         return Identities({j: submit_userid(e) for j, e in zip(unique, events, strict=True)},
                           frozenset(registered), instance_owner)
 
+    def answer_command(self, token: str, fields: Mapping[bytes, bytes], ttl_s: int) -> None:
+        """Send the answer of a ``fluxes exec`` command to its caller's reply stream
+        (``token``), which expires ``ttl_s`` seconds after if nobody reads it."""
+        key = self.keys.exec_reply(token)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.xadd(key, dict(fields))
+        pipe.expire(key, ttl_s)
+        pipe.execute()
+
     def gone(self, jobids: Sequence[int]) -> list[bool]:
         """For each job: is it inactive (its hash has a ``result``) or purged?"""
         return self.hashes.gone(jobids)

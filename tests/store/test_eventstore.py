@@ -18,7 +18,7 @@ from fluxes.store.eventstore import (
     EventStore,
     FencedError,
     KeyTypeError,
-    _commit_error,
+    commit_error,
     encode_context,
 )
 from fluxes.store.keys import Keys
@@ -284,7 +284,7 @@ class EventStoreContract:
         before = _snapshot(client)
         with pytest.raises(redis.ResponseError) as info:
             client.eval(lua_source("commit"), len(keys), *keys, "", *ok, *bad)
-        error = _commit_error(info.value)
+        error = commit_error(info.value)
         assert isinstance(error, BadBatchError) and fragment in str(error)
         assert _snapshot(client) == before
 

@@ -13,9 +13,9 @@ import redis
 
 from fluxes.domain.accounting.banks import AccountEvent, BankAdd, UserAdd
 from fluxes.domain.accounting.usage import Accum, Changes, Figures
+from fluxes.store import jm_priority
 from fluxes.store.accounting import UsageStore
 from tests.store.test_ingest_jobmanager import System
-from workers import jobmanager as jm_module
 
 CONFIG = """[accounting]
 priority-plugin = "multifactor"
@@ -56,7 +56,7 @@ def settle(system: System) -> None:
 
 @pytest.fixture
 def system(real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> System:
-    monkeypatch.setattr(jm_module, "PRIORITY_CHECK_S", 0.0)
+    monkeypatch.setattr(jm_priority, "LOOK_EVERY_S", 0.0)
     out = System(real_redis)
     out.redis.hset(out.keys.instance, "config", CONFIG.format(min="0s", weight=100000))
     t = time.time()

@@ -13,10 +13,14 @@ plus runtime facts that are not events (an outstanding alloc request, the
 exec progress per rank, timers); the runtime facts are rebuilt after a
 restart from the pending inputs and by re-sending requests.
 
-Why one module: :class:`JobManagerCore` is the job manager's one state machine over
-every input (new jobs, scheduler responses, exec reports, control requests, timers),
-whose handlers share the per-job runtime facts; the parts that stand alone are apart
-already (dependencies, priority, queues, submission, feasibility).
+What one step produced is :class:`~fluxes.domain.jm.effects.Effects`; the handlers of
+user requests are in :mod:`fluxes.domain.jm.controls` (a base class of the core: they
+share its per-job runtime facts); the parts that stand alone are apart already
+(dependencies, priority, queues, submission, feasibility).
+
+Why one module: what is left is the one state machine of a job's life (new job,
+the scheduler's session and its responses, exec reports, timers), whose handlers
+share the per-job runtime facts and the transitions between them.
 """
 
 from __future__ import annotations
@@ -24,76 +28,59 @@ from __future__ import annotations
 import heapq
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
 from fluxes import messages as proto
 from fluxes.domain.jm.active import Active, ExecProgress
+from fluxes.domain.jm.controls import ControlHandlers
 from fluxes.domain.jm.depend import DependencyActions, DependencyIndex, TargetStatus
+from fluxes.domain.jm.effects import (
+    KILL_SIGNAL,
+    LOST_WAIT_STATUS,
+    SavedProgress,
+    SchedSession,
+    check_jobid,
+    show_id,
+)
+from fluxes.domain.jm.effects import Ack as Ack  # noqa: PLC0414 -- re-exported
+from fluxes.domain.jm.effects import Effects as Effects  # noqa: PLC0414 -- re-exported
 from fluxes.domain.jm.perilog import HookProgress, hook_events
 from fluxes.domain.jm.priority import (
     DefaultPriority,
     PriorityInput,
     PriorityPlugin,
-    check_urgency_change,
     job_priority,
 )
-from fluxes.domain.jm.update import DURATION as DURATION_KEY
-from fluxes.domain.jm.update import IMMUTABLE_FLAG, UPDATABLE
-from fluxes.domain.jm.update import QUEUE as QUEUE_KEY
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import merge_annotations
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
-from fluxes.errors import PolicyError
 from fluxes.formats.idset import IDSet
-from fluxes.formats.jobid import MAX_ID as MAX_JOBID
-from fluxes.formats.jobid import encode as encode_id
 from fluxes.formats.rset import MAX_RANKS
 from fluxes.messages import (
     Alloc,
     AllocResponse,
-    CancelRequest,
-    Control,
     ExecReport,
-    ExecRequest,
     Free,
     FreeResponse,
     HeldJob,
     Hello,
     HelloReply,
     Kill,
-    KillAllRequest,
-    LostRanks,
     New,
     Prioritize,
-    QueuesChanged,
-    RaiseRequest,
     Ready,
-    Reply,
     Reset,
     SchedError,
-    SchedRequest,
     SchedResponse,
-    Signal,
-    SignalRequest,
     Start,
-    UpdateRequest,
-    UrgencyRequest,
 )
-
-#: Input reference: (stream key, message id), acknowledged when its effects are written.
-Ack = tuple[str, bytes]
 
 _DEPEND, _PRIORITY, _SCHED = JobState.DEPEND, JobState.PRIORITY, JobState.SCHED
 _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
 
-#: Signal sent to cancel or time out a running job (exec escalates to SIGKILL).
-KILL_SIGNAL = 15
-#: Wait status recorded for a rank whose tasks were lost: "killed by SIGKILL".
-LOST_WAIT_STATUS = 9
 #: Distinct request strings shared at most (see JobManagerCore._shared).
 _REQUESTS_KEPT = 4096
 #: Seconds scheduling stays suspended, while a scheduler holds the partition's
@@ -102,69 +89,7 @@ _REQUESTS_KEPT = 4096
 HEAL_AFTER_S = 2.0
 
 
-@dataclass
-class Effects:
-    """Everything one processing step produced, to be committed atomically."""
-
-    #: per job, in order: ("E", event, extra) eventlog events, ("J", event) journal-only
-    ops: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)
-    #: eventlog length of each job before this step's first event
-    base_seq: dict[int, int] = field(default_factory=dict)
-    sched: list[SchedRequest] = field(default_factory=list)
-    exec: dict[int, list[ExecRequest]] = field(default_factory=dict)
-    replies: list[tuple[str, Reply]] = field(default_factory=list)
-    #: jobs that became inactive: their result name ("" if none) and when
-    retired: dict[int, tuple[str, float]] = field(default_factory=dict)
-    #: exec progress per job not yet told by events (None: forget it), so a
-    #: restarted job manager does not lose which ranks already reported
-    progress: dict[int, dict[str, Any] | None] = field(default_factory=dict)
-    acks: list[Ack] = field(default_factory=list)
-    #: per job, the facts of its hash an update changed (``queue``, ``request``; None:
-    #: no longer any), written with its ``jobspec-update`` event
-    job_fields: dict[int, dict[str, str | None]] = field(default_factory=dict)
-    #: records of inputs refused (the worker's dead letters), written with their acks
-    dead_letters: list[dict[str, bytes | str]] = field(default_factory=list)
-    sched_epoch: int = 0
-    #: the owner of each job with events in ``ops``: their private text goes to the
-    #: owner's private hash (fluxes.domain.job.privacy)
-    owners: dict[int, int] = field(default_factory=dict)
-
-    def __bool__(self) -> bool:
-        return bool(self.ops or self.sched or self.exec or self.replies or self.retired
-                    or self.progress or self.acks or self.dead_letters)
-
-    @property
-    def nevents(self) -> int:
-        """Number of eventlog events in this step."""
-        return sum(1 for ops in self.ops.values() for op in ops if op[0] == "E")
-
-
-@dataclass
-class SchedSession:
-    """The RFC 27 session with the current scheduler."""
-
-    epoch: int | None = None
-    ready: bool = False
-    mode: str = "unlimited"
-    limit: int = 0
-    outstanding: int = 0
-    #: why scheduling is suspended until the next hello (None: it is not)
-    suspended: str | None = None
-    #: when it was suspended (the core's clock)
-    suspended_at: float = 0.0
-
-    def may_send(self) -> bool:
-        """True when another alloc request may go out under the ready mode."""
-        if not self.ready:
-            return False
-        if self.mode == "single":
-            return self.outstanding == 0
-        if self.mode == "limited":
-            return self.outstanding < max(self.limit, 1)
-        return True
-
-
-class JobManagerCore:
+class JobManagerCore(ControlHandlers):
     """All active jobs of one partition and the rules that drive them."""
 
     def __init__(self, *, owner_uid: int, priority: PriorityPlugin | None = None,
@@ -265,7 +190,7 @@ class JobManagerCore:
         if jobid not in fx.base_seq:
             fx.base_seq[jobid] = act.job.seq
         act.rec = apply_record(act.rec, jobid, event, extra)
-        fx.ops.setdefault(jobid, []).append(("E", event, extra))
+        fx.add_event(jobid, event, extra)
         if act.job.userid is not None:
             fx.owners[jobid] = act.job.userid
         if self.deps.is_target(jobid):
@@ -285,7 +210,7 @@ class JobManagerCore:
         Raises MessageError, changing nothing, for a message that does not
         describe a submit the journal could hold.
         """
-        jobid = _check_jobid(msg.id)
+        jobid = check_jobid(msg.id)
         info = msg.info
         if not isinstance(info.get("dependencies", []), list):
             raise proto.MessageError("new: 'info' must be an object with a list of dependencies")
@@ -550,7 +475,7 @@ class JobManagerCore:
             return  # an older scheduler's message: ignored (RFC 27 epochs)
         match msg:
             case SchedError(note=note, id=jobid):
-                what = f" (job {_show_id(jobid)})" if jobid is not None else ""
+                what = f" (job {show_id(jobid)})" if jobid is not None else ""
                 self.suspend(f"scheduler error{what}: {note[:200]}"
                              if note else f"scheduler error{what}")
             case Ready(mode=mode, limit=limit):
@@ -789,7 +714,7 @@ class JobManagerCore:
     @staticmethod
     def _save_progress(fx: Effects, act: Active) -> None:
         """The ranks' progress no event records yet, saved with the commit."""
-        saved: dict[str, Any] = {
+        saved: SavedProgress = {
             "started": sorted(act.exec_started),
             "finished": {str(r): s for r, s in act.exec_finished.items()},
             "released": sorted(act.exec_released), "error": act.exec_error}
@@ -815,224 +740,6 @@ class JobManagerCore:
         return error
 
     # ------------------------------------------------------------ user requests
-
-    def on_ctl(self, fx: Effects, msg: Control, ack: Ack | None = None) -> None:
-        """A forwarded user request (cancel, urgency, raise, signal), lost ranks or a
-        queue change."""
-        lost = _checked_control(msg)
-        if ack is not None:
-            fx.acks.append(ack)
-        answer = self._answer_control(fx, msg, lost)
-        if msg.reply:
-            fx.replies.append((msg.reply, answer))
-        self.pump(fx)
-
-    def _answer_control(self, fx: Effects, msg: Control, lost: IDSet | None) -> Reply:
-        """Act on a checked control request; its answer."""
-        match msg:
-            case CancelRequest(ids=ids, userid=userid, note=note):
-                return self._raise_many(fx, ids, userid, "cancel", 0, note)
-            case RaiseRequest(ids=ids, userid=userid, type=etype, severity=severity, note=note):
-                return self._raise_many(fx, ids, userid, etype, severity, note)
-            case UrgencyRequest(id=jobid, urgency=urgency, userid=userid):
-                return self._urgency(fx, jobid, urgency, userid)
-            case SignalRequest(ids=ids, userid=userid, signal=sig):
-                return self._signal_many(fx, ids, userid, sig)
-            case KillAllRequest(userid=userid, target=target, signal=sig, dry_run=dry_run):
-                return self._killall(fx, userid, target, sig, dry_run)
-            case UpdateRequest():
-                return self._update(fx, msg)
-            case QueuesChanged(stopped=stopped):
-                if stopped is not None:
-                    self.set_stopped_queues(fx, set(stopped))
-                return Reply(ok=[])
-            case LostRanks():
-                assert lost is not None
-                return self._lost_ranks(fx, lost)
-
-    def _lost_ranks(self, fx: Effects, lost: IDSet) -> Reply:
-        """Exec workers of ``lost`` are gone: fail their jobs and count those ranks as done.
-
-        No exec worker will ever report on them, so the job manager reports
-        for it (killed, released), which lets the job finish its cleanup.
-        """
-        now = self.clock()
-        failed = []
-        for act in list(self.jobs.values()):
-            if act.ranks is None or not act.job.has_resources or not act.ranks.intersects(lost):
-                continue
-            gone = act.ranks & lost
-            for rank in gone:
-                # Waits in the rank's stream until its exec worker is back, so
-                # tasks still running behind a network partition are stopped
-                # before their cores are handed out again.
-                fx.exec.setdefault(rank, []).append(Kill(id=act.rec.id, signal=KILL_SIGNAL))
-            if act.job.fatal is None:
-                self._post(fx, act, ev.JobException(
-                    timestamp=now, type="node-failure", severity=0,
-                    note=f"lost contact with the exec worker of rank(s) {gone}"))
-            for rank in gone:
-                if rank in act.exec_started or act.job.started:
-                    act.exec_started.add(rank)
-                    act.exec_finished.setdefault(rank, LOST_WAIT_STATUS)
-                act.exec_released.add(rank)
-            failed.append(act.rec.id)
-            self.on_exec(fx, ExecReport(id=act.rec.id, rank=next(iter(gone))))
-        return Reply(ok=failed)
-
-    def _acting_on(self, jobid: int, userid: int) -> Active | str:
-        """The active job ``jobid`` if ``userid`` may act on it (its owner or the
-        instance owner), else why not (a line naming the job)."""
-        act = self.jobs.get(jobid)
-        if act is None or act.job.state is _INACTIVE:
-            return f"{_show_id(jobid)}: job is inactive or unknown"
-        if userid not in (self.owner_uid, act.job.userid):
-            return f"{_show_id(jobid)}: permission denied"
-        return act
-
-    def _raise_many(self, fx: Effects, ids: list[int], userid: int, kind: str,
-                    severity: int, note: str) -> Reply:
-        errors = []
-        done = []
-        for jobid in ids:
-            act = self._acting_on(jobid, userid)
-            if isinstance(act, str):
-                errors.append(act)
-                continue
-            if not 0 <= severity <= 7:
-                errors.append(f"{_show_id(jobid)}: severity must be 0-7")
-                continue
-            context = {} if userid == self.owner_uid else {"userid": userid}
-            self._post(fx, act, ev.JobException(
-                timestamp=self.clock(), type=kind, severity=severity, note=note,
-                userid=context.get("userid")))
-            self._advance(fx, act)
-            done.append(jobid)
-        return Reply(ok=done, errors=errors)
-
-    def _signal(self, fx: Effects, act: Active, sig: int) -> None:
-        """Ask the exec worker of each of the job's ranks to signal its tasks there."""
-        assert act.ranks is not None
-        for rank in act.ranks:
-            fx.exec.setdefault(rank, []).append(Signal(id=act.rec.id, signal=sig))
-
-    def _signal_many(self, fx: Effects, ids: list[int], userid: int, sig: int) -> Reply:
-        """``fluxes job kill``: signal the tasks of running jobs; the jobs go on."""
-        errors = []
-        done = []
-        for jobid in ids:
-            act = self._acting_on(jobid, userid)
-            if isinstance(act, str):
-                errors.append(act)
-            elif act.job.state is not _RUN or act.ranks is None:
-                errors.append(f"{_show_id(jobid)}: job is not running")
-            else:
-                self._signal(fx, act, sig)
-                done.append(jobid)
-        return Reply(ok=done, errors=errors)
-
-    def _killall(self, fx: Effects, userid: int, target: int, sig: int,
-                 dry_run: bool) -> Reply:
-        """``fluxes job killall``: signal every running job of ``target`` (-1: of
-        every user), or only name them (``dry_run``); only the instance owner may
-        name another user's jobs."""
-        if userid not in (target, self.owner_uid):
-            return Reply(ok=[], errors=["permission denied: only the instance owner may "
-                                        "signal other users' jobs"])
-        matched = []
-        for act in self.jobs.values():
-            if act.job.state is not _RUN or act.ranks is None:
-                continue
-            if target not in (-1, act.job.userid):
-                continue
-            if not dry_run:
-                self._signal(fx, act, sig)
-            matched.append(act.rec.id)
-        return Reply(ok=matched)
-
-    def _update(self, fx: Effects, msg: UpdateRequest) -> Reply:
-        """``fluxes update``, checked by the ingest against the job as it was then: a
-        pending job gets a ``jobspec-update`` (and its new scheduler request, the old
-        alloc request canceled), a running one a ``resource-update`` with its new
-        expiration and time limit. Refused when the job changed since the check."""
-        jobid = msg.id
-        act = self._acting_on(jobid, msg.userid)
-        if isinstance(act, str):
-            return Reply(errors=[act])
-        job = act.job
-        if dict(job.jobspec_updates) != msg.base or job.expiration != msg.base_expiration:
-            return Reply(errors=[f"{_show_id(jobid)}: the job changed while the update was "
-                                 "checked: try again"])
-        now = self.clock()
-        if job.state & JobState.PENDING:
-            if msg.immutable:
-                self._post(fx, act, ev.SetFlags(timestamp=now, flags=(IMMUTABLE_FLAG,)))
-            self._post(fx, act, ev.JobspecUpdate(timestamp=now, updates=dict(msg.updates)))
-            act.request = self._shared(msg.request)
-            fields = fx.job_fields.setdefault(jobid, {})
-            fields["request"] = msg.request
-            if QUEUE_KEY in msg.updates:
-                fields["queue"] = str(msg.updates[QUEUE_KEY])
-            if act.alloc_epoch is not None:
-                # the scheduler holds the old request: the CANCEL answer requeues the job
-                self._send_cancel(fx, act)
-            self._advance(fx, act)
-        elif job.state is _RUN and set(msg.updates) == {DURATION_KEY}:
-            duration = msg.updates[DURATION_KEY]
-            if not duration:
-                return Reply(errors=[f"{_show_id(jobid)}: a running job's duration cannot "
-                                     "become unlimited"])
-            expiration = (job.t_run or now) + float(duration)
-            if msg.immutable:
-                self._post(fx, act, ev.SetFlags(timestamp=now, flags=(IMMUTABLE_FLAG,)))
-            self._post(fx, act, ev.ResourceUpdate(timestamp=now, expiration=expiration))
-            if self.session.epoch is not None:
-                # the scheduler plans with the new end; with no session yet, the
-                # hello reply carries it (as after any scheduler restart)
-                fx.sched.append(proto.Expiration(id=jobid, expiration=expiration))
-            act.deadline = None
-            self._arm_timelimit(act)
-        elif job.state is _RUN:
-            return Reply(errors=[f"{_show_id(jobid)}: only the duration of a running job "
-                                 "may be updated"])
-        else:
-            return Reply(errors=[f"{_show_id(jobid)}: job is finishing: it can no longer "
-                                 "be updated"])
-        return Reply(ok=[jobid], updates=dict(msg.updates))
-
-    def _urgency(self, fx: Effects, jobid: int, urgency: int, userid: int) -> Reply:
-        act = self.jobs.get(jobid)
-        if act is None:
-            return Reply(errors=[f"{_show_id(jobid)}: job is inactive or unknown"])
-        job = act.job
-        try:
-            check_urgency_change(urgency, userid, job.userid, userid == self.owner_uid,
-                                 current_urgency=job.urgency, has_resources=job.has_resources)
-            if not job.state & JobState.PENDING:
-                raise PolicyError("urgency cannot be changed once resources are allocated")
-        except PolicyError as exc:
-            return Reply(errors=[f"{_show_id(jobid)}: {exc}"])
-        old = job.urgency
-        self._post(fx, act, ev.Urgency(timestamp=self.clock(), urgency=urgency, userid=userid))
-        self._advance(fx, act)
-        return Reply(ok=[jobid], old=old)
-
-    def set_stopped_queues(self, fx: Effects, stopped: set[str]) -> None:
-        """Apply queue start/stop: stopped queues get no alloc requests (pending ones canceled)."""
-        newly_stopped = stopped - self.stopped_queues
-        started = self.stopped_queues - stopped
-        self.stopped_queues = set(stopped)
-        if newly_stopped:
-            for each in self.jobs.values():
-                if each.rec.queue in newly_stopped and each.alloc_epoch is not None:
-                    self._send_cancel(fx, each)
-        for queue in started:
-            for jobid in self._parked.pop(queue, set()):
-                act = self.jobs.get(jobid)
-                if act is not None and act.job.state is _SCHED:
-                    self._enqueue(act)
-
-    # ------------------------------------------------------------ timers
 
     def next_timer(self) -> float | None:
         """When :meth:`on_timers` next has something to do (UNIX time), or None."""
@@ -1063,50 +770,6 @@ def _bank(act: Active) -> str | None:
     """The bank a job is charged to (its submit extras), None when it names none."""
     bank = act.rec.info.get("bank")
     return bank if isinstance(bank, str) and bank else None
-
-
-def _checked_control(msg: Control) -> IDSet | None:
-    """Refuse a control request no replay could accept; the lost ranks of a ``lost-ranks``."""
-    if getattr(msg, "userid", 0) < 0:
-        # events record the requester's userid, and replay refuses a negative one
-        # (decoding refuses it already; this guards messages built in memory)
-        raise proto.MessageError("control request: 'userid' must be >= 0")
-    if isinstance(msg, UpdateRequest):
-        _check_update(msg)
-    if not isinstance(msg, LostRanks):
-        return None
-    try:
-        return IDSet(msg.ranks)
-    except ValueError as exc:
-        raise proto.MessageError(f"lost-ranks: {exc}") from None
-
-
-def _check_update(msg: UpdateRequest) -> None:
-    """MessageError unless the update names only keys an update may change, each with
-    a value of its kind (text; a duration a number of seconds >= 0)."""
-    if not msg.updates:
-        raise proto.MessageError("update-request: no updates")
-    for key, value in msg.updates.items():
-        if key not in UPDATABLE:
-            raise proto.MessageError(f"update-request: key {key[:40]!r} cannot be updated")
-        if key == DURATION_KEY:
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not 0 <= value < float("inf"):
-                raise proto.MessageError("update-request: duration must be a number >= 0")
-        elif not isinstance(value, str) or not value:
-            raise proto.MessageError(f"update-request: {key} must be a non-empty string")
-
-
-def _check_jobid(jobid: int) -> int:
-    """MessageError unless ``jobid`` is a 64-bit job id."""
-    if not 0 <= jobid <= MAX_JOBID:
-        raise proto.MessageError(f"job id {jobid} is out of range")
-    return jobid
-
-
-def _show_id(jobid: int) -> str:
-    """A job id for a reply: F58 when it is one, else as given (a forged request)."""
-    return encode_id(jobid, "f58") if 0 <= jobid <= MAX_JOBID else str(jobid)
 
 
 def _encodable(value: Any) -> bool:
