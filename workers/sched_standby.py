@@ -12,13 +12,11 @@ running job's R.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from typing import Any
 
 from fluxes.domain.graph.pool import GraphPool
-from fluxes.domain.sched.protocol import SchedulerPool
-from fluxes.domain.sched.request import Request
-from fluxes.domain.sched.standby import Mirror
-from fluxes.formats.rset import ResourceSet
+from fluxes.domain.sched.session import Requests
+from fluxes.domain.sched.standby import Mirror, adopt_stored
 from fluxes.store import jobhash
 from fluxes.store.instance import Instance
 from fluxes.store.resources import load_pool, recorded_resources
@@ -28,41 +26,20 @@ from workers.base import not_the_input
 #: Jobs whose R a standby reads per step (one round trip).
 READ_BATCH = 2000
 
-#: A job's request from its stored (wire request, jobspec); None when it has neither.
-RequestOf = Callable[[str | None, bytes | None], Request | None]
-
-
-def adopt_stored(pool: SchedulerPool, graph: bool, jobid: int, raw_r: bytes,
-                 request: Request | None) -> ResourceSet:
-    """Put a job's stored R back into ``pool`` (ValueError when it does not fit); its R."""
-    rset = ResourceSet(raw_r)
-    # a graph pool takes back exactly what R's scheduling subgraph lists
-    pool.adopt(jobid, raw_r.decode() if graph else rset, memory=_memory_per_rank(rset, request),
-               exclusive=bool(request is not None and request.exclusive))
-    return rset
-
-
-def _memory_per_rank(rset: ResourceSet, request: Request | None) -> dict[int, int] | None:
-    """Memory a recovered allocation holds per rank (R does not record it)."""
-    if request is None or not request.memory_per_slot:
-        return None
-    per_slot = int(request.memory_per_slot)
-    size = max(int(request.min_cores_per_slot), 1)
-    return {r: per_slot * max(len(rset.cores(r)) // size, 1) for r in rset.ranks}
-
 
 class WarmPool:
     """A standby's pool of every allocation the journals name, with its R read."""
 
-    def __init__(self, instance: Instance, request_of: RequestOf) -> None:
+    def __init__(self, instance: Instance) -> None:
         self.redis = instance.redis
         self.keys = instance.keys
         self.hashes = jobhash.JobHashes(self.redis, self.keys)
-        self.request_of = request_of
         # the record the pool was built from: another one at takeover means start afresh
         self.resources = recorded_resources(self.redis, self.keys)
         self.pool = load_pool(instance)
         self.graph = isinstance(self.pool, GraphPool)
+        #: requests decoded so far (the session core takes them over with the pool)
+        self.requests = Requests(self.graph)
         self.mirror = Mirror()
         self.positions = {self.keys.journal(p): "0-0" for p in range(self.keys.partitions)}
         #: (nnodes, ncores) of each job the pool holds, for the limits gate at takeover
@@ -81,12 +58,14 @@ class WarmPool:
         ids = self.mirror.take(READ_BATCH)
         if not ids:
             return
+        # what decoding says is not logged here: the hello recovery says it again
+        unsaid: list[tuple[str, str, dict[str, Any]]] = []
         for jobid, (raw_r, wire, spec) in zip(ids, self.hashes.allocations(ids), strict=True):
             if not raw_r:
                 continue  # purged, or not written: the hello recovery decides
             try:
                 rset = adopt_stored(self.pool, self.graph, jobid, raw_r,
-                                    self.request_of(wire, spec))
+                                    self.requests.of_stored(wire, spec, unsaid))
             except Exception as exc:
                 if not_the_input(exc):
                     raise

@@ -2,7 +2,7 @@
 
 Everything else in :mod:`fluxes.sim` talks to this module only, so a change of
 a signature in :class:`~fluxes.domain.jm.core.JobManagerCore`,
-:class:`~fluxes.domain.sched.policy.Scheduler`, the pool or the ingest's
+:class:`~fluxes.domain.sched.session.SessionCore`, the pool or the ingest's
 :func:`~fluxes.domain.jm.submission.prepare_job` breaks here, and
 ``tests/unit/test_sim_drive.py`` says so at once.
 
@@ -13,22 +13,24 @@ What it drives, and how it mirrors the workers:
   feasibility against the inventory), cached per job shape; a refusal is the
   ingest's message.
 * :class:`Driver` holds one :class:`JobManagerCore` (the job manager worker's
-  pure core) and one :class:`Scheduler` on the pool the scheduler worker's
+  pure core) and one :class:`SessionCore` on the pool the scheduler worker's
   wiring picks (``pool_of_table``: a graph pool when the machine's
   ``[resource]`` table describes a graph, else a :class:`ResourcePool`), and
   with accounting (:mod:`fluxes.sim.accounting`) the worker's ``LimitGate`` and
   the job manager's periodic reprioritizing, and carries their RFC 27 messages
-  both ways with no latency, as typed message objects. The scheduler side repeats what
-  ``workers/scheduler.py`` does with each request (``_apply``, ``_add_allocs``,
-  ``_schedule``): alloc requests are checked (``pool.check``) and queued, frees
-  and cancels answered, and a pass runs after every batch of messages that can
-  change its outcome. The exec side is the simulator's model (:class:`ExecModel`):
-  tasks start the moment the job manager asks and report at once.
+  both ways with no latency, as typed message objects. The scheduler side is the
+  scheduler worker's own session core
+  (:class:`~fluxes.domain.sched.session.SessionCore`, with no store): alloc
+  requests are checked (``pool.check``) and queued, frees, cancels, expirations
+  and resets handled as the worker handles them, and a pass runs after every
+  batch of messages that can change its outcome. The exec side is the
+  simulator's model (:class:`ExecModel`): tasks start the moment the job
+  manager asks and report at once.
 * Time is a :class:`VirtualClock` both cores read. The job manager's timers
   (time limits, begin-time dependencies) fire through ``on_timers`` at their
   due times. The scheduler worker's timers are modelled with ``annotations``
   on: a full pass at most every ``FULL_PASS_S`` and a replan ``REPLAN_S`` after
-  the last pass while jobs are pending (both constants are the worker's). With
+  the last pass while jobs are pending (the session core's timers). With
   ``annotations`` off, every pass is a quick pass and timer passes are left
   out: they only refresh annotations (a quick pass starts exactly what a full
   one would, and a pass with no input since the previous one starts nothing),
@@ -50,6 +52,7 @@ from typing import Any, Final
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
 from fluxes.domain.graph.model import ResourceGraph
+from fluxes.domain.graph.pool import GraphPool
 from fluxes.domain.graph.table import pool_of_table
 from fluxes.domain.jm.core import Effects, JobManagerCore
 from fluxes.domain.jm.depend import TargetStatus
@@ -58,12 +61,19 @@ from fluxes.domain.jm.priority import PriorityPlugin
 from fluxes.domain.jm.submission import prepare_job
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.states import JobResult, JobState
-from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.inventory import Inventory
-from fluxes.domain.sched.policy import PassResult, PendingJob, QueuePolicy, Scheduler
+from fluxes.domain.sched.policy import PassResult, QueuePolicy
 from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.protocol import SchedulerPool
-from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.session import (
+    FULL_PASS_S,
+    NO_STORE,
+    REPLAN_S,
+    Item,
+    SessionCore,
+    queue_policies,
+)
+from fluxes.domain.sched.session import Effects as SessionEffects
 from fluxes.errors import FluxesError
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
@@ -73,11 +83,10 @@ from fluxes.sim.workload import SimJob
 __all__ = ["FULL_PASS_S", "REPLAN_S", "Driver", "ExecModel", "Granted", "Ingest", "Observer",
            "Prepared", "VirtualClock", "queue_policies"]
 
-#: The scheduler worker's timers (``workers/scheduler.py``; a test keeps them equal).
-REPLAN_S: Final = 5.0
-FULL_PASS_S: Final = 1.0
 #: The RFC 27 session's epoch: one scheduler, never restarted.
 EPOCH: Final = 1
+#: The one partition of a simulated instance.
+PARTITION: Final = 0
 #: The instance owner's uid (the simulator submits and cancels as the job's user).
 OWNER_UID: Final = 0
 #: Wait status of tasks killed by the job manager's SIGTERM (15).
@@ -97,30 +106,6 @@ class VirtualClock:
     def __call__(self) -> float:
         """The virtual time."""
         return self.now
-
-
-def queue_policies(config: InstanceConfig, override: Mapping[str, Any] | None = None
-                   ) -> dict[str | None, QueuePolicy]:
-    """Each queue's scheduler policy, as the scheduler worker reads it from the
-    configuration (``SchedulerWorker._queue_policies``), then ``override``
-    (``policy``, ``queue_depth``, ``reservation_depth``, ``placement``: the
-    command line's) applied to every queue. ValueError for a bad value."""
-    out: dict[str | None, QueuePolicy] = {}
-    queues = config.queues
-    defaults = QueuePolicy()
-    for name in [None, *queues.queue_names]:
-        try:
-            policy = queues.effective_policy(name)
-        except (KeyError, ValueError, FluxesError):
-            continue
-        sp = policy.scheduler
-        values: dict[str, Any] = {}
-        for attr in ("policy", "queue_depth", "reservation_depth", "placement"):
-            value = getattr(sp, attr, None)
-            values[attr] = getattr(defaults, attr) if value is None else value
-        values.update({k: v for k, v in (override or {}).items() if v is not None})
-        out[name] = QueuePolicy(**values)
-    return out
 
 
 # -- the ingest -----------------------------------------------------------------------
@@ -248,7 +233,8 @@ class Observer:
 
 
 class _SchedSide:
-    """The scheduler worker's handling of RFC 27 requests, without Redis."""
+    """The scheduler worker's session core (:class:`SessionCore`) with no store: what
+    the worker does with each request and pass, without Redis."""
 
     def __init__(self, inventory: Inventory, queues: Mapping[str | None, QueuePolicy],
                  clock: VirtualClock, mode: proto.Mode, limit: int, annotations: bool,
@@ -256,115 +242,44 @@ class _SchedSide:
                  accounting: SimAccounting | None = None) -> None:
         # the worker's wiring (load_pool): a graph pool when the [resource] table
         # describes a graph, else today's pool; a machine given by counts has no table
-        self.pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
+        pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
             else ResourcePool(inventory, clock=clock)
-        self.gate = accounting.gate if accounting is not None else None
-        self.sched = Scheduler(self.pool, queues, gate=self.gate)
-        self.mode = mode
-        self.limit = limit
-        self.annotations = annotations
+        self.core = SessionCore(
+            pool, queues, graph=isinstance(pool, GraphPool),
+            gate=accounting.gate if accounting is not None else None, stored=NO_STORE,
+            mode=mode, limit=limit, annotate=annotations, write_r=False, clock=clock,
+            owner_uid=OWNER_UID)
+        self.core.begin_epoch(PARTITION, EPOCH)
         self.observer = observer
-        self.dirty = False
-        self.sent: dict[int, dict[str, Any]] = {}
-        self._requests: dict[str, Request] = {}
-        self.hostnames = any(t.hostname is not None for t in inventory)
         self.passes = 0
 
     def handle(self, msgs: Sequence[proto.SchedRequest]) -> list[proto.SchedResponse]:
-        """Apply requests in order (``_apply``); new allocs are queued together."""
-        out: list[proto.SchedResponse] = []
-        allocs: list[proto.Alloc] = []
-        sched, pool = self.sched, self.pool
-        for msg in msgs:
-            if isinstance(msg, proto.Alloc):
-                allocs.append(msg)
-            elif isinstance(msg, proto.Free):
-                if self.gate is not None:
-                    self.gate.end(msg.id)
-                try:
-                    pool.free(msg.id)
-                except ValueError:
-                    pass  # not held here: still answer
-                out.append(proto.FreeResponse(id=msg.id))
-                self.dirty = True
-            elif isinstance(msg, proto.Cancel):
-                before = len(allocs)
-                allocs = [a for a in allocs if a.id != msg.id]
-                if sched.remove(msg.id) or len(allocs) != before:
-                    out.append(proto.AllocResponse(id=msg.id, type=proto.ALLOC_CANCEL))
-                    self.sent.pop(msg.id, None)
-                    self.dirty = True
-            elif isinstance(msg, proto.Prioritize):
-                for jobid, priority in msg.jobs:
-                    sched.prioritize(jobid, priority)
-                    job = sched.pending.get(jobid)
-                    if job is not None:
-                        self.observer.queued(jobid, (-job.priority, job.t_submit, jobid),
-                                             job.queue)
-                self.dirty = True
-            elif isinstance(msg, proto.HelloReply):
-                out.append(proto.Ready(mode=self.mode, limit=max(self.limit, 1)
-                                       if self.mode == "limited" else 0))
-        if allocs:
-            self._add_allocs(allocs, out)
-        return out
+        """Apply requests in order (``SessionCore.handle``)."""
+        fx = SessionEffects()
+        self.core.handle(PARTITION, [Item(EPOCH, msg) for msg in msgs], fx)
+        if fx.hellos or fx.refused:
+            raise RuntimeError(f"the scheduler's session broke: {fx.refused}")
+        self._queued(fx.queued)
+        return fx.responses.get(PARTITION, [])
 
-    def _add_allocs(self, allocs: list[proto.Alloc], out: list[proto.SchedResponse]) -> None:
-        sched, pool = self.sched, self.pool
-        for msg in allocs:
-            try:
-                request = self._request(msg.request)
-                pool.check(request)
-                job = PendingJob(msg.id, msg.priority, msg.t_submit, msg.userid, msg.queue,
-                                 request, bank=msg.bank)
-            except (ValueError, FluxesError) as exc:
-                out.append(proto.AllocResponse(id=msg.id, type=proto.ALLOC_DENY,
-                                               note=str(exc) or type(exc).__name__))
-                continue
-            sched.add(job)
-            self.observer.queued(msg.id, (-msg.priority, msg.t_submit, msg.id), msg.queue)
-            self.dirty = True
+    def _queued(self, jobids: list[int]) -> None:
+        pending = self.core.sched.pending
+        observer = self.observer
+        for jobid in jobids:
+            job = pending.get(jobid)
+            if job is not None:
+                observer.queued(jobid, (-job.priority, job.t_submit, jobid), job.queue)
 
-    def _request(self, wire: str | None) -> Request:
-        """The request an alloc carries (decoded once per shape)."""
-        if wire is None:
-            raise InfeasibleRequest("job has no request")
-        found = self._requests.get(wire)
-        if found is None:
-            found = self._requests[wire] = Request.from_wire(wire)
-        return found
-
-    def run_pass(self, now: float, full: bool) -> list[proto.SchedResponse]:
-        """One pass (``_schedule``): its responses, annotations only when recorded."""
-        result = self.sched.schedule(now, full=full)
+    def run_pass(self, now: float) -> list[proto.SchedResponse]:
+        """One pass (``SessionCore.schedule``): its responses."""
+        fx = SessionEffects()
+        result = self.core.schedule(now, fx)
         self.passes += 1
-        self.dirty = False
-        out: list[proto.SchedResponse] = []
         observer = self.observer
         for jobid, rset in result.allocated:
-            ann = {"sched": {"resource_summary": rset.summary(), "reason_pending": None,
-                             "t_estimate": None}}
-            out.append(proto.AllocResponse(
-                id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=str(rset.ranks),
-                nodelist=str(rset.hostlist) if self.hostnames else None, ncores=rset.ncores,
-                ngpus=rset.ngpus))
-            self.sent.pop(jobid, None)
             observer.granted(_grant(jobid, now, rset))
-        for jobid, note in result.denied:
-            out.append(proto.AllocResponse(id=jobid, type=proto.ALLOC_DENY, note=note))
-            self.sent.pop(jobid, None)
-        if self.annotations:
-            for jobid, sched_ann in result.annotations.items():
-                if self.sent.get(jobid) == sched_ann:
-                    continue  # sent only when they change, as the worker does
-                old = self.sent.get(jobid, {})
-                delta = {k: v for k, v in sched_ann.items() if old.get(k) != v}
-                delta.update({k: None for k in old if k not in sched_ann})
-                self.sent[jobid] = sched_ann
-                out.append(proto.AllocResponse(id=jobid, type=proto.ALLOC_ANNOTATE,
-                                               annotations={"sched": delta}))
         observer.passed(now, result)
-        return out
+        return fx.responses.get(PARTITION, [])
 
 
 def _grant(jobid: int, now: float, rset: ResourceSet) -> Granted:
@@ -414,9 +329,6 @@ class Driver:
         self._facts: dict[int, list[bool]] = {}  # allocated, started, fatal
         self._final: dict[int, TargetStatus] = {}
         self._userid: dict[int, int] = {}
-        self.planned = -math.inf
-        self.full_at = -math.inf
-        self.owe_full = False
         # the RFC 27 handshake: hello, the job manager's answer, ready
         fx = Effects()
         self.core.on_sched(fx, EPOCH, proto.Hello())
@@ -475,19 +387,16 @@ class Driver:
             # the job manager's reprioritizing, while it holds jobs (between them the
             # next instant catches up: nothing changes in an empty job manager)
             due = acct.next_tick if due is None else min(due, acct.next_tick)
-        if self.annotations and self.sched.sched.pending:
-            replan = self.planned + REPLAN_S
-            due = replan if due is None else min(due, replan)
-            if self.owe_full:
-                full = self.full_at + FULL_PASS_S
-                due = min(due, full)
+        timer = self.sched.core.next_timer()
+        if timer is not None:
+            due = timer if due is None else min(due, timer)
         return due
 
     def settle(self, now: float) -> None:
         """Carry every message at ``now`` until nothing moves; scheduling passes run
         whenever the scheduler has taken a batch that can change their outcome."""
         self.clock.now = now
-        sched = self.sched
+        core = self.sched.core
         tick = self.accounting.due(now) if self.accounting is not None else None
         if tick is not None and tick < now:
             self._reprioritize(tick)  # a tick passed while the job manager held no job
@@ -504,8 +413,8 @@ class Driver:
                 tick = None
             if self._to_sched or self._reports:
                 continue
-            if sched.sched.pending and (sched.dirty or self._timer_due(now)):
-                self._pass(now)
+            if core.due(now):
+                self._respond(self.sched.run_pass(now))
                 continue
             return
         raise RuntimeError(f"the simulation does not settle at t={now}")
@@ -518,22 +427,6 @@ class Driver:
         fx = Effects()
         self.core.reprioritize(fx)
         self._drain(fx)
-
-    def _timer_due(self, now: float) -> bool:
-        if not self.annotations:
-            return False
-        return now - self.planned >= REPLAN_S or (
-            self.owe_full and now - self.full_at >= FULL_PASS_S)
-
-    def _pass(self, now: float) -> None:
-        full = False
-        if self.annotations:
-            full = now - self.full_at >= FULL_PASS_S
-            if full:
-                self.full_at = now
-            self.owe_full = not full
-        self.planned = now
-        self._respond(self.sched.run_pass(now, full))
 
     # -- plumbing -----------------------------------------------------------------------
 
@@ -642,7 +535,7 @@ class Driver:
     @property
     def pending_requests(self) -> list[int]:
         """Alloc requests the scheduler still holds."""
-        return list(self.sched.sched.pending)
+        return list(self.sched.core.sched.pending)
 
     @property
     def passes(self) -> int:

@@ -4,7 +4,11 @@
 on which cores, from when to when):
 
 * no core is used by two jobs at once (one bit mask of busy cores per rank,
-  swept in time order, releases before starts at equal times);
+  swept in time order, releases before starts at equal times; a job whose
+  start and end share a timestamp, as ``fluxes run true`` often does in a
+  real history, holds its cores for no time: it is checked against the cores
+  busy then, between the releases and the starts of that instant, and holds
+  nothing after it);
 * every allocated core exists, and the cores in use never exceed the machine;
 * no job starts before it was submitted;
 * every job ends: each accepted job became inactive, each started job
@@ -89,7 +93,8 @@ def check_schedule(runs: Iterable[Ran], machine: Machine, checked: Checked | Non
     out = checked if checked is not None else Checked()
     capacity = {t.rank: _mask(t.cores.ranges()) for t in machine.inventory}
     total = machine.cores
-    points: list[tuple[float, int, int, int]] = []  # time, 0 end / 1 start, jobid, index
+    # time, 0 end / 1 start and end at once / 2 start, jobid, index
+    points: list[tuple[float, int, int, int]] = []
     runs = list(runs)
     for index, run in enumerate(runs):
         if not run.ended:
@@ -110,8 +115,11 @@ def check_schedule(runs: Iterable[Ran], machine: Machine, checked: Checked | Non
             if have is None or mask & ~have:
                 out.fail("capacity never exceeded",
                          f"job {run.jobid} holds cores rank {rank} does not have")
-        points.append((run.start, 1, run.jobid, index))
-        points.append((run.end, 0, run.jobid, index))
+        if run.end <= run.start:
+            points.append((run.start, _INSTANT, run.jobid, index))
+        else:
+            points.append((run.start, _START, run.jobid, index))
+            points.append((run.end, _END, run.jobid, index))
     for jobid in leftovers:
         out.fail("every job ends", f"job {jobid} is still held when the run is over")
     points.sort()
@@ -128,7 +136,7 @@ def _sweep(points: list[tuple[float, int, int, int]], runs: list[Ran], total: in
     for when, kind, jobid, index in points:
         run = runs[index]
         masks = run.masks or {}
-        if kind == 0:
+        if kind == _END:
             for rank, mask in masks.items():
                 busy[rank] = busy.get(rank, 0) & ~mask
             used -= run.ncores
@@ -138,13 +146,19 @@ def _sweep(points: list[tuple[float, int, int, int]], runs: list[Ran], total: in
             if held & mask:
                 out.fail("no core used by two jobs at once",
                          f"job {jobid} starts at {when:.3f} on rank {rank} cores already busy")
-            busy[rank] = held | mask
-        used += run.ncores
-        if used > total:
+            if kind == _START:
+                busy[rank] = held | mask
+        if used + run.ncores > total:
             out.fail("capacity never exceeded",
-                     f"{used} cores in use at {when:.3f}, the machine has {total}")
+                     f"{used + run.ncores} cores in use at {when:.3f}, the machine has {total}")
+        if kind == _START:
+            used += run.ncores
     if any(busy.values()):
         out.fail("every job ends", "cores still busy when the run is over")
+
+
+#: Sweep point kinds, in their order at one instant.
+_END, _INSTANT, _START = 0, 1, 2
 
 
 def _mask(ranges: Iterable[tuple[int, int]]) -> int:

@@ -325,8 +325,8 @@ def test_scheduler_handler_that_raises(system: System,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """A request whose handling raises: dead-lettered, and a new epoch rebuilds the pool."""
     runs_a_job(system)
-    sched = system.sched.sched
-    assert sched is not None
+    assert system.sched.core is not None
+    sched = system.sched.core.sched
 
     def broken(jobid: int, priority: int) -> None:
         raise RuntimeError("prioritize broke")

@@ -13,6 +13,7 @@ import orjson
 import pytest
 import redis
 
+from fluxes.domain.sched import session as session_core
 from fluxes.domain.sched.pool import ResourcePool
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
@@ -22,7 +23,6 @@ from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from tests import wire
 from tests.store.test_ingest_jobmanager import FakeExec
-from workers import scheduler as scheduler_worker
 from workers.ingest import IngestWorker
 from workers.jobmanager import JobManagerWorker
 from workers.scheduler import SchedulerWorker
@@ -344,7 +344,7 @@ def test_extended_running_job_moves_the_plan_and_a_new_scheduler_keeps_it(
         real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
     # fluxes update of a running job's duration: the scheduler's plan must stop
     # counting on its nodes at the old end, now and after a scheduler restart
-    monkeypatch.setattr(scheduler_worker, "FULL_PASS_S", 0.0)  # every pass annotates
+    monkeypatch.setattr(session_core, "FULL_PASS_S", 0.0)  # every pass annotates
     system = System(real_redis, config='[policy.scheduler]\npolicy = "easy"\n')
     for fake in system.execs.values():
         fake.hold = set()

@@ -21,10 +21,10 @@ from fluxes.domain.sched.inventory import Inventory
 from fluxes.domain.sched.policy import POLICIES, PendingJob, QueuePolicy, Scheduler
 from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.protocol import SchedulerPool
+from fluxes.domain.sched.session import Requests
 from fluxes.errors import ConfigError
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
-from workers.scheduler import _request_of
 
 CASES = Path(__file__).parent.parent / "cases" / "graph"
 #: 2 racks x 2 nodes x 4 cores (node0, node1 in rack0; node2, node3 in rack1)
@@ -215,6 +215,6 @@ def test_feasibility_on_a_graph_accepts_what_the_graph_can_hold() -> None:
 
 def test_the_worker_reads_stored_jobspecs_as_graph_requests_on_a_graph() -> None:
     raw = orjson.dumps(rack_spec(2))
-    assert isinstance(_request_of(raw, graph=True), GraphRequest)
+    assert isinstance(Requests(graph=True).of_jobspec(raw), GraphRequest)
     with pytest.raises(InfeasibleRequest):
-        _request_of(raw, graph=False)
+        Requests(graph=False).of_jobspec(raw)

@@ -209,8 +209,7 @@ def test_the_workers_constants_and_policies_are_the_drivers() -> None:
         '[queues.b.policy.scheduler]\npolicy = "easy"\nqueue-depth = 7\n'
         'placement = "best-fit"\n')
     mine = drive.queue_policies(config)
-    theirs = worker.SchedulerWorker._queue_policies(
-        object.__new__(worker.SchedulerWorker), config)
+    theirs = worker.queue_policies(config)
     assert mine == theirs
     assert mine["b"] == QueuePolicy("easy", 7, 3, "best-fit")
     assert drive.queue_policies(config, {"policy": "fcfs"})["a"].policy == "fcfs"
@@ -219,18 +218,24 @@ def test_the_workers_constants_and_policies_are_the_drivers() -> None:
 def test_the_calls_the_driver_makes_exist() -> None:
     """A renamed or reshaped core method fails here first (the driver's coupling)."""
     from fluxes.domain.jm.core import Effects, JobManagerCore
-    from fluxes.domain.sched.policy import PassResult, Scheduler
+    from fluxes.domain.sched.policy import PassResult
+    from fluxes.domain.sched.session import Effects as SessionEffects
+    from fluxes.domain.sched.session import SessionCore
 
     expected: dict[Any, Sequence[str]] = {
         JobManagerCore.__init__: ("owner_uid", "priority", "clock", "lookup"),
         JobManagerCore.on_new: ("fx", "msg"), JobManagerCore.on_sched: ("fx", "epoch", "msg"),
         JobManagerCore.on_exec: ("fx", "msg"), JobManagerCore.on_ctl: ("fx", "msg"),
-        JobManagerCore.on_timers: ("fx", "now"), Scheduler.schedule: ("now", "full"),
-        Scheduler.add: ("job",), Scheduler.remove: ("jobid",),
-        Scheduler.prioritize: ("jobid", "priority")}
+        JobManagerCore.on_timers: ("fx", "now"), SessionCore.schedule: ("now", "fx"),
+        SessionCore.__init__: ("pool", "queues", "graph", "gate", "stored", "mode", "limit",
+                               "annotate", "write_r", "clock", "owner_uid"),
+        SessionCore.handle: ("partition", "items", "fx"),
+        SessionCore.begin_epoch: ("partition", "epoch"), SessionCore.due: ("now",)}
     for func, params in expected.items():
         assert set(params) <= set(inspect.signature(func).parameters), func
     assert {"ops", "base_seq", "sched", "exec", "retired"} <= set(Effects.__dataclass_fields__)
+    assert {"responses", "queued", "hellos", "refused"} <= set(
+        SessionEffects.__dataclass_fields__)
     assert {"allocated", "denied", "annotations", "reserved"} <= set(
         PassResult.__dataclass_fields__)
 

@@ -40,7 +40,7 @@ def test_a_graph_config_runs_on_the_graph_pool(resource: str, whole_nodes: bool,
     workload = load_swf(synthetic_swf(150, size, seed=3).splitlines(),
                         whole_nodes=whole_nodes)
     sim = Simulation(workload.jobs, machine, config, overrides={"policy": policy})
-    assert isinstance(sim.driver.sched.pool, GraphPool)
+    assert isinstance(sim.driver.sched.core.pool, GraphPool)
     outcome = sim.run()
     assert outcome.checked.ok, outcome.checked.to_dict()
     assert not outcome.refused
@@ -73,7 +73,7 @@ def test_a_table_without_a_graph_keeps_todays_pool() -> None:
     config = _config('config = [{hosts = "n[0-1]", cores = "0-3"}]')
     machine = Machine.from_table(config.resource)
     sim = Simulation([], machine, config)
-    assert type(sim.driver.sched.pool) is ResourcePool
+    assert type(sim.driver.sched.core.pool) is ResourcePool
     assert machine.nodes == 2 and machine.cores == 8
 
 

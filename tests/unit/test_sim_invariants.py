@@ -126,3 +126,15 @@ def test_synthetic_traces_keep_every_invariant(nodes: int, cores: int, whole: bo
         assert len(outcome.runs) == 250
         if policy == "easy":
             assert outcome.checked.reservations["yielded"] == 0  # one queue, fixed order
+
+
+def test_a_job_whose_start_and_end_share_a_timestamp_holds_its_cores_for_no_time() -> None:
+    # fluxes run true in a real history: start and finish stamped alike, and the next
+    # job on the same core at that very instant
+    runs = [_ran(1, 5, 5, {0: 0b0001, 1: 0b0001}), _ran(2, 5, 10, {0: 0b0001}),
+            _ran(3, 10, 10, {0: 0b0001}), _ran(4, 10, 10, {0: 0b0001})]
+    assert check_schedule(runs, MACHINE).to_dict()["ok"]
+    # ... but not on cores another job holds across that instant
+    overlap = check_schedule([_ran(1, 0, 10, {0: 0b0011}), _ran(2, 5, 5, {0: 0b0010})],
+                             MACHINE)
+    assert overlap.violations == {"no core used by two jobs at once": 1}

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable
 
+from fluxes.domain.sched.protocol import SchedulerPool
+from fluxes.domain.sched.request import Request
+from fluxes.formats.rset import ResourceSet
+
 
 class Mirror:
     """The allocated jobs whose R a standby has yet to read into its pool."""
@@ -55,3 +59,22 @@ def reconcile(pooled: Iterable[int], held: Iterable[int]) -> tuple[list[int], li
     wanted_set = set(wanted)
     stale = sorted(j for j in in_pool if j not in wanted_set)
     return stale, [j for j in wanted if j not in in_pool]
+
+
+def adopt_stored(pool: SchedulerPool, graph: bool, jobid: int, raw_r: bytes,
+                 request: Request | None) -> ResourceSet:
+    """Put a job's stored R back into ``pool`` (ValueError when it does not fit); its R."""
+    rset = ResourceSet(raw_r)
+    # a graph pool takes back exactly what R's scheduling subgraph lists
+    pool.adopt(jobid, raw_r.decode() if graph else rset, memory=_memory_per_rank(rset, request),
+               exclusive=bool(request is not None and request.exclusive))
+    return rset
+
+
+def _memory_per_rank(rset: ResourceSet, request: Request | None) -> dict[int, int] | None:
+    """Memory a recovered allocation holds per rank (R does not record it)."""
+    if request is None or not request.memory_per_slot:
+        return None
+    per_slot = int(request.memory_per_slot)
+    size = max(int(request.min_cores_per_slot), 1)
+    return {r: per_slot * max(len(rset.cores(r)) // size, 1) for r in rset.ranks}
