@@ -28,6 +28,7 @@ A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from fluxes.formats.fsd import parse_duration
 #: Default ``[exec] output-limit``: bytes of output forwarded per job and rank.
 DEFAULT_OUTPUT_LIMIT = 100 << 20
 _TOP = ("policy", "queues", "resource", "ingest", "exec", "sched", "accounting", "job-manager",
-        "web")
+        "web", "forecast")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,40 @@ class WebConfig:
 
 
 @dataclass(frozen=True)
+class ForecastConfig:
+    """``[forecast]`` (docs/forecast.md): how run times are predicted (``runtime``:
+    ``"limit"``, each job runs to its time limit, or ``"history"``, the mean of its
+    user's last two run times capped by the limit) and how long a forecast is reused
+    (``cache``, seconds)."""
+
+    runtime: str = "limit"
+    cache: float = 5.0
+
+    @classmethod
+    def from_dict(cls, obj: object) -> ForecastConfig:
+        """Read ``[forecast]``; ConfigError naming a bad key."""
+        if not isinstance(obj, Mapping):
+            raise ConfigError("forecast: expected a table")
+        out = cls()
+        for key, value in obj.items():
+            if key == "runtime":
+                if value not in ("limit", "history"):
+                    raise ConfigError(f"forecast.runtime: expected \"limit\" or \"history\", "
+                                      f"got {value!r:.40}")
+                out = dataclasses.replace(out, runtime=value)
+            elif key == "cache":
+                try:
+                    seconds = parse_duration(value)
+                except ValueError as exc:
+                    raise ConfigError(f"forecast.cache: {exc}") from None
+                out = dataclasses.replace(out, cache=seconds)
+            else:
+                raise ConfigError(f"forecast.{format_key(key)}: unknown key (known: runtime, "
+                                  "cache)")
+        return out
+
+
+@dataclass(frozen=True)
 class InstanceConfig:
     """A checked instance configuration and the TOML text it came from."""
 
@@ -166,6 +201,7 @@ class InstanceConfig:
     accounting: AccountingConfig = field(default_factory=AccountingConfig)
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    forecast: ForecastConfig = field(default_factory=ForecastConfig)
 
     @property
     def perilog(self) -> PerilogConfig:
@@ -212,7 +248,8 @@ class InstanceConfig:
                    kill_timeout=kill_timeout, output_limit=output_limit, sched=dict(sched),
                    accounting=AccountingConfig.from_dict(raw.get("accounting", {})),
                    retention=RetentionConfig.from_dict(raw.get("job-manager", {})),
-                   web=WebConfig.from_dict(raw.get("web", {})))
+                   web=WebConfig.from_dict(raw.get("web", {})),
+                   forecast=ForecastConfig.from_dict(raw.get("forecast", {})))
 
 
 def _exec_settings(exec_table: object) -> tuple[float, int]:

@@ -164,6 +164,23 @@ def register(subparsers: Any) -> None:
     sm.add_argument("--json", action="store_true")
     sm.set_defaults(func=_simulate)
 
+    fc = sub.add_parser("forecast", **help_with_example(
+        "One forecast (fluxes jobs --forecast) of a seeded synthetic instance: N nodes of\n"
+        "32 cores all held by running jobs, P jobs waiting; wall and CPU time (best of R\n"
+        "runs), scheduling passes, jobs given a start.",
+        ["fluxes bench forecast", "fluxes bench forecast --pending 2000 --runtime history"]))
+    fc.add_argument("--nodes", type=int, default=1024, help="nodes (default 1024)")
+    fc.add_argument("--pending", type=int, default=10_000,
+                    help="waiting jobs (default 10000)")
+    fc.add_argument("--runs", type=int, default=3, help="runs, best kept (default 3)")
+    fc.add_argument("--policy", choices=("fcfs", "easy", "conservative"), default="easy")
+    fc.add_argument("--runtime", choices=("limit", "history"), default="limit")
+    fc.add_argument("--seed", type=int, default=1)
+    fc.add_argument("--job", type=int, default=None, metavar="K",
+                    help="forecast only the K-th waiting job, as 'fluxes job forecast' does")
+    fc.add_argument("--json", action="store_true")
+    fc.set_defaults(func=_forecast)
+
     cp = sub.add_parser("cli", **help_with_example(
         "Command start-up: median wall and CPU time of 'fluxes --version', 'fluxes submit'\n"
         "(a held job), 'fluxes jobs' and 'fluxes run -n1 true' against a private\n"
@@ -323,6 +340,16 @@ def _simulate(args: argparse.Namespace) -> int:
     report(simulate.run(jobs=args.jobs, cores=args.cores, nodes=args.nodes,
                         policy=args.policy, seed=args.seed, load=args.load,
                         trace_file=args.trace, compare=args.compare or ()), args.json)
+    return 0
+
+
+def _forecast(args: argparse.Namespace) -> int:
+    from fluxes.bench import forecast
+    from fluxes.bench.common import report
+
+    report(forecast.run(nodes=args.nodes, pending=args.pending, runs=args.runs,
+                        policy=args.policy, runtime=args.runtime, seed=args.seed,
+                        job=args.job), args.json)
     return 0
 
 

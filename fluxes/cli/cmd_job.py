@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from fluxes.cli import cmd_account, cmd_jobtools, cmd_kill, cmd_purge, cmd_submit
+from fluxes.cli import cmd_account, cmd_forecast, cmd_jobtools, cmd_kill, cmd_purge, cmd_submit
 from fluxes.cli.display import event_line, fmt_id, human_event_lines, shown_id
 from fluxes.cli.progress import Progress
 from fluxes.cli.util import (
@@ -132,6 +132,7 @@ def register(subparsers: Any) -> None:
     op.add_argument("id", type=job_id_arg, metavar="ID")
     op.set_defaults(func=_output)
     cmd_account.register_job_priority(sub)
+    cmd_forecast.register_job_forecast(sub)
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -1,4 +1,9 @@
-"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options."""
+"""``fluxes jobs``: list jobs from the job-list read model, with flux's columns and options.
+
+Why one module: it is one command whose options all shape the same listing
+(selection, fields, format, output); the forecast's part lives in
+:mod:`fluxes.cli.forecasting`.
+"""
 
 from __future__ import annotations
 
@@ -133,6 +138,7 @@ class Row:
         else:
             self.contextual_time = self.runtime_text
         self.contextual_info = _info(rec, now, _stopped(rec, queues))
+        self.t_forecast = None
         more_fields(self, rec, now)
 
     def as_dict(self) -> dict[str, Any]:
@@ -333,6 +339,7 @@ def register(subparsers: Any) -> None:
          "fluxes jobs -o '{id.f58} {name} {status}'", "fluxes jobs --stats-only",
          "fluxes jobs -a -o '{id.f58} {t_run!D} {runtime!H} {sched.reason_pending}'",
          "fluxes jobs -a -o '{id.f58} {result} {returncode} {waitstatus}'",
+         "fluxes jobs --forecast", "fluxes jobs -o '{id.f58} {t_forecast!D}' --forecast",
          "fluxes jobs -a --name=sim --sort=-t_submit -o '{id.f58} {result_abbrev} "
          "{inactive_reason}'", "fluxes jobs -a -i node[0-3]"]))
     p.add_argument("ids", nargs="*", type=job_id_arg, metavar="JOBID",
@@ -371,6 +378,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sort", metavar="KEY,...",
                    help="order by these fields (a leading - reverses one), e.g. "
                         "-t_submit or username,-priority")
+    p.add_argument("--forecast", action="store_true",
+                   help="each pending job's expected start ({t_forecast}: a UNIX time, - "
+                        "when it can never start), shown as START; lists pending jobs "
+                        "unless -f is given (docs/forecast.md)")
     p.add_argument("--color", nargs="?", const="always", default="auto",
                    choices=("never", "always", "auto"), metavar="WHEN",
                    help="color lines by result: never, always or auto (default: auto, "
@@ -418,6 +429,10 @@ def _jobs(args: argparse.Namespace) -> int:
         raise UsageError("fluxes jobs: --json and --csv cannot be combined")
     sort_keys = sort_fields(args.sort)
     include = hosts_or_ranks(args.include)
+    if args.forecast:
+        from fluxes.cli.forecasting import forecast_view
+
+        forecast_view(args)
     name = "accounting" if args.csv and args.format == "default" else args.format
     fmt = None if args.json else _format(FORMATS.get(name, name))
     window = _window(args)
@@ -432,6 +447,11 @@ def _jobs(args: argparse.Namespace) -> int:
     if sort_keys:
         records, rows = sorted_rows(records, rows, sort_keys)
     text = FORMATS.get(args.format, args.format)
+    if args.forecast or "t_forecast" in text or "t_forecast" in (args.sort or ""):
+        from fluxes.cli.forecasting import add_forecasts
+
+        add_forecasts(inst, rows)
+        records, rows = sorted_rows(records, rows, sort_keys) if sort_keys else (records, rows)
     if fmt is not None and ("instance" in text or "uri" in text):
         from fluxes.cli.cmd_batch import mark_instances
 

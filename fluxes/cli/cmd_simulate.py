@@ -39,8 +39,11 @@ def register(subparsers: Any) -> None:
          "--out schedule.swf --json",
          "fluxes eventlog export --since=-30d month.jsonl && fluxes simulate --journal "
          "month.jsonl --config site.toml --policy conservative",
-         "fluxes simulate --synthetic 2000 --nodes 16 --cores-per-node 32 --policy easy"]))
-    src = p.add_mutually_exclusive_group(required=True)
+         "fluxes simulate --synthetic 2000 --nodes 16 --cores-per-node 32 --policy easy",
+         "fluxes simulate --forecast-eval trace.swf --policy easy",
+         "fluxes simulate --forecast-eval --synthetic 2000 --nodes 8 --cores-per-node 32"]))
+    # required, but --forecast-eval TRACE names a source too (checked in _simulate)
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--swf", metavar="FILE", help="an SWF trace ('-' for stdin)")
     src.add_argument("--journal", metavar="FILE", nargs="?", const="",
                      help="a history in the export format (fluxes eventlog export); without "
@@ -86,6 +89,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--annotations", action="store_true",
                    help="record the scheduler's annotations in the journal, running the "
                         "worker's full passes and replans on the virtual clock (slower)")
+    p.add_argument("--forecast-eval", metavar="TRACE", nargs="?", const="",
+                   help="measure forecasts (docs/forecast.md): at submissions, forecast the "
+                        "job's start from the state then and compare with the start it got; "
+                        "TRACE: an SWF file (or the --swf, --journal, --synthetic input)")
+    p.add_argument("--forecast-every", type=whole_number(1), metavar="N",
+                   help="with --forecast-eval, forecast every N-th submission (default: "
+                        "about 200 forecasts)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.set_defaults(func=_simulate)
@@ -190,6 +200,48 @@ def _load(args: argparse.Namespace, config: InstanceConfig
     return workload, machine, config
 
 
+def _source(args: argparse.Namespace) -> None:
+    """Exactly one input: --swf, --journal, --synthetic, or --forecast-eval TRACE."""
+    from fluxes.cli.util import UsageError
+
+    given = [args.swf is not None, args.journal is not None, args.synthetic is not None]
+    if args.forecast_eval:
+        if any(given):
+            raise UsageError("fluxes simulate: --forecast-eval TRACE and --swf, --journal "
+                             "or --synthetic: give one input")
+        args.swf = args.forecast_eval
+    elif not any(given):
+        raise UsageError("fluxes simulate: one of --swf, --journal, --synthetic or "
+                         "--forecast-eval TRACE is required")
+    if args.forecast_every is not None and args.forecast_eval is None:
+        raise UsageError("fluxes simulate: --forecast-every needs --forecast-eval")
+
+
+def _forecast_eval(args: argparse.Namespace, workload: Workload, machine: Machine,
+                   config: InstanceConfig, policies: list[str | None]) -> int:
+    """``--forecast-eval``: forecast errors against the simulated starts, per predictor."""
+    from fluxes.cli.progress import Progress
+    from fluxes.forecast.evaluate import evaluate
+
+    if len(policies) > 1:
+        raise ValueError("--forecast-eval takes one policy, not --compare")
+    every = args.forecast_every or max(1, len(workload.jobs) // 200)
+    overrides = {"policy": policies[0], "queue_depth": args.queue_depth,
+                 "reservation_depth": args.reservation_depth, "placement": args.placement}
+    bar = Progress("forecast-eval", len(workload.jobs), enabled=not args.no_progress)
+    result = evaluate(workload.jobs, machine, config, overrides, every=every,
+                      progress=_updater(bar))
+    bar.done()
+    if args.json:
+        print_json({**result.to_dict(), "every": every, "machine": machine.description,
+                    "policy": policies[0] or "configured"})
+    else:
+        print(f"machine: {machine.description}; policy: {policies[0] or 'configured'}")
+        for line in result.text():
+            print(line)
+    return 0
+
+
 def _configured(config: InstanceConfig) -> Machine:
     from fluxes.sim.workload import Machine
 
@@ -218,6 +270,7 @@ def _simulate(args: argparse.Namespace) -> int:
     from fluxes.config import InstanceConfig
     from fluxes.sim import metrics, report, run
 
+    _source(args)
     config = InstanceConfig()
     if args.config:
         with open(args.config, "rb") as f:
@@ -243,6 +296,8 @@ def _simulate(args: argparse.Namespace) -> int:
     if machine is None:
         raise ValueError("no machine: give --nodes/--cores-per-node, or --config with a "
                          "[resource] table")
+    if args.forecast_eval is not None:
+        return _forecast_eval(args, workload, machine, config, policies)
     several = len(policies) > 1
     outcomes: list[Outcome] = []
     for policy in policies:

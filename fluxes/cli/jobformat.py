@@ -53,6 +53,7 @@ HEADERS = {
     "sched.reason_pending": "REASON", "annotations.sched.reason_pending": "REASON",
     "sched.t_estimate": "T_ESTIMATE", "annotations.sched.t_estimate": "T_ESTIMATE",
     "sched.resource_summary": "RESOURCES", "annotations.sched.resource_summary": "RESOURCES",
+    "t_forecast": "START",
 }
 
 #: Fields a format may name besides those with a title above.
@@ -96,6 +97,8 @@ def _missing(value: Any) -> bool:
 
 
 def _timestamp(value: Any, conv: str) -> Any:
+    if value == "-":
+        return "-"  # a time that will not come (a forecast start that never is)
     if _missing(value) or not value:
         # never a 1970 date for a time that did not happen
         return _NoTime() if conv == "d" else ""

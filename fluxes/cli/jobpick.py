@@ -57,6 +57,7 @@ SORT_FIELDS = frozenset({
     "waitstatus", "duration", "t_submit", "t_depend", "t_priority", "t_sched", "t_run",
     "t_cleanup", "t_inactive", "runtime", "expiration", "t_remaining", "cwd", "project",
     "inactive_reason", "contextual_time", "contextual_info", "success",
+    "t_forecast",  # the forecast start (docs/forecast.md), computed when sorted by
 })
 
 

@@ -345,7 +345,8 @@ def _jobs_doc(call: Call, view: data.View) -> dict[str, Any]:
     queue = call.request.query_params.get("queue")
     return data.jobs(view, all_jobs=_flag(call, "all"), user=_opt(call, "user"),
                      queue=queue if queue not in (None, "") else None,
-                     states=_opt(call, "states"), limit=_limit(call))
+                     states=_opt(call, "states"), limit=_limit(call),
+                     forecast=_flag(call, "forecast"))
 
 
 def page_machine(call: Call) -> Response:
@@ -391,7 +392,8 @@ def page_gantt(call: Call) -> Response:
     """``/gantt``."""
     view = call.view()
     start, end = _window(call)
-    return HTMLResponse(render.gantt(call.frame(view), data.gantt(view, start, end)))
+    return HTMLResponse(render.gantt(call.frame(view), data.gantt(
+        view, start, end, forecast=_flag(call, "forecast"))))
 
 
 def page_usage(call: Call) -> Response:
@@ -430,7 +432,7 @@ def api_queues(call: Call) -> Response:
 def api_gantt(call: Call) -> Response:
     """``/api/gantt``."""
     start, end = _window(call)
-    return _json(data.gantt(call.view(), start, end))
+    return _json(data.gantt(call.view(), start, end, forecast=_flag(call, "forecast")))
 
 
 def api_usage(call: Call) -> Response:

@@ -191,9 +191,11 @@ def job_row(record: JobRecord, now: float,
 
 def jobs(view: View, all_jobs: bool = False, user: str | None = None,
          queue: str | None = None, states: str | None = None,
-         limit: int = DEFAULT_LIMIT) -> dict[str, Any]:
+         limit: int = DEFAULT_LIMIT, forecast: bool = False) -> dict[str, Any]:
     """``/api/jobs``: jobs filtered like ``fluxes jobs -A`` (``all_jobs``: inactive ones
-    too; ``user``, ``queue``, ``states`` as ``-u``, ``-q``, ``-f``), newest first."""
+    too; ``user``, ``queue``, ``states`` as ``-u``, ``-q``, ``-f``), newest first;
+    ``forecast``: each pending job's ``t_forecast`` (``fluxes jobs --forecast``; live
+    only: a forecast is of the present)."""
     if not 1 <= limit <= MAX_LIMIT:
         raise ValueError(f"limit must be 1-{MAX_LIMIT}")
     want_states, want_results = wanted_states(
@@ -225,9 +227,14 @@ def jobs(view: View, all_jobs: bool = False, user: str | None = None,
                 break
     truncated = len(picked) > limit
     now = view.when
+    rows = [job_row(rec, now, queues) for rec in picked[:limit]]
+    if forecast and view.at is None:
+        from fluxes.web.forecast import add_forecasts
+
+        add_forecasts(view, rows)
     return {"at": view.at, "now": time.time(), "limit": limit, "truncated": truncated,
             "filters": {"all": all_jobs, "user": user, "queue": queue, "states": states},
-            "jobs": [job_row(rec, now, queues) for rec in picked[:limit]],
+            "jobs": rows,
             "purged_before": view.moment().purged_before if view.at is not None else None}
 
 
@@ -289,12 +296,22 @@ def job(view: View, jobid: int) -> dict[str, Any]:
                           else None,
                           "t_estimate": sched.get("t_estimate") if isinstance(sched, dict)
                           else None,
-                          "info": out["job"].get("contextual_info")}
+                          "info": out["job"].get("contextual_info"),
+                          "forecast": _job_forecast(view, jobid)}
     allocated = view.at is None or record.job.t_run is not None  # R came with the alloc
     out["R"] = _json_or_text(facts.R) if facts is not None and facts.R and allocated \
         else None
     out["jobspec"], out["output"] = _private_parts(view, jobid, facts.owner if facts else None)
     return out
+
+
+def _job_forecast(view: View, jobid: int) -> dict[str, Any] | None:
+    """A pending job's forecast for its page (live only: a forecast is of the present)."""
+    if view.at is not None:
+        return None
+    from fluxes.web.forecast import job_forecast
+
+    return job_forecast(view, jobid)
 
 
 def _record(view: View, jobid: int) -> JobRecord | None:
@@ -522,12 +539,19 @@ def queues(view: View) -> dict[str, Any]:
 # ---------------------------------------------------------------- the Gantt chart
 
 
-def gantt(view: View, start: float | None = None, end: float | None = None) -> dict[str, Any]:
+def gantt(view: View, start: float | None = None, end: float | None = None,
+          forecast: bool = False) -> dict[str, Any]:
     """``/api/gantt``: the allocations (job, ranks, from, to) that overlap the window
-    ``[start, end]`` (default: the hour up to the moment looked at)."""
+    ``[start, end]`` (default: the hour up to the moment looked at). ``forecast`` (live
+    only): the window goes on into the future as far as it reaches into the past, and
+    the forecast's allocations there are bars with ``"forecast": true``."""
     from fluxes.formats.idset import IDSet
     from fluxes.store.resources import load_inventory
 
+    if forecast and view.at is None:
+        from fluxes.web.forecast import forecast_gantt
+
+        return forecast_gantt(view, start, end)
     end = end if end is not None else view.when
     if start is None:
         # a young instance's hour is mostly empty: start where its history does

@@ -374,6 +374,8 @@ def job(frame: Frame, doc: Mapping[str, Any], can_cancel: bool) -> str:
         parts.append(f'<p class="pending" id="pending">pending: '
                      f'{esc(pending.get("reason") or pending.get("info") or "waiting")}'
                      f"{esc(when)}</p>")
+        if pending.get("forecast"):
+            parts.append(_forecast(frame, pending["forecast"]))
     if can_cancel:
         parts.append(f'<form method="post" action="/actions/cancel" id="cancel-form">'
                      f'{frame.csrf_field()}<input type="hidden" name="jobid" '
@@ -396,6 +398,26 @@ def job(frame: Frame, doc: Mapping[str, Any], can_cancel: bool) -> str:
                      else "") + f"<pre>{esc(text)}</pre>")
     parts.append(f'<h2>Output (tail)</h2><div id="output">{out_html}</div>')
     return page(frame, title, "".join(parts), live=True)
+
+
+def _forecast(frame: Frame, fc: Mapping[str, Any]) -> str:
+    """A pending job's forecast (docs/forecast.md): expected start, nodes, what it waits
+    behind."""
+    start = fc.get("t_forecast")
+    if not isinstance(start, int | float):
+        text = "expected start: none (it cannot start as the instance is now)"
+        return f'<p class="forecast" id="forecast">{esc(text)}</p>'
+    items = [f"expected start: {esc(fmt_time(float(start)))}"]
+    if fc.get("nodelist") or fc.get("ranks"):
+        items.append(f"on {esc(fc.get('nodelist') or 'ranks ' + str(fc.get('ranks')))}")
+    behind = [f'<a href="{frame.link("/jobs/" + j)}">{esc(j)}</a>'
+              for j in fc.get("behind") or ()]
+    if behind:
+        more = fc.get("behind_more") or 0
+        items.append("after " + ", ".join(behind) + (f" and {more} more" if more else ""))
+    items.append(f'<span class="note">(forecast, run times from the {esc(fc.get("runtime"))}; '
+                 f'<a href="{frame.link("/gantt")}?forecast=1">Gantt</a>)</span>')
+    return f'<p class="forecast" id="forecast">{"; ".join(items)}</p>'
 
 
 def _events(events: Sequence[Mapping[str, Any]]) -> str:
@@ -450,6 +472,12 @@ def gantt(frame: Frame, doc: Mapping[str, Any]) -> str:
         w = max(width * (bar["end"] - bar["start"]) / span, 1.5)
         tip = (f"{bar['f58']} {bar['name']} ({bar['user']}) {bar['state']}: "
                f"{fmt_time(bar['t_run'])} to {fmt_time(bar['t_end']) or 'still running'}")
+        cls = "bar"
+        if bar.get("forecast"):
+            # the forecast future: lighter, and said so in the tip
+            cls = "bar forecast"
+            tip = (f"{bar['f58']} {bar['name']} ({bar['user']}) forecast: "
+                   f"{fmt_time(bar['start'])} to {fmt_time(bar['t_end']) or 'no end'}")
         for rank in bar["ranks"]:
             row = row_of.get(rank)
             if row is None:
@@ -457,8 +485,12 @@ def gantt(frame: Frame, doc: Mapping[str, Any]) -> str:
             y = row * height + 22
             svg.append(f'<a href="{frame.link("/jobs/" + bar["f58"])}"><rect x="{x:.1f}" '
                        f'y="{y}" width="{w:.1f}" height="{height - 4}" '
-                       f'fill="{_colour(bar["user"])}" class="bar"><title>{esc(tip)}</title>'
+                       f'fill="{_colour(bar["user"])}" class="{cls}"><title>{esc(tip)}</title>'
                        "</rect></a>")
+    if doc.get("now") is not None and start < float(doc["now"]) < end:
+        x = label_w + width * (float(doc["now"]) - start) / span
+        svg.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="16" y2="{len(ranks) * height + 20}" '
+                   'class="now" id="gantt-now"/>')
     total_h = len(ranks) * height + 30
     chart = (f'<svg class="gantt" id="gantt" viewBox="0 0 {label_w + width + 10} {total_h}" '
              f'role="img" aria-label="allocations over time">{"".join(svg)}</svg>')
@@ -467,6 +499,8 @@ def gantt(frame: Frame, doc: Mapping[str, Any]) -> str:
     form = (f'<form method="get" action="/gantt" class="filters">{at_field}'
             f'<label>from <input name="start" size="20" value="{esc(fmt_time(start))}"></label> '
             f'<label>to <input name="end" size="20" value="{esc(fmt_time(end))}"></label> '
+            '<label><input type="checkbox" name="forecast" value="1" id="gantt-forecast"'
+            f'{" checked" if doc.get("now") is not None else ""}> forecast</label> '
             '<button type="submit">show</button></form>')
     note = f'<p class="summary">{len(doc["bars"])} allocations from {esc(fmt_time(start))} ' \
            f'to {esc(fmt_time(end))}{" (the latest ones only)" if doc["truncated"] else ""}.</p>'

@@ -703,7 +703,7 @@ def test_toml_oddities_are_config_errors(parse: Any, text: str) -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ('"x\\ny" = 1\n', "'x\\ny': unknown key (known: policy, queues, resource, ingest, exec, "
-                      "sched, accounting, job-manager, web)"),
+                      "sched, accounting, job-manager, web, forecast)"),
     ('[exec]\n"a\\u2028b" = 1\n', "exec.'a\\u2028b': unknown key"),
     ('[sched]\nmode = "' + "x" * 3000 + '"\n', "sched.mode: expected single, unlimited or "
                                                "limited, got '" + "x" * 39),

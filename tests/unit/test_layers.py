@@ -22,6 +22,9 @@ FORBIDDEN = {
     "fluxes/job": ("workers",),
     # the simulator drives the pure cores on a virtual clock: no Redis, no processes
     "fluxes/sim": ("redis", "hiredis", "fluxes.store", "fluxes.proc", "fluxes.web", "workers"),
+    # forecasts run the simulator on a snapshot: pure, like it (the store reads the snapshot)
+    "fluxes/forecast": ("redis", "hiredis", "fluxes.store", "fluxes.proc", "fluxes.web",
+                        "fluxes.cli", "workers", "subprocess"),
 }
 
 
