@@ -385,7 +385,7 @@ class Driver:
         planned end), as the scheduler's hello recovery adopts it; only the scheduler
         knows it (the engine frees it with :meth:`release`). ValueError when ``R`` is
         not free in the inventory."""
-        side = self.sched
+        side = self.sched.core
         side.pool.adopt(jobid, R)
         if side.gate is not None:
             side.gate.adopt(jobid, userid, bank, R.nnodes, R.ncores)
@@ -393,7 +393,7 @@ class Driver:
     def release(self, jobid: int) -> None:
         """A job given to :meth:`hold` ended: its resources are free (the next settle
         runs a pass)."""
-        side = self.sched
+        side = self.sched.core
         if side.gate is not None:
             side.gate.end(jobid)
         try:
@@ -404,13 +404,13 @@ class Driver:
 
     def drain(self, ranks: str) -> None:
         """Drained ranks get no new work (running work on them goes on)."""
-        self.sched.pool.mark_down(ranks)
-        self.sched.dirty = True
+        self.sched.core.pool.mark_down(ranks)
+        self.sched.core.dirty = True
 
     def allocation(self, jobid: int) -> ResourceSet:
         """What a running job holds (ValueError when it holds nothing)."""
         # both pools (ResourcePool, the graph pool) answer it; the protocol leaves it out
-        held: ResourceSet = getattr(self.sched.pool, "allocation_of")(jobid)  # noqa: B009
+        held: ResourceSet = getattr(self.sched.core.pool, "allocation_of")(jobid)  # noqa: B009
         return held
 
     # -- time -------------------------------------------------------------------------
