@@ -120,6 +120,12 @@ class PassPlanner:
             self._failed[key] = (length, note)
             return note
 
+    def fails(self, request: Request, placement: str) -> bool:
+        """Whether :meth:`start` would answer *request* from the failures of this pass
+        (it cannot start until the pass ends, whichever job asks)."""
+        failed = self._failed.get((request.placement_key, placement))
+        return failed is not None and _length(request) >= failed[0]
+
     def estimate(self, request: Request, jobid: int) -> float | None:
         """The earliest start of *request* given this pass's reservations; None if unknown."""
         key = request.placement_key
