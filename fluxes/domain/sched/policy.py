@@ -151,6 +151,9 @@ class PassResult:
     reserved: dict[int, float] = field(default_factory=dict)
     #: jobs considered (at most queue_depth per queue)
     considered: int = 0
+    #: a quick pass's requests whose later jobs it did not look at, as none of them
+    #: could start: what it would have told them (``reason_pending``)
+    held: dict[Request, str] = field(default_factory=dict)
 
 
 def _key(job: PendingJob) -> tuple[int, float, int]:
@@ -250,6 +253,15 @@ def _least(needs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         if not any(g <= gpus for _c, g in least):
             least.append((cores, gpus))
     return least
+
+
+def _held(note: str, planner: PassPlanner) -> str:
+    """``reason_pending`` of a job that cannot start now, once its queue made every
+    reservation it will (*note*: the pool's)."""
+    reason = insufficient(note)
+    if planner.reserved:
+        return f"{reason}; {BEHIND_RESERVED}"
+    return reason
 
 
 class _Interned:
@@ -583,11 +595,16 @@ class Scheduler:
                 continue  # its depth is used up
             placement = state.policy.placement
             for request, keys in self._shapes[name].items():
-                if _too_big(request, free) or planner.fails(request, placement):
+                if _too_big(request, free):
                     continue
                 run = keys.between(low, high)
                 first = next(run, None)
-                if first is not None:
+                if first is None:
+                    continue
+                note = planner.failure(request, placement)
+                if note is not None:
+                    result.held[request] = _held(note, planner)
+                else:
                     runs.append((first, len(runs), run))
         heapq.heapify(runs)
         pending, annotations = self.pending, result.annotations
@@ -606,7 +623,8 @@ class Scheduler:
                 done.append(job)
                 outcome = None
             if isinstance(outcome, str):
-                annotations[job.id] = self._blocked(job, outcome, state, planner)
+                ann = annotations[job.id] = self._blocked(job, outcome, state, planner)
+                result.held[job.request] = ann["reason_pending"]
                 heapq.heappop(runs)  # its request's later jobs fail too
                 continue
             if outcome is not None:
@@ -655,9 +673,7 @@ class Scheduler:
                 return self._note(job, f"{reason}; {NO_ESTIMATE}")
             state.reserved += 1
             return self._note(job, f"{reason}; reserved from {format_time(when)}", when)
-        if planner.reserved:
-            reason = f"{reason}; {BEHIND_RESERVED}"
-        return self._note(job, reason)
+        return self._note(job, _held(note, planner))
 
     @staticmethod
     def _note(job: PendingJob, reason: str, when: float | None = None) -> dict[str, Any]:
