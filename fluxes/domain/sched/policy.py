@@ -357,12 +357,12 @@ class Scheduler:
         interned.refs += 1
         job.request = interned.request
         self.pending[job.id] = job
-        self._index(job)
+        key = self._index(job)
         order = self._orders.get(job.queue)
         if order is None:
             order = self._orders[job.queue] = _Order(job.queue)
         order.count += 1
-        order.push(job)
+        heapq.heappush(order.heap, key)  # the indexes' key tuple: one per job
 
     def _forget(self, job: PendingJob) -> None:
         """Drop *job* from the pending set and its bookkeeping (heap entries go stale)."""
@@ -384,8 +384,8 @@ class Scheduler:
         if not order.count:
             del self._orders[job.queue]  # its stale entries go with it
 
-    def _index(self, job: PendingJob) -> None:
-        """Enter a pending job's order key in its queue's indexes."""
+    def _index(self, job: PendingJob) -> tuple[int, float, int]:
+        """Enter a pending job's order key in its queue's indexes; the key."""
         key = _key(job)
         ranks = self._ranks.get(job.queue)
         if ranks is None:
@@ -398,6 +398,7 @@ class Scheduler:
         if keys is None:
             keys = shapes[job.request] = SortedKeys()
         keys.add(key)
+        return key
 
     def _unindex(self, job: PendingJob) -> None:
         """Take a pending job's order key (at its current priority) out of the indexes."""
