@@ -31,6 +31,7 @@ from typing import Final
 
 from fluxes.domain.jm.priority import PriorityInput
 from fluxes.domain.sched.policy import PassResult
+from fluxes.domain.sched.request import Request
 from fluxes.forecast.history import predict
 from fluxes.forecast.model import Forecast, ForecastRun, RuntimeSource, Snapshot, Waiting
 from fluxes.formats.idset import IDSet
@@ -86,7 +87,13 @@ class _Run(ExecModel, Observer):
         self.userid: dict[int, int] = {}
         self.starts: dict[int, tuple[float, IDSet]] = {}
         self.ends: dict[int, float | None] = {}
+        #: what held each job before the pass that started it (see ``passed``)
         self.reasons: dict[int, str] = {}
+        #: per job, and per request, the last pass that said what held it, and what
+        self.said: dict[int, tuple[int, str]] = {}
+        self.held: dict[Request, tuple[int, str]] = {}
+        self.request_of: dict[int, Request] = {}
+        self.npass = 0
         self.started = 0
         #: the jobs asked about (empty: every one) and how many of them still wait
         self.wanted: set[int] = set()
@@ -123,12 +130,29 @@ class _Run(ExecModel, Observer):
         """Nothing to keep: the start says where."""
 
     def passed(self, now: float, result: PassResult) -> None:
-        """Keep what the scheduler last said held each job."""
-        reasons = self.reasons
+        """Keep what the scheduler last said held each job: what it told the job, or
+        what it said of the job's request without looking at the job (a quick pass's
+        ``held``), whichever is newer; a job started by this pass keeps what held it
+        before."""
+        for jobid, _rset in result.allocated:
+            self.reasons[jobid] = self._reason(jobid)
+        self.npass += 1
+        npass, said, held = self.npass, self.said, self.held
         for jobid, ann in result.annotations.items():
             reason = ann.get("reason_pending")
             if isinstance(reason, str):
-                reasons[jobid] = reason
+                said[jobid] = (npass, reason)
+        for request, reason in result.held.items():
+            held[request] = (npass, reason)
+
+    def _reason(self, jobid: int) -> str:
+        """What the scheduler last said held ``jobid`` (empty: nothing)."""
+        own = self.said.get(jobid)
+        request = self.request_of.get(jobid)
+        group = self.held.get(request) if request is not None else None
+        if group is not None and (own is None or group[0] > own[0]):
+            return group[1]
+        return own[1] if own is not None else ""
 
     # -- the run -------------------------------------------------------------------------
 
@@ -163,9 +187,15 @@ class _Run(ExecModel, Observer):
                 self._push(max(end, snap.now), _RELEASE, job.id)
         if snap.drained:
             driver.drain(str(snap.drained))
+        parsed: dict[str, Request | None] = {}
         for wait in sorted(snap.waiting, key=lambda w: (w.t_submit, w.id)):
             self.limits[wait.id] = wait.limit
             self.userid[wait.id] = wait.userid
+            if wait.request not in parsed:
+                parsed[wait.request] = _parsed(wait.request)
+            request = parsed[wait.request]
+            if request is not None:
+                self.request_of[wait.id] = request
             # past its dependencies already: the job manager must not wait on them again
             info = {k: v for k, v in wait.info.items() if k != "dependencies"}
             driver.submit(_simjob(wait), Prepared(_queue(wait), info, wait.request))
@@ -219,7 +249,7 @@ class _Run(ExecModel, Observer):
             started = self.starts.get(jobid)
             if started is None and not complete:
                 continue  # not reached: the run stopped once the jobs asked about started
-            reason = self.reasons.get(jobid, "")
+            reason = self.reasons.get(jobid, "") if started else self._reason(jobid)
             source = self.sources.get(jobid, self.source if self.source == "limit" else "")
             if started is None:
                 jobs[jobid] = Forecast(jobid, None, reason=reason, runtime=source or "limit")
@@ -268,6 +298,15 @@ def _accounting(snap: Snapshot, clock: VirtualClock) -> SimAccounting | None:
     config = dataclasses.replace(snap.config.accounting, priority_plugin="default")
     return SimAccounting(config, accounts, cores=snap.inventory.ncores,
                          nodes=len(snap.inventory), clock=clock)
+
+
+def _parsed(wire: str) -> Request | None:
+    """The request a waiting job carries (None: unreadable; the scheduler reads its
+    jobspec instead, and what it says of the job comes with the job)."""
+    try:
+        return Request.from_wire(wire)
+    except ValueError:
+        return None
 
 
 def _simjob(job: Waiting) -> SimJob:

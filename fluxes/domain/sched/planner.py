@@ -120,6 +120,14 @@ class PassPlanner:
             self._failed[key] = (length, note)
             return note
 
+    def failure(self, request: Request, placement: str) -> str | None:
+        """The note :meth:`start` would answer *request* with from the failures of this
+        pass (it cannot start until the pass ends, whichever job asks); None if none."""
+        failed = self._failed.get((request.placement_key, placement))
+        if failed is not None and _length(request) >= failed[0]:
+            return failed[1]
+        return None
+
     def estimate(self, request: Request, jobid: int) -> float | None:
         """The earliest start of *request* given this pass's reservations; None if unknown."""
         key = request.placement_key

@@ -17,6 +17,10 @@ Every pass considers at most ``queue_depth`` jobs per queue, in priority
 order (priority descending, then submit time, then id); the queues' jobs
 are taken together in that same order, so the highest-priority head goes
 first whatever its queue.  See ``docs/scheduling-policies.md``.
+
+One module: the pending set's bookkeeping (heaps, interned requests, the
+order-key indexes) and the pass that reads it change together, and the pass's
+two halves (job by job, then request by request) must make the same calls.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from fluxes.domain.sched.errors import InfeasibleRequest
+from fluxes.domain.sched.ordered import SortedKeys
 from fluxes.domain.sched.placement import POLICIES as PLACEMENTS
 from fluxes.domain.sched.planner import (
     BEHIND_RESERVED,
@@ -63,6 +68,10 @@ UNKNOWN_TRIES: Final = 8
 # Stale heap entries (cancelled, started or re-prioritized jobs) are
 # dropped once they outnumber the live ones by this much.
 _COMPACT_SLACK: Final = 1024
+
+#: A quick pass reads the rest of its queues' depth request by request (see
+#: ``Scheduler._backfill``) while they hold at most this many distinct requests.
+INDEXED_REQUESTS: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +157,9 @@ class PassResult:
     considered: int = 0
     #: the jobs this pass answered (allocated or denied), as they were queued
     answered: list[PendingJob] = field(default_factory=list)
+    #: a quick pass's requests whose later jobs it did not look at, as none of them
+    #: could start: what it would have told them (``reason_pending``)
+    held: dict[Request, str] = field(default_factory=dict)
 
 
 def _key(job: PendingJob) -> tuple[int, float, int]:
@@ -249,6 +261,15 @@ def _least(needs: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return least
 
 
+def _held(note: str, planner: PassPlanner) -> str:
+    """``reason_pending`` of a job that cannot start now, once its queue made every
+    reservation it will (*note*: the pool's)."""
+    reason = insufficient(note)
+    if planner.reserved:
+        return f"{reason}; {BEHIND_RESERVED}"
+    return reason
+
+
 class _Interned:
     """A shared Request and how many pending jobs use it."""
 
@@ -306,6 +327,10 @@ class Scheduler:
         # Jobs the last pass considered (and annotated) that are still
         # pending: if the next pass does not consider them, they are told so.
         self._annotated: set[int] = set()
+        #: per queue, its pending jobs' order keys (a pass's depth ends at the k-th)
+        self._ranks: dict[str | None, SortedKeys] = {}
+        #: per queue and held request, the order keys of its pending jobs
+        self._shapes: dict[str | None, dict[Request, SortedKeys]] = {}
 
     def policy_of(self, queue: str | None) -> QueuePolicy:
         """The policy of ``queue`` (the default for unknown queues)."""
@@ -338,14 +363,16 @@ class Scheduler:
         interned.refs += 1
         job.request = interned.request
         self.pending[job.id] = job
+        key = self._index(job)
         order = self._orders.get(job.queue)
         if order is None:
             order = self._orders[job.queue] = _Order(job.queue)
         order.count += 1
-        order.push(job)
+        heapq.heappush(order.heap, key)  # the indexes' key tuple: one per job
 
     def _forget(self, job: PendingJob) -> None:
         """Drop *job* from the pending set and its bookkeeping (heap entries go stale)."""
+        self._unindex(job)
         del self.pending[job.id]
         self._annotated.discard(job.id)
         interned = self._requests[job.request]
@@ -363,6 +390,37 @@ class Scheduler:
         if not order.count:
             del self._orders[job.queue]  # its stale entries go with it
 
+    def _index(self, job: PendingJob) -> tuple[int, float, int]:
+        """Enter a pending job's order key in its queue's indexes; the key."""
+        key = _key(job)
+        ranks = self._ranks.get(job.queue)
+        if ranks is None:
+            ranks = self._ranks[job.queue] = SortedKeys()
+        ranks.add(key)
+        shapes = self._shapes.get(job.queue)
+        if shapes is None:
+            shapes = self._shapes[job.queue] = {}
+        keys = shapes.get(job.request)
+        if keys is None:
+            keys = shapes[job.request] = SortedKeys()
+        keys.add(key)
+        return key
+
+    def _unindex(self, job: PendingJob) -> None:
+        """Take a pending job's order key (at its current priority) out of the indexes."""
+        key = _key(job)
+        ranks = self._ranks[job.queue]
+        ranks.remove(key)
+        if not ranks:
+            del self._ranks[job.queue]
+        shapes = self._shapes[job.queue]
+        keys = shapes[job.request]
+        keys.remove(key)
+        if not keys:
+            del shapes[job.request]
+            if not shapes:
+                del self._shapes[job.queue]
+
     def remove(self, jobid: int) -> bool:
         """Drop a pending request (cancel); True if it was pending."""
         job = self.pending.get(jobid)
@@ -379,7 +437,9 @@ class Scheduler:
         job = self.pending.get(jobid)
         if job is None or job.priority == priority:
             return
+        self._unindex(job)
         job.priority = priority
+        self._index(job)
         order = self._orders[job.queue]
         order.push(job)
         order.compact(self.pending)
@@ -412,20 +472,15 @@ class Scheduler:
         """
         result = PassResult()
         planner = PassPlanner(self.pool, now)
-        taken: list[tuple[_Order, list[PendingJob]]] = []
-        runs: list[Iterator[PendingJob]] = []
-        states: dict[str | None, _QueuePass] = {}
+        taken, runs, states = self._runs()
         gate = self.gate
-        for name, order in self._orders.items():
-            policy = self.policy_of(name)
-            jobs: list[PendingJob] = []
-            state = states[name] = _QueuePass(policy)
-            runs.append(order.popping(policy.queue_depth, self.pending, jobs, state))
-            taken.append((order, jobs))
         done: list[PendingJob] = []
         annotations = result.annotations
         can_start_any = self._could_start(full)
         free_totals = self.pool.free_totals
+        indexed = not full and gate is None
+        #: per queue, the order key of the last job of this loop
+        last: dict[str | None, tuple[int, float, int]] = {}
         try:
             # The queues' runs merge into one priority order: the highest-priority
             # head goes first, whatever its queue (ids make the order total).
@@ -433,6 +488,10 @@ class Scheduler:
                 if not full and (not can_start_any()
                                  or all(st.blocked for st in states.values())):
                     break
+                if indexed and self._indexable(states):
+                    self._backfill(states, last, planner, result, done, can_start_any)
+                    break
+                last[job.queue] = _key(job)
                 result.considered += 1
                 state = states[job.queue]
                 if state.blocked:
@@ -485,6 +544,106 @@ class Scheduler:
             annotations[jobid] = self._note(self.pending[jobid], BEYOND_DEPTH)
         return result
 
+    def _runs(self) -> tuple[list[tuple[_Order, list[PendingJob]]],
+                             list[Iterator[PendingJob]], dict[str | None, _QueuePass]]:
+        """Each queue's jobs as a pass takes them: the lists they are taken into (to put
+        back), the lazy runs, and the queues' progress."""
+        taken: list[tuple[_Order, list[PendingJob]]] = []
+        runs: list[Iterator[PendingJob]] = []
+        states: dict[str | None, _QueuePass] = {}
+        for name, order in self._orders.items():
+            policy = self.policy_of(name)
+            jobs: list[PendingJob] = []
+            state = states[name] = _QueuePass(policy)
+            runs.append(order.popping(policy.queue_depth, self.pending, jobs, state))
+            taken.append((order, jobs))
+        return taken, runs, states
+
+    def _indexable(self, states: Mapping[str | None, _QueuePass]) -> bool:
+        """Whether the rest of a quick pass may go request by request (``_backfill``):
+        every queue backfills or is blocked, and they hold few distinct requests."""
+        shapes = 0
+        for name, state in states.items():
+            if state.blocked:
+                continue
+            if not state.backfilling:
+                return False
+            shapes += len(self._shapes.get(name, ()))
+        return shapes <= INDEXED_REQUESTS
+
+    def _backfill(self, states: Mapping[str | None, _QueuePass],
+                  last: Mapping[str | None, tuple[int, float, int]], planner: PassPlanner,
+                  result: PassResult, done: list[PendingJob],
+                  can_start_any: Callable[[], bool]) -> None:
+        """The rest of a quick pass with no start gate, once every queue backfills or is
+        blocked: it starts what the job-by-job loop would, looking only at the jobs that
+        may start.
+
+        What is left of each backfilling queue's depth lies after the last job the loop
+        looked at (``last``) and up to the depth-th of its jobs in order.  There the
+        loop would skip a job too big for what is free, and answer one whose request
+        (placement needs, and a window at least as long) failed already in this pass
+        from the planner's failures: neither changes anything, and both stay so until
+        the pass ends (resources are only taken during a pass).  So each request's jobs
+        are read in order only until the first of them cannot start, and the requests'
+        runs merge into the loop's order: the jobs that are tried, and the pool, see the
+        same calls in the same order.  The jobs not tried are not annotated (a quick
+        pass refreshes only what it looked at).
+        """
+        free_totals = self.pool.free_totals
+        free = free_totals()
+        runs: list[tuple[tuple[int, float, int], int, Iterator[tuple[int, float, int]]]] = []
+        for name, state in states.items():
+            ranks = self._ranks.get(name)
+            if state.blocked or not ranks:
+                continue
+            high = ranks.kth(min(state.policy.queue_depth, len(ranks)) - 1)
+            low = last.get(name)
+            if low is not None and low >= high:
+                continue  # its depth is used up
+            placement = state.policy.placement
+            for request, keys in self._shapes[name].items():
+                if _too_big(request, free):
+                    continue
+                run = keys.between(low, high)
+                first = next(run, None)
+                if first is None:
+                    continue
+                note = planner.failure(request, placement)
+                if note is not None:
+                    result.held[request] = _held(note, planner)
+                else:
+                    runs.append((first, len(runs), run))
+        heapq.heapify(runs)
+        pending, annotations = self.pending, result.annotations
+        while runs and can_start_any():
+            key, n, run = runs[0]
+            job = pending[key[2]]
+            state = states[job.queue]
+            result.considered += 1
+            if _too_big(job.request, free_totals()):
+                heapq.heappop(runs)
+                continue
+            try:
+                outcome = planner.start(job.request, job.id, state.policy.placement)
+            except (InfeasibleRequest, ValueError) as exc:
+                result.denied.append((job.id, str(exc)))
+                done.append(job)
+                outcome = None
+            if isinstance(outcome, str):
+                ann = annotations[job.id] = self._blocked(job, outcome, state, planner)
+                result.held[job.request] = ann["reason_pending"]
+                heapq.heappop(runs)  # its request's later jobs fail too
+                continue
+            if outcome is not None:
+                result.allocated.append((job.id, outcome))
+                done.append(job)
+            following = next(run, None)
+            if following is None:
+                heapq.heappop(runs)
+            else:
+                heapq.heapreplace(runs, (following, n, run))
+
     def _could_start(self, full: bool) -> Callable[[], bool]:
         """A cheap test, for a pass that is not *full*, that some pending job might still
         start: the free cores and gpus cover the least need of some held request.
@@ -522,9 +681,7 @@ class Scheduler:
                 return self._note(job, f"{reason}; {NO_ESTIMATE}")
             state.reserved += 1
             return self._note(job, f"{reason}; reserved from {format_time(when)}", when)
-        if planner.reserved:
-            reason = f"{reason}; {BEHIND_RESERVED}"
-        return self._note(job, reason)
+        return self._note(job, _held(note, planner))
 
     @staticmethod
     def _note(job: PendingJob, reason: str, when: float | None = None) -> dict[str, Any]:
