@@ -53,9 +53,12 @@ class JobListStore(JobListReader):
         for p in range(self.keys.partitions):
             ensure_group(self.redis, self.keys.journal(p), GROUP_JOBLIST)
 
-    def load_active(self, partition: int) -> dict[int, JobSummary]:
-        """Summaries of every active job of ``partition`` (a restarted worker's cache)."""
-        ids = [int(x) for x in self.redis.zrange(self.keys.joblist_active(partition), 0, -1)]
+    def load_active(self, partition: int, limit: int | None = None) -> dict[int, JobSummary]:
+        """Summaries of the active jobs of ``partition`` (a restarted worker's cache):
+        every one, or the ``limit`` submitted last, oldest first."""
+        start = 0 if limit is None else -limit
+        ids = [int(x) for x in self.redis.zrange(self.keys.joblist_active(partition), start,
+                                                 -1)]
         return {s.id: s for s in self.get_many(ids) if s is not None}
 
     def _keys(self, partition: int) -> list[str]:

@@ -5,10 +5,19 @@ leads; ``fluxes admin rebuild-joblist`` uses one to refold a partition from
 the start. A folder is only valid while its fencing token is: once a write
 raises (fenced, or Redis gone), what it caches may be ahead of what is stored,
 so its owner drops it and builds a new one from storage.
+
+The folder keeps in memory the summaries of at most :data:`CACHED_JOBS` active jobs,
+those that had an entry most recently: a job's entries mostly come within seconds
+of each other, while a pending job may wait for hours, and the read model in
+Redis holds every summary anyway. A job that had no entry for a while is read
+back from there (one round trip per block, as for a job not seen before) when
+its next entry comes, so the memory of the job-list worker is bounded however
+many jobs are pending (issue 26: ~700 B a pending job before).
 """
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 
 from fluxes.domain.job.events import EventError
@@ -20,6 +29,9 @@ from fluxes.domain.retention import PURGE_EVENT
 from fluxes.store.eventstore import journal_entry
 from fluxes.store.joblist import JobListStore
 from fluxes.store.retention import read_trim_state
+
+#: Active job summaries a folder keeps in memory at most (~0.7 KB each).
+CACHED_JOBS = 10_000
 
 #: The journal-only entry of a purged job.
 _PURGE = PURGE_EVENT.encode()
@@ -34,13 +46,16 @@ class PartitionFolder:
     """The in-memory state of folding one partition: active summaries and the position."""
 
     def __init__(self, store: JobListStore, partition: int, token: str,
-                 on_bad: BadEntry) -> None:
+                 on_bad: BadEntry, cached_jobs: int | None = None) -> None:
         self.store = store
+        #: summaries kept in memory at most (the least recently changed go first)
+        self.cached_jobs = max(CACHED_JOBS if cached_jobs is None else cached_jobs, 1)
         self.partition = partition
         self.token = token
         self.on_bad = on_bad
         self.stream = store.keys.journal(partition)
-        self.cache: dict[int, JobSummary] = store.load_active(partition)
+        #: active summaries by job id, least recently changed first
+        self.cache: dict[int, JobSummary] = store.load_active(partition, self.cached_jobs)
         self.position, self.entries_read = store.position(partition)
         #: the journal was trimmed: entries of jobs whose submit went with the trim
         #: (purged jobs, fluxes/store/retention.py) are passed over, not refused
@@ -117,12 +132,18 @@ class PartitionFolder:
                     cache[jobid] = summary
 
     def _update_cache(self, newest: dict[int, JobSummary], purged: set[int]) -> None:
-        """Keep the newest summaries of active jobs; forget inactive and purged ones."""
+        """Keep the newest summaries of active jobs, most recently changed last; forget
+        inactive and purged ones, and the least recently changed beyond
+        :attr:`cached_jobs` (they are in the read model)."""
         cache = self.cache
         for jobid, summary in newest.items():
-            if summary.job.state is JobState.INACTIVE:
-                cache.pop(jobid, None)
-            else:
+            # popped first: a dict keeps insertion order, so changed jobs move to the end
+            cache.pop(jobid, None)
+            if summary.job.state is not JobState.INACTIVE:
                 cache[jobid] = summary
         for jobid in purged:
             cache.pop(jobid, None)
+        excess = len(cache) - self.cached_jobs
+        if excess > 0:
+            for jobid in list(itertools.islice(cache, excess)):
+                del cache[jobid]

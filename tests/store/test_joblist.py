@@ -10,6 +10,7 @@ import redis
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.joblist.model import ReadModel
+from fluxes.store import joblist_fold
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.joblist import JobListStore
@@ -116,6 +117,25 @@ class JobListContract:
         for _ in range(40):
             worker.step()
         assert _redis_model(client) == _expected(store)
+
+    @pytest.mark.parametrize("cached", [1, 3])
+    def test_a_small_cache_folds_the_same(self, instance: Instance, client: redis.Redis,
+                                          cached: int,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """Summaries beyond the folder's cache are read back from the read model: the
+        model is the same, and the folder holds no more than its cache allows."""
+        store = EventStore(client, KEYS)
+        _write_workload(store, client, 40, seed=5)
+        monkeypatch.setattr(joblist_fold, "CACHED_JOBS", cached)
+        monkeypatch.setattr(JobListWorker, "read_count", 7)
+        worker = JobListWorker(instance)
+        worker.setup()
+        for _ in range(60):
+            worker.step()
+            assert all(len(f.cache) <= cached for f in worker.folders.values()
+                       if isinstance(f, joblist_fold.PartitionFolder))
+        assert _redis_model(client) == _expected(store)
+        assert worker.folders, "the worker never led the partition"
 
     def test_poison_entry_goes_to_dead_letters(self, instance: Instance,
                                                client: redis.Redis) -> None:

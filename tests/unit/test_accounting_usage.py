@@ -109,6 +109,25 @@ def test_pending_jobs_change_bank_and_queue_with_jobspec_update() -> None:
     assert state.open[1].bank == "chem"  # a running job's bank no longer changes
 
 
+def test_the_pending_jobs_of_one_submission_share_one_record() -> None:
+    """Equal pending jobs (issue 26: memory per pending job) share one open job; a change
+    to one of them is its own, never its neighbours'."""
+    state = UsageState(0.0)
+    state.feed_all([submit(j, 5.0, queue="batch") for j in (1, 2, 3, 4)])
+    assert state.open[1] is state.open[2] is state.open[3] is state.open[4]
+    state.feed_all([(2, "alloc", 6.0, {}, {"ranks": "0-1"}),
+                    (3, "jobspec-update", 6.0, {"attributes.system.queue": "debug"}, {})])
+    assert (state.open[1].t_alloc, state.open[1].nnodes, state.open[1].queue) == \
+        (None, 1, "batch")
+    assert (state.open[2].t_alloc, state.open[2].nnodes) == (6.0, 2)
+    assert state.open[3].queue == "debug" and state.open[3].t_alloc is None
+    # loaded from storage, they share again
+    loaded = UsageState(0.0, {}, {j: OpenJob.from_obj(orjson.loads(orjson.dumps(
+        job.to_obj()))) for j, job in state.open.items()})
+    assert loaded.open[1] is loaded.open[4] is not loaded.open[3]
+    assert loaded.open == state.open and loaded.active == state.active
+
+
 @pytest.mark.parametrize("entry", [
     (1, "submit", 0.0, {"urgency": 16}, {}),
     (1, "submit", 0.0, {"userid": "1001"}, {}),

@@ -47,6 +47,26 @@ def test_happy_path_states_in_order() -> None:
     assert not job.has_resources
 
 
+def test_jobs_stamped_alike_share_their_timestamps_and_user_id() -> None:
+    """Issue 26: pending jobs submitted together keep one float per timestamp and one user
+    id between them, decoded apart as they are (the values, of course, are unchanged)."""
+    def pending(jobid: int) -> Job:
+        raw = orjson.dumps([{"timestamp": 1764400000.25 + i, "name": name, "context": ctx}
+                            for i, (name, ctx) in enumerate([
+                                ("submit", {"urgency": 16, "userid": 51234, "flags": 0,
+                                            "version": 1}),
+                                ("validate", {}), ("depend", {}),
+                                ("priority", {"priority": 123456})])])
+        return replay(jobid, (ev.decode(e["name"], e["timestamp"], e["context"])
+                              for e in orjson.loads(raw)))
+    a, b = pending(1), pending(2)
+    assert a.state is b.state is JobState.SCHED
+    for field in ("userid", "priority", "t_submit", "t_depend", "t_priority", "t_sched"):
+        assert getattr(a, field) is getattr(b, field), field
+    assert (a.userid, a.priority, a.t_submit, a.t_sched) == (51234, 123456, 1764400000.25,
+                                                             1764400003.25)
+
+
 def test_virtual_states() -> None:
     assert JobState.SCHED & JobState.PENDING
     assert JobState.CLEANUP & JobState.RUNNING

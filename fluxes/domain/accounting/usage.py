@@ -242,6 +242,24 @@ class JobCharge(NamedTuple):
             raise ValueError(f"bad job charge record: {exc}") from None
 
 
+#: Distinct shared open jobs kept (a cache: clearing it only costs sharing).
+SHARED_KEPT = 4096
+_shared: dict[OpenJob, OpenJob] = {}
+
+
+def shared_open(job: OpenJob) -> OpenJob:
+    """``job``, or an equal open job seen before: the pending jobs of one submission are
+    equal (same user, bank, queue, counts and submit time), so the fold keeps one
+    record for all of them instead of ~0.25 KB each (issue 26). Safe because an
+    open job is immutable."""
+    found = _shared.get(job)
+    if found is None:
+        if len(_shared) >= SHARED_KEPT:
+            _shared.clear()
+        found = _shared[job] = job
+    return found
+
+
 def _count(extra: Mapping[str, Any], key: str, default: int) -> int:
     value = extra.get(key, default)
     if value is None:
@@ -294,8 +312,10 @@ class UsageState:
     active: dict[AssocKey, int] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
-        for job in self.open.values():
+        open_jobs = self.open
+        for jobid, job in open_jobs.items():
             self.active[job.key] = self.active.get(job.key, 0) + 1
+            open_jobs[jobid] = shared_open(job)  # same keys: the dict is not resized
 
     def take_changes(self) -> Changes:
         """What changed since the last call (and start afresh)."""
@@ -361,6 +381,7 @@ class UsageState:
             if before is not None:
                 self._count(before.key, -1)
             self._count(job.key, 1)
+        job = shared_open(job)
         self.open[jobid] = job
         self.changes.opened[jobid] = job
         self.changes.closed.discard(jobid)

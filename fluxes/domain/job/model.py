@@ -21,6 +21,39 @@ DEFAULT_URGENCY = 16
 _EMPTY: Mapping[str, Any] = {}
 
 
+#: Distinct shared timestamps and integers kept (caches: clearing them only costs sharing).
+SHARED_KEPT = 1024
+_floats: dict[float, float] = {}
+_ints: dict[int, int] = {}
+
+
+def _shared_float(value: float) -> float:
+    """``value``, or an equal float seen before: the jobs of one submission or one batch
+    of the job manager are stamped with one time, and a float object is 24 bytes of
+    each job's record in the job manager and the job list (issue 26)."""
+    if type(value) is not float:
+        return value  # an int stamp stays one (1 == 1.0 in a dict)
+    found = _floats.get(value)
+    if found is None:
+        if len(_floats) >= SHARED_KEPT:
+            _floats.clear()
+        found = _floats[value] = value
+    return found
+
+
+def _shared_int(value: int) -> int:
+    """``value``, or an equal int seen before (user ids and priorities: 28 bytes a job
+    each, beyond the small ints Python shares itself)."""
+    if type(value) is not int:
+        return value  # True == 1 in a dict
+    found = _ints.get(value)
+    if found is None:
+        if len(_ints) >= SHARED_KEPT:
+            _ints.clear()
+        found = _ints[value] = value
+    return found
+
+
 class TransitionError(ValueError):
     """An event is impossible in the job's current state."""
 
@@ -256,14 +289,14 @@ def replay(jobid: int, events: Iterable[ev.Event]) -> Job:
 def _submit(event: ev.Submit, job: Job) -> _Changes:
     if job.seq != 0:
         raise _refuse(job, event, "must be the first event")
-    return dict(urgency=event.urgency, userid=event.userid, flags=event.flags,
-                   t_submit=event.timestamp)
+    return dict(urgency=event.urgency, userid=_shared_int(event.userid), flags=event.flags,
+                t_submit=_shared_float(event.timestamp))
 
 
 @_transition.register
 def _validate(event: ev.Validate, job: Job) -> _Changes:
     _require(job, event, _IN_NEW)
-    return dict(state=JobState.DEPEND, t_depend=event.timestamp)
+    return dict(state=JobState.DEPEND, t_depend=_shared_float(event.timestamp))
 
 
 @_transition.register
@@ -294,16 +327,16 @@ def _depend(event: ev.Depend, job: Job) -> _Changes:
     if job.dependencies:
         raise _refuse(job, event, f"while dependencies are outstanding: "
                                   f"{', '.join(sorted(job.dependencies))}")
-    return dict(state=JobState.PRIORITY, t_priority=event.timestamp)
+    return dict(state=JobState.PRIORITY, t_priority=_shared_float(event.timestamp))
 
 
 @_transition.register
 def _priority(event: ev.Priority, job: Job) -> _Changes:
     _require(job, event, _IN_PRIORITY_SCHED)
     if job.state == JobState.PRIORITY:
-        return dict(state=JobState.SCHED, priority=event.priority,
-                       t_sched=event.timestamp)
-    return dict(priority=event.priority)
+        return dict(state=JobState.SCHED, priority=_shared_int(event.priority),
+                    t_sched=_shared_float(event.timestamp))
+    return dict(priority=_shared_int(event.priority))
 
 
 @_transition.register
