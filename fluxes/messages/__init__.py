@@ -162,6 +162,11 @@ class Channel(Generic[M]):
         self._decoder = decoder
         self._union = union
 
+    def bounded(self, max_bytes: int) -> Channel[M]:
+        """This channel with another bound on an entry's size (a test's or an operator's
+        smaller limit)."""
+        return Channel(self.name, max_bytes, self.max_depth, self._decoder, self._union)
+
     @property
     def decoder(self) -> msgspec.json.Decoder[Envelope[M]]:
         """The envelope decoder of this channel's message union."""

@@ -9,7 +9,6 @@ and exec in tests/system/test_exec_worker.py.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -228,8 +227,7 @@ def test_job_manager_oversized_entry(system: System, which: str,
                                      monkeypatch: pytest.MonkeyPatch) -> None:
     channel = {"jm_new": "NEW_JOBS", "jm_ctl": "CONTROL", "sched_resp": "SCHED_RESPONSES",
                "exec_events": "EXEC_EVENTS"}[which]
-    monkeypatch.setattr(proto, channel, dataclasses.replace(getattr(proto, channel),
-                                                            max_bytes=10_000))
+    monkeypatch.setattr(proto, channel, getattr(proto, channel).bounded(10_000))
     stream = getattr(system.keys, which)(0)
     raw = orjson.dumps({"e": 0, "m": [{"t": "x", "pad": "y" * 20_000}]})
     system.redis.xadd(stream, {"d": raw})
