@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluxes.cli.display import shown_id
 from fluxes.cli.util import die, help_with_example, instance, job_id_arg, print_json
+from fluxes.formats.fsd import brief_duration
 
 if TYPE_CHECKING:
     from fluxes.forecast.model import ForecastRun
@@ -72,17 +73,6 @@ def _when(t: float) -> str:
     return dt.datetime.fromtimestamp(t).strftime("%Y-%m-%dT%H:%M:%S")
 
 
-def _in(seconds: float) -> str:
-    seconds = max(seconds, 0.0)
-    if seconds < 60:
-        return f"{seconds:.0f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
-
-
 def _lines(run: ForecastRun, jobid: int, behind: list[int]) -> list[str]:
     fc = run.jobs[jobid]
     name = shown_id(jobid)
@@ -95,7 +85,8 @@ def _lines(run: ForecastRun, jobid: int, behind: list[int]) -> list[str]:
     where = fc.nodelist or f"ranks {fc.ranks}"
     if fc.nodelist and fc.ranks:
         where += f" (ranks {fc.ranks})"
-    out = [f"job {name}: expected start {_when(fc.t_start)} (in {_in(fc.t_start - now)})",
+    wait = brief_duration(fc.t_start - now, 0)
+    out = [f"job {name}: expected start {_when(fc.t_start)} (in {wait})",
            f"on:             {where}"]
     if fc.t_end is not None:
         out.append(f"until about:    {_when(fc.t_end)} (run time from its {fc.runtime})")

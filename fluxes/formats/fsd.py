@@ -137,6 +137,20 @@ def _fsd_number(match: re.Match[str], shown: str) -> float:
     return number
 
 
+def brief_duration(seconds: float, second_digits: int = 1) -> str:
+    """``seconds`` for a column or a sentence, in its largest unit with one decimal
+    (``4.0m``, ``1.5h``, ``2.0d``), below a minute with ``second_digits`` decimals; a
+    negative span (a clock step) shows as none."""
+    seconds = max(seconds, 0.0)
+    if seconds < 60:
+        return f"{seconds:.{second_digits}f}s"
+    if seconds < 3600:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 86400:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
 def format_duration(seconds: float, precision: int = _DEFAULT_PRECISION) -> str:
     """Return ``seconds`` as a short, human-friendly RFC 23 duration string.
 

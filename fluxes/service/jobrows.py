@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from fluxes.domain.job.states import JobResult, JobState
 from fluxes.formats import jobid as jobids
-from fluxes.formats.fsd import format_duration
+from fluxes.formats.fsd import brief_duration, format_duration
 from fluxes.formats.hostlist import Hostlist
 from fluxes.service.jobfields import more_fields, returncode
 from fluxes.service.users import username
@@ -120,15 +120,8 @@ def _count_hosts(nodelist: str) -> int:
 
 
 def fmt_seconds(seconds: float) -> str:
-    if seconds < 0:
-        seconds = 0.0
-    if seconds < 60:
-        return f"{seconds:.3f}s" if seconds < 10 else f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+    """A run time or age as ``fluxes jobs`` shows it (milliseconds below 10 s)."""
+    return brief_duration(seconds, 3 if seconds < 10 else 1)
 
 
 def _stopped(rec: JobRecord, queues: Mapping[str | None, QueueState] | None) -> str | None:

@@ -16,6 +16,8 @@ from html import escape
 from typing import Any
 from urllib.parse import urlencode
 
+from fluxes.formats.fsd import brief_duration
+
 #: Navigation: path, label.
 PAGES = (("/", "Machine"), ("/queues", "Queues"), ("/jobs", "Jobs"), ("/gantt", "Gantt"),
          ("/usage", "Usage"))
@@ -35,14 +37,7 @@ def fmt_time(stamp: float | None) -> str:
 
 def fmt_seconds(seconds: float) -> str:
     """A duration as ``fluxes jobs`` shows one (``3.2s``, ``4.0m``, ``1.5h``)."""
-    seconds = max(seconds, 0.0)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f}m"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f}h"
-    return f"{seconds / 86400:.1f}d"
+    return brief_duration(seconds)
 
 
 @dataclass

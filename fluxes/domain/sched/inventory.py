@@ -28,6 +28,7 @@ from fluxes.errors import ConfigError
 from fluxes.formats.hostlist import Hostlist
 from fluxes.formats.idset import MAX_ID, IDSet
 from fluxes.formats.rset import MAX_RANKS, ResourceSet, check_property_name
+from fluxes.formats.rset_values import decode_idset, parse_hostlist
 from fluxes.formats.shown import shown as _show
 
 __all__ = [
@@ -523,23 +524,19 @@ def _config_call(func: Any, value: object, where: str) -> Any:
 
 
 def _idset(value: object, where: str) -> IDSet:
-    """An RFC 22 idset string found at *where*."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected an idset string, got {type(value).__name__}")
+    """An RFC 22 idset string found at *where* (R's own check, as a configuration error)."""
     try:
-        return IDSet(value)
+        return decode_idset(value, where)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(str(exc)) from None
 
 
 def _hostlist(value: object, where: str) -> Hostlist:
-    """An RFC 29 hostlist string found at *where*."""
-    if not isinstance(value, str):
-        raise ConfigError(f"{where}: expected a hostlist string, got {type(value).__name__}")
+    """An RFC 29 hostlist string found at *where* (R's own check, as a configuration error)."""
     try:
-        return Hostlist(value)
+        return parse_hostlist(value, where)
     except ValueError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
+        raise ConfigError(str(exc)) from None
 
 
 def _properties(value: object, where: str) -> list[str]:

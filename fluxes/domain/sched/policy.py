@@ -18,7 +18,7 @@ order (priority descending, then submit time, then id); the queues' jobs
 are taken together in that same order, so the highest-priority head goes
 first whatever its queue.  See ``docs/scheduling-policies.md``.
 
-One module: the pending set's bookkeeping (heaps, interned requests, the
+Why one module: the pending set's bookkeeping (heaps, interned requests, the
 order-key indexes) and the pass that reads it change together, and the pass's
 two halves (job by job, then request by request) must make the same calls.
 """
