@@ -31,6 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, TypeVar
 
+from fluxes.domain.sharing import SharedValues
 from fluxes.formats.idset import IDSet
 
 LN2: Final = math.log(2.0)
@@ -244,7 +245,7 @@ class JobCharge(NamedTuple):
 
 #: Distinct shared open jobs kept (a cache: clearing it only costs sharing).
 SHARED_KEPT = 4096
-_shared: dict[OpenJob, OpenJob] = {}
+_shared: SharedValues[OpenJob] = SharedValues(SHARED_KEPT)
 
 
 def shared_open(job: OpenJob) -> OpenJob:
@@ -252,12 +253,7 @@ def shared_open(job: OpenJob) -> OpenJob:
     equal (same user, bank, queue, counts and submit time), so the fold keeps one
     record for all of them instead of ~0.25 KB each (issue 26). Safe because an
     open job is immutable."""
-    found = _shared.get(job)
-    if found is None:
-        if len(_shared) >= SHARED_KEPT:
-            _shared.clear()
-        found = _shared[job] = job
-    return found
+    return _shared(job)
 
 
 def _count(extra: Mapping[str, Any], key: str, default: int) -> int:

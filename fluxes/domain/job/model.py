@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.states import STATES, JobResult, JobState
+from fluxes.domain.sharing import SharedValues
 
 DEFAULT_URGENCY = 16
 _EMPTY: Mapping[str, Any] = {}
@@ -23,8 +24,8 @@ _EMPTY: Mapping[str, Any] = {}
 
 #: Distinct shared timestamps and integers kept (caches: clearing them only costs sharing).
 SHARED_KEPT = 1024
-_floats: dict[float, float] = {}
-_ints: dict[int, int] = {}
+_floats: SharedValues[float] = SharedValues(SHARED_KEPT)
+_ints: SharedValues[int] = SharedValues(SHARED_KEPT)
 
 
 def _shared_float(value: float) -> float:
@@ -33,12 +34,7 @@ def _shared_float(value: float) -> float:
     each job's record in the job manager and the job list (issue 26)."""
     if type(value) is not float:
         return value  # an int stamp stays one (1 == 1.0 in a dict)
-    found = _floats.get(value)
-    if found is None:
-        if len(_floats) >= SHARED_KEPT:
-            _floats.clear()
-        found = _floats[value] = value
-    return found
+    return _floats(value)
 
 
 def _shared_int(value: int) -> int:
@@ -46,12 +42,7 @@ def _shared_int(value: int) -> int:
     each, beyond the small ints Python shares itself)."""
     if type(value) is not int:
         return value  # True == 1 in a dict
-    found = _ints.get(value)
-    if found is None:
-        if len(_ints) >= SHARED_KEPT:
-            _ints.clear()
-        found = _ints[value] = value
-    return found
+    return _ints(value)
 
 
 class TransitionError(ValueError):
