@@ -110,7 +110,8 @@ def _keys_of(client: redis.Redis, jobid: int) -> list[str]:
            if f":{jobid}:" in k.decode() or k.decode().endswith(f":{jobid}")]
     if client.hexists(KEYS.exec_progress(0), str(jobid)):
         out.append(f"{KEYS.exec_progress(0)}[{jobid}]")
-    return out
+    # SCAN's order changes as the keyspace is rehashed: compare the sets
+    return sorted(out)
 
 
 def _blob_refs(client: redis.Redis) -> dict[str, int]:
