@@ -124,11 +124,18 @@ def test_a_slow_housekeeping_holds_the_node_until_it_ends(
     finally:
         released_at = time.time()
         (CTL / "hold").unlink()
-    assert cli(uri, "job", "wait", "-t", "60s", str(second)) == 0
-    alloc = [t for t, n, _c in events(uri, capsys, second) if n == "alloc"]
     # the second job got the node only once the first one's housekeeping ended
+    _ran_after(uri, capsys, second, released_at)
+
+
+def _ran_after(uri: str, capsys: pytest.CaptureFixture[str], jobid: int,
+               released_at: float) -> None:
+    """Job ``jobid`` ends well, was allocated only once the node was released (at
+    ``released_at``), and its own housekeeping ran."""
+    assert cli(uri, "job", "wait", "-t", "60s", str(jobid)) == 0
+    alloc = [t for t, n, _c in events(uri, capsys, jobid) if n == "alloc"]
     assert alloc and alloc[0] >= released_at - 0.01
-    wait_for(CTL / f"hk-{second}")
+    wait_for(CTL / f"hk-{jobid}")
 
 
 def test_stdin_goes_to_task_0_and_input_to_every_task(
@@ -208,10 +215,7 @@ def test_housekeeping_outlives_an_exec_worker_restart(
         released_at = time.time()
         (CTL / "hold").unlink()
     # the new worker found the housekeeping still running, saw it end, gave the node back
-    assert cli(uri, "job", "wait", "-t", "60s", str(second)) == 0
-    alloc = [t for t, n, _c in events(uri, capsys, second) if n == "alloc"]
-    assert alloc and alloc[0] >= released_at - 0.01
-    wait_for(CTL / f"hk-{second}")
+    _ran_after(uri, capsys, second, released_at)
 
 
 def test_a_failing_epilog_drains_the_node_and_housekeeping_leaves_it_so(

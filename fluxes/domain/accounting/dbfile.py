@@ -115,15 +115,29 @@ def _limits(cells: list[str], where: str, columns: Sequence[tuple[str, int]],
     return out
 
 
+#: How many leading columns a row must have, by the word the message uses.
+_REQUIRED = {"two": 2, "three": 3}
+
+
+def _checked_rows(text: str, what: str, columns: Sequence[str], required: str
+                  ) -> list[tuple[int, str, list[str]]]:
+    """The data rows of a file whose header starts with ``columns[0]``: (line number,
+    ``FILE line N``, cells); AccountError for a row with too few or too many cells."""
+    out = []
+    for number, cells in _rows(text, what, columns[0].lower()):
+        where = f"{what} line {number}"
+        if len(cells) < _REQUIRED[required] or len(cells) > len(columns):
+            raise AccountError(f"{where}: expected {len(columns)} columns at most "
+                               f"({','.join(columns)}), the first {required} required")
+        out.append((number, where, cells))
+    return out
+
+
 def bank_events(text: str, what: str, timestamp: float) -> list[tuple[int, AccountEvent]]:
     """The ``add-bank`` events of a banks file, with their line numbers; AccountError
     naming the file and line of the first bad row."""
     out: list[tuple[int, AccountEvent]] = []
-    for number, cells in _rows(text, what, "bank"):
-        where = f"{what} line {number}"
-        if len(cells) < 2 or len(cells) > len(BANK_COLUMNS):
-            raise AccountError(f"{where}: expected {len(BANK_COLUMNS)} columns at most "
-                               f"({','.join(BANK_COLUMNS)}), the first two required")
+    for number, where, cells in _checked_rows(text, what, BANK_COLUMNS, "two"):
         shares = _int(cells[2] if len(cells) > 2 else "", where, "shares", 1)
         assert shares is not None
         out.append((number, BankAdd(timestamp=timestamp, bank=cells[0],
@@ -136,11 +150,7 @@ def user_events(text: str, what: str, timestamp: float) -> list[tuple[int, Accou
     """The ``add-user`` events of a users file, with their line numbers; AccountError
     naming the file and line of the first bad row."""
     out: list[tuple[int, AccountEvent]] = []
-    for number, cells in _rows(text, what, "username"):
-        where = f"{what} line {number}"
-        if len(cells) < 3 or len(cells) > len(USER_COLUMNS):
-            raise AccountError(f"{where}: expected {len(USER_COLUMNS)} columns at most "
-                               f"({','.join(USER_COLUMNS)}), the first three required")
+    for number, where, cells in _checked_rows(text, what, USER_COLUMNS, "three"):
         userid = _int(cells[1], where, "userid", None)
         if userid is None:
             raise AccountError(f"{where}: userid is required")
