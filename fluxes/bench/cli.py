@@ -8,6 +8,14 @@ with the issue's targets: ``fluxes --version`` <= 60 ms, ``fluxes submit``
 (a held job) <= 80 ms, ``fluxes run -n1 true`` <= 125 ms (Flux's figure on
 the machine the issue was measured on); ``fluxes jobs`` has none.
 
+Where the wall time goes besides the command's own CPU: before each run is
+reaped, the kernel's scheduler statistics of the process
+(``/proc/PID/schedstat``: time on a CPU, time runnable but waiting for one)
+are read, so each command also reports the median ``runqueue`` milliseconds
+(waiting for a CPU: other processes, the instance's workers among them, held
+both cores) and ``blocked`` (the rest of the wall time: Redis' answers,
+starting the process). On a loaded machine the first dominates the gap.
+
 Python writes no bytecode when ``PYTHONDONTWRITEBYTECODE`` is set (and a
 source checkout may have none yet): the commands then compile every module
 they import, each time. They run with bytecode cached in a directory of the
@@ -45,24 +53,58 @@ def fluxes_command() -> list[str]:
     return [sys.executable, "-m", "fluxes.cli.main"]
 
 
+def _schedstat(pid: int) -> tuple[float, float] | None:
+    """Milliseconds process ``pid`` spent on a CPU and runnable waiting for one (None
+    where the kernel does not say: no schedstat)."""
+    try:
+        with open(f"/proc/{pid}/schedstat", encoding="ascii") as f:
+            ran, waited = f.read().split()[:2]
+    except (OSError, ValueError):
+        return None
+    return int(ran) / 1e6, int(waited) / 1e6
+
+
+def _run_once(argv: list[str], env: dict[str, str]) -> tuple[float, float | None]:
+    """One run of ``argv``: its wall milliseconds and its wait for a CPU (None: unknown).
+    The process is reaped only after its schedstat was read (waitid WNOWAIT)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        wall = (time.perf_counter() - started) * 1000
+        sched = _schedstat(proc.pid)
+    finally:
+        code = proc.wait(timeout=60)
+    if code != 0:
+        raise subprocess.CalledProcessError(code, argv)
+    return wall, None if sched is None else sched[1]
+
+
 def time_command(argv: list[str], env: dict[str, str], runs: int) -> dict[str, float]:
-    """Median wall and CPU milliseconds of ``runs`` runs of ``argv`` (after a warm-up)."""
+    """Median wall and CPU milliseconds of ``runs`` runs of ``argv`` (after a warm-up),
+    and of the time each waited for a CPU and was blocked (see the module's doc)."""
     walls: list[float] = []
     cpus: list[float] = []
+    waits: list[float] = []
     for n in range(runs + 1):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        started = time.perf_counter()
-        subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=True, timeout=60)
-        wall = time.perf_counter() - started
+        wall, waited = _run_once(argv, env)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if n:  # the first run warms the caches (bytecode, page cache)
-            walls.append(wall * 1000)
-            cpus.append((after.ru_utime - before.ru_utime
-                         + after.ru_stime - before.ru_stime) * 1000)
-    return {"wall_ms": round(statistics.median(walls), 1),
-            "cpu_ms": round(statistics.median(cpus), 1),
-            "wall_min_ms": round(min(walls), 1)}
+            cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+            walls.append(wall)
+            cpus.append(cpu)
+            if waited is not None:
+                waits.append(waited)
+    got = {"wall_ms": round(statistics.median(walls), 1),
+           "cpu_ms": round(statistics.median(cpus), 1),
+           "wall_min_ms": round(min(walls), 1)}
+    if len(waits) == len(walls):
+        got["runqueue_ms"] = round(statistics.median(waits), 1)
+        got["blocked_ms"] = round(statistics.median(
+            max(0.0, w - c - q) for w, c, q in zip(walls, cpus, waits, strict=True)), 1)
+    return got
 
 
 def run(runs: int = 20) -> dict[str, Any]:
@@ -81,6 +123,9 @@ def run(runs: int = 20) -> dict[str, Any]:
                 got = time_command([*base, *args], env, runs)
                 figures[f"{name}_wall_ms"] = got["wall_ms"]
                 figures[f"{name}_cpu_ms"] = got["cpu_ms"]
+                for part in ("runqueue_ms", "blocked_ms"):
+                    if part in got:
+                        figures[f"{name}_{part}"] = got[part]
                 if target is not None:
                     figures[f"{name}_target_ms"] = target
             return figures

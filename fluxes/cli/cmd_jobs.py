@@ -141,8 +141,9 @@ def register(subparsers: Any) -> None:
                    choices=("never", "always", "auto"), metavar="WHEN",
                    help="color lines by result: never, always or auto (default: auto, "
                         "when stdout is a terminal)")
-    # the small client (fluxes.store.lite): listing jobs imports no redis-py
-    p.set_defaults(func=_jobs, _lite=True)
+    # the small client (fluxes.store.lite): listing jobs imports no redis-py; it leaves
+    # no file open to the interpreter's teardown, which it skips (main.quick_exit)
+    p.set_defaults(func=_jobs, _lite=True, _quick_exit=True)
 
 
 def stats_line(inst: Instance, store: JobListReader | None = None) -> str:

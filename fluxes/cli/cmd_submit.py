@@ -317,8 +317,9 @@ def register(subparsers: Any) -> None:
     sp.add_argument("--dry-run", action="store_true", help="print the jobspec, do not submit")
     sp.add_argument("--json", action="store_true", help="print {id, error} objects")
     sp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
-    # the small Redis client (fluxes.store.lite): submit only posts and waits for replies
-    sp.set_defaults(func=_submit, _lite=True)
+    # the small Redis client (fluxes.store.lite): submit only posts and waits for replies;
+    # it leaves no file open to the interpreter's teardown, which it skips (main.quick_exit)
+    sp.set_defaults(func=_submit, _lite=True, _quick_exit=True)
 
     rp = subparsers.add_parser("run", **help_with_example(
         "Submit a job, print its output as it runs, exit with its exit code.",
@@ -328,7 +329,8 @@ def register(subparsers: Any) -> None:
     rp.add_argument("-l", "--label-io", action="store_true", help="prefix lines with task rank")
     rp.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND...")
     # the small Redis client (fluxes.store.lite): run posts, then reads the job's streams
-    rp.set_defaults(func=_run, _lite=True)
+    # (and skips the interpreter's teardown, as submit)
+    rp.set_defaults(func=_run, _lite=True, _quick_exit=True)
 
     cp = subparsers.add_parser("cancel", **help_with_example(
         "Cancel jobs (a 'cancel' exception); users may cancel only their own.",

@@ -15,7 +15,6 @@ jobs/s.
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import gc
 from typing import Any
@@ -39,6 +38,8 @@ def freeze() -> None:
 @functools.cache
 def _libc() -> Any:
     """glibc, or None elsewhere (musl, macOS: no ``malloc_trim``)."""
+    import ctypes  # here: every fluxes command calls tune(), few trim (start-up time)
+
     try:
         libc = ctypes.CDLL(None)
         return libc if hasattr(libc, "malloc_trim") else None

@@ -167,3 +167,60 @@ def test_the_owner_field_is_the_job_hash_s() -> None:
     from fluxes.store.jobhash import OWNER
 
     assert OWNER_FIELD == OWNER
+
+
+_EXIT_PROBE = """
+import atexit, sys
+class Noisy:
+    def __del__(self):
+        sys.stdout.write("teardown\\n")
+noisy = Noisy()  # freed, and heard, only if the interpreter tears down
+if sys.argv[1] == "atexit":
+    atexit.register(lambda: sys.stdout.write("atexit\\n"))
+sys.argv[1:] = sys.argv[2:]
+from fluxes.cli.main import main
+sys.exit(main())
+"""
+
+
+def _exit_probe(mode: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", _EXIT_PROBE, mode, *argv],
+                          check=False, capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin"})
+
+
+def test_short_commands_skip_the_teardown_but_flush_their_output() -> None:
+    """``fluxes --version`` and the commands whose parser says ``_quick_exit`` end
+    without the interpreter's teardown (start-up time, issue 26), after their output
+    (a pipe here: block-buffered) is flushed, with their exit code."""
+    from fluxes import __version__
+
+    done = _exit_probe("plain", "--version")
+    assert (done.returncode, done.stdout) == (0, f"fluxes {__version__}\n")
+    spec = _exit_probe("plain", "submit", "--dry-run", "--env=-*", "--cc=1-200", "true")
+    assert spec.returncode == 0
+    assert len(spec.stdout.splitlines()) == 200  # ~100 KB: every buffer flushed
+    assert "teardown" not in spec.stdout
+    usage = _exit_probe("plain", "submit", "--dry-run")
+    assert usage.returncode == 2 and "no command" in usage.stderr
+
+
+def test_pending_atexit_callbacks_or_other_commands_get_the_teardown() -> None:
+    """With an atexit callback registered, or a command that does not say it leaves
+    nothing to the teardown, the process ends the ordinary way."""
+    hooked = _exit_probe("atexit", "submit", "--dry-run", "true")
+    assert hooked.returncode == 0
+    assert hooked.stdout.splitlines()[-2:] == ["atexit", "teardown"]
+    other = _exit_probe("plain", "jobspec", "--help")
+    assert other.returncode == 0 and other.stdout.endswith("teardown\n")
+
+
+@pytest.mark.parametrize("columns", ["50", "133", "", "junk"])
+def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch,
+                                               columns: str) -> None:
+    """Our parsers learn the terminal's width without shutil; argparse's own rule."""
+    import argparse
+
+    monkeypatch.setenv("COLUMNS", columns)
+    ours = ArgumentParser(prog="fluxes")._get_formatter()
+    assert ours._width == argparse.HelpFormatter("fluxes")._width  # type: ignore[attr-defined]
