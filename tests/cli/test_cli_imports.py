@@ -223,4 +223,4 @@ def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setenv("COLUMNS", columns)
     ours = ArgumentParser(prog="fluxes")._get_formatter()
-    assert ours._width == argparse.HelpFormatter("fluxes")._width  # type: ignore[attr-defined]
+    assert ours._width == argparse.HelpFormatter("fluxes")._width
