@@ -28,7 +28,10 @@ from fluxes.errors import FluxesError
 from fluxes.formats.idset import IDSet
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fluxes.formats.jobspec import Jobspec
+    from fluxes.store.instance import Instance
 
 
 def add_job_options(parser: argparse.ArgumentParser) -> None:
@@ -415,34 +418,50 @@ def _submit(args: argparse.Namespace) -> int:
         for copy in _cc_copies(spec, cc, args.bcc is None):
             print_json(copy)
         return 0
-    from fluxes.store.client import Client
-
     if args.watch or args.wait or args.wait_event:
         # following the jobs reads streams and the event store the small client
         # (fluxes.store.lite) does not serve: the full client, as other commands
         args._lite = False
     inst = instance(args)
-    client = Client(inst)
-    # None (no --urgency) lets the client fall back to the Jobspec's urgency.
-    item: dict[str, Any] = {"jobspec": spec, "urgency": urgency}
     if cc is None:
         bar = Progress("submit", 1, enabled=args.progress)
-        results = client.submit([item], progress=bar.update)
+        results = submit_one(inst, spec, urgency, progress=bar.update)
     else:
+        from fluxes.store.client import Client
+
         # array requests: whatever the range, each request is small and within the
         # instance's per-request limit, and the ingest makes the copies (--cc also
         # sets FLUXES_JOB_CC in each, --bcc does not)
         ids = _cc_ids(cc)
         bar = Progress("submit", len(ids), enabled=args.progress)
-        results = client.submit_array(item, ids, progress=bar.update,
-                                      cc_var=args.bcc is None)
+        # None (no --urgency) lets the client fall back to the Jobspec's urgency.
+        results = Client(inst).submit_array({"jobspec": spec, "urgency": urgency}, ids,
+                                            progress=bar.update, cc_var=args.bcc is None)
     bar.done()
     return finish(args, inst, results, as_json=args.json)
 
 
+def submit_one(inst: Instance, spec: Jobspec, urgency: int | None,
+               progress: Callable[[int], None] | None = None) -> list[int | str]:
+    """``Client(inst).submit`` of one job (its id or refusal), through the path that
+    needs no message module (fluxes.store.lite_submit: start-up time, issue 26)
+    unless the request is too large for it. None (no --urgency) lets the
+    Jobspec's urgency apply."""
+    from fluxes.store.lite_submit import submit_one as quick
+
+    results = quick(inst, spec, urgency)
+    if results is None:
+        from fluxes.store.client import Client
+
+        return Client(inst).submit([{"jobspec": spec, "urgency": urgency}],
+                                   progress=progress)
+    if progress is not None:
+        progress(len(results))
+    return results
+
+
 def _run(args: argparse.Namespace) -> int:
     from fluxes.cli.attach import follow_interruptible
-    from fluxes.store.client import Client
 
     command = _command(args)
     if args.input is None:
@@ -450,7 +469,7 @@ def _run(args: argparse.Namespace) -> int:
     spec = build_jobspec(args, command)
     inst = instance(args)
     urgency = None if args.urgency is None else parse_urgency(args.urgency)
-    [result] = Client(inst).submit([{"jobspec": spec, "urgency": urgency}])
+    [result] = submit_one(inst, spec, urgency)
     if not isinstance(result, int):
         die(result)
     # the jobspec is ours: where its output goes needs no read of the job

@@ -97,12 +97,8 @@ class Client:
         for _ in range(count):
             got = self.redis.blpop([reply_key], timeout=max(timeout, 0.01))
             if got is None:
-                raise RequestTimeout(
-                    f"no answer within {timeout:g}s (is the instance's ingest running?)")
-            try:
-                answers.append(proto.decode_reply(got[1]))
-            except proto.MessageError as exc:
-                raise FluxesError(f"malformed answer from the instance: {exc}") from None
+                raise RequestTimeout(no_answer(timeout))
+            answers.append(decode_answer(got[1]))
         return answers
 
     def _wait(self, reply_key: str, timeout: float, count: int = 1) -> list[dict[str, Any]]:
@@ -134,13 +130,7 @@ class Client:
                 out.append(f"job is {_size(request)} bytes as a request, the limit is "
                            f"{proto.MAX_REQUEST_BYTES}")
                 continue
-            answer = self._answers(next(keys), timeout)[0]
-            if answer.jobs is None:
-                errors = answer.errors or ["submission refused"]
-                out.extend([str(errors[0])] * len(request.jobs))
-            else:
-                for result in answer.jobs:
-                    out.append(result.id if result.id is not None else str(result.error))
+            out += job_results(self._answers(next(keys), timeout)[0], len(request.jobs))
             if progress is not None:
                 progress(len(out))
         return out
@@ -182,12 +172,7 @@ class Client:
         """The answers to :meth:`_post_array`'s requests, one per job, in order."""
         out: list[int | str] = []
         for count, key in posted:
-            answer = self._answers(key, timeout)[0]
-            if answer.jobs is None:
-                errors = answer.errors or ["submission refused"]
-                out.extend([str(errors[0])] * count)
-            else:
-                out.extend(r.id if r.id is not None else str(r.error) for r in answer.jobs)
+            out += job_results(self._answers(key, timeout)[0], count)
             if progress is not None:
                 progress(len(out))
         return out
@@ -253,6 +238,28 @@ class Client:
         """Change a job's urgency; the answer has ``old`` on success."""
         return self._control(proto.SetUrgency(req=_req(), id=jobid, urgency=urgency), [jobid],
                              timeout)
+
+
+def no_answer(timeout: float) -> str:
+    """What a request that got no answer in ``timeout`` seconds says."""
+    return f"no answer within {timeout:g}s (is the instance's ingest running?)"
+
+
+def decode_answer(raw: bytes) -> proto.Reply:
+    """An answer as read from its reply list; FluxesError when malformed."""
+    try:
+        return proto.decode_reply(raw)
+    except proto.MessageError as exc:
+        raise FluxesError(f"malformed answer from the instance: {exc}") from None
+
+
+def job_results(answer: proto.Reply, count: int) -> list[int | str]:
+    """Each job's id or one-line refusal in ``answer`` to a submit request of ``count``
+    jobs (a request refused whole: its first error for each)."""
+    if answer.jobs is None:
+        errors = answer.errors or ["submission refused"]
+        return [str(errors[0])] * count
+    return [r.id if r.id is not None else str(r.error) for r in answer.jobs]
 
 
 def _req() -> str:

@@ -188,33 +188,45 @@ def _requests(monkeypatch: pytest.MonkeyPatch, argv: list[str],
               limit: int = 10_000) -> list[dict[str, Any]]:
     """Run ``fluxes submit ARGV`` on an instance whose per-request limit is ``limit``;
     return the requests the client put on the wire (job ids are handed out 1, 2, ...)."""
+    import orjson
+
     from fluxes import messages as proto
     from fluxes.cli import cmd_submit
     from fluxes.formats.idset import IDSet
     from fluxes.store.client import Client
+    from fluxes.store.keys import Keys
 
-    sent: list[dict[str, Any]] = []
+    sent: dict[str, dict[str, Any]] = {}
     given = [0]
 
-    def send(self: Client, requests: list[proto.UserRequest]) -> list[str]:
-        sent.extend(proto.to_builtins(r) for r in requests)  # as on the wire
-        return [str(len(sent) - len(requests) + i) for i in range(len(requests))]
+    class Wire:
+        """Redis as the ingest's side of it: XADDs recorded, each BLPOP answered."""
 
-    def wait(self: Client, key: str, timeout: float, count: int = 1) -> list[proto.Reply]:
-        request = sent[int(key)]
-        # an array request (--cc) stands for one job per id
-        jobs = len(IDSet(request["cc"])) if "cc" in request else len(request["jobs"])
-        given[0] += jobs
-        return [proto.Reply(jobs=[proto.JobResult(id=given[0] - jobs + 1 + i)
-                                  for i in range(jobs)])]
+        def pipeline(self, transaction: bool = False) -> Wire:
+            return self
 
-    instance = SimpleNamespace(redis=None, keys=None, user="alice")
+        def execute(self) -> list[Any]:
+            return []
+
+        def xadd(self, stream: str, fields: dict[str, bytes]) -> bytes:
+            request = orjson.loads(fields["d"])
+            sent[request["req"]] = request
+            return b"1-0"
+
+        def blpop(self, keys: list[str], timeout: float = 0) -> tuple[bytes, bytes]:
+            request = sent[keys[0].rsplit(":", 1)[1]]
+            # an array request (--cc) stands for one job per id
+            jobs = len(IDSet(request["cc"])) if "cc" in request else len(request["jobs"])
+            given[0] += jobs
+            reply = proto.Reply(jobs=[proto.JobResult(id=given[0] - jobs + 1 + i)
+                                      for i in range(jobs)])
+            return keys[0].encode(), proto.encode_reply(reply)
+
+    instance = SimpleNamespace(redis=Wire(), keys=Keys("t"), user="alice")
     monkeypatch.setattr(cmd_submit, "instance", lambda args: instance)
-    monkeypatch.setattr(Client, "_post", send)
     monkeypatch.setattr(Client, "jobs_per_request", lambda self: limit)
-    monkeypatch.setattr(Client, "_answers", wait)
     assert main(["submit", *argv]) == 0
-    return sent
+    return list(sent.values())
 
 
 def test_submit_cc_sends_arrays_within_the_limit(monkeypatch: pytest.MonkeyPatch,

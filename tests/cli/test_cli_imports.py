@@ -224,3 +224,68 @@ def test_help_is_as_wide_as_argparse_makes_it(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setenv("COLUMNS", columns)
     ours = ArgumentParser(prog="fluxes")._get_formatter()
     assert ours._width == argparse.HelpFormatter("fluxes")._width
+
+
+_MAIN_PROBE = """
+import io, json, sys, contextlib
+from fluxes.cli.main import main
+out, err = io.StringIO(), io.StringIO()
+with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    code = main(json.loads(sys.argv[1]))
+print(json.dumps([code, out.getvalue(), err.getvalue(), sorted(sys.modules)]))
+"""
+
+
+def _as_ingest(client: Any, stream: str, answer: bytes | None) -> Any:
+    """Play the ingest for one request on ``stream``: read it, answer ``answer`` (None:
+    the job's id, 42); the request decoded."""
+    from fluxes import messages as proto
+
+    entries = client.xread({stream: "0-0"}, count=1, block=30_000)
+    [[_name, [(_sid, fields)]]] = entries
+    request = proto.decode_request(fields)
+    reply = answer if answer is not None else proto.encode_reply(
+        proto.Reply(jobs=[proto.JobResult(id=42)]))
+    client.rpush(f"{{t}}:reply:{_user()}:{request.req}", reply)
+    return request
+
+
+@pytest.mark.parametrize(("answer", "problem"), [
+    (None, ""),
+    (b'{"jobs": [{"error": "job requests 99 cores"}]}', "fluxes: job requests 99 cores\n"),
+    (b'{"errors": ["queue q is disabled"]}', "fluxes: queue q is disabled\n"),
+    (b'{"jobs": "no"}', "malformed answer from the instance: reply:"),
+], ids=["id", "refused", "refused-whole", "malformed"])
+def test_submit_posts_and_reads_without_the_message_module(
+        redis_server: Any, real_redis: Any, answer: bytes | None, problem: str) -> None:
+    """``fluxes submit`` (one job) sends the client's request and says what the client
+    would of each answer, without importing msgspec or the message module (a
+    malformed answer goes to the message module's decoder)."""
+    import threading
+
+    from fluxes import messages as proto
+
+    argv = ["--uri", redis_server.url + "?ns=t", "submit", "--urgency=hold", "true"]
+    got: list[Any] = []
+    ingest = threading.Thread(target=lambda: got.append(_as_ingest(
+        real_redis, "{t}:submit:" + _user(), answer)))
+    ingest.start()
+    out = subprocess.run([sys.executable, "-c", _MAIN_PROBE, json.dumps(argv)], check=True,
+                         capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    ingest.join()
+    code, stdout, stderr, modules = json.loads(out.stdout.splitlines()[-1])
+    [request] = got
+    assert isinstance(request, proto.SubmitJobs) and request.jobs[0].urgency == 0
+    assert request.jobs[0].jobspec is not None
+    assert request.jobs[0].jobspec["tasks"][0]["command"] == ["true"]
+    if problem:
+        assert code == 1 and stdout == "" and problem in stderr
+    else:
+        assert code == 0 and stderr == ""
+        from fluxes.formats.jobid import encode
+
+        assert stdout == encode(42, "f58") + "\n"
+    if "malformed" not in problem:
+        loaded = set(modules)
+        assert not {m for m in loaded if m.split(".")[0] in ("msgspec", "redis")}
+        assert "fluxes.messages" not in loaded
