@@ -1,20 +1,35 @@
 """Formatting shared by commands: job ids, times, users, event lines, tables.
 
 ``parse_time``/``stream_id_for`` and ``username`` live in the service layer (the web
-reads times and names too) and are re-exported here for the commands.
+reads times and names too) and are re-exported here for the commands, imported on
+first use (``fluxes submit`` needs only the job ids: start-up time, issue 26).
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from fluxes.formats import jobid as jobids
-from fluxes.service.timeparse import parse_time, stream_id_for
-from fluxes.service.users import username
+
+if TYPE_CHECKING:
+    from fluxes.service.timeparse import parse_time, stream_id_for
+    from fluxes.service.users import username
+
+#: The re-exports and the module each comes from.
+_LAZY = {"parse_time": "fluxes.service.timeparse", "stream_id_for": "fluxes.service.timeparse",
+         "username": "fluxes.service.users"}
+
+
+def __getattr__(name: str) -> Any:
+    """A re-export, imported on first use."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["context_text", "event_line", "fmt_id", "human_event_lines", "parse_time",
            "shown_id", "stream_id_for", "table", "username"]
@@ -37,6 +52,8 @@ def shown_id(jobid: int) -> str:
 
 def context_text(ctx: Mapping[str, Any]) -> str:
     """Context as flux prints it: ``key=value`` with values JSON-encoded."""
+    import orjson
+
     return " ".join(f"{k}={orjson.dumps(v).decode()}" for k, v in ctx.items())
 
 
@@ -48,6 +65,8 @@ def event_line(timestamp: float, name: str, ctx: Mapping[str, Any] | None) -> st
 
 def human_event_lines(events: Sequence[tuple[float, str, Mapping[str, Any] | None]]) -> list[str]:
     """flux's ``-H`` form: the first event with its date, later ones as +offsets."""
+    import datetime as dt
+
     out = []
     first: float | None = None
     for ts, name, ctx in events:

@@ -19,6 +19,9 @@ __all__ = ["per_resource", "per_resource_jobspec", "shell_options"]
 
 def shell_options(args: argparse.Namespace, attributes: dict[str, Any]) -> None:
     """``--input`` and ``--signal`` into ``attributes.system.shell.options``."""
+    given = [getattr(args, name, None) for name in ("input", "stdin_data", "signal")]
+    if all(value is None for value in given):
+        return  # not even the module below is imported (start-up time, issue 26)
     from fluxes.formats.shellopts import input_option, parse_signal_option
 
     options: dict[str, Any] = {}
