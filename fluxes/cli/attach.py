@@ -258,8 +258,6 @@ def follow_interruptible(inst: Instance, jobid: int, label: bool = False,
     Streams sent to files are named first (:func:`print_redirections`; from
     ``jobspec_text`` when the caller has the jobspec, ``fluxes run``).
     """
-    from fluxes.store.client import Client
-
     if jobspec_text is not None:
         print_redirections(inst, jobid, jobspec_text=jobspec_text)
     elif jobfacts.has_eventlog(inst.redis, inst.keys, jobid):
@@ -275,6 +273,9 @@ def follow_interruptible(inst: Instance, jobid: int, label: bool = False,
             if canceled:
                 raise
             if last is not None and now - last <= 2.0:
+                # here: the message module is a start-up cost every run would pay
+                from fluxes.store.client import Client
+
                 Client(inst).cancel([jobid], note="interrupted")
                 print(f"fluxes: job {fmt_id(jobid)}: canceled", file=sys.stderr)
                 canceled = True
