@@ -152,11 +152,11 @@ def _set_attr(attributes: dict[str, Any], text: str) -> None:
 
 def _set_shell_options(attributes: dict[str, Any], args: argparse.Namespace) -> None:
     """``-o OPT[=VAL]`` and ``--taskmap``: ``attributes.system.shell.options`` (flux's)."""
-    from fluxes.domain.exec.taskorder import parse_taskmap
-
     texts = list(getattr(args, "setopt", None) or [])
     taskmap = getattr(args, "taskmap", None)
     if taskmap is not None:
+        from fluxes.domain.exec.taskorder import parse_taskmap
+
         try:
             parse_taskmap(taskmap)
         except ValueError as exc:
