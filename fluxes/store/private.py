@@ -12,7 +12,6 @@ stand-ins otherwise.
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +35,8 @@ from fluxes.store.keys import Keys
 def ensure_salt(client: Any, keys: Keys) -> bytes:
     """The instance's secret key for masking dependency descriptions (created the first
     time: SET NX, so every job manager gets the same)."""
+    import secrets  # here: readers (fluxes jobs, fluxes run) never make the salt
+
     client.set(keys.private_salt, secrets.token_hex(32), nx=True)
     salt = client.get(keys.private_salt)
     return bytes(salt) if salt else b""

@@ -22,7 +22,6 @@ same atomic step. The public event keeps every other field and holds, instead:
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +37,8 @@ SUMMARY_FIELD = "x"
 
 def masked(description: str, salt: bytes) -> str:
     """The public stand-in of a dependency description: a digest keyed by ``salt``."""
+    import hashlib  # here: readers (fluxes jobs, fluxes run) never mask (start-up time)
+
     digest = hashlib.blake2b(description.encode("utf-8", "surrogatepass"),
                              key=salt[:64], digest_size=8).hexdigest()
     return f"{MASK_PREFIX}{digest}"
