@@ -24,6 +24,11 @@ from fluxes.cli.util import ArgumentParser, add_subcommands
 HEAVY = ("redis", "redis.asyncio", "jsonschema", "yaml", "fluxes.config",
          "fluxes.domain.jm.queues", "fluxes.store.instance", "fluxes.cli.cmd_batch",
          "fluxes.cli.cmd_account", "workers")
+#: Nor these, unless an option needs them (submit --cc makes copies with the job
+#: manager's array code, which hashes): the message module (msgspec and every message
+#: type), OpenSSL's hashes, the secrets module, and argparse's way to the terminal's
+#: width (shutil, zlib, bz2, lzma).
+UNNEEDED = ("fluxes.messages", "msgspec", "hashlib", "secrets", "shutil")
 
 _PROBE = """
 import json, sys
@@ -52,6 +57,8 @@ def _modules_after(argv: list[str]) -> set[str]:
 def test_hot_commands_import_little(argv: list[str]) -> None:
     loaded = _modules_after(argv)
     assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+    if "--cc=1-3" not in argv:
+        assert not loaded & set(UNNEEDED), sorted(loaded & set(UNNEEDED))
     commands = {m for m in loaded if m.startswith("fluxes.cli.cmd_")}
     if argv[0].startswith("-"):
         assert not commands
@@ -137,7 +144,7 @@ def test_jobs_lists_without_redis_py(redis_server: Any) -> None:
     assert "JOBID" in printed.splitlines()[1]
     loaded = set(modules)
     assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
-    connected = set(HEAVY) - {"fluxes.store.instance"}  # it talks to an instance
+    connected = {*HEAVY, *UNNEEDED} - {"fluxes.store.instance"}  # it talks to an instance
     assert not loaded & connected, sorted(loaded & connected)
 
 
@@ -160,6 +167,17 @@ def test_following_a_job_imports_no_redis_py() -> None:
                          text=True, env={"PATH": "/usr/bin:/bin"})
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
+    # fluxes run as it is: the client (and the message module) only to cancel on a
+    # second Ctrl-C
+    probe = ("import json, sys\n"
+             "import fluxes.cli.cmd_submit, fluxes.cli.attach, fluxes.store.entries\n"
+             "import fluxes.domain.job.model, fluxes.store.private, fluxes.store.lite\n"
+             "import fluxes.store.instance, fluxes.store.lite_submit\n"
+             "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
+                         text=True, env={"PATH": "/usr/bin:/bin"})
+    lean = set(json.loads(out.stdout.splitlines()[-1]))
+    assert not lean & set(UNNEEDED), sorted(lean & set(UNNEEDED))
 
 
 def test_the_owner_field_is_the_job_hash_s() -> None:
