@@ -307,3 +307,32 @@ def test_submit_posts_and_reads_without_the_message_module(
         loaded = set(modules)
         assert not {m for m in loaded if m.split(".")[0] in ("msgspec", "redis")}
         assert "fluxes.messages" not in loaded
+
+
+def test_a_second_ctrl_c_within_2s_still_cancels_the_job(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``fluxes run`` imports the full client only when a second Ctrl-C cancels the job;
+    then it cancels it and follows the output to the end, as before."""
+    from types import SimpleNamespace
+
+    from fluxes.cli import attach
+    from fluxes.store.client import Client
+
+    interrupts = [KeyboardInterrupt(), KeyboardInterrupt()]
+    ended: Any = SimpleNamespace(exit_code=143)
+    inst: Any = SimpleNamespace()
+
+    def follow(*args: Any, **kwargs: Any) -> Any:
+        if interrupts:
+            raise interrupts.pop()
+        return ended
+
+    canceled: list[tuple[list[int], str]] = []
+    monkeypatch.setattr(attach, "follow", follow)
+    monkeypatch.setattr(attach, "print_redirections", lambda *a, **k: None)
+    monkeypatch.setattr(Client, "__init__", lambda self, inst: None)
+    monkeypatch.setattr(Client, "cancel", lambda self, ids, note="": canceled.append(
+        (list(ids), note)))
+    assert attach.follow_interruptible(inst, 42, jobspec_text="{}") is ended
+    assert canceled == [([42], "interrupted")]
+    assert capsys.readouterr().err.splitlines()[-1].endswith(": canceled")
