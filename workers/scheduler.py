@@ -368,9 +368,10 @@ class SchedulerWorker(Worker):
             session = self._session_of(stream)
             items = self._decode(session, entries, self._freed_sent)
             if any(isinstance(item.msg, proto.Free) for item in items) and (
-                    not events or len(events[0]) >= READ_COUNT):
+                    not self._one_slot or (events and len(events[0]) >= READ_COUNT)):
                 # a drain written before the job was released (an exec worker's
-                # housekeeping holding its rank) must apply before the free does
+                # housekeeping holding its rank) must apply before the free does:
+                # those the read did not bring (other slots, or more than it took)
                 self._read_resource_events()
             core.handle(session.partition, items, fx)
             if not self._apply(fx):
