@@ -58,13 +58,13 @@ def run_args(args: argparse.Namespace) -> int:
         return IngestWorker(instance, args.name).run()
     if args.kind == "job-manager":
         from workers.jobmanager import JobManagerWorker
-        return JobManagerWorker(instance, args.partition, args.name).run()
+        return JobManagerWorker(instance, args.partition, args.name, pipelined=True).run()
     if args.kind == "job-list":
         from workers.joblist import JobListWorker
         return JobListWorker(instance, args.name).run()
     if args.kind == "scheduler":
         from workers.scheduler import SchedulerWorker
-        return SchedulerWorker(instance, args.name).run()
+        return SchedulerWorker(instance, args.name, pipelined=True).run()
     if args.kind == "accounting":
         from workers.accounting import AccountingWorker
         return AccountingWorker(instance, args.name).run()

@@ -29,6 +29,15 @@ drives too; this worker holds the leases and read positions, hands the core
 each partition's decoded requests and applies its effects through
 :class:`~fluxes.store.sched_session.SessionStreams` and the store's resource
 functions.
+
+As ``fluxes start`` runs it (``pipelined``, one partition), a step's answer goes out
+with the next read of the requests, in one write (one round trip per step, as the job
+manager's commits do); the resource events are read in that same XREAD, so a drain
+written before a free is applied before it without a read of its own.
+
+Why one module: it is the I/O around the pure session core: leases, the standby, the
+read of requests and resource events, housekeeping and the fenced answers are methods
+of the one worker whose state (sessions, positions, the answer waiting) they share.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fluxes import messages as proto
@@ -89,6 +99,16 @@ HOUSEKEEPING_S = 1.0
 STANDBY_POLL_MS = 50
 
 
+@dataclass
+class Unsent:
+    """A step's answer to one partition, to go out with the next read."""
+
+    partition: int
+    rs: dict[int, bytes]
+    msgs: list[proto.SchedResponse]
+    arrivals: list[float]
+
+
 class Session:
     """One partition's lease and read position (its epoch and state: the core's)."""
 
@@ -105,7 +125,7 @@ class SchedulerWorker(Worker):
     kind = "scheduler"
 
     def __init__(self, instance: Instance, name: str | None = None,
-                 lease_ttl_ms: int = LEASE_TTL_MS) -> None:
+                 lease_ttl_ms: int = LEASE_TTL_MS, pipelined: bool = False) -> None:
         super().__init__(instance, name)
         keys = self.keys
         self.store = EventStore(self.redis, keys)
@@ -135,6 +155,17 @@ class SchedulerWorker(Worker):
         #: subscribed while this process lives (leading or not): fluxes/store/standby.py
         self._alive = AliveSignal(self.redis, self.keys.sched_alive(self.name))
         self._alive_checked = float("-inf")
+        #: one slot holds every stream read (one partition): the resource events are read
+        #: with the requests, in the same XREAD
+        self._one_slot = all(keys.same_slot(keys.sched_req(p), keys.resource_events)
+                             for p in range(keys.partitions))
+        #: a step's answer goes out with the next read (one round trip per step): the
+        #: answer waiting for it (None: none waits); only with one partition
+        self.pipelined = pipelined and self._one_slot
+        self._unsent: Unsent | None = None
+        #: send times of the frees handled whose answer is not written yet: their
+        #: hand-offs end when it is (fluxes/proc/hops.py)
+        self._freed_sent: list[float] = []
 
     @property
     def pool(self) -> SchedulerPool | None:
@@ -170,6 +201,7 @@ class SchedulerWorker(Worker):
         if not self.leader:
             return
         try:
+            self._send_unsent()
             for session in self.sessions:
                 if session.lease.token is None:
                     continue
@@ -197,6 +229,8 @@ class SchedulerWorker(Worker):
         if self.leader:
             self.log.warning("stepping down", extra={"why": why})
         self.leader = False
+        self._unsent = None  # fenced: a newer scheduler answers these requests
+        self._freed_sent = []
         if self.core is not None:
             self._allocated_before += self.core.allocations
         self.core = None
@@ -318,16 +352,26 @@ class SchedulerWorker(Worker):
             return
         if not self.keepalive():
             return
-        streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
-        reply = read_streams(self.redis, streams, READ_COUNT, BLOCK_MS if not core.dirty else 1)
+        reply = self._read(core)
+        if self.core is not core:
+            return  # deposed by the last answer
         fx = Effects()
-        freed_sent: list[float] = []
-        for stream_b, entries in reply or []:
-            session = self._session_of(stream_b.decode())
-            items = self._decode(session, entries, freed_sent)
-            if any(isinstance(item.msg, proto.Free) for item in items):
+        resources = self.keys.resource_events
+        events = [entries for stream_b, entries in reply if stream_b.decode() == resources]
+        if events:
+            # read with the requests: every drain written before them is among these
+            self._apply_resource_events(events[0])
+        for stream_b, entries in reply:
+            stream = stream_b.decode()
+            if stream == resources:
+                continue
+            session = self._session_of(stream)
+            items = self._decode(session, entries, self._freed_sent)
+            if any(isinstance(item.msg, proto.Free) for item in items) and (
+                    not self._one_slot or (events and len(events[0]) >= READ_COUNT)):
                 # a drain written before the job was released (an exec worker's
-                # housekeeping holding its rank) must apply before the free does
+                # housekeeping holding its rank) must apply before the free does:
+                # those the read did not bring (other slots, or more than it took)
                 self._read_resource_events()
             core.handle(session.partition, items, fx)
             if not self._apply(fx):
@@ -341,8 +385,59 @@ class SchedulerWorker(Worker):
             if metrics.served_port() is not None:
                 metrics.SCHED_PASS.observe(time.perf_counter() - pass_started)
         self._flush(fx)
-        if freed_sent:
-            hops.record_since(hops.JM_TO_SCHED, freed_sent, time.time())
+        if self._freed_sent and self._unsent is None:
+            self._ended_hops(time.time())
+
+    def _read(self, core: SessionCore) -> list[Any]:
+        """The next requests (and, on one slot, resource events); the last step's answer,
+        when it waits, goes out in the same write (one round trip)."""
+        streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
+        if self._one_slot:
+            streams[self.keys.resource_events] = self._resource_pos
+        block = BLOCK_MS if not core.dirty else 1
+        unsent, self._unsent = self._unsent, None
+        if unsent is None:
+            return read_streams(self.redis, streams, READ_COUNT, block) or []
+        p = unsent.partition
+        sent = time.time()
+        try:
+            got = self.streams.answer_then_read(p, self.sessions[p].epoch, unsent.rs,
+                                                unsent.msgs, streams, READ_COUNT, block)
+        except FencedError as exc:
+            self.step_down(str(exc))
+            return []
+        except NotWaitingError as exc:
+            # nothing written, and the requests read are read again (by position)
+            msgs = self._take_back(core, p, exc.jobids, unsent.rs, unsent.msgs)
+            self._answer(core, p, unsent.rs, msgs)
+            self._answered(unsent.arrivals, time.time())
+            return []
+        core.committed(unsent.rs)
+        self._answered(unsent.arrivals, sent)
+        return got
+
+    def _send_unsent(self) -> None:
+        """Write the answer that waits for the next read, now (before any other write
+        to the response streams, which keep their order)."""
+        unsent, self._unsent = self._unsent, None
+        core = self.core
+        if unsent is None or core is None:
+            return
+        self._answer(core, unsent.partition, unsent.rs, unsent.msgs)
+        self._answered(unsent.arrivals, time.time())
+
+    def _answered(self, arrivals: list[float], sent: float) -> None:
+        """An answer was written (``sent``: when): the hand-offs and latencies it ends."""
+        if self._freed_sent:
+            self._ended_hops(sent)
+        if arrivals and metrics.served_port() is not None:  # nobody scrapes them otherwise
+            committed = time.monotonic() - (time.time() - sent)
+            for arrival in arrivals:
+                metrics.ALLOC_LATENCY.observe(committed - arrival)
+
+    def _ended_hops(self, now: float) -> None:
+        hops.record_since(hops.JM_TO_SCHED, self._freed_sent, now)
+        self._freed_sent = []
 
     def _decode(self, session: Session, entries: list[tuple[bytes, Mapping[bytes, bytes]]],
                 freed_sent: list[float]) -> list[Item]:
@@ -402,10 +497,17 @@ class SchedulerWorker(Worker):
 
     def _read_resource_events(self) -> None:
         """Apply new drain/undrain events to the pool (drained targets get no new work)."""
+        if self.core is None:
+            return
+        self._apply_resource_events(
+            resource_events_since(self.redis, self.keys, self._resource_pos))
+
+    def _apply_resource_events(self, entries: list[tuple[Any, Any]]) -> None:
+        """Apply the resource events ``entries`` (read after the applied position)."""
         core = self.core
         if core is None:
             return
-        for sid, fields in resource_events_since(self.redis, self.keys, self._resource_pos):
+        for sid, fields in entries:
             self._resource_pos = sid.decode()
             try:
                 event = proto.decode_resource_event(fields)
@@ -486,25 +588,36 @@ class SchedulerWorker(Worker):
         core = self.core
         if core is None:
             return
-        for session in self.sessions:
+        if self.pipelined:
+            [session] = self.sessions
             p = session.partition
             msgs = fx.responses.get(p) or []
             rs = fx.r.get(p) or {}
-            while msgs or rs:
-                try:
-                    self.streams.answer(p, session.epoch, rs, msgs)
-                except FencedError as exc:
-                    self.step_down(str(exc))
-                    return
-                except NotWaitingError as exc:
-                    msgs = self._take_back(core, p, exc.jobids, rs, msgs)
-                    continue
-                break
-            core.committed(rs)
-        if fx.arrivals and metrics.served_port() is not None:  # nobody scrapes them otherwise
-            committed = time.monotonic()
-            for arrival in fx.arrivals:
-                metrics.ALLOC_LATENCY.observe(committed - arrival)
+            if msgs or rs:
+                self._unsent = Unsent(p, rs, msgs, fx.arrivals)
+            return
+        for session in self.sessions:
+            p = session.partition
+            self._answer(core, p, fx.r.get(p) or {}, fx.responses.get(p) or [])
+            if self.core is None:
+                return
+        self._answered(fx.arrivals, time.time())
+
+    def _answer(self, core: SessionCore, p: int, rs: dict[int, bytes],
+                msgs: list[proto.SchedResponse]) -> None:
+        """Write one partition's answer (R and responses), taking back the allocations of
+        jobs that wait for none."""
+        while msgs or rs:
+            try:
+                self.streams.answer(p, self.sessions[p].epoch, rs, msgs)
+            except FencedError as exc:
+                self.step_down(str(exc))
+                return
+            except NotWaitingError as exc:
+                msgs = self._take_back(core, p, exc.jobids, rs, msgs)
+                continue
+            break
+        core.committed(rs)
 
     def _take_back(self, core: SessionCore, partition: int, jobids: list[int],
                    rs: dict[int, bytes], msgs: list[proto.SchedResponse]
@@ -524,4 +637,4 @@ class SchedulerWorker(Worker):
 
 def main(instance: Instance) -> int:
     """Run a scheduler until SIGTERM."""
-    return SchedulerWorker(instance).run()
+    return SchedulerWorker(instance, pipelined=True).run()

@@ -17,8 +17,9 @@ import orjson
 import redis
 
 from fluxes import messages as proto
-from fluxes.store import jobhash
-from fluxes.store.eventstore import EventStore
+from fluxes.store import jobhash, scripts
+from fluxes.store.direct import Direct, stream_entries
+from fluxes.store.eventstore import Batch, EventStore, commit_error, commit_result
 from fluxes.store.keys import Keys
 from fluxes.store.resources import resource_event
 
@@ -55,6 +56,10 @@ class SessionStreams:
         """R of allocated jobs and the responses, atomically, fenced by ``epoch`` and each
         R on its job waiting for one: FencedError (a newer scheduler), NotWaitingError
         (naming the jobs that wait for none; nothing written)."""
+        self.store.commit(self._answer_batch(partition, epoch, rs, msgs), str(epoch))
+
+    def _answer_batch(self, partition: int, epoch: int, rs: Mapping[int, bytes],
+                      msgs: Sequence[proto.SchedResponse]) -> Batch:
         keys = self.keys
         batch = self.store.batch(partition, fence=keys.sched_fence(partition))
         for jobid, data in rs.items():
@@ -63,7 +68,36 @@ class SessionStreams:
         for entry in proto.encode_chunks(list(msgs), epoch, MESSAGES_PER_ENTRY,
                                          proto.SCHED_RESPONSES.max_bytes, time.time()):
             batch.xadd(keys.sched_resp(partition), entry)
-        self.store.commit(batch, str(epoch))
+        return batch
+
+    def answer_then_read(self, partition: int, epoch: int, rs: Mapping[int, bytes],
+                         msgs: Sequence[proto.SchedResponse], streams: Mapping[str, str],
+                         count: int, block: int | None) -> list[Any]:
+        """:meth:`answer`, then XREAD of ``streams`` (blocking up to ``block`` ms), sent in
+        one write: one round trip for both; every stream must share the answer's slot.
+
+        Raises as :meth:`answer` does, and then the entries read are dropped: the
+        scheduler reads by position, which has not moved, so it reads them again.
+        """
+        batch = self._answer_batch(partition, epoch, rs, msgs)
+        keys, args = batch.script_args(str(epoch))
+        commit = scripts.fcall_command(self.store.commit_source, keys, args)
+        read: list[Any] = ["XREAD", "COUNT", count]
+        if block is not None:
+            read += ["BLOCK", block]
+        read += ["STREAMS", *streams.keys(), *streams.values()]
+        direct = Direct.of(self.redis, keys[1])
+        reply, got = direct.execute([commit, read])
+        if scripts.is_missing(reply):
+            # a server without our function: nothing was written, the read is good
+            scripts.load_via(direct.call, self.store.commit_source)
+            reply = direct.execute([commit])[0]
+        if isinstance(reply, redis.ResponseError):
+            raise commit_error(reply)
+        commit_result(reply)
+        if isinstance(got, redis.ResponseError):
+            raise got
+        return stream_entries(got)
 
     def report(self, events: Iterable[tuple[str, str, str, bool]],
                raises: Mapping[int, Sequence[proto.RaiseRequest]]) -> None:
