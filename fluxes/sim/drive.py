@@ -51,6 +51,7 @@ from typing import Any, Final
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
+from fluxes.domain.accounting.limits import LimitGate
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.pool import GraphPool
 from fluxes.domain.graph.table import pool_of_table
@@ -80,8 +81,8 @@ from fluxes.formats.rset import ResourceSet
 from fluxes.sim.accounting import SimAccounting
 from fluxes.sim.workload import SimJob
 
-__all__ = ["FULL_PASS_S", "REPLAN_S", "Driver", "ExecModel", "Granted", "Ingest", "Observer",
-           "Prepared", "VirtualClock", "queue_policies"]
+__all__ = ["EPOCH", "FULL_PASS_S", "PARTITION", "REPLAN_S", "Driver", "ExecModel", "Granted",
+           "Ingest", "Observer", "Prepared", "VirtualClock", "queue_policies", "scheduler_core"]
 
 #: The RFC 27 session's epoch: one scheduler, never restarted.
 EPOCH: Final = 1
@@ -232,6 +233,24 @@ class Observer:
 # -- the scheduler side -----------------------------------------------------------------
 
 
+def scheduler_core(inventory: Inventory, queues: Mapping[str | None, QueuePolicy],
+                   clock: VirtualClock, *, mode: proto.Mode = "unlimited", limit: int = 0,
+                   annotations: bool = False, table: Mapping[str, Any] | None = None,
+                   gate: LimitGate | None = None) -> SessionCore:
+    """The scheduler worker's session core with no store, wired as the worker wires it,
+    its session open (:data:`EPOCH` begun on :data:`PARTITION`): the simulator's
+    scheduler side, and the forecast's (:mod:`fluxes.forecast.engine`)."""
+    # the worker's wiring (load_pool): a graph pool when the [resource] table
+    # describes a graph, else today's pool; a machine given by counts has no table
+    pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
+        else ResourcePool(inventory, clock=clock)
+    core = SessionCore(pool, queues, graph=isinstance(pool, GraphPool), gate=gate,
+                       stored=NO_STORE, mode=mode, limit=limit, annotate=annotations,
+                       write_r=False, clock=clock, owner_uid=OWNER_UID)
+    core.begin_epoch(PARTITION, EPOCH)
+    return core
+
+
 class _SchedSide:
     """The scheduler worker's session core (:class:`SessionCore`) with no store: what
     the worker does with each request and pass, without Redis."""
@@ -240,16 +259,9 @@ class _SchedSide:
                  clock: VirtualClock, mode: proto.Mode, limit: int, annotations: bool,
                  observer: Observer, table: Mapping[str, Any] | None = None,
                  accounting: SimAccounting | None = None) -> None:
-        # the worker's wiring (load_pool): a graph pool when the [resource] table
-        # describes a graph, else today's pool; a machine given by counts has no table
-        pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
-            else ResourcePool(inventory, clock=clock)
-        self.core = SessionCore(
-            pool, queues, graph=isinstance(pool, GraphPool),
-            gate=accounting.gate if accounting is not None else None, stored=NO_STORE,
-            mode=mode, limit=limit, annotate=annotations, write_r=False, clock=clock,
-            owner_uid=OWNER_UID)
-        self.core.begin_epoch(PARTITION, EPOCH)
+        self.core = scheduler_core(inventory, queues, clock, mode=mode, limit=limit,
+                                   annotations=annotations, table=table,
+                                   gate=accounting.gate if accounting is not None else None)
         self.observer = observer
         self.passes = 0
 
