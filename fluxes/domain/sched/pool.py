@@ -51,6 +51,7 @@ from fluxes.domain.sched.placement import (
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.shapes import Shape, ShapeCache
 from fluxes.domain.sched.state import Capacity, FreeState
+from fluxes.domain.sched.timeline import NodeEnds, released_room
 from fluxes.formats import constraints as _constraints
 from fluxes.formats.constraints import Constraint
 from fluxes.formats.idset import IDSet
@@ -141,11 +142,9 @@ class ResourcePool:
         self._jobs: dict[int, _Job] = {}
         self._reserved: dict[int, _Job] = {}
         self._ends: list[tuple[float, int]] = []
-        self._owners: dict[int, set[int]] = {}
-        # rank -> latest end among the allocations holding something there:
-        # when the rank becomes idle if every allocation ends on time.
-        self._last_end: dict[int, float] = {}
-        self._stale: set[int] = set()
+        jobs = self._jobs
+        # per rank, its owners and when it becomes idle if every allocation ends on time
+        self._nodes = NodeEnds(lambda jobid: jobs[jobid].end)
         self._overlays: dict[tuple[int, ...], Overlay] = {}
         # (live serial, live version, releases replayed, state): the last
         # future state built, see _state_at.
@@ -347,19 +346,12 @@ class ResourcePool:
     def _commit(self, job: _Job) -> None:
         """Take *job*'s parts from the live state and index it."""
         take = self._state.take
-        owners = self._owners
-        last_end = self._last_end
+        hold = self._nodes.hold
         jobid = job.jobid
         end = job.end
         for r, (cores, gpus, mem) in job.parts.items():
             take(r, cores, gpus, mem)
-            held = owners.get(r)
-            if held is None:
-                owners[r] = {jobid}
-                last_end[r] = end
-            else:
-                held.add(jobid)
-                last_end[r] = max(last_end[r], end)
+            hold(r, jobid, end)
         self._jobs[jobid] = job
         if job.end != _INF:
             insort(self._ends, (job.end, jobid))
@@ -377,25 +369,7 @@ class ResourcePool:
 
     def _drop_owner(self, r: int, job: _Job) -> None:
         """*job* no longer holds anything on rank *r*: update the owner indexes."""
-        held = self._owners[r]
-        held.discard(job.jobid)
-        if not held:
-            del self._owners[r]
-            del self._last_end[r]
-            self._stale.discard(r)
-        elif job.end >= self._last_end[r]:
-            # Recomputed when the planner needs it: a stream of frees would
-            # otherwise rescan the rank's owners every time.
-            self._stale.add(r)
-
-    def _last_ends(self) -> dict[int, float]:
-        """rank -> when its last allocation ends (ranks holding nothing are absent)."""
-        if self._stale:
-            jobs = self._jobs
-            for r in self._stale:
-                self._last_end[r] = max(jobs[j].end for j in self._owners[r])
-            self._stale.clear()
-        return self._last_end
+        self._nodes.drop(r, job.jobid, job.end)
 
     # -- reservations -----------------------------------------------------------------
 
@@ -430,8 +404,7 @@ class ResourcePool:
     def _idle_at(self, when: float) -> IDSet:
         """Up ranks that will be idle at *when* if every allocation ends on time."""
         live = self._state
-        down = live.down
-        extra = [r for r, end in self._last_ends().items() if end <= when and r not in down]
+        extra = self._nodes.idle_by(when, live.down)
         return live.idle | IDSet(extra) if extra else live.idle
 
     def _state_at(self, when: float, whole_nodes: bool = False) -> FreeState:
@@ -502,33 +475,38 @@ class ResourcePool:
     def _walk_nodes(self, plan: Plan, begin: float, length: float, skip: int | None) -> float:
         """earliest_start for whole nodes: a node is idle once its last allocation ends.
 
-        Costs O(nodes log nodes), whatever the number of allocations.
+        The nodes' ends are read in order (:class:`NodeEnds`) only until the request
+        fits: the cost grows with how many nodes must end first, not with the machine.
         """
         live = self._state
-        down = live.down
         static = None if plan.static_all else plan.static
-        node_times = sorted(end if end > begin else begin
-                            for r, end in self._last_ends().items()
-                            if end < _INF and r not in down
-                            and (static is None or r in static))
+        nodes = self._nodes.times(begin, live.down, static)
         idle = len(live.idle) if static is None else len(live.idle & static)
-        res_ends = sorted(res.end for j, res in self._reserved.items()
-                          if begin < res.end < _INF and j != skip)
+        res_ends = iter(sorted(res.end for j, res in self._reserved.items()
+                               if begin < res.end < _INF and j != skip))
+        node = next(nodes, None)
+        res_end = next(res_ends, None)
         ready = 0
-        last = -_INF
-        for when in merge(node_times, res_ends):
-            if when == last:
-                continue
-            last = when
-            while ready < len(node_times) and node_times[ready] <= when:
+        while True:
+            # the next time a node becomes idle or a reservation ends, and every node
+            # idle by then
+            if node is not None and (res_end is None or node[0] <= res_end):
+                when = node[0]
+            elif res_end is not None:
+                when = res_end
+            else:
+                return _INF
+            while node is not None and node[0] <= when:
                 ready += 1
+                node = next(nodes, None)
+            while res_end is not None and res_end <= when:
+                res_end = next(res_ends, None)
             if idle + ready < plan.nmin:
                 continue
             state = live.with_idle(self._idle_at(when))
             if self._placer.place(state, plan, "first-fit",
                                   self._overlay(when, when + length, skip)) is not None:
                 return when
-        return _INF
 
     def _walk(self, plan: Plan, begin: float, length: float, skip: int | None) -> float:
         """earliest_start after "not now": try each time something ends, in order.
@@ -574,7 +552,7 @@ class ResourcePool:
                 tfc += job.ncores
                 tfg += job.ngpus
                 if k:
-                    room += _released_room(job.parts, nfc, k, per_node, down, static)
+                    room += released_room(job.parts, nfc, k, per_node, down, static)
                 done += 1
             if plan.total_c > tfc or plan.total_g > tfg or (k and room < target):
                 continue
@@ -662,7 +640,7 @@ class ResourcePool:
                 continue  # gone with remove_ranks: nothing to give back
             want_c = R.cores(r)
             want_g = R.gpus(r)
-            for jobid in sorted(self._owners.get(r, ())):
+            for jobid in sorted(self._nodes.owners.get(r, ())):
                 cores, gpus, _ = self._jobs[jobid].parts[r]
                 got_c = cores & want_c
                 got_g = gpus & want_g
@@ -713,7 +691,7 @@ class ResourcePool:
         if end != _INF:
             insort(self._ends, (end, jobid))
         # the last end of its ranks may have been its old end: recomputed when needed
-        self._stale.update(job.parts)
+        self._nodes.moved(job.parts)
         job.R = None  # rebuilt with the new expiration when asked for
         self._future = None  # the cached future state replayed releases by the old ends
         return True
@@ -964,24 +942,6 @@ class ResourcePool:
             if not cores.issubset(st.fc[r]) or not gpus.issubset(st.fg[r]) or mem > st.fm[r]:
                 raise ValueError(f"{where}: job {job.jobid} overlaps another allocation on "
                                  f"rank {r}")
-
-
-def _released_room(parts: Mapping[int, Part], nfc: dict[int, int], k: int, per_node: bool,
-                   down: set[int], static: IDSet | None) -> int:
-    """Give ``parts``' cores back to the free-core counts ``nfc``; the room they add for
-    ``_walk``: nodes reaching ``k`` free cores (``per_node``), else slots of ``k`` cores."""
-    room = 0
-    for r, part in parts.items():
-        a = nfc[r]
-        b = nfc[r] = a + len(part[0])
-        if r in down or (static is not None and r not in static):
-            continue
-        if per_node:
-            if a < k <= b:
-                room += 1
-        else:
-            room += b // k - a // k
-    return room
 
 
 def _text(value: object, where: str) -> str:
