@@ -333,8 +333,9 @@ class ResourcePool:
             if common:
                 props[name] = common
         hosts = self._hosts
-        return ResourceSet.from_ranks(
-            dict(nodes), hostnames=None if hosts is None else {r: hosts[r] for r in nodes},
+        # the parts are the placer's, of this inventory: checked already
+        return ResourceSet.of_parts(
+            nodes, hostnames=None if hosts is None else {r: hosts[r] for r in nodes},
             properties=props)
 
     def shape_of(self, jobid: int) -> Shape | None:
