@@ -149,6 +149,11 @@ class ResourcePool:
         # (live serial, live version, releases replayed, state): the last
         # future state built, see _state_at.
         self._future: tuple[int, int, int, FreeState] | None = None
+        # (live serial, live version, time, idle ranks): the last _idle_at answer (a
+        # reservation asks again for the time the walk just found)
+        self._idle_seen: tuple[int, int, float, IDSet] | None = None
+        # (live serial, live version, overlay, idle ranks outside it): see _hopeless
+        self._unreserved: tuple[int, int, Overlay, int] | None = None
         # Ranks taken out by remove_ranks: frees and drains naming them are
         # ignored, as flux's pool does after a shrink.
         self._removed = IDSet()
@@ -219,8 +224,11 @@ class ResourcePool:
         if start is None:
             begin = self._now(now)
             end = begin + length
-            parts = self._placer.place(self._state, plan, policy,
-                                       self._overlay(begin, end, jobid))
+            overlay = self._overlay(begin, end, jobid)
+            if self._hopeless(plan, overlay):
+                # most tries of a backfilling pass on a full machine: said by counts
+                raise InsufficientResources(self._short(plan, self._state))
+            parts = self._placer.place(self._state, plan, policy, overlay)
             if parts is None:
                 raise InsufficientResources(self._short(plan, self._state))
             if self._reserved.pop(jobid, None) is not None:
@@ -294,6 +302,24 @@ class ResourcePool:
             raise ValueError(f"duration: expected seconds >= 0, got {value!r}")
         return float(value) if value else _INF
 
+    def _hopeless(self, plan: Plan, overlay: Overlay | None) -> bool:
+        """Whether *plan* cannot fit now, said by counts (what placement finds first):
+        too few free cores or gpus, or too few idle nodes outside *overlay*'s
+        reservations for whole nodes."""
+        st = self._state
+        if plan.mode != MODE_EXCLUSIVE:
+            return plan.total_c > st.tfc or plan.total_g > st.tfg
+        if len(st.idle) < plan.nmin:
+            return True
+        if overlay is None or not overlay.parts or not plan.static_all:
+            return False
+        # the same count for every whole-node try until the state or the overlay changes
+        seen = self._unreserved
+        if seen is None or seen[:3] != (st.serial, st.version, overlay):
+            seen = self._unreserved = (st.serial, st.version, overlay,
+                                       len(st.idle - overlay.ranks))
+        return seen[3] < plan.nmin
+
     def _short(self, plan: Plan, state: FreeState) -> str:
         """Why *plan* does not fit *state* now, in one line (cheap)."""
         if plan.mode == MODE_EXCLUSIVE:
@@ -326,12 +352,13 @@ class ResourcePool:
 
     def _template(self, nodes: Mapping[int, tuple[IDSet, IDSet]]) -> ResourceSet:
         """R of *nodes* (rank -> (cores, gpus)) with hostnames and properties, no times."""
-        ranks = IDSet(nodes)
         props: dict[str, IDSet] = {}
-        for name, ids in self._props.items():
-            common = ids & ranks
-            if common:
-                props[name] = common
+        if self._props:
+            ranks = IDSet(nodes)
+            for name, ids in self._props.items():
+                common = ids & ranks
+                if common:
+                    props[name] = common
         hosts = self._hosts
         # the parts are the placer's, of this inventory: checked already
         return ResourceSet.of_parts(
@@ -405,8 +432,13 @@ class ResourcePool:
     def _idle_at(self, when: float) -> IDSet:
         """Up ranks that will be idle at *when* if every allocation ends on time."""
         live = self._state
+        seen = self._idle_seen
+        if seen is not None and seen[:3] == (live.serial, live.version, when):
+            return seen[3]
         extra = self._nodes.idle_by(when, live.down)
-        return live.idle | IDSet(extra) if extra else live.idle
+        idle = live.idle | IDSet(extra) if extra else live.idle
+        self._idle_seen = (live.serial, live.version, when, idle)
+        return idle
 
     def _state_at(self, when: float, whole_nodes: bool = False) -> FreeState:
         """What will be free at *when* if every allocation ends at its end time.
@@ -695,6 +727,7 @@ class ResourcePool:
         self._nodes.moved(job.parts)
         job.R = None  # rebuilt with the new expiration when asked for
         self._future = None  # the cached future state replayed releases by the old ends
+        self._idle_seen = None
         return True
 
     # -- queries ---------------------------------------------------------------------------
