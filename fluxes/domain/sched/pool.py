@@ -24,7 +24,8 @@ flux, never counts drained ranks).  See ``docs/scheduler-pool.md``.
 
 Why one module: :class:`ResourcePool`'s methods keep the RFC 16 invariants over one
 shared state (free state, job table, reservations); placement (placement.py), the free
-state (state.py) and request shapes (shapes.py) are apart already.
+state (state.py), request shapes (shapes.py), the job records (records.py) and the nodes'
+ends in time (timeline.py) are apart already.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import math
 import time
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from heapq import merge
 from typing import Any, Final
 
@@ -48,6 +48,7 @@ from fluxes.domain.sched.placement import (
     Placer,
     Plan,
 )
+from fluxes.domain.sched.records import JobRecord, check_jobid, check_text, check_time
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.shapes import Shape, ShapeCache
 from fluxes.domain.sched.state import Capacity, FreeState
@@ -70,46 +71,6 @@ _EMPTY = IDSet()
 # Plans are cheap to rebuild; the cap only stops a stream of distinct
 # requests from growing the cache without bound.
 _PLAN_CACHE_SIZE: Final = 4096
-
-
-@dataclass(slots=True)
-class _Job:
-    """One allocation or reservation: what a job holds, from when to when."""
-
-    jobid: int
-    start: float
-    end: float
-    exclusive: bool
-    parts: dict[int, Part]
-    #: built when first asked for (:meth:`ResourcePool._rset_of`): a scheduler
-    #: recovering thousands of allocations never needs most of them
-    R: ResourceSet | None
-    ncores: int = 0
-    ngpus: int = 0
-
-    def __post_init__(self) -> None:
-        """Count the cores and gpus held (the planner sums them per release)."""
-        self.count()
-
-    def count(self) -> None:
-        """Recount :attr:`ncores` and :attr:`ngpus` after :attr:`parts` changed."""
-        self.ncores = sum(len(p[0]) for p in self.parts.values())
-        self.ngpus = sum(len(p[1]) for p in self.parts.values())
-
-
-def _check_jobid(jobid: object, where: str) -> int:
-    """*jobid* if it is a non-negative int."""
-    if isinstance(jobid, bool) or not isinstance(jobid, int) or jobid < 0:
-        raise ValueError(f"{where}: job id must be a non-negative integer, got {jobid!r}")
-    return jobid
-
-
-def _check_time(value: object, where: str) -> float:
-    """*value* as a finite float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value):
-        raise ValueError(f"{where}: expected a finite number of seconds, got {value!r}")
-    return float(value)
 
 
 class ResourcePool:
@@ -139,8 +100,8 @@ class ResourcePool:
         self._placer = Placer(self._cap, self._all)
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._state = FreeState(self._cap)
-        self._jobs: dict[int, _Job] = {}
-        self._reserved: dict[int, _Job] = {}
+        self._jobs: dict[int, JobRecord] = {}
+        self._reserved: dict[int, JobRecord] = {}
         self._ends: list[tuple[float, int]] = []
         jobs = self._jobs
         # per rank, its owners and when it becomes idle if every allocation ends on time
@@ -211,7 +172,7 @@ class ResourcePool:
         possible now / in that window) or ValueError (bad arguments, or
         *jobid* already holds an allocation).
         """
-        jobid = _check_jobid(jobid, "alloc")
+        jobid = check_jobid(jobid, "alloc")
         if policy not in POLICIES:
             raise ValueError(f"alloc: unknown policy {policy!r} (expected one of "
                              f"{', '.join(POLICIES)})")
@@ -236,7 +197,7 @@ class ResourcePool:
             job = self._record(jobid, begin, end, plan, parts)
             self._commit(job)
             return self._rset_of(job).copy()
-        begin = _check_time(start, "alloc: start")
+        begin = check_time(start, "alloc: start")
         end = begin + length
         state = self._state_at(begin, plan.mode == MODE_EXCLUSIVE)
         parts = self._placer.place(state, plan, policy, self._overlay(begin, end, jobid))
@@ -261,7 +222,7 @@ class ResourcePool:
         Raises ValueError when any of it is unknown or already held, so a
         core is never handed to two jobs.
         """
-        jobid = _check_jobid(jobid, "adopt")
+        jobid = check_jobid(jobid, "adopt")
         if jobid in self._jobs:
             raise ValueError(f"adopt: job {jobid} already has an allocation")
         rset = R if isinstance(R, ResourceSet) else ResourceSet(R)
@@ -281,9 +242,9 @@ class ResourcePool:
             parts[r] = (cores, gpus, mem)
         start = rset.starttime if rset.starttime is not None else self._now(now)
         end = rset.expiration if rset.expiration else _INF
-        self._commit(_Job(jobid, start, end, exclusive, parts, None))
+        self._commit(JobRecord(jobid, start, end, exclusive, parts, None))
 
-    def _rset_of(self, job: _Job) -> ResourceSet:
+    def _rset_of(self, job: JobRecord) -> ResourceSet:
         """The R of *job*'s parts, built now if it was not yet."""
         if job.R is None:
             job.R = self._make_rset(job.parts, job.start, job.end)
@@ -291,7 +252,7 @@ class ResourcePool:
 
     def _now(self, now: float | None) -> float:
         """*now*, or the clock's time."""
-        return self._clock() if now is None else _check_time(now, "now")
+        return self._clock() if now is None else check_time(now, "now")
 
     @staticmethod
     def _duration(request: Request, duration: float | None) -> float:
@@ -333,9 +294,9 @@ class ResourcePool:
         return f"no room for {plan.request} now"
 
     def _record(self, jobid: int, start: float, end: float, plan: Plan,
-                parts: dict[int, Part]) -> _Job:
+                parts: dict[int, Part]) -> JobRecord:
         """A job record with its R built for the chosen ranks only."""
-        return _Job(jobid, start, end, plan.mode == MODE_EXCLUSIVE, parts,
+        return JobRecord(jobid, start, end, plan.mode == MODE_EXCLUSIVE, parts,
                     self._make_rset(parts, start, end))
 
     def _make_rset(self, parts: Mapping[int, Part], start: float, end: float) -> ResourceSet:
@@ -371,7 +332,7 @@ class ResourcePool:
         job = self._jobs.get(jobid)
         return None if job is None else self._shapes.get(job.parts)
 
-    def _commit(self, job: _Job) -> None:
+    def _commit(self, job: JobRecord) -> None:
         """Take *job*'s parts from the live state and index it."""
         take = self._state.take
         hold = self._nodes.hold
@@ -384,7 +345,7 @@ class ResourcePool:
         if job.end != _INF:
             insort(self._ends, (job.end, jobid))
 
-    def _release(self, job: _Job) -> None:
+    def _release(self, job: JobRecord) -> None:
         """Give *job*'s parts back to the live state and forget it."""
         give = self._state.give
         for r, (cores, gpus, mem) in job.parts.items():
@@ -395,7 +356,7 @@ class ResourcePool:
             i = bisect_left(self._ends, (job.end, job.jobid))
             del self._ends[i]
 
-    def _drop_owner(self, r: int, job: _Job) -> None:
+    def _drop_owner(self, r: int, job: JobRecord) -> None:
         """*job* no longer holds anything on rank *r*: update the owner indexes."""
         self._nodes.drop(r, job.jobid, job.end)
 
@@ -656,7 +617,7 @@ class ResourcePool:
         if isinstance(what, ResourceSet):
             self._free_rset(what)
             return
-        jobid = _check_jobid(what, "free")
+        jobid = check_jobid(what, "free")
         job = self._jobs.get(jobid)
         if job is not None:
             self._release(job)
@@ -667,7 +628,7 @@ class ResourcePool:
 
     def _free_rset(self, R: ResourceSet) -> None:  # noqa: N803
         """Partial release: see :meth:`free`."""
-        changes: list[tuple[_Job, int, IDSet, IDSet]] = []
+        changes: list[tuple[JobRecord, int, IDSet, IDSet]] = []
         for r in R.ranks:
             if r in self._removed:
                 continue  # gone with remove_ranks: nothing to give back
@@ -685,7 +646,7 @@ class ResourcePool:
                 what = ", ".join(f"{kind} {ids}" for kind, ids in
                                  (("cores", want_c), ("gpus", want_g)) if ids)
                 raise ValueError(f"free: rank {r} {what} are not allocated")
-        touched: dict[int, _Job] = {}
+        touched: dict[int, JobRecord] = {}
         for job, r, got_c, got_g in changes:
             cores, gpus, mem = job.parts[r]
             left_c = cores - got_c
@@ -711,8 +672,8 @@ class ResourcePool:
         ``resource-update`` of a running job does (RFC 27 ``sched.expiration``): plans
         made from now on see its resources free only then. False when the job holds
         no allocation here (freed meanwhile); ValueError for a bad time."""
-        jobid = _check_jobid(jobid, "set_expiration")
-        end = _INF if expiration is None else _check_time(expiration, "set_expiration")
+        jobid = check_jobid(jobid, "set_expiration")
+        end = _INF if expiration is None else check_time(expiration, "set_expiration")
         job = self._jobs.get(jobid)
         if job is None:
             return False
@@ -868,7 +829,7 @@ class ResourcePool:
         for job in self._jobs.values():
             parts = {r: p for r, p in job.parts.items() if r not in gone}
             kept = job.R if len(parts) == len(job.parts) else None
-            fresh._commit(_Job(job.jobid, job.start, job.end, job.exclusive, parts, kept))
+            fresh._commit(JobRecord(job.jobid, job.start, job.end, job.exclusive, parts, kept))
         for jobid, job in self._reserved.items():
             if not any(r in gone for r in job.parts):
                 fresh._reserved[jobid] = job
@@ -884,7 +845,7 @@ class ResourcePool:
 
     # -- persistence ---------------------------------------------------------------------------
 
-    def _job_dict(self, job: _Job) -> dict[str, Any]:
+    def _job_dict(self, job: JobRecord) -> dict[str, Any]:
         """A job record as JSON-ready data."""
         memory = {str(r): p[2] for r, p in job.parts.items() if p[2]}
         return {"jobid": job.jobid, "start": job.start,
@@ -914,12 +875,12 @@ class ResourcePool:
         if not isinstance(obj, Mapping) or obj.get("version") != 1:
             raise ValueError("pool: expected an object with version 1")
         pool = cls(Inventory.from_dict(obj.get("inventory", {})), clock=clock)
-        removed = _text(obj.get("removed", ""), "pool.removed")
+        removed = check_text(obj.get("removed", ""), "pool.removed")
         try:
             pool._removed = IDSet(removed)
         except ValueError as exc:
             raise ValueError(f"pool.removed: {exc}") from None
-        pool.mark_down(_text(obj.get("down", ""), "pool.down"))
+        pool.mark_down(check_text(obj.get("down", ""), "pool.down"))
         for key in ("allocations", "reservations"):
             items = obj.get(key, [])
             if not isinstance(items, list):
@@ -937,14 +898,14 @@ class ResourcePool:
                     pool._reserved[job.jobid] = job
         return pool
 
-    def _load_job(self, item: object, where: str) -> _Job:
+    def _load_job(self, item: object, where: str) -> JobRecord:
         """One saved job record."""
         if not isinstance(item, Mapping):
             raise ValueError(f"{where}: expected an object")
-        jobid = _check_jobid(item.get("jobid"), where)
-        start = _check_time(item.get("start"), f"{where}.start")
+        jobid = check_jobid(item.get("jobid"), where)
+        start = check_time(item.get("start"), f"{where}.start")
         end_value = item.get("end")
-        end = _INF if end_value is None else _check_time(end_value, f"{where}.end")
+        end = _INF if end_value is None else check_time(end_value, f"{where}.end")
         exclusive = item.get("exclusive", False)
         if not isinstance(exclusive, bool):
             raise ValueError(f"{where}.exclusive: expected a bool")
@@ -967,9 +928,9 @@ class ResourcePool:
             if exclusive and cores == cap.cores and gpus == cap.gpus:
                 cores, gpus = cap.cores, cap.gpus  # share, as a fresh allocation would
             parts[r] = (cores, gpus, mem)
-        return _Job(jobid, start, end, exclusive, parts, R)
+        return JobRecord(jobid, start, end, exclusive, parts, R)
 
-    def _check_free(self, job: _Job, where: str) -> None:
+    def _check_free(self, job: JobRecord, where: str) -> None:
         """ValueError unless every part of *job* is free in the live state."""
         st = self._state
         for r, (cores, gpus, mem) in job.parts.items():
@@ -977,9 +938,3 @@ class ResourcePool:
                 raise ValueError(f"{where}: job {job.jobid} overlaps another allocation on "
                                  f"rank {r}")
 
-
-def _text(value: object, where: str) -> str:
-    """*value* if it is a string."""
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string")
-    return value
