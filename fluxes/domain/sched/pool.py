@@ -196,7 +196,7 @@ class ResourcePool:
                 self._reservations_changed()
             job = self._record(jobid, begin, end, plan, parts)
             self._commit(job)
-            return self._rset_of(job).copy()
+            return self._make_rset(parts, begin, end)
         begin = check_time(start, "alloc: start")
         end = begin + length
         state = self._state_at(begin, plan.mode == MODE_EXCLUSIVE)
@@ -208,7 +208,7 @@ class ResourcePool:
         self._reserved.pop(jobid, None)
         self._reserved[jobid] = job
         self._reservations_changed()
-        return self._rset_of(job).copy()
+        return self._make_rset(parts, begin, end)
 
     def adopt(self, jobid: int, R: ResourceSet | Mapping[str, Any] | str,  # noqa: N803
               *, memory: Mapping[int, int] | None = None, exclusive: bool = False,
@@ -295,9 +295,8 @@ class ResourcePool:
 
     def _record(self, jobid: int, start: float, end: float, plan: Plan,
                 parts: dict[int, Part]) -> JobRecord:
-        """A job record with its R built for the chosen ranks only."""
-        return JobRecord(jobid, start, end, plan.mode == MODE_EXCLUSIVE, parts,
-                    self._make_rset(parts, start, end))
+        """A job record; its R is built when asked for (the caller gets its own)."""
+        return JobRecord(jobid, start, end, plan.mode == MODE_EXCLUSIVE, parts, None)
 
     def _make_rset(self, parts: Mapping[int, Part], start: float, end: float) -> ResourceSet:
         """R of *parts*: cores and gpus per rank, hostnames, properties, times (a copy of
