@@ -389,35 +389,7 @@ class Driver:
         self._reports.extend(proto.ExecReport(id=jobid, rank=r, status=status, released=True)
                              for r in ranks)
 
-    # -- live state: the hook fluxes.forecast seeds a run with ---------------------------
-
-    def hold(self, jobid: int, R: ResourceSet, *, userid: int,  # noqa: N803
-             bank: str | None = None) -> None:
-        """A job already running when the run begins holds ``R`` (its expiration is its
-        planned end), as the scheduler's hello recovery adopts it; only the scheduler
-        knows it (the engine frees it with :meth:`release`). ValueError when ``R`` is
-        not free in the inventory."""
-        side = self.sched.core
-        side.pool.adopt(jobid, R)
-        if side.gate is not None:
-            side.gate.adopt(jobid, userid, bank, R.nnodes, R.ncores)
-
-    def release(self, jobid: int) -> None:
-        """A job given to :meth:`hold` ended: its resources are free (the next settle
-        runs a pass)."""
-        side = self.sched.core
-        if side.gate is not None:
-            side.gate.end(jobid)
-        try:
-            side.pool.free(jobid)
-        except ValueError:
-            return
-        side.dirty = True
-
-    def drain(self, ranks: str) -> None:
-        """Drained ranks get no new work (running work on them goes on)."""
-        self.sched.core.pool.mark_down(ranks)
-        self.sched.core.dirty = True
+    # -- live state -----------------------------------------------------------------------
 
     def allocation(self, jobid: int) -> ResourceSet:
         """What a running job holds (ValueError when it holds nothing)."""
