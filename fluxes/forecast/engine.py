@@ -205,8 +205,10 @@ class _Run:
         self.core.handle(PARTITION, [Item(EPOCH, msg) for msg in msgs], fx)
         if fx.hellos or fx.refused:
             raise RuntimeError(f"forecast: the scheduler's session broke: {fx.refused}")
-        self.outstanding -= sum(1 for r in fx.responses.get(PARTITION, ())
-                                if isinstance(r, proto.AllocResponse) and r.type in _ANSWERS)
+        if self.room != math.inf:  # only the limited mode counts what is outstanding
+            self.outstanding -= sum(1 for r in fx.responses.get(PARTITION, ())
+                                    if isinstance(r, proto.AllocResponse)
+                                    and r.type in _ANSWERS)
 
     def _running_end(self, userid: int, t_run: float, expiration: float | None
                      ) -> float | None:
