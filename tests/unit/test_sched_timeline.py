@@ -9,7 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fluxes.domain.sched.inventory import Inventory, Target
-from fluxes.domain.sched.pool import ResourcePool
+from fluxes.domain.sched.pool import InsufficientResources, ResourcePool
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.timeline import NodeEnds
 from fluxes.formats.idset import IDSet
@@ -113,3 +113,22 @@ def test_allocations_r_is_what_from_ranks_builds() -> None:
     assert built == same and built.encode() == same.encode()
     assert built.cores(3) == cores and built.cores(3) is not cores  # accessors copy
     assert str(ResourceSet.of_parts({0: (cores, IDSet())}).ranks) == "0"
+
+
+def test_a_try_refused_by_a_reservation_fits_once_it_is_gone() -> None:
+    """Tries refused by counts (idle nodes outside the reservations, the windows'
+    overlays kept for a pass) see the reservations change at once."""
+    inv = Inventory([Target(r, None, IDSet("0-1"), IDSet()) for r in range(2)])
+    pool = ResourcePool(inv, clock=lambda: 0.0)
+    pool.alloc(_whole(2, 50.0), 1, start=10.0)
+    pool.alloc(_whole(1, 10.0), 9, start=1000.0)  # stays: the reservations never empty
+    short, long_ = _whole(1, 5.0), _whole(1, 60.0)
+    for _ in range(2):  # asked twice: the second answer is the kept one
+        try:
+            pool.alloc(long_, 2, now=0.0)
+            raise AssertionError("ran into the reservation")
+        except InsufficientResources as exc:
+            assert "whole node" in str(exc)
+    assert pool.alloc(short, 3, now=0.0).ranks == IDSet("0")
+    pool.cancel_reservation(1)
+    assert pool.alloc(long_, 2, now=0.0).ranks == IDSet("1")

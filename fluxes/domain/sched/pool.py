@@ -71,6 +71,8 @@ _EMPTY = IDSet()
 # Plans are cheap to rebuild; the cap only stops a stream of distinct
 # requests from growing the cache without bound.
 _PLAN_CACHE_SIZE: Final = 4096
+#: Windows whose overlay is kept at most (a pass asks for a few).
+_WINDOWS_KEPT: Final = 256
 
 
 class ResourcePool:
@@ -107,6 +109,8 @@ class ResourcePool:
         # per rank, its owners and when it becomes idle if every allocation ends on time
         self._nodes = NodeEnds(lambda jobid: jobs[jobid].end)
         self._overlays: dict[tuple[int, ...], Overlay] = {}
+        #: (begin, end, skip) -> the overlay of that window (see _overlay)
+        self._windows: dict[tuple[float, float, int | None], Overlay | None] = {}
         # (live serial, live version, releases replayed, state): the last
         # future state built, see _state_at.
         self._future: tuple[int, int, int, FreeState] | None = None
@@ -185,9 +189,11 @@ class ResourcePool:
         if start is None:
             begin = self._now(now)
             end = begin + length
+            # most tries of a backfilling pass on a full machine are refused by counts
+            if self._too_few(plan):
+                raise InsufficientResources(self._short(plan, self._state))
             overlay = self._overlay(begin, end, jobid)
-            if self._hopeless(plan, overlay):
-                # most tries of a backfilling pass on a full machine: said by counts
+            if self._reserved_away(plan, overlay):
                 raise InsufficientResources(self._short(plan, self._state))
             parts = self._placer.place(self._state, plan, policy, overlay)
             if parts is None:
@@ -263,17 +269,21 @@ class ResourcePool:
             raise ValueError(f"duration: expected seconds >= 0, got {value!r}")
         return float(value) if value else _INF
 
-    def _hopeless(self, plan: Plan, overlay: Overlay | None) -> bool:
-        """Whether *plan* cannot fit now, said by counts (what placement finds first):
-        too few free cores or gpus, or too few idle nodes outside *overlay*'s
-        reservations for whole nodes."""
+    def _too_few(self, plan: Plan) -> bool:
+        """Whether *plan* cannot fit now by the free counts (what placement finds first,
+        whatever the reservations): cores and gpus, or idle nodes for whole nodes."""
         st = self._state
-        if plan.mode != MODE_EXCLUSIVE:
-            return plan.total_c > st.tfc or plan.total_g > st.tfg
-        if len(st.idle) < plan.nmin:
-            return True
-        if overlay is None or not overlay.parts or not plan.static_all:
+        if plan.mode == MODE_EXCLUSIVE:
+            return len(st.idle) < plan.nmin
+        return plan.total_c > st.tfc or plan.total_g > st.tfg
+
+    def _reserved_away(self, plan: Plan, overlay: Overlay | None) -> bool:
+        """Whether too few idle nodes for *plan*'s whole nodes are outside *overlay*'s
+        reservations (placement would find none)."""
+        if plan.mode != MODE_EXCLUSIVE or overlay is None or not overlay.parts \
+                or not plan.static_all:
             return False
+        st = self._state
         # the same count for every whole-node try until the state or the overlay changes
         seen = self._unreserved
         if seen is None or seen[:3] != (st.serial, st.version, overlay):
@@ -364,14 +374,23 @@ class ResourcePool:
     def _reservations_changed(self) -> None:
         """Forget cached overlays."""
         self._overlays.clear()
+        self._windows.clear()
 
     def _overlay(self, begin: float, end: float, skip: int | None) -> Overlay | None:
         """Reservations (other than *skip*'s) overlapping ``[begin, end)``, merged per rank."""
         if not self._reserved:
             return None
+        # a pass asks for the same few windows (its time, each request's length) over
+        # and over: answered from a memo until the reservations change
+        window = (begin, end, skip if skip in self._reserved else None)
+        if window in self._windows:
+            return self._windows[window]
         ids = tuple(j for j, res in self._reserved.items()
                     if j != skip and res.start < end and begin < res.end)
+        if len(self._windows) >= _WINDOWS_KEPT:
+            self._windows.clear()
         if not ids:
+            self._windows[window] = None
             return None
         overlay = self._overlays.get(ids)
         if overlay is None:
@@ -387,6 +406,7 @@ class ResourcePool:
                                     old[3] or res.exclusive)
             overlay = Overlay(parts)
             self._overlays[ids] = overlay
+        self._windows[window] = overlay
         return overlay
 
     def _idle_at(self, when: float) -> IDSet:
