@@ -1,88 +1,66 @@
 """The forecast engine: a snapshot of the live state run forward on a virtual clock.
 
-:func:`forecast` seeds the simulator's :class:`~fluxes.sim.drive.Driver` (the
-job manager's and the scheduler's own cores, wired as the workers wire them)
-with the snapshot: the running jobs' allocations are held as a restarted
-scheduler adopts them (``Driver.hold``), drained ranks are marked down, and
-the waiting jobs are submitted in submission order with the priorities they
-have now. Then the clock moves from one end to the next: a running job frees
-its resources at its predicted end (``Driver.release``), a started job's
-tasks end after their predicted run time (or at their time limit, killed by
-the job manager), and the scheduler passes in between start jobs exactly as
+:func:`forecast` drives the scheduler worker's own session core
+(:class:`~fluxes.domain.sched.session.SessionCore`, wired as the simulator
+wires it: :func:`fluxes.sim.drive.scheduler_core`) with the snapshot, as the
+recipe of :mod:`fluxes.domain.sched.session` says: the running jobs'
+allocations are held as the hello recovery adopts them (counted by the
+running limits' gate), drained ranks are marked down, and the waiting jobs'
+alloc requests are sent as the job manager sends them (best first, at most
+``limit`` outstanding in the ``limited`` mode, none for a held job). Then a
+virtual clock moves from one end to the next on a heap of ends: a running job
+frees its resources at its predicted end, a started job at the end of its
+predicted run time (at most its time limit, where the job manager kills it),
+and after the frees of each instant the session's pass starts jobs exactly as
 the live scheduler would, limits and reservations included. The run stops
-once every waiting job has started (or nothing is left to happen: the
-jobs still waiting then never start, e.g. on drained-only resources, or
-behind a job with no time limit).
+once every waiting job has started (or nothing is left to happen: the jobs
+still waiting then never start, e.g. on drained-only resources, or behind a
+job with no time limit).
 
-This module touches the simulator only through ``Driver``'s public methods
-and the :class:`~fluxes.sim.drive.ExecModel` / :class:`~fluxes.sim.drive.Observer`
-plug-ins, so a driver rewired onto another scheduler core carries the forecast
-with it.
+Why no job manager: what it adds between the scheduler's answers and the ends
+is fixed here (a start at once, an end at the predicted run time or the time
+limit, a free right after), so the forecast keeps only its order of sending
+alloc requests and models the rest with the heap; the rules that decide who
+starts when are all the scheduler's, and this module has none of its own.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import heapq
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final
 
-from fluxes.domain.jm.priority import PriorityInput
+from fluxes import messages as proto
+from fluxes.domain.accounting.limits import LimitGate
 from fluxes.domain.sched.policy import PassResult
 from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.session import Effects, Item
 from fluxes.forecast.history import predict
 from fluxes.forecast.model import Forecast, ForecastRun, RuntimeSource, Snapshot, Waiting
 from fluxes.formats.idset import IDSet
-from fluxes.sim.accounting import SimAccounting
-from fluxes.sim.drive import (
-    Driver,
-    ExecModel,
-    Granted,
-    Observer,
-    Prepared,
-    VirtualClock,
-    queue_policies,
-)
-from fluxes.sim.workload import SimJob
+from fluxes.sim.drive import EPOCH, PARTITION, VirtualClock, queue_policies, scheduler_core
 
 __all__ = ["forecast"]
 
-# Event kinds, in the order they are handled at one instant (as the simulation's).
-_RELEASE: Final = 0
-_END: Final = 1
-_TIMER: Final = 2
+#: The job manager's order of sending alloc requests: priority, then submit time, id.
+_Key = tuple[int, float, int]
+#: Kinds of responses that answer an alloc request (the job manager sends the next).
+_ANSWERS: Final = (proto.ALLOC_SUCCESS, proto.ALLOC_DENY, proto.ALLOC_CANCEL)
 
 
-class _Priorities:
-    """The job manager's priority plugin in a forecast: each job keeps the priority it
-    has now (a multi-factor plugin's drift over the forecast is not modelled)."""
-
-    name: Final = "forecast"
-
-    def __init__(self, known: Mapping[int, int]) -> None:
-        self.known = known
-
-    def priority(self, job: PriorityInput) -> int:
-        """The job's priority in the snapshot (its urgency for a job not in it)."""
-        return self.known.get(job.jobid, job.urgency)
-
-    def reprioritize_all(self) -> bool:
-        """Priorities are frozen at the snapshot."""
-        return False
-
-
-class _Run(ExecModel, Observer):
-    """One forecast: the exec side and the ears of the driver (see the module)."""
+class _Run:
+    """One forecast: the session core, the job manager's side of it, and the heap of
+    ends (see the module)."""
 
     def __init__(self, snap: Snapshot, runtime: RuntimeSource) -> None:
         self.snap = snap
         self.source = runtime
         self.clock = VirtualClock(snap.now)
-        self.events: list[tuple[float, int, int, int]] = []
+        #: (when, seq, jobid) of every end to come
+        self.events: list[tuple[float, int, int]] = []
         self.seq = 0
-        self.timer_at: float | None = None
         self.limits: dict[int, float] = {}
         self.userid: dict[int, int] = {}
         self.starts: dict[int, tuple[float, IDSet]] = {}
@@ -99,37 +77,38 @@ class _Run(ExecModel, Observer):
         self.wanted: set[int] = set()
         self.wanted_left = 0
         self.sources: dict[int, str] = {}
-        self.driver = Driver(
-            snap.inventory, queue_policies(snap.config), clock=self.clock, exec_model=self,
-            observer=self, priority=_Priorities({w.id: w.priority for w in snap.waiting}),
-            mode=snap.config.sched.get("mode", "unlimited"),
-            limit=int(snap.config.sched.get("limit", 0)), table=snap.table,
-            accounting=_accounting(snap, self.clock))
+        accounts = snap.accounts
+        self.gate = LimitGate(accounts) if accounts is not None and accounts.enabled \
+            else None
+        mode = snap.config.sched.get("mode", "unlimited")
+        self.core = scheduler_core(snap.inventory, queue_policies(snap.config), self.clock,
+                                   mode=mode, limit=int(snap.config.sched.get("limit", 0)),
+                                   table=snap.table, gate=self.gate)
+        # the job manager's side: the alloc requests it has not sent yet, best first,
+        # and how many it may have outstanding (the ready message's mode and limit)
+        self.unsent: list[tuple[_Key, proto.Alloc]] = []
+        self.outstanding = 0
+        self.room = max(int(snap.config.sched.get("limit", 0)), 1) \
+            if mode == "limited" else math.inf
+        fx = Effects()
+        self.core.handle(PARTITION, [Item(EPOCH, proto.HelloReply(alloc=[]))], fx)
 
-    # -- the driver's plug-ins -----------------------------------------------------------
+    # -- the scheduler's answers ---------------------------------------------------------
 
-    def start(self, jobid: int, ranks: Sequence[int], now: float) -> None:
-        """The job's tasks start: they end after their predicted run time (the job
-        manager kills them at their limit)."""
-        limit = self.limits[jobid]
-        ran = self._runtime(self.userid[jobid], limit, jobid)
-        self.starts[jobid] = (now, IDSet(ranks))
+    def _started(self, jobid: int, ranks: IDSet, now: float) -> None:
+        """The job's tasks start at once: they end after their predicted run time (the
+        job manager kills them at their limit)."""
+        ran = self._runtime(self.userid[jobid], self.limits[jobid], jobid)
+        self.starts[jobid] = (now, ranks)
         self.started += 1
         if jobid in self.wanted:
             self.wanted_left -= 1
         end = now + ran if math.isfinite(ran) else None
         self.ends[jobid] = end
-        if end is not None and ran < limit:
-            self._push(end, _END, jobid)
+        if end is not None:
+            self._push(end, jobid)
 
-    def kill(self, jobid: int, now: float) -> bool:
-        """The job manager killed the job (its time limit)."""
-        return jobid in self.starts
-
-    def granted(self, grant: Granted) -> None:
-        """Nothing to keep: the start says where."""
-
-    def passed(self, now: float, result: PassResult) -> None:
+    def passed(self, result: PassResult) -> None:
         """Keep what the scheduler last said held each job: what it told the job, or
         what it said of the job's request without looking at the job (a quick pass's
         ``held``), whichever is newer; a job started by this pass keeps what held it
@@ -164,30 +143,36 @@ class _Run(ExecModel, Observer):
         self.sources[jobid] = "limit"
         return limit
 
-    def _push(self, when: float, kind: int, jobid: int) -> None:
+    def _push(self, when: float, jobid: int) -> None:
         self.seq += 1
-        heapq.heappush(self.events, (when, kind, self.seq, jobid))
+        heapq.heappush(self.events, (when, self.seq, jobid))
 
     def seed(self) -> None:
-        """The snapshot into the driver: running jobs held, drained ranks down, waiting
-        jobs submitted."""
-        snap, driver = self.snap, self.driver
+        """The snapshot into the session: running jobs held, drained ranks down, waiting
+        jobs' alloc requests sent (as the job manager sends them)."""
+        snap, core, gate = self.snap, self.core, self.gate
+        pool = core.pool
         # newest first: of two that overlap (see below), the newer holds the cores
         for job in sorted(snap.running, key=lambda r: -r.t_run):
             try:
-                driver.hold(job.id, job.R, userid=job.userid, bank=job.bank)
+                # as the hello recovery adopts it (SessionCore.hold, from an R object)
+                pool.adopt(job.id, job.R)
             except ValueError:
                 # the snapshot is not read at one instant: a job that ended while it
                 # was read may overlap the one that took its cores
                 continue
+            if gate is not None:
+                gate.adopt(job.id, job.userid, job.bank, job.R.nnodes, job.R.ncores)
             end = self._running_end(job.userid, job.t_run, job.expiration)
             self.ends[job.id] = end
             self.starts[job.id] = (job.t_run, job.R.ranks)
             if end is not None:
-                self._push(max(end, snap.now), _RELEASE, job.id)
+                self._push(max(end, snap.now), job.id)
         if snap.drained:
-            driver.drain(str(snap.drained))
+            pool.mark_down(snap.drained)
+            core.dirty = True
         parsed: dict[str, Request | None] = {}
+        batch: list[proto.Alloc] = []
         for wait in sorted(snap.waiting, key=lambda w: (w.t_submit, w.id)):
             self.limits[wait.id] = wait.limit
             self.userid[wait.id] = wait.userid
@@ -196,9 +181,34 @@ class _Run(ExecModel, Observer):
             request = parsed[wait.request]
             if request is not None:
                 self.request_of[wait.id] = request
-            # past its dependencies already: the job manager must not wait on them again
-            info = {k: v for k, v in wait.info.items() if k != "dependencies"}
-            driver.submit(_simjob(wait), Prepared(_queue(wait), info, wait.request))
+            if not wait.priority:
+                continue  # held: the job manager sends no alloc request for it
+            heapq.heappush(self.unsent, ((-wait.priority, wait.t_submit, wait.id),
+                                         _alloc(wait)))
+            # the job manager sends as each job arrives, while its mode allows
+            self._pump(batch)
+        self._send(batch)
+
+    def _pump(self, batch: list[proto.Alloc]) -> None:
+        """The job manager's pump: alloc requests, best first, while it may send."""
+        unsent = self.unsent
+        while unsent and self.outstanding < self.room:
+            batch.append(heapq.heappop(unsent)[1])
+            self.outstanding += 1
+
+    def _send(self, msgs: Sequence[proto.SchedRequest]) -> None:
+        """Hand requests to the session; its answers to alloc requests (a denial at
+        once) free a place for the next."""
+        if not msgs:
+            return
+        fx = Effects()
+        self.core.handle(PARTITION, [Item(EPOCH, msg) for msg in msgs], fx)
+        if fx.hellos or fx.refused:
+            raise RuntimeError(f"forecast: the scheduler's session broke: {fx.refused}")
+        if self.room != math.inf:  # only the limited mode counts what is outstanding
+            self.outstanding -= sum(1 for r in fx.responses.get(PARTITION, ())
+                                    if isinstance(r, proto.AllocResponse)
+                                    and r.type in _ANSWERS)
 
     def _running_end(self, userid: int, t_run: float, expiration: float | None
                      ) -> float | None:
@@ -211,32 +221,34 @@ class _Run(ExecModel, Observer):
                 return end
         return expiration
 
+    def _settle(self, now: float) -> None:
+        """Passes at ``now`` while one is due (the job manager's next requests, in the
+        ``limited`` mode, make another one due)."""
+        core = self.core
+        while core.due(now):
+            result = core.schedule(now, Effects())
+            self.passed(result)
+            for jobid, rset in result.allocated:
+                self._started(jobid, rset.ranks, now)
+            self.outstanding -= len(result.allocated) + len(result.denied)
+            batch: list[proto.Alloc] = []
+            self._pump(batch)
+            self._send(batch)
+
     def run(self) -> None:
-        """Move the clock from event to event until every waiting job started."""
-        driver, events = self.driver, self.events
+        """Move the clock from end to end until every waiting job started."""
+        events = self.events
         now = self.snap.now
-        driver.settle(now)
-        self._timers(now)
+        self._settle(now)
         waiting = len(self.limits)
         while events and self.started < waiting and (not self.wanted or self.wanted_left):
             now = events[0][0]
             self.clock.now = now
+            frees: list[proto.SchedRequest] = []
             while events and events[0][0] == now:
-                _when, kind, _seq, jobid = heapq.heappop(events)
-                if kind == _RELEASE:
-                    driver.release(jobid)
-                elif kind == _END:
-                    driver.finished(jobid, 0)
-            driver.settle(now)
-            self._timers(now)
-
-    def _timers(self, now: float) -> None:
-        due = self.driver.next_timer()
-        if due is not None and (self.timer_at is None or self.timer_at <= now
-                                or due < self.timer_at):
-            self.timer_at = max(due, now)
-            if due > now:
-                self._push(due, _TIMER, 0)
+                frees.append(proto.Free(id=heapq.heappop(events)[2]))
+            self._send(frees)
+            self._settle(now)
 
     def result(self, elapsed: float) -> ForecastRun:
         """The forecasts, per waiting job."""
@@ -259,7 +271,7 @@ class _Run(ExecModel, Observer):
                                    _nodelist(ranks, names), reason, source)
         spans = {jobid: (ranks, t, self.ends.get(jobid))
                  for jobid, (t, ranks) in self.starts.items()}
-        return ForecastRun(self.snap.now, jobs, spans, elapsed, self.driver.passes, complete)
+        return ForecastRun(self.snap.now, jobs, spans, elapsed, self.npass, complete)
 
 
 def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit",
@@ -289,17 +301,6 @@ def forecast(snapshot: Snapshot, runtime: RuntimeSource = "limit",
     return run.result(time.perf_counter() - began)
 
 
-def _accounting(snap: Snapshot, clock: VirtualClock) -> SimAccounting | None:
-    """The running limits (the scheduler's gate), when some bank or user has one; the
-    priorities stay the snapshot's (no multi-factor plugin in the run)."""
-    accounts = snap.accounts
-    if accounts is None or not accounts.enabled:
-        return None
-    config = dataclasses.replace(snap.config.accounting, priority_plugin="default")
-    return SimAccounting(config, accounts, cores=snap.inventory.ncores,
-                         nodes=len(snap.inventory), clock=clock)
-
-
 def _parsed(wire: str) -> Request | None:
     """The request a waiting job carries (None: unreadable; the scheduler reads its
     jobspec instead, and what it says of the job comes with the job)."""
@@ -309,12 +310,12 @@ def _parsed(wire: str) -> Request | None:
         return None
 
 
-def _simjob(job: Waiting) -> SimJob:
-    """The waiting job as the driver submits it."""
-    name = job.info.get("name")
-    return SimJob(id=job.id, submit=job.t_submit, size=0, requested=0.0, runtime=math.inf,
-                  userid=job.userid, user=str(job.userid), queue_label="",
-                  urgency=job.urgency, name=name if isinstance(name, str) else None)
+def _alloc(job: Waiting) -> proto.Alloc:
+    """The alloc request the job manager sends for the waiting job."""
+    bank = job.info.get("bank")
+    return proto.Alloc(id=job.id, priority=job.priority, userid=job.userid,
+                       t_submit=job.t_submit, queue=_queue(job), request=job.request,
+                       bank=bank if isinstance(bank, str) and bank else None)
 
 
 def _queue(job: Waiting) -> str | None:

@@ -122,6 +122,27 @@ class ResourceSet:
         return obj
 
     @classmethod
+    def of_parts(cls, nodes: Mapping[int, tuple[IDSet, IDSet]],
+                 hostnames: Mapping[int, str] | None = None,
+                 properties: Mapping[str, IDSet] | None = None) -> ResourceSet:
+        """A set from parts its caller checked already (a scheduler's pool placing on
+        its inventory): ``{rank: (cores, gpus)}`` with some cores or gpus on every rank,
+        ``hostnames`` for every rank (or None), ``properties``' ranks all in the set.
+        What :meth:`from_ranks` builds, without its checks and copies: the IDSets are
+        shared (the set never changes them, and its accessors return copies), so the
+        caller must not change them either; ranks given one pair object share it."""
+        memo: dict[tuple[int, int], Pair] = {}
+        built: dict[int, Pair] = {}
+        for rank, (cores, gpus) in nodes.items():
+            key = (id(cores), id(gpus))
+            pair = memo.get(key)
+            if pair is None:
+                pair = memo[key] = (cores, gpus if gpus else NO_IDS)
+            built[rank] = pair
+        return cls._build(built, dict(hostnames) if hostnames is not None else {},
+                          dict(properties) if properties is not None else {}, None, None)
+
+    @classmethod
     def from_ranks(
         cls,
         ranks: Mapping[int, tuple[IDsLike, IDsLike | None]],

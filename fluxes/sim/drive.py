@@ -51,6 +51,7 @@ from typing import Any, Final
 
 from fluxes import messages as proto
 from fluxes.config import InstanceConfig
+from fluxes.domain.accounting.limits import LimitGate
 from fluxes.domain.graph.model import ResourceGraph
 from fluxes.domain.graph.pool import GraphPool
 from fluxes.domain.graph.table import pool_of_table
@@ -80,8 +81,8 @@ from fluxes.formats.rset import ResourceSet
 from fluxes.sim.accounting import SimAccounting
 from fluxes.sim.workload import SimJob
 
-__all__ = ["FULL_PASS_S", "REPLAN_S", "Driver", "ExecModel", "Granted", "Ingest", "Observer",
-           "Prepared", "VirtualClock", "queue_policies"]
+__all__ = ["EPOCH", "FULL_PASS_S", "PARTITION", "REPLAN_S", "Driver", "ExecModel", "Granted",
+           "Ingest", "Observer", "Prepared", "VirtualClock", "queue_policies", "scheduler_core"]
 
 #: The RFC 27 session's epoch: one scheduler, never restarted.
 EPOCH: Final = 1
@@ -232,6 +233,24 @@ class Observer:
 # -- the scheduler side -----------------------------------------------------------------
 
 
+def scheduler_core(inventory: Inventory, queues: Mapping[str | None, QueuePolicy],
+                   clock: VirtualClock, *, mode: proto.Mode = "unlimited", limit: int = 0,
+                   annotations: bool = False, table: Mapping[str, Any] | None = None,
+                   gate: LimitGate | None = None) -> SessionCore:
+    """The scheduler worker's session core with no store, wired as the worker wires it,
+    its session open (:data:`EPOCH` begun on :data:`PARTITION`): the simulator's
+    scheduler side, and the forecast's (:mod:`fluxes.forecast.engine`)."""
+    # the worker's wiring (load_pool): a graph pool when the [resource] table
+    # describes a graph, else today's pool; a machine given by counts has no table
+    pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
+        else ResourcePool(inventory, clock=clock)
+    core = SessionCore(pool, queues, graph=isinstance(pool, GraphPool), gate=gate,
+                       stored=NO_STORE, mode=mode, limit=limit, annotate=annotations,
+                       write_r=False, clock=clock, owner_uid=OWNER_UID)
+    core.begin_epoch(PARTITION, EPOCH)
+    return core
+
+
 class _SchedSide:
     """The scheduler worker's session core (:class:`SessionCore`) with no store: what
     the worker does with each request and pass, without Redis."""
@@ -240,16 +259,9 @@ class _SchedSide:
                  clock: VirtualClock, mode: proto.Mode, limit: int, annotations: bool,
                  observer: Observer, table: Mapping[str, Any] | None = None,
                  accounting: SimAccounting | None = None) -> None:
-        # the worker's wiring (load_pool): a graph pool when the [resource] table
-        # describes a graph, else today's pool; a machine given by counts has no table
-        pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
-            else ResourcePool(inventory, clock=clock)
-        self.core = SessionCore(
-            pool, queues, graph=isinstance(pool, GraphPool),
-            gate=accounting.gate if accounting is not None else None, stored=NO_STORE,
-            mode=mode, limit=limit, annotate=annotations, write_r=False, clock=clock,
-            owner_uid=OWNER_UID)
-        self.core.begin_epoch(PARTITION, EPOCH)
+        self.core = scheduler_core(inventory, queues, clock, mode=mode, limit=limit,
+                                   annotations=annotations, table=table,
+                                   gate=accounting.gate if accounting is not None else None)
         self.observer = observer
         self.passes = 0
 
@@ -377,35 +389,7 @@ class Driver:
         self._reports.extend(proto.ExecReport(id=jobid, rank=r, status=status, released=True)
                              for r in ranks)
 
-    # -- live state: the hook fluxes.forecast seeds a run with ---------------------------
-
-    def hold(self, jobid: int, R: ResourceSet, *, userid: int,  # noqa: N803
-             bank: str | None = None) -> None:
-        """A job already running when the run begins holds ``R`` (its expiration is its
-        planned end), as the scheduler's hello recovery adopts it; only the scheduler
-        knows it (the engine frees it with :meth:`release`). ValueError when ``R`` is
-        not free in the inventory."""
-        side = self.sched.core
-        side.pool.adopt(jobid, R)
-        if side.gate is not None:
-            side.gate.adopt(jobid, userid, bank, R.nnodes, R.ncores)
-
-    def release(self, jobid: int) -> None:
-        """A job given to :meth:`hold` ended: its resources are free (the next settle
-        runs a pass)."""
-        side = self.sched.core
-        if side.gate is not None:
-            side.gate.end(jobid)
-        try:
-            side.pool.free(jobid)
-        except ValueError:
-            return
-        side.dirty = True
-
-    def drain(self, ranks: str) -> None:
-        """Drained ranks get no new work (running work on them goes on)."""
-        self.sched.core.pool.mark_down(ranks)
-        self.sched.core.dirty = True
+    # -- live state -----------------------------------------------------------------------
 
     def allocation(self, jobid: int) -> ResourceSet:
         """What a running job holds (ValueError when it holds nothing)."""

@@ -300,3 +300,27 @@ def test_overlapping_running_jobs_keep_the_newer() -> None:
     new = _running(inv, 101, _spec(nnodes=1, duration=60.0), T0 - 10)
     snap = Snapshot(T0, InstanceConfig(), inv, (old, new), (_waiting(200, _spec(nnodes=1)),))
     assert forecast(snap).jobs[200].t_start == T0 + 50
+
+
+def test_the_job_managers_limited_mode_moves_forecasts() -> None:
+    """In the ``limited`` mode the job manager sends one alloc request at a time (limit
+    1): the scheduler sees only the head, so nothing backfills past it."""
+    inv = _inventory(2, 1)
+    run = _running(inv, 100, _spec(nnodes=1, duration=100.0), T0)
+    head = _waiting(200, _spec(nnodes=2, duration=60.0))
+    short = _waiting(201, _spec(nnodes=1, duration=50.0))
+    easy = forecast(Snapshot(T0, _policy("easy"), inv, (run,), (head, short)))
+    assert [easy.jobs[j].t_start for j in (200, 201)] == [T0 + 100, T0]
+    limited = InstanceConfig.from_toml('[policy.scheduler]\npolicy = "easy"\n'
+                                       '[sched]\nmode = "limited"\nlimit = 1\n')
+    one = forecast(Snapshot(T0, limited, inv, (run,), (head, short)))
+    assert [one.jobs[j].t_start for j in (200, 201)] == [T0 + 100, T0 + 160]
+
+
+def test_a_held_job_never_starts_and_holds_nobody_up() -> None:
+    """Priority 0 (``--urgency=hold``): the job manager sends no alloc request for it."""
+    inv = _inventory(1)
+    held = _waiting(200, _spec(nnodes=1), priority=0)
+    after = _waiting(201, _spec(nnodes=1))
+    out = forecast(Snapshot(T0, InstanceConfig(), inv, (), (held, after)))
+    assert out.jobs[200].t_start is None and out.jobs[201].t_start == T0

@@ -24,7 +24,8 @@ flux, never counts drained ranks).  See ``docs/scheduler-pool.md``.
 
 Why one module: :class:`ResourcePool`'s methods keep the RFC 16 invariants over one
 shared state (free state, job table, reservations); placement (placement.py), the free
-state (state.py) and request shapes (shapes.py) are apart already.
+state (state.py), request shapes (shapes.py), the job records (records.py) and the nodes'
+ends in time (timeline.py) are apart already.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import math
 import time
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from heapq import merge
 from typing import Any, Final
 
@@ -48,9 +48,11 @@ from fluxes.domain.sched.placement import (
     Placer,
     Plan,
 )
+from fluxes.domain.sched.records import JobRecord, check_jobid, check_text, check_time
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.shapes import Shape, ShapeCache
 from fluxes.domain.sched.state import Capacity, FreeState
+from fluxes.domain.sched.timeline import NodeEnds, released_room
 from fluxes.formats import constraints as _constraints
 from fluxes.formats.constraints import Constraint
 from fluxes.formats.idset import IDSet
@@ -69,46 +71,8 @@ _EMPTY = IDSet()
 # Plans are cheap to rebuild; the cap only stops a stream of distinct
 # requests from growing the cache without bound.
 _PLAN_CACHE_SIZE: Final = 4096
-
-
-@dataclass(slots=True)
-class _Job:
-    """One allocation or reservation: what a job holds, from when to when."""
-
-    jobid: int
-    start: float
-    end: float
-    exclusive: bool
-    parts: dict[int, Part]
-    #: built when first asked for (:meth:`ResourcePool._rset_of`): a scheduler
-    #: recovering thousands of allocations never needs most of them
-    R: ResourceSet | None
-    ncores: int = 0
-    ngpus: int = 0
-
-    def __post_init__(self) -> None:
-        """Count the cores and gpus held (the planner sums them per release)."""
-        self.count()
-
-    def count(self) -> None:
-        """Recount :attr:`ncores` and :attr:`ngpus` after :attr:`parts` changed."""
-        self.ncores = sum(len(p[0]) for p in self.parts.values())
-        self.ngpus = sum(len(p[1]) for p in self.parts.values())
-
-
-def _check_jobid(jobid: object, where: str) -> int:
-    """*jobid* if it is a non-negative int."""
-    if isinstance(jobid, bool) or not isinstance(jobid, int) or jobid < 0:
-        raise ValueError(f"{where}: job id must be a non-negative integer, got {jobid!r}")
-    return jobid
-
-
-def _check_time(value: object, where: str) -> float:
-    """*value* as a finite float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value):
-        raise ValueError(f"{where}: expected a finite number of seconds, got {value!r}")
-    return float(value)
+#: Windows whose overlay is kept at most (a pass asks for a few).
+_WINDOWS_KEPT: Final = 256
 
 
 class ResourcePool:
@@ -138,18 +102,23 @@ class ResourcePool:
         self._placer = Placer(self._cap, self._all)
         self._plans: dict[tuple[Any, ...], Plan] = {}
         self._state = FreeState(self._cap)
-        self._jobs: dict[int, _Job] = {}
-        self._reserved: dict[int, _Job] = {}
+        self._jobs: dict[int, JobRecord] = {}
+        self._reserved: dict[int, JobRecord] = {}
         self._ends: list[tuple[float, int]] = []
-        self._owners: dict[int, set[int]] = {}
-        # rank -> latest end among the allocations holding something there:
-        # when the rank becomes idle if every allocation ends on time.
-        self._last_end: dict[int, float] = {}
-        self._stale: set[int] = set()
+        jobs = self._jobs
+        # per rank, its owners and when it becomes idle if every allocation ends on time
+        self._nodes = NodeEnds(lambda jobid: jobs[jobid].end)
         self._overlays: dict[tuple[int, ...], Overlay] = {}
+        #: (begin, end, skip) -> the overlay of that window (see _overlay)
+        self._windows: dict[tuple[float, float, int | None], Overlay | None] = {}
         # (live serial, live version, releases replayed, state): the last
         # future state built, see _state_at.
         self._future: tuple[int, int, int, FreeState] | None = None
+        # (live serial, live version, time, idle ranks): the last _idle_at answer (a
+        # reservation asks again for the time the walk just found)
+        self._idle_seen: tuple[int, int, float, IDSet] | None = None
+        # (live serial, live version, overlay, idle ranks outside it): see _hopeless
+        self._unreserved: tuple[int, int, Overlay, int] | None = None
         # Ranks taken out by remove_ranks: frees and drains naming them are
         # ignored, as flux's pool does after a shrink.
         self._removed = IDSet()
@@ -207,7 +176,7 @@ class ResourcePool:
         possible now / in that window) or ValueError (bad arguments, or
         *jobid* already holds an allocation).
         """
-        jobid = _check_jobid(jobid, "alloc")
+        jobid = check_jobid(jobid, "alloc")
         if policy not in POLICIES:
             raise ValueError(f"alloc: unknown policy {policy!r} (expected one of "
                              f"{', '.join(POLICIES)})")
@@ -220,16 +189,21 @@ class ResourcePool:
         if start is None:
             begin = self._now(now)
             end = begin + length
-            parts = self._placer.place(self._state, plan, policy,
-                                       self._overlay(begin, end, jobid))
+            # most tries of a backfilling pass on a full machine are refused by counts
+            if self._too_few(plan):
+                raise InsufficientResources(self._short(plan, self._state))
+            overlay = self._overlay(begin, end, jobid)
+            if self._reserved_away(plan, overlay):
+                raise InsufficientResources(self._short(plan, self._state))
+            parts = self._placer.place(self._state, plan, policy, overlay)
             if parts is None:
                 raise InsufficientResources(self._short(plan, self._state))
             if self._reserved.pop(jobid, None) is not None:
                 self._reservations_changed()
             job = self._record(jobid, begin, end, plan, parts)
             self._commit(job)
-            return self._rset_of(job).copy()
-        begin = _check_time(start, "alloc: start")
+            return self._make_rset(parts, begin, end)
+        begin = check_time(start, "alloc: start")
         end = begin + length
         state = self._state_at(begin, plan.mode == MODE_EXCLUSIVE)
         parts = self._placer.place(state, plan, policy, self._overlay(begin, end, jobid))
@@ -240,7 +214,7 @@ class ResourcePool:
         self._reserved.pop(jobid, None)
         self._reserved[jobid] = job
         self._reservations_changed()
-        return self._rset_of(job).copy()
+        return self._make_rset(parts, begin, end)
 
     def adopt(self, jobid: int, R: ResourceSet | Mapping[str, Any] | str,  # noqa: N803
               *, memory: Mapping[int, int] | None = None, exclusive: bool = False,
@@ -254,7 +228,7 @@ class ResourcePool:
         Raises ValueError when any of it is unknown or already held, so a
         core is never handed to two jobs.
         """
-        jobid = _check_jobid(jobid, "adopt")
+        jobid = check_jobid(jobid, "adopt")
         if jobid in self._jobs:
             raise ValueError(f"adopt: job {jobid} already has an allocation")
         rset = R if isinstance(R, ResourceSet) else ResourceSet(R)
@@ -274,9 +248,9 @@ class ResourcePool:
             parts[r] = (cores, gpus, mem)
         start = rset.starttime if rset.starttime is not None else self._now(now)
         end = rset.expiration if rset.expiration else _INF
-        self._commit(_Job(jobid, start, end, exclusive, parts, None))
+        self._commit(JobRecord(jobid, start, end, exclusive, parts, None))
 
-    def _rset_of(self, job: _Job) -> ResourceSet:
+    def _rset_of(self, job: JobRecord) -> ResourceSet:
         """The R of *job*'s parts, built now if it was not yet."""
         if job.R is None:
             job.R = self._make_rset(job.parts, job.start, job.end)
@@ -284,7 +258,7 @@ class ResourcePool:
 
     def _now(self, now: float | None) -> float:
         """*now*, or the clock's time."""
-        return self._clock() if now is None else _check_time(now, "now")
+        return self._clock() if now is None else check_time(now, "now")
 
     @staticmethod
     def _duration(request: Request, duration: float | None) -> float:
@@ -294,6 +268,28 @@ class ResourcePool:
                 value >= 0 and not math.isnan(value)):
             raise ValueError(f"duration: expected seconds >= 0, got {value!r}")
         return float(value) if value else _INF
+
+    def _too_few(self, plan: Plan) -> bool:
+        """Whether *plan* cannot fit now by the free counts (what placement finds first,
+        whatever the reservations): cores and gpus, or idle nodes for whole nodes."""
+        st = self._state
+        if plan.mode == MODE_EXCLUSIVE:
+            return len(st.idle) < plan.nmin
+        return plan.total_c > st.tfc or plan.total_g > st.tfg
+
+    def _reserved_away(self, plan: Plan, overlay: Overlay | None) -> bool:
+        """Whether too few idle nodes for *plan*'s whole nodes are outside *overlay*'s
+        reservations (placement would find none)."""
+        if plan.mode != MODE_EXCLUSIVE or overlay is None or not overlay.parts \
+                or not plan.static_all:
+            return False
+        st = self._state
+        # the same count for every whole-node try until the state or the overlay changes
+        seen = self._unreserved
+        if seen is None or seen[:3] != (st.serial, st.version, overlay):
+            seen = self._unreserved = (st.serial, st.version, overlay,
+                                       len(st.idle - overlay.ranks))
+        return seen[3] < plan.nmin
 
     def _short(self, plan: Plan, state: FreeState) -> str:
         """Why *plan* does not fit *state* now, in one line (cheap)."""
@@ -308,10 +304,9 @@ class ResourcePool:
         return f"no room for {plan.request} now"
 
     def _record(self, jobid: int, start: float, end: float, plan: Plan,
-                parts: dict[int, Part]) -> _Job:
-        """A job record with its R built for the chosen ranks only."""
-        return _Job(jobid, start, end, plan.mode == MODE_EXCLUSIVE, parts,
-                    self._make_rset(parts, start, end))
+                parts: dict[int, Part]) -> JobRecord:
+        """A job record; its R is built when asked for (the caller gets its own)."""
+        return JobRecord(jobid, start, end, plan.mode == MODE_EXCLUSIVE, parts, None)
 
     def _make_rset(self, parts: Mapping[int, Part], start: float, end: float) -> ResourceSet:
         """R of *parts*: cores and gpus per rank, hostnames, properties, times (a copy of
@@ -327,15 +322,17 @@ class ResourcePool:
 
     def _template(self, nodes: Mapping[int, tuple[IDSet, IDSet]]) -> ResourceSet:
         """R of *nodes* (rank -> (cores, gpus)) with hostnames and properties, no times."""
-        ranks = IDSet(nodes)
         props: dict[str, IDSet] = {}
-        for name, ids in self._props.items():
-            common = ids & ranks
-            if common:
-                props[name] = common
+        if self._props:
+            ranks = IDSet(nodes)
+            for name, ids in self._props.items():
+                common = ids & ranks
+                if common:
+                    props[name] = common
         hosts = self._hosts
-        return ResourceSet.from_ranks(
-            dict(nodes), hostnames=None if hosts is None else {r: hosts[r] for r in nodes},
+        # the parts are the placer's, of this inventory: checked already
+        return ResourceSet.of_parts(
+            nodes, hostnames=None if hosts is None else {r: hosts[r] for r in nodes},
             properties=props)
 
     def shape_of(self, jobid: int) -> Shape | None:
@@ -344,27 +341,20 @@ class ResourcePool:
         job = self._jobs.get(jobid)
         return None if job is None else self._shapes.get(job.parts)
 
-    def _commit(self, job: _Job) -> None:
+    def _commit(self, job: JobRecord) -> None:
         """Take *job*'s parts from the live state and index it."""
         take = self._state.take
-        owners = self._owners
-        last_end = self._last_end
+        hold = self._nodes.hold
         jobid = job.jobid
         end = job.end
         for r, (cores, gpus, mem) in job.parts.items():
             take(r, cores, gpus, mem)
-            held = owners.get(r)
-            if held is None:
-                owners[r] = {jobid}
-                last_end[r] = end
-            else:
-                held.add(jobid)
-                last_end[r] = max(last_end[r], end)
+            hold(r, jobid, end)
         self._jobs[jobid] = job
         if job.end != _INF:
             insort(self._ends, (job.end, jobid))
 
-    def _release(self, job: _Job) -> None:
+    def _release(self, job: JobRecord) -> None:
         """Give *job*'s parts back to the live state and forget it."""
         give = self._state.give
         for r, (cores, gpus, mem) in job.parts.items():
@@ -375,41 +365,32 @@ class ResourcePool:
             i = bisect_left(self._ends, (job.end, job.jobid))
             del self._ends[i]
 
-    def _drop_owner(self, r: int, job: _Job) -> None:
+    def _drop_owner(self, r: int, job: JobRecord) -> None:
         """*job* no longer holds anything on rank *r*: update the owner indexes."""
-        held = self._owners[r]
-        held.discard(job.jobid)
-        if not held:
-            del self._owners[r]
-            del self._last_end[r]
-            self._stale.discard(r)
-        elif job.end >= self._last_end[r]:
-            # Recomputed when the planner needs it: a stream of frees would
-            # otherwise rescan the rank's owners every time.
-            self._stale.add(r)
-
-    def _last_ends(self) -> dict[int, float]:
-        """rank -> when its last allocation ends (ranks holding nothing are absent)."""
-        if self._stale:
-            jobs = self._jobs
-            for r in self._stale:
-                self._last_end[r] = max(jobs[j].end for j in self._owners[r])
-            self._stale.clear()
-        return self._last_end
+        self._nodes.drop(r, job.jobid, job.end)
 
     # -- reservations -----------------------------------------------------------------
 
     def _reservations_changed(self) -> None:
         """Forget cached overlays."""
         self._overlays.clear()
+        self._windows.clear()
 
     def _overlay(self, begin: float, end: float, skip: int | None) -> Overlay | None:
         """Reservations (other than *skip*'s) overlapping ``[begin, end)``, merged per rank."""
         if not self._reserved:
             return None
+        # a pass asks for the same few windows (its time, each request's length) over
+        # and over: answered from a memo until the reservations change
+        window = (begin, end, skip if skip in self._reserved else None)
+        if window in self._windows:
+            return self._windows[window]
         ids = tuple(j for j, res in self._reserved.items()
                     if j != skip and res.start < end and begin < res.end)
+        if len(self._windows) >= _WINDOWS_KEPT:
+            self._windows.clear()
         if not ids:
+            self._windows[window] = None
             return None
         overlay = self._overlays.get(ids)
         if overlay is None:
@@ -425,14 +406,19 @@ class ResourcePool:
                                     old[3] or res.exclusive)
             overlay = Overlay(parts)
             self._overlays[ids] = overlay
+        self._windows[window] = overlay
         return overlay
 
     def _idle_at(self, when: float) -> IDSet:
         """Up ranks that will be idle at *when* if every allocation ends on time."""
         live = self._state
-        down = live.down
-        extra = [r for r, end in self._last_ends().items() if end <= when and r not in down]
-        return live.idle | IDSet(extra) if extra else live.idle
+        seen = self._idle_seen
+        if seen is not None and seen[:3] == (live.serial, live.version, when):
+            return seen[3]
+        extra = self._nodes.idle_by(when, live.down)
+        idle = live.idle | IDSet(extra) if extra else live.idle
+        self._idle_seen = (live.serial, live.version, when, idle)
+        return idle
 
     def _state_at(self, when: float, whole_nodes: bool = False) -> FreeState:
         """What will be free at *when* if every allocation ends at its end time.
@@ -502,33 +488,38 @@ class ResourcePool:
     def _walk_nodes(self, plan: Plan, begin: float, length: float, skip: int | None) -> float:
         """earliest_start for whole nodes: a node is idle once its last allocation ends.
 
-        Costs O(nodes log nodes), whatever the number of allocations.
+        The nodes' ends are read in order (:class:`NodeEnds`) only until the request
+        fits: the cost grows with how many nodes must end first, not with the machine.
         """
         live = self._state
-        down = live.down
         static = None if plan.static_all else plan.static
-        node_times = sorted(end if end > begin else begin
-                            for r, end in self._last_ends().items()
-                            if end < _INF and r not in down
-                            and (static is None or r in static))
+        nodes = self._nodes.times(begin, live.down, static)
         idle = len(live.idle) if static is None else len(live.idle & static)
-        res_ends = sorted(res.end for j, res in self._reserved.items()
-                          if begin < res.end < _INF and j != skip)
+        res_ends = iter(sorted(res.end for j, res in self._reserved.items()
+                               if begin < res.end < _INF and j != skip))
+        node = next(nodes, None)
+        res_end = next(res_ends, None)
         ready = 0
-        last = -_INF
-        for when in merge(node_times, res_ends):
-            if when == last:
-                continue
-            last = when
-            while ready < len(node_times) and node_times[ready] <= when:
+        while True:
+            # the next time a node becomes idle or a reservation ends, and every node
+            # idle by then
+            if node is not None and (res_end is None or node[0] <= res_end):
+                when = node[0]
+            elif res_end is not None:
+                when = res_end
+            else:
+                return _INF
+            while node is not None and node[0] <= when:
                 ready += 1
+                node = next(nodes, None)
+            while res_end is not None and res_end <= when:
+                res_end = next(res_ends, None)
             if idle + ready < plan.nmin:
                 continue
             state = live.with_idle(self._idle_at(when))
             if self._placer.place(state, plan, "first-fit",
                                   self._overlay(when, when + length, skip)) is not None:
                 return when
-        return _INF
 
     def _walk(self, plan: Plan, begin: float, length: float, skip: int | None) -> float:
         """earliest_start after "not now": try each time something ends, in order.
@@ -574,7 +565,7 @@ class ResourcePool:
                 tfc += job.ncores
                 tfg += job.ngpus
                 if k:
-                    room += _released_room(job.parts, nfc, k, per_node, down, static)
+                    room += released_room(job.parts, nfc, k, per_node, down, static)
                 done += 1
             if plan.total_c > tfc or plan.total_g > tfg or (k and room < target):
                 continue
@@ -645,7 +636,7 @@ class ResourcePool:
         if isinstance(what, ResourceSet):
             self._free_rset(what)
             return
-        jobid = _check_jobid(what, "free")
+        jobid = check_jobid(what, "free")
         job = self._jobs.get(jobid)
         if job is not None:
             self._release(job)
@@ -656,13 +647,13 @@ class ResourcePool:
 
     def _free_rset(self, R: ResourceSet) -> None:  # noqa: N803
         """Partial release: see :meth:`free`."""
-        changes: list[tuple[_Job, int, IDSet, IDSet]] = []
+        changes: list[tuple[JobRecord, int, IDSet, IDSet]] = []
         for r in R.ranks:
             if r in self._removed:
                 continue  # gone with remove_ranks: nothing to give back
             want_c = R.cores(r)
             want_g = R.gpus(r)
-            for jobid in sorted(self._owners.get(r, ())):
+            for jobid in sorted(self._nodes.owners.get(r, ())):
                 cores, gpus, _ = self._jobs[jobid].parts[r]
                 got_c = cores & want_c
                 got_g = gpus & want_g
@@ -674,7 +665,7 @@ class ResourcePool:
                 what = ", ".join(f"{kind} {ids}" for kind, ids in
                                  (("cores", want_c), ("gpus", want_g)) if ids)
                 raise ValueError(f"free: rank {r} {what} are not allocated")
-        touched: dict[int, _Job] = {}
+        touched: dict[int, JobRecord] = {}
         for job, r, got_c, got_g in changes:
             cores, gpus, mem = job.parts[r]
             left_c = cores - got_c
@@ -700,8 +691,8 @@ class ResourcePool:
         ``resource-update`` of a running job does (RFC 27 ``sched.expiration``): plans
         made from now on see its resources free only then. False when the job holds
         no allocation here (freed meanwhile); ValueError for a bad time."""
-        jobid = _check_jobid(jobid, "set_expiration")
-        end = _INF if expiration is None else _check_time(expiration, "set_expiration")
+        jobid = check_jobid(jobid, "set_expiration")
+        end = _INF if expiration is None else check_time(expiration, "set_expiration")
         job = self._jobs.get(jobid)
         if job is None:
             return False
@@ -713,9 +704,10 @@ class ResourcePool:
         if end != _INF:
             insort(self._ends, (end, jobid))
         # the last end of its ranks may have been its old end: recomputed when needed
-        self._stale.update(job.parts)
+        self._nodes.moved(job.parts)
         job.R = None  # rebuilt with the new expiration when asked for
         self._future = None  # the cached future state replayed releases by the old ends
+        self._idle_seen = None
         return True
 
     # -- queries ---------------------------------------------------------------------------
@@ -856,7 +848,7 @@ class ResourcePool:
         for job in self._jobs.values():
             parts = {r: p for r, p in job.parts.items() if r not in gone}
             kept = job.R if len(parts) == len(job.parts) else None
-            fresh._commit(_Job(job.jobid, job.start, job.end, job.exclusive, parts, kept))
+            fresh._commit(JobRecord(job.jobid, job.start, job.end, job.exclusive, parts, kept))
         for jobid, job in self._reserved.items():
             if not any(r in gone for r in job.parts):
                 fresh._reserved[jobid] = job
@@ -872,7 +864,7 @@ class ResourcePool:
 
     # -- persistence ---------------------------------------------------------------------------
 
-    def _job_dict(self, job: _Job) -> dict[str, Any]:
+    def _job_dict(self, job: JobRecord) -> dict[str, Any]:
         """A job record as JSON-ready data."""
         memory = {str(r): p[2] for r, p in job.parts.items() if p[2]}
         return {"jobid": job.jobid, "start": job.start,
@@ -902,12 +894,12 @@ class ResourcePool:
         if not isinstance(obj, Mapping) or obj.get("version") != 1:
             raise ValueError("pool: expected an object with version 1")
         pool = cls(Inventory.from_dict(obj.get("inventory", {})), clock=clock)
-        removed = _text(obj.get("removed", ""), "pool.removed")
+        removed = check_text(obj.get("removed", ""), "pool.removed")
         try:
             pool._removed = IDSet(removed)
         except ValueError as exc:
             raise ValueError(f"pool.removed: {exc}") from None
-        pool.mark_down(_text(obj.get("down", ""), "pool.down"))
+        pool.mark_down(check_text(obj.get("down", ""), "pool.down"))
         for key in ("allocations", "reservations"):
             items = obj.get(key, [])
             if not isinstance(items, list):
@@ -925,14 +917,14 @@ class ResourcePool:
                     pool._reserved[job.jobid] = job
         return pool
 
-    def _load_job(self, item: object, where: str) -> _Job:
+    def _load_job(self, item: object, where: str) -> JobRecord:
         """One saved job record."""
         if not isinstance(item, Mapping):
             raise ValueError(f"{where}: expected an object")
-        jobid = _check_jobid(item.get("jobid"), where)
-        start = _check_time(item.get("start"), f"{where}.start")
+        jobid = check_jobid(item.get("jobid"), where)
+        start = check_time(item.get("start"), f"{where}.start")
         end_value = item.get("end")
-        end = _INF if end_value is None else _check_time(end_value, f"{where}.end")
+        end = _INF if end_value is None else check_time(end_value, f"{where}.end")
         exclusive = item.get("exclusive", False)
         if not isinstance(exclusive, bool):
             raise ValueError(f"{where}.exclusive: expected a bool")
@@ -955,9 +947,9 @@ class ResourcePool:
             if exclusive and cores == cap.cores and gpus == cap.gpus:
                 cores, gpus = cap.cores, cap.gpus  # share, as a fresh allocation would
             parts[r] = (cores, gpus, mem)
-        return _Job(jobid, start, end, exclusive, parts, R)
+        return JobRecord(jobid, start, end, exclusive, parts, R)
 
-    def _check_free(self, job: _Job, where: str) -> None:
+    def _check_free(self, job: JobRecord, where: str) -> None:
         """ValueError unless every part of *job* is free in the live state."""
         st = self._state
         for r, (cores, gpus, mem) in job.parts.items():
@@ -965,27 +957,3 @@ class ResourcePool:
                 raise ValueError(f"{where}: job {job.jobid} overlaps another allocation on "
                                  f"rank {r}")
 
-
-def _released_room(parts: Mapping[int, Part], nfc: dict[int, int], k: int, per_node: bool,
-                   down: set[int], static: IDSet | None) -> int:
-    """Give ``parts``' cores back to the free-core counts ``nfc``; the room they add for
-    ``_walk``: nodes reaching ``k`` free cores (``per_node``), else slots of ``k`` cores."""
-    room = 0
-    for r, part in parts.items():
-        a = nfc[r]
-        b = nfc[r] = a + len(part[0])
-        if r in down or (static is not None and r not in static):
-            continue
-        if per_node:
-            if a < k <= b:
-                room += 1
-        else:
-            room += b // k - a // k
-    return room
-
-
-def _text(value: object, where: str) -> str:
-    """*value* if it is a string."""
-    if not isinstance(value, str):
-        raise ValueError(f"{where}: expected a string")
-    return value

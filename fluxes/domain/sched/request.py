@@ -109,6 +109,8 @@ class Request:
     cores_per_socket: Amount = 0
     _hash: int = field(init=False, repr=False, compare=False, default=0)
     _key: tuple[Any, ...] = field(init=False, repr=False, compare=False, default=())
+    #: (min_cores, min_gpus), computed once: every pass asks each held request for them
+    _least: tuple[int, int] = field(init=False, repr=False, compare=False, default=(0, 0))
 
     def __post_init__(self) -> None:
         """Check and normalize the fields (see the class docstring)."""
@@ -161,6 +163,9 @@ class Request:
                self.cores_per_socket)
         put(self, "_key", key)
         put(self, "_hash", hash((key, self.duration)))
+        per_node = max(nodes, 1) * _minimum(self.nslots)
+        put(self, "_least", (per_node * _minimum(self.slot_size),
+                             per_node * _minimum(self.gpu_per_slot)))
 
     def __hash__(self) -> int:
         """Hash computed once (requests key the pool's caches)."""
@@ -191,13 +196,12 @@ class Request:
     @property
     def min_cores(self) -> int:
         """The least total number of cores (whole nodes may of course add more)."""
-        nodes = self.min_nodes
-        return max(nodes, 1) * self.min_slots * self.min_cores_per_slot
+        return self._least[0]
 
     @property
     def min_gpus(self) -> int:
         """The least total number of gpus."""
-        return max(self.min_nodes, 1) * self.min_slots * self.min_gpus_per_slot
+        return self._least[1]
 
     @property
     def placement_key(self) -> tuple[Any, ...]:

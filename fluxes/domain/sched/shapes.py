@@ -28,8 +28,8 @@ MAX_RANKS_CACHED = 8
 #: Shapes kept at most.
 MAX_SHAPES = 8192
 
-#: (rank, cores, gpus) of every rank of an allocation, in rank order.
-ShapeKey = tuple[tuple[int, tuple[int, ...], tuple[int, ...]], ...]
+#: (rank, cores, gpus) of every rank of an allocation, in rank order, ids as (lo, hi) runs.
+ShapeKey = tuple[tuple[int, tuple[tuple[int, int], ...], tuple[tuple[int, int], ...]], ...]
 
 
 class Shape:
@@ -99,7 +99,8 @@ class ShapeCache:
         """The shape of ``parts`` (rank -> (cores, gpus, ...)); None for a large one."""
         if len(parts) > MAX_RANKS_CACHED:
             return None
-        key: ShapeKey = tuple((r, tuple(p[0]), tuple(p[1])) for r, p in sorted(parts.items()))
+        key: ShapeKey = tuple((r, tuple(p[0].ranges()), tuple(p[1].ranges()))
+                              for r, p in sorted(parts.items()))
         shape = self._shapes.get(key)
         if shape is None:
             if len(self._shapes) >= MAX_SHAPES:

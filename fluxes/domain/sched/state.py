@@ -121,9 +121,10 @@ class FreeState:
         with this state and must not be changed.
         """
         new = FreeState.__new__(FreeState)
-        for name in ("cap", "fc", "fg", "fm", "nfc", "nfg", "down", "buckets", "gfree",
-                     "tfc", "tfg"):
-            setattr(new, name, getattr(self, name))
+        # assigned one by one: a walk over a full machine makes one view per end time
+        new.cap, new.fc, new.fg, new.fm = self.cap, self.fc, self.fg, self.fm
+        new.nfc, new.nfg, new.down, new.buckets = self.nfc, self.nfg, self.down, self.buckets
+        new.gfree, new.tfc, new.tfg = self.gfree, self.tfc, self.tfg
         new.idle = idle
         new.serial = next(_SERIALS)
         new.version = 0
