@@ -40,5 +40,5 @@ def test_cpu_by_kind_adds_workers_and_their_children(tmp_path: Path) -> None:
         for proc in procs:
             proc.communicate(b"")
     assert set(cpu) == {"exec", "tasks"}
-    assert cpu["exec"] >= 0.3  # both workers' own 0.2 s, added up (clock ticks)
+    assert cpu["exec"] >= 0.15  # both workers' own 0.1 s, added up (clock ticks)
     assert cpu["tasks"] >= 0.25  # the children they waited for
