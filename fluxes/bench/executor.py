@@ -29,11 +29,18 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2,
         launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
         uri = launcher.start()
         try:
-            before = instance_cpu(launcher)
+            before = cpu_by_kind(launcher)
             figures = measure(str(uri), jobs, timeout)
-            used = instance_cpu(launcher) - before
+            after = cpu_by_kind(launcher)
+            per_job = {kind: 1e6 * (after[kind] - before.get(kind, 0.0)) / max(jobs, 1)
+                       for kind in sorted(after)}
             figures["cpu_ms_per_job"] = round(
-                figures["client_cpu_ms_per_job"] + 1000 * used / max(jobs, 1), 3)
+                figures["client_cpu_ms_per_job"] + sum(per_job.values()) / 1000, 3)
+            # where a job's CPU goes: each kind of process, the jobs' own processes
+            # ("tasks": the children the workers waited for), the client
+            figures["cpu_us_per_job"] = {
+                **{kind: round(us) for kind, us in per_job.items()},
+                "client": round(1000 * figures["client_cpu_ms_per_job"])}
             return figures
         finally:
             launcher.stop()
@@ -42,21 +49,38 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2,
 def instance_cpu(launcher: Launcher) -> float:
     """CPU seconds used so far by the instance's processes and the children they
     waited for (the jobs' tasks), from /proc (0 where it cannot be read)."""
-    procs = [spec.proc for spec in launcher.workers]
+    return sum(cpu_by_kind(launcher).values())
+
+
+def cpu_by_kind(launcher: Launcher) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each kind of the instance's
+    processes (``exec``, ``job-manager``: every one of that kind; ``redis``), and as
+    ``tasks`` by the children they waited for (the jobs' task wrappers, with the
+    processes those waited for), from /proc."""
+    procs: list[tuple[str, Any]] = [(_kind(spec.name), spec.proc) for spec in launcher.workers]
     if launcher.server is not None:
-        procs.append(launcher.server.proc)
+        procs.append(("redis", launcher.server.proc))
     ticks = os.sysconf("SC_CLK_TCK")
-    total = 0
-    for proc in procs:
+    out: dict[str, float] = {}
+    for kind, proc in procs:
         if proc is None:
             continue
         try:
             with open(f"/proc/{proc.pid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
-            continue
-        total += sum(int(x) for x in fields[11:15])
-    return total / ticks
+            continue  # not Linux, or the process is gone
+        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        out["tasks"] = out.get("tasks", 0.0) + (int(fields[13]) + int(fields[14])) / ticks
+    return out
+
+
+def _kind(name: str) -> str:
+    """A worker's kind from its launcher name (``exec-3`` -> ``exec``)."""
+    for kind in ("exec", "job-manager"):
+        if name.startswith(kind + "-"):
+            return kind
+    return name
 
 
 def measure(uri: str, jobs: int, timeout: float = 600.0) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import logging
 import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -26,6 +27,14 @@ EVENTS = frozenset({"submit", "validate", "depend", "priority", "flux-restart", 
                     "prolog-finish", "epilog-start", "epilog-finish", "memo"})
 
 log = logging.getLogger(__name__)
+
+#: With at least this many jobs in flight, a read that brought fewer than
+#: GATHER_ENTRIES events is followed by a GATHER_S pause (flux's executor, too,
+#: delivers events in batches); fewer jobs in flight (a small sliding window) read
+#: at once.
+GATHER_IN_FLIGHT = 32
+GATHER_ENTRIES = 256
+GATHER_S = 0.01
 
 
 class FluxExecutorFuture(concurrent.futures.Future[int]):
@@ -197,8 +206,15 @@ class _Worker(threading.Thread):
             if self.stop.is_set() and not self.in_flight and self.inbox.empty() \
                     and not handle._outbox and not handle._replies:
                 return
-            handle.step(0.02)
+            read = handle.step(0.02)
             handle._run_ready()
+            if self.in_flight >= GATHER_IN_FLIGHT and read < GATHER_ENTRIES \
+                    and self.inbox.empty() and not self.stop.is_set():
+                # Many jobs in flight: let their events gather for a moment rather
+                # than read (and wake) for every few of them; one more read per job
+                # costs the client and Redis more than this delay costs anyone
+                # (the instance runs the jobs meanwhile).
+                time.sleep(GATHER_S)
 
     def _done(self, _future: Any) -> None:
         self.in_flight -= 1  # only ever called in this thread: the engine fulfils futures

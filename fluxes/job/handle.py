@@ -187,9 +187,10 @@ class Flux:
 
     # -- the engine --------------------------------------------------------
 
-    def step(self, timeout: float) -> None:
+    def step(self, timeout: float) -> int:
         """One round: send queued submissions, take replies, read watched streams
-        (blocking up to ``timeout`` seconds when nothing else is due)."""
+        (blocking up to ``timeout`` seconds when nothing else is due); the number of
+        stream entries read."""
         from fluxes.store.groups import read_streams
 
         self._flush()
@@ -207,9 +208,11 @@ class Flux:
         if not streams:
             if self._replies and not self._outbox:
                 self._block_for_reply(timeout)
-            return
+            return 0
         block = 2 if self._replies else (None if busy else max(1, int(timeout * 1000)))
+        read = 0
         for stream, entries in read_streams(self.redis, streams, _COUNT, block):
+            read += len(entries)
             key = stream.decode()
             if key in self._logs:
                 self._logs[key] = entries[-1][0].decode()
@@ -218,6 +221,7 @@ class Flux:
                 self._journal[key] = entries[-1][0].decode()
                 self._deliver_journal(entries)
             # else: a watch dropped by an earlier stream's delivery in this read
+        return read
 
     def _flush(self) -> None:
         if not self._outbox:

@@ -11,6 +11,7 @@ worker per simulated node. A worker that dies is restarted (like systemd's
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +28,7 @@ from fluxes.env import DEFAULT_NAMESPACE
 from fluxes.errors import ConfigError, FluxesError
 from fluxes.proc.lifetime import die_with_parent
 from fluxes.proc.redis_server import RedisServer
-from fluxes.proc.state_dir import web_secret_file
+from fluxes.proc.state_dir import fast_exec_dir, web_secret_file
 from fluxes.store import acl
 from fluxes.store.connection import connect
 from fluxes.store.errors import Client
@@ -98,6 +99,11 @@ class Launcher:
     #: Also run a hot standby scheduler (``scheduler-standby``), which takes over the
     #: moment the leading one dies (docs/operations.md, "Hot standby scheduler").
     standby_scheduler: bool = False
+    #: The exec workers' task-file directory (:meth:`task_dir`: by default on tmpfs when
+    #: the state directory is on a disk, else ``STATE/exec``).
+    exec_dir: Path | None = None
+    #: exec_dir was chosen on tmpfs by this launcher: it goes when the instance stops.
+    _fast_exec: bool = field(default=False, init=False, repr=False)
 
     def resources(self, config: InstanceConfig) -> dict[str, Any]:
         """The ``[resource]`` table: given, from the configuration, else N simulated nodes."""
@@ -265,7 +271,7 @@ class Launcher:
         for p in range(self.partitions if self.services else 0):
             specs.append(WorkerSpec(f"job-manager-{p}", [*base, "job-manager", "--uri", uri,
                                                          "--partition", str(p)]))
-        exec_dir = self.state_dir / "exec"
+        exec_dir = self.task_dir()
         for rank in range(nranks) if self.exec_ranks is None else self.exec_ranks:
             specs.append(WorkerSpec(f"exec-{rank}", [*base, "exec", "--uri", uri,
                                                      "--ranks", str(rank),
@@ -273,6 +279,18 @@ class Launcher:
         if self.web_port is not None and self.services:
             specs.append(self._web_spec(uri))
         self.workers = specs
+
+    def task_dir(self) -> Path:
+        """The exec workers' task-file directory: ``exec_dir`` if given; else, unless
+        jobs run as their users (``require_auth``: their directories' permissions are
+        the state directory's business), a private directory on tmpfs when the state
+        directory is on a disk (:func:`fluxes.proc.state_dir.fast_exec_dir`), removed
+        when the instance stops (its tasks are killed then); else ``STATE/exec``."""
+        if self.exec_dir is None:
+            fast = None if self.require_auth else fast_exec_dir(self.state_dir)
+            self._fast_exec = fast is not None
+            self.exec_dir = fast if fast is not None else self.state_dir / "exec"
+        return self.exec_dir
 
     def _web_spec(self, uri: str) -> WorkerSpec:
         """``fluxes web`` on 127.0.0.1:``web_port``; without a secret in the configuration,
@@ -342,6 +360,8 @@ class Launcher:
                 spec.proc.wait()
         if self.server is not None:
             self.server.stop()
+        if self._fast_exec and self.exec_dir is not None:
+            shutil.rmtree(self.exec_dir, ignore_errors=True)
 
 
 def _exit_code(returncode: int) -> int:

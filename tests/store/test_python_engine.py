@@ -79,6 +79,20 @@ class EngineContract:
         h.step(0.01)
         assert h._orphans == {}  # nothing pending or followed: the buffer is dropped
 
+    def test_a_step_counts_the_entries_it_read(self, client: redis.Redis) -> None:
+        # the executor pauses after reads that brought few entries (fluxes/job/executor.py)
+        h = self.handle(client)
+        follower = Recorder()
+        h.queue_submit({"jobspec": {"version": 1}, "flags": 0}, follow=follower)
+        assert h.step(0.01) == 0  # posted, nothing in the journal yet
+        answer(client, h, [42])
+        for seq, name in enumerate(("submit", "start", "finish")):
+            journal(client, h, 42, seq, name)
+        read = 0
+        while len(follower.events) < 3:
+            read += h.step(0.01)
+        assert read == 3
+
 
 class TestFakeRedis(EngineContract, OnFakeRedis):
     pass
