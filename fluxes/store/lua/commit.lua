@@ -376,17 +376,28 @@ for _, step in ipairs(plan) do
   if op == 'E' then
     local jobid = ARGV[j - 3]
     local seq = tonumber(ARGV[j - 2])
+    -- one redis.call per copy with its fields spelled out: no table built and
+    -- unpacked per event (the hot path: every event of every job comes here)
     for _ = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
       if ctx == "" then
         redis.call('XADD', key, '*', 'n', name, 't', ts)
+        if extra == "" then
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts)
+        else
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+                            'x', extra)
+        end
       else
         redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
+        if extra == "" then
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+                            'c', ctx)
+        else
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+                            'c', ctx, 'x', extra)
+        end
       end
-      local fields = {'j', jobid, 's', seq, 'n', name, 't', ts}
-      if ctx ~= "" then fields[#fields + 1] = 'c'; fields[#fields + 1] = ctx end
-      if extra ~= "" then fields[#fields + 1] = 'x'; fields[#fields + 1] = extra end
-      last = redis.call('XADD', journal, '*', unpack(fields))
       seq = seq + 1
       appended = appended + 1
       j = j + 4
