@@ -9,9 +9,12 @@
 --           eventlog it names must be empty before the batch.
 -- ARGV[2..] ops, each an op code followed by its arguments:
 --   E k jobid expected n {name ts ctx extra}*n
---        append n events to eventlog KEYS[k] and to the journal; the eventlog
---        must hold exactly `expected` entries first. ctx/extra "" = none;
---        extra goes to the journal entry only (summaries for read models).
+--        append n events to the journal and their journal ids to the job's
+--        eventlog KEYS[k] (a string: each id followed by a space; every event is
+--        stored once, in the journal); the eventlog must hold exactly `expected`
+--        events first. ctx/extra "" = none; extra goes to the journal entry only
+--        (summaries for read models). An eventlog of the previous layout (a
+--        stream of its own events) is appended to as before.
 --   J jobid name ts ctx          journal-only entry (e.g. annotations)
 --   H k n {field value}*n        HSET KEYS[k] (n >= 1)
 --   D k n {field}*n              HDEL KEYS[k] (n >= 1)
@@ -66,7 +69,7 @@ local MAX_TTL_DIGITS = 15
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
-local COMMAND = {E = 'XADD', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
+local COMMAND = {E = 'APPEND', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
                  A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL',
                  R = 'HSET', I = 'HINCRBY', C = 'GET'}
 local nargv = #ARGV
@@ -148,10 +151,32 @@ local SCAN_BLOCK = 16
 -- exists, and reading the eventlog backwards an event of BEFORE_ALLOC comes
 -- before any of FROM_ALLOC. A replayed or forged alloc of a running or
 -- finished job, or of no job at all, must not (over)write its R.
+-- The name of a journal entry (nil when it has none or is gone).
+local function entry_name(id)
+  local entries = redis.call('XRANGE', KEYS[2], id, id)
+  if #entries == 0 then return nil end
+  local fields = entries[1][2]
+  for f = 1, #fields - 1, 2 do
+    if fields[f] == 'n' then return fields[f + 1] end
+  end
+  return nil
+end
+
 local function waits_for_alloc(job, log)
-  if redis.call('TYPE', job).ok ~= 'hash' or redis.call('TYPE', log).ok ~= 'stream' then
+  if redis.call('TYPE', job).ok ~= 'hash' then return false end
+  local t = redis.call('TYPE', log).ok
+  if t == 'string' then
+    -- the journal ids of the job's events: read the last ones' names backwards
+    local ids = {}
+    for id in string.gmatch(redis.call('GET', log), '%S+') do ids[#ids + 1] = id end
+    for k = #ids, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
+      local name = entry_name(ids[k])
+      if name == nil or FROM_ALLOC[name] then return false end
+      if BEFORE_ALLOC[name] then return true end
+    end
     return false
   end
+  if t ~= 'stream' then return false end
   local upto = '+'
   local seen = 0
   while seen < SCAN_EVENTS do
@@ -228,27 +253,30 @@ while i <= nargv do
       if n == nil or expected == nil then return badop(i, 'bad count') end
       first, nxt = i + 5, i + 5 + 4 * n
       local actual = length[key]
-      if actual == nil and kind[key] == nil and n > 0 then
-        -- one call checks the type and reads the length: XLEN answers 0 for a
-        -- missing key and fails on any other type than a stream
-        local got = redis.pcall('XLEN', key)
-        if type(got) == 'table' then
-          err = need(key, 'stream', true, cmd)  -- TYPE, for the error's wording
-        else
-          kind[key] = 'stream'
-          actual = got
-        end
-      else
-        err = need(key, 'stream', n > 0, cmd)
+      -- an index (string), or an eventlog of the previous layout (its own stream)
+      local have = kind[key] or redis.call('TYPE', key).ok
+      if have == 'none' then
+        if n > 0 then have = 'string' end
+      elseif have ~= 'string' and have ~= 'stream' then
+        err = redis.error_reply('KEYTYPE APPEND needs a string but ' .. key .. ' holds a '
+                                .. have)
       end
-      if err == nil and n > 0 then err = need(journal, 'stream', true, cmd) end
+      if err == nil then
+        kind[key] = have
+        if n > 0 then err = need(journal, 'stream', true, cmd) end
+      end
       if err == nil then
         if token == "" and length[key] == nil and expected ~= 0 then
           return redis.error_reply('FENCED unfenced writers may only create jobs')
         end
         if actual == nil then
           actual = 0
-          if kind[key] == 'stream' then actual = redis.call('XLEN', key) end
+          if have == 'string' and redis.call('EXISTS', key) == 1 then
+            -- one id and one space per event
+            actual = select(2, string.gsub(redis.call('GET', key), ' ', ' '))
+          elseif have == 'stream' then
+            actual = redis.call('XLEN', key)
+          end
         end
         if actual ~= expected then
           conflicts[#conflicts + 1] = ARGV[i + 2] .. ':' .. actual
@@ -376,12 +404,20 @@ for _, step in ipairs(plan) do
   if op == 'E' then
     local jobid = ARGV[j - 3]
     local seq = tonumber(ARGV[j - 2])
-    -- one redis.call per copy with its fields spelled out: no table built and
+    -- one redis.call per entry with its fields spelled out: no table built and
     -- unpacked per event (the hot path: every event of every job comes here)
-    for _ = 1, n do
+    local stream = kind[key] == 'stream'  -- an eventlog of the previous layout
+    local ids = {}
+    for k = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
+      if stream then
+        if ctx == "" then
+          redis.call('XADD', key, '*', 'n', name, 't', ts)
+        else
+          redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
+        end
+      end
       if ctx == "" then
-        redis.call('XADD', key, '*', 'n', name, 't', ts)
         if extra == "" then
           last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts)
         else
@@ -389,7 +425,6 @@ for _, step in ipairs(plan) do
                             'x', extra)
         end
       else
-        redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
         if extra == "" then
           last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
                             'c', ctx)
@@ -398,9 +433,14 @@ for _, step in ipairs(plan) do
                             'c', ctx, 'x', extra)
         end
       end
+      ids[k] = last
       seq = seq + 1
       appended = appended + 1
       j = j + 4
+    end
+    if not stream and n > 0 then
+      ids[n + 1] = ''
+      redis.call('APPEND', key, table.concat(ids, ' '))
     end
   elseif op == 'J' then
     local fields = {'j', ARGV[j], 'n', ARGV[j + 1], 't', ARGV[j + 2]}
