@@ -204,8 +204,10 @@ class Flux:
         if self._replies:
             self._take_replies()
         for jobid in [j for j, new in self._log_new.items() if new]:
-            new, self._log_new[jobid] = self._log_new[jobid], []
-            self._deliver_log(jobid, new)
+            new = self._log_new.get(jobid)  # a delivery may have dropped the watch
+            if new:
+                self._log_new[jobid] = []
+                self._deliver_log(jobid, new)
         # one read per stream, from the earliest position any of its readers is at
         streams: dict[str, str] = {}
         for follower in self._logs.values():
