@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
     wep = sub.add_parser(
         "wait-event", **help_with_example(
             "Wait until EVENT appears in a job's eventlog, then print it.\n"
-            "Blocks on the eventlog stream (no polling). Exit 1 on timeout, and when the\n"
+            "Blocks on the journal for its events (no polling). Exit 1 on timeout, and when the\n"
             "eventlog ends (the job is inactive) without the event.",
             ["fluxes job wait-event ƒ2t6V2H clean",
              "fluxes job wait-event -t 10s --match-context=type=cancel ƒ2t6V2H exception"],
