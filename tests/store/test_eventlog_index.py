@@ -17,6 +17,7 @@ import redis
 from fluxes.domain.job import events as ev
 from fluxes.store import jobfacts
 from fluxes.store.eventstore import ConflictError, EventStore, NotWaitingError, encode_context
+from fluxes.store.exec_streams import ExecStreams
 from fluxes.store.keys import Keys
 from fluxes.store.retention import purge
 from tests.backends import OnFakeRedis, OnRealRedis
@@ -161,6 +162,16 @@ class EventlogIndexContract:
         assert [f[b"n"] for _s, f in got] == [n.encode() for n in LIFE[4:]]
         assert purge(client, KEYS, [7]).purged == [7]
         assert not client.exists(KEYS.eventlog(7))
+
+    def test_the_exec_worker_reads_each_owner_from_the_submit_event(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 7, 0, LIFE[:2])
+        _old_layout(client, 8, LIFE[:2])
+        client.set(KEYS.eventlog(9), "not-an-id ")  # a broken index names no one
+        client.hset(KEYS.users, "alice", "1000")
+        got = ExecStreams(client, KEYS, [0]).identities([7, 8, 9, 10])
+        assert got.submitters == {7: SUBMIT.userid, 8: SUBMIT.userid, 9: None, 10: None}
+        assert got.registered == {1000}
 
 
 class TestFakeRedis(EventlogIndexContract, OnFakeRedis):
