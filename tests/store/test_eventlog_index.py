@@ -170,7 +170,7 @@ class EventlogIndexContract:
         client.set(KEYS.eventlog(9), "not-an-id ")  # a broken index names no one
         client.hset(KEYS.users, "alice", "1000")
         got = ExecStreams(client, KEYS, [0]).identities([7, 8, 9, 10])
-        assert got.submitters == {7: SUBMIT.userid, 8: SUBMIT.userid, 9: None, 10: None}
+        assert got.submitters == {7: 1000, 8: 1000, 9: None, 10: None}  # SUBMIT.userid
         assert got.registered == {1000}
 
 
