@@ -66,6 +66,9 @@ local CHUNK = 1000
 local MAX_MESSAGE_FIELDS = CHUNK / 2
 -- Larger TTLs make SET PX / PEXPIRE fail with "invalid expire time".
 local MAX_TTL_DIGITS = 15
+-- Eventlog indexes up to this many bytes are rewritten whole (SET) when they grow,
+-- longer ones appended to (APPEND's spare room is then a small share).
+local SET_LIMIT = 512
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
@@ -233,6 +236,7 @@ local conflicts = {}
 local notwaiting = {}  -- jobs of R ops that wait for no allocation
 local claimed = {}     -- claims of C ops another writer holds
 local length = {}
+local index = {}    -- the text of each eventlog index read (pass 2 SETs short ones)
 local journal = KEYS[2]
 local i = 2
 while i <= nargv do
@@ -271,9 +275,10 @@ while i <= nargv do
         end
         if actual == nil then
           actual = 0
-          if have == 'string' and redis.call('EXISTS', key) == 1 then
-            -- one id and one space per event
-            actual = select(2, string.gsub(redis.call('GET', key), ' ', ' '))
+          if have == 'string' then
+            -- one id and one space per event (GET answers false for a missing key)
+            index[key] = redis.call('GET', key) or ''
+            actual = select(2, string.gsub(index[key], ' ', ' '))
           elseif have == 'stream' then
             actual = redis.call('XLEN', key)
           end
@@ -440,7 +445,18 @@ for _, step in ipairs(plan) do
     end
     if not stream and n > 0 then
       ids[n + 1] = ''
-      redis.call('APPEND', key, table.concat(ids, ' '))
+      local add = table.concat(ids, ' ')
+      local text = index[key]
+      if text ~= nil and #text + #add <= SET_LIMIT then
+        -- a short index is SET whole: APPEND leaves it spare room (doubling its
+        -- allocation), which every pending job would keep
+        text = text .. add
+        redis.call('SET', key, text)
+        index[key] = text
+      else
+        redis.call('APPEND', key, add)
+        index[key] = nil
+      end
     end
   elseif op == 'J' then
     local fields = {'j', ARGV[j], 'n', ARGV[j + 1], 't', ARGV[j + 2]}
