@@ -203,11 +203,7 @@ class Flux:
         self._flush()
         if self._replies:
             self._take_replies()
-        for jobid in [j for j, new in self._log_new.items() if new]:
-            new = self._log_new.get(jobid)  # a delivery may have dropped the watch
-            if new:
-                self._log_new[jobid] = []
-                self._deliver_log(jobid, new)
+        self._deliver_histories()
         # one read per stream, from the earliest position any of its readers is at
         streams: dict[str, str] = {}
         for follower in self._logs.values():
@@ -238,6 +234,14 @@ class Flux:
                 self._journal[key] = entries[-1][0].decode()
                 if new:
                     self._deliver_journal(new)
+
+    def _deliver_histories(self) -> None:
+        """Deliver the eventlogs read by new watches (their history so far)."""
+        for jobid in [j for j, new in self._log_new.items() if new]:
+            new = self._log_new.get(jobid)  # a delivery may have dropped the watch
+            if new:
+                self._log_new[jobid] = []
+                self._deliver_log(jobid, new)
 
     def _flush(self) -> None:
         if not self._outbox:

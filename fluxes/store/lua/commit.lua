@@ -257,8 +257,21 @@ while i <= nargv do
       if n == nil or expected == nil then return badop(i, 'bad count') end
       first, nxt = i + 5, i + 5 + 4 * n
       local actual = length[key]
-      -- an index (string), or an eventlog of the previous layout (its own stream)
-      local have = kind[key] or redis.call('TYPE', key).ok
+      -- an index (string), or an eventlog of the previous layout (its own stream):
+      -- one GET tells the type and reads the index, in the common case
+      local have = kind[key]
+      if have == nil then
+        local got = redis.pcall('GET', key)
+        if type(got) == 'table' then
+          have = redis.call('TYPE', key).ok
+        elseif got then
+          have = 'string'
+          index[key] = got
+        else
+          have = 'none'
+          index[key] = ''
+        end
+      end
       if have == 'none' then
         if n > 0 then have = 'string' end
       elseif have ~= 'string' and have ~= 'stream' then
@@ -277,7 +290,7 @@ while i <= nargv do
           actual = 0
           if have == 'string' then
             -- one id and one space per event (GET answers false for a missing key)
-            index[key] = redis.call('GET', key) or ''
+            if index[key] == nil then index[key] = redis.call('GET', key) or '' end
             actual = select(2, string.gsub(index[key], ' ', ' '))
           elseif have == 'stream' then
             actual = redis.call('XLEN', key)
