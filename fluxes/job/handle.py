@@ -230,9 +230,11 @@ class Flux:
                     if mine:
                         self._deliver_log(jobid, mine)
             if self._journal is not None and key in self._journal:
+                # read from an earlier position for a watch, the entries may all be
+                # behind this one: it only moves on
                 new = _after(entries, self._journal[key])
-                self._journal[key] = entries[-1][0].decode()
                 if new:
+                    self._journal[key] = new[-1][0].decode()
                     self._deliver_journal(new)
 
     def _deliver_histories(self) -> None:
