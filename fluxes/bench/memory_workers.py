@@ -33,7 +33,7 @@ from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
 from fluxes.store.instance import Instance
 
-from .memory import _cli, _wait_folded, _wait_trimmed
+from .memory import _cli, _wait_folded, _wait_trimmed, freed_by_kind
 
 #: Jobs a submit request carries (``[ingest] max-jobs-per-request`` is 10,000 by default).
 REQUEST_JOBS = 10_000
@@ -130,9 +130,12 @@ def _measure(launcher: Launcher, inst: Instance, uri: str, jobs: int, nodes: int
     for kind in sorted(rss_after):
         per_job[kind] = round((rss_after[kind] - rss_before.get(kind, 0)) / jobs, 1)
     per_job["total"] = round(sum(per_job.values()), 1)
+    peak = worker_rss(launcher, "VmHWM")
     return {"jobs": jobs, "nodes": nodes, "cores_per_node": cores,
             "pending_in_scheduler": pending, "submit_s": round(submitted, 2),
             "bytes_per_pending_job": per_job,
             "worker_rss_after": rss_after, "used_memory_after": redis_after,
-            "worker_peak_rss_mb": {kind: round(peak / 1e6, 1) for kind, peak
-                                   in sorted(worker_rss(launcher, "VmHWM").items())}}
+            "worker_peak_rss_mb": {kind: round(most / 1e6, 1) for kind, most
+                                   in sorted(peak.items())},
+            # Redis' share by key kind (the last step: it deletes them)
+            "redis_bytes_per_job_freed_by_kind": freed_by_kind(client, jobs)}

@@ -38,6 +38,7 @@ import orjson
 from fluxes.domain.exec.pmi import PmiShare, pmi_environment
 from fluxes.formats.jobid import parse as parse_jobid
 from fluxes.proc.launcher import Launcher
+from fluxes.store import jobfacts
 from fluxes.store.instance import Instance
 
 TRIVIAL = r"""
@@ -136,7 +137,8 @@ def _start_to_finish(inst: Instance, uri: str) -> float:
     last = subprocess.run([FLUXES, "--uri", uri, "job", "last"], capture_output=True,
                           text=True, check=True).stdout.strip()
     stamps: dict[bytes, float] = {}
-    for _id, fields in inst.redis.xrange(inst.keys.eventlog(parse_jobid(last))):
+    [entries] = jobfacts.eventlogs(inst.redis, inst.keys, [parse_jobid(last)])
+    for _id, fields in entries:
         stamps.setdefault(fields[b"n"], float(fields[b"t"]))
     return stamps[b"finish"] - stamps[b"start"]
 

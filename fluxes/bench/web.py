@@ -97,6 +97,7 @@ def synthesize(client: Any, keys: Keys, jobs: int, hours: float, now: float,
     span = hours * 3600.0
     first_id = 10**15
     entries: list[tuple[float, int, list[bytes]]] = []
+    ids: list[str] = []  # each entry's journal id
     for n in range(jobs):
         jobid = first_id + n
         t = now - span + span * n / jobs
@@ -113,29 +114,28 @@ def synthesize(client: Any, keys: Keys, jobs: int, hours: float, now: float,
         else:
             seq = 0
         last_ms = ms
-        commands.append(("XADD", journal, f"{ms}-{seq}", *fields))
+        ids.append(f"{ms}-{seq}")
+        commands.append(("XADD", journal, ids[-1], *fields))
         if len(commands) >= WRITE_BLOCK:
             direct.execute(commands)
             commands = []
     direct.execute(commands)
     sampled = sorted(rng.sample(range(first_id, first_id + jobs), min(SAMPLED, jobs)))
-    _write_sampled(client, keys, sampled, entries)
+    _write_sampled(client, keys, sampled, entries, ids)
     return {"entries": len(entries), "sampled": sampled}
 
 
 def _write_sampled(client: Any, keys: Keys, sampled: list[int],
-                   entries: list[tuple[float, int, list[bytes]]]) -> None:
-    """Eventlogs and public job hashes (owner, R) of the sampled jobs."""
+                   entries: list[tuple[float, int, list[bytes]]], ids: list[str]) -> None:
+    """Eventlogs (indexes of their journal entries, ``ids``) and public job hashes
+    (owner, R) of the sampled jobs."""
     wanted = set(sampled)
     pipe = client.pipeline(transaction=False)
-    for _stamp, jobid, fields in entries:
+    for (_stamp, jobid, fields), sid in zip(entries, ids, strict=True):
         if jobid not in wanted or b"s" not in fields[2:3]:
             continue
         pairs = dict(zip(fields[::2], fields[1::2], strict=True))
-        log: dict[bytes, bytes] = {b"n": pairs[b"n"], b"t": pairs[b"t"]}
-        if b"c" in pairs:
-            log[b"c"] = pairs[b"c"]
-        pipe.xadd(keys.eventlog(jobid), log)
+        pipe.append(keys.eventlog(jobid), sid + " ")
         if pairs[b"n"] == b"submit":
             ctx = orjson.loads(pairs[b"c"])
             pipe.hset(keys.job(jobid), mapping={"owner": ctx["userid"], "urgency": 16})

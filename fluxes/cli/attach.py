@@ -91,17 +91,20 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
     stdout = out if out is not None else sys.stdout
     stderr = err if err is not None else sys.stderr
     keys = inst.keys
-    log_key = keys.eventlog(jobid)
     client = inst.redis
-    if not jobfacts.has_eventlog(client, keys, jobid):
-        raise FluxesError(f"job {shown_id(jobid)} not found")
-    out_key = output_key(inst, jobid) if output else None
     saved = state if state is not None else {}
-    pos = saved.setdefault("pos", {log_key: "0-0"})
+    follower = saved.get("follower")
+    if follower is None:
+        follower = jobfacts.EventlogFollower(client, keys, jobid)
+        if not follower.exists:
+            raise FluxesError(f"job {shown_id(jobid)} not found")
+        saved["follower"] = follower
+    out_key = output_key(inst, jobid) if output else None
+    pos = saved.setdefault("pos", {})
     if out_key is not None:
         pos.setdefault(out_key, "0-0")
     try:
-        return _follow(inst, jobid, log_key, out_key, pos, saved, label, stdout, stderr,
+        return _follow(inst, jobid, follower, out_key, pos, saved, label, stdout, stderr,
                        timeout)
     except Exception as exc:
         if _denied(exc):
@@ -109,9 +112,9 @@ def follow(inst: Instance, jobid: int, output: bool = True, label: bool = False,
         raise
 
 
-def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
-            pos: dict[str, str], saved: dict[str, Any], label: bool, stdout: TextIO,
-            stderr: TextIO, timeout: float | None) -> Outcome:
+def _follow(inst: Instance, jobid: int, follower: jobfacts.EventlogFollower,
+            out_key: str | None, pos: dict[str, str], saved: dict[str, Any], label: bool,
+            stdout: TextIO, stderr: TextIO, timeout: float | None) -> Outcome:
     from fluxes.domain.job.model import Job, apply
     from fluxes.domain.job.states import JobState
     from fluxes.errors import FluxesError
@@ -119,11 +122,17 @@ def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
 
     keys = inst.keys
     client = inst.redis
+    log_key = follower.key
     same_slot = out_key is None or keys.same_slot(log_key, out_key)
     job = saved.get("job") or Job(jobid)
+    if "job" not in saved:
+        for _sid, fields in follower.history:
+            job = apply(decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c")), job)
+        saved["job"] = job
     deadline = None if timeout is None else time.monotonic() + timeout
-    done = False
+    done = job.state is JobState.INACTIVE
     while True:
+        pos[log_key] = follower.position
         block = 0 if not done else None
         if deadline is not None and not done:
             block = max(1, int((deadline - time.monotonic()) * 1000))
@@ -141,14 +150,16 @@ def _follow(inst: Instance, jobid: int, log_key: str, out_key: str | None,
         got = False
         for stream_b, entries in reply or []:
             stream = stream_b.decode()
+            if stream == log_key:
+                for _sid, fields in follower.take(entries):
+                    got = True
+                    job = apply(decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c")), job)
+                    saved["job"] = job
+                continue
             for sid, fields in entries:
                 got = True
                 pos[stream] = sid.decode()
-                if stream == log_key:
-                    job = apply(decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c")), job)
-                    saved["job"] = job
-                else:
-                    _print_output(fields, label, stdout, stderr)
+                _print_output(fields, label, stdout, stderr)
         if done and not got:
             break
         if job.state is JobState.INACTIVE:

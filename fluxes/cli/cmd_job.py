@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
     wep = sub.add_parser(
         "wait-event", **help_with_example(
             "Wait until EVENT appears in a job's eventlog, then print it.\n"
-            "Blocks on the eventlog stream (no polling). Exit 1 on timeout, and when the\n"
+            "Blocks on the journal for its events (no polling). Exit 1 on timeout, and when the\n"
             "eventlog ends (the job is inactive) without the event.",
             ["fluxes job wait-event ƒ2t6V2H clean",
              "fluxes job wait-event -t 10s --match-context=type=cancel ƒ2t6V2H exception"],
@@ -404,38 +404,39 @@ def _wait_event(args: argparse.Namespace) -> int:
     timeout = parse_duration(args.timeout) if args.timeout is not None else None
     matches = _parse_matches(args.match_context)
     store = _store(args)
-    key = store.keys.eventlog(args.id)
-    if not store.job_exists(args.id):
+    follower = jobfacts.EventlogFollower(store.redis, store.keys, args.id)
+    if not follower.exists:
         die(f"job {shown_id(args.id)} not found")
     deadline = None if timeout is None else time.monotonic() + timeout
-    last = "0-0"
     seen: list[Any] = []  # the eventlog so far: private text is keyed by position
+    pending = follower.history
     while True:
-        if deadline is None:
-            block = 0  # XREAD BLOCK 0 waits forever
-        else:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                die(f"wait-event timeout on event '{args.event}'")
-            block = max(1, int(remaining * 1000))
-        reply = jobfacts.read_new(store.redis, {key: last}, block=block)
-        for _stream, entries in reply or []:
-            for sid, fields in entries:
-                last = sid.decode()
-                event = decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c"))
-                seen.append(event)
-                if event.event_name == args.event:
-                    # the owner waits on (and sees) the note as written, not its stand-in
-                    stamp, name, context = _revealed(store, args.id, seen)[-1]
-                    if _context_matches(context, matches):
-                        if not args.quiet:
-                            if args.format == "json":
-                                print_json(_rfc18(stamp, name, context))
-                            else:
-                                print(event_line(stamp, name, context))
-                        return 0
-                if event.event_name in _LAST_EVENTS:
-                    die(f"event '{args.event}' never received")
+        if not pending:
+            if deadline is None:
+                block = 0  # XREAD BLOCK 0 waits forever
+            else:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    die(f"wait-event timeout on event '{args.event}'")
+                block = max(1, int(remaining * 1000))
+            reply = jobfacts.read_new(store.redis, follower.streams(), block=block)
+            pending = [e for _stream, entries in reply or [] for e in follower.take(entries)]
+        entries, pending = pending, []
+        for _sid, fields in entries:
+            event = decode_entry(fields[b"n"], fields[b"t"], fields.get(b"c"))
+            seen.append(event)
+            if event.event_name == args.event:
+                # the owner waits on (and sees) the note as written, not its stand-in
+                stamp, name, context = _revealed(store, args.id, seen)[-1]
+                if _context_matches(context, matches):
+                    if not args.quiet:
+                        if args.format == "json":
+                            print_json(_rfc18(stamp, name, context))
+                        else:
+                            print(event_line(stamp, name, context))
+                    return 0
+            if event.event_name in _LAST_EVENTS:
+                die(f"event '{args.event}' never received")
 
 
 def _context_matches(ctx: dict[str, Any], matches: dict[str, Any]) -> bool:

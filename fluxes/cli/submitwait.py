@@ -124,17 +124,18 @@ def wait_event(inst: Instance, ids: list[int], name: str, err: TextIO) -> int:
 
 def _await_event(inst: Instance, jobid: int, name: str) -> str | None:
     from fluxes.store.groups import read_streams
+    from fluxes.store.jobfacts import EventlogFollower
 
-    key = inst.keys.eventlog(jobid)
+    follower = EventlogFollower(inst.redis, inst.keys, jobid)
     want = name.encode()
-    position = "0-0"
+    entries = follower.history
     while True:
-        for _stream, entries in read_streams(inst.redis, {key: position}, 1000, 1000):
-            position = entries[-1][0].decode()
-            for _sid, fields in entries:
-                found = _check_entry(fields, want)
-                if found is not None:
-                    return found or None
+        for _sid, fields in entries:
+            found = _check_entry(fields, want)
+            if found is not None:
+                return found or None
+        entries = [e for _stream, got in read_streams(inst.redis, follower.streams(), 1000, 1000)
+                   for e in follower.take(got)]
 
 
 def _check_entry(fields: dict[bytes, Any], want: bytes) -> str | None:

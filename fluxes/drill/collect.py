@@ -16,7 +16,7 @@ from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import TransitionError
 from fluxes.domain.joblist.model import ReadModel
 from fluxes.formats.rset import ResourceSet
-from fluxes.store import jobhash
+from fluxes.store import jobfacts, jobhash
 from fluxes.store.eventstore import decode_entry, journal_entry
 from fluxes.store.instance import Instance
 from fluxes.store.jobhash import JobHashes
@@ -52,10 +52,8 @@ def read_eventlogs(inst: Instance, jobids: Sequence[int]) -> Eventlogs:
     out = Eventlogs()
     for i in range(0, len(jobids), BLOCK):
         chunk = jobids[i:i + BLOCK]
-        pipe = inst.redis.pipeline(transaction=False)
-        for jobid in chunk:
-            pipe.xrange(inst.keys.eventlog(jobid))
-        for jobid, entries in zip(chunk, pipe.execute(), strict=True):
+        found = jobfacts.eventlogs(inst.redis, inst.keys, list(chunk))
+        for jobid, entries in zip(chunk, found, strict=True):
             events, why = decode_eventlog(entries)
             if why is None:
                 out.logs[jobid] = events

@@ -22,6 +22,7 @@ from fluxes.job.future import EventLogEvent, Future, WatchFuture
 if TYPE_CHECKING:
     from fluxes.store.client import Client
     from fluxes.store.instance import Instance
+    from fluxes.store.jobfacts import EventlogFollower
 
 #: Events after which a job's eventlog ends.
 _LAST = frozenset({b"clean", b"invalidate"})
@@ -74,8 +75,13 @@ class Flux:
         self.keys = self.instance.keys
         self._outbox: list[SubmitFuture] = []
         self._replies: dict[str, list[SubmitFuture]] = {}
-        self._logs: dict[str, str] = {}  # eventlog key -> position
-        self._log_watchers: dict[str, list[Any]] = {}
+        # watched eventlogs, by job: the follower (its stream and position), the
+        # watchers, the events delivered so far (a late watcher replays them) and
+        # the history read but not delivered yet (the next step delivers it)
+        self._logs: dict[int, EventlogFollower] = {}
+        self._log_watchers: dict[int, list[Any]] = {}
+        self._log_seen: dict[int, list[EventLogEvent]] = {}
+        self._log_new: dict[int, list[Any]] = {}
         self._journal: dict[str, str] | None = None  # journal key -> position
         self._followed: dict[int, Any] = {}
         self._orphans: dict[int, list[EventLogEvent]] = {}
@@ -159,31 +165,33 @@ class Flux:
     def watch_log(self, jobid: int, watcher: Any) -> None:
         """Deliver ``jobid``'s eventlog from its start to ``watcher._event`` (then
         ``watcher._end()``); ``OSError`` ENOENT for an unknown job."""
-        key = self.keys.eventlog(jobid)
-        if key not in self._logs:
-            if not self.redis.exists(key):
+        from fluxes.store.jobfacts import EventlogFollower
+
+        if jobid not in self._logs:
+            follower = EventlogFollower(self.redis, self.keys, jobid)
+            if not follower.exists:
                 raise FileNotFoundError(errno.ENOENT, f"job {jobid} not found")
-            self._logs[key] = "0-0"
-            self._log_watchers[key] = []
+            self._logs[jobid] = follower
+            self._log_watchers[jobid] = []
+            self._log_seen[jobid] = []
+            self._log_new[jobid] = follower.history
+        else:
             # a new watcher of an eventlog already read replays it from the start
-        elif self._logs[key] != "0-0":
-            for event in self._history(key):
+            for event in self._log_seen[jobid]:
                 watcher._event(event)
-        self._log_watchers[key].append(watcher)
+        self._log_watchers[jobid].append(watcher)
 
     def unwatch_log(self, jobid: int, watcher: Any) -> None:
         """Stop delivering to ``watcher``."""
-        key = self.keys.eventlog(jobid)
-        watchers = self._log_watchers.get(key)
+        watchers = self._log_watchers.get(jobid)
         if watchers and watcher in watchers:
             watchers.remove(watcher)
             if not watchers:
-                del self._log_watchers[key]
-                del self._logs[key]
+                self._drop_log(jobid)
 
-    def _history(self, key: str) -> list[EventLogEvent]:
-        end = self._logs[key]
-        return [_event(fields) for _sid, fields in self.redis.xrange(key, "-", end)]
+    def _drop_log(self, jobid: int) -> None:
+        for table in (self._logs, self._log_watchers, self._log_seen, self._log_new):
+            table.pop(jobid, None)
 
     # -- the engine --------------------------------------------------------
 
@@ -196,14 +204,19 @@ class Flux:
         self._flush()
         if self._replies:
             self._take_replies()
-        streams = dict(self._logs)
+        self._deliver_histories()
+        # one read per stream, from the earliest position any of its readers is at
+        streams: dict[str, str] = {}
+        for follower in self._logs.values():
+            _earliest(streams, follower.key, follower.position)
         if self._journal is not None:
             if not self._followed and not self._replies:
                 self._journal = None
                 self._orphans.clear()
                 self._orphan_since.clear()
             else:
-                streams.update(self._journal)
+                for key, position in self._journal.items():
+                    _earliest(streams, key, position)
         busy = bool(self._replies or self._outbox or self._ready)
         if not streams:
             if self._replies and not self._outbox:
@@ -214,14 +227,27 @@ class Flux:
         for stream, entries in read_streams(self.redis, streams, _COUNT, block):
             read += len(entries)
             key = stream.decode()
-            if key in self._logs:
-                self._logs[key] = entries[-1][0].decode()
-                self._deliver_log(key, entries)
-            elif self._journal is not None and key in self._journal:
-                self._journal[key] = entries[-1][0].decode()
-                self._deliver_journal(entries)
-            # else: a watch dropped by an earlier stream's delivery in this read
+            for jobid, follower in list(self._logs.items()):
+                if follower.key == key and jobid in self._logs:
+                    mine = follower.take(_after(entries, follower.position))
+                    if mine:
+                        self._deliver_log(jobid, mine)
+            if self._journal is not None and key in self._journal:
+                # read from an earlier position for a watch, the entries may all be
+                # behind this one: it only moves on
+                new = _after(entries, self._journal[key])
+                if new:
+                    self._journal[key] = new[-1][0].decode()
+                    self._deliver_journal(new)
         return read
+
+    def _deliver_histories(self) -> None:
+        """Deliver the eventlogs read by new watches (their history so far)."""
+        for jobid in [j for j, new in self._log_new.items() if new]:
+            new = self._log_new.get(jobid)  # a delivery may have dropped the watch
+            if new:
+                self._log_new[jobid] = []
+                self._deliver_log(jobid, new)
 
     def _flush(self) -> None:
         if not self._outbox:
@@ -303,17 +329,19 @@ class Flux:
                     self._to_follower(jobid, event)
             future._fulfil(jobid)
 
-    def _deliver_log(self, key: str, entries: list[Any]) -> None:
-        watchers = list(self._log_watchers.get(key, ()))
+    def _deliver_log(self, jobid: int, entries: list[Any]) -> None:
+        watchers = list(self._log_watchers.get(jobid, ()))
+        seen = self._log_seen.get(jobid)
         for _sid, fields in entries:
             event = _event(fields)
+            if seen is not None:
+                seen.append(event)
             for watcher in watchers:
                 watcher._event(event)
             if fields.get(b"n") in _LAST:
                 for watcher in watchers:
                     watcher._end()
-                self._log_watchers.pop(key, None)
-                self._logs.pop(key, None)
+                self._drop_log(jobid)
                 return
 
     def _deliver_journal(self, entries: list[Any]) -> None:
@@ -353,6 +381,24 @@ class Flux:
         if event.name in ("clean", "invalidate"):
             del self._followed[jobid]
             follower._end()
+
+
+def _earliest(streams: dict[str, str], key: str, position: str) -> None:
+    """Read ``key`` from ``position`` unless from an earlier one already."""
+    from fluxes.store.jobfacts import id_key
+
+    have = streams.get(key)
+    if have is None or id_key(position) < id_key(have):
+        streams[key] = position
+
+
+def _after(entries: list[Any], position: str) -> list[Any]:
+    """The entries read after ``position`` (a stream read from an earlier one for
+    another reader)."""
+    from fluxes.store.jobfacts import id_key
+
+    after = id_key(position)
+    return [e for e in entries if id_key(e[0]) > after]
 
 
 def _event(fields: dict[bytes, bytes]) -> EventLogEvent:

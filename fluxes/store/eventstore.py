@@ -34,6 +34,7 @@ from fluxes.errors import FluxesError
 from fluxes.store import reachability, scripts
 from fluxes.store.direct import Direct
 from fluxes.store.entries import decode_entry as decode_entry  # noqa: PLC0414 -- re-exported
+from fluxes.store.jobfacts import eventlog_entries, index_ids
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
 
@@ -402,9 +403,12 @@ class EventStore:
     # ------------------------------------------------------------ reads
 
     def eventlog_entries(self, jobid: int) -> list[tuple[str, ev.Event]]:
-        """The job's eventlog as (stream id, event) pairs; [] for an unknown job."""
-        entries = self.redis.xrange(self.keys.eventlog(jobid))
-        return [(sid.decode(), decode_entry(f[b"n"], f[b"t"], f.get(b"c"))) for sid, f in entries]
+        """The job's eventlog as (stream id, event) pairs; [] for an unknown job. The ids
+        are the events' journal ids (fluxes.store.jobfacts: a job's eventlog is an index
+        of journal entries), or those of an eventlog of the previous layout."""
+        [entries] = eventlog_entries(self.redis, self.keys, [jobid])
+        return [(sid.decode(), decode_entry(f[b"n"], f[b"t"], f.get(b"c")))
+                for sid, f in entries or []]
 
     def eventlog(self, jobid: int) -> list[ev.Event]:
         """The job's events in order; [] for an unknown job."""
@@ -423,10 +427,35 @@ class EventStore:
         out: list[list[RawEvent] | str] = [""] * len(jobids)
         for positions in by_slot.values():
             keys = [self.keys.eventlog(jobids[n]) for n in positions]
-            replies = self.direct(keys[0]).execute(
-                [("XRANGE", key, "-", "+", "COUNT", count) for key in keys])
-            for n, reply in zip(positions, replies, strict=True):
-                out[n] = _heads(reply)
+            direct = self.direct(keys[0])
+            indexes = direct.execute([("GET", key) for key in keys])
+            # then the journal entries the indexes name (an eventlog of the previous
+            # layout, a stream, is read itself)
+            commands: list[tuple[Any, ...]] = []
+            plan: list[tuple[int, int]] = []
+            for n, key, index in zip(positions, keys, indexes, strict=True):
+                if isinstance(index, redis.ResponseError) and str(index).startswith("WRONGTYPE"):
+                    plan.append((len(commands), -1))
+                    commands.append(("XRANGE", key, "-", "+", "COUNT", count))
+                    continue
+                if isinstance(index, redis.ResponseError):
+                    out[n] = one_line_error(index)
+                    plan.append((0, -2))
+                    continue
+                ids = index_ids(index)[:count] if index else []
+                journal = self.keys.journal(self.keys.partition_of(jobids[n]))
+                plan.append((len(commands), len(ids)))
+                commands += [("XRANGE", journal, sid, sid) for sid in ids]
+            replies = direct.execute(commands) if commands else []
+            for n, (first, many) in zip(positions, plan, strict=True):
+                if many == -2:
+                    continue
+                if many == -1:
+                    out[n] = _heads(replies[first])
+                    continue
+                found = replies[first:first + many]
+                bad = next((r for r in found if isinstance(r, redis.ResponseError)), None)
+                out[n] = _heads(bad if bad is not None else [e for r in found for e in r])
         return out
 
     def job_exists(self, jobid: int) -> bool:

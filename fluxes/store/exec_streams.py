@@ -39,7 +39,7 @@ from fluxes.domain.exec.intake import Entry
 from fluxes.domain.exec.jobs import StartFacts
 from fluxes.domain.exec.outbox import Outbox
 from fluxes.domain.sched.inventory import Inventory
-from fluxes.store import jobhash
+from fluxes.store import jobfacts, jobhash
 from fluxes.store.direct import Direct, execute_grouped, stream_entries
 from fluxes.store.groups import ensure_group
 from fluxes.store.keys import GROUP_EXEC, Keys
@@ -184,17 +184,21 @@ class ExecStreams:
 
     def identities(self, jobids: Sequence[int]) -> Identities:
         """The userid of each job's ``submit`` event, the registered users and the
-        instance owner, in one round trip (per slot on a cluster)."""
+        instance owner, in two round trips (per slot on a cluster): the eventlog
+        indexes, then the journal entries their first ids name."""
         unique = list(dict.fromkeys(jobids))
         keys = self.keys
         commands: list[tuple[str, tuple[Any, ...]]] = [
-            (keys.eventlog(j), ("XRANGE", keys.eventlog(j), "-", "+", "COUNT", 1))
-            for j in unique]
+            (keys.eventlog(j), ("GET", keys.eventlog(j))) for j in unique]
         commands += [(keys.users, ("HVALS", keys.users)),
                      (keys.instance, ("HGET", keys.instance, "owner_uid"))]
-        replies = execute_grouped(self.redis, commands)
-        _raise_errors(replies)
-        *events, uids, owner = replies
+        *indexes, uids, owner = execute_grouped(self.redis, commands)
+        firsts = [jobfacts.first_entry_read(keys, j, index)
+                  for j, index in zip(unique, indexes, strict=True)]
+        _raise_errors([uids, owner])
+        # an entry that cannot be read names no userid (the job is refused, not the batch)
+        events = [None if isinstance(e, redis.ResponseError) else e
+                  for e in execute_grouped(self.redis, firsts)]
         registered = set()
         for raw in uids or []:
             with contextlib.suppress(ValueError):

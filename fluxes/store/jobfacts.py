@@ -1,6 +1,15 @@
 """Facts of a job read without redis-py (``fluxes run`` talks through the small client,
-fluxes.store.lite, and must not import it): who owns it, whether it has an eventlog, and
-the entries of its streams (eventlog, output) after a position.
+fluxes.store.lite, and must not import it): who owns it, whether it has an eventlog, its
+events, and the entries of its streams (output) after a position.
+
+Every event is stored once, in the partition journal. A job's eventlog key
+(``{p}:job:<id>:eventlog``) is its index: a string of the journal ids of its
+events, each followed by a space, appended by ``commit.lua`` with the events
+(the journal keeps every entry of a job that still exists: it is trimmed only
+past purged jobs, fluxes.store.retention). :func:`eventlog_entries` reads the
+index, then those journal entries; an eventlog written before this layout (a
+stream of the events themselves) is read as it is. :class:`EventlogFollower`
+follows a job's new events on the journal.
 
 The job hash's field names are those of fluxes/store/jobhash.py, its owner module.
 """
@@ -28,6 +37,164 @@ def owner_of(client: Any, keys: Keys, jobid: int) -> int | None:
 def has_eventlog(client: Any, keys: Keys, jobid: int) -> bool:
     """Whether the job's eventlog exists (it was submitted and not purged)."""
     return bool(client.exists(keys.eventlog(jobid)))
+
+
+#: One raw stream entry: its id and fields (``n`` name, ``t`` time, ``c`` context).
+Entry = tuple[bytes, dict[bytes, bytes]]
+
+
+def _run(client: Any, commands: list[tuple[Any, ...]]) -> list[Any]:
+    """Commands in one round trip; errors come back in place."""
+    raw = getattr(client, "execute_raw", None)
+    if raw is not None:  # the CLI's small client (fluxes.store.lite)
+        answers: list[Any] = raw(commands)
+        return answers
+    pipe = client.pipeline(transaction=False)
+    for command in commands:
+        pipe.execute_command(*command)
+    return list(pipe.execute(raise_on_error=False))
+
+
+def _wrong_type(reply: Any) -> bool:
+    return isinstance(reply, Exception) and str(reply).startswith("WRONGTYPE")
+
+
+def index_ids(raw: bytes) -> list[bytes]:
+    """The journal ids of an eventlog index (a job's events, oldest first)."""
+    return raw.split()
+
+
+_EVENT_FIELDS = (b"n", b"t", b"c")
+
+
+def _event_fields(fields: Any) -> dict[bytes, bytes]:
+    """An entry's fields as a dict holding just the event's ``n``, ``t`` and ``c``."""
+    pairs = fields if isinstance(fields, dict) else \
+        dict(zip(fields[::2], fields[1::2], strict=False))
+    # a field missing (a broken write) stays missing: the reader says which
+    return {name: pairs[name] for name in _EVENT_FIELDS if name in pairs}
+
+
+def _entries(reply: Any) -> list[Entry]:
+    if isinstance(reply, Exception):
+        raise reply
+    return [(sid, _event_fields(fields)) for sid, fields in reply or []]
+
+
+def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | None = None,
+                     newest: bool = False) -> list[list[Entry] | None]:
+    """Each job's eventlog entries as (stream id, fields ``n``, ``t``, ``c``), oldest
+    first (None: no eventlog); with ``count``, only its first (``newest``: last)
+    ``count``. Two round trips: the indexes, then the journal entries they name
+    (the ids are journal ids); an eventlog of the previous layout (its own stream)
+    is read directly."""
+    if not jobids:
+        return []
+    heads = _run(client, [("GET", keys.eventlog(j)) for j in jobids])
+    commands: list[tuple[Any, ...]] = []
+    plan: list[tuple[int, int] | None] = []  # per job: first command, how many
+    for jobid, head in zip(jobids, heads, strict=True):
+        if head is None:
+            plan.append(None)
+            continue
+        if _wrong_type(head):
+            key = keys.eventlog(jobid)
+            extra = () if count is None else ("COUNT", count)
+            plan.append((len(commands), -1))
+            commands.append(("XREVRANGE", key, "+", "-", *extra) if newest
+                            else ("XRANGE", key, "-", "+", *extra))
+            continue
+        if isinstance(head, Exception):
+            raise head
+        ids = index_ids(head)
+        if count is not None:
+            ids = ids[-count:] if newest else ids[:count]
+        journal = keys.journal(keys.partition_of(jobid))
+        plan.append((len(commands), len(ids)))
+        commands += [("XRANGE", journal, sid, sid) for sid in ids]
+    replies = _run(client, commands) if commands else []
+    out: list[list[Entry] | None] = []
+    for step in plan:
+        if step is None:
+            out.append(None)
+            continue
+        first, n = step
+        if n < 0:  # a stream of the previous layout
+            entries = _entries(replies[first])
+            out.append(entries[::-1] if newest else entries)
+            continue
+        # an entry gone from the journal (its job purged meanwhile) is left out
+        out.append([e for reply in replies[first:first + n] for e in _entries(reply)])
+    return out
+
+
+def first_entry_read(keys: Keys, jobid: int, index: Any) -> tuple[str, tuple[Any, ...]]:
+    """The read of a job's first event, given what GET answered for its eventlog
+    (``index``): an anchor key and an XRANGE whose reply holds the entry (none when
+    the job has no eventlog)."""
+    log = keys.eventlog(jobid)
+    if isinstance(index, bytes) and index.split():
+        first = index.split(maxsplit=1)[0]
+        journal = keys.journal(keys.partition_of(jobid))
+        return journal, ("XRANGE", journal, first, first)
+    # an eventlog of the previous layout (a stream: GET failed), or none (empty reply)
+    return log, ("XRANGE", log, "-", "+", "COUNT", 1)
+
+
+def id_key(stream_id: bytes | str) -> tuple[int, int]:
+    """A stream id as a pair of numbers, for comparisons."""
+    text = stream_id.decode() if isinstance(stream_id, bytes) else stream_id
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class EventlogFollower:
+    """One job's eventlog, then each new event as it is committed: its ``history`` is
+    read at construction; a reader XREADs :meth:`streams` (with its other streams,
+    when they share a slot) and hands the entries of :attr:`key` to :meth:`take`.
+
+    New events are followed on the partition journal, from the later of its last
+    entry before the index was read and the job's last event: every event of the
+    job committed before that point is in the index (commit.lua writes both in
+    one step), and every later one comes after it. An eventlog of the previous
+    layout (a stream of its own) is followed directly.
+    """
+
+    def __init__(self, client: Any, keys: Keys, jobid: int) -> None:
+        self.jobid = jobid
+        self._job = str(jobid).encode()
+        journal = keys.journal(keys.partition_of(jobid))
+        tip = client.xrevrange(journal, count=1)
+        [history] = eventlog_entries(client, keys, [jobid])
+        #: False when the job has no eventlog (unknown or purged)
+        self.exists = history is not None
+        #: the job's events so far
+        self.history: list[Entry] = history or []
+        last = self.history[-1][0] if self.history else b"0-0"
+        # an eventlog of the previous layout is a stream of its own, followed as is
+        [head] = _run(client, [("GET", keys.eventlog(jobid))])
+        self._own = _wrong_type(head)
+        #: the stream to read
+        self.key = keys.eventlog(jobid) if self._own else journal
+        best = last if self._own else max(tip[0][0] if tip else b"0-0", last, key=id_key)
+        #: the last id read of :attr:`key`
+        self.position = best.decode() if isinstance(best, bytes) else str(best)
+
+    def streams(self) -> dict[str, str]:
+        """What to XREAD: ``{key: position}``."""
+        return {self.key: self.position}
+
+    def take(self, entries: list[Any]) -> list[Entry]:
+        """The job's events among ``entries`` (read from :attr:`key` after
+        :attr:`position`, which moves past them all)."""
+        out: list[Entry] = []
+        for sid, fields in entries:
+            self.position = sid.decode() if isinstance(sid, bytes) else str(sid)
+            pairs = fields if isinstance(fields, dict) else \
+                dict(zip(fields[::2], fields[1::2], strict=False))
+            if self._own or (pairs.get(b"j") == self._job and b"s" in pairs):
+                out.append((sid, _event_fields(pairs)))
+        return out
 
 
 def which_exist(client: Any, keys: Keys, jobids: list[int]) -> list[bool]:
@@ -65,21 +232,12 @@ def read_last(client: Any, key: str, count: int = 1) -> list[tuple[Any, dict[Any
 
 def last_events(client: Any, keys: Keys, jobids: list[int]
                 ) -> list[tuple[Any, dict[Any, Any]] | None]:
-    """Each job's newest eventlog entry (None: no eventlog), one round trip."""
-    if not jobids:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for jobid in jobids:
-        pipe.xrevrange(keys.eventlog(jobid), count=1)
-    return [last[0] if last else None for last in pipe.execute()]
+    """Each job's newest eventlog entry (None: no eventlog)."""
+    return [found[-1] if found else None
+            for found in eventlog_entries(client, keys, jobids, count=1, newest=True)]
 
 
 def eventlogs(client: Any, keys: Keys, jobids: list[int]
               ) -> list[list[tuple[Any, dict[Any, Any]]]]:
-    """Each job's whole eventlog (empty: none), one round trip."""
-    if not jobids:
-        return []
-    pipe = client.pipeline(transaction=False)
-    for jobid in jobids:
-        pipe.xrange(keys.eventlog(jobid))
-    return list(pipe.execute())
+    """Each job's whole eventlog (empty: none)."""
+    return [found or [] for found in eventlog_entries(client, keys, jobids)]

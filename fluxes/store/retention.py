@@ -67,7 +67,7 @@ from fluxes.domain.retention import (
     trim_bound,
 )
 from fluxes.errors import FluxesError
-from fluxes.store import jobhash
+from fluxes.store import jobfacts, jobhash
 from fluxes.store.archive import ArchiveError, JournalArchive, RawEntry
 from fluxes.store.children import ChildSweeper, doom_children
 from fluxes.store.direct import Direct, execute_grouped
@@ -123,23 +123,20 @@ def purge(client: redis.Redis, keys: Keys, jobids: Iterable[int],
 def _purge_chunk(client: redis.Redis, keys: Keys, part: int, ids: list[int], stamp: str,
                  result: PurgeResult) -> None:
     fields = (*jobhash.BLOB_FIELDS, jobhash.OWNER)
-    commands: list[tuple[str, tuple[Any, ...]]] = []
-    for jobid in ids:
-        commands.append((keys.eventlog(jobid), ("XREVRANGE", keys.eventlog(jobid), "+", "-",
-                                                "COUNT", 1)))
-        commands.append((keys.job(jobid), ("HMGET", keys.job(jobid), *fields)))
-    replies = execute_grouped(client, commands)
+    try:
+        lasts = jobfacts.eventlog_entries(client, keys, ids, count=1, newest=True)
+    except redis.ResponseError as exc:
+        raise FluxesError(f"purge: {exc}") from None
+    rows = execute_grouped(client, [(keys.job(jobid), ("HMGET", keys.job(jobid), *fields))
+                                    for jobid in ids])
     inactive: list[tuple[int, dict[str, str], int | None]] = []
-    for n, jobid in enumerate(ids):
-        last, row = replies[2 * n], replies[2 * n + 1]
-        if isinstance(last, Exception) or isinstance(row, Exception):
-            raise FluxesError(f"purge of {jobid}: {last if isinstance(last, Exception) else row}")
+    for jobid, last, row in zip(ids, lasts, rows, strict=True):
+        if isinstance(row, Exception):
+            raise FluxesError(f"purge of {jobid}: {row}")
         if not last:
             result.unknown.append(jobid)
             continue
-        flat = last[0][1]
-        name = next((flat[k + 1].decode("utf-8", "replace") for k in range(0, len(flat) - 1, 2)
-                     if flat[k] == b"n"), "?")
+        name = last[-1][1].get(b"n", b"?").decode("utf-8", "replace")
         if name not in TERMINAL_EVENTS:
             result.active[jobid] = name
             continue

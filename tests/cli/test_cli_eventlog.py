@@ -122,7 +122,9 @@ def test_check_reports_a_job_whose_eventlog_disagrees(store: EventStore, uri: st
     _submit(store, 2)
     assert main(["--uri", uri, "eventlog", "check"]) == 0
     assert "2 jobs checked, 0 with problems" in capsys.readouterr().out
-    real_redis.xadd(KEYS.eventlog(2), {"n": "alloc", "t": "1.0"})  # written behind our back
+    # job 2's index names another job's entry, written behind our back
+    sid = real_redis.xadd(KEYS.journal(0), {"j": 999, "s": 0, "n": "alloc", "t": "1.0"})
+    real_redis.append(KEYS.eventlog(2), sid + b" ")
     assert main(["--uri", uri, "eventlog", "check"]) == 1
     out = capsys.readouterr().out
     assert f"{encode(2, 'f58')}: eventlog does not replay" in out

@@ -17,6 +17,7 @@ from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from fluxes.store.retention import purge
 from tests.backends import OnFakeRedis, OnRealRedis
+from tests.forge import forge_event
 from workers.ingest import IngestWorker
 
 KEYS = Keys("t")
@@ -92,7 +93,7 @@ class AckLogContract:
         worker._acks = log
         jobs = submit(instance, worker, 4)
         # a purge on purpose (its entries stay in the journal until trimmed)
-        client.xadd(KEYS.eventlog(jobs[0]), {"n": "clean", "t": "1"})
+        forge_event(client, KEYS, jobs[0], {"n": "clean", "t": "1"})
         assert purge(client, KEYS, [jobs[0]]).purged == [jobs[0]]
         assert acklog.find_lost(client, KEYS, [
             acklog.Acked(j, 0, e[0].decode(), "me", "r")

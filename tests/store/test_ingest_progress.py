@@ -179,7 +179,7 @@ class ProgressContract:
             assert sorted(announced(instance)) == sorted(ids), allowed
             assert ["error" in r for r in results[23:]] == [i % 4 == 1 for i in range(17)]
             for jobid in ids:
-                assert client.xlen(instance.keys.eventlog(jobid)) == 2
+                assert len(EventStore(client, instance.keys).eventlog(jobid)) == 2
                 assert client.hget(instance.keys.job(jobid), "owner") == b"1000"
             assert client.xpending(instance.keys.submit("me"), "ingest")["pending"] == 0
 

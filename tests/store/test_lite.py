@@ -125,3 +125,24 @@ def test_an_instance_reads_its_partitions_through_it(redis_server: RedisServer,
     inst = Instance(InstanceURI(redis_server.url, "t"), lite=True)
     assert isinstance(inst.redis, LiteRedis) and inst.keys.partitions == 3
     assert not isinstance(_client(redis_server.url, None, lite=False), LiteRedis)
+
+
+def test_eventlogs_read_alike_through_both_clients(lite: LiteRedis,
+                                                   real_redis: redis.Redis) -> None:
+    from fluxes.store import jobfacts
+    from fluxes.store.eventstore import EventStore
+    from tests.store.test_eventlog_index import LIFE, _commit, _old_layout
+
+    keys = Keys("t")
+    real_redis.set(keys.jm_fence(0), "1")
+    _commit(EventStore(real_redis, keys), 7, 0, LIFE[:4])  # an index of the journal
+    _old_layout(real_redis, 8, LIFE[:2])  # a stream of the previous layout
+    for client in (lite, real_redis):
+        logs = jobfacts.eventlogs(client, keys, [7, 8, 9])
+        assert [[f[b"n"] for _s, f in log] for log in logs] == [
+            [n.encode() for n in LIFE[:4]], [b"submit", b"validate"], []]
+        [last7, last8, none] = jobfacts.last_events(client, keys, [7, 8, 9])
+        assert last7 is not None and last7[1][b"n"] == b"priority" and none is None
+        assert last8 is not None and last8[1][b"n"] == b"validate"
+        follower = jobfacts.EventlogFollower(client, keys, 7)
+        assert len(follower.history) == 4 and jobfacts.read_new(client, follower.streams()) == []

@@ -19,6 +19,7 @@ from fluxes.formats.jobid import parse
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.launcher import Launcher
 from fluxes.proc.nested import STOPPED
+from fluxes.store import jobfacts
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.jobhash import JobHashes
 
@@ -43,7 +44,8 @@ def batch(uri: str, capsys: pytest.CaptureFixture[str], *args: str) -> int:
 
 def eventlog(inst: Instance, jobid: int) -> list[tuple[str, dict[str, object]]]:
     out = []
-    for _id, fields in inst.redis.xrange(inst.keys.eventlog(jobid)):
+    [entries] = jobfacts.eventlogs(inst.redis, inst.keys, [jobid])
+    for _id, fields in entries:
         out.append((fields[b"n"].decode(), orjson.loads(fields.get(b"c", b"{}"))))
     return out
 

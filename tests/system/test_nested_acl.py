@@ -34,7 +34,7 @@ from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.exec_files import TaskFiles
 from fluxes.proc.launcher import Launcher
 from fluxes.proc.redis_server import RedisServer
-from fluxes.store import acl
+from fluxes.store import acl, jobfacts
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.keys import Keys
 from fluxes.store.security import (
@@ -80,7 +80,7 @@ def check_scope(r: redis.Redis, parent: Keys, jobid: int, owner: int, other: int
                  lambda: r.hset(parent.instance, "owner", "x"),
                  lambda: r.xadd(parent.submit("alice"), {"x": "1"}),
                  lambda: r.xadd(parent.exec_rank(0), {"x": "1"}),
-                 lambda: r.xrange(parent.eventlog(jobid)),
+                 lambda: r.get(parent.eventlog(jobid)),
                  lambda: r.hgetall(parent.job(jobid + 1)),
                  lambda: r.xrange(parent.journal(0)),
                  lambda: r.hgetall(parent.users),
@@ -181,7 +181,7 @@ def test_identities_are_created_scoped_revoked_and_swept(
 
 def _eventlog(inst: Instance, jobid: int) -> list[tuple[str, dict[str, Any]]]:
     return [(f[b"n"].decode(), orjson.loads(f.get(b"c", b"{}")))
-            for _i, f in inst.redis.xrange(inst.keys.eventlog(jobid))]
+            for _i, f in jobfacts.eventlogs(inst.redis, inst.keys, [jobid])[0]]
 
 
 def _wait(what: str, check: Any, timeout: float = 60) -> Any:

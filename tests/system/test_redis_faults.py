@@ -25,7 +25,7 @@ from fluxes.drill.faults import stall as busy
 from fluxes.drill.invariants import check_jobs
 from fluxes.formats.jobid import parse
 from fluxes.proc.launcher import Launcher
-from fluxes.store import acl
+from fluxes.store import acl, jobfacts
 from fluxes.store.instance import Instance
 from fluxes.store.security import ENV_CREDENTIALS, load_credentials, url_credentials
 from tests.system.clitools import cli, submit
@@ -262,7 +262,7 @@ def test_a_new_password_is_named_and_waited_out(launcher: Launcher, owner: redis
 
 def eventlog(inst: Instance, jobid: int) -> list[tuple[str, dict[str, object]]]:
     return [(f[b"n"].decode(), orjson.loads(f.get(b"c", b"{}")))
-            for _i, f in inst.redis.xrange(inst.keys.eventlog(jobid))]
+            for _i, f in jobfacts.eventlogs(inst.redis, inst.keys, [jobid])[0]]
 
 
 def ended(inst: Instance, jobid: int) -> dict[str, object]:

@@ -32,7 +32,7 @@ from fluxes.formats import jobid as fjobid
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.proc.redis_server import RedisServer
-from fluxes.store import acl
+from fluxes.store import acl, jobfacts
 from fluxes.store.client import Client
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI, NoInstanceError
@@ -771,8 +771,8 @@ def test_exception_notes_dependencies_and_cwd_are_private(
     keys = admin.keys
     numbers = [fjobid.parse(held), fjobid.parse(waiting)]
     deadline = time.monotonic() + 60
-    while not all(admin.redis.xrevrange(keys.eventlog(n), count=1)[0][1][b"n"] == b"clean"
-                  for n in numbers):
+    while not all(last is not None and last[1][b"n"] == b"clean"
+                  for last in jobfacts.last_events(admin.redis, keys, numbers)):
         assert time.monotonic() < deadline, "the jobs did not end"
         time.sleep(0.1)
     capsys.readouterr()
@@ -801,8 +801,8 @@ def test_exception_notes_dependencies_and_cwd_are_private(
     for n in numbers:
         assert refused(lambda n=n: r.hgetall(keys.private(0, alice_uid, n)))
         assert admin.redis.exists(keys.private(0, alice_uid, n))
-    for key in (keys.eventlog(numbers[0]), keys.eventlog(numbers[1]), keys.journal(0)):
-        text = repr(r.xrange(key)).encode()
+    for text in (repr(jobfacts.eventlogs(r, keys, numbers)).encode(),
+                 repr(r.xrange(keys.journal(0))).encode()):
         assert NOTE.encode() not in text and b"after-finish" not in text
         assert b"afterany" not in text
     for raw in admin.redis.scan_iter(count=1000):

@@ -19,5 +19,7 @@ def test_key_kinds() -> None:
         assert kind_of(keys.jm_new(part)) == "jm:new"
         assert kind_of(keys.blob(part, 1000, "00ff")) == "blobs"
         assert kind_of(keys.checkpoint(part)) == "checkpoint"
+        assert kind_of(keys.private(part, 1000, jobid)) == "private"
+        assert kind_of(keys.private_salt) == "other"
         assert kind_of(f"{keys.p(part)}:acct:open") == "accounting"
         assert kind_of(keys.sched_req(part)) == kind_of(keys.workers) == "other"

@@ -9,9 +9,12 @@
 --           eventlog it names must be empty before the batch.
 -- ARGV[2..] ops, each an op code followed by its arguments:
 --   E k jobid expected n {name ts ctx extra}*n
---        append n events to eventlog KEYS[k] and to the journal; the eventlog
---        must hold exactly `expected` entries first. ctx/extra "" = none;
---        extra goes to the journal entry only (summaries for read models).
+--        append n events to the journal and their journal ids to the job's
+--        eventlog KEYS[k] (a string: each id followed by a space; every event is
+--        stored once, in the journal); the eventlog must hold exactly `expected`
+--        events first. ctx/extra "" = none; extra goes to the journal entry only
+--        (summaries for read models). An eventlog of the previous layout (a
+--        stream of its own events) is appended to as before.
 --   J jobid name ts ctx          journal-only entry (e.g. annotations)
 --   H k n {field value}*n        HSET KEYS[k] (n >= 1)
 --   D k n {field}*n              HDEL KEYS[k] (n >= 1)
@@ -63,10 +66,13 @@ local CHUNK = 1000
 local MAX_MESSAGE_FIELDS = CHUNK / 2
 -- Larger TTLs make SET PX / PEXPIRE fail with "invalid expire time".
 local MAX_TTL_DIGITS = 15
+-- Eventlog indexes up to this many bytes are rewritten whole (SET) when they grow,
+-- longer ones appended to (APPEND's spare room is then a small share).
+local SET_LIMIT = 512
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
-local COMMAND = {E = 'XADD', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
+local COMMAND = {E = 'APPEND', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
                  A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL',
                  R = 'HSET', I = 'HINCRBY', C = 'GET'}
 local nargv = #ARGV
@@ -148,10 +154,32 @@ local SCAN_BLOCK = 16
 -- exists, and reading the eventlog backwards an event of BEFORE_ALLOC comes
 -- before any of FROM_ALLOC. A replayed or forged alloc of a running or
 -- finished job, or of no job at all, must not (over)write its R.
+-- The name of a journal entry (nil when it has none or is gone).
+local function entry_name(id)
+  local entries = redis.call('XRANGE', KEYS[2], id, id)
+  if #entries == 0 then return nil end
+  local fields = entries[1][2]
+  for f = 1, #fields - 1, 2 do
+    if fields[f] == 'n' then return fields[f + 1] end
+  end
+  return nil
+end
+
 local function waits_for_alloc(job, log)
-  if redis.call('TYPE', job).ok ~= 'hash' or redis.call('TYPE', log).ok ~= 'stream' then
+  if redis.call('TYPE', job).ok ~= 'hash' then return false end
+  local t = redis.call('TYPE', log).ok
+  if t == 'string' then
+    -- the journal ids of the job's events: read the last ones' names backwards
+    local ids = {}
+    for id in string.gmatch(redis.call('GET', log), '%S+') do ids[#ids + 1] = id end
+    for k = #ids, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
+      local name = entry_name(ids[k])
+      if name == nil or FROM_ALLOC[name] then return false end
+      if BEFORE_ALLOC[name] then return true end
+    end
     return false
   end
+  if t ~= 'stream' then return false end
   local upto = '+'
   local seen = 0
   while seen < SCAN_EVENTS do
@@ -208,6 +236,7 @@ local conflicts = {}
 local notwaiting = {}  -- jobs of R ops that wait for no allocation
 local claimed = {}     -- claims of C ops another writer holds
 local length = {}
+local index = {}    -- the text of each eventlog index read (pass 2 SETs short ones)
 local journal = KEYS[2]
 local i = 2
 while i <= nargv do
@@ -228,27 +257,44 @@ while i <= nargv do
       if n == nil or expected == nil then return badop(i, 'bad count') end
       first, nxt = i + 5, i + 5 + 4 * n
       local actual = length[key]
-      if actual == nil and kind[key] == nil and n > 0 then
-        -- one call checks the type and reads the length: XLEN answers 0 for a
-        -- missing key and fails on any other type than a stream
-        local got = redis.pcall('XLEN', key)
+      -- an index (string), or an eventlog of the previous layout (its own stream):
+      -- one GET tells the type and reads the index, in the common case
+      local have = kind[key]
+      if have == nil then
+        local got = redis.pcall('GET', key)
         if type(got) == 'table' then
-          err = need(key, 'stream', true, cmd)  -- TYPE, for the error's wording
+          have = redis.call('TYPE', key).ok
+        elseif got then
+          have = 'string'
+          index[key] = got
         else
-          kind[key] = 'stream'
-          actual = got
+          have = 'none'
+          index[key] = ''
         end
-      else
-        err = need(key, 'stream', n > 0, cmd)
       end
-      if err == nil and n > 0 then err = need(journal, 'stream', true, cmd) end
+      if have == 'none' then
+        if n > 0 then have = 'string' end
+      elseif have ~= 'string' and have ~= 'stream' then
+        err = redis.error_reply('KEYTYPE APPEND needs a string but ' .. key .. ' holds a '
+                                .. have)
+      end
+      if err == nil then
+        kind[key] = have
+        if n > 0 then err = need(journal, 'stream', true, cmd) end
+      end
       if err == nil then
         if token == "" and length[key] == nil and expected ~= 0 then
           return redis.error_reply('FENCED unfenced writers may only create jobs')
         end
         if actual == nil then
           actual = 0
-          if kind[key] == 'stream' then actual = redis.call('XLEN', key) end
+          if have == 'string' then
+            -- one id and one space per event (GET answers false for a missing key)
+            if index[key] == nil then index[key] = redis.call('GET', key) or '' end
+            actual = select(2, string.gsub(index[key], ' ', ' '))
+          elseif have == 'stream' then
+            actual = redis.call('XLEN', key)
+          end
         end
         if actual ~= expected then
           conflicts[#conflicts + 1] = ARGV[i + 2] .. ':' .. actual
@@ -376,20 +422,54 @@ for _, step in ipairs(plan) do
   if op == 'E' then
     local jobid = ARGV[j - 3]
     local seq = tonumber(ARGV[j - 2])
-    for _ = 1, n do
+    -- one redis.call per entry with its fields spelled out: no table built and
+    -- unpacked per event (the hot path: every event of every job comes here)
+    local stream = kind[key] == 'stream'  -- an eventlog of the previous layout
+    local ids = {}
+    for k = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
-      if ctx == "" then
-        redis.call('XADD', key, '*', 'n', name, 't', ts)
-      else
-        redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
+      if stream then
+        if ctx == "" then
+          redis.call('XADD', key, '*', 'n', name, 't', ts)
+        else
+          redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
+        end
       end
-      local fields = {'j', jobid, 's', seq, 'n', name, 't', ts}
-      if ctx ~= "" then fields[#fields + 1] = 'c'; fields[#fields + 1] = ctx end
-      if extra ~= "" then fields[#fields + 1] = 'x'; fields[#fields + 1] = extra end
-      last = redis.call('XADD', journal, '*', unpack(fields))
+      if ctx == "" then
+        if extra == "" then
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts)
+        else
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+                            'x', extra)
+        end
+      else
+        if extra == "" then
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+                            'c', ctx)
+        else
+          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+                            'c', ctx, 'x', extra)
+        end
+      end
+      ids[k] = last
       seq = seq + 1
       appended = appended + 1
       j = j + 4
+    end
+    if not stream and n > 0 then
+      ids[n + 1] = ''
+      local add = table.concat(ids, ' ')
+      local text = index[key]
+      if text ~= nil and #text + #add <= SET_LIMIT then
+        -- a short index is SET whole: APPEND leaves it spare room (doubling its
+        -- allocation), which every pending job would keep
+        text = text .. add
+        redis.call('SET', key, text)
+        index[key] = text
+      else
+        redis.call('APPEND', key, add)
+        index[key] = nil
+      end
     end
   elseif op == 'J' then
     local fields = {'j', ARGV[j], 'n', ARGV[j + 1], 't', ARGV[j + 2]}

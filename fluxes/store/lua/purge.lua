@@ -11,7 +11,10 @@
 --        its hash holds: hash field, the digest it names, the blob KEYS[kb]
 --
 -- For each job whose eventlog exists: its eventlog must end with `clean` or
--- `invalidate` (an inactive job), else nothing at all is written. Then each blob
+-- `invalidate` (an inactive job), else nothing at all is written. An eventlog is
+-- the journal ids of the job's events (a string, each id followed by a space: the
+-- last one names the journal entry read), or, written before that layout, a stream
+-- of the events themselves. Then each blob
 -- reference the hash still holds is released (as commit.lua's U op: `refs`
 -- decremented, the blob deleted at 0), the hash, the eventlog and the job's exec
 -- progress field are deleted, and a journal-only entry `purge` naming the job is
@@ -76,7 +79,12 @@ while i <= nargv do
   if nxt - 1 > nargv then
     return redis.error_reply('BADOP arguments missing at ARGV[' .. i .. ']')
   end
-  err = need(eventlog, 'stream') or need(hash, 'hash')
+  local logtype = redis.call('TYPE', eventlog).ok
+  if logtype ~= 'none' and logtype ~= 'string' and logtype ~= 'stream' then
+    return redis.error_reply('KEYTYPE GET needs a string but ' .. eventlog .. ' holds a '
+                             .. logtype)
+  end
+  err = need(hash, 'hash')
   if err then return err end
   local blobs = {}
   for j = first, nxt - 1, 3 do
@@ -94,7 +102,14 @@ while i <= nargv do
     end
     blobs[#blobs + 1] = {ARGV[j], ARGV[j + 1], blob}
   end
-  local last = redis.call('XREVRANGE', eventlog, '+', '-', 'COUNT', 1)
+  local last = {}
+  if logtype == 'string' then
+    local id = string.match(redis.call('GET', eventlog), '(%S+)%s*$')
+    if id then last = redis.call('XRANGE', KEYS[1], id, id) end
+    if id and #last == 0 then last = {{id, {}}} end  -- its entry gone: not inactive
+  elseif logtype == 'stream' then
+    last = redis.call('XREVRANGE', eventlog, '+', '-', 'COUNT', 1)
+  end
   if #last > 0 then
     local fields = last[1][2]
     local name = nil

@@ -1,0 +1,182 @@
+"""Every event stored once: a job's eventlog is an index of its journal entries.
+
+Run against fakeredis and a real redis-server: commit.lua appends the journal ids to
+the index, readers (the event store, jobfacts, the follower, purge.lua, the R op) read
+the journal through it, and an eventlog of the previous layout (a stream of the events
+themselves, as an instance written before the upgrade holds) is read and appended to
+as it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from fluxes.domain.job import events as ev
+from fluxes.store import jobfacts
+from fluxes.store.eventstore import ConflictError, EventStore, NotWaitingError, encode_context
+from fluxes.store.exec_streams import ExecStreams
+from fluxes.store.keys import Keys
+from fluxes.store.retention import purge
+from tests.backends import OnFakeRedis, OnRealRedis
+from tests.strategies import SUBMIT, T
+
+KEYS = Keys("t")
+LIFE = ["submit", "validate", "depend", "priority", "alloc", "start", "finish", "release",
+        "free", "clean"]
+CONTEXT: dict[str, dict[str, Any]] = {"priority": {"priority": 16}, "finish": {"status": 0},
+           "release": {"ranks": "all", "final": True}}
+
+
+def _event(name: str) -> ev.Event:
+    return SUBMIT if name == "submit" else ev.decode(name, T, CONTEXT.get(name))
+
+
+def _commit(store: EventStore, jobid: int, seq: int, names: list[str]) -> None:
+    batch = store.batch()
+    batch.append(KEYS.eventlog(jobid), jobid, seq, [_event(n) for n in names])
+    store.commit(batch, token="1")
+
+
+def _old_layout(client: redis.Redis, jobid: int, names: list[str]) -> None:
+    """An eventlog as the previous layout wrote it: a stream of the events themselves
+    (the journal held a copy of each)."""
+    for seq, name in enumerate(names):
+        event = _event(name)
+        fields: dict[str, str | bytes] = {"n": name, "t": repr(event.timestamp)}
+        if event.context():
+            fields["c"] = encode_context(event.context())
+        client.xadd(KEYS.eventlog(jobid), fields)
+        client.xadd(KEYS.journal(0), {"j": jobid, "s": seq, **fields})
+
+
+class EventlogIndexContract:
+    """Behaviour every Redis (fake or real) must show; subclasses provide ``client``."""
+
+    @pytest.fixture
+    def store(self, client: redis.Redis) -> EventStore:
+        client.set(KEYS.jm_fence(0), "1")
+        return EventStore(client, KEYS)
+
+    def test_each_event_is_stored_once_and_the_eventlog_names_it(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 7, 0, LIFE[:4])
+        _commit(store, 8, 0, LIFE[:2])
+        index = client.get(KEYS.eventlog(7))
+        assert client.type(KEYS.eventlog(7)) == b"string" and index is not None
+        ids = jobfacts.index_ids(index)
+        journal = {sid: f for sid, f in client.xrange(KEYS.journal(0))}
+        assert [journal[i][b"n"] for i in ids] == [n.encode() for n in LIFE[:4]]
+        assert all(journal[i][b"j"] == b"7" for i in ids)
+        entries = store.eventlog_entries(7)
+        assert [sid.encode() for sid, _e in entries] == ids
+        assert [e.event_name for _s, e in entries] == LIFE[:4]
+        assert store.eventlog(7)[3] == _event("priority")
+        assert store.eventlog(9) == [] and not store.job_exists(9)
+        [(_sid, last)] = [e for e in jobfacts.last_events(client, KEYS, [7]) if e]
+        assert last == {b"n": b"priority", b"t": repr(T).encode(), b"c": b'{"priority":16}'}
+        heads = store.eventlog_heads([7, 8, 9], count=3)
+        assert [[h.name for h in head] for head in heads if isinstance(head, list)] == [
+            [b"submit", b"validate", b"depend"], [b"submit", b"validate"], []]
+
+    def test_expected_length_counts_the_indexed_events(self, store: EventStore) -> None:
+        _commit(store, 7, 0, LIFE[:2])
+        with pytest.raises(ConflictError) as caught:
+            _commit(store, 7, 1, ["depend"])
+        assert caught.value.conflicts == {7: 2}
+        _commit(store, 7, 2, ["depend"])
+        assert len(store.eventlog(7)) == 3
+
+    def test_r_is_written_only_while_the_indexed_job_waits(
+            self, store: EventStore, client: redis.Redis) -> None:
+        client.hset(KEYS.job(7), "owner", "1")
+        _commit(store, 7, 0, LIFE[:4])
+        batch = store.batch()
+        batch.set_if_waiting(KEYS.job(7), KEYS.eventlog(7), 7, "R", b"{}")
+        store.commit(batch, token="1")
+        assert client.hget(KEYS.job(7), "R") == b"{}"
+        _commit(store, 7, 4, ["alloc"])
+        batch = store.batch()
+        batch.set_if_waiting(KEYS.job(7), KEYS.eventlog(7), 7, "R", b"{x}")
+        with pytest.raises(NotWaitingError):
+            store.commit(batch, token="1")
+
+    def test_purge_reads_the_last_event_through_the_index(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 7, 0, LIFE[:5])
+        result = purge(client, KEYS, [7])
+        assert result.active == {7: "alloc"} and client.exists(KEYS.eventlog(7))
+        _commit(store, 7, 5, LIFE[5:])
+        assert purge(client, KEYS, [7]).purged == [7]
+        assert not client.exists(KEYS.eventlog(7)) and store.eventlog(7) == []
+
+    def test_a_follower_sees_the_history_then_only_its_jobs_new_events(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 7, 0, LIFE[:2])
+        follower = jobfacts.EventlogFollower(client, KEYS, 7)
+        assert follower.exists and follower.key == KEYS.journal(0)
+        assert [f[b"n"] for _s, f in follower.history] == [b"submit", b"validate"]
+        _commit(store, 8, 0, LIFE[:2])  # another job's
+        batch = store.batch()
+        batch.journal_only(7, ev.decode("annotations", T, {"annotations": {}}))
+        store.commit(batch, token="1")  # journal-only: not part of the eventlog
+        _commit(store, 7, 2, ["depend"])
+        got = []
+        for _stream, entries in jobfacts.read_new(client, follower.streams()):
+            got += follower.take(entries)
+        assert [f[b"n"] for _s, f in got] == [b"depend"]
+        assert jobfacts.read_new(client, follower.streams()) == []
+        assert not jobfacts.EventlogFollower(client, KEYS, 9).exists
+
+    def test_a_follower_starts_after_events_already_read(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 8, 0, LIFE[:2])
+        _commit(store, 7, 0, LIFE[:2])
+        follower = jobfacts.EventlogFollower(client, KEYS, 7)
+        # no event of the history comes again: the position is past every one
+        assert jobfacts.read_new(client, follower.streams()) == []
+
+    def test_an_eventlog_of_the_previous_layout_is_read_and_appended_to(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _old_layout(client, 7, LIFE[:4])
+        assert [e.event_name for e in store.eventlog(7)] == LIFE[:4]
+        [(_sid, last)] = [e for e in jobfacts.last_events(client, KEYS, [7]) if e]
+        assert last[b"n"] == b"priority"
+        [head] = store.eventlog_heads([7], count=2)
+        assert isinstance(head, list) and [h.name for h in head] == [b"submit", b"validate"]
+        follower = jobfacts.EventlogFollower(client, KEYS, 7)
+        assert follower.key == KEYS.eventlog(7) and len(follower.history) == 4
+        client.hset(KEYS.job(7), "owner", "1")
+        batch = store.batch()
+        batch.set_if_waiting(KEYS.job(7), KEYS.eventlog(7), 7, "R", b"{}")
+        store.commit(batch, token="1")
+        with pytest.raises(ConflictError):
+            _commit(store, 7, 3, ["alloc"])
+        _commit(store, 7, 4, LIFE[4:])
+        assert client.type(KEYS.eventlog(7)) == b"stream"  # still its own stream
+        assert [e.event_name for e in store.eventlog(7)] == LIFE
+        got = [e for _s, entries in jobfacts.read_new(client, follower.streams())
+               for e in follower.take(entries)]
+        assert [f[b"n"] for _s, f in got] == [n.encode() for n in LIFE[4:]]
+        assert purge(client, KEYS, [7]).purged == [7]
+        assert not client.exists(KEYS.eventlog(7))
+
+    def test_the_exec_worker_reads_each_owner_from_the_submit_event(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 7, 0, LIFE[:2])
+        _old_layout(client, 8, LIFE[:2])
+        client.set(KEYS.eventlog(9), "not-an-id ")  # a broken index names no one
+        client.hset(KEYS.users, "alice", "1000")
+        got = ExecStreams(client, KEYS, [0]).identities([7, 8, 9, 10])
+        assert got.submitters == {7: 1000, 8: 1000, 9: None, 10: None}  # SUBMIT.userid
+        assert got.registered == {1000}
+
+
+class TestFakeRedis(EventlogIndexContract, OnFakeRedis):
+    pass
+
+
+class TestRealRedis(EventlogIndexContract, OnRealRedis):
+    pass
