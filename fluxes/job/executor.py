@@ -59,6 +59,8 @@ class FluxExecutorFuture(concurrent.futures.Future[int]):
 
     def _set_jobid(self, jobid: Any, error: BaseException | None = None) -> None:
         with self._lock:
+            if self._jobid_set.is_set():
+                return  # the follower's bind and the submission's answer both tell it
             self._jobid, self._jobid_error = jobid, error
             self._jobid_set.set()
             callbacks = list(self._jobid_callbacks)
@@ -164,6 +166,9 @@ class _Follower:
                 future.set_result(os.WEXITSTATUS(status))
         elif event.name == "exception" and event.context.get("severity") == 0:
             future.set_exception(JobException(event))
+
+    def _bind(self, jobid: Any) -> None:
+        self.future._set_jobid(jobid)
 
     def _end(self) -> None:
         if not self.future.done():

@@ -34,7 +34,8 @@ class SubmitFuture(Future):
     """The id of a submitted job (flux's ``SubmitFuture``): ``get_id()``."""
 
     def __init__(self, handle: Flux, item: dict[str, Any], follow: Any = None) -> None:
-        """A submission of ``item``; ``follow`` (an object with ``_event``) gets the
+        """A submission of ``item``; ``follow`` (an object with ``_event``, and
+        optionally ``_bind`` to learn the job's id before its events) gets the
         job's events from its submission on."""
         super().__init__(handle)
         self.item = item
@@ -322,12 +323,17 @@ class Flux:
                 future._fulfil(None, _refused(str(result.error)))
                 continue
             jobid = JobID(result.id)
+            future._fulfil(jobid)
             if future.follow is not None:
+                # the follower learns the id before any event: an event's callback
+                # (even the clean of a job read before this reply) may ask for it
+                bind = getattr(future.follow, "_bind", None)
+                if bind is not None:
+                    bind(jobid)
                 self._followed[jobid] = future.follow
                 self._orphan_since.pop(jobid, None)
                 for event in self._orphans.pop(jobid, []):
                     self._to_follower(jobid, event)
-            future._fulfil(jobid)
 
     def _deliver_log(self, jobid: int, entries: list[Any]) -> None:
         watchers = list(self._log_watchers.get(jobid, ()))

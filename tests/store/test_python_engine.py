@@ -93,6 +93,38 @@ class EngineContract:
             read += h.step(0.01)
         assert read == 3
 
+    def test_a_follower_knows_the_job_before_its_events(self, client: redis.Redis
+                                                          ) -> None:
+        # an executor callback on clean asks for the job's id: the whole life read
+        # before the reply once deadlocked the executor's thread on that question
+        h = self.handle(client)
+        follower = Binder()
+        h.queue_submit({"jobspec": {"version": 1}, "flags": 0}, follow=follower)
+        h.step(0.01)
+        for seq, name in enumerate(("submit", "start", "finish", "clean")):
+            journal(client, h, 42, seq, name)
+        h.step(0.01)  # the whole life read before the reply: buffered
+        answer(client, h, [42])
+        while not follower.ended:
+            h.step(0.01)
+        assert follower.seen == [(42, "submit"), (42, "start"), (42, "finish"),
+                                 (42, "clean")]
+
+
+class Binder(Recorder):
+    """A follower that must be told its job before any event (as the executor's)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobid: int | None = None
+        self.seen: list[tuple[int | None, str]] = []
+
+    def _bind(self, jobid: int) -> None:
+        self.jobid = jobid
+
+    def _event(self, event: object) -> None:
+        self.seen.append((self.jobid, event.name))  # type: ignore[attr-defined]
+
 
 class TestFakeRedis(EngineContract, OnFakeRedis):
     pass
