@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fluxes.bench.throughput import process_cpu
 from fluxes.proc.launcher import Launcher
 
 
@@ -57,30 +58,7 @@ def cpu_by_kind(launcher: Launcher) -> dict[str, float]:
     processes (``exec``, ``job-manager``: every one of that kind; ``redis``), and as
     ``tasks`` by the children they waited for (the jobs' task wrappers, with the
     processes those waited for), from /proc."""
-    procs: list[tuple[str, Any]] = [(_kind(spec.name), spec.proc) for spec in launcher.workers]
-    if launcher.server is not None:
-        procs.append(("redis", launcher.server.proc))
-    ticks = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
-    for kind, proc in procs:
-        if proc is None:
-            continue
-        try:
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # not Linux, or the process is gone
-        out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
-        out["tasks"] = out.get("tasks", 0.0) + (int(fields[13]) + int(fields[14])) / ticks
-    return out
-
-
-def _kind(name: str) -> str:
-    """A worker's kind from its launcher name (``exec-3`` -> ``exec``)."""
-    for kind in ("exec", "job-manager"):
-        if name.startswith(kind + "-"):
-            return kind
-    return name
+    return process_cpu(launcher, tasks=True)
 
 
 def measure(uri: str, jobs: int, timeout: float = 600.0) -> dict[str, Any]:

@@ -57,9 +57,10 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str 
             launcher.stop()
 
 
-def process_cpu(launcher: Launcher) -> dict[str, float]:
+def process_cpu(launcher: Launcher, tasks: bool = False) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each kind of the instance's processes
-    (exec workers summed; ``redis`` for the private redis-server), from /proc."""
+    (exec workers summed; ``redis`` for the private redis-server), from /proc; with
+    ``tasks``, also as ``tasks`` what the children they waited for used."""
     procs: list[tuple[str, Any]] = [(_kind(spec.name), spec.proc) for spec in launcher.workers]
     if launcher.server is not None:
         procs.append(("redis", launcher.server.proc))
@@ -74,6 +75,8 @@ def process_cpu(launcher: Launcher) -> dict[str, float]:
         except OSError:
             continue  # not Linux, or the process is gone
         out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+        if tasks:
+            out["tasks"] = out.get("tasks", 0.0) + (int(fields[13]) + int(fields[14])) / ticks
     return out
 
 
