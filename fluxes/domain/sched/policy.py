@@ -324,6 +324,8 @@ class Scheduler:
         self._requests: dict[Request, _Interned] = {}
         #: (least cores, least gpus) -> how many held requests need that much
         self._needs: dict[tuple[int, int], int] = {}
+        #: ``_least(self._needs)`` while its keys stay the same (None: to compute)
+        self._least: list[tuple[int, int]] | None = None
         # Jobs the last pass considered (and annotated) that are still
         # pending: if the next pass does not consider them, they are told so.
         self._annotated: set[int] = set()
@@ -359,7 +361,10 @@ class Scheduler:
         if interned is None:
             interned = self._requests[job.request] = _Interned(job.request)
             need = _need(job.request)
-            self._needs[need] = self._needs.get(need, 0) + 1
+            count = self._needs.get(need, 0)
+            if not count:
+                self._least = None
+            self._needs[need] = count + 1
         interned.refs += 1
         job.request = interned.request
         self.pending[job.id] = job
@@ -385,6 +390,7 @@ class Scheduler:
                 self._needs[need] = left
             else:
                 del self._needs[need]
+                self._least = None
         order = self._orders[job.queue]
         order.count -= 1
         if not order.count:
@@ -681,7 +687,9 @@ class Scheduler:
         if full:
             return lambda: True
         pool = self.pool
-        needs = _least(self._needs)
+        needs = self._least
+        if needs is None:
+            needs = self._least = _least(self._needs)
 
         def check() -> bool:
             cores, gpus = pool.free_totals()
