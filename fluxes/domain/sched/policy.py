@@ -325,7 +325,7 @@ class Scheduler:
         #: (least cores, least gpus) -> how many held requests need that much
         self._needs: dict[tuple[int, int], int] = {}
         #: ``_least(self._needs)`` while its keys stay the same (None: to compute)
-        self._least: list[tuple[int, int]] | None = None
+        self._least_needs: list[tuple[int, int]] | None = None
         # Jobs the last pass considered (and annotated) that are still
         # pending: if the next pass does not consider them, they are told so.
         self._annotated: set[int] = set()
@@ -363,7 +363,7 @@ class Scheduler:
             need = _need(job.request)
             count = self._needs.get(need, 0)
             if not count:
-                self._least = None
+                self._least_needs = None
             self._needs[need] = count + 1
         interned.refs += 1
         job.request = interned.request
@@ -390,7 +390,7 @@ class Scheduler:
                 self._needs[need] = left
             else:
                 del self._needs[need]
-                self._least = None
+                self._least_needs = None
         order = self._orders[job.queue]
         order.count -= 1
         if not order.count:
@@ -687,9 +687,9 @@ class Scheduler:
         if full:
             return lambda: True
         pool = self.pool
-        needs = self._least
+        needs = self._least_needs
         if needs is None:
-            needs = self._least = _least(self._needs)
+            needs = self._least_needs = _least(self._needs)
 
         def check() -> bool:
             cores, gpus = pool.free_totals()
