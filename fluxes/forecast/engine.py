@@ -83,7 +83,7 @@ class _Run:
         mode = snap.config.sched.get("mode", "unlimited")
         self.core = scheduler_core(snap.inventory, queue_policies(snap.config), self.clock,
                                    mode=mode, limit=int(snap.config.sched.get("limit", 0)),
-                                   table=snap.table, gate=self.gate)
+                                   table=snap.table, gate=self.gate, answer=False)
         # the job manager's side: the alloc requests it has not sent yet, best first,
         # and how many it may have outstanding (the ready message's mode and limit)
         self.unsent: list[tuple[_Key, proto.Alloc]] = []

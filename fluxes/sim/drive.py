@@ -236,17 +236,18 @@ class Observer:
 def scheduler_core(inventory: Inventory, queues: Mapping[str | None, QueuePolicy],
                    clock: VirtualClock, *, mode: proto.Mode = "unlimited", limit: int = 0,
                    annotations: bool = False, table: Mapping[str, Any] | None = None,
-                   gate: LimitGate | None = None) -> SessionCore:
+                   gate: LimitGate | None = None, answer: bool = True) -> SessionCore:
     """The scheduler worker's session core with no store, wired as the worker wires it,
     its session open (:data:`EPOCH` begun on :data:`PARTITION`): the simulator's
-    scheduler side, and the forecast's (:mod:`fluxes.forecast.engine`)."""
+    scheduler side, and the forecast's (:mod:`fluxes.forecast.engine`). ``answer``
+    False: no SUCCESS responses (the forecast reads the passes' allocations)."""
     # the worker's wiring (load_pool): a graph pool when the [resource] table
     # describes a graph, else today's pool; a machine given by counts has no table
     pool: SchedulerPool = pool_of_table(table, clock) if table is not None \
         else ResourcePool(inventory, clock=clock)
     core = SessionCore(pool, queues, graph=isinstance(pool, GraphPool), gate=gate,
                        stored=NO_STORE, mode=mode, limit=limit, annotate=annotations,
-                       write_r=False, clock=clock, owner_uid=OWNER_UID)
+                       write_r=False, clock=clock, owner_uid=OWNER_UID, answer=answer)
     core.begin_epoch(PARTITION, EPOCH)
     return core
 

@@ -51,6 +51,8 @@ def test_sorted_keys_match_a_sorted_list(ops: list[tuple[bool, int]], low: int,
         keys.kth(len(ordered))
     assert list(keys.between(low, high)) == [k for k in ordered if low < k <= high]
     assert list(keys.between(None, high)) == [k for k in ordered if k <= high]
+    for bound in (None, low, high):
+        assert keys.first_between(bound, high) == next(keys.between(bound, high), None)
 
 
 def test_sorted_keys_split_into_chunks() -> None:

@@ -752,3 +752,20 @@ def test_a_quick_backfill_pass_passes_over_jobs_bigger_than_what_is_free() -> No
     assert started(full) == [501] and len(full.annotations) == 500
     # fcfs never passes over a job: the first one that cannot start blocks the queue
     assert started(backlog("fcfs").schedule(0.0, full=False)) == []
+
+
+def test_a_quick_pass_sees_a_smaller_need_that_came_after_the_last_pass() -> None:
+    """The held requests' least needs are kept between passes: a request needing less
+    than any before must be seen (a quick pass stops when no need fits what is free)."""
+    pool = pool_of(1, cores=4)
+    pool.alloc(cores(3), 100, now=0.0)  # one core free
+    sched = sched_of(pool, "easy")
+    sched.add(PendingJob(1, 10, 0.0, 1, None, cores(2)))
+    assert sched.schedule(0.0, full=False).allocated == []
+    sched.add(PendingJob(2, 10, 1.0, 1, None, cores(1)))
+    assert [j for j, _ in sched.schedule(0.0, full=False).allocated] == [2]
+    # and one that is gone no longer counts: nothing left that fits stops the pass
+    sched.remove(1)
+    pool.free(100)
+    sched.add(PendingJob(3, 10, 2.0, 1, None, cores(3)))
+    assert [j for j, _ in sched.schedule(0.0, full=False).allocated] == [3]

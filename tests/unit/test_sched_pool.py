@@ -518,6 +518,27 @@ def test_reservation_blocks_overlapping_work() -> None:
     assert pool.earliest_start(big, now=10.0) == 150.0
 
 
+def test_reserve_holds_what_alloc_with_a_start_holds() -> None:
+    """``reserve`` (the planner's) is ``alloc(start=...)`` without the R: the same window
+    on the same ranks, the same refusals."""
+    big = Request(nnodes=4, exclusive=True, duration=50.0)
+    pools = []
+    for reserving in (True, False):
+        pool = pool_of(nodes(4))
+        pool.alloc(Request(nnodes=2, exclusive=True), 1, now=0.0, duration=100.0)
+        if reserving:
+            pool.reserve(big, 2, "first-fit", 100.0)
+        else:
+            pool.alloc(big, 2, start=100.0)
+        with pytest.raises(InsufficientResources):
+            pool.reserve(big, 3, "first-fit", 120.0)
+        with pytest.raises(ValueError, match="already has an allocation"):
+            pool.reserve(big, 1, "first-fit", 200.0)
+        pools.append(pool)
+    assert pools[0].reservations() == pools[1].reservations() == {2: (100.0, 150.0)}
+    assert pools[0].allocation_of(2) == pools[1].allocation_of(2)
+
+
 def test_reservation_becomes_allocation() -> None:
     pool = pool_of(nodes(2))
     pool.alloc(Request(nnodes=2, exclusive=True), 1, start=50.0, duration=10.0)

@@ -287,3 +287,24 @@ def test_a_replayed_alloc_of_a_queued_job_keeps_what_was_sent() -> None:
     after = c.sched.pending[2]
     assert isinstance(after, Queued) and after.sent == before.sent
     assert after.origin == b"1-0" and answers(fx) == []
+
+
+def test_a_session_that_does_not_answer_allocates_the_same_and_sends_no_success() -> None:
+    """``answer=False`` (the forecast's): the same allocations, counted, with no SUCCESS
+    (nor its R summary) built; only with no R written and no latency measured."""
+    with pytest.raises(ValueError, match="answer=False"):
+        core(answer=False)
+    with pytest.raises(ValueError, match="answer=False"):
+        core(answer=False, write_r=False, latency=True)
+    quiet, loud = core(answer=False, write_r=False), core(write_r=False)
+    results = []
+    for c in (quiet, loud):
+        fx = send(c, alloc(1), alloc(2, wire(ntasks=4)), alloc(3, wire(ntasks=8)))
+        result = c.schedule(NOW, fx)
+        results.append(([(j, r.dumps()) for j, r in result.allocated], c.allocations,
+                         answers(fx)))
+    (got, count, told), (want, want_count, want_told) = results
+    assert got == want and count == want_count == 2
+    assert (1, proto.ALLOC_SUCCESS) in want_told
+    assert not any(kind == proto.ALLOC_SUCCESS for _j, kind in told)
+    assert not quiet.jobs and set(quiet.sched.pending) == {3}

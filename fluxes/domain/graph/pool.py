@@ -297,6 +297,10 @@ class GraphPool:
 
     # -- reservations ----------------------------------------------------------------------
 
+    def reserve(self, request: Request, jobid: int, policy: str, start: float) -> None:
+        """Reserve from *start*: :meth:`alloc` with *start*, its R not wanted."""
+        self.alloc(request, jobid, policy, start=start)
+
     def reservations(self) -> dict[int, tuple[float, float]]:
         """Job id -> (start, end) of each reservation (end is inf when unlimited)."""
         return {j: (h.start, h.end) for j, h in self._trav.resvs.items()}

@@ -84,6 +84,23 @@ class SortedKeys:
             k -= len(chunk)
         raise IndexError(k)
 
+    def first_between(self, low: Any | None, high: Any) -> Any | None:
+        """The first key above *low* (None: from the first) if it is not above *high*;
+        None if there is none (what ``next(between(low, high), None)`` gives, with no
+        iterator made)."""
+        chunks = self._chunks
+        if not chunks:
+            return None
+        if low is None:
+            key = chunks[0][0]
+        else:
+            i = bisect_right(self._maxes, low)
+            if i == len(chunks):
+                return None
+            chunk = chunks[i]
+            key = chunk[bisect_right(chunk, low)]  # chunk[-1], its max, is above low
+        return key if key <= high else None
+
     def between(self, low: Any | None, high: Any) -> Iterator[Any]:
         """The keys above *low* (None: from the first) and up to *high*, in order.
 

@@ -163,7 +163,7 @@ class PassPlanner:
         if when is None:
             return None
         try:
-            self.pool.alloc(request, jobid, placement, start=when)
+            self.pool.reserve(request, jobid, placement, when)
         except InsufficientResources:
             # The planner's test and the placement policy disagree (should not
             # happen): publish nothing rather than a start nobody holds.

@@ -324,6 +324,8 @@ class Scheduler:
         self._requests: dict[Request, _Interned] = {}
         #: (least cores, least gpus) -> how many held requests need that much
         self._needs: dict[tuple[int, int], int] = {}
+        #: ``_least(self._needs)`` while its keys stay the same (None: to compute)
+        self._least_needs: list[tuple[int, int]] | None = None
         # Jobs the last pass considered (and annotated) that are still
         # pending: if the next pass does not consider them, they are told so.
         self._annotated: set[int] = set()
@@ -359,7 +361,10 @@ class Scheduler:
         if interned is None:
             interned = self._requests[job.request] = _Interned(job.request)
             need = _need(job.request)
-            self._needs[need] = self._needs.get(need, 0) + 1
+            count = self._needs.get(need, 0)
+            if not count:
+                self._least_needs = None
+            self._needs[need] = count + 1
         interned.refs += 1
         job.request = interned.request
         self.pending[job.id] = job
@@ -385,6 +390,7 @@ class Scheduler:
                 self._needs[need] = left
             else:
                 del self._needs[need]
+                self._least_needs = None
         order = self._orders[job.queue]
         order.count -= 1
         if not order.count:
@@ -589,10 +595,64 @@ class Scheduler:
         runs merge into the loop's order: the jobs that are tried, and the pool, see the
         same calls in the same order.  The jobs not tried are not annotated (a quick
         pass refreshes only what it looked at).
+
+        Only a start changes the pool here, so what is free, and whether anything can
+        still start, are asked again only after one; every queue here backfills and
+        makes no more reservations, so a job that cannot start is told what
+        :meth:`_blocked` tells it (``_held``), worded once per note.
         """
+        runs = self._backfill_runs(states, last, planner, result)
+        heapq.heapify(runs)
         free_totals = self.pool.free_totals
         free = free_totals()
-        runs: list[tuple[tuple[int, float, int], int, Iterator[tuple[int, float, int]]]] = []
+        can = can_start_any()
+        pending, annotations, held = self.pending, result.annotations, result.held
+        reasons: dict[str, str] = {}
+        while runs and can:
+            key, n, keys, high = runs[0]
+            job = pending[key[2]]
+            request = job.request
+            result.considered += 1
+            if _too_big(request, free):
+                heapq.heappop(runs)
+                continue
+            try:
+                outcome = planner.start(request, job.id, states[job.queue].policy.placement)
+            except (InfeasibleRequest, ValueError) as exc:
+                result.denied.append((job.id, str(exc)))
+                done.append(job)
+                outcome = None
+            if isinstance(outcome, str):
+                reason = reasons.get(outcome)
+                if reason is None:
+                    reason = reasons[outcome] = _held(outcome, planner)
+                annotations[job.id] = self._note(job, reason)
+                held[request] = reason
+                heapq.heappop(runs)  # its request's later jobs fail too
+                continue
+            if outcome is not None:
+                result.allocated.append((job.id, outcome))
+                done.append(job)
+                free = free_totals()
+                can = can_start_any()
+            following = keys.first_between(key, high)
+            if following is None:
+                heapq.heappop(runs)
+            else:
+                heapq.heapreplace(runs, (following, n, keys, high))
+
+    def _backfill_runs(self, states: Mapping[str | None, _QueuePass],
+                       last: Mapping[str | None, tuple[int, float, int]],
+                       planner: PassPlanner, result: PassResult
+                       ) -> list[tuple[tuple[int, float, int], int, SortedKeys,
+                                       tuple[int, float, int]]]:
+        """The requests ``_backfill`` reads, each as (the order key of its first job
+        left in the depth, a tie-break, its keys, the depth's last key); a request
+        whose start failed already in this pass is only said ``held``."""
+        free = self.pool.free_totals()
+        failure, held = planner.failure, result.held
+        runs: list[tuple[tuple[int, float, int], int, SortedKeys,
+                         tuple[int, float, int]]] = []
         for name, state in states.items():
             ranks = self._ranks.get(name)
             if state.blocked or not ranks:
@@ -605,44 +665,15 @@ class Scheduler:
             for request, keys in self._shapes[name].items():
                 if _too_big(request, free):
                     continue
-                run = keys.between(low, high)
-                first = next(run, None)
+                first = keys.first_between(low, high)
                 if first is None:
                     continue
-                note = planner.failure(request, placement)
+                note = failure(request, placement)
                 if note is not None:
-                    result.held[request] = _held(note, planner)
+                    held[request] = _held(note, planner)
                 else:
-                    runs.append((first, len(runs), run))
-        heapq.heapify(runs)
-        pending, annotations = self.pending, result.annotations
-        while runs and can_start_any():
-            key, n, run = runs[0]
-            job = pending[key[2]]
-            state = states[job.queue]
-            result.considered += 1
-            if _too_big(job.request, free_totals()):
-                heapq.heappop(runs)
-                continue
-            try:
-                outcome = planner.start(job.request, job.id, state.policy.placement)
-            except (InfeasibleRequest, ValueError) as exc:
-                result.denied.append((job.id, str(exc)))
-                done.append(job)
-                outcome = None
-            if isinstance(outcome, str):
-                ann = annotations[job.id] = self._blocked(job, outcome, state, planner)
-                result.held[job.request] = ann["reason_pending"]
-                heapq.heappop(runs)  # its request's later jobs fail too
-                continue
-            if outcome is not None:
-                result.allocated.append((job.id, outcome))
-                done.append(job)
-            following = next(run, None)
-            if following is None:
-                heapq.heappop(runs)
-            else:
-                heapq.heapreplace(runs, (following, n, run))
+                    runs.append((first, len(runs), keys, high))
+        return runs
 
     def _could_start(self, full: bool) -> Callable[[], bool]:
         """A cheap test, for a pass that is not *full*, that some pending job might still
@@ -656,7 +687,9 @@ class Scheduler:
         if full:
             return lambda: True
         pool = self.pool
-        needs = _least(self._needs)
+        needs = self._least_needs
+        if needs is None:
+            needs = self._least_needs = _least(self._needs)
 
         def check() -> bool:
             cores, gpus = pool.free_totals()

@@ -176,15 +176,7 @@ class ResourcePool:
         possible now / in that window) or ValueError (bad arguments, or
         *jobid* already holds an allocation).
         """
-        jobid = check_jobid(jobid, "alloc")
-        if policy not in POLICIES:
-            raise ValueError(f"alloc: unknown policy {policy!r} (expected one of "
-                             f"{', '.join(POLICIES)})")
-        if jobid in self._jobs:
-            raise ValueError(f"alloc: job {jobid} already has an allocation")
-        plan = self._plan(request)
-        if plan.note is not None:
-            raise InfeasibleRequest(plan.note)
+        jobid, plan = self._checked(request, jobid, policy)
         length = self._duration(request, duration)
         if start is None:
             begin = self._now(now)
@@ -203,6 +195,31 @@ class ResourcePool:
             job = self._record(jobid, begin, end, plan, parts)
             self._commit(job)
             return self._make_rset(parts, begin, end)
+        job = self._reserve(plan, jobid, policy, start, length)
+        return self._make_rset(job.parts, job.start, job.end)
+
+    def reserve(self, request: Request, jobid: int, policy: str, start: float) -> None:
+        """Reserve *request*'s window from *start* for *jobid*: :meth:`alloc` with
+        *start*, without building the R (a pass's planner does not read it)."""
+        jobid, plan = self._checked(request, jobid, policy)
+        self._reserve(plan, jobid, policy, start, self._duration(request, None))
+
+    def _checked(self, request: Request, jobid: int, policy: str) -> tuple[int, Plan]:
+        """:meth:`alloc`'s checks of its arguments; the job id and the request's plan."""
+        jobid = check_jobid(jobid, "alloc")
+        if policy not in POLICIES:
+            raise ValueError(f"alloc: unknown policy {policy!r} (expected one of "
+                             f"{', '.join(POLICIES)})")
+        if jobid in self._jobs:
+            raise ValueError(f"alloc: job {jobid} already has an allocation")
+        plan = self._plan(request)
+        if plan.note is not None:
+            raise InfeasibleRequest(plan.note)
+        return jobid, plan
+
+    def _reserve(self, plan: Plan, jobid: int, policy: str, start: float,
+                 length: float) -> JobRecord:
+        """The reservation of :meth:`alloc` with *start*: its record (R not built)."""
         begin = check_time(start, "alloc: start")
         end = begin + length
         state = self._state_at(begin, plan.mode == MODE_EXCLUSIVE)
@@ -214,7 +231,7 @@ class ResourcePool:
         self._reserved.pop(jobid, None)
         self._reserved[jobid] = job
         self._reservations_changed()
-        return self._make_rset(parts, begin, end)
+        return job
 
     def adopt(self, jobid: int, R: ResourceSet | Mapping[str, Any] | str,  # noqa: N803
               *, memory: Mapping[int, int] | None = None, exclusive: bool = False,

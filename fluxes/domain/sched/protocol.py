@@ -47,6 +47,10 @@ class SchedulerPool(Protocol):
               now: float | None = None) -> ResourceSet:
         """Allocate now, or reserve from *start*."""
 
+    def reserve(self, request: Request, jobid: int, policy: str, start: float) -> None:
+        """Reserve from *start*: ``alloc(..., start=start)`` for a caller that does not
+        want the R (a pass's planner)."""
+
     def free(self, what: int | ResourceSet) -> None:
         """Release a job."""
 

@@ -307,7 +307,9 @@ class SessionCore:
     limits' start gate (None: no limits); ``mode``/``limit`` go into ready;
     ``annotate`` False makes every pass a quick one with no annotations and no
     timer passes (the simulator's default: starts are the same); ``write_r``
-    False leaves R unencoded (nobody stores it); ``pulse`` is called during
+    False leaves R unencoded (nobody stores it); ``answer`` False sends no SUCCESS for
+    a pass's allocations (a driver that reads :attr:`PassResult.allocated` and nothing
+    else, a forecast: it needs ``write_r`` and ``latency`` off); ``pulse`` is called during
     long batches (the worker renews its leases); ``clock`` (monotonic) times
     alloc latency, only when ``latency`` is on; ``owner_uid`` raises the
     exceptions of jobs whose allocation a recovery lost.
@@ -320,7 +322,10 @@ class SessionCore:
                  mode: proto.Mode = "unlimited", limit: int = 0, annotate: bool = True,
                  write_r: bool = True, pulse: Callable[[], object] | None = None,
                  latency: bool = False, clock: Callable[[], float] = time.monotonic,
-                 owner_uid: int = 0) -> None:
+                 owner_uid: int = 0, answer: bool = True) -> None:
+        if not answer and (write_r or latency):
+            raise ValueError("SessionCore: answer=False needs write_r and latency off "
+                             "(no SUCCESS carries the R, nor ends an alloc's latency)")
         self.pool = pool
         self.graph = graph
         self.gate = gate
@@ -331,6 +336,7 @@ class SessionCore:
         self.limit = limit
         self.annotate = annotate
         self.write_r = write_r
+        self.answer = answer
         self.pulse = pulse
         self.latency = latency
         self.clock = clock
@@ -653,6 +659,9 @@ class SessionCore:
                    fx: Effects) -> None:
         """A pass allocated ``rset`` to ``jobid`` (queued as ``job``): its SUCCESS, and
         its R to write."""
+        self.allocations += 1
+        if not self.answer:
+            return  # nobody reads the SUCCESS (a forecast): its R summary is not built
         part = self.partition_of(jobid)
         shape = self.pool.shape_of(jobid)
         data: bytes | None = None
@@ -677,7 +686,6 @@ class SessionCore:
         fx.out(part).append(proto.AllocResponse(
             id=jobid, type=proto.ALLOC_SUCCESS, annotations=ann, ranks=ranks,
             nodelist=nodelist or None, ncores=rset.ncores, ngpus=rset.ngpus))
-        self.allocations += 1
         origin, arrived = (job.origin, job.arrived) if isinstance(job, Queued) \
             else (b"-", None)
         if data is not None:
