@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fluxes.bench.executor import _kind, cpu_by_kind
+from fluxes.bench.executor import cpu_by_kind
+from fluxes.bench.throughput import _kind
 from fluxes.proc.launcher import Launcher, WorkerSpec
 
 #: burns CPU itself, then in a child it waits for, then waits to be read
