@@ -64,6 +64,52 @@ class JobRecord:
         return cls.from_obj(obj)
 
 
+#: The facts nearly every record has, stored by position in the read model's form
+#: (:meth:`JobRecord.to_stored`): their names are not repeated in every job's entry.
+KNOWN_INFO = ("name", "ntasks", "nnodes", "ncores", "ngpus", "duration")
+
+
+def stored_record(record: JobRecord) -> bytes:
+    """The job-list read model's form of ``record``: compact JSON ``[job, info]`` where
+    ``job`` is :func:`job_to_json` without the id (the hash field is the id) and
+    ``info`` the :data:`KNOWN_INFO` values by position, the other facts in an object
+    after them (an info lacking one of them is stored as an object). ~115 bytes for a
+    pending job instead of ~195: Redis allocates 128 instead of 224 per job (fluxes
+    bench memory)."""
+    info = record.info
+    job = job_to_json(record.job)[1:]
+    if all(k in info for k in KNOWN_INFO):
+        packed: list[Any] = [info[k] for k in KNOWN_INFO]
+        rest = {k: v for k, v in info.items() if k not in KNOWN_INFO}
+        if rest:
+            packed.append(rest)
+        return orjson.dumps([job, packed])
+    return orjson.dumps([job, info])
+
+
+def record_from_stored(jobid: int, raw: bytes | str) -> JobRecord:
+    """Decode :func:`stored_record` output for job ``jobid``, or a record the read model
+    stored before (:meth:`JobRecord.to_json`, an object); ValueError when it is
+    neither."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"bad job record: {exc}") from None
+    if isinstance(obj, dict):  # the previous form
+        return JobRecord.from_obj(obj)
+    try:
+        job, packed = obj
+        if isinstance(packed, list):
+            info = dict(zip(KNOWN_INFO, packed[:len(KNOWN_INFO)], strict=True))
+            if len(packed) > len(KNOWN_INFO):
+                info.update(packed[len(KNOWN_INFO)])
+        else:
+            info = dict(packed)
+        return JobRecord(job_from_json([jobid, *job]), info)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad job record: {exc}") from None
+
+
 #: Distinct shared info dicts kept (a cache: clearing it only costs sharing).
 SHARED_KEPT = 4096
 _shared: dict[bytes, dict[str, Any]] = {}
