@@ -159,6 +159,8 @@ class JobListContract:
         raw = client.hget(KEYS.joblist_jobs(0), 1)
         assert raw is not None and raw.startswith(b"[") and b'"ntasks"' not in raw
         assert b'"queue":"batch"' in raw
+        # t_depend is t_submit: stored as "the time before it"
+        assert raw.count(repr(T + 1).encode()) == 1 and b'"="' in raw
         old = records[2].summaries[2]
         client.hset(KEYS.joblist_jobs(0), 3, JobRecord(old.job.replace(id=3),
                                                       {**old.info, "name": "old"}).to_json())
