@@ -154,7 +154,8 @@ class Batch:
                     summary, hidden = privacy.split_summary(extra)
                     if summary is not None:
                         extra = summary
-                        private[privacy.SUMMARY_FIELD] = orjson.dumps(hidden)
+                        if hidden:
+                            private[privacy.SUMMARY_FIELD] = orjson.dumps(hidden)
             args += (event.event_name, repr(event.timestamp), encode_context(context),
                      orjson.dumps(extra) if extra else b"")
         self.events += len(events)

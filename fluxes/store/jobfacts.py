@@ -60,8 +60,23 @@ def _wrong_type(reply: Any) -> bool:
 
 
 def index_ids(raw: bytes) -> list[bytes]:
-    """The journal ids of an eventlog index (a job's events, oldest first)."""
-    return raw.split()
+    """The journal ids of an eventlog index (a job's events, oldest first).
+
+    The first id is whole; ``commit.lua`` writes the later ones relative to its
+    time (``3-1`` for ``<first ms + 3>-1``), so a pending job's index is short. An
+    index written before holds whole ids: a later id's time is never below the
+    first's, so a time below it is relative."""
+    tokens = raw.split()
+    if len(tokens) < 2:
+        return tokens
+    first = tokens[0]
+    base = int(first.partition(b"-")[0])
+    out = [first]
+    for token in tokens[1:]:
+        ms, _, seq = token.partition(b"-")
+        at = int(ms)
+        out.append(token if at >= base else b"%d-%s" % (at + base, seq))
+    return out
 
 
 _EVENT_FIELDS = (b"n", b"t", b"c")

@@ -27,6 +27,7 @@ from typing import Any
 
 import redis
 
+from fluxes.domain.job.record import stored_record
 from fluxes.domain.job.states import JobState
 from fluxes.domain.joblist.model import Change, JobSummary, removal
 from fluxes.store.direct import Direct
@@ -104,7 +105,7 @@ class JobListStore(JobListReader):
                 became_inactive.add(change.summary.id)
         ops: list[tuple[Any, ...]] = []
         if latest:
-            ops += _chunked("HSET", _JOBS, _flat((j, c.summary.to_json())
+            ops += _chunked("HSET", _JOBS, _flat((j, stored_record(c.summary))
                                                  for j, c in latest.items()))
             actives = [(c.summary.job.t_submit, j) for j, c in latest.items()
                        if c.summary.job.state is not JobState.INACTIVE]

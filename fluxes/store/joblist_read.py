@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from fluxes.domain.job.record import record_from_stored
 from fluxes.domain.joblist.model import JobSummary
 from fluxes.store.keys import GROUP_JOBLIST, Keys
 
@@ -51,7 +52,7 @@ class JobListReader:
         found: dict[int, JobSummary | None] = {}
         for ids, raws in zip(order, pipe.execute(), strict=True):
             for jobid, raw in zip(ids, raws, strict=True):
-                found[jobid] = JobSummary.from_json(raw) if raw else None
+                found[jobid] = record_from_stored(jobid, raw) if raw else None
         return [found[j] for j in jobids]
 
     def folded_position(self, partition: int) -> str | None:
@@ -122,8 +123,8 @@ class JobListReader:
         """Every summary of every partition (for checks and small instances)."""
         out = {}
         for p in range(self.keys.partitions):
-            for raw in self.redis.hvals(self.keys.joblist_jobs(p)):
-                summary = JobSummary.from_json(raw)
+            for field, raw in self.redis.hgetall(self.keys.joblist_jobs(p)).items():
+                summary = record_from_stored(int(field), raw)
                 out[summary.id] = summary
         return out
 

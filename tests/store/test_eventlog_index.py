@@ -27,6 +27,7 @@ KEYS = Keys("t")
 LIFE = ["submit", "validate", "depend", "priority", "alloc", "start", "finish", "release",
         "free", "clean"]
 CONTEXT: dict[str, dict[str, Any]] = {"priority": {"priority": 16}, "finish": {"status": 0},
+           "memo": {"k": 1},
            "release": {"ranks": "all", "final": True}}
 
 
@@ -80,6 +81,33 @@ class EventlogIndexContract:
         heads = store.eventlog_heads([7, 8, 9], count=3)
         assert [[h.name for h in head] for head in heads if isinstance(head, list)] == [
             [b"submit", b"validate", b"depend"], [b"submit", b"validate"], []]
+
+    def test_later_ids_are_relative_and_whole_ids_of_before_still_read(
+            self, store: EventStore, client: redis.Redis) -> None:
+        _commit(store, 7, 0, LIFE[:2])
+        _commit(store, 7, 2, LIFE[2:4])
+        index = client.get(KEYS.eventlog(7))
+        assert index is not None
+        first, *later = index.split()
+        base = int(first.split(b"-")[0])
+        assert later and all(int(t.split(b"-")[0]) < base for t in later)
+        assert len(index) <= 44  # an embedded string in Redis
+        # an index of whole ids, as written before: read, appended to, purged
+        whole = jobfacts.index_ids(index)
+        client.set(KEYS.eventlog(7), b" ".join(whole) + b" ")
+        assert [sid.encode() for sid, _e in store.eventlog_entries(7)] == whole
+        _commit(store, 7, 4, LIFE[4:])
+        assert [e.event_name for _s, e in store.eventlog_entries(7)] == LIFE
+        assert purge(client, KEYS, [7]).purged == [7]
+        # an index past the whole rewrite's limit is appended to: still relative
+        _commit(store, 8, 0, LIFE[:4])
+        for seq in range(4, 64, 4):
+            _commit(store, 8, seq, ["memo"] * 4)
+        ids = jobfacts.index_ids(client.get(KEYS.eventlog(8)) or b"")
+        assert len(ids) == 64 and len(set(ids)) == 64
+        assert [e.event_name for _s, e in store.eventlog_entries(8)] == LIFE[:4] + [
+            "memo"] * 60
+        assert purge(client, KEYS, [8]).active == {8: "memo"}
 
     def test_expected_length_counts_the_indexed_events(self, store: EventStore) -> None:
         _commit(store, 7, 0, LIFE[:2])

@@ -9,9 +9,11 @@ import pytest
 import redis
 
 from fluxes.domain.job import events as ev
-from fluxes.domain.joblist.model import ReadModel
+from fluxes.domain.job.record import JobRecord
+from fluxes.domain.joblist.model import ReadModel, change_between
 from fluxes.store import joblist_fold
 from fluxes.store.eventstore import EventStore
+from fluxes.store.groups import ensure_group
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.joblist import JobListStore
 from fluxes.store.keys import GROUP_JOBLIST, Keys
@@ -136,6 +138,37 @@ class JobListContract:
                        if isinstance(f, joblist_fold.PartitionFolder))
         assert _redis_model(client) == _expected(store)
         assert worker.folders, "the worker never led the partition"
+
+    def test_compact_records_and_the_previous_form_read_back(self, client: redis.Redis
+                                                            ) -> None:
+        """The read model stores records compact (the known facts by position, no id),
+        and a record stored before in the object form still reads."""
+        full = {"name": "a", "ntasks": 2, "nnodes": 1, "ncores": 2, "ngpus": 0,
+                "duration": 60.0, "queue": "batch", "ranks": "0"}
+        records = {}
+        for jobid, info in ((1, full), (2, {"name": "b", "ntasks": 1})):
+            events, _extra = _submit(jobid)
+            records[jobid] = ReadModel()
+            records[jobid].feed((jobid, e, info if i == 0 else {})
+                                for i, e in enumerate(events))
+        jl = JobListStore(client, KEYS)
+        client.set(KEYS.joblist_fence(0), "1")
+        ensure_group(client, KEYS.journal(0), GROUP_JOBLIST)
+        changes = [change_between(None, records[j].summaries[j]) for j in (1, 2)]
+        jl.write(0, changes, "0-1", 1, "1")
+        raw = client.hget(KEYS.joblist_jobs(0), 1)
+        assert raw is not None and raw.startswith(b"[") and b'"ntasks"' not in raw
+        assert b'"queue":"batch"' in raw
+        # t_depend is t_submit: stored as "the time before it"
+        assert raw.count(repr(T + 1).encode()) == 1 and b'"="' in raw
+        old = records[2].summaries[2]
+        client.hset(KEYS.joblist_jobs(0), 3, JobRecord(old.job.replace(id=3),
+                                                      {**old.info, "name": "old"}).to_json())
+        got = jl.get_many([1, 2, 3, 4])
+        assert got[:2] == [records[1].summaries[1], records[2].summaries[2]]
+        assert got[2] is not None and got[2].id == 3 and got[2].info["name"] == "old"
+        assert got[3] is None
+        assert sorted(jl.all_summaries()) == [1, 2, 3]
 
     def test_poison_entry_goes_to_dead_letters(self, instance: Instance,
                                                client: redis.Redis) -> None:

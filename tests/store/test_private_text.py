@@ -11,7 +11,7 @@ import redis
 
 from fluxes.domain.job.privacy import PLACEHOLDER, split, split_summary
 from fluxes.store.keys import Keys
-from fluxes.store.private import read_private, reveal_for_reader, revealed_events
+from fluxes.store.private import read_private, reveal_for_reader, reveal_records, revealed_events
 from fluxes.store.security import read_patterns
 from tests.store.test_ingest_jobmanager import System
 from workers.jobmanager import JobManagerWorker
@@ -73,7 +73,9 @@ def test_notes_dependencies_and_cwd_are_the_owners_only(real_redis: redis.Redis)
     private = read_private(system.redis, keys, [(target, 1000), (waiting, 1000)])
     notes = [v["note"] for v in private[target].values() if "note" in v]
     assert notes == [SECRET]
-    assert private[waiting]["x"]["cwd"] == f"/home/me/{SECRET}"
+    # the cwd is kept in the owner's jobspec only, the dependencies in the hash
+    assert private[waiting]["x"] == {
+        "dependencies": [{"scheme": "afterany", "value": str(target)}]}
     assert [v["description"] for v in private[waiting].values()
             if "description" in v] == [f"after-finish={target}"] * 2
     # the owner (here full access) gets the text back
@@ -99,5 +101,26 @@ def test_split_leaves_other_fields_and_empty_notes_alone() -> None:
     assert "after-finish" not in orjson.dumps(add).decode()
     assert split("start", {}, b"k") == (None, {})
     summary, hidden = split_summary({"name": "n", "cwd": "/c", "dependencies": ["a"]})
-    assert summary == {"name": "n"} and hidden == {"cwd": "/c", "dependencies": ["a"]}
+    assert summary == {"name": "n"} and hidden == {"dependencies": ["a"]}
     assert split_summary({"name": "n"}) == (None, {})
+    # a cwd alone: left out of the public summary, and no private hash for it
+    assert split_summary({"name": "n", "cwd": "/c"}) == ({"name": "n"}, {})
+
+
+def test_a_summary_written_with_its_cwd_still_reads(real_redis: redis.Redis) -> None:
+    """A private summary of the previous layout (its ``cwd`` too) is put back as it is."""
+    system = System(real_redis)
+    keys = system.keys
+    system.jm.step()
+    system.sched.hello()
+    [target] = system.submit()
+    system.exec.hold = {target}
+    system.run(2)
+    [waiting] = system.submit(dependencies=[f"afterany:{target}"])
+    system.run(2)
+    key = keys.private(keys.partition_of(waiting), 1000, waiting)
+    system.redis.hset(key, "x", orjson.dumps({"cwd": "/old", "dependencies": ["d"]}))
+    records = system.store.replay(0).records
+    reveal_records(system.redis, keys, records)
+    assert records[waiting].info["cwd"] == "/old"
+    assert records[waiting].info["dependencies"] == ["d"]

@@ -331,7 +331,16 @@ def test_records_carry_the_project_and_read_those_written_before_it() -> None:
         JobCharge.from_obj(7, [*charge.to_obj(), "extra"])
     job = OpenJob(1, "a", "q", 4, 0, 1, 0.0, 1.0, "bronze")
     assert OpenJob.from_obj(job.to_obj()) == job
-    assert "p" not in job._replace(project="").to_obj()
+    assert len(job._replace(project="").to_obj()) == 8  # trailing defaults left out
+    assert job._replace(t_alloc=None, project="").to_obj() == [1, "a", "q", 4, 0, 1, 0.0]
+    # the object form stored before still reads
+    assert OpenJob.from_obj({"u": 1, "b": "a", "q": "q", "c": 4, "g": 0, "n": 1, "s": 0.0,
+                             "a": 1.0, "p": "bronze"}) == job
+    assert OpenJob.from_obj({"u": 1, "b": "a", "q": "q", "c": 4, "g": 0, "n": 1, "s": 0.0,
+                             "a": None}) == job._replace(t_alloc=None, project="")
+    for bad in ([1, "a"], [*job.to_obj(), 0.0, "extra"], {"u": 1}):
+        with pytest.raises(ValueError):
+            OpenJob.from_obj(bad)
     state = UsageState(0.0)
     state.feed(9, "submit", 0.0, {"userid": 1}, {"bank": "a", "project": "bronze"})
     state.feed(9, "alloc", 1.0, {}, {"ranks": "0"})

@@ -371,3 +371,24 @@ def test_codec_leaves_trailing_defaults_out_and_reads_full_records() -> None:
     full = [list(v) if isinstance(v, frozenset | tuple) else v for v in full]
     full[-1] = {}
     assert job_from_json(full) == job
+
+
+def test_the_read_models_compact_record_round_trips() -> None:
+    """The job list's stored form (no id, known facts by position, a time equal to the
+    one before it as "="), read back equal; the object form stored before reads too."""
+    from fluxes.domain.job.record import JobRecord, record_from_stored, stored_record
+
+    job = Job(5).replace(t_submit=1.5, t_depend=1.5, t_priority=1.5, t_sched=2.0,
+                         t_run=2.0)
+    known = {"name": "x", "ntasks": 1, "nnodes": 0, "ncores": 1, "ngpus": 0,
+             "duration": 0.0}
+    for info in ({"name": "x"}, known, {**known, "queue": "q", "ranks": "0-1"}):
+        record = JobRecord(job, info)
+        raw = stored_record(record)
+        assert record_from_stored(5, raw) == record
+        assert not raw.startswith(b"[[5,") and raw.count(b"1.5") == 1 and raw.count(b"2.0") == 1
+        assert record_from_stored(5, record.to_json()) == record
+    assert b'"ntasks"' not in stored_record(JobRecord(job, known))
+    for bad in (b"[1]", b'[[1],[1,2]]', b"nope", b'[[1],"x"]'):
+        with pytest.raises(ValueError):
+            record_from_stored(5, bad)

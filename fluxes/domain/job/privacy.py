@@ -31,6 +31,11 @@ PLACEHOLDER = "(private)"
 MASK_PREFIX = "private:"
 #: Fields of the job summary (the ``submit`` entry's journal extras) that are private.
 PRIVATE_SUMMARY = ("cwd", "dependencies")
+#: Private summary fields not kept in the private hash: the owner's jobspec (a blob only
+#: its owner reads) holds them, and no reader wants them from the summary (a private hash
+#: per pending job cost ~140 bytes of Redis for its cwd alone, fluxes bench memory).
+#: A summary written before still holds them and reads as it is.
+SUMMARY_DROPPED = ("cwd",)
 #: The private hash's field holding the summary's private fields.
 SUMMARY_FIELD = "x"
 
@@ -64,11 +69,13 @@ def split(name: str, context: Mapping[str, Any], salt: bytes
 
 
 def split_summary(extra: Mapping[str, Any]) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-    """The public job summary (None: unchanged) and its private fields ({}: none)."""
-    private = {k: extra[k] for k in PRIVATE_SUMMARY if k in extra}
-    if not private:
+    """The public job summary (None: unchanged) and its private fields to keep ({}: none;
+    the :data:`SUMMARY_DROPPED` ones are left out of both)."""
+    if not any(k in extra for k in PRIVATE_SUMMARY):
         return None, {}
-    return {k: v for k, v in extra.items() if k not in private}, private
+    private = {k: extra[k] for k in PRIVATE_SUMMARY
+               if k in extra and k not in SUMMARY_DROPPED}
+    return {k: v for k, v in extra.items() if k not in PRIVATE_SUMMARY}, private
 
 
 def reveal(context: Mapping[str, Any], private: Mapping[str, Any] | None

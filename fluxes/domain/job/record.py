@@ -64,6 +64,67 @@ class JobRecord:
         return cls.from_obj(obj)
 
 
+#: The facts nearly every record has, stored by position in the read model's form
+#: (:func:`stored_record`): their names are not repeated in every job's entry.
+KNOWN_INFO = ("name", "ntasks", "nnodes", "ncores", "ngpus", "duration")
+
+
+#: Positions of the state times in the stored job (its id left out): a time equal to
+#: the one before it is stored as :data:`SAME_TIME` (the ingest writes submit,
+#: validate and depend at one time: ~17 bytes a pending job).
+_TIMES = tuple(i - 1 for i, name in enumerate(Job._fields) if name.startswith("t_"))[1:]
+SAME_TIME = "="
+
+
+def stored_record(record: JobRecord) -> bytes:
+    """The job-list read model's form of ``record``: compact JSON ``[job, info]`` where
+    ``job`` is :func:`job_to_json` without the id (the hash field is the id) and
+    ``info`` the :data:`KNOWN_INFO` values by position, the other facts in an object
+    after them (an info lacking one of them is stored as an object), a state time
+    equal to the one before it as :data:`SAME_TIME`. ~100 bytes for a pending job
+    instead of ~195: Redis allocates 112 instead of 224 per job (fluxes bench
+    memory)."""
+    info = record.info
+    job = job_to_json(record.job)[1:]
+    times = list(job)
+    for i in _TIMES:
+        if i < len(job) and isinstance(times[i], float) and times[i] == times[i - 1]:
+            job[i] = SAME_TIME
+    if all(k in info for k in KNOWN_INFO):
+        packed: list[Any] = [info[k] for k in KNOWN_INFO]
+        rest = {k: v for k, v in info.items() if k not in KNOWN_INFO}
+        if rest:
+            packed.append(rest)
+        return orjson.dumps([job, packed])
+    return orjson.dumps([job, info])
+
+
+def record_from_stored(jobid: int, raw: bytes | str) -> JobRecord:
+    """Decode :func:`stored_record` output for job ``jobid``, or a record the read model
+    stored before (:meth:`JobRecord.to_json`, an object); ValueError when it is
+    neither."""
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise ValueError(f"bad job record: {exc}") from None
+    if isinstance(obj, dict):  # the previous form
+        return JobRecord.from_obj(obj)
+    try:
+        job, packed = obj
+        for i in _TIMES:
+            if i < len(job) and job[i] == SAME_TIME:
+                job[i] = job[i - 1]
+        if isinstance(packed, list):
+            info = dict(zip(KNOWN_INFO, packed[:len(KNOWN_INFO)], strict=True))
+            if len(packed) > len(KNOWN_INFO):
+                info.update(packed[len(KNOWN_INFO)])
+        else:
+            info = dict(packed)
+        return JobRecord(job_from_json([jobid, *job]), info)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"bad job record: {exc}") from None
+
+
 #: Distinct shared info dicts kept (a cache: clearing it only costs sharing).
 SHARED_KEPT = 4096
 _shared: dict[bytes, dict[str, Any]] = {}

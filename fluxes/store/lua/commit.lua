@@ -165,13 +165,29 @@ local function entry_name(id)
   return nil
 end
 
+-- The journal ids of an eventlog index, whole: the first is, the later ones are
+-- relative to its time (a time below the first's; an index written before holds
+-- whole ids, never below the first's).
+local function index_ids(text)
+  local ids, base = {}, nil
+  for id in string.gmatch(text, '%S+') do
+    local ms, sq = string.match(id, '^(%d+)%-(%d+)$')
+    if base == nil then
+      base = tonumber(ms)
+    elseif ms and base and tonumber(ms) < base then
+      id = string.format('%d', tonumber(ms) + base) .. '-' .. sq
+    end
+    ids[#ids + 1] = id
+  end
+  return ids
+end
+
 local function waits_for_alloc(job, log)
   if redis.call('TYPE', job).ok ~= 'hash' then return false end
   local t = redis.call('TYPE', log).ok
   if t == 'string' then
     -- the journal ids of the job's events: read the last ones' names backwards
-    local ids = {}
-    for id in string.gmatch(redis.call('GET', log), '%S+') do ids[#ids + 1] = id end
+    local ids = index_ids(redis.call('GET', log))
     for k = #ids, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
       local name = entry_name(ids[k])
       if name == nil or FROM_ALLOC[name] then return false end
@@ -457,9 +473,19 @@ for _, step in ipairs(plan) do
       j = j + 4
     end
     if not stream and n > 0 then
+      -- the first id of an index is whole, the later ones relative to its time
+      -- (docs/eventlog.md): a pending job's index fits Redis' embedded strings
+      local text = index[key]
+      local head = text
+      if head == nil then head = redis.call('GETRANGE', key, 0, 63) end
+      local base = tonumber(string.match(head, '^(%d+)%-'))
+      for k = (base and 1 or 2), n do
+        if base == nil then base = tonumber(string.match(ids[1], '^(%d+)%-')) end
+        local ms, sq = string.match(ids[k], '^(%d+)%-(%d+)$')
+        ids[k] = string.format('%d', tonumber(ms) - base) .. '-' .. sq
+      end
       ids[n + 1] = ''
       local add = table.concat(ids, ' ')
-      local text = index[key]
       if text ~= nil and #text + #add <= SET_LIMIT then
         -- a short index is SET whole: APPEND leaves it spare room (doubling its
         -- allocation), which every pending job would keep

@@ -104,7 +104,14 @@ while i <= nargv do
   end
   local last = {}
   if logtype == 'string' then
-    local id = string.match(redis.call('GET', eventlog), '(%S+)%s*$')
+    local text = redis.call('GET', eventlog)
+    local id = string.match(text, '(%S+)%s*$')
+    local base = tonumber(string.match(text, '^(%d+)%-'))
+    local ms, sq = string.match(id or '', '^(%d+)%-(%d+)$')
+    if base and ms and tonumber(ms) < base then
+      -- a later id is relative to the first's time (commit.lua)
+      id = string.format('%d', tonumber(ms) + base) .. '-' .. sq
+    end
     if id then last = redis.call('XRANGE', KEYS[1], id, id) end
     if id and #last == 0 then last = {{id, {}}} end  -- its entry gone: not inactive
   elseif logtype == 'stream' then
