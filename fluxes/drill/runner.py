@@ -66,7 +66,7 @@ from fluxes.drill.invariants import (
 from fluxes.drill.targets import OwnInstance, RunningInstance, Target
 from fluxes.errors import FluxesError
 from fluxes.formats.jobspec import Jobspec
-from fluxes.store import jobhash
+from fluxes.store import jobfacts, jobhash
 from fluxes.store.client import Client, RequestTimeout
 from fluxes.store.errors import (
     BusyLoadingError,
@@ -417,10 +417,8 @@ class Drill:
         killed_at = time.time()
         inst = target.kill_redis_losing(snapshot)
         # submissions acknowledged while the copy was being made may be in it
-        pipe = inst.redis.pipeline(transaction=False)
-        for jobid in acknowledged:
-            pipe.exists(inst.keys.eventlog(jobid))
-        lost = [j for j, found in zip(acknowledged, pipe.execute(), strict=True) if not found]
+        there = jobfacts.which_exist(inst.redis, inst.keys, acknowledged)
+        lost = [j for j, found in zip(acknowledged, there, strict=True) if not found]
         self.window_ids += acknowledged
         self.lost_ids.update(lost)
         return killed_at, lost
@@ -642,7 +640,7 @@ class Drill:
         hashes = JobHashes(inst.redis, inst.keys).exists(lost)
         for jobid, summary, hashed in zip(lost, jl.get_many(lost), hashes, strict=True):
             left = [what for what, there in (
-                ("eventlog", inst.redis.exists(inst.keys.eventlog(jobid))),
+                ("eventlog", jobfacts.has_eventlog(inst.redis, inst.keys, jobid)),
                 ("job hash", hashed),
                 ("job-list entry", summary is not None)) if there]
             if left:

@@ -31,10 +31,10 @@ from fluxes.domain.job.model import Job, TransitionError, apply
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
-from fluxes.store import reachability, scripts
+from fluxes.store import jobfacts, reachability, scripts
 from fluxes.store.direct import Direct
 from fluxes.store.entries import decode_entry as decode_entry  # noqa: PLC0414 -- re-exported
-from fluxes.store.jobfacts import eventlog_entries, index_ids
+from fluxes.store.jobfacts import eventlog_entries, exists_reads, index_ids, index_of, index_reads
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
 
@@ -139,7 +139,8 @@ class Batch:
         stand-ins (:mod:`fluxes.domain.job.privacy`; ``salt`` keys the masks).
         """
         args = self._args
-        args += ("E", self._key(eventlog_key), jobid, expected, len(events))
+        args += ("E", self._key(eventlog_key), self._key(self.names.job(jobid)), jobid,
+                 expected, len(events))
         private: dict[str, bytes] = {}
         for i, event in enumerate(events):
             extra = extras[i] if extras is not None else None
@@ -429,7 +430,9 @@ class EventStore:
         for positions in by_slot.values():
             keys = [self.keys.eventlog(jobids[n]) for n in positions]
             direct = self.direct(keys[0])
-            indexes = direct.execute([("GET", key) for key in keys])
+            both = direct.execute([read for n in positions
+                                   for read in index_reads(self.keys, jobids[n])])
+            indexes = [index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
             # then the journal entries the indexes name (an eventlog of the previous
             # layout, a stream, is read itself)
             commands: list[tuple[Any, ...]] = []
@@ -461,7 +464,7 @@ class EventStore:
 
     def job_exists(self, jobid: int) -> bool:
         """True when the job has an eventlog."""
-        return bool(self.redis.exists(self.keys.eventlog(jobid)))
+        return jobfacts.has_eventlog(self.redis, self.keys, jobid)
 
     def replay_job(self, jobid: int) -> Job:
         """Rebuild one job from its own eventlog."""
@@ -752,11 +755,11 @@ class EventStore:
 
             if read_trim_state(self.redis, self.keys, partition).was_trimmed:
                 ids = sorted(result.records)
-                found = execute_grouped(self.redis, [(self.keys.eventlog(j),
-                                                      ("EXISTS", self.keys.eventlog(j)))
-                                                     for j in ids])
-                for jobid, there in zip(ids, found, strict=True):
-                    if not there:
+                found = execute_grouped(self.redis, [(self.keys.eventlog(j), read)
+                                                     for j in ids
+                                                     for read in exists_reads(self.keys, j)])
+                for k, jobid in enumerate(ids):
+                    if not jobfacts.exists_of(*found[2 * k:2 * k + 2]):
                         del result.records[jobid]
                         result.purged.add(jobid)
         return result, checkpoint is not None

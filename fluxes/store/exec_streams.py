@@ -189,10 +189,11 @@ class ExecStreams:
         unique = list(dict.fromkeys(jobids))
         keys = self.keys
         commands: list[tuple[str, tuple[Any, ...]]] = [
-            (keys.eventlog(j), ("GET", keys.eventlog(j))) for j in unique]
+            (keys.eventlog(j), read) for j in unique for read in jobfacts.index_reads(keys, j)]
         commands += [(keys.users, ("HVALS", keys.users)),
                      (keys.instance, ("HGET", keys.instance, "owner_uid"))]
-        *indexes, uids, owner = execute_grouped(self.redis, commands)
+        *both, uids, owner = execute_grouped(self.redis, commands)
+        indexes = [jobfacts.index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
         firsts = [jobfacts.first_entry_read(keys, j, index)
                   for j, index in zip(unique, indexes, strict=True)]
         _raise_errors([uids, owner])

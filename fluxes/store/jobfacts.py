@@ -22,6 +22,36 @@ from fluxes.store.keys import Keys
 
 #: The job hash's owner field (fluxes.store.jobhash.OWNER).
 OWNER_FIELD = "owner"
+#: The job hash's field holding a short eventlog index (fluxes.store.jobhash.INDEX):
+#: commit.lua keeps an index there while it is short (no key of its own: ~130 bytes
+#: less a pending job), in the eventlog key once it grows (docs/eventlog.md).
+INDEX_FIELD = "ev"
+
+
+def index_reads(keys: Keys, jobid: int) -> list[tuple[Any, ...]]:
+    """The two reads of a job's eventlog index (its own key, the job hash's field),
+    whose replies :func:`index_of` makes one; both keys share a slot."""
+    return [("GET", keys.eventlog(jobid)), ("HGET", keys.job(jobid), INDEX_FIELD)]
+
+
+def index_of(key_reply: Any, field_reply: Any) -> Any:
+    """A job's eventlog index from the replies of :func:`index_reads`: the key's
+    (the index, a WRONGTYPE error for an eventlog of the stream layout) when it
+    exists, else the hash field's (None: no eventlog)."""
+    if key_reply is None and isinstance(field_reply, bytes):
+        return field_reply
+    return key_reply
+
+
+def exists_reads(keys: Keys, jobid: int) -> list[tuple[Any, ...]]:
+    """The two reads telling whether a job has an eventlog (:func:`exists_of`); HGET,
+    not HEXISTS: what a user may send (fluxes.store.security.READ_COMMANDS)."""
+    return [("EXISTS", keys.eventlog(jobid)), ("HGET", keys.job(jobid), INDEX_FIELD)]
+
+
+def exists_of(key_reply: Any, field_reply: Any) -> bool:
+    """Whether a job has an eventlog, from the replies of :func:`exists_reads`."""
+    return (isinstance(key_reply, int) and key_reply > 0) or isinstance(field_reply, bytes)
 
 
 def owner_of(client: Any, keys: Keys, jobid: int) -> int | None:
@@ -36,7 +66,7 @@ def owner_of(client: Any, keys: Keys, jobid: int) -> int | None:
 
 def has_eventlog(client: Any, keys: Keys, jobid: int) -> bool:
     """Whether the job's eventlog exists (it was submitted and not purged)."""
-    return bool(client.exists(keys.eventlog(jobid)))
+    return exists_of(*_run(client, exists_reads(keys, jobid)))
 
 
 #: One raw stream entry: its id and fields (``n`` name, ``t`` time, ``c`` context).
@@ -105,7 +135,8 @@ def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | No
     is read directly."""
     if not jobids:
         return []
-    heads = _run(client, [("GET", keys.eventlog(j)) for j in jobids])
+    both = _run(client, [read for j in jobids for read in index_reads(keys, j)])
+    heads = [index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
     commands: list[tuple[Any, ...]] = []
     plan: list[tuple[int, int] | None] = []  # per job: first command, how many
     for jobid, head in zip(jobids, heads, strict=True):
@@ -216,10 +247,8 @@ def which_exist(client: Any, keys: Keys, jobids: list[int]) -> list[bool]:
     """For each of ``jobids``, whether it has an eventlog; one round trip."""
     if not jobids:
         return []
-    pipe = client.pipeline(transaction=False)
-    for jobid in jobids:
-        pipe.exists(keys.eventlog(jobid))
-    return [bool(n) for n in pipe.execute()]
+    found = _run(client, [read for j in jobids for read in exists_reads(keys, j)])
+    return [exists_of(k, f) for k, f in zip(found[::2], found[1::2], strict=True)]
 
 
 def read_new(client: Any, positions: dict[str, str], block: int | None = None,

@@ -372,8 +372,8 @@ def removable_prefix(client: redis.Redis, keys: Keys, partition: int, bound: str
         if not block:
             break
         jobs = sorted({j for _sid, fields in block if (j := _job_of(fields)) is not None})
-        exists = dict(zip(jobs, direct.execute([("EXISTS", keys.eventlog(j)) for j in jobs]),
-                          strict=True)) if jobs else {}
+        found = direct.execute([read for j in jobs for read in jobfacts.exists_reads(keys, j)])
+        exists = {j: jobfacts.exists_of(*found[2 * k:2 * k + 2]) for k, j in enumerate(jobs)}
         for sid, fields in block:
             jobid = _job_of(fields)
             if jobid is not None and exists.get(jobid):

@@ -41,6 +41,15 @@ def _commit(store: EventStore, jobid: int, seq: int, names: list[str]) -> None:
     store.commit(batch, token="1")
 
 
+def _index(client: redis.Redis, jobid: int) -> bytes | None:
+    """A job's eventlog index, wherever it is: the job hash's field while short, the
+    eventlog key once longer."""
+    key: bytes | None = client.get(KEYS.eventlog(jobid))
+    field: bytes | None = client.hget(KEYS.job(jobid), jobfacts.INDEX_FIELD)
+    assert key is None or field is None  # never both
+    return key if key is not None else field
+
+
 def _old_layout(client: redis.Redis, jobid: int, names: list[str]) -> None:
     """An eventlog as the previous layout wrote it: a stream of the events themselves
     (the journal held a copy of each)."""
@@ -65,8 +74,11 @@ class EventlogIndexContract:
             self, store: EventStore, client: redis.Redis) -> None:
         _commit(store, 7, 0, LIFE[:4])
         _commit(store, 8, 0, LIFE[:2])
-        index = client.get(KEYS.eventlog(7))
-        assert client.type(KEYS.eventlog(7)) == b"string" and index is not None
+        # a short index is a field of the job hash: no key of its own
+        index = client.hget(KEYS.job(7), jobfacts.INDEX_FIELD)
+        assert not client.exists(KEYS.eventlog(7)) and index is not None
+        assert store.job_exists(7) and jobfacts.which_exist(client, KEYS, [7, 8, 9]) == [
+            True, True, False]
         ids = jobfacts.index_ids(index)
         journal = {sid: f for sid, f in client.xrange(KEYS.journal(0))}
         assert [journal[i][b"n"] for i in ids] == [n.encode() for n in LIFE[:4]]
@@ -86,7 +98,7 @@ class EventlogIndexContract:
             self, store: EventStore, client: redis.Redis) -> None:
         _commit(store, 7, 0, LIFE[:2])
         _commit(store, 7, 2, LIFE[2:4])
-        index = client.get(KEYS.eventlog(7))
+        index = _index(client, 7)
         assert index is not None
         first, *later = index.split()
         base = int(first.split(b"-")[0])
@@ -95,6 +107,7 @@ class EventlogIndexContract:
         # an index of whole ids, as written before: read, appended to, purged
         whole = jobfacts.index_ids(index)
         client.set(KEYS.eventlog(7), b" ".join(whole) + b" ")
+        client.hdel(KEYS.job(7), jobfacts.INDEX_FIELD)
         assert [sid.encode() for sid, _e in store.eventlog_entries(7)] == whole
         _commit(store, 7, 4, LIFE[4:])
         assert [e.event_name for _s, e in store.eventlog_entries(7)] == LIFE
@@ -103,6 +116,8 @@ class EventlogIndexContract:
         _commit(store, 8, 0, LIFE[:4])
         for seq in range(4, 64, 4):
             _commit(store, 8, seq, ["memo"] * 4)
+        # grown past the field's limit: moved to the eventlog key
+        assert client.hget(KEYS.job(8), jobfacts.INDEX_FIELD) is None
         ids = jobfacts.index_ids(client.get(KEYS.eventlog(8)) or b"")
         assert len(ids) == 64 and len(set(ids)) == 64
         assert [e.event_name for _s, e in store.eventlog_entries(8)] == LIFE[:4] + [
@@ -135,10 +150,16 @@ class EventlogIndexContract:
             self, store: EventStore, client: redis.Redis) -> None:
         _commit(store, 7, 0, LIFE[:5])
         result = purge(client, KEYS, [7])
-        assert result.active == {7: "alloc"} and client.exists(KEYS.eventlog(7))
+        assert result.active == {7: "alloc"} and store.job_exists(7)
         _commit(store, 7, 5, LIFE[5:])
         assert purge(client, KEYS, [7]).purged == [7]
-        assert not client.exists(KEYS.eventlog(7)) and store.eventlog(7) == []
+        assert not store.job_exists(7) and store.eventlog(7) == []
+        assert not client.exists(KEYS.job(7), KEYS.eventlog(7))
+        # a short index (in the field) purged with its hash
+        _commit(store, 9, 0, ["submit", "invalidate"])
+        assert client.hget(KEYS.job(9), jobfacts.INDEX_FIELD) is not None
+        result = purge(client, KEYS, [9])
+        assert result.purged == [9] and not client.exists(KEYS.job(9))
 
     def test_a_follower_sees_the_history_then_only_its_jobs_new_events(
             self, store: EventStore, client: redis.Redis) -> None:

@@ -16,7 +16,7 @@ from fluxes.domain.job import events as ev
 from fluxes.domain.joblist.model import ReadModel
 from fluxes.domain.retention import Mark
 from fluxes.formats.jobspec import Jobspec
-from fluxes.store import accounting, jobhash
+from fluxes.store import accounting, jobfacts, jobhash
 from fluxes.store.archive import JournalArchive
 from fluxes.store.eventstore import EventStore
 from fluxes.store.instance import Instance, InstanceURI
@@ -483,7 +483,7 @@ class RetentionContract:
         worker = _worker(instance, housekeeping=True)
         _fold_all(worker)
         assert sorted(JobListStore(client, KEYS).all_summaries()) == [4, 5]
-        assert [client.exists(KEYS.eventlog(j)) for j in range(1, 6)] == [0, 0, 0, 1, 1]
+        assert jobfacts.which_exist(client, KEYS, list(range(1, 6))) == [False] * 3 + [True] * 2
         assert worker.status()["purged"] == 3
         first = client.xrange(KEYS.journal(0), count=1)[0][1]
         assert (first[b"j"], first[b"n"]) == (b"4", b"submit")

@@ -8,10 +8,12 @@
 --           unfenced writer (ingest), which may only create jobs: every
 --           eventlog it names must be empty before the batch.
 -- ARGV[2..] ops, each an op code followed by its arguments:
---   E k jobid expected n {name ts ctx extra}*n
+--   E k kh jobid expected n {name ts ctx extra}*n
 --        append n events to the journal and their journal ids to the job's
---        eventlog KEYS[k] (a string: each id followed by a space; every event is
---        stored once, in the journal); the eventlog must hold exactly `expected`
+--        eventlog index (a string: each id followed by a space; every event is
+--        stored once, in the journal): while short (FIELD_LIMIT), the field `ev`
+--        of the job hash KEYS[kh], then the eventlog key KEYS[k] (a key of its own
+--        costs ~130 bytes more a job); the eventlog must hold exactly `expected`
 --        events first. ctx/extra "" = none; extra goes to the journal entry only
 --        (summaries for read models). An eventlog of the previous layout (a
 --        stream of its own events) is appended to as before.
@@ -69,6 +71,12 @@ local MAX_TTL_DIGITS = 15
 -- Eventlog indexes up to this many bytes are rewritten whole (SET) when they grow,
 -- longer ones appended to (APPEND's spare room is then a small share).
 local SET_LIMIT = 512
+-- An index at most this long is kept in the job hash's field INDEX_FIELD (no key of
+-- its own); a longer one moves to the eventlog key. Redis' default
+-- hash-max-listpack-value: a longer value would make the job hash a hashtable.
+local FIELD_LIMIT = 64
+local INDEX_FIELD = 'ev'
+local infield = {}  -- eventlog key -> true while its index is its job hash's field
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
@@ -185,9 +193,15 @@ end
 local function waits_for_alloc(job, log)
   if redis.call('TYPE', job).ok ~= 'hash' then return false end
   local t = redis.call('TYPE', log).ok
+  local text = nil
   if t == 'string' then
+    text = redis.call('GET', log)
+  elseif t == 'none' then
+    text = redis.call('HGET', job, INDEX_FIELD) or nil  -- a short index
+  end
+  if text then
     -- the journal ids of the job's events: read the last ones' names backwards
-    local ids = index_ids(redis.call('GET', log))
+    local ids = index_ids(text)
     for k = #ids, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
       local name = entry_name(ids[k])
       if name == nil or FROM_ALLOC[name] then return false end
@@ -268,10 +282,12 @@ while i <= nargv do
     if k == nil or k < 1 or k > #KEYS then return badop(i, 'no such key index') end
     key = KEYS[k]
     if op == 'E' then
-      n = count(i + 4)
-      local expected = count(i + 3)
+      n = count(i + 5)
+      local expected = count(i + 4)
+      local kh = count(i + 2)
       if n == nil or expected == nil then return badop(i, 'bad count') end
-      first, nxt = i + 5, i + 5 + 4 * n
+      if kh == nil or kh < 1 or kh > #KEYS then return badop(i, 'no such key index') end
+      first, nxt = i + 6, i + 6 + 4 * n
       local actual = length[key]
       -- an index (string), or an eventlog of the previous layout (its own stream):
       -- one GET tells the type and reads the index, in the common case
@@ -284,17 +300,25 @@ while i <= nargv do
           have = 'string'
           index[key] = got
         else
+          -- no key: the index, if any, is the job hash's field
           have = 'none'
-          index[key] = ''
+          err = need(KEYS[kh], 'hash', true, 'HSET')
+          if err == nil then
+            infield[key] = true
+            index[key] = redis.call('HGET', KEYS[kh], INDEX_FIELD) or ''
+            if index[key] ~= '' then have = 'string' end
+          end
         end
       end
-      if have == 'none' then
+      if err ~= nil then
+        have = nil
+      elseif have == 'none' then
         if n > 0 then have = 'string' end
       elseif have ~= 'string' and have ~= 'stream' then
         err = redis.error_reply('KEYTYPE APPEND needs a string but ' .. key .. ' holds a '
                                 .. have)
       end
-      if err == nil then
+      if err == nil and have ~= nil then
         kind[key] = have
         if n > 0 then err = need(journal, 'stream', true, cmd) end
       end
@@ -313,7 +337,7 @@ while i <= nargv do
           end
         end
         if actual ~= expected then
-          conflicts[#conflicts + 1] = ARGV[i + 2] .. ':' .. actual
+          conflicts[#conflicts + 1] = ARGV[i + 3] .. ':' .. actual
         end
         length[key] = expected + n
       end
@@ -438,6 +462,7 @@ for _, step in ipairs(plan) do
   if op == 'E' then
     local jobid = ARGV[j - 3]
     local seq = tonumber(ARGV[j - 2])
+    local hash = KEYS[tonumber(ARGV[j - 4])]
     -- one redis.call per entry with its fields spelled out: no table built and
     -- unpacked per event (the hot path: every event of every job comes here)
     local stream = kind[key] == 'stream'  -- an eventlog of the previous layout
@@ -486,7 +511,18 @@ for _, step in ipairs(plan) do
       end
       ids[n + 1] = ''
       local add = table.concat(ids, ' ')
-      if text ~= nil and #text + #add <= SET_LIMIT then
+      if infield[key] and #text + #add <= FIELD_LIMIT then
+        text = text .. add
+        redis.call('HSET', hash, INDEX_FIELD, text)
+        index[key] = text
+      elseif infield[key] then
+        -- grown past the field: to the eventlog key
+        text = text .. add
+        redis.call('HDEL', hash, INDEX_FIELD)
+        redis.call('SET', key, text)
+        index[key] = text
+        infield[key] = nil
+      elseif text ~= nil and #text + #add <= SET_LIMIT then
         -- a short index is SET whole: APPEND leaves it spare room (doubling its
         -- allocation), which every pending job would keep
         text = text .. add

@@ -13,7 +13,8 @@
 -- For each job whose eventlog exists: its eventlog must end with `clean` or
 -- `invalidate` (an inactive job), else nothing at all is written. An eventlog is
 -- the journal ids of the job's events (a string, each id followed by a space: the
--- last one names the journal entry read), or, written before that layout, a stream
+-- last one names the journal entry read; a short one is the job hash's field `ev`,
+-- a longer one its own key), or, written before that layout, a stream
 -- of the events themselves. Then each blob
 -- reference the hash still holds is released (as commit.lua's U op: `refs`
 -- decremented, the blob deleted at 0), the hash, the eventlog and the job's exec
@@ -32,6 +33,7 @@
 -- whatever a failing script wrote before it failed).
 
 local TERMINAL = {clean = true, invalidate = true}
+local INDEX_FIELD = 'ev'  -- the job hash's field holding a short index (commit.lua)
 local nargv = #ARGV
 
 local function count(i)
@@ -103,8 +105,14 @@ while i <= nargv do
     blobs[#blobs + 1] = {ARGV[j], ARGV[j + 1], blob}
   end
   local last = {}
+  local text = nil
   if logtype == 'string' then
-    local text = redis.call('GET', eventlog)
+    text = redis.call('GET', eventlog)
+  elseif logtype == 'none' then
+    -- a short index is the job hash's field (commit.lua)
+    text = redis.call('HGET', hash, INDEX_FIELD) or nil
+  end
+  if text then
     local id = string.match(text, '(%S+)%s*$')
     local base = tonumber(string.match(text, '^(%d+)%-'))
     local ms, sq = string.match(id or '', '^(%d+)%-(%d+)$')
