@@ -66,6 +66,9 @@ QUEUE: Final = "queue"
 RESULT: Final = "result"
 #: When the job became inactive (``repr`` of a UNIX time).
 T_INACTIVE: Final = "t_inactive"
+#: The job's eventlog index while short: written by commit.lua's ``E`` op, read through
+#: fluxes.store.jobfacts (its ``INDEX_FIELD``), never through this module.
+INDEX: Final = "ev"
 
 #: The fields that name a job's jobspec (its blobs, and a --cc copy's variable).
 JOBSPEC_FIELDS: Final = (SPEC, FULL, ENV, CC)

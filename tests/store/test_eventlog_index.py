@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from fluxes.domain.job import events as ev
-from fluxes.store import jobfacts
+from fluxes.store import jobfacts, jobhash
 from fluxes.store.eventstore import ConflictError, EventStore, NotWaitingError, encode_context
 from fluxes.store.exec_streams import ExecStreams
 from fluxes.store.keys import Keys
@@ -124,6 +124,27 @@ class EventlogIndexContract:
             "memo"] * 60
         assert purge(client, KEYS, [8]).active == {8: "memo"}
 
+    def test_a_short_index_is_the_hash_field_and_moves_to_the_key_once_long(
+            self, store: EventStore, client: redis.Redis) -> None:
+        assert jobfacts.INDEX_FIELD == jobhash.INDEX
+        client.hset(KEYS.job(7), mapping={"owner": "1", "urgency": "16"})
+        _commit(store, 7, 0, ["submit"])
+        seq = 1
+        while client.hget(KEYS.job(7), jobfacts.INDEX_FIELD) is not None:
+            field = client.hget(KEYS.job(7), jobfacts.INDEX_FIELD) or b""
+            assert len(field) <= 64 and not client.exists(KEYS.eventlog(7))
+            _commit(store, 7, seq, ["memo"])
+            seq += 1
+        # moved whole, in the step that made it longer than 64 bytes
+        index = client.get(KEYS.eventlog(7)) or b""
+        assert len(index) > 64 and len(jobfacts.index_ids(index)) == seq
+        assert [e.event_name for e in store.eventlog(7)] == ["submit"] + ["memo"] * (seq - 1)
+        assert client.hget(KEYS.job(7), "owner") == b"1"  # the rest of the hash stays
+        _commit(store, 7, seq, ["memo"])
+        assert len(store.eventlog(7)) == seq + 1 and store.job_exists(7)
+        with pytest.raises(ConflictError):
+            _commit(store, 7, seq, ["memo"])
+
     def test_expected_length_counts_the_indexed_events(self, store: EventStore) -> None:
         _commit(store, 7, 0, LIFE[:2])
         with pytest.raises(ConflictError) as caught:
@@ -228,4 +249,15 @@ class TestFakeRedis(EventlogIndexContract, OnFakeRedis):
 
 
 class TestRealRedis(EventlogIndexContract, OnRealRedis):
-    pass
+    def test_the_job_hash_stays_a_listpack_with_its_longest_field_index(
+            self, store: EventStore, client: redis.Redis) -> None:
+        client.hset(KEYS.job(7), mapping={"owner": "1", "urgency": "16"})
+        seq = 0
+        longest = b""
+        while not client.exists(KEYS.eventlog(7)):
+            longest = client.hget(KEYS.job(7), jobfacts.INDEX_FIELD) or b""
+            assert client.object("encoding", KEYS.job(7)) == b"listpack"
+            _commit(store, 7, seq, ["memo"] if seq else ["submit"])
+            seq += 1
+        assert 50 < len(longest) <= 64
+        assert client.object("encoding", KEYS.job(7)) == b"listpack"
