@@ -167,6 +167,16 @@ def test_user_reads_job_data_and_read_model(server: RedisServer, admin: redis.Re
     assert len(r.xrange(keys.eventlog(1234))) == 1
     assert r.xrevrange(keys.eventlog(1234), count=1)
     assert r.xlen(keys.journal(0)) == 2
+    # a job whose short eventlog index is its hash's field: every reader's command
+    # is one a user may send
+    sid = admin.xadd(keys.journal(0), {"j": 1236, "s": 0, "n": "submit", "t": "1.0"})
+    admin.hset(keys.job(1236), mapping={"owner": OWNER_UID, jobfacts.INDEX_FIELD: sid + b" "})
+    assert jobfacts.has_eventlog(r, keys, 1236)
+    assert jobfacts.which_exist(r, keys, [1236, 1237]) == [True, False]
+    assert jobfacts.eventlog_entries(r, keys, [1236]) == [[(sid, {b"n": b"submit",
+                                                                  b"t": b"1.0"})]]
+    admin.delete(keys.job(1236))
+    admin.xdel(keys.journal(0), sid)
     # her own job's output and jobspec; another's job only what is public
     assert r.xread({keys.output(ALICE_UID, 1235): "0-0", keys.eventlog(1235): "0-0"}, block=10)
     assert r.hget(keys.blob(0, ALICE_UID, "d1"), "data") == b"{}"
