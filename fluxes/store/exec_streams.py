@@ -188,8 +188,7 @@ class ExecStreams:
         indexes, then the journal entries their first ids name."""
         unique = list(dict.fromkeys(jobids))
         keys = self.keys
-        commands: list[tuple[str, tuple[Any, ...]]] = [
-            (keys.eventlog(j), read) for j in unique for read in jobfacts.index_reads(keys, j)]
+        commands = [(keys.eventlog(j), r) for j in unique for r in jobfacts.index_reads(keys, j)]
         commands += [(keys.users, ("HVALS", keys.users)),
                      (keys.instance, ("HGET", keys.instance, "owner_uid"))]
         *both, uids, owner = execute_grouped(self.redis, commands)
