@@ -256,6 +256,8 @@ class ExecWorker(Starting):
         for rank in self.ranks:
             self.files.sweep(rank, table.done_ids(rank))
         self._reap_strays()
+        # starts written from now on carry facts as current as their hashes'
+        self.intake.fresh_after_ms = self.store.now_ms()
         self._ready = True
         self.log.info("recovered", extra={
             "ranks": str(IDSet(self.ranks)), "jobs": sum(1 for _job in table.all()),
@@ -383,7 +385,7 @@ class ExecWorker(Starting):
                                                                 fields, error)])
         if not new_starts:
             return
-        fetched = self.store.fetch(new_starts)
+        fetched = self.store.fetch(new_starts, self.intake.carried)
         if self.euid == 0:
             # Tasks may run as their owners: who submitted, who is registered. Not
             # needed for a root instance owner's own jobs, which run as the worker.

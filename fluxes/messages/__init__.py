@@ -278,17 +278,28 @@ def encode_chunks(msgs: Sequence[Message], epoch: int, per_entry: int,
     """Entries for ``msgs``: at most ``per_entry`` messages and (but for a single
     message) ``max_bytes`` bytes each, so that the reader's bound never refuses them;
     each stamped with ``sent`` when given."""
+    return [entry for _msgs, entry in chunk_messages(msgs, epoch, per_entry, max_bytes, sent)]
+
+
+def chunk_messages(msgs: Sequence[Message], epoch: int, per_entry: int, max_bytes: int,
+                   sent: float | None = None) -> list[tuple[list[Message], dict[bytes, bytes]]]:
+    """:func:`encode_chunks`, each entry with the messages it holds."""
     out = []
     for i in range(0, len(msgs), per_entry):
         out += _fitted(list(msgs[i:i + per_entry]), epoch, max_bytes, sent)
     return out
 
 
+#: The field of a start request entry carrying a job's stored facts (its job id
+#: filled in): the job hash fields the writer copied in (fluxes.store.jobhash).
+FACTS_FIELD = b"f:%d"
+
+
 def _fitted(msgs: list[Message], epoch: int, max_bytes: int,
-            sent: float | None) -> list[dict[bytes, bytes]]:
+            sent: float | None) -> list[tuple[list[Message], dict[bytes, bytes]]]:
     entry = encode_entry(msgs, epoch, sent)
     if len(entry[FIELD]) <= max_bytes or len(msgs) == 1:
-        return [entry]
+        return [(msgs, entry)]
     half = len(msgs) // 2
     return _fitted(msgs[:half], epoch, max_bytes, sent) + \
         _fitted(msgs[half:], epoch, max_bytes, sent)

@@ -192,6 +192,25 @@ class Batch:
         for field, value in fields.items():
             self._args += (field, value)
 
+    def xadd_with_facts(self, key: str, fields: Mapping[bytes, bytes],
+                        names: Sequence[str], jobs: Sequence[tuple[str, bytes]]) -> None:
+        """:meth:`xadd`, and for each (job hash key, field) of ``jobs`` the ``names``d
+        fields of that hash as the script finds them, packed into ``field`` (commit.lua's
+        Y op; :func:`fluxes.store.jobhash.unpack_facts` reads them back)."""
+        if not jobs:
+            self.xadd(key, fields)
+            return
+        if not fields or not names or len(fields) + len(jobs) > MAX_MESSAGE_FIELDS:
+            raise ValueError(f"a message needs 1 to {MAX_MESSAGE_FIELDS} fields, "
+                             f"got {len(fields)} + {len(jobs)}")
+        args: list[Any] = ["Y", self._key(key), len(fields)]
+        for field, value in fields.items():
+            args += (field, value)
+        args += (len(jobs), len(names), *names)
+        for job_key, field in jobs:
+            args += (self._key(job_key), field)
+        self._args += args
+
     def xack(self, key: str, group: str, ids: Sequence[bytes | str]) -> None:
         """Acknowledge consumed input messages of ``group`` on stream ``key``."""
         if ids:

@@ -16,6 +16,9 @@
   in ``poll()`` for a new request, a task exit and a timer at once.
 
 Hot-path commands go through :class:`~fluxes.store.direct.Direct`.
+
+Why one module: it is every Redis command of the exec worker, and the waker
+shares its connection setup; split, each half would import the other.
 """
 
 from __future__ import annotations
@@ -176,11 +179,17 @@ class ExecStreams:
         _raise_errors(replies)
         return {rank: entries(reply) for rank, reply in zip(self.ranks, replies, strict=True)}
 
-    def fetch(self, jobids: Iterable[int]) -> dict[int, StartFacts]:
+    def fetch(self, jobids: Iterable[int], carried: Mapping[int, Any] | None = None
+              ) -> dict[int, StartFacts]:
         """What each job's start needs (jobspec, R, owner, result), read through
-        :meth:`fluxes.store.jobhash.JobHashes.for_start`."""
+        :meth:`fluxes.store.jobhash.JobHashes.for_start` (``carried``: packed facts)."""
         return {jobid: StartFacts(*facts)
-                for jobid, facts in self.hashes.for_start(list(jobids)).items()}
+                for jobid, facts in self.hashes.for_start(list(jobids), carried).items()}
+
+    def now_ms(self) -> int:
+        """The request streams' Redis clock (ms): later entries have later ids."""
+        seconds, micros = self.direct.execute([("TIME",)])[0]
+        return int(seconds) * 1000 + int(micros) // 1000
 
     def identities(self, jobids: Sequence[int]) -> Identities:
         """The userid of each job's ``submit`` event, the registered users and the

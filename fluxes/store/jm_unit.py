@@ -128,10 +128,11 @@ class JobManagerStore:
         journal = keys.journal(p)
         for rank, msgs in fx.exec.items():
             key = keys.exec_rank(rank)
-            for entry in proto.encode_chunks(msgs, 0, MESSAGES_PER_ENTRY,
-                                             proto.EXEC_REQUESTS.max_bytes, sent):
+            for held, entry in proto.chunk_messages(msgs, 0, MESSAGES_PER_ENTRY,
+                                                    proto.EXEC_REQUESTS.max_bytes, sent):
                 if keys.same_slot(key, journal):
-                    batch.xadd(key, entry)
+                    batch.xadd_with_facts(key, entry, jobhash.START_FIELDS,
+                                          _carried(keys, journal, held))
                 else:
                     unit.later.setdefault(key, []).append(entry)
         for key, payload in fx.replies:
@@ -445,3 +446,21 @@ def _id_key(sid: str) -> tuple[int, int]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+#: Starts of one exec request entry that carry their job's facts (the rest are read).
+CARRIED_PER_ENTRY = 256
+
+
+def _carried(keys: Keys, journal: str, msgs: Sequence[proto.Message]
+             ) -> list[tuple[str, bytes]]:
+    """(job hash key, entry field) of the starts among ``msgs`` whose facts the
+    commit copies into their request entry, so that the exec worker starts them
+    without reading their hashes (only hashes in the commit's slot)."""
+    out: list[tuple[str, bytes]] = []
+    for msg in msgs:
+        if isinstance(msg, proto.Start) and len(out) < CARRIED_PER_ENTRY:
+            key = keys.job(msg.id)
+            if keys.same_slot(key, journal):
+                out.append((key, proto.FACTS_FIELD % msg.id))
+    return out

@@ -80,6 +80,42 @@ _SOURCES: Final = (SPEC, FULL, ENV, OWNER, CC)
 _OWNER_AT: Final = 3
 #: Every field, in the order :meth:`JobHashes.get_many` reads them.
 FIELDS: Final = (*_SOURCES, REQUEST, R, URGENCY, QUEUE, RESULT, T_INACTIVE)
+#: The fields a start reads (:meth:`JobHashes.for_start`), in order: what a start
+#: request carries of the hash (commit.lua's Y op, :func:`unpack_facts`).
+START_FIELDS: Final = (*_SOURCES, R, RESULT)
+#: Longest packed facts :func:`unpack_facts` reads (commit.lua copies at most 4096
+#: bytes of values, plus their lengths and separators).
+MAX_PACKED_FACTS: Final = 8192
+
+
+def unpack_facts(raw: Any, n: int = len(START_FIELDS)) -> list[bytes | None] | None:
+    """The ``n`` hash values commit.lua's Y op packed (``<length>:<bytes>`` or ``-``
+    each, joined by ``,``); None when ``raw`` is not exactly that (then read the hash)."""
+    if not isinstance(raw, bytes) or len(raw) > MAX_PACKED_FACTS:
+        return None
+    out: list[bytes | None] = []
+    at = 0
+    for k in range(n):
+        if k:
+            if raw[at:at + 1] != b",":
+                return None
+            at += 1
+        if raw[at:at + 1] == b"-":
+            out.append(None)
+            at += 1
+            continue
+        colon = raw.find(b":", at, at + 6)
+        digits = raw[at:colon]
+        if colon < 0 or not digits.isdigit():
+            return None
+        end = colon + 1 + int(digits)
+        if end > len(raw):
+            return None
+        out.append(raw[colon + 1:end])
+        at = end
+    return out if at == len(raw) else None
+
+
 #: Blob contents a reader keeps (immutable: a digest names one content).
 BLOBS_CACHED: Final = 256
 
@@ -363,14 +399,21 @@ class JobHashes:
         return [(r, _text(request) or None, specs.get(jobid))
                 for jobid, (r, request) in zip(jobids, rows, strict=True)]
 
-    def for_start(self, jobids: Sequence[int]) -> dict[int, tuple[bytes | None, bytes | None,
-                                                                  bytes | None, bytes | None]]:
+    def for_start(self, jobids: Sequence[int],
+                  carried: Mapping[int, Any] | None = None
+                  ) -> dict[int, tuple[bytes | None, bytes | None, bytes | None, bytes | None]]:
         """(effective jobspec, R, owner, result) of each job, as an exec worker starting
         it needs them (``fluxes.store.exec_streams.ExecStreams.fetch``): one round trip
         for the hashes, one for the blobs not cached yet (none when the jobs share
-        their jobspec, as a bulk submission's do)."""
+        their jobspec, as a bulk submission's do). ``carried``: the :data:`START_FIELDS`
+        of jobs packed in their start requests (:func:`unpack_facts`): their hashes are
+        not read (packed facts that do not unpack are as if absent)."""
         unique = list(dict.fromkeys(jobids))
-        rows = self.rows(unique, (*_SOURCES, R, RESULT))
+        known = {j: row for j in unique
+                 if (row := unpack_facts((carried or {}).get(j))) is not None}
+        read = [j for j in unique if j not in known]
+        known.update(zip(read, self.rows(read, START_FIELDS), strict=True))
+        rows = [known[j] for j in unique]
         n = len(_SOURCES)
         specs = self._resolve(unique, [row[:n] for row in rows])
         return {jobid: (effective(full, spec), row[n], row[_OWNER_AT], row[n + 1])

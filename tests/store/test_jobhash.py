@@ -155,6 +155,44 @@ class JobHashContract:
         full = orjson.loads(hashes.for_start([3])[3][0] or b"")
         assert full["attributes"]["system"]["environment"] == {"A": "\\\"}"}
 
+    def test_a_start_entry_carries_the_facts_exec_would_read(self, instance: Instance
+                                                              ) -> None:
+        """commit.lua's Y op copies the start fields of the job hashes into the entry;
+        read back they give what reading the hashes gives, without reading them."""
+        store = EventStore(instance.redis, instance.keys)
+        keys = instance.keys
+        batch = store.batch(0)
+        for jobid in (1, 2):
+            doc = spec(env={"N": str(jobid)})
+            jobhash.create(batch, keys, jobid, owner=ME, urgency=16,
+                           content=job_content(orjson.dumps(doc), orjson.dumps(doc)))
+        batch.hset(keys.job(2), {jobhash.R: b'{"version": 1}'})
+        batch.hset(keys.job(7), {jobhash.R: b"x" * 5000})  # too large to carry
+        instance.redis.set(keys.job(8), "not a hash")  # gives no facts, fails nothing
+        stream = keys.exec_rank(0)
+        jobs = [(keys.job(j), b"f:%d" % j) for j in (1, 2, 7, 8, 9)]
+        batch.xadd_with_facts(stream, {b"d": b"{}"}, jobhash.START_FIELDS, jobs)
+        store.commit(batch)
+        [(_id, fields)] = instance.redis.xrange(stream)
+        assert sorted(fields) == [b"d", b"f:1", b"f:2", b"f:9"]
+        carried = {j: jobhash.unpack_facts(fields[b"f:%d" % j]) for j in (1, 2, 9)}
+        assert carried[9] == [None] * len(jobhash.START_FIELDS)
+        hashes = JobHashes(instance.redis, keys)
+        read = hashes.for_start([1, 2, 9])
+        assert read[2][1] == b'{"version": 1}'
+        instance.redis.delete(keys.job(1), keys.job(2))  # not read again
+        packed = {j: fields[b"f:%d" % j] for j in (1, 2, 9)}
+        assert hashes.for_start([1, 2, 9], {**packed, 3: b"bad"}) == read
+        assert hashes.for_start([1], {1: b"bad"}) == {1: (None, None, None, None)}
+
+    def test_packed_facts_that_do_not_parse_are_none(self) -> None:
+        n = len(jobhash.START_FIELDS)
+        good = b",".join([b"3:a,b", *[b"-"] * (n - 1)])
+        assert jobhash.unpack_facts(good) == [b"a,b", *[None] * (n - 1)]
+        for bad in (good + b",", good[:-1], b"9" + good, b"x" * 10, "text", None,
+                    b"99999999:" + good, b",".join([b"-"] * (n + 1))):
+            assert jobhash.unpack_facts(bad) is None, bad
+
     def test_a_blob_missing_gives_no_jobspec(self, instance: Instance) -> None:
         store = EventStore(instance.redis, instance.keys)
         keys = instance.keys

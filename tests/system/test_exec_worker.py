@@ -190,6 +190,32 @@ def test_simulated_job_starts_at_once_and_ends_after_run_duration(harness: Harne
     assert harness.output(1) == []  # simulated jobs write no output stream
 
 
+def test_a_start_runs_from_the_facts_its_entry_carries(harness: Harness) -> None:
+    """A start written (commit.lua's Y op) while the worker runs carries its job's
+    hash fields: the worker starts the job from them without reading the hash (here
+    emptied by the same commit, after the copy); a start without them reads the
+    hash, as before."""
+    from fluxes.store.eventstore import EventStore
+    from fluxes.store.jobhash import START_FIELDS
+
+    worker = harness.worker()
+    deadline = time.monotonic() + 10
+    while worker.intake.fresh_after_ms is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.01)  # entry ids now name a later millisecond than the worker's start
+    store = EventStore(harness.client, KEYS)
+    batch = store.batch(0)
+    for jobid in (1, 2):
+        harness.job(jobid, sim("0s"))
+        carried = [(KEYS.job(jobid), proto.FACTS_FIELD % jobid)] if jobid == 1 else []
+        batch.xadd_with_facts(KEYS.exec_rank(0), wire.entry(
+            [{"t": "start", "id": jobid, "ranks": "0"}]), START_FIELDS, carried)
+        batch.hdel(KEYS.job(jobid), ["owner", "spec", "env", "R"])
+    store.commit(batch)
+    assert harness.final(1)["status"] == 0
+    assert "no jobspec" in (harness.final(2)["error"] or "")
+
+
 def test_simulated_job_killed_early_reports_the_signal(harness: Harness) -> None:
     harness.worker()
     harness.job(2, sim("100s"))

@@ -144,6 +144,29 @@ def test_take_queues_entries_and_names_the_starts_to_fetch() -> None:
     assert intake.last_ids == {0: b"1-0", 1: b"2-0"}
 
 
+def test_only_fresh_entries_carry_facts() -> None:
+    """Facts carried by a start written before the worker ran (or redelivered) may be
+    stale (the job may have ended meanwhile): those starts read the job hash."""
+    def carrying(*jobids: int) -> dict[bytes, bytes]:
+        return {**starts(*jobids), **{proto.FACTS_FIELD % j: b"facts%d" % j for j in jobids}}
+
+    intake = Intake([0])
+    intake.pending[0] = False
+    intake.take({0: [(b"5-0", carrying(1))]}, lambda _r, _j: False)
+    assert intake.carried == {}  # fresh_after_ms unset: never trusted
+    intake.fresh_after_ms = 10
+    new, _ = intake.take({0: [(b"10-0", carrying(2)), (b"11-0", carrying(3, 4)),
+                              (b"12-0", starts(5)), (b"bad", carrying(6))]},
+                         lambda _r, _j: False)
+    assert new == [2, 3, 4, 5, 6] and intake.carried == {3: b"facts3", 4: b"facts4"}
+    intake.pending[0] = True
+    intake.take({0: [(b"13-0", carrying(7))]}, lambda _r, _j: False)
+    assert 7 not in intake.carried  # redelivered
+    intake.handle(lambda _r, _q, _d: None, lambda _r, _m, _x: None, 1.0, Clock(0.0),
+                  lambda *_a: None)
+    assert intake.carried == {} and intake.fetched == {}
+
+
 def test_take_returns_poison_for_the_dead_letters() -> None:
     intake = Intake([0])
     intake.pending[0] = False

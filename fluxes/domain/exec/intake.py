@@ -119,6 +119,11 @@ class Intake:
         self.last_ids: dict[int, Any] = dict.fromkeys(ranks, "$")
         self.maybe_new = True
         self.fetched: dict[int, Any] = {}
+        #: the job facts fresh start entries carried (raw, per job; read by the store)
+        self.carried: dict[int, Any] = {}
+        #: entries whose id time (Redis clock, ms) is past this were written while
+        #: this worker ran, so their carried facts are current (None: never use them)
+        self.fresh_after_ms: int | None = None
         #: the send time of the entry whose request the handler is given (0: none)
         self.sent = 0.0
 
@@ -149,10 +154,30 @@ class Intake:
                 except Exception as exc:  # any refusal is the entry's: park it
                     poison.append((rank, msg_id, fields or {}, f"{type(exc).__name__}: {exc}"))
                     continue
-                new_starts += [r.id for r in requests if isinstance(r, Start)
-                               and r.id not in self.fetched and not known(rank, r.id)]
+                starts = [r.id for r in requests if isinstance(r, Start)
+                          and r.id not in self.fetched and not known(rank, r.id)]
+                if starts and not redelivered and self._fresh(msg_id):
+                    self._keep_carried(fields, starts)
+                new_starts += starts
                 self.backlog.append(Backlog(rank, msg_id, requests, redelivered, sent=sent))
         return new_starts, poison
+
+    def _fresh(self, msg_id: Any) -> bool:
+        """Whether entry ``msg_id`` was written while this worker ran: a start written
+        before (while it was down) may be of a job that ended since, so its hash is
+        read instead (the result the job got meanwhile)."""
+        if self.fresh_after_ms is None:
+            return False
+        try:
+            return int(bytes(msg_id).split(b"-", 1)[0]) > self.fresh_after_ms
+        except (TypeError, ValueError):
+            return False
+
+    def _keep_carried(self, fields: Mapping[Any, Any], starts: Iterable[int]) -> None:
+        for jobid in starts:
+            raw = fields.get(proto.FACTS_FIELD % jobid)
+            if raw is not None:
+                self.carried[jobid] = raw
 
     def handle(self, handler: Callable[[int, Request, bool], None],
                ack: Callable[[int, bytes, list[Any]], None], budget: float,
@@ -187,5 +212,6 @@ class Intake:
             ack(entry.rank, entry.msg_id, entry.dead)
             if not backlog:
                 self.fetched.clear()
+                self.carried.clear()
             if clock() > deadline:
                 return

@@ -21,6 +21,13 @@
 --   H k n {field value}*n        HSET KEYS[k] (n >= 1)
 --   D k n {field}*n              HDEL KEYS[k] (n >= 1)
 --   X k n {field value}*n        XADD KEYS[k] * (an outbound message; 1 <= n <= 500)
+--   Y k n {field value}*n m f {name}*f {kj field}*m
+--                                X with the facts of m jobs copied in: the `name`d
+--                                fields of each job hash KEYS[kj], packed (each value
+--                                "<length>:<bytes>", a missing one "-", joined by ","),
+--                                added as `field` (a start request carries what the
+--                                exec would read of the hash; left out when the hash
+--                                is not a hash or the values pass MAX_FACT_BYTES)
 --   A k group n {id}*n           XACK KEYS[k] group ids (inputs consumed)
 --   S k ttl value                SET KEYS[k] value (PX ttl when ttl > 0)
 --   L k ttl value                RPUSH KEYS[k] value, PEXPIRE ttl (a reply a client BLPOPs)
@@ -66,6 +73,9 @@
 -- outbound message, one XADD that cannot be split, is limited to CHUNK/2 fields.
 local CHUNK = 1000
 local MAX_MESSAGE_FIELDS = CHUNK / 2
+-- Facts of one job a Y op copies at most (bytes of values); larger ones are read
+-- from the job hash by the reader.
+local MAX_FACT_BYTES = 4096
 -- Larger TTLs make SET PX / PEXPIRE fail with "invalid expire time".
 local MAX_TTL_DIGITS = 15
 -- Eventlog indexes up to this many bytes are rewritten whole (SET) when they grow,
@@ -80,7 +90,7 @@ local infield = {}  -- eventlog key -> true while its index is its job hash's fi
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
-local COMMAND = {E = 'APPEND', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD',
+local COMMAND = {E = 'APPEND', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD', Y = 'XADD',
                  A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL',
                  R = 'HSET', I = 'HINCRBY', C = 'GET'}
 local nargv = #ARGV
@@ -355,6 +365,20 @@ while i <= nargv do
       else
         err = need(key, 'hash', op == 'H', cmd)
       end
+    elseif op == 'Y' then
+      n = count(i + 2)
+      if n == nil or n < 1 then return badop(i, 'bad count') end
+      local at = i + 3 + 2 * n
+      local m, f = count(at), count(at + 1)
+      if m == nil or f == nil or f < 1 or n + m > MAX_MESSAGE_FIELDS then
+        return badop(i, 'bad count')
+      end
+      for b = 0, m - 1 do
+        local kj = count(at + 2 + f + 2 * b)
+        if kj == nil or kj < 1 or kj > #KEYS then return badop(i, 'no such key index') end
+      end
+      first, nxt = i + 3, at + 2 + f + 2 * m
+      err = need(key, 'stream', true, cmd)
     elseif op == 'A' then
       n = count(i + 3)
       if n == nil or ARGV[i + 2] == nil then return badop(i, 'bad count') end
@@ -543,6 +567,33 @@ for _, step in ipairs(plan) do
     chunked('HDEL', key, nil, j, j + n - 1)
   elseif op == 'X' then
     redis.call('XADD', key, '*', unpack(ARGV, j, j + 2 * n - 1))
+  elseif op == 'Y' then
+    local fields = {unpack(ARGV, j, j + 2 * n - 1)}
+    local at = j + 2 * n
+    local m, f = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+    local jobs = at + 2 + f
+    for b = 0, m - 1 do
+      -- pcall: a job hash of another type gives no facts, never a half-written batch
+      local values = redis.pcall('HMGET', KEYS[tonumber(ARGV[jobs + 2 * b])],
+                                 unpack(ARGV, at + 2, at + 1 + f))
+      if type(values) == 'table' and values.err == nil then
+        local parts, size = {}, 0
+        for c = 1, f do
+          local v = values[c]
+          if v then
+            parts[c] = #v .. ':' .. v
+            size = size + #v
+          else
+            parts[c] = '-'
+          end
+        end
+        if size <= MAX_FACT_BYTES then
+          fields[#fields + 1] = ARGV[jobs + 2 * b + 1]
+          fields[#fields + 1] = table.concat(parts, ',')
+        end
+      end
+    end
+    redis.call('XADD', key, '*', unpack(fields))
   elseif op == 'A' then
     chunked('XACK', key, ARGV[j - 2], j, j + n - 1)
   elseif op == 'L' then
