@@ -923,3 +923,20 @@ def commit_result(result: Any) -> CommitResult:
     """The CommitResult of ``commit.lua``'s reply."""
     count, last = result
     return CommitResult(int(count), last.decode() if isinstance(last, bytes) else str(last))
+
+
+def commit_then(client: redis.Redis, source: str, keys: Sequence[str], args: Sequence[Any],
+                command: list[Any]) -> tuple[CommitResult, Any]:
+    """``commit.lua`` with ``keys``/``args``, then ``command`` (a read of the same slot),
+    sent in one write: one round trip for both. The commit's result (raising as
+    :func:`commit_error` says), and ``command``'s reply (an error reply as is)."""
+    commit = scripts.fcall_command(source, keys, args)
+    direct = Direct.of(client, keys[1])
+    reply, got = direct.execute([commit, command])
+    if scripts.is_missing(reply):
+        # a server without our function: nothing was written, the read is good
+        scripts.load_via(direct.call, source)
+        reply = direct.execute([commit])[0]
+    if isinstance(reply, redis.ResponseError):
+        raise commit_error(reply)
+    return commit_result(reply), got

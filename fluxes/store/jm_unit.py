@@ -33,16 +33,15 @@ from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.record import JobRecord
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
-from fluxes.store import jobhash, reachability, scripts
+from fluxes.store import jobhash, reachability
 from fluxes.store.deadletters import counts_key
-from fluxes.store.direct import Direct, stream_entries
+from fluxes.store.direct import stream_entries
 from fluxes.store.eventstore import (
     Batch,
     CommitResult,
     EventStore,
     RawEvent,
-    commit_error,
-    commit_result,
+    commit_then,
 )
 from fluxes.store.groups import read_streams
 from fluxes.store.instance import Instance
@@ -219,20 +218,11 @@ class JobManagerStore:
         :attr:`Read.error`, after the commit's result.
         """
         keys, args = batch.script_args(token)
-        commit = scripts.fcall_command(self.store.commit_source, keys, args)
         read: list[Any] = ["XREADGROUP", "GROUP", GROUP_JM, consumer, "COUNT", count]
         if block is not None:
             read += ["BLOCK", block]
         read += ["STREAMS", *streams.keys(), *streams.values()]
-        direct = Direct.of(self.redis, keys[1])
-        reply, got = direct.execute([commit, read])
-        if scripts.is_missing(reply):
-            # a server without our function: nothing was written, the read is good
-            scripts.load_via(direct.call, self.store.commit_source)
-            reply = direct.execute([commit])[0]
-        if isinstance(reply, redis.ResponseError):
-            raise commit_error(reply)
-        result = commit_result(reply)
+        result, got = commit_then(self.redis, self.store.commit_source, keys, args, read)
         if isinstance(got, redis.ResponseError):
             return Read(result, [], got)
         return Read(result, stream_entries(got))

@@ -17,9 +17,9 @@ import orjson
 import redis
 
 from fluxes import messages as proto
-from fluxes.store import jobhash, scripts
-from fluxes.store.direct import Direct, stream_entries
-from fluxes.store.eventstore import Batch, EventStore, commit_error, commit_result
+from fluxes.store import jobhash
+from fluxes.store.direct import stream_entries
+from fluxes.store.eventstore import Batch, EventStore, commit_then
 from fluxes.store.keys import Keys
 from fluxes.store.resources import resource_event
 
@@ -81,20 +81,11 @@ class SessionStreams:
         """
         batch = self._answer_batch(partition, epoch, rs, msgs)
         keys, args = batch.script_args(str(epoch))
-        commit = scripts.fcall_command(self.store.commit_source, keys, args)
         read: list[Any] = ["XREAD", "COUNT", count]
         if block is not None:
             read += ["BLOCK", block]
         read += ["STREAMS", *streams.keys(), *streams.values()]
-        direct = Direct.of(self.redis, keys[1])
-        reply, got = direct.execute([commit, read])
-        if scripts.is_missing(reply):
-            # a server without our function: nothing was written, the read is good
-            scripts.load_via(direct.call, self.store.commit_source)
-            reply = direct.execute([commit])[0]
-        if isinstance(reply, redis.ResponseError):
-            raise commit_error(reply)
-        commit_result(reply)
+        _result, got = commit_then(self.redis, self.store.commit_source, keys, args, read)
         if isinstance(got, redis.ResponseError):
             raise got
         return stream_entries(got)

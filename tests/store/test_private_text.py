@@ -5,6 +5,7 @@ driven in-process on a real Redis (the harness of test_ingest_jobmanager)."""
 from __future__ import annotations
 
 from fnmatch import fnmatchcase
+from typing import Any
 
 import orjson
 import redis
@@ -41,17 +42,23 @@ def public_values(client: redis.Redis, keys: Keys, uid: int) -> bytes:
     return b"\n".join(out)
 
 
-def test_notes_dependencies_and_cwd_are_the_owners_only(real_redis: redis.Redis) -> None:
-    system = System(real_redis)
-    keys = system.keys
+def _waiting_on_a_running_job(system: System, **submit: Any) -> tuple[int, int]:
+    """A job held running, and one submitted (with ``submit``'s options) to wait for
+    it: their ids."""
     system.jm.step()
     system.sched.hello()
     [target] = system.submit()
     system.exec.hold = {target}
     system.run(2)
-    [waiting] = system.submit(cwd=f"/home/me/{SECRET}",
-                              dependencies=[f"afterany:{target}"])
+    [waiting] = system.submit(dependencies=[f"afterany:{target}"], **submit)
     system.run(2)
+    return target, waiting
+
+
+def test_notes_dependencies_and_cwd_are_the_owners_only(real_redis: redis.Redis) -> None:
+    system = System(real_redis)
+    keys = system.keys
+    target, waiting = _waiting_on_a_running_job(system, cwd=f"/home/me/{SECRET}")
     assert system.events(waiting)[-1] == "dependency-add"
     # a job manager restarted now must pair the dependency's remove with its add
     system.redis.delete(keys.jm_lease(0))
@@ -111,13 +118,7 @@ def test_a_summary_written_with_its_cwd_still_reads(real_redis: redis.Redis) -> 
     """A private summary of the previous layout (its ``cwd`` too) is put back as it is."""
     system = System(real_redis)
     keys = system.keys
-    system.jm.step()
-    system.sched.hello()
-    [target] = system.submit()
-    system.exec.hold = {target}
-    system.run(2)
-    [waiting] = system.submit(dependencies=[f"afterany:{target}"])
-    system.run(2)
+    _target, waiting = _waiting_on_a_running_job(system)
     key = keys.private(keys.partition_of(waiting), 1000, waiting)
     system.redis.hset(key, "x", orjson.dumps({"cwd": "/old", "dependencies": ["d"]}))
     records = system.store.replay(0).records
