@@ -158,26 +158,25 @@ def test_following_a_job_imports_no_redis_py() -> None:
     """``fluxes run`` follows its job with the modules below (attach, the event decoder,
     the job model, the client, the reader of the owner's private note): none imports
     redis-py."""
-    probe = ("import json, sys\n"
-             "import fluxes.cli.attach, fluxes.store.entries, fluxes.domain.job.model\n"
-             "import fluxes.store.private\n"
-             "import fluxes.store.client, fluxes.store.lite, fluxes.store.instance\n"
-             "print(json.dumps(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
-                         text=True, env={"PATH": "/usr/bin:/bin"})
-    loaded = set(json.loads(out.stdout.splitlines()[-1]))
+    loaded = _loaded_by("fluxes.cli.attach, fluxes.store.entries, fluxes.domain.job.model",
+                        "fluxes.store.private",
+                        "fluxes.store.client, fluxes.store.lite, fluxes.store.instance")
     assert not {m for m in loaded if m == "redis" or m.startswith("redis.")}
     # fluxes run as it is: the client (and the message module) only to cancel on a
     # second Ctrl-C
-    probe = ("import json, sys\n"
-             "import fluxes.cli.cmd_submit, fluxes.cli.attach, fluxes.store.entries\n"
-             "import fluxes.domain.job.model, fluxes.store.private, fluxes.store.lite\n"
-             "import fluxes.store.instance, fluxes.store.lite_submit\n"
-             "print(json.dumps(sorted(sys.modules)))")
+    lean = _loaded_by("fluxes.cli.cmd_submit, fluxes.cli.attach, fluxes.store.entries",
+                      "fluxes.domain.job.model, fluxes.store.private, fluxes.store.lite",
+                      "fluxes.store.instance, fluxes.store.lite_submit")
+    assert not lean & set(UNNEEDED), sorted(lean & set(UNNEEDED))
+
+
+def _loaded_by(*imports: str) -> set[str]:
+    """The modules a fresh interpreter holds after ``import`` of each line."""
+    probe = "import json, sys\n" + "".join(f"import {line}\n" for line in imports) + \
+        "print(json.dumps(sorted(sys.modules)))"
     out = subprocess.run([sys.executable, "-c", probe], check=True, capture_output=True,
                          text=True, env={"PATH": "/usr/bin:/bin"})
-    lean = set(json.loads(out.stdout.splitlines()[-1]))
-    assert not lean & set(UNNEEDED), sorted(lean & set(UNNEEDED))
+    return set(json.loads(out.stdout.splitlines()[-1]))
 
 
 def test_the_owner_field_is_the_job_hash_s() -> None:

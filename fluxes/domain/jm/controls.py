@@ -149,25 +149,34 @@ class ControlHandlers:
             return f"{show_id(jobid)}: permission denied"
         return act
 
-    def _raise_many(self, fx: Effects, ids: list[int], userid: int, kind: str,
-                    severity: int, note: str) -> Reply:
+    def _each_job(self, ids: list[int], userid: int,
+                  act_on: Callable[[int, Active], str | None]) -> Reply:
+        """``act_on`` each job ``userid`` may act on (it returns the job's error, or
+        None once done); the others' refusals as errors."""
         errors = []
         done = []
         for jobid in ids:
             act = self._acting_on(jobid, userid)
-            if isinstance(act, str):
-                errors.append(act)
-                continue
+            error = act if isinstance(act, str) else act_on(jobid, act)
+            if error is None:
+                done.append(jobid)
+            else:
+                errors.append(error)
+        return Reply(ok=done, errors=errors)
+
+    def _raise_many(self, fx: Effects, ids: list[int], userid: int, kind: str,
+                    severity: int, note: str) -> Reply:
+        def raise_on(jobid: int, act: Active) -> str | None:
             if not 0 <= severity <= 7:
-                errors.append(f"{show_id(jobid)}: severity must be 0-7")
-                continue
+                return f"{show_id(jobid)}: severity must be 0-7"
             context = {} if userid == self.owner_uid else {"userid": userid}
             self._post(fx, act, ev.JobException(
                 timestamp=self.clock(), type=kind, severity=severity, note=note,
                 userid=context.get("userid")))
             self._advance(fx, act)
-            done.append(jobid)
-        return Reply(ok=done, errors=errors)
+            return None
+
+        return self._each_job(ids, userid, raise_on)
 
     def _signal(self, fx: Effects, act: Active, sig: int) -> None:
         """Ask the exec worker of each of the job's ranks to signal its tasks there."""
@@ -177,18 +186,13 @@ class ControlHandlers:
 
     def _signal_many(self, fx: Effects, ids: list[int], userid: int, sig: int) -> Reply:
         """``fluxes job kill``: signal the tasks of running jobs; the jobs go on."""
-        errors = []
-        done = []
-        for jobid in ids:
-            act = self._acting_on(jobid, userid)
-            if isinstance(act, str):
-                errors.append(act)
-            elif act.job.state is not _RUN or act.ranks is None:
-                errors.append(f"{show_id(jobid)}: job is not running")
-            else:
-                self._signal(fx, act, sig)
-                done.append(jobid)
-        return Reply(ok=done, errors=errors)
+        def signal_on(jobid: int, act: Active) -> str | None:
+            if act.job.state is not _RUN or act.ranks is None:
+                return f"{show_id(jobid)}: job is not running"
+            self._signal(fx, act, sig)
+            return None
+
+        return self._each_job(ids, userid, signal_on)
 
     def _killall(self, fx: Effects, userid: int, target: int, sig: int,
                  dry_run: bool) -> Reply:
