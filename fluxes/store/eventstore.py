@@ -34,7 +34,13 @@ from fluxes.errors import FluxesError
 from fluxes.store import jobfacts, reachability, scripts
 from fluxes.store.direct import Direct
 from fluxes.store.entries import decode_entry as decode_entry  # noqa: PLC0414 -- re-exported
-from fluxes.store.jobfacts import eventlog_entries, exists_reads, index_ids, index_of, index_reads
+from fluxes.store.jobfacts import (
+    entry_reads,
+    eventlog_entries,
+    exists_reads,
+    index_of,
+    index_reads,
+)
 from fluxes.store.keys import Keys
 from fluxes.store.scripts import lua_source
 
@@ -456,19 +462,15 @@ class EventStore:
             # layout, a stream, is read itself)
             commands: list[tuple[Any, ...]] = []
             plan: list[tuple[int, int]] = []
-            for n, key, index in zip(positions, keys, indexes, strict=True):
-                if isinstance(index, redis.ResponseError) and str(index).startswith("WRONGTYPE"):
-                    plan.append((len(commands), -1))
-                    commands.append(("XRANGE", key, "-", "+", "COUNT", count))
-                    continue
-                if isinstance(index, redis.ResponseError):
+            for n, index in zip(positions, indexes, strict=True):
+                if isinstance(index, redis.ResponseError) and \
+                        not str(index).startswith("WRONGTYPE"):
                     out[n] = one_line_error(index)
                     plan.append((0, -2))
                     continue
-                ids = index_ids(index)[:count] if index else []
-                journal = self.keys.journal(self.keys.partition_of(jobids[n]))
-                plan.append((len(commands), len(ids)))
-                commands += [("XRANGE", journal, sid, sid) for sid in ids]
+                reads, whole = entry_reads(self.keys, jobids[n], index, count)
+                plan.append((len(commands), -1 if whole else len(reads)))
+                commands += reads
             replies = direct.execute(commands) if commands else []
             for n, (first, many) in zip(positions, plan, strict=True):
                 if many == -2:

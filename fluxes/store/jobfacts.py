@@ -126,6 +126,24 @@ def _entries(reply: Any) -> list[Entry]:
     return [(sid, _event_fields(fields)) for sid, fields in reply or []]
 
 
+def entry_reads(keys: Keys, jobid: int, index: Any, count: int | None = None,
+                newest: bool = False) -> tuple[list[tuple[Any, ...]], bool]:
+    """The reads of one job's eventlog entries, given its index (as :func:`index_of`
+    gives it; a WRONGTYPE error: an eventlog of the previous layout, its own stream),
+    with ``count``, only its first (``newest``: last) ``count``; and whether that is
+    one read of the whole stream (else one XRANGE of the journal per entry)."""
+    if _wrong_type(index):
+        key = keys.eventlog(jobid)
+        extra = () if count is None else ("COUNT", count)
+        return [("XREVRANGE", key, "+", "-", *extra) if newest
+                else ("XRANGE", key, "-", "+", *extra)], True
+    ids = index_ids(index) if index else []
+    if count is not None:
+        ids = ids[-count:] if newest else ids[:count]
+    journal = keys.journal(keys.partition_of(jobid))
+    return [("XRANGE", journal, sid, sid) for sid in ids], False
+
+
 def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | None = None,
                      newest: bool = False) -> list[list[Entry] | None]:
     """Each job's eventlog entries as (stream id, fields ``n``, ``t``, ``c``), oldest
@@ -143,21 +161,11 @@ def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | No
         if head is None:
             plan.append(None)
             continue
-        if _wrong_type(head):
-            key = keys.eventlog(jobid)
-            extra = () if count is None else ("COUNT", count)
-            plan.append((len(commands), -1))
-            commands.append(("XREVRANGE", key, "+", "-", *extra) if newest
-                            else ("XRANGE", key, "-", "+", *extra))
-            continue
-        if isinstance(head, Exception):
+        if isinstance(head, Exception) and not _wrong_type(head):
             raise head
-        ids = index_ids(head)
-        if count is not None:
-            ids = ids[-count:] if newest else ids[:count]
-        journal = keys.journal(keys.partition_of(jobid))
-        plan.append((len(commands), len(ids)))
-        commands += [("XRANGE", journal, sid, sid) for sid in ids]
+        reads, whole = entry_reads(keys, jobid, head, count, newest)
+        plan.append((len(commands), -1 if whole else len(reads)))
+        commands += reads
     replies = _run(client, commands) if commands else []
     out: list[list[Entry] | None] = []
     for step in plan:
