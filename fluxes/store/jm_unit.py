@@ -33,7 +33,7 @@ from fluxes.domain.jm.queues import fold_queue_events
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.record import JobRecord
 from fluxes.formats.jobid import MAX_ID as MAX_JOBID
-from fluxes.store import jobhash, reachability
+from fluxes.store import jobfacts, jobhash, reachability
 from fluxes.store.deadletters import counts_key
 from fluxes.store.direct import stream_entries
 from fluxes.store.eventstore import (
@@ -271,12 +271,49 @@ class JobManagerStore:
         position = last_journal_id if last_journal_id != "0-0" \
             else self.store.journal_last_id(p)
         unread = self.oldest_unread_new()
-        if unread is not None and _id_key(unread) <= _id_key(position):
-            position = before_ms_of(unread)
+        if unread is not None:
+            bound = self.before_submits_of(unread)
+            if _id_key(bound) < _id_key(position):
+                position = bound
         blob = self.store.checkpoint_blob(records, position)
         batch = self.store.batch(p)
         batch.set(self.keys.checkpoint(p), blob)
         self.store.commit(batch, token)
+
+    def before_submits_of(self, new_id: str) -> str:
+        """A journal position just before the submit events of the jobs new-job entry
+        ``new_id`` names.
+
+        Those submits were written before the entry, in the same commit, but
+        Redis' clock runs on inside a script: the entry's id may be a millisecond
+        or more later than theirs, so it does not bound them. Their own journal
+        ids (each job's eventlog index begins with its submit's) do; the entry's
+        time minus one millisecond stands in only for an entry that does not
+        decode or names no job with an eventlog.
+        """
+        fallback = before_ms_of(new_id)
+        found = self.redis.xrange(self.keys.jm_new(self.partition), min=new_id, max=new_id)
+        if not found:
+            return fallback
+        try:
+            news = proto.decode_entry(proto.NEW_JOBS, found[0][1])[1]
+        except proto.MessageError:
+            return fallback
+        pipe = self.redis.pipeline(transaction=False)
+        for new in news:
+            for command, *args in jobfacts.index_reads(self.keys, new.id):
+                pipe.execute_command(command, *args)
+        replies = pipe.execute(raise_on_error=False)
+        firsts = []
+        for key_reply, field_reply in zip(replies[::2], replies[1::2], strict=True):
+            index = jobfacts.index_of(key_reply, field_reply)
+            if isinstance(index, bytes) and index.split():
+                firsts.append(_id_key(index.split(maxsplit=1)[0].decode()))
+        if not firsts:
+            return fallback
+        ms, seq = min(firsts)
+        return min(f"{ms}-{seq - 1}" if seq else before_ms_of(f"{ms}-0"), fallback,
+                   key=_id_key)
 
     def oldest_unread_new(self) -> str | None:
         """Id of the first new-job entry this leader has not processed (None: none)."""
