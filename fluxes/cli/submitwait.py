@@ -30,12 +30,34 @@ def add_wait_options(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--quiet", action="store_true", help="do not print the job ids")
     group.add_argument("--wait", action="store_true",
                        help="wait for the jobs to end; exit with the largest exit code")
-    group.add_argument("--wait-event", metavar="NAME",
-                       help="wait until each job has had the event NAME (e.g. start)")
+    group.add_argument("--wait-event", metavar="NAME", type=wait_event_name,
+                       help="wait until each job has had the event NAME (e.g. start; "
+                            "exec.NAME: see docs/compat.md)")
     group.add_argument("--watch", action="store_true",
                        help="print the jobs' output as they run (implies --wait)")
     group.add_argument("--log", metavar="FILE", help="print the job ids to FILE")
     group.add_argument("--log-stderr", metavar="FILE", help="print error messages to FILE")
+
+
+#: Flux's exec eventlog events (``--wait-event=exec.NAME``) and the main eventlog's
+#: event that marks the same moment or a later one: fluxes keeps no exec eventlog
+#: (its ``start`` is posted once the tasks run, ``finish`` when they all ended,
+#: ``release`` when the exec is done with the job), and a wait must never end early.
+EXEC_STAND_INS = {"init": "start", "starting": "start", "shell.init": "start",
+                  "shell.start": "start", "complete": "finish", "done": "release"}
+
+
+def wait_event_name(text: str) -> str:
+    """The main-eventlog event ``--wait-event`` waits for (``exec.NAME``: its stand-in);
+    a usage error for an exec event with none."""
+    if not text.startswith("exec."):
+        return text
+    stand_in = EXEC_STAND_INS.get(text.removeprefix("exec."))
+    if stand_in is None:
+        known = ", ".join(f"exec.{name}" for name in EXEC_STAND_INS)
+        raise argparse.ArgumentTypeError(f"{text}: not an exec event fluxes can wait for "
+                                         f"({known})")
+    return stand_in
 
 
 def add_cc_options(parser: argparse.ArgumentParser) -> None:

@@ -54,6 +54,24 @@ def test_wait_event_returns_once_the_event_is_in(uri: str, tmp_path: Path,
     assert "ended before event nonesuch" in errors.read_text()
 
 
+def test_wait_event_exec_names_wait_for_their_main_eventlog_stand_ins(
+        uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # flux's exec.NAME: fluxes keeps no exec eventlog; exec.shell.init is over once the
+    # tasks run (start), never before
+    assert cli(uri, "submit", "--wait-event=exec.shell.init", "sleep", "60") == 0
+    jobid = capsys.readouterr().out.strip()
+    assert cli(uri, "job", "wait-event", "-t", "1s", jobid, "start") == 0
+    assert cli(uri, "cancel", jobid) == 0
+    capsys.readouterr()
+    assert cli(uri, "jobs", "-a", "-n", "-o", "{id}") == 0
+    before = capsys.readouterr().out
+    # an exec event with no stand-in: a usage error, and nothing is submitted
+    assert cli(uri, "submit", "--wait-event=exec.nonesuch", "true") == 2
+    assert "exec.nonesuch: not an exec event" in capsys.readouterr().err
+    assert cli(uri, "jobs", "-a", "-n", "-o", "{id}") == 0
+    assert capsys.readouterr().out == before
+
+
 def test_bulksubmit_wait_watch_cc_quiet(uri: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(uri, "bulksubmit", "--wait", "--quiet", "sh", "-c", "exit {}",
                ":::", "0", "3", "1") == 3
