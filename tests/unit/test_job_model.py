@@ -392,3 +392,22 @@ def test_the_read_models_compact_record_round_trips() -> None:
     for bad in (b"[1]", b'[[1],[1,2]]', b"nope", b'[[1],"x"]'):
         with pytest.raises(ValueError):
             record_from_stored(5, bad)
+
+
+def test_the_journals_packed_extras_round_trip() -> None:
+    """A submit summary is stored in the journal as an array by position (its names not
+    repeated in every entry) and reads back equal; other extras (alloc's ranks) stay
+    objects; an object stored before reads as it is; anything else is no extras."""
+    from fluxes.domain.job.record import packed_extra, unpacked_extra
+
+    known = {"name": "x", "ntasks": 1, "nnodes": 0, "ncores": 1, "ngpus": 0,
+             "duration": 0.0}
+    for extra in (known, {**known, "queue": "q", "dependencies": ["afterok:1"]},
+                  {"ranks": "0-1", "nodelist": ["n0"]}, {"name": "only"}):
+        raw = packed_extra(extra)
+        assert unpacked_extra(orjson.loads(raw)) == extra
+        assert unpacked_extra(extra) == extra  # the previous layout's object
+    assert orjson.loads(packed_extra(known)) == ["x", 1, 0, 1, 0, 0.0]
+    assert len(packed_extra(known)) < len(orjson.dumps(known)) - 50
+    for bad in ([1, 2], ["x", 1, 0, 1, 0, 0.0, "not an object"], "x", 5, None):
+        assert unpacked_extra(bad) is None
