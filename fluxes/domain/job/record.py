@@ -9,6 +9,7 @@ job-list, checks), live or replayed.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,17 +118,26 @@ LATER = "+"
 
 
 def _later(before: float, time: float) -> str | None:
-    """``time`` as :data:`LATER` + its difference from ``before``, in the fewest
-    digits with which ``before + difference`` is exactly ``time``; None when that is
-    not shorter than the time itself."""
+    """``time`` as :data:`LATER` + its difference from ``before``, in few digits with
+    which ``before + difference`` is exactly ``time``; None when that is not shorter
+    than the time itself."""
     diff = time - before
-    longest = len(repr(time)) - 4  # the quotes and the mark
-    for digits in range(1, 17):
-        text = f"{diff:.{digits}g}"
-        if len(text) > longest:
-            return None
+    if not 0.0 < abs(diff) < math.inf:  # NaN too
+        return None
+    if 1e9 <= time < 1e10 and -1e6 < diff < 1e6:
+        # a UNIX time of these decades is a multiple of 2**-22 or 2**-21: seven
+        # decimals always tell it from its neighbours (one try: the job list writes a
+        # record at every state change)
+        text = f"{diff:.7f}".rstrip("0")
         if before + float(text) == time:
-            return LATER + text
+            return LATER + text if len(text) + 3 < len(repr(time)) else None
+    # the digits that tell ``time`` from its neighbours, to start from
+    digits = max(1, int(math.log10(abs(diff) / math.ulp(time))))
+    while digits < 17:
+        text = f"{diff:.{digits}g}"
+        if before + float(text) == time:
+            return LATER + text if len(text) + 3 < len(repr(time)) else None
+        digits += 1
     return None
 
 
