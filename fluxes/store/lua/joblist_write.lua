@@ -4,7 +4,9 @@
 -- KEYS[2..] the keys the ops name, by index
 -- ARGV[1]   fencing token: must equal GET KEYS[1], or nothing is written
 -- ARGV[2..] ops: name, key index, argument count, arguments; name is one of
---           HSET HDEL ZADD ZREM HINCRBY (one field) UNLINK (run as is on the key) or
+--           HSET HDEL ZADD ZREM SADD SREM HINCRBY (one field) UNLINK (run as is on the
+--           key; SADD and SREM first turn a sorted set, the active index of a model
+--           written before, into a set of its members, once) or
 --           POSITION group id entries-read: the folded position, kept as the
 --           consumer group's last-delivered id (entries-read "" = unknown);
 --           any pending entries (left by a version that read through the
@@ -15,8 +17,18 @@ if current ~= ARGV[1] then
 end
 -- Redis keeps what a failing script wrote before it failed, so pass 1 checks
 -- everything pass 2 could fail on (op names, key types, counters, the group).
-local kind = {HSET='hash', HDEL='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', UNLINK=false,
-              POSITION='stream'}
+local kind = {HSET='hash', HDEL='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', SADD='set',
+              SREM='set', UNLINK=false, POSITION='stream'}
+-- A set may have been stored as a sorted set before (the active index): its members
+-- are kept, as a set.
+local was = {set='zset'}
+local function to_set(key)
+  local members = redis.call('ZRANGE', key, 0, -1)
+  redis.call('DEL', key)
+  for first = 1, #members, 1000 do
+    redis.call('SADD', key, unpack(members, first, math.min(first + 999, #members)))
+  end
+end
 local i = 2
 while i <= #ARGV do
   local op, key, n = ARGV[i], KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2])
@@ -25,7 +37,7 @@ while i <= #ARGV do
   end
   if kind[op] then
     local t = redis.call('TYPE', key)['ok']
-    if t ~= 'none' and t ~= kind[op] then
+    if t ~= 'none' and t ~= kind[op] and t ~= was[kind[op]] then
       return redis.error_reply('KEYTYPE ' .. op .. ' needs a ' .. kind[op] .. ' but ' ..
                                key .. ' holds a ' .. t)
     end
@@ -65,6 +77,7 @@ while i <= #ARGV do
       redis.call('XACK', key, group, unpack(ids))
     end
   else
+    if kind[op] == 'set' and redis.call('TYPE', key)['ok'] == 'zset' then to_set(key) end
     redis.call(op, key, unpack(ARGV, i + 3, i + 2 + n))
   end
   i = i + 3 + n
