@@ -5,8 +5,9 @@
 -- ARGV[1]   fencing token: must equal GET KEYS[1], or nothing is written
 -- ARGV[2..] ops: name, key index, argument count, arguments; name is one of
 --           HSET HDEL ZADD ZREM SADD SREM HINCRBY (one field) UNLINK (run as is on the
---           key; SADD and SREM first turn a sorted set, the active index of a model
---           written before, into a set of its members, once) or
+--           key; SADD and SREM on a sorted set, the active index of a model written
+--           before, add with score 0 and remove: it stays one, its scores no longer
+--           read, until it empties, and the next SADD makes a set) or
 --           POSITION group id entries-read: the folded position, kept as the
 --           consumer group's last-delivered id (entries-read "" = unknown);
 --           any pending entries (left by a version that read through the
@@ -19,15 +20,21 @@ end
 -- everything pass 2 could fail on (op names, key types, counters, the group).
 local kind = {HSET='hash', HDEL='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', SADD='set',
               SREM='set', UNLINK=false, POSITION='stream'}
--- A set may have been stored as a sorted set before (the active index): its members
--- are kept, as a set.
+-- A set may have been stored as a sorted set before (the active index). Turning it
+-- into a set at once would block Redis for seconds at a million jobs: it is written
+-- as a sorted set until it empties.
 local was = {set='zset'}
-local function to_set(key)
-  local members = redis.call('ZRANGE', key, 0, -1)
-  redis.call('DEL', key)
-  for first = 1, #members, 1000 do
-    redis.call('SADD', key, unpack(members, first, math.min(first + 999, #members)))
+local function as_zset(op, key, first, last)
+  if op == 'SREM' then
+    redis.call('ZREM', key, unpack(ARGV, first, last))
+    return
   end
+  local args = {}
+  for k = first, last do
+    args[#args + 1] = 0
+    args[#args + 1] = ARGV[k]
+  end
+  redis.call('ZADD', key, 'NX', unpack(args))
 end
 local i = 2
 while i <= #ARGV do
@@ -77,8 +84,11 @@ while i <= #ARGV do
       redis.call('XACK', key, group, unpack(ids))
     end
   else
-    if kind[op] == 'set' and redis.call('TYPE', key)['ok'] == 'zset' then to_set(key) end
-    redis.call(op, key, unpack(ARGV, i + 3, i + 2 + n))
+    if kind[op] == 'set' and redis.call('TYPE', key)['ok'] == 'zset' then
+      as_zset(op, key, i + 3, i + 2 + n)
+    else
+      redis.call(op, key, unpack(ARGV, i + 3, i + 2 + n))
+    end
   end
   i = i + 3 + n
 end
