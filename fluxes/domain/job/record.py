@@ -125,11 +125,13 @@ def _later(before: float, time: float) -> str | None:
     if not 0.0 < abs(diff) < math.inf:  # NaN too
         return None
     if 1e9 <= time < 1e10 and -1e6 < diff < 1e6:
-        # a UNIX time of these decades is a multiple of 2**-22 or 2**-21: seven
-        # decimals always tell it from its neighbours (one try: the job list writes a
-        # record at every state change)
-        text = f"{diff:.7f}".rstrip("0")
-        if before + float(text) == time:
+        # a UNIX time of these decades is a multiple of 2**-22 or 2**-21: a number of
+        # 1e-7 s always tells it from its neighbours, and dividing by 1e7 rounds as
+        # reading its decimals would (one try: the job list writes a record at every
+        # state change)
+        short = round(diff * 1e7) / 1e7
+        if before + short == time:
+            text = repr(short)
             return LATER + text if len(text) + 3 < len(repr(time)) else None
     # the digits that tell ``time`` from its neighbours, to start from
     digits = max(1, int(math.log10(abs(diff) / math.ulp(time))))
