@@ -45,6 +45,7 @@ from fluxes.store.client import Client
 from fluxes.store.errors import NoPermissionError, StoreError
 from fluxes.store.instance import Instance, InstanceURI
 from fluxes.store.jobhash import JobHashes
+from fluxes.store.joblist_read import active_ids
 from fluxes.store.keys import Keys
 from fluxes.store.security import strip_password
 
@@ -241,7 +242,7 @@ def active_jobs(child: Instance) -> list[int]:
     """The child's active jobs, as its job list knows them."""
     ids: list[int] = []
     for p in range(child.keys.partitions):
-        ids += [int(i) for i in child.redis.zrange(child.keys.joblist_active(p), 0, -1)]
+        ids += active_ids(child.redis, child.keys, p)
     return ids
 
 

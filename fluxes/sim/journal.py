@@ -36,7 +36,7 @@ import orjson
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import TransitionError
-from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.record import JobRecord, apply_record, unpacked_extra
 
 __all__ = ["Replayed", "Writer", "decode_line", "read_records", "record_of_entry", "replay"]
 
@@ -72,6 +72,8 @@ def record_of_entry(stream_id: str, jobid: int, seq: int | None, name: bytes | s
         if ctx:
             out["c"] = ctx
         ext = _json(extra)
+        if isinstance(ext, list):  # the export's x is an object, whatever the journal's form
+            ext = unpacked_extra(ext) or ext
         if ext:
             out["x"] = ext
     except (ValueError, UnicodeDecodeError) as exc:  # orjson's error is a ValueError

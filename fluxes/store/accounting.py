@@ -62,6 +62,7 @@ from fluxes.domain.accounting.usage import (
     decayed_usage,
     minus_cleared,
 )
+from fluxes.domain.job.record import unpacked_extra
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import ensure_group
@@ -526,7 +527,7 @@ def decode_entry(fields: Mapping[bytes, bytes]
     if name in _CONTEXT and fields.get(b"c"):
         ctx = orjson.loads(fields[b"c"])
     if name in _EXTRA and fields.get(b"x"):
-        extra = orjson.loads(fields[b"x"])
+        extra = unpacked_extra(orjson.loads(fields[b"x"]))
     if not isinstance(ctx, dict) or not isinstance(extra, dict):
         raise ValueError("context and extras must be objects")
     return jobid, name.decode(), timestamp, ctx, extra

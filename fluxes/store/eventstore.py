@@ -28,7 +28,7 @@ from fluxes.domain.job import privacy
 from fluxes.domain.job.codec import CODEC_VERSION
 from fluxes.domain.job.fastfold import fold_common
 from fluxes.domain.job.model import Job, TransitionError, apply
-from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.record import JobRecord, apply_record, packed_extra, unpacked_extra
 from fluxes.domain.job.states import JobState
 from fluxes.errors import FluxesError
 from fluxes.store import jobfacts, reachability, scripts
@@ -164,7 +164,7 @@ class Batch:
                         if hidden:
                             private[privacy.SUMMARY_FIELD] = orjson.dumps(hidden)
             args += (event.event_name, repr(event.timestamp), encode_context(context),
-                     orjson.dumps(extra) if extra else b"")
+                     packed_extra(extra) if extra else b"")
         self.events += len(events)
         if private:
             assert owner is not None
@@ -299,8 +299,7 @@ class JournalEntry(NamedTuple):
         """The journal-only extras (e.g. a job summary on submit), or {}."""
         if not self.extra:
             return {}
-        obj = orjson.loads(self.extra)
-        return obj if isinstance(obj, dict) else {}
+        return unpacked_extra(orjson.loads(self.extra)) or {}
 
 
 def journal_entry(stream_id: bytes, fields: Mapping[bytes, bytes] | list[bytes]

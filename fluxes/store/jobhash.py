@@ -3,7 +3,7 @@
 Who writes what (docs/architecture.md, "Keys and streams"):
 
 * the ingest creates the hash with the job (:func:`create`): ``owner``,
-  ``urgency``, ``queue``, the scheduler's normalized ``request``, and the
+  ``urgency`` (left out at the default), ``queue``, the scheduler's normalized ``request``, and the
   digests of the job's jobspec blobs (:mod:`fluxes.domain.jm.content`):
   ``spec`` (as submitted, without its environment), ``full`` (with the
   instance's defaults applied, only when they changed it) and ``env`` (the
@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from fluxes.domain.jm.content import JobContent, splice
+from fluxes.formats.urgency import DEFAULT_URGENCY
 from fluxes.store.direct import execute_grouped
 from fluxes.store.eventstore import Batch, EventStore
 from fluxes.store.keys import Keys
@@ -58,7 +59,8 @@ REQUEST: Final = "request"
 R: Final = "R"
 #: The submitting user's uid.
 OWNER: Final = "owner"
-#: The urgency at submission.
+#: The urgency at submission (absent from a hash that exists: the default,
+#: :data:`~fluxes.formats.urgency.DEFAULT_URGENCY`; ~27 bytes a pending job).
 URGENCY: Final = "urgency"
 #: The queue the job was admitted to (absent: the anonymous queue).
 QUEUE: Final = "queue"
@@ -143,6 +145,11 @@ def _float(value: bytes | None) -> float | None:
         return None
 
 
+def _urgency(value: bytes | None) -> int | None:
+    """The stored urgency of a job whose hash exists (absent: the default, left out)."""
+    return DEFAULT_URGENCY if value is None else _int(value)
+
+
 @dataclass(frozen=True, slots=True)
 class JobHash:
     """What the job hash holds, blobs resolved (None: not stored or unreadable)."""
@@ -189,8 +196,9 @@ def create(batch: Batch, keys: Keys, jobid: int, *, owner: int, urgency: int,
     """Add to ``batch`` the hash of a new job and a reference to each of its blobs
     (the ingest, with the job's submit event)."""
     part = keys.partition_of(jobid)
-    fields: dict[str, str | bytes | int | float] = {
-        OWNER: owner, URGENCY: urgency, SPEC: content.spec.digest}
+    fields: dict[str, str | bytes | int | float] = {OWNER: owner, SPEC: content.spec.digest}
+    if urgency != DEFAULT_URGENCY:
+        fields[URGENCY] = urgency
     if content.full is not None:
         fields[FULL] = content.full.digest
     if content.env is not None:
@@ -374,7 +382,7 @@ class JobHashes:
                 continue
             request, r, urgency, queue, result, t_inactive = row[len(_SOURCES):]
             out.append(JobHash(jobid, jobspec=spec, jobspec_full=full, request=_text(request),
-                               R=r, owner=_int(row[_OWNER_AT]), urgency=_int(urgency),
+                               R=r, owner=_int(row[_OWNER_AT]), urgency=_urgency(urgency),
                                queue=_text(queue), result=_text(result),
                                t_inactive=_float(t_inactive)))
         return out
@@ -436,5 +444,5 @@ class JobHashes:
             return None
         request, r, urgency, queue, result, t_inactive = row[len(_SOURCES):]
         return JobHash(jobid, request=_text(request), R=r, owner=_int(row[_OWNER_AT]),
-                       urgency=_int(urgency), queue=_text(queue), result=_text(result),
+                       urgency=_urgency(urgency), queue=_text(queue), result=_text(result),
                        t_inactive=_float(t_inactive))

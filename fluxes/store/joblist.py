@@ -33,7 +33,7 @@ from fluxes.domain.joblist.model import Change, JobSummary, removal
 from fluxes.store.direct import Direct
 from fluxes.store.eventstore import FencedError
 from fluxes.store.groups import ensure_group
-from fluxes.store.joblist_read import JobListReader, _text, id_before
+from fluxes.store.joblist_read import JobListReader, _text, active_ids, id_before
 from fluxes.store.keys import GROUP_JOBLIST
 from fluxes.store.scripts import lua_source
 
@@ -57,9 +57,9 @@ class JobListStore(JobListReader):
     def load_active(self, partition: int, limit: int | None = None) -> dict[int, JobSummary]:
         """Summaries of the active jobs of ``partition`` (a restarted worker's cache):
         every one, or the ``limit`` submitted last, oldest first."""
-        start = 0 if limit is None else -limit
-        ids = [int(x) for x in self.redis.zrange(self.keys.joblist_active(partition), start,
-                                                 -1)]
+        ids = active_ids(self.redis, self.keys, partition)
+        if limit is not None:
+            ids = ids[-limit:] if limit > 0 else []
         return {s.id: s for s in self.get_many(ids) if s is not None}
 
     def _keys(self, partition: int) -> list[str]:
@@ -107,11 +107,11 @@ class JobListStore(JobListReader):
         if latest:
             ops += _chunked("HSET", _JOBS, _flat((j, stored_record(c.summary))
                                                  for j, c in latest.items()))
-            actives = [(c.summary.job.t_submit, j) for j, c in latest.items()
+            actives = [j for j, c in latest.items()
                        if c.summary.job.state is not JobState.INACTIVE]
-            ops += _chunked("ZADD", _ACTIVE, _flat(actives))
+            ops += _chunked("SADD", _ACTIVE, actives, 1)
         if became_inactive:
-            ops += _chunked("ZREM", _ACTIVE, list(became_inactive), 1)
+            ops += _chunked("SREM", _ACTIVE, list(became_inactive), 1)
             ops += _chunked("ZADD", _INACTIVE, _flat(
                 (latest[j].summary.job.t_inactive or 0.0, j) for j in became_inactive))
         if removed:
@@ -119,7 +119,7 @@ class JobListStore(JobListReader):
             for summary in removed.values():
                 totals.update(removal(summary))
             ops += _chunked("HDEL", _JOBS, gone, 1)
-            ops += _chunked("ZREM", _ACTIVE, gone, 1)
+            ops += _chunked("SREM", _ACTIVE, gone, 1)
             ops += _chunked("ZREM", _INACTIVE, gone, 1)
         ops += [("HINCRBY", _COUNTS, key, delta) for key, delta in totals.items() if delta]
         ops.append(_position(position, entries_read))

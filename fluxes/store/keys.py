@@ -272,7 +272,8 @@ class Keys:
         return f"{self.p(partition)}:jl:jobs"
 
     def joblist_active(self, partition: int) -> str:
-        """Sorted set: active jobids by submit time."""
+        """Set: active jobids (a sorted set by submit time in a model written before,
+        kept until it empties)."""
         return f"{self.p(partition)}:jl:active"
 
     def joblist_inactive(self, partition: int) -> str:

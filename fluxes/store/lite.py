@@ -63,7 +63,7 @@ def _entries(raw: Sequence[Any] | None) -> list[tuple[Any, dict[Any, Any]]]:
 class LiteRedis:
     """A blocking connection to one Redis server with a redis-py-like surface for
     ``hget``, ``hmget``, ``hgetall``, ``hexists``, ``hvals``, ``exists``, ``blpop``, ``xadd``,
-    ``xread``, ``xrange``, ``xrevrange``, ``xinfo_groups``, ``xpending``, ``zrange``,
+    ``xread``, ``xrange``, ``xrevrange``, ``xinfo_groups``, ``xpending``, ``smembers``, ``zrange``,
     ``zrevrange`` and ``pipeline`` (without transactions); bytes in, bytes out."""
 
     def __init__(self, target: RedisTarget, client_name: str | None = None) -> None:
@@ -246,6 +246,10 @@ class LiteRedis:
     def hvals(self, name: str) -> list[Any]:
         """HVALS."""
         return list(self.execute_command("HVALS", name))
+
+    def smembers(self, name: str) -> set[Any]:
+        """SMEMBERS."""
+        return set(self.execute_command("SMEMBERS", name))
 
     def zrange(self, name: str, start: int, end: int, withscores: bool = False) -> list[Any]:
         """ZRANGE by rank, with (member, score) pairs when ``withscores``."""

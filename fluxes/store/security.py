@@ -60,7 +60,7 @@ BASIC_COMMANDS = ("ping", "hello", "client|setname", "select")
 #: XINFO GROUPS of a journal tells how far the job list has folded it, so that
 #: ``fluxes jobs`` run by a user waits for it too (read your writes).
 READ_COMMANDS = ("exists", "get", "xrange", "xrevrange", "xread", "xlen", "xinfo|groups",
-                 "hget", "hmget", "hgetall", "hlen", "hvals", "zrange", "zrevrange")
+                 "hget", "hmget", "hgetall", "hlen", "hvals", "smembers", "zrange", "zrevrange")
 #: Sending a request: XADD to the user's own submit stream, nothing else
 #: there (a user who could DEL or recreate the stream would break the
 #: ingest's consumer group for everyone).

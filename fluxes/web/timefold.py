@@ -30,7 +30,7 @@ import orjson
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.fastfold import fold_common
 from fluxes.domain.job.model import TransitionError
-from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.record import JobRecord, apply_record, unpacked_extra
 from fluxes.domain.job.states import JobState
 
 #: A raw journal entry: its stream id and flat field list (j, s, n, t, c, x).
@@ -116,8 +116,8 @@ def decode_entry(fields: list[bytes]) -> tuple[int, int | None, ev.Event, dict[s
         extra = orjson.loads(raw_extra) if raw_extra else None
     except (KeyError, ValueError) as exc:  # orjson's errors are ValueErrors
         raise ev.EventError(f"journal entry: {str(exc)[:80]}") from None
-    if extra is not None and not isinstance(extra, dict):
-        extra = {}
+    if extra is not None:
+        extra = unpacked_extra(extra) or {}
     return jobid, int(seq) if seq is not None else None, ev.decode(name, stamp, context), \
         extra or None
 

@@ -15,6 +15,7 @@ import redis
 from fluxes.domain.accounting.banks import AccountEvent, BankAdd, UserAdd
 from fluxes.domain.accounting.limits import journal_id
 from fluxes.domain.job import events as ev
+from fluxes.domain.job.record import unpacked_extra
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store import ingest as ingest_store
 from fluxes.store.accounting import UsageStore
@@ -46,7 +47,8 @@ def submit(instance: Instance, worker: IngestWorker, user: str, n: int = 1,
 
 
 def submit_extras(instance: Instance) -> list[dict[str, Any]]:
-    return [orjson.loads(f[b"x"]) for _id, f in instance.redis.xrange(instance.keys.journal(0))
+    return [unpacked_extra(orjson.loads(f[b"x"])) or {}
+            for _id, f in instance.redis.xrange(instance.keys.journal(0))
             if f[b"n"] == b"submit"]
 
 

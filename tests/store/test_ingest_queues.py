@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from fluxes.domain.jm.queues import QueueEvent
+from fluxes.domain.job.record import unpacked_extra
 from fluxes.formats.jobspec import Jobspec
 from fluxes.store.client import Client
 from fluxes.store.instance import Instance, InstanceURI
@@ -99,7 +100,7 @@ class QueueStateContract:
         assert "id" in submit_project("*")
         assert submit_project("p2") == {
             "error": "me/root is not in project p2 (its projects: p1, *)"}
-        projects = [orjson.loads(f[b"x"]).get("project")
+        projects = [(unpacked_extra(orjson.loads(f[b"x"])) or {}).get("project")
                     for _i, f in instance.redis.xrange(instance.keys.journal(0))
                     if f[b"n"] == b"submit"]
         assert projects == ["p1", "*"]  # none named: the association's default

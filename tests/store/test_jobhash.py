@@ -90,7 +90,13 @@ class JobHashContract:
         assert first.owner == ME and first.request is not None
         raw = instance.redis.hgetall(instance.keys.job(ids[-1]))
         # with the job's short eventlog index (fluxes.store.jobfacts.INDEX_FIELD)
-        assert set(raw) == {b"owner", b"urgency", b"spec", b"full", b"env", b"request", b"ev"}
+        # (the urgency left out at its default: ~27 bytes a pending job)
+        assert set(raw) == {b"owner", b"spec", b"full", b"env", b"request", b"ev"}
+        assert first.urgency == 16
+        # the journal's submit summary is packed by position (record.packed_extra)
+        extras = [orjson.loads(f[b"x"]) for _i, f in instance.redis.xrange(
+            instance.keys.journal(instance.keys.partition_of(ids[-1]))) if f[b"n"] == b"submit"]
+        assert extras and all(isinstance(x, list) and x[1] == 1 for x in extras)
         assert max(len(v) for v in raw.values()) < 64  # no jobspec in the hash: a listpack
 
     def test_jobspecs_differing_outside_the_environment_share_it(
@@ -216,8 +222,16 @@ class JobHashContract:
         found = JobHashes(instance.redis, keys).public(1)
         assert found is not None and (found.owner, found.urgency, found.queue) == \
             (ME, 16, "batch")
+        # another urgency is stored; a hash stored before with the default reads the same
+        batch = store.batch(0)
+        jobhash.create(batch, keys, 2, owner=ME, urgency=3,
+                       content=job_content(orjson.dumps(spec())))
+        store.commit(batch)
+        instance.redis.hset(keys.job(1), "urgency", "16")
+        assert [h.urgency if h else None for h in JobHashes(instance.redis, keys).get_many(
+            [1, 2])] == [16, 3]
         assert found.jobspec is None and found.jobspec_full is None
-        assert JobHashes(instance.redis, keys).public(2) is None
+        assert JobHashes(instance.redis, keys).public(3) is None
 
     def test_commit_refuses_a_blob_whose_count_is_not_a_number(
             self, instance: Instance) -> None:

@@ -10,6 +10,7 @@ import redis
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.record import JobRecord
+from fluxes.domain.job.states import JobState
 from fluxes.domain.joblist.model import ReadModel, change_between
 from fluxes.store import joblist_fold
 from fluxes.store.eventstore import EventStore
@@ -81,10 +82,64 @@ def _redis_model(client: redis.Redis) -> ReadModel:
     return ReadModel(jl.all_summaries(), jl.counters())
 
 
+class _WithoutSmembers:
+    """A client whose ACL user may not send SMEMBERS (rules given before the set)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def smembers(self, key: str) -> set[bytes]:
+        raise redis.exceptions.NoPermissionError("this user has no permissions to run "
+                                                 "the 'smembers' command")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
 class JobListContract:
     @pytest.fixture
     def instance(self, client: redis.Redis) -> Instance:
         return Instance(InstanceURI("redis://unused", "t"), client=client)
+
+    def test_the_active_index_is_a_set_and_a_sorted_set_of_before_stays_until_empty(
+            self, instance: Instance, client: redis.Redis) -> None:
+        """The active index is a set of the active jobs (~48 bytes a pending job less
+        than a sorted set by submit time); a model written before, with the sorted set,
+        reads the same and is written as it is until it empties; then it is a set."""
+        store = EventStore(client, KEYS)
+        _write_workload(store, client, 30, seed=3)
+        worker = JobListWorker(instance)
+        worker.setup()
+        for _ in range(5):
+            worker.step()
+        key = KEYS.joblist_active(0)
+        reader = JobListStore(client, KEYS)
+        summaries = reader.all_summaries()
+        active = sorted(j for j, s in summaries.items() if s.job.state is not JobState.INACTIVE)
+        assert active and client.type(key) == b"set"
+        assert reader.list_ids() == active[::-1]  # newest submission first
+        # the previous layout
+        client.delete(key)
+        client.zadd(key, {str(j): summaries[j].job.t_submit for j in active})
+        assert reader.list_ids() == active[::-1]
+        assert list(reader.load_active(0, limit=2)) == active[-2:]
+        events, extra = _submit(31)
+        batch = store.batch()
+        batch.append(KEYS.eventlog(31), 31, 0, events, [extra, None])
+        store.commit(batch)
+        for _ in range(3):
+            worker.step()
+        assert client.type(key) == b"zset"  # not turned into a set at once: no long step
+        assert reader.list_ids() == [31, *active[::-1]]
+        # a user whose ACL rules were given before this layout may not send SMEMBERS:
+        # the active jobs are read from the records
+        assert JobListStore(_WithoutSmembers(client), KEYS).list_ids() == [31, *active[::-1]]
+        # emptied, the next write makes it a set
+        client.set(KEYS.joblist_fence(0), "tok")
+        reader._run(0, "tok", [("SREM", 3, *active, 31)])
+        assert client.exists(key) == 0
+        reader._run(0, "tok", [("SADD", 3, 32)])
+        assert client.type(key) == b"set" and reader.list_ids() == [32]
 
     def test_fold_equals_rebuild(self, instance: Instance, client: redis.Redis) -> None:
         store = EventStore(client, KEYS)

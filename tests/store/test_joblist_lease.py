@@ -154,7 +154,7 @@ class LeaseContract:
             a.step()
         assert client.hlen(KEYS.joblist_jobs(0)) == 0
         assert JobListStore(client, KEYS).position(0) == ("0-0", 0)
-        client.set(KEYS.joblist_active(0), "not a zset")
+        client.set(KEYS.joblist_active(0), "not a set")
         with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
             JobListWorker(instance, "a").step()  # a restarted a cannot even load its cache
         assert client.hlen(KEYS.joblist_jobs(0)) == 0

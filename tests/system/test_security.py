@@ -132,7 +132,7 @@ def seed(admin: redis.Redis, keys: Keys, jobid: int = 1234, owner: int = OWNER_U
     admin.xadd(keys.journal(part), {"j": jobid, "s": 0, "n": "submit", "t": "1.0", "c": ctx})
     admin.xadd(keys.output(owner, jobid), {"stream": "stdout", "data": "hi\n", "rank": "0"})
     admin.hset(keys.joblist_jobs(keys.partition_of(jobid)), str(jobid), "{}")
-    admin.zadd(keys.joblist_active(keys.partition_of(jobid)), {str(jobid): 1.0})
+    admin.sadd(keys.joblist_active(keys.partition_of(jobid)), str(jobid))
     admin.hset(keys.joblist_counts(keys.partition_of(jobid)), "state:RUN", 1)
     admin.xadd(keys.queues, {"d": "{}"})
     admin.set(keys.sched_status, "{}")
@@ -186,7 +186,7 @@ def test_user_reads_job_data_and_read_model(server: RedisServer, admin: redis.Re
     assert r.hget(keys.job(1234), "owner") == str(OWNER_UID).encode()
     assert r.hmget(keys.joblist_jobs(0), ["1234"]) == [b"{}"]
     assert r.hlen(keys.joblist_jobs(0)) == 2 and r.hvals(keys.joblist_jobs(0)) == [b"{}"] * 2
-    assert r.zrange(keys.joblist_active(0), 0, -1) == [b"1234", b"1235"]
+    assert r.smembers(keys.joblist_active(0)) == {b"1234", b"1235"}
     assert r.zrevrange(keys.joblist_inactive(0), 0, -1) == []
     assert r.hgetall(keys.joblist_counts(0)) == {b"state:RUN": b"1"}
     assert r.hget(keys.instance, "owner") == OWNER.encode()

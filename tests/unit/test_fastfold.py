@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fluxes.domain.job.fastfold import COMMON, fold_common
-from fluxes.domain.job.record import JobRecord, apply_record
+from fluxes.domain.job.record import JobRecord, apply_record, packed_extra
 from fluxes.store.eventstore import journal_entry
 
 JOBID = 1234
@@ -49,8 +49,11 @@ def common_history(draw: st.DrawFn) -> list[list[bytes]]:
     alloc_ann = draw(st.none() | annotation_dicts)
     if alloc_ann is not None:
         ctx["alloc"] = {"annotations": alloc_ann}
-    extras = {"submit": {"name": "x", "ntasks": draw(st.integers(1, 9)), "queue": "q"},
-              "alloc": {"ranks": "0", "nodelist": "node0"}}
+    summary: dict[str, Any] = {"name": "x", "ntasks": draw(st.integers(1, 9)), "queue": "q"}
+    if draw(st.booleans()):  # a summary the journal stores packed (packed_extra)
+        summary.update(nnodes=0, ncores=1, ngpus=0, duration=draw(st.sampled_from([0.0, 60.0])))
+    extras: dict[str, Any] = {"submit": packed_extra(summary),
+                              "alloc": {"ranks": "0", "nodelist": "node0"}}
     out = []
     for pos, name in enumerate(c.decode() for c in COMMON):
         out.append(entry(pos, name, t[pos], ctx.get(name), extras.get(name)))

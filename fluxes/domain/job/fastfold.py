@@ -27,7 +27,7 @@ import orjson
 
 from fluxes.domain.job.events import MAX_PRIORITY, MAX_URGENCY
 from fluxes.domain.job.model import Job, merge_annotations
-from fluxes.domain.job.record import JobRecord
+from fluxes.domain.job.record import JobRecord, unpacked_extra
 from fluxes.domain.job.states import JobState
 
 #: The common history, by eventlog position.
@@ -71,8 +71,9 @@ def fold_common(jobid: int, entries: Sequence[list[bytes]]) -> JobRecord | None:
             extra = _loads(fields[i + 1])
             if extra is _BAD:
                 return None
-            if isinstance(extra, dict):
-                info.update(extra)
+            facts = unpacked_extra(extra)
+            if facts is not None:
+                info.update(facts)
             i += 2
         if i != n:
             return None

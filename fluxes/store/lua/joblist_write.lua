@@ -4,7 +4,10 @@
 -- KEYS[2..] the keys the ops name, by index
 -- ARGV[1]   fencing token: must equal GET KEYS[1], or nothing is written
 -- ARGV[2..] ops: name, key index, argument count, arguments; name is one of
---           HSET HDEL ZADD ZREM HINCRBY (one field) UNLINK (run as is on the key) or
+--           HSET HDEL ZADD ZREM SADD SREM HINCRBY (one field) UNLINK (run as is on the
+--           key; SADD and SREM on a sorted set, the active index of a model written
+--           before, add with score 0 and remove: it stays one, its scores no longer
+--           read, until it empties, and the next SADD makes a set) or
 --           POSITION group id entries-read: the folded position, kept as the
 --           consumer group's last-delivered id (entries-read "" = unknown);
 --           any pending entries (left by a version that read through the
@@ -15,8 +18,24 @@ if current ~= ARGV[1] then
 end
 -- Redis keeps what a failing script wrote before it failed, so pass 1 checks
 -- everything pass 2 could fail on (op names, key types, counters, the group).
-local kind = {HSET='hash', HDEL='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', UNLINK=false,
-              POSITION='stream'}
+local kind = {HSET='hash', HDEL='hash', HINCRBY='hash', ZADD='zset', ZREM='zset', SADD='set',
+              SREM='set', UNLINK=false, POSITION='stream'}
+-- A set may have been stored as a sorted set before (the active index). Turning it
+-- into a set at once would block Redis for seconds at a million jobs: it is written
+-- as a sorted set until it empties.
+local was = {set='zset'}
+local function as_zset(op, key, first, last)
+  if op == 'SREM' then
+    redis.call('ZREM', key, unpack(ARGV, first, last))
+    return
+  end
+  local args = {}
+  for k = first, last do
+    args[#args + 1] = 0
+    args[#args + 1] = ARGV[k]
+  end
+  redis.call('ZADD', key, 'NX', unpack(args))
+end
 local i = 2
 while i <= #ARGV do
   local op, key, n = ARGV[i], KEYS[tonumber(ARGV[i + 1])], tonumber(ARGV[i + 2])
@@ -25,7 +44,7 @@ while i <= #ARGV do
   end
   if kind[op] then
     local t = redis.call('TYPE', key)['ok']
-    if t ~= 'none' and t ~= kind[op] then
+    if t ~= 'none' and t ~= kind[op] and t ~= was[kind[op]] then
       return redis.error_reply('KEYTYPE ' .. op .. ' needs a ' .. kind[op] .. ' but ' ..
                                key .. ' holds a ' .. t)
     end
@@ -65,7 +84,11 @@ while i <= #ARGV do
       redis.call('XACK', key, group, unpack(ids))
     end
   else
-    redis.call(op, key, unpack(ARGV, i + 3, i + 2 + n))
+    if kind[op] == 'set' and redis.call('TYPE', key)['ok'] == 'zset' then
+      as_zset(op, key, i + 3, i + 2 + n)
+    else
+      redis.call(op, key, unpack(ARGV, i + 3, i + 2 + n))
+    end
   end
   i = i + 3 + n
 end
