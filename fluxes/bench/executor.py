@@ -5,6 +5,9 @@ an event callback on its ``start``, and its result awaited; the figure is
 jobs per second from the first submit to the last result, on a private
 instance of 1 node x 2 cores (as flux's ``flux start -s1`` on this machine).
 
+``hops`` are the hand-off latencies on the turnover path, as ``fluxes bench
+throughput`` reports them (p50 and p99 over the run).
+
 The wall-clock rate depends on the machine's load; ``cpu_ms_per_job`` does
 not much: the CPU the instance's processes (with the jobs' own processes,
 which they wait for) and the client spent per job, comparable with the CPU
@@ -19,8 +22,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fluxes.bench.throughput import _hop_counts as hop_counts
 from fluxes.bench.throughput import process_cpu
+from fluxes.proc import hops
 from fluxes.proc.launcher import Launcher
+from fluxes.store.instance import Instance
 
 
 def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2,
@@ -30,9 +36,14 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2,
         launcher = Launcher(state_dir=Path(tmp), nodes=nodes, cores_per_node=cores_per_node)
         uri = launcher.start()
         try:
+            inst = Instance.connect(str(uri))
+            hops_before = hop_counts(inst)
             before = cpu_by_kind(launcher)
             figures = measure(str(uri), jobs, timeout)
             after = cpu_by_kind(launcher)
+            # the hand-offs of the turnover (a job's end to the next one's start)
+            figures["hops"] = hops.summary(hops.subtract(
+                hop_counts(inst, after=time.time()), hops_before))
             per_job = {kind: 1e6 * (after[kind] - before.get(kind, 0.0)) / max(jobs, 1)
                        for kind in sorted(after)}
             figures["cpu_ms_per_job"] = round(

@@ -19,7 +19,13 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.adopt import Adopter, has_marker, live_markers
 from fluxes.proc.exec_files import TaskFiles
-from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, signal_tasks
+from fluxes.proc.tasks import (
+    EXIT_LINGER_MS,
+    Launcher,
+    StartFailed,
+    TaskWatcher,
+    signal_tasks,
+)
 
 NS = "unit"
 R = ResourceSet.from_ranks({0: ("0-1", None)})
@@ -119,6 +125,44 @@ def test_the_exit_wakes_the_watcher(rig: Rig) -> None:
         assert time.monotonic() < deadline
         rig.watcher.wait(1000)
     assert job.tasks[0].exited and job.tasks[0].pidfd is None  # no longer polled
+
+
+class CountingPoll:
+    """A poll set that records the timeout of every wait (what lingered, what did not)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.timeouts: list[int] = []
+
+    def register(self, fd: int, mask: int) -> None:
+        self.inner.register(fd, mask)
+
+    def unregister(self, fd: int) -> None:
+        self.inner.unregister(fd)
+
+    def poll(self, timeout: int) -> Any:
+        self.timeouts.append(timeout)
+        return self.inner.poll(timeout)
+
+
+def test_an_exit_lingers_only_for_tasks_of_its_job_still_running(rig: Rig) -> None:
+    """A job whose last task ended is reported at once (the next job waits for it); a
+    job with tasks still running waits a moment for them."""
+    counting = CountingPoll(rig.watcher.poller)
+    rig.watcher.poller = counting  # type: ignore[assignment]
+    alone = rig.launch(11, "true")
+    assert rig.watcher.wait(-1) == [] and rig.watcher.woken == {(0, 11)}
+    assert counting.timeouts == [-1]  # its only task: no linger
+    rig.wait_ended(alone)
+    counting.timeouts.clear()
+    pair = rig.launch(12, "sh", "-c", 'if [ "$FLUXES_TASK_RANK" = 1 ]; then exec sleep 30; fi',
+                      ntasks=2)
+    assert rig.watcher.wait(-1) == [] and rig.watcher.woken == {(0, 11), (0, 12)}
+    assert counting.timeouts == [-1, EXIT_LINGER_MS]  # task 1 still runs: wait for it
+    assert rig.watcher.watched == {(0, 12): 1}
+    signal_tasks(pair.tasks, signal.SIGKILL)
+    rig.wait_ended(pair)
+    assert rig.watcher.watched == {}
 
 
 def test_kill_then_escalation_ends_a_task_that_ignores_the_signal(rig: Rig) -> None:
