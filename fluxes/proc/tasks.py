@@ -194,6 +194,8 @@ class TaskWatcher:
         # (rank, job) -> its tasks watched: whether an exit leaves others of its job running
         self.watched: dict[tuple[int, int], int] = {}
         self.woken: set[tuple[int, int]] = set()
+        #: wall time the first task exit not yet reported woke the loop (0: none)
+        self.exit_woke = 0.0
         self.poller = select.poll()
         self.reset()
 
@@ -274,6 +276,8 @@ class TaskWatcher:
             if watched is None:
                 ready.append(fd)
                 continue
+            if not self.exit_woke:
+                self.exit_woke = time.time()
             key, task = watched
             task.exited = True
             self.woken.add(key)
