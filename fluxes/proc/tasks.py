@@ -191,8 +191,9 @@ class TaskWatcher:
         self.popens: dict[int, subprocess.Popen[bytes]] = {}
         self._fixed = list(fds)
         self.pidfds: dict[int, tuple[tuple[int, int], TaskProc]] = {}
-        # (rank, job) -> its tasks watched: whether an exit leaves others of its job running
-        self.watched: dict[tuple[int, int], int] = {}
+        # job id -> its tasks watched (on every rank served here): whether an exit
+        # leaves others of its job running
+        self.watched: dict[int, int] = {}
         self.woken: set[tuple[int, int]] = set()
         #: wall time the first task exit not yet reported woke the loop (0: none)
         self.exit_woke = 0.0
@@ -236,7 +237,7 @@ class TaskWatcher:
             return
         task.pidfd = fd
         self.pidfds[fd] = (key, task)
-        self.watched[key] = self.watched.get(key, 0) + 1
+        self.watched[key[1]] = self.watched.get(key[1], 0) + 1
         self.poller.register(fd, select.POLLIN)
 
     def unwatch(self, task: TaskProc) -> None:
@@ -244,11 +245,12 @@ class TaskWatcher:
         if task.pidfd is not None:
             watched = self.pidfds.pop(task.pidfd, None)
             if watched is not None:
-                left = self.watched.get(watched[0], 1) - 1
+                jobid = watched[0][1]
+                left = self.watched.get(jobid, 1) - 1
                 if left > 0:
-                    self.watched[watched[0]] = left
+                    self.watched[jobid] = left
                 else:
-                    self.watched.pop(watched[0], None)
+                    self.watched.pop(jobid, None)
             with contextlib.suppress(KeyError, ValueError):
                 self.poller.unregister(task.pidfd)
             with contextlib.suppress(OSError):
@@ -260,8 +262,8 @@ class TaskWatcher:
 
         Exited tasks are marked and their keys added to :attr:`woken`.  Tasks
         of a job tend to end together: when only exits woke the wait and a
-        job they belong to still has tasks running, a moment more lets one
-        iteration (one write, one report) take them all.  A job whose tasks
+        job they belong to still has tasks running (on any rank served here),
+        a moment more lets one iteration (one write, one report) take them all.  A job whose tasks
         all ended is reported at once: its end is what the next job waits for.
         """
         events = self.poller.poll(timeout_ms)
@@ -288,13 +290,14 @@ class TaskWatcher:
         """True when only task exits are in ``events`` and some exited task's job has
         other tasks still running (worth waiting a moment for)."""
         pidfds = self.pidfds
-        ended: dict[tuple[int, int], int] = {}
+        ended: dict[int, int] = {}
         for fd, _event in events:
             watched = pidfds.get(fd)
             if watched is None:
                 return False
-            ended[watched[0]] = ended.get(watched[0], 0) + 1
-        return any(self.watched.get(key, 0) > n for key, n in ended.items())
+            jobid = watched[0][1]
+            ended[jobid] = ended.get(jobid, 0) + 1
+        return any(self.watched.get(jobid, 0) > n for jobid, n in ended.items())
 
     def reap(self, task: TaskProc) -> bool | None:
         """``waitpid`` one of our own wrappers: True if it ended (status set), False

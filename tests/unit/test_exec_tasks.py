@@ -159,10 +159,29 @@ def test_an_exit_lingers_only_for_tasks_of_its_job_still_running(rig: Rig) -> No
                       ntasks=2)
     assert rig.watcher.wait(-1) == [] and rig.watcher.woken == {(0, 11), (0, 12)}
     assert counting.timeouts == [-1, EXIT_LINGER_MS]  # task 1 still runs: wait for it
-    assert rig.watcher.watched == {(0, 12): 1}
+    assert rig.watcher.watched == {12: 1}
     signal_tasks(pair.tasks, signal.SIGKILL)
     rig.wait_ended(pair)
     assert rig.watcher.watched == {}
+
+
+def test_an_exit_lingers_for_the_jobs_tasks_on_other_ranks_served_here() -> None:
+    watcher = TaskWatcher()
+    counting = CountingPoll(watcher.poller)
+    watcher.poller = counting  # type: ignore[assignment]
+    env = {"PATH": os.defpath}
+    done = TaskProc(0, os.posix_spawn("/bin/sh", ["sh", "-c", "exit 0"], env), True)
+    running = TaskProc(0, os.posix_spawn("/bin/sh", ["sh", "-c", "exec sleep 30"], env), True)
+    try:
+        watcher.watch((0, 13), done)
+        watcher.watch((1, 13), running)  # the same job's task on rank 1
+        assert watcher.wait(-1) == [] and watcher.woken == {(0, 13)}
+        assert counting.timeouts == [-1, EXIT_LINGER_MS]
+    finally:
+        os.kill(running.pid, signal.SIGKILL)
+        for task in (done, running):
+            os.waitpid(task.pid, 0)
+        watcher.close()
 
 
 def test_kill_then_escalation_ends_a_task_that_ignores_the_signal(rig: Rig) -> None:
