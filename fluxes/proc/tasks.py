@@ -269,9 +269,11 @@ class TaskWatcher:
         events = self.poller.poll(timeout_ms)
         pidfds = self.pidfds
         if events and pidfds and self._siblings_running(events):
-            # the exits seen are still readable: count each once
-            first = {fd for fd, _event in events}
-            events += [e for e in self.poller.poll(EXIT_LINGER_MS) if e[0] not in first]
+            # the exits seen stay readable: out of the poll set for the linger
+            for fd, _event in events:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.poller.unregister(fd)
+            events += self.poller.poll(EXIT_LINGER_MS)
         ready = []
         for fd, _event in events:
             watched = pidfds.get(fd)

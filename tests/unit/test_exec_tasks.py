@@ -128,20 +128,26 @@ def test_the_exit_wakes_the_watcher(rig: Rig) -> None:
 
 
 class CountingPoll:
-    """A poll set that records the timeout of every wait (what lingered, what did not)."""
+    """A poll set that records the timeout of every wait (what lingered, what did not)
+    and the fds it waited on."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self.timeouts: list[int] = []
+        self.fds: set[int] = set()
+        self.waited_on: list[set[int]] = []
 
     def register(self, fd: int, mask: int) -> None:
         self.inner.register(fd, mask)
+        self.fds.add(fd)
 
     def unregister(self, fd: int) -> None:
         self.inner.unregister(fd)
+        self.fds.discard(fd)
 
     def poll(self, timeout: int) -> Any:
         self.timeouts.append(timeout)
+        self.waited_on.append(set(self.fds))
         return self.inner.poll(timeout)
 
 
@@ -159,6 +165,9 @@ def test_an_exit_lingers_only_for_tasks_of_its_job_still_running(rig: Rig) -> No
                       ntasks=2)
     assert rig.watcher.wait(-1) == [] and rig.watcher.woken == {(0, 11), (0, 12)}
     assert counting.timeouts == [-1, EXIT_LINGER_MS]  # task 1 still runs: wait for it
+    # ... on task 1 alone (task 0's pidfd, still readable, would end the wait at once)
+    assert pair.tasks[1].pidfd in counting.waited_on[-1]
+    assert pair.tasks[0].pidfd is None and len(counting.waited_on[-1]) == 1
     assert rig.watcher.watched == {12: 1}
     signal_tasks(pair.tasks, signal.SIGKILL)
     rig.wait_ended(pair)
@@ -177,6 +186,7 @@ def test_an_exit_lingers_for_the_jobs_tasks_on_other_ranks_served_here() -> None
         watcher.watch((1, 13), running)  # the same job's task on rank 1
         assert watcher.wait(-1) == [] and watcher.woken == {(0, 13)}
         assert counting.timeouts == [-1, EXIT_LINGER_MS]
+        assert counting.waited_on[1] == {running.pidfd}
     finally:
         os.kill(running.pid, signal.SIGKILL)
         for task in (done, running):
