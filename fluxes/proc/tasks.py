@@ -263,8 +263,9 @@ class TaskWatcher:
         Exited tasks are marked and their keys added to :attr:`woken`.  Tasks
         of a job tend to end together: when only exits woke the wait and a
         job they belong to still has tasks running (on any rank served here),
-        a moment more lets one iteration (one write, one report) take them all.  A job whose tasks
-        all ended is reported at once: its end is what the next job waits for.
+        a moment more, waiting on the tasks still running, lets one iteration
+        (one write, one report) take them all.  A job whose tasks all ended is
+        reported at once: its end is what the next job on its cores waits for.
         """
         events = self.poller.poll(timeout_ms)
         pidfds = self.pidfds
