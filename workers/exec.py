@@ -559,9 +559,12 @@ class ExecWorker(Starting):
         self.flushing.flushed()
         if box:
             now = time.time()
+            woke, self.watcher.exit_woke = self.watcher.exit_woke, 0.0
             for job in box.reports.values():
                 if job.kind == "done" and job.deadline:  # a simulated job's end was due then
                     hops.record(hops.EXEC_END_TO_REPORT, now - job.deadline)
+                elif job.kind == "done" and woke and job.tasks:  # a task exit woke the loop
+                    hops.record(hops.EXEC_END_TO_REPORT, now - woke)
             self.store.flush(box)
             if box.dead_letters:
                 self.count_dead_letters(len(box.dead_letters))

@@ -80,7 +80,8 @@ ACCOUNT_CACHE_S = 2.0
 _SIGDEF = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
 #: How long a command lookup (PATH search) is trusted.
 COMMAND_CACHE_S = 2.0
-#: After a task exit wakes the loop, how long it waits for other exits to batch them.
+#: After a task exit wakes the loop while other tasks of its job still run, how
+#: long it waits for them to end too (one write, one report for the job).
 EXIT_LINGER_MS = 2
 
 
@@ -190,7 +191,12 @@ class TaskWatcher:
         self.popens: dict[int, subprocess.Popen[bytes]] = {}
         self._fixed = list(fds)
         self.pidfds: dict[int, tuple[tuple[int, int], TaskProc]] = {}
+        # job id -> its tasks watched (on every rank served here): whether an exit
+        # leaves others of its job running
+        self.watched: dict[int, int] = {}
         self.woken: set[tuple[int, int]] = set()
+        #: wall time the first task exit not yet reported woke the loop (0: none)
+        self.exit_woke = 0.0
         self.poller = select.poll()
         self.reset()
 
@@ -200,6 +206,7 @@ class TaskWatcher:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pidfds = {}
+        self.watched = {}
         self.woken = set()
         self.poller = select.poll()
         for fd in self._fixed:
@@ -230,12 +237,20 @@ class TaskWatcher:
             return
         task.pidfd = fd
         self.pidfds[fd] = (key, task)
+        self.watched[key[1]] = self.watched.get(key[1], 0) + 1
         self.poller.register(fd, select.POLLIN)
 
     def unwatch(self, task: TaskProc) -> None:
         """Stop watching ``task`` and close its pidfd."""
         if task.pidfd is not None:
-            self.pidfds.pop(task.pidfd, None)
+            watched = self.pidfds.pop(task.pidfd, None)
+            if watched is not None:
+                jobid = watched[0][1]
+                left = self.watched.get(jobid, 1) - 1
+                if left > 0:
+                    self.watched[jobid] = left
+                else:
+                    self.watched.pop(jobid, None)
             with contextlib.suppress(KeyError, ValueError):
                 self.poller.unregister(task.pidfd)
             with contextlib.suppress(OSError):
@@ -246,12 +261,19 @@ class TaskWatcher:
         """Wait up to ``timeout_ms`` (-1: until something happens); the other fds ready.
 
         Exited tasks are marked and their keys added to :attr:`woken`.  Tasks
-        of a job tend to end together: when only exits woke the wait, a
-        moment more lets one iteration (one write, one report) take them all.
+        of a job tend to end together: when only exits woke the wait and a
+        job they belong to still has tasks running (on any rank served here),
+        a moment more, waiting on the tasks still running, lets one iteration
+        (one write, one report) take them all.  A job whose tasks all ended is
+        reported at once: its end is what the next job on its cores waits for.
         """
         events = self.poller.poll(timeout_ms)
         pidfds = self.pidfds
-        if events and pidfds and all(fd in pidfds for fd, _e in events):
+        if events and pidfds and self._siblings_running(events):
+            # the exits seen stay readable: out of the poll set for the linger
+            for fd, _event in events:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.poller.unregister(fd)
             events += self.poller.poll(EXIT_LINGER_MS)
         ready = []
         for fd, _event in events:
@@ -259,11 +281,26 @@ class TaskWatcher:
             if watched is None:
                 ready.append(fd)
                 continue
+            if not self.exit_woke:
+                self.exit_woke = time.time()
             key, task = watched
             task.exited = True
             self.woken.add(key)
             self.unwatch(task)  # it stays readable: stop polling it
         return ready
+
+    def _siblings_running(self, events: list[tuple[int, int]]) -> bool:
+        """True when only task exits are in ``events`` and some exited task's job has
+        other tasks still running (worth waiting a moment for)."""
+        pidfds = self.pidfds
+        ended: dict[int, int] = {}
+        for fd, _event in events:
+            watched = pidfds.get(fd)
+            if watched is None:
+                return False
+            jobid = watched[0][1]
+            ended[jobid] = ended.get(jobid, 0) + 1
+        return any(self.watched.get(jobid, 0) > n for jobid, n in ended.items())
 
     def reap(self, task: TaskProc) -> bool | None:
         """``waitpid`` one of our own wrappers: True if it ended (status set), False
@@ -306,6 +343,7 @@ class TaskWatcher:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pidfds = {}
+        self.watched = {}
 
 
 class Launcher:

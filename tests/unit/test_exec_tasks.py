@@ -19,7 +19,13 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.adopt import Adopter, has_marker, live_markers
 from fluxes.proc.exec_files import TaskFiles
-from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, signal_tasks
+from fluxes.proc.tasks import (
+    EXIT_LINGER_MS,
+    Launcher,
+    StartFailed,
+    TaskWatcher,
+    signal_tasks,
+)
 
 NS = "unit"
 R = ResourceSet.from_ranks({0: ("0-1", None)})
@@ -119,6 +125,73 @@ def test_the_exit_wakes_the_watcher(rig: Rig) -> None:
         assert time.monotonic() < deadline
         rig.watcher.wait(1000)
     assert job.tasks[0].exited and job.tasks[0].pidfd is None  # no longer polled
+
+
+class CountingPoll:
+    """A poll set that records the timeout of every wait (what lingered, what did not)
+    and the fds it waited on."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.timeouts: list[int] = []
+        self.fds: set[int] = set()
+        self.waited_on: list[set[int]] = []
+
+    def register(self, fd: int, mask: int) -> None:
+        self.inner.register(fd, mask)
+        self.fds.add(fd)
+
+    def unregister(self, fd: int) -> None:
+        self.inner.unregister(fd)
+        self.fds.discard(fd)
+
+    def poll(self, timeout: int) -> Any:
+        self.timeouts.append(timeout)
+        self.waited_on.append(set(self.fds))
+        return self.inner.poll(timeout)
+
+
+def test_an_exit_lingers_only_for_tasks_of_its_job_still_running(rig: Rig) -> None:
+    """A job whose last task ended is reported at once (the next job waits for it); a
+    job with tasks still running waits a moment for them."""
+    counting = CountingPoll(rig.watcher.poller)
+    rig.watcher.poller = counting  # type: ignore[assignment]
+    alone = rig.launch(11, "true")
+    assert rig.watcher.wait(-1) == [] and rig.watcher.woken == {(0, 11)}
+    assert counting.timeouts == [-1]  # its only task: no linger
+    rig.wait_ended(alone)
+    counting.timeouts.clear()
+    pair = rig.launch(12, "sh", "-c", 'if [ "$FLUXES_TASK_RANK" = 1 ]; then exec sleep 30; fi',
+                      ntasks=2)
+    assert rig.watcher.wait(-1) == [] and rig.watcher.woken == {(0, 11), (0, 12)}
+    assert counting.timeouts == [-1, EXIT_LINGER_MS]  # task 1 still runs: wait for it
+    # ... on task 1 alone (task 0's pidfd, still readable, would end the wait at once)
+    assert pair.tasks[1].pidfd in counting.waited_on[-1]
+    assert pair.tasks[0].pidfd is None and len(counting.waited_on[-1]) == 1
+    assert rig.watcher.watched == {12: 1}
+    signal_tasks(pair.tasks, signal.SIGKILL)
+    rig.wait_ended(pair)
+    assert rig.watcher.watched == {}
+
+
+def test_an_exit_lingers_for_the_jobs_tasks_on_other_ranks_served_here() -> None:
+    watcher = TaskWatcher()
+    counting = CountingPoll(watcher.poller)
+    watcher.poller = counting  # type: ignore[assignment]
+    env = {"PATH": os.defpath}
+    done = TaskProc(0, os.posix_spawn("/bin/sh", ["sh", "-c", "exit 0"], env), True)
+    running = TaskProc(0, os.posix_spawn("/bin/sh", ["sh", "-c", "exec sleep 30"], env), True)
+    try:
+        watcher.watch((0, 13), done)
+        watcher.watch((1, 13), running)  # the same job's task on rank 1
+        assert watcher.wait(-1) == [] and watcher.woken == {(0, 13)}
+        assert counting.timeouts == [-1, EXIT_LINGER_MS]
+        assert counting.waited_on[1] == {running.pidfd}
+    finally:
+        os.kill(running.pid, signal.SIGKILL)
+        for task in (done, running):
+            os.waitpid(task.pid, 0)
+        watcher.close()
 
 
 def test_kill_then_escalation_ends_a_task_that_ignores_the_signal(rig: Rig) -> None:
