@@ -38,6 +38,13 @@ def refuse_open_redis(uri: str | None) -> None:
         raise FluxesError(problem)
 
 
+#: The niceness (added to the one inherited) of the workers that keep read models
+#: (``fluxes jobs``' list, accounting): no job waits on them, so on a loaded host the
+#: kernel gives a core to the job manager, scheduler and exec first, whose hand-offs
+#: every job turnover waits on (docs/operations.md, "Priorities").
+OFF_PATH_NICENESS = {"job-list": 10, "accounting": 10}
+
+
 def run_args(args: argparse.Namespace) -> int:
     """Run the worker that the parsed arguments (:func:`build_parser`) describe."""
     if args.metrics_port is not None:
@@ -53,6 +60,8 @@ def run_args(args: argparse.Namespace) -> int:
     if not (args.insecure or os.environ.get(ENV_INSECURE) == "1"):
         refuse_open_redis(uri)
     instance = Instance.connect(uri, client_name=f"fluxes-{args.kind}")
+    if args.kind in OFF_PATH_NICENESS:
+        os.nice(OFF_PATH_NICENESS[args.kind])
     if args.kind == "ingest":
         from workers.ingest import IngestWorker
         return IngestWorker(instance, args.name).run()

@@ -290,3 +290,23 @@ def test_stop_removes_the_state_directory_detach_made(tmp_path: Path) -> None:
                               check=False).returncode == 0
     assert not made.exists(), "the temporary state directory outlived fluxes stop"
     assert (given / "logs").is_dir(), "a --state-dir directory is the user's: kept"
+
+
+def test_read_model_workers_yield_the_cores_to_the_job_path(uri: str, launcher: Launcher
+                                                             ) -> None:
+    # niceness is field 19 of /proc/PID/stat (after the parenthesised command name)
+    def niceness(name: str) -> int:
+        proc = launcher.worker(name).proc
+        assert proc is not None and proc.poll() is None
+        stat = Path(f"/proc/{proc.pid}/stat").read_text()
+        return int(stat.rpartition(")")[2].split()[16])
+
+    def settled() -> bool:
+        return niceness("job-list") != niceness("scheduler")
+
+    deadline = time.monotonic() + 10  # the worker renices itself once connected
+    while time.monotonic() < deadline and not settled():
+        time.sleep(0.05)
+    base = niceness("scheduler")
+    assert niceness("job-manager-0") == niceness("exec-0") == base
+    assert niceness("job-list") == niceness("accounting") == min(base + 10, 19)
