@@ -229,13 +229,19 @@ def test_checkpoint_taken_with_unread_new_jobs_loses_nothing(system: System) -> 
     system.jm.checkpoint()
     system.jm.step()  # now second gets depend + priority, after the checkpoint
     assert system.events(second)[-1] == "priority"
+    jobs = _restarted(system)
+    assert second in jobs and first in jobs
+    assert jobs[second].job.seq == len(system.events(second))
+
+
+def _restarted(system: System) -> dict[int, Any]:
+    """The jobs a new job manager holds once the old one's lease is gone."""
     system.redis.delete(system.keys.jm_lease(0))
     fresh = JobManagerWorker(system.instance)
     fresh.setup()
     fresh.step()
     assert fresh.core is not None
-    assert second in fresh.core.jobs and first in fresh.core.jobs
-    assert fresh.core.jobs[second].job.seq == len(system.events(second))
+    return dict(fresh.core.jobs)
 
 
 def test_checkpoint_bounds_unread_jobs_by_their_submits(system: System) -> None:
@@ -251,13 +257,8 @@ def test_checkpoint_bounds_unread_jobs_by_their_submits(system: System) -> None:
     for _ in range(3):  # takes the job after the checkpoint
         system.jm.step()
     assert system.events(job)[-1] == "priority"
-    system.redis.delete(system.keys.jm_lease(0))
-    fresh = JobManagerWorker(system.instance)
-    fresh.setup()
-    fresh.step()
-    assert fresh.core is not None
-    assert job in fresh.core.jobs
-    assert fresh.core.jobs[job].job.seq == len(system.events(job))
+    jobs = _restarted(system)
+    assert job in jobs and jobs[job].job.seq == len(system.events(job))
 
 
 def test_commit_with_writes_in_another_slot_keeps_its_journal_position(

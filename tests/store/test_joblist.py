@@ -44,6 +44,18 @@ LIFE = [("depend", {}), ("priority", {"priority": 16}), ("alloc", {}), ("start",
         ("free", {}), ("clean", {})]
 
 
+def _folded(instance: Instance, client: redis.Redis, seed: int
+            ) -> tuple[EventStore, JobListWorker]:
+    """A workload of 30 jobs written, and a job list worker that folded it."""
+    store = EventStore(client, KEYS)
+    _write_workload(store, client, 30, seed=seed)
+    worker = JobListWorker(instance)
+    worker.setup()
+    for _ in range(5):
+        worker.step()
+    return store, worker
+
+
 def _write_workload(store: EventStore, client: redis.Redis, njobs: int, seed: int) -> None:
     """Submit njobs and push each a random distance through its life, interleaved."""
     client.set(KEYS.jm_fence(0), "1")
@@ -106,12 +118,7 @@ class JobListContract:
         """The active index is a set of the active jobs (~48 bytes a pending job less
         than a sorted set by submit time); a model written before, with the sorted set,
         reads the same and is written as it is until it empties; then it is a set."""
-        store = EventStore(client, KEYS)
-        _write_workload(store, client, 30, seed=3)
-        worker = JobListWorker(instance)
-        worker.setup()
-        for _ in range(5):
-            worker.step()
+        store, worker = _folded(instance, client, seed=3)
         key = KEYS.joblist_active(0)
         reader = JobListStore(client, KEYS)
         summaries = reader.all_summaries()
@@ -142,12 +149,7 @@ class JobListContract:
         assert client.type(key) == b"set" and reader.list_ids() == [32]
 
     def test_fold_equals_rebuild(self, instance: Instance, client: redis.Redis) -> None:
-        store = EventStore(client, KEYS)
-        _write_workload(store, client, 30, seed=1)
-        worker = JobListWorker(instance)
-        worker.setup()
-        for _ in range(5):
-            worker.step()
+        store, _worker = _folded(instance, client, seed=1)
         assert _redis_model(client) == _expected(store)
         counts = JobListStore(client, KEYS).counters()
         assert sum(v for k, v in counts.items() if k.startswith("state:")) == 30
