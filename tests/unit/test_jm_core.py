@@ -163,6 +163,31 @@ def test_multi_rank_job_aggregates_exec_reports() -> None:
     assert h.replica[1].job.result == JobResult.FAILED
 
 
+def test_exec_progress_is_deleted_only_where_it_was_stored() -> None:
+    # a single-rank job's progress is in its events, never stored: its end deletes
+    # nothing (one write less a job); a multi-rank job's stored progress goes with it
+    h = Harness()
+    h.submit(1)
+    h.submit(2)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.grant(2, "0,1")
+    stored = [h.step(h.core.on_exec, {"t": "exec", "id": 2, "rank": 0, "started": True,
+                                       "status": 0, "released": True}).progress]
+    assert list(stored[0]) == [2] and stored[0][2] is not None
+    assert not h.step(h.core.on_exec, {"t": "exec", "id": 1, "rank": 0, "started": True,
+                                       "status": 0, "released": True}).progress
+    h.exec_report(2, 1, started=True, status=0, released=True)
+    frees = [m["id"] for m in h.sched if m["t"] == "free"]
+    assert sorted(frees) == [1, 2]
+    ended = {jobid: h.step(h.core.on_sched, h.epoch, {"t": "free-response", "id": jobid})
+             for jobid in frees}
+    assert h.retired.keys() == {1, 2}
+    assert ended[1].progress == {}
+    assert ended[2].progress == {2: None}
+
+
 def test_cancel_in_sched_sends_cancel_then_cleans_on_cancel_response() -> None:
     h = Harness()
     h.submit(1)

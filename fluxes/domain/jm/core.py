@@ -136,7 +136,7 @@ class JobManagerCore(ControlHandlers):
                 act.progress = ExecProgress(
                     {int(r) for r in saved.get("started", [])},
                     {int(r): int(s) for r, s in saved.get("finished", {}).items()},
-                    {int(r) for r in saved.get("released", [])})
+                    {int(r) for r in saved.get("released", [])}, saved=True)
                 act.exec_error = bool(saved.get("error"))
                 if isinstance(saved.get("hooks"), dict):
                     act.hooks = HookProgress.from_wire(saved["hooks"])
@@ -370,9 +370,8 @@ class JobManagerCore(ControlHandlers):
         fx.retired[jobid] = ((result.name or "") if result is not None else "",
                              job.t_inactive if job.t_inactive is not None else self.clock())
         progress = act.progress
-        if progress is not None and (progress.started or progress.finished
-                                     or progress.released):
-            fx.progress[jobid] = None
+        if progress is not None and progress.saved:
+            fx.progress[jobid] = None  # nothing to delete when it was never stored
         self.deps.remove(jobid)
         self._queued.discard(jobid)
         del self.jobs[jobid]
@@ -721,6 +720,8 @@ class JobManagerCore(ControlHandlers):
         if act.hooks is not None:
             saved["hooks"] = act.hooks.to_wire()
         fx.progress[act.rec.id] = saved
+        if act.progress is not None:  # made by the reads above
+            act.progress.saved = True
 
     def _hook_events(self, fx: Effects, act: Active, error: str | None,
                      now: float) -> str | None:
