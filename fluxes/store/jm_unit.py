@@ -105,6 +105,8 @@ class JobManagerStore:
         self._progress_key = self.keys.exec_progress(partition)
         #: rank -> its request stream and whether it shares the journal's slot
         self._ranks: dict[int, tuple[str, bool]] = {}
+        #: input stream lists -> whether they all share the journal's slot
+        self._inputs_in_slot: dict[tuple[str, ...], bool] = {}
 
     # ------------------------------------------------------------ the unit of work
 
@@ -225,8 +227,13 @@ class JobManagerStore:
         nothing written apart, every input in the journal's slot."""
         if len(unit.batches) != 1 or unit.later or unit.dead_letters_apart:
             return False
-        journal = self.keys.journal(self.partition)
-        return all(self.keys.same_slot(key, journal) for key in inputs)
+        names = tuple(inputs)
+        same = self._inputs_in_slot.get(names)
+        if same is None:
+            # the inputs are the same every step: their slots are compared once
+            same = self._inputs_in_slot[names] = all(
+                self.keys.same_slot(key, self._journal) for key in names)
+        return same
 
     def commit_then_read(self, batch: Batch, token: str, streams: Mapping[str, str],
                          count: int, block: int | None, consumer: str) -> Read:

@@ -83,6 +83,9 @@ _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
 
 #: Distinct request strings shared at most (see JobManagerCore._shared).
 _REQUESTS_KEPT = 4096
+#: Distinct (short) granted rank lists kept parsed (see JobManagerCore._granted).
+_RANKS_KEPT = 1024
+_RANKS_TEXT_KEPT = 64
 #: Seconds scheduling stays suspended, while a scheduler holds the partition's
 #: lease, before the job manager asks it for a new session (``reset``): an
 #: ``error`` (forged, or the scheduler's own) must not stop scheduling for good.
@@ -114,6 +117,9 @@ class JobManagerCore(ControlHandlers):
         self._requests: dict[str, str] = {}
         #: when the last ``reset`` asked the scheduler for a new session (heal)
         self._reset_at = float("-inf")
+        #: granted rank lists as parsed (the same few recur: parsing is most of an alloc
+        #: response's cost); each job gets a copy, never the kept set
+        self._ranks_parsed: dict[str, IDSet] = {}
 
     # ------------------------------------------------------------ loading
 
@@ -497,6 +503,18 @@ class JobManagerCore(ControlHandlers):
                     self._advance(fx, act)
                     self.pump(fx)  # the freed job may have released dependents
 
+    def _granted(self, ranks: str) -> IDSet:
+        """``ranks`` parsed (ValueError when malformed), as a set of the job's own."""
+        kept = self._ranks_parsed.get(ranks)
+        if kept is None:
+            kept = IDSet(ranks)
+            if len(ranks) > _RANKS_TEXT_KEPT:
+                return kept
+            if len(self._ranks_parsed) >= _RANKS_KEPT:
+                self._ranks_parsed.clear()
+            self._ranks_parsed[ranks] = kept
+        return IDSet(kept)
+
     def suspend(self, why: str) -> bool:
         """Stop talking to the scheduler until the next hello (RFC 27 "Finalization").
 
@@ -598,7 +616,7 @@ class JobManagerCore(ControlHandlers):
         if kind == proto.ALLOC_SUCCESS and ranks is not None:
             # checked before anything changes: a bad message is refused whole
             try:
-                granted = IDSet(ranks)
+                granted = self._granted(ranks)
             except ValueError as exc:
                 raise proto.MessageError(f"alloc-response: {exc}") from None
             if not granted or len(granted) > MAX_RANKS:
