@@ -99,6 +99,8 @@ class JobManagerWorker(Committing):
         self.owner_uid = owner_uid if owner_uid is not None else self._instance_owner()
         self.inputs = [keys.jm_new(partition), keys.sched_resp(partition),
                        keys.exec_events(partition), keys.jm_ctl(partition)]
+        #: the input streams by name, as dispatch tells entries apart (once per entry)
+        self._jm_new, self._sched_resp, self._exec_events = self.inputs[:3]
         self.core: JobManagerCore | None = None
         self.token: str | None = None
         self._pending = True
@@ -416,18 +418,16 @@ class JobManagerWorker(Committing):
         the core from storage.
         """
         ack: Ack = (stream, msg_id)
-        keys = self.keys
-        p = self.partition
         try:
-            if stream == keys.sched_resp(p):
+            if stream == self._sched_resp:
                 self._on_sched_entry(fx, core, fields)
-            elif stream == keys.exec_events(p):
+            elif stream == self._exec_events:
                 _epoch, reports, sent = proto.decode_entry_sent(proto.EXEC_EVENTS, fields)
                 if sent:
                     self._sent_exec.append(sent)
                 for report in reports:
                     core.on_exec(fx, report)
-            elif stream == keys.jm_new(p):
+            elif stream == self._jm_new:
                 news = proto.decode_entry(proto.NEW_JOBS, fields)[1]
                 refused = self.writes.news_not_stored(core.jobs, news)
                 for new in news:

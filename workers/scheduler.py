@@ -159,6 +159,9 @@ class SchedulerWorker(Worker):
         #: with the requests, in the same XREAD
         self._one_slot = all(keys.same_slot(keys.sched_req(p), keys.resource_events)
                              for p in range(keys.partitions))
+        #: the streams read every step, named once: request stream -> its session
+        self._resources = keys.resource_events
+        self._by_stream = {keys.sched_req(s.partition): s for s in self.sessions}
         #: a step's answer goes out with the next read (one round trip per step): the
         #: answer waiting for it (None: none waits); only with one partition
         self.pipelined = pipelined and self._one_slot
@@ -356,7 +359,7 @@ class SchedulerWorker(Worker):
         if self.core is not core:
             return  # deposed by the last answer
         fx = Effects()
-        resources = self.keys.resource_events
+        resources = self._resources
         events = [entries for stream_b, entries in reply if stream_b.decode() == resources]
         if events:
             # read with the requests: every drain written before them is among these
@@ -391,9 +394,9 @@ class SchedulerWorker(Worker):
     def _read(self, core: SessionCore) -> list[Any]:
         """The next requests (and, on one slot, resource events); the last step's answer,
         when it waits, goes out in the same write (one round trip)."""
-        streams = {self.keys.sched_req(s.partition): s.pos for s in self.sessions}
+        streams = {stream: s.pos for stream, s in self._by_stream.items()}
         if self._one_slot:
-            streams[self.keys.resource_events] = self._resource_pos
+            streams[self._resources] = self._resource_pos
         block = BLOCK_MS if not core.dirty else 1
         unsent, self._unsent = self._unsent, None
         if unsent is None:
@@ -575,10 +578,7 @@ class SchedulerWorker(Worker):
         return True
 
     def _session_of(self, stream: str) -> Session:
-        for session in self.sessions:
-            if self.keys.sched_req(session.partition) == stream:
-                return session
-        raise KeyError(stream)
+        return self._by_stream[stream]  # KeyError: not a request stream
 
     # ------------------------------------------------------------ answers
 

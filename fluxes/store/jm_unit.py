@@ -50,6 +50,8 @@ from fluxes.store.lease import LEASE_TTL_MS
 
 #: Events per commit at most (a Lua call blocks Redis while it runs).
 MAX_COMMIT_EVENTS = 4000
+#: Ranks whose request stream the layout keeps (a bound on its memory).
+MAX_RANKS_KEPT = 65_536
 #: Messages per outbound stream entry (one XADD each).
 MESSAGES_PER_ENTRY = 1000
 #: Replies to clients expire if nobody reads them.
@@ -96,6 +98,15 @@ class JobManagerStore:
         self.partition = partition
         self.reply_prefix = self.keys.reply("", "")[:-1]
         self.hashes = jobhash.JobHashes(self.redis, self.keys)
+        # the keys every step names, made once (a step is a few jobs: building them
+        # again was a share of its cost)
+        self._journal = self.keys.journal(partition)
+        self._sched_req = self.keys.sched_req(partition)
+        self._progress_key = self.keys.exec_progress(partition)
+        #: rank -> its request stream and whether it shares the journal's slot
+        self._ranks: dict[int, tuple[str, bool]] = {}
+        #: input stream lists -> whether they all share the journal's slot
+        self._inputs_in_slot: dict[tuple[str, ...], bool] = {}
 
     # ------------------------------------------------------------ the unit of work
 
@@ -111,7 +122,6 @@ class JobManagerStore:
         ``dead_letter_counts``: the dead letters per refused stream.
         """
         keys = self.keys
-        p = self.partition
         batches = self._event_batches(fx, salt)
         batch = batches[-1]
         for jobid, fields in fx.job_fields.items():
@@ -120,16 +130,17 @@ class JobManagerStore:
             jobhash.set_result(batch, keys, jobid, result, t_inactive)
         self._progress(batch, fx)
         sent = time.time()
-        for entry in proto.encode_chunks(fx.sched, epoch, MESSAGES_PER_ENTRY,
-                                         proto.SCHED_REQUESTS.max_bytes, sent):
-            batch.xadd(keys.sched_req(p), entry)
+        if fx.sched:
+            for entry in proto.encode_chunks(fx.sched, epoch, MESSAGES_PER_ENTRY,
+                                             proto.SCHED_REQUESTS.max_bytes, sent):
+                batch.xadd(self._sched_req, entry)
         unit = Unit(batches)
-        journal = keys.journal(p)
+        journal = self._journal
         for rank, msgs in fx.exec.items():
-            key = keys.exec_rank(rank)
+            key, same = self._rank_stream(rank)
             for held, entry in proto.chunk_messages(msgs, 0, MESSAGES_PER_ENTRY,
                                                     proto.EXEC_REQUESTS.max_bytes, sent):
-                if keys.same_slot(key, journal):
+                if same:
                     batch.xadd_with_facts(key, entry, jobhash.START_FIELDS,
                                           _carried(keys, journal, held))
                 else:
@@ -155,9 +166,21 @@ class JobManagerStore:
             batch.xack(stream, GROUP_JM, ids)
         return unit
 
+    def _rank_stream(self, rank: int) -> tuple[str, bool]:
+        """The request stream of ``rank`` and whether it shares the journal's slot."""
+        found = self._ranks.get(rank)
+        if found is None:
+            key = self.keys.exec_rank(rank)
+            found = (key, self.keys.same_slot(key, self._journal))
+            if len(self._ranks) < MAX_RANKS_KEPT:
+                self._ranks[rank] = found
+        return found
+
     def _progress(self, batch: Batch, fx: Effects) -> None:
         """The exec progress of jobs to keep (or forget) across a restart."""
-        key = self.keys.exec_progress(self.partition)
+        if not fx.progress:
+            return
+        key = self._progress_key
         progress = {str(j): orjson.dumps(v) for j, v in fx.progress.items() if v is not None}
         if progress:
             batch.hset(key, progress)
@@ -204,8 +227,13 @@ class JobManagerStore:
         nothing written apart, every input in the journal's slot."""
         if len(unit.batches) != 1 or unit.later or unit.dead_letters_apart:
             return False
-        journal = self.keys.journal(self.partition)
-        return all(self.keys.same_slot(key, journal) for key in inputs)
+        names = tuple(inputs)
+        same = self._inputs_in_slot.get(names)
+        if same is None:
+            # the inputs are the same every step: their slots are compared once
+            same = self._inputs_in_slot[names] = all(
+                self.keys.same_slot(key, self._journal) for key in names)
+        return same
 
     def commit_then_read(self, batch: Batch, token: str, streams: Mapping[str, str],
                          count: int, block: int | None, consumer: str) -> Read:

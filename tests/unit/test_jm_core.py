@@ -11,6 +11,7 @@ from fluxes.domain.jm.core import Effects, JobManagerCore
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobResult, JobState
+from fluxes.formats.idset import IDSet
 
 OWNER = 1000
 OTHER = 2000
@@ -161,6 +162,48 @@ def test_multi_rank_job_aggregates_exec_reports() -> None:
     h.free_responses()
     assert h.replica[1].job.wait_status == 256
     assert h.replica[1].job.result == JobResult.FAILED
+
+
+def test_exec_progress_is_deleted_only_where_it_was_stored() -> None:
+    # a single-rank job's progress is in its events, never stored: its end deletes
+    # nothing (one write less a job); a multi-rank job's stored progress goes with it
+    h = Harness()
+    h.submit(1)
+    h.submit(2)
+    h.hello()
+    h.allocs()
+    h.grant(1)
+    h.grant(2, "0,1")
+    stored = [h.step(h.core.on_exec, {"t": "exec", "id": 2, "rank": 0, "started": True,
+                                       "status": 0, "released": True}).progress]
+    assert list(stored[0]) == [2] and stored[0][2] is not None
+    assert not h.step(h.core.on_exec, {"t": "exec", "id": 1, "rank": 0, "started": True,
+                                       "status": 0, "released": True}).progress
+    h.exec_report(2, 1, started=True, status=0, released=True)
+    frees = [m["id"] for m in h.sched if m["t"] == "free"]
+    assert sorted(frees) == [1, 2]
+    ended = {jobid: h.step(h.core.on_sched, h.epoch, {"t": "free-response", "id": jobid})
+             for jobid in frees}
+    assert h.retired.keys() == {1, 2}
+    assert ended[1].progress == {}
+    assert ended[2].progress == {2: None}
+
+
+def test_granted_ranks_parsed_once_are_each_jobs_own() -> None:
+    # the core keeps the rank lists it parsed: jobs granted the same text get equal
+    # sets, never one shared set (IDSet is mutable)
+    h = Harness()
+    for jobid in (1, 2, 3):
+        h.submit(jobid)
+    h.hello()
+    h.allocs()
+    h.grant(1, "0-1")
+    h.grant(2, "0-1")
+    first, second = h.core.jobs[1].ranks, h.core.jobs[2].ranks
+    assert first == second == IDSet("0-1") and first is not second
+    with pytest.raises(proto.MessageError):
+        h.grant(3, "1-0")  # a malformed list is refused, kept or not
+    assert h.state(3) == JobState.SCHED
 
 
 def test_cancel_in_sched_sends_cancel_then_cleans_on_cancel_response() -> None:

@@ -22,6 +22,9 @@ class ExecProgress:
     started: set[int] = field(default_factory=set)
     finished: dict[int, int] = field(default_factory=dict)
     released: set[int] = field(default_factory=set)
+    #: stored (``exec:progress``) by this leader or the last: deleted when the job
+    #: ends; a single-rank job's progress is never stored (its events record it)
+    saved: bool = False
 
 
 @dataclass(slots=True)

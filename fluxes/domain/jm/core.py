@@ -83,6 +83,9 @@ _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
 
 #: Distinct request strings shared at most (see JobManagerCore._shared).
 _REQUESTS_KEPT = 4096
+#: Distinct (short) granted rank lists kept parsed (see JobManagerCore._granted).
+_RANKS_KEPT = 1024
+_RANKS_TEXT_KEPT = 64
 #: Seconds scheduling stays suspended, while a scheduler holds the partition's
 #: lease, before the job manager asks it for a new session (``reset``): an
 #: ``error`` (forged, or the scheduler's own) must not stop scheduling for good.
@@ -114,6 +117,9 @@ class JobManagerCore(ControlHandlers):
         self._requests: dict[str, str] = {}
         #: when the last ``reset`` asked the scheduler for a new session (heal)
         self._reset_at = float("-inf")
+        #: granted rank lists as parsed (the same few recur: parsing is most of an alloc
+        #: response's cost); each job gets a copy, never the kept set
+        self._ranks_parsed: dict[str, IDSet] = {}
 
     # ------------------------------------------------------------ loading
 
@@ -136,7 +142,7 @@ class JobManagerCore(ControlHandlers):
                 act.progress = ExecProgress(
                     {int(r) for r in saved.get("started", [])},
                     {int(r): int(s) for r, s in saved.get("finished", {}).items()},
-                    {int(r) for r in saved.get("released", [])})
+                    {int(r) for r in saved.get("released", [])}, saved=True)
                 act.exec_error = bool(saved.get("error"))
                 if isinstance(saved.get("hooks"), dict):
                     act.hooks = HookProgress.from_wire(saved["hooks"])
@@ -370,9 +376,8 @@ class JobManagerCore(ControlHandlers):
         fx.retired[jobid] = ((result.name or "") if result is not None else "",
                              job.t_inactive if job.t_inactive is not None else self.clock())
         progress = act.progress
-        if progress is not None and (progress.started or progress.finished
-                                     or progress.released):
-            fx.progress[jobid] = None
+        if progress is not None and progress.saved:
+            fx.progress[jobid] = None  # nothing to delete when it was never stored
         self.deps.remove(jobid)
         self._queued.discard(jobid)
         del self.jobs[jobid]
@@ -498,6 +503,18 @@ class JobManagerCore(ControlHandlers):
                     self._advance(fx, act)
                     self.pump(fx)  # the freed job may have released dependents
 
+    def _granted(self, ranks: str) -> IDSet:
+        """``ranks`` parsed (ValueError when malformed), as a set of the job's own."""
+        kept = self._ranks_parsed.get(ranks)
+        if kept is None:
+            kept = IDSet(ranks)
+            if len(ranks) > _RANKS_TEXT_KEPT:
+                return kept
+            if len(self._ranks_parsed) >= _RANKS_KEPT:
+                self._ranks_parsed.clear()
+            self._ranks_parsed[ranks] = kept
+        return IDSet(kept)
+
     def suspend(self, why: str) -> bool:
         """Stop talking to the scheduler until the next hello (RFC 27 "Finalization").
 
@@ -599,7 +616,7 @@ class JobManagerCore(ControlHandlers):
         if kind == proto.ALLOC_SUCCESS and ranks is not None:
             # checked before anything changes: a bad message is refused whole
             try:
-                granted = IDSet(ranks)
+                granted = self._granted(ranks)
             except ValueError as exc:
                 raise proto.MessageError(f"alloc-response: {exc}") from None
             if not granted or len(granted) > MAX_RANKS:
@@ -721,6 +738,8 @@ class JobManagerCore(ControlHandlers):
         if act.hooks is not None:
             saved["hooks"] = act.hooks.to_wire()
         fx.progress[act.rec.id] = saved
+        if act.progress is not None:  # made by the reads above
+            act.progress.saved = True
 
     def _hook_events(self, fx: Effects, act: Active, error: str | None,
                      now: float) -> str | None:

@@ -39,6 +39,9 @@ class Event:
 
     def context(self) -> dict[str, Any]:
         """The event context as RFC 21 lays it out (defined keys plus extras)."""
+        if not self.extra:
+            # nearly every event (each a fresh dict): no copy of the empty extras
+            return self._defined_context()
         ctx = dict(self.extra)
         ctx.update(self._defined_context())
         return ctx

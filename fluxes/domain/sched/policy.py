@@ -490,7 +490,9 @@ class Scheduler:
         try:
             # The queues' runs merge into one priority order: the highest-priority
             # head goes first, whatever its queue (ids make the order total).
-            for job in heapq.merge(*runs, key=_key):
+            # (one queue, the usual case: its run as it is, without merge's wrapping
+            # of every job it yields)
+            for job in (runs[0] if len(runs) == 1 else heapq.merge(*runs, key=_key)):
                 if not full and (not can_start_any()
                                  or all(st.blocked for st in states.values())):
                     break
