@@ -15,6 +15,7 @@ import pytest
 import redis
 
 from fluxes.domain.job import events as ev
+from fluxes.errors import FluxesError
 from fluxes.store import jobfacts, jobhash
 from fluxes.store.eventstore import ConflictError, EventStore, NotWaitingError, encode_context
 from fluxes.store.exec_streams import ExecStreams
@@ -166,6 +167,59 @@ class EventlogIndexContract:
         batch.set_if_waiting(KEYS.job(7), KEYS.eventlog(7), 7, "R", b"{x}")
         with pytest.raises(NotWaitingError):
             store.commit(batch, token="1")
+
+    def test_the_r_op_reads_every_layout_and_looks_past_events_saying_nothing(
+            self, store: EventStore, client: redis.Redis) -> None:
+        def waits(jobid: int) -> bool:
+            batch = store.batch()
+            batch.set_if_waiting(KEYS.job(jobid), KEYS.eventlog(jobid), jobid, "R", b"{}")
+            try:
+                store.commit(batch, token="1")
+            except NotWaitingError:
+                return False
+            return True
+
+        # the index in the field: a relative last id; then events saying nothing
+        _commit(store, 7, 0, LIFE[:4])
+        assert client.hget(KEYS.job(7), jobfacts.INDEX_FIELD) is not None
+        assert waits(7)
+        _commit(store, 7, 4, ["memo", "memo"])
+        assert waits(7)
+        # the index in the key (grown past the field): the last id first, then back
+        for seq in range(6, 30, 4):
+            _commit(store, 7, seq, ["memo"] * 4)
+        assert client.hget(KEYS.job(7), jobfacts.INDEX_FIELD) is None
+        assert client.type(KEYS.eventlog(7)) == b"string" and waits(7)
+        _commit(store, 7, 30, ["alloc", "memo"])
+        assert not waits(7)
+        # an index of whole ids, as written before
+        _commit(store, 8, 0, LIFE[:4])
+        whole = jobfacts.index_ids(_index(client, 8) or b"")
+        client.hset(KEYS.job(8), "owner", "1")
+        client.hdel(KEYS.job(8), jobfacts.INDEX_FIELD)
+        client.set(KEYS.eventlog(8), b" ".join(whole) + b" ")
+        assert waits(8)
+        client.set(KEYS.eventlog(8), b" ".join(whole[:-1]) + b" ")  # up to depend
+        assert waits(8)
+        client.set(KEYS.eventlog(8), whole[0] + b" ")  # one id: submit
+        assert waits(8)
+        # an eventlog of the previous layout, a memo last
+        _old_layout(client, 9, [*LIFE[:4], "memo"])
+        client.hset(KEYS.job(9), "owner", "1")
+        assert waits(9)
+        _old_layout(client, 10, [*LIFE[:5], "memo"])
+        client.hset(KEYS.job(10), "owner", "1")
+        assert not waits(10)
+        # no job hash, a job hash of another type, no eventlog, a broken index
+        client.delete(KEYS.job(9))
+        assert not waits(9)
+        client.set(KEYS.job(9), "x")
+        assert not waits(9)
+        client.hset(KEYS.job(11), "owner", "1")
+        assert not waits(11)
+        client.hset(KEYS.job(11), jobfacts.INDEX_FIELD, "not-an-id ")
+        with pytest.raises(FluxesError, match="stream ID"):
+            waits(11)  # XRANGE refuses the id, as before
 
     def test_purge_reads_the_last_event_through_the_index(
             self, store: EventStore, client: redis.Redis) -> None:

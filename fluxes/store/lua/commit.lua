@@ -87,6 +87,7 @@ local SET_LIMIT = 512
 local FIELD_LIMIT = 64
 local INDEX_FIELD = 'ev'
 local infield = {}  -- eventlog key -> true while its index is its job hash's field
+local index = {}    -- the text of each eventlog index read (pass 2 SETs short ones)
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
@@ -167,11 +168,6 @@ local FROM_ALLOC = {alloc = true, start = true, finish = true, release = true, f
 local SCAN_EVENTS = 1024
 local SCAN_BLOCK = 16
 
--- True when the job whose hash is `job` and eventlog is `log` waits for an
--- allocation (or raced its cancel: RFC 27 accepts that allocation): the hash
--- exists, and reading the eventlog backwards an event of BEFORE_ALLOC comes
--- before any of FROM_ALLOC. A replayed or forged alloc of a running or
--- finished job, or of no job at all, must not (over)write its R.
 -- The name of a journal entry (nil when it has none or is gone).
 local function entry_name(id)
   local entries = redis.call('XRANGE', KEYS[2], id, id)
@@ -200,26 +196,43 @@ local function index_ids(text)
   return ids
 end
 
-local function waits_for_alloc(job, log)
-  if redis.call('TYPE', job).ok ~= 'hash' then return false end
-  local t = redis.call('TYPE', log).ok
-  local text = nil
-  if t == 'string' then
-    text = redis.call('GET', log)
-  elseif t == 'none' then
-    text = redis.call('HGET', job, INDEX_FIELD) or nil  -- a short index
+-- The last journal id of an eventlog index, whole (nil for an index of one id or
+-- none: the caller reads those with index_ids).
+local function last_id(text)
+  local base = string.match(text, '^(%d+)%-%d+ ')
+  local ms, sq = string.match(text, ' (%d+)%-(%d+) *$')
+  if base == nil or ms == nil then return nil end
+  local at, first = tonumber(ms), tonumber(base)
+  if at < first then  -- relative to the first id's time
+    return string.format('%d', at + first) .. '-' .. sq
   end
-  if text then
-    -- the journal ids of the job's events: read the last ones' names backwards
-    local ids = index_ids(text)
-    for k = #ids, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
-      local name = entry_name(ids[k])
-      if name == nil or FROM_ALLOC[name] then return false end
-      if BEFORE_ALLOC[name] then return true end
-    end
-    return false
+  return ms .. '-' .. sq
+end
+
+-- True when the index `text` (journal ids) shows a job waiting for an allocation:
+-- the last event's name decides in the common case (priority, alloc, ...), so the
+-- index is only parsed whole when it says nothing either way.
+local function index_waits(text)
+  local id = last_id(text)
+  if id ~= nil then
+    local name = entry_name(id)
+    if name == nil or FROM_ALLOC[name] then return false end
+    if BEFORE_ALLOC[name] then return true end
   end
-  if t ~= 'stream' then return false end
+  local ids = index_ids(text)
+  local from = #ids
+  if id ~= nil then from = from - 1 end  -- its last event was read above
+  for k = from, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
+    local name = entry_name(ids[k])
+    if name == nil or FROM_ALLOC[name] then return false end
+    if BEFORE_ALLOC[name] then return true end
+  end
+  return false
+end
+
+-- True when an eventlog of the previous layout (a stream of the job's events)
+-- shows a job waiting for an allocation.
+local function stream_waits(log)
   local upto = '+'
   local seen = 0
   while seen < SCAN_EVENTS do
@@ -241,6 +254,27 @@ local function waits_for_alloc(job, log)
   return false
 end
 
+-- True when the job whose hash is `job` and eventlog is `log` waits for an
+-- allocation (or raced its cancel: RFC 27 accepts that allocation): the hash
+-- exists, and reading the eventlog backwards an event of BEFORE_ALLOC comes
+-- before any of FROM_ALLOC. A replayed or forged alloc of a running or
+-- finished job, or of no job at all, must not (over)write its R.
+-- One pcall of HGET tells both that the job hash is a hash and, in the common
+-- case, reads its short index: an index lives in one place only (the field while
+-- short, else the eventlog key: the E op moves it in one step), so a field found
+-- means no eventlog key.
+local function waits_for_alloc(job, log)
+  local text = redis.pcall('HGET', job, INDEX_FIELD)
+  if type(text) == 'table' then return false end  -- not a hash
+  if text then return index_waits(text) end
+  if redis.call('EXISTS', job) == 0 then return false end
+  text = redis.pcall('GET', log)
+  if type(text) == 'string' then return index_waits(text) end
+  if not text then return false end  -- no eventlog
+  if redis.call('TYPE', log).ok ~= 'stream' then return false end
+  return stream_waits(log)
+end
+
 -- nil when every given field of hash `key` holds an integer HINCRBY accepts (or
 -- nothing), else the error reply.
 local function counters_ok(key, first, n)
@@ -254,6 +288,41 @@ local function counters_ok(key, first, n)
     end
   end
   return nil
+end
+
+-- The layout of the eventlog `key` of the job whose hash is `hash` before the
+-- batch writes it, as the E op's pass 1 sees it first: 'string' (an index, read
+-- into index[key]; infield[key] when it is the hash's field), 'stream' (the
+-- previous layout), 'none', or another type; and a KEYTYPE error reply when the
+-- index would go to a hash that is not one. An index lives in one place only (the
+-- field while short, else the key: pass 2 moves it in one step), so one pcall of
+-- HGET, telling the hash's type too, reads a pending job's index.
+local function index_layout(key, hash)
+  local field = nil
+  if kind[hash] == nil or kind[hash] == 'hash' then
+    field = redis.pcall('HGET', hash, INDEX_FIELD)
+    if type(field) == 'table' then field = nil end  -- not a hash: the key tells
+  end
+  if field and field ~= '' then
+    kind[hash] = 'hash'
+    infield[key] = true
+    index[key] = field
+    return 'string', nil
+  end
+  -- an index of its own (a string), or an eventlog of the previous layout (a
+  -- stream): one GET tells the type and reads the index, in the common case
+  local got = redis.pcall('GET', key)
+  if type(got) == 'table' then return redis.call('TYPE', key).ok, nil end
+  if got then
+    index[key] = got
+    return 'string', nil
+  end
+  -- no key: an index, if any, goes to the job hash's field
+  local err = need(hash, 'hash', true, 'HSET')
+  if err ~= nil then return nil, err end
+  infield[key] = true
+  index[key] = field or ''
+  return 'none', nil
 end
 
 local token = ARGV[1]
@@ -276,7 +345,6 @@ local conflicts = {}
 local notwaiting = {}  -- jobs of R ops that wait for no allocation
 local claimed = {}     -- claims of C ops another writer holds
 local length = {}
-local index = {}    -- the text of each eventlog index read (pass 2 SETs short ones)
 local journal = KEYS[2]
 local i = 2
 while i <= nargv do
@@ -299,26 +367,9 @@ while i <= nargv do
       if kh == nil or kh < 1 or kh > #KEYS then return badop(i, 'no such key index') end
       first, nxt = i + 6, i + 6 + 4 * n
       local actual = length[key]
-      -- an index (string), or an eventlog of the previous layout (its own stream):
-      -- one GET tells the type and reads the index, in the common case
       local have = kind[key]
       if have == nil then
-        local got = redis.pcall('GET', key)
-        if type(got) == 'table' then
-          have = redis.call('TYPE', key).ok
-        elseif got then
-          have = 'string'
-          index[key] = got
-        else
-          -- no key: the index, if any, is the job hash's field
-          have = 'none'
-          err = need(KEYS[kh], 'hash', true, 'HSET')
-          if err == nil then
-            infield[key] = true
-            index[key] = redis.call('HGET', KEYS[kh], INDEX_FIELD) or ''
-            if index[key] ~= '' then have = 'string' end
-          end
-        end
+        have, err = index_layout(key, KEYS[kh])
       end
       if err ~= nil then
         have = nil
