@@ -47,13 +47,22 @@ def function_name(source: str | bytes) -> str:
     return f"fx_{hashlib.sha1(raw).hexdigest()}"
 
 
+#: A line of a script ending what runs once, when its library loads (constants and
+#: helpers, built once rather than on every call); the lines after it are the function.
+PER_CALL = "-- per call --"
+
+
 def library_code(source: str | bytes) -> str:
     """The ``FUNCTION LOAD`` text of a script: one library holding it as one function,
-    whose KEYS and ARGV are the function's arguments."""
+    whose KEYS and ARGV are the function's arguments (the lines after a
+    :data:`PER_CALL` line, those before it running once at load)."""
     text = source.decode() if isinstance(source, bytes) else source
     name = function_name(source)
-    return (f"#!lua name={name}\n"
-            f"redis.register_function('{name}', function(KEYS, ARGV)\n{text}\nend)\n")
+    head, mark, body = text.partition(f"\n{PER_CALL}\n")
+    if not mark:
+        head, body = "", text
+    return (f"#!lua name={name}\n{head}\n"
+            f"redis.register_function('{name}', function(KEYS, ARGV)\n{body}\nend)\n")
 
 
 def is_missing(exc: BaseException) -> bool:

@@ -68,6 +68,25 @@
 -- checks everything a write of pass 2 could fail on and pass 2 only writes
 -- (docs/eventlog.md, "What commit.lua guarantees", lists what remains).
 
+-- Everything above the line "-- per call --" runs once, when the library loads
+-- (fluxes/store/scripts.py): the constants and helpers are built once, not on
+-- every call. The call's KEYS and ARGV (as keys and argv: the whole text also
+-- runs as one EVAL script, whose KEYS and ARGV are globals) and the state of one
+-- batch are upvalues of the helpers that begin() sets first thing in each call
+-- (Redis runs one call at a time).
+local keys, argv, nargv
+local infield  -- eventlog key -> true while its index is its job hash's field
+local index    -- the text of each eventlog index read (pass 2 SETs short ones)
+-- The type each key has at this point of the batch: TYPE on first sight, then
+-- what the batch's own writes turn a missing key into, so that two ops of one
+-- batch cannot disagree on a key's type either.
+local kind
+
+local function begin(call_keys, call_argv)
+  keys, argv, nargv = call_keys, call_argv, #call_argv
+  infield, index, kind = {}, {}, {}
+end
+
 -- Lua refuses to unpack more than ~8,000 values (LUAI_MAXCSTACK): no redis.call
 -- gets more than CHUNK values from unpack, so HSET/HDEL/XACK go in chunks and an
 -- outbound message, one XADD that cannot be split, is limited to CHUNK/2 fields.
@@ -86,23 +105,20 @@ local SET_LIMIT = 512
 -- hash-max-listpack-value: a longer value would make the job hash a hashtable.
 local FIELD_LIMIT = 64
 local INDEX_FIELD = 'ev'
-local infield = {}  -- eventlog key -> true while its index is its job hash's field
-local index = {}    -- the text of each eventlog index read (pass 2 SETs short ones)
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
 local COMMAND = {E = 'APPEND', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD', Y = 'XADD',
                  A = 'XACK', S = 'SET', L = 'RPUSH', B = 'HINCRBY', U = 'HDEL',
                  R = 'HSET', I = 'HINCRBY', C = 'GET'}
-local nargv = #ARGV
 
 local function badop(i, why)
-  return redis.error_reply('BADOP ' .. tostring(ARGV[i]) .. ' at ARGV[' .. i .. ']: ' .. why)
+  return redis.error_reply('BADOP ' .. tostring(argv[i]) .. ' at ARGV[' .. i .. ']: ' .. why)
 end
 
 -- A count argument: a small non-negative integer, or nil.
 local function count(i)
-  local v = ARGV[i]
+  local v = argv[i]
   if v == nil or #v > 9 or not string.match(v, '^%d+$') then return nil end
   return tonumber(v)
 end
@@ -120,11 +136,6 @@ local function stream_id_ok(id)
   end
   return ms ~= nil and id_part_ok(ms) and id_part_ok(seq)
 end
-
--- The type each key has at this point of the batch: TYPE on first sight, then
--- what the batch's own writes turn a missing key into, so that two ops of one
--- batch cannot disagree on a key's type either.
-local kind = {}
 
 -- nil when `key` may take `cmd` (wanting type `want`; `creates` when the
 -- command makes a missing key), else the KEYTYPE error reply.
@@ -170,7 +181,7 @@ local SCAN_BLOCK = 16
 
 -- The name of a journal entry (nil when it has none or is gone).
 local function entry_name(id)
-  local entries = redis.call('XRANGE', KEYS[2], id, id)
+  local entries = redis.call('XRANGE', keys[2], id, id)
   if #entries == 0 then return nil end
   local fields = entries[1][2]
   for f = 1, #fields - 1, 2 do
@@ -280,10 +291,10 @@ end
 local function counters_ok(key, first, n)
   if kind[key] ~= 'hash' then return nil end
   for f = first, first + 2 * (n - 1), 2 do
-    local v = redis.call('HGET', key, ARGV[f])
+    local v = redis.call('HGET', key, argv[f])
     if v and (#v > 18 or not string.match(v, '^%-?%d+$')) then
       return redis.error_reply('KEYTYPE HINCRBY needs an integer but ' .. key .. ' '
-                               .. string.sub(ARGV[f], 1, 40) .. ' holds '
+                               .. string.sub(argv[f], 1, 40) .. ' holds '
                                .. string.sub(v, 1, 20))
     end
   end
@@ -325,6 +336,22 @@ local function index_layout(key, hash)
   return 'none', nil
 end
 
+-- redis.call(cmd, key, [group,] ARGV[first..last]), at most CHUNK values per call
+-- (CHUNK is even, so HSET field/value pairs are never split).
+local function chunked(cmd, key, group, first, last)
+  while first <= last do
+    local stop = math.min(first + CHUNK - 1, last)
+    if group then
+      redis.call(cmd, key, group, unpack(argv, first, stop))
+    else
+      redis.call(cmd, key, unpack(argv, first, stop))
+    end
+    first = stop + 1
+  end
+end
+
+-- per call --
+begin(KEYS, ARGV)
 local token = ARGV[1]
 if token ~= "" then
   local current = redis.pcall('GET', KEYS[1])
@@ -513,20 +540,6 @@ if #notwaiting > 0 then
 end
 if #claimed > 0 then
   return redis.error_reply('CLAIMED ' .. table.concat(claimed, ','))
-end
-
--- redis.call(cmd, key, [group,] ARGV[first..last]), at most CHUNK values per call
--- (CHUNK is even, so HSET field/value pairs are never split).
-local function chunked(cmd, key, group, first, last)
-  while first <= last do
-    local stop = math.min(first + CHUNK - 1, last)
-    if group then
-      redis.call(cmd, key, group, unpack(ARGV, first, stop))
-    else
-      redis.call(cmd, key, unpack(ARGV, first, stop))
-    end
-    first = stop + 1
-  end
 end
 
 -- Pass 2: write.
