@@ -105,6 +105,9 @@ local SET_LIMIT = 512
 -- hash-max-listpack-value: a longer value would make the job hash a hashtable.
 local FIELD_LIMIT = 64
 local INDEX_FIELD = 'ev'
+-- An eventlog of this many events or more has mostly moved to its key (a whole id
+-- takes 16 bytes, a later one 4 to 6): the E op reads the key first.
+local KEY_FIRST = 6
 -- Stream id parts are unsigned 64-bit integers.
 local MAX_ID_PART = '18446744073709551615'
 
@@ -301,24 +304,33 @@ local function counters_ok(key, first, n)
   return nil
 end
 
+-- The job hash `hash`'s field index ('' for none), or nil when `hash` is not a
+-- hash (or is to be something else in this batch); one pcall of HGET tells both.
+local function field_index(hash)
+  if kind[hash] ~= nil and kind[hash] ~= 'hash' then return nil end
+  local field = redis.pcall('HGET', hash, INDEX_FIELD)
+  if type(field) == 'table' then return nil end
+  return field or ''
+end
+
 -- The layout of the eventlog `key` of the job whose hash is `hash` before the
 -- batch writes it, as the E op's pass 1 sees it first: 'string' (an index, read
 -- into index[key]; infield[key] when it is the hash's field), 'stream' (the
 -- previous layout), 'none', or another type; and a KEYTYPE error reply when the
 -- index would go to a hash that is not one. An index lives in one place only (the
--- field while short, else the key: pass 2 moves it in one step), so one pcall of
--- HGET, telling the hash's type too, reads a pending job's index.
-local function index_layout(key, hash)
+-- field while short, else the key: pass 2 moves it in one step), so the place it
+-- likely is (`field_first` for a short eventlog) is read first: one call finds
+-- it there, a second the other place.
+local function index_layout(key, hash, field_first)
   local field = nil
-  if kind[hash] == nil or kind[hash] == 'hash' then
-    field = redis.pcall('HGET', hash, INDEX_FIELD)
-    if type(field) == 'table' then field = nil end  -- not a hash: the key tells
-  end
-  if field and field ~= '' then
-    kind[hash] = 'hash'
-    infield[key] = true
-    index[key] = field
-    return 'string', nil
+  if field_first then
+    field = field_index(hash)
+    if field ~= nil and field ~= '' then
+      kind[hash] = 'hash'
+      infield[key] = true
+      index[key] = field
+      return 'string', nil
+    end
   end
   -- an index of its own (a string), or an eventlog of the previous layout (a
   -- stream): one GET tells the type and reads the index, in the common case
@@ -328,11 +340,17 @@ local function index_layout(key, hash)
     index[key] = got
     return 'string', nil
   end
-  -- no key: an index, if any, goes to the job hash's field
-  local err = need(hash, 'hash', true, 'HSET')
-  if err ~= nil then return nil, err end
+  -- no key: the index, if any, is the job hash's field
+  if not field_first then field = field_index(hash) end
+  if field == nil then
+    local err = need(hash, 'hash', true, 'HSET')
+    if err ~= nil then return nil, err end
+    field = ''
+  end
+  kind[hash] = 'hash'
   infield[key] = true
-  index[key] = field or ''
+  index[key] = field
+  if field ~= '' then return 'string', nil end
   return 'none', nil
 end
 
@@ -396,7 +414,7 @@ while i <= nargv do
       local actual = length[key]
       local have = kind[key]
       if have == nil then
-        have, err = index_layout(key, KEYS[kh])
+        have, err = index_layout(key, KEYS[kh], expected < KEY_FIRST)
       end
       if err ~= nil then
         have = nil
