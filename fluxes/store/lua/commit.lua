@@ -73,7 +73,8 @@
 -- every call. The call's KEYS and ARGV (as keys and argv: the whole text also
 -- runs as one EVAL script, whose KEYS and ARGV are globals) and the state of one
 -- batch are upvalues of the helpers that begin() sets first thing in each call
--- (Redis runs one call at a time).
+-- (Redis runs one call at a time; the last call's ARGV stays referenced until the
+-- next call, at most one batch: MAX_COMMIT_EVENTS bounds it).
 local keys, argv, nargv
 local infield  -- eventlog key -> true while its index is its job hash's field
 local index    -- the text of each eventlog index read (pass 2 SETs short ones)
