@@ -167,11 +167,7 @@ def test_multi_rank_job_aggregates_exec_reports() -> None:
 def test_exec_progress_is_deleted_only_where_it_was_stored() -> None:
     # a single-rank job's progress is in its events, never stored: its end deletes
     # nothing (one write less a job); a multi-rank job's stored progress goes with it
-    h = Harness()
-    h.submit(1)
-    h.submit(2)
-    h.hello()
-    h.allocs()
+    h = _asked_for_two()
     h.grant(1)
     h.grant(2, "0,1")
     stored = [h.step(h.core.on_exec, {"t": "exec", "id": 2, "rank": 0, "started": True,
@@ -586,12 +582,18 @@ def test_stale_epoch_responses_are_ignored() -> None:
     assert h.state(1) == JobState.SCHED
 
 
-def test_restart_from_records_flux_restarts_sched_jobs_and_resends() -> None:
+def _asked_for_two() -> Harness:
+    """Jobs 1 and 2 submitted, the scheduler said hello and was asked for both."""
     h = Harness()
     h.submit(1)
     h.submit(2)
     h.hello()
     h.allocs()
+    return h
+
+
+def test_restart_from_records_flux_restarts_sched_jobs_and_resends() -> None:
+    h = _asked_for_two()
     h.grant(1)
     # a new core takes over from the same records (what replay gives)
     h2 = Harness()
