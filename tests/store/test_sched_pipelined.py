@@ -60,11 +60,8 @@ def test_jobs_run_with_every_answer_sent_with_the_next_read(
 
 
 def test_a_drain_written_before_a_free_applies_first(system: System) -> None:
-    for fake in system.execs.values():
-        fake.hold = set()
     holder = system.submit(spec(nnodes=2, ntasks=2, exclusive=True))[0]
-    for fake in system.execs.values():
-        fake.hold.add(holder)
+    system.hold(holder)
     system.run(10)
     assert system.events(holder)[-1] == "start"
     waiting = system.submit(spec(nnodes=1, ntasks=1))[0]

@@ -73,6 +73,11 @@ class System:
     def events(self, jobid: int) -> list[str]:
         return [e.event_name for e in self.store.eventlog(jobid)]
 
+    def hold(self, *jobids: int) -> None:
+        """Every fake exec starts these jobs and keeps them running (no end reported)."""
+        for fake in self.execs.values():
+            fake.hold.update(jobids)
+
 
 def _exec_step(client: redis.Redis, keys: Keys, rank: int, fake: FakeExec) -> None:
 
@@ -124,11 +129,8 @@ def test_infeasible_job_is_denied_with_a_note(system: System) -> None:
 
 
 def test_jobs_wait_for_resources_then_run(system: System) -> None:
-    for fake in system.execs.values():
-        fake.hold = set()
     first = system.submit(spec(nnodes=2, ntasks=2, exclusive=True))[0]
-    for fake in system.execs.values():
-        fake.hold.add(first)
+    system.hold(first)
     second = system.submit(spec(ntasks=1))[0]
     system.run(4)
     assert system.events(first)[-1] == "start"
@@ -148,12 +150,9 @@ def test_jobs_wait_for_resources_then_run(system: System) -> None:
 
 
 def test_scheduler_replaced_recovers_allocations(system: System) -> None:
-    for fake in system.execs.values():
-        fake.hold = set()
     a, b = system.submit(spec(nnodes=1, ntasks=2, exclusive=True),
                          spec(nnodes=1, ntasks=2, exclusive=True))
-    for fake in system.execs.values():
-        fake.hold |= {a, b}
+    system.hold(a, b)
     system.run(4)
     assert system.events(a)[-1] == "start" and system.events(b)[-1] == "start"
     # the scheduler dies; a new one takes over once the lease is free
@@ -173,11 +172,8 @@ def test_allocation_that_cannot_be_recovered_fails_the_job_and_keeps_its_ranks(
     # As flux's schedulers do: a job whose allocation hello cannot put back
     # gets a fatal exception, and its node stays out of use until it is freed
     # (its tasks may still run there).
-    for fake in system.execs.values():
-        fake.hold = set()
     [a] = system.submit(spec(nnodes=1, ntasks=2, exclusive=True))
-    for fake in system.execs.values():
-        fake.hold.add(a)
+    system.hold(a)
     system.run(4)
     assert system.events(a)[-1] == "start"
     rank = ResourceSet(system.redis.hget(system.keys.job(a), "R")).ranks.first()
@@ -266,11 +262,8 @@ def test_restarted_job_manager_sends_the_stored_request(system: System) -> None:
 
 
 def test_recovery_reads_the_stored_request(system: System) -> None:
-    for fake in system.execs.values():
-        fake.hold = set()
     [a] = system.submit(spec(nnodes=1, ntasks=2, exclusive=True))
-    for fake in system.execs.values():
-        fake.hold.add(a)
+    system.hold(a)
     system.run(4)
     _forget_jobspecs(system, [a])
     system.redis.delete(system.keys.sched_lease(0))
@@ -308,12 +301,9 @@ def test_on_a_graph_recovery_takes_back_what_the_subgraph_lists(real_redis: redi
     real_redis.hset(system.keys.instance, "resources", orjson.dumps(table))
     real_redis.hdel(system.keys.instance, "resources_digest")
     system.ingest.refresh(force=True)
-    for fake in system.execs.values():
-        fake.hold = set()
     # a rack-level job (only a graph reads it) holding all the memory of its node
     [a] = system.submit(memory_spec(2, rack=True))
-    for fake in system.execs.values():
-        fake.hold.add(a)
+    system.hold(a)
     system.run(4)
     assert isinstance(system.sched.pool, GraphPool)
     assert system.events(a)[-1] == "start"
@@ -322,8 +312,7 @@ def test_on_a_graph_recovery_takes_back_what_the_subgraph_lists(real_redis: redi
     system.redis.delete(system.keys.sched_lease(0))
     system.sched = SchedulerWorker(system.instance)
     [b] = system.submit(memory_spec(1, rack=False))
-    for fake in system.execs.values():
-        fake.hold.add(b)
+    system.hold(b)
     system.run(4)
     pool = system.sched.pool
     assert isinstance(pool, GraphPool) and sorted(pool.jobids()) == sorted([a, b])
@@ -346,11 +335,8 @@ def test_extended_running_job_moves_the_plan_and_a_new_scheduler_keeps_it(
     # counting on its nodes at the old end, now and after a scheduler restart
     monkeypatch.setattr(session_core, "FULL_PASS_S", 0.0)  # every pass annotates
     system = System(real_redis, config='[policy.scheduler]\npolicy = "easy"\n')
-    for fake in system.execs.values():
-        fake.hold = set()
     [a] = system.submit(spec(nnodes=2, ntasks=2, exclusive=True, duration=100.0))
-    for fake in system.execs.values():
-        fake.hold.add(a)
+    system.hold(a)
     system.run(4)
     assert system.events(a)[-1] == "start"
     start = ResourceSet(system.redis.hget(system.keys.job(a), "R")).starttime
