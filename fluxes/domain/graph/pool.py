@@ -47,6 +47,7 @@ from fluxes.domain.sched.errors import InfeasibleRequest, InsufficientResources
 from fluxes.domain.sched.inventory import Inventory
 from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.protocol import SchedulerPool
+from fluxes.domain.sched.records import check_jobid, check_time
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.shapes import Shape
 from fluxes.formats import constraints as _constraints
@@ -73,21 +74,6 @@ class _Plan:
     allowed: frozenset[int] | None
     note: str | None
     totals: dict[str, int]
-
-
-def _check_jobid(jobid: object, where: str) -> int:
-    """*jobid* if it is a non-negative int."""
-    if isinstance(jobid, bool) or not isinstance(jobid, int) or jobid < 0:
-        raise ValueError(f"{where}: job id must be a non-negative integer, got {jobid!r}")
-    return jobid
-
-
-def _check_time(value: object, where: str) -> float:
-    """*value* as a finite float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value):
-        raise ValueError(f"{where}: expected a finite number of seconds, got {value!r}")
-    return float(value)
 
 
 class GraphPool:
@@ -162,7 +148,7 @@ class GraphPool:
 
     def _now(self, now: float | None) -> float:
         """*now*, or the clock's time."""
-        return self._clock() if now is None else _check_time(now, "now")
+        return self._clock() if now is None else check_time(now, "now")
 
     @staticmethod
     def _length(request: Request, duration: float | None) -> float:
@@ -194,7 +180,7 @@ class GraphPool:
         an allocation now must not run into another job's reservation and
         replaces this job's own; with *start* a reservation is made.
         """
-        jobid = _check_jobid(jobid, "alloc")
+        jobid = check_jobid(jobid, "alloc")
         pol = self._policy(policy)
         trav = self._trav
         if jobid in trav.allocs:
@@ -209,7 +195,7 @@ class GraphPool:
             if hold is None:
                 raise InsufficientResources(self._short(request, plan))
         else:
-            begin = _check_time(start, "alloc: start")
+            begin = check_time(start, "alloc: start")
             hold = trav.reserve_at(plan.needs, jobid, begin, length, pol, plan.allowed)
             if hold is None:
                 raise InsufficientResources(f"no room for {request} in the window starting "
@@ -242,7 +228,7 @@ class GraphPool:
         """
         if isinstance(what, ResourceSet):
             raise ValueError("free: the graph pool releases whole jobs, not an R")
-        jobid = _check_jobid(what, "free")
+        jobid = check_jobid(what, "free")
         if self._trav.cancel(jobid) is None:
             raise ValueError(f"free: job {jobid} has no allocation")
         self._rsets.pop(jobid, None)
@@ -257,7 +243,7 @@ class GraphPool:
         (whole hosts when *exclusive*, plus *memory* bytes per rank).
         ValueError if anything is unknown or already held.
         """
-        jobid = _check_jobid(jobid, "adopt")
+        jobid = check_jobid(jobid, "adopt")
         trav = self._trav
         if jobid in trav.allocs:
             raise ValueError(f"adopt: job {jobid} already has an allocation")
@@ -288,8 +274,8 @@ class GraphPool:
     def set_expiration(self, jobid: int, expiration: float | None) -> bool:
         """Move the end of *jobid*'s allocation to *expiration* (None: unlimited), as a
         running job's ``resource-update`` does; False when it holds no allocation here."""
-        jobid = _check_jobid(jobid, "set_expiration")
-        end = _INF if expiration is None else _check_time(expiration, "set_expiration")
+        jobid = check_jobid(jobid, "set_expiration")
+        end = _INF if expiration is None else check_time(expiration, "set_expiration")
         if not self._trav.set_end(jobid, end):
             return False
         self._rsets.pop(jobid, None)  # its R carries the old expiration
@@ -482,10 +468,10 @@ class GraphPool:
                 where = f"pool.{key}[{i}]"
                 if not isinstance(item, Mapping):
                     raise ValueError(f"{where}: expected an object")
-                jobid = _check_jobid(item.get("jobid"), where)
-                start = _check_time(item.get("start"), f"{where}.start")
+                jobid = check_jobid(item.get("jobid"), where)
+                start = check_time(item.get("start"), f"{where}.start")
                 end_value = item.get("end")
-                end = _INF if end_value is None else _check_time(end_value, f"{where}.end")
+                end = _INF if end_value is None else check_time(end_value, f"{where}.end")
                 doc = item.get("R")
                 if not isinstance(doc, Mapping) or not isinstance(doc.get("scheduling"),
                                                                   Mapping):
