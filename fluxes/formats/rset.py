@@ -683,13 +683,7 @@ class ResourceSet:
                 result._hostlist = self._hostlist
         else:
             hosts = {r: self._hosts[r] for r in nodes} if self._hosts else {}
-            props = {}
-            if self._props:
-                keep = IDSet(nodes)
-                for name, ids in self._props.items():
-                    kept = ids & keep
-                    if kept:
-                        props[name] = kept
+            props = properties_on(self._props, IDSet(nodes)) if self._props else {}
             result = self._build(nodes, hosts, props, self._starttime, self._expiration)
         result._counts = counts
         return result
@@ -887,6 +881,11 @@ class ResourceSet:
         if not isinstance(other, ResourceSet):
             return NotImplemented
         return self.issubset(other)
+
+
+def properties_on(props: Mapping[str, IDSet], ranks: IDSet) -> dict[str, IDSet]:
+    """Each property's ranks among ``ranks``; properties on none of them left out."""
+    return {name: ids & ranks for name, ids in props.items() if ids.intersects(ranks)}
 
 
 def _check_operand(other: object, op: str) -> None:

@@ -56,7 +56,7 @@ from fluxes.domain.sched.timeline import NodeEnds, released_room
 from fluxes.formats import constraints as _constraints
 from fluxes.formats.constraints import Constraint
 from fluxes.formats.idset import IDSet
-from fluxes.formats.rset import ResourceSet
+from fluxes.formats.rset import ResourceSet, properties_on
 
 __all__ = [
     "POLICIES",
@@ -339,13 +339,7 @@ class ResourcePool:
 
     def _template(self, nodes: Mapping[int, tuple[IDSet, IDSet]]) -> ResourceSet:
         """R of *nodes* (rank -> (cores, gpus)) with hostnames and properties, no times."""
-        props: dict[str, IDSet] = {}
-        if self._props:
-            ranks = IDSet(nodes)
-            for name, ids in self._props.items():
-                common = ids & ranks
-                if common:
-                    props[name] = common
+        props = properties_on(self._props, IDSet(nodes)) if self._props else {}
         hosts = self._hosts
         # the parts are the placer's, of this inventory: checked already
         return ResourceSet.of_parts(
@@ -749,7 +743,7 @@ class ResourcePool:
                 parts[r] = (cores, gpus, 0)
         ranks = IDSet(parts)
         hosts = self._hosts
-        props = {name: ids & ranks for name, ids in self._props.items() if ids.intersects(ranks)}
+        props = properties_on(self._props, ranks)
         return ResourceSet.from_ranks(
             {r: (p[0], p[1]) for r, p in parts.items()},
             hostnames=None if hosts is None else {r: hosts[r] for r in parts},
