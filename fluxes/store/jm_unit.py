@@ -327,16 +327,9 @@ class JobManagerStore:
             news = proto.decode_entry(proto.NEW_JOBS, found[0][1])[1]
         except proto.MessageError:
             return fallback
-        pipe = self.redis.pipeline(transaction=False)
-        for new in news:
-            for command, *args in jobfacts.index_reads(self.keys, new.id):
-                pipe.execute_command(command, *args)
-        replies = pipe.execute(raise_on_error=False)
-        firsts = []
-        for key_reply, field_reply in zip(replies[::2], replies[1::2], strict=True):
-            index = jobfacts.index_of(key_reply, field_reply)
-            if isinstance(index, bytes) and index.split():
-                firsts.append(_id_key(index.split(maxsplit=1)[0].decode()))
+        firsts = [_id_key(index.split(maxsplit=1)[0].decode())
+                  for index in jobfacts.indexes(self.redis, self.keys, [n.id for n in news])
+                  if isinstance(index, bytes) and index.split()]
         if not firsts:
             return fallback
         ms, seq = min(firsts)

@@ -144,6 +144,12 @@ def entry_reads(keys: Keys, jobid: int, index: Any, count: int | None = None,
     return [("XRANGE", journal, sid, sid) for sid in ids], False
 
 
+def indexes(client: Any, keys: Keys, jobids: list[int]) -> list[Any]:
+    """Each job's eventlog index as :func:`index_of` gives it, in one round trip."""
+    both = _run(client, [read for j in jobids for read in index_reads(keys, j)])
+    return [index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
+
+
 def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | None = None,
                      newest: bool = False) -> list[list[Entry] | None]:
     """Each job's eventlog entries as (stream id, fields ``n``, ``t``, ``c``), oldest
@@ -153,8 +159,7 @@ def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | No
     is read directly."""
     if not jobids:
         return []
-    both = _run(client, [read for j in jobids for read in index_reads(keys, j)])
-    heads = [index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
+    heads = indexes(client, keys, jobids)
     commands: list[tuple[Any, ...]] = []
     plan: list[tuple[int, int] | None] = []  # per job: first command, how many
     for jobid, head in zip(jobids, heads, strict=True):
