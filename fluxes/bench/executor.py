@@ -24,8 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fluxes.bench.throughput import _hop_counts as hop_counts
-from fluxes.bench.throughput import process_cpu
+from fluxes.bench.throughput import hop_counts, process_cpu
 from fluxes.proc import hops
 from fluxes.proc.launcher import Launcher
 from fluxes.store.instance import Instance

@@ -101,7 +101,7 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
     for key in journals:
         last = inst.redis.xrevrange(key, count=1)
         journals[key] = last[0][0].decode() if last else "0-0"
-    hops_before = _hop_counts(inst)
+    hops_before = hop_counts(inst)
     start = time.monotonic()
     results = client.submit([{"jobspec": spec}] * jobs, timeout=timeout)
     submitted = time.monotonic()
@@ -110,7 +110,7 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
     end = time.monotonic()
     wall_end = time.time()
     del warm
-    hop_figures = hops.summary(hops.subtract(_hop_counts(inst, after=wall_end), hops_before))
+    hop_figures = hops.summary(hops.subtract(hop_counts(inst, after=wall_end), hops_before))
     return {
         "jobs": jobs, "nodes": nodes, "cores_per_node": cores,
         "mode": "real" if real else f"simulated {runtime}",
@@ -122,7 +122,7 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
     }
 
 
-def _hop_counts(inst: Instance, after: float | None = None,
+def hop_counts(inst: Instance, after: float | None = None,
                 wait_s: float = 6.0) -> dict[str, dict[int, int]]:
     """Every worker's hand-off histograms added up; with ``after``, once every worker's
     heartbeat is newer than that (they publish them with it, every ~2 s)."""
