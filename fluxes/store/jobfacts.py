@@ -326,7 +326,7 @@ def entries_read(execute: Callable[[list[tuple[Any, ...]]], list[Any]],
     span_reads = []
     try:
         for key, positions in spans.items():
-            ids = sorted((str(commands[n][2]) for n in positions), key=id_key)
+            ids = sorted((_id_text(commands[n][2]) for n in positions), key=id_key)
             span_reads.append(("XRANGE", key, ids[0], ids[-1],
                                "COUNT", SPAN_SLACK * len(positions)))
     except ValueError:
@@ -340,7 +340,7 @@ def entries_read(execute: Callable[[list[tuple[Any, ...]]], list[Any]],
         found = {} if isinstance(reply, Exception) else \
             {_id_text(entry[0]): entry for entry in reply}
         for n in positions:
-            entry = found.get(str(commands[n][2]))
+            entry = found.get(_id_text(commands[n][2]))
             if entry is None:
                 missing.append(n)
             else:

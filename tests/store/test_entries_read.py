@@ -34,7 +34,7 @@ def add(client: redis.Redis, jobid: int, name: str) -> str:
     return sid.decode() if isinstance(sid, bytes) else str(sid)
 
 
-def reads(ids: list[str]) -> list[tuple[Any, ...]]:
+def reads(ids: list[str] | list[bytes]) -> list[tuple[Any, ...]]:
     return [("XRANGE", JOURNAL, sid, sid) for sid in ids]
 
 
@@ -45,7 +45,9 @@ class EntriesReadContract:
             ids += [add(client, jobid, "submit"), add(client, jobid, "validate")]
             add(client, 1, "memo")  # someone else's entry in between
         client.xdel(JOURNAL, ids[3])  # one entry gone: read alone, found missing
-        commands = [("GET", KEYS.eventlog(7)), *reads(ids)]
+        # ids as an eventlog index gives them (bytes), and as text
+        commands = [("GET", KEYS.eventlog(7)), *reads([i.encode() for i in ids[:3]]),
+                    *reads(ids[3:])]
         execute = Recording(client)
         got = jobfacts.entries_read(execute, commands)
         assert got == Direct.of(client, JOURNAL).execute(commands)
