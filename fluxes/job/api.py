@@ -35,7 +35,10 @@ def _spec_item(jobspec: Any, urgency: int | None, flags: int) -> dict[str, Any]:
     from fluxes.job.jobspec import Jobspec
 
     if isinstance(jobspec, Jobspec):
-        doc: Any = jobspec.checked()
+        doc: Any
+        doc, own = jobspec._submitted()
+        if urgency is None:
+            urgency = own  # what the ingest would take from the document's Jobspec
     elif isinstance(jobspec, str | bytes):
         from fluxes.formats.jobspec import Jobspec as Checked
 

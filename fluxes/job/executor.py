@@ -28,6 +28,9 @@ EVENTS = frozenset({"submit", "validate", "depend", "priority", "flux-restart", 
 
 log = logging.getLogger(__name__)
 
+#: The events that may end a job's future (its result or its exception).
+_ENDING = frozenset({"finish", "exception"})
+
 #: With at least this many jobs in flight, a read that brought fewer than
 #: GATHER_ENTRIES events is followed by a GATHER_S pause (flux's executor, too,
 #: delivers events in batches); fewer jobs in flight (a small sliding window) read
@@ -101,9 +104,17 @@ class FluxExecutorFuture(concurrent.futures.Future[int]):
         return self
 
     def _set_event(self, entry: EventLogEvent) -> None:
+        name = entry.name
         with self._lock:
-            self._occurred.setdefault(entry.name, []).append(entry)
-            callbacks = list(self._callbacks.get(entry.name, ()))
+            occurred = self._occurred.get(name)
+            if occurred is None:
+                self._occurred[name] = [entry]
+            else:
+                occurred.append(entry)
+            callbacks = self._callbacks.get(name)
+            if not callbacks:
+                return  # the common case: no callback for this event
+            callbacks = list(callbacks)
         for cb in callbacks:
             _call(cb, self, entry)
 
@@ -147,24 +158,33 @@ def _call(callback: Callable[..., Any], *args: Any) -> None:
 class _Follower:
     """Feeds one future from the engine: events, the exit code, the end."""
 
-    __slots__ = ("future",)
+    __slots__ = ("future", "settled")
 
     def __init__(self, future: FluxExecutorFuture) -> None:
         self.future = future
+        #: the future got its result or exception from this follower (no more
+        #: asking the future, which takes its lock, for every later event)
+        self.settled = False
 
     def _event(self, event: EventLogEvent) -> None:
         future = self.future
-        if event.name in EVENTS:
+        name = event.name
+        if name in EVENTS:
             future._set_event(event)
-        if future.done():
+        if self.settled or name not in _ENDING:
             return
-        if event.name == "finish":
+        if future.done():  # e.g. failed by the executor meanwhile
+            self.settled = True
+            return
+        if name == "finish":
+            self.settled = True
             status = int(event.context.get("status", 0))
             if os.WIFSIGNALED(status):
                 future.set_result(-os.WTERMSIG(status))
             else:
                 future.set_result(os.WEXITSTATUS(status))
-        elif event.name == "exception" and event.context.get("severity") == 0:
+        elif event.context.get("severity") == 0:
+            self.settled = True
             future.set_exception(JobException(event))
 
     def _bind(self, jobid: Any) -> None:

@@ -235,8 +235,10 @@ class Flux:
                         self._deliver_log(jobid, mine)
             if self._journal is not None and key in self._journal:
                 # read from an earlier position for a watch, the entries may all be
-                # behind this one: it only moves on
-                new = _after(entries, self._journal[key])
+                # behind this one: it only moves on (read from its own position,
+                # every entry is new: no need to compare ids)
+                at = self._journal[key]
+                new = entries if streams[key] == at else _after(entries, at)
                 if new:
                     self._journal[key] = new[-1][0].decode()
                     self._deliver_journal(new)
@@ -355,11 +357,18 @@ class Flux:
         keep = bool(self._replies)
         for _sid, fields in entries:
             raw = fields.get(b"j")
-            if raw is None or fields.get(b"n") == b"annotations":
+            name = fields.get(b"n")
+            if raw is None or name is None or name == b"annotations":
                 continue
             jobid = int(raw)
-            if jobid in followed:
-                self._to_follower(jobid, _event(fields))
+            follower = followed.get(jobid)
+            if follower is not None:
+                # the hot path (every event of every followed job): _to_follower inlined
+                event = EventLogEvent(name.decode(), float(fields[b"t"]), fields.get(b"c"))
+                follower._event(event)
+                if name in _LAST:
+                    del followed[jobid]
+                    follower._end()
             elif keep:
                 # a job of a request whose reply has not been read yet (or anyone's)
                 if jobid not in self._orphans:

@@ -239,6 +239,18 @@ class Jobspec:
         self.__dict__["_checked"] = (text, checked)
         return checked
 
+    def _submitted(self) -> tuple[dict[str, Any], int | None]:
+        """The validated document as a submission carries it, and its urgency: one
+        copy per content, shared by every submission of it (a workflow submits one
+        jobspec many times; the submit path only encodes the document)."""
+        checked = self.checked()
+        cached = self.__dict__.get("_submitted_doc")
+        if cached is not None and cached[0] is checked:
+            return cached[1], cached[2]
+        doc = checked.to_dict()
+        self.__dict__["_submitted_doc"] = (checked, doc, checked.urgency)
+        return doc, checked.urgency
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Jobspec) and self.jobspec == other.jobspec
 

@@ -470,7 +470,7 @@ class EventStore:
                 reads, whole = entry_reads(self.keys, jobids[n], index, count)
                 plan.append((len(commands), -1 if whole else len(reads)))
                 commands += reads
-            replies = direct.execute(commands) if commands else []
+            replies = jobfacts.entries_read(direct.execute, commands) if commands else []
             for n, (first, many) in zip(positions, plan, strict=True):
                 if many == -2:
                     continue

@@ -16,6 +16,7 @@ The job hash's field names are those of fluxes/store/jobhash.py, its owner modul
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fluxes.store.keys import Keys
@@ -298,3 +299,59 @@ def eventlogs(client: Any, keys: Keys, jobids: list[int]
               ) -> list[list[tuple[Any, dict[Any, Any]]]]:
     """Each job's whole eventlog (empty: none)."""
     return [found or [] for found in eventlog_entries(client, keys, jobids)]
+
+
+#: One read of a journal span serves a step's reads of single entries when the span
+#: holds at most this many entries per wanted one (the ingest commits a request's
+#: submits and validates together: the span of a step's new jobs holds little else).
+SPAN_SLACK = 4
+
+
+def entries_read(execute: Callable[[list[tuple[Any, ...]]], list[Any]],
+                 commands: list[tuple[Any, ...]]) -> list[Any]:
+    """The replies of ``commands`` as ``execute`` (a Direct's) gives them, the reads of
+    single journal entries (``XRANGE journal id id``) of one journal answered from one read
+    of the span they cover: one command, not one per entry (the job manager checks
+    every new job's first events). An entry the span read did not bring (the span
+    was longer than its bound, or the entry is gone) is read itself, as before."""
+    singles: dict[Any, list[int]] = {}
+    for n, command in enumerate(commands):
+        if command[0] == "XRANGE" and len(command) == 4 and command[2] == command[3]:
+            singles.setdefault(command[1], []).append(n)
+    spans = {key: positions for key, positions in singles.items() if len(positions) > 1}
+    if not spans:
+        return execute(commands)
+    spanned = {n for positions in spans.values() for n in positions}
+    rest = [n for n in range(len(commands)) if n not in spanned]
+    span_reads = []
+    try:
+        for key, positions in spans.items():
+            ids = sorted((_id_text(commands[n][2]) for n in positions), key=id_key)
+            span_reads.append(("XRANGE", key, ids[0], ids[-1],
+                               "COUNT", SPAN_SLACK * len(positions)))
+    except ValueError:
+        return execute(commands)  # an index naming no id: Redis says what is wrong
+    got = execute([commands[n] for n in rest] + span_reads)
+    out: list[Any] = [None] * len(commands)
+    for n, reply in zip(rest, got[:len(rest)], strict=True):
+        out[n] = reply
+    missing: list[int] = []
+    for positions, reply in zip(spans.values(), got[len(rest):], strict=True):
+        found = {} if isinstance(reply, Exception) else \
+            {_id_text(entry[0]): entry for entry in reply}
+        for n in positions:
+            entry = found.get(_id_text(commands[n][2]))
+            if entry is None:
+                missing.append(n)
+            else:
+                out[n] = [entry]
+    if missing:
+        for n, reply in zip(missing, execute([commands[n] for n in missing]),
+                            strict=True):
+            out[n] = reply
+    return out
+
+
+def _id_text(value: Any) -> str:
+    """A stream id as text."""
+    return value.decode() if isinstance(value, bytes) else str(value)

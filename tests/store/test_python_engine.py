@@ -110,6 +110,22 @@ class EngineContract:
         assert follower.seen == [(42, "submit"), (42, "start"), (42, "finish"),
                                  (42, "clean")]
 
+    def test_a_journal_entry_without_a_name_is_skipped(self, client: redis.Redis) -> None:
+        # hostile or foreign entries in the journal must not stop the engine (nor
+        # every future it serves)
+        h = self.handle(client)
+        follower = Recorder()
+        h.queue_submit({"jobspec": {"version": 1}, "flags": 0}, follow=follower)
+        h.step(0.01)
+        answer(client, h, [42])
+        h.step(0.01)
+        client.xadd(h.keys.journal(0), {"j": 42, "s": 0, "t": "1.5"})
+        for seq, name in enumerate(("submit", "finish", "clean"), start=1):
+            journal(client, h, 42, seq, name)
+        while not follower.ended:
+            h.step(0.01)
+        assert follower.events == ["submit", "finish", "clean"]
+
 
 class Binder(Recorder):
     """A follower that must be told its job before any event (as the executor's)."""

@@ -43,3 +43,14 @@ def test_cpu_by_kind_adds_workers_and_their_children(tmp_path: Path) -> None:
     assert set(cpu) == {"exec", "tasks"}
     assert cpu["exec"] >= 0.15  # both workers' own 0.1 s, added up (clock ticks)
     assert cpu["tasks"] >= 0.25  # the children they waited for
+
+
+def test_commands_per_job_counts_what_the_run_asked_of_redis() -> None:
+    from fluxes.bench.executor import commands_per_job
+
+    before = {"fcall": (10, 1000), "xadd": (5, 10), "ping": (3, 3)}
+    after = {"fcall": (40, 7000), "xadd": (65, 130), "ping": (3, 3), "xread": (10, 400)}
+    figures = commands_per_job(before, after, jobs=10, top=2)
+    assert figures["calls"] == 10.0  # 30 + 60 + 10 calls over 10 jobs; ping not called
+    assert figures["by_command"] == {"fcall": {"calls": 3.0, "us": 600.0},
+                                     "xread": {"calls": 1.0, "us": 40.0}}
