@@ -95,13 +95,14 @@ class PartitionFolder:
                 continue
             raw = fields.get(b"j", b"")
             summary = None
-            if raw.isdigit() and int(raw) not in purged:
+            if raw.isdigit():
                 # the common entries, read straight from their fields (fastapply.py)
                 jobid = int(raw)
                 current = newest.get(jobid)
                 if current is None:
                     current = cache.get(jobid)
-                summary = fast_apply(current, jobid, fields)
+                if jobid not in purged:
+                    summary = fast_apply(current, jobid, fields)
             if summary is None:
                 folded = self._fold_entry(msg_id, fields, newest, purged)
                 if folded is None:
