@@ -224,3 +224,31 @@ def histories(draw: st.DrawFn) -> list[Fields]:
 @given(histories())
 def test_random_histories_fold_equal(history: list[Fields]) -> None:
     fold_both(history)
+
+
+def test_kept_contexts_and_facts_never_mix_jobs_up() -> None:
+    """Contexts and facts are kept by their bytes and merged facts by the info they
+    were merged into: infos made and dropped by the thousand, and the same bytes in
+    many jobs, each fold as the general fold does."""
+    from fluxes.domain.joblist import fastapply
+
+    history = common_history()
+    record: JobRecord | None = None
+    for fields in history[:5]:
+        record = general(record, fields)
+    assert record is not None
+    alloc = {**history[5], b"x": b'{"ranks":"0"}'}
+    for i in range(3 * fastapply.KEPT):
+        # a new info each time, made where the one dropped last was (Python's free list)
+        info = {**record.info, "name": f"j{i}"}
+        fast = fast_apply(JobRecord(record.job, info), JOBID, alloc)
+        slow = general(JobRecord(record.job, info), alloc)
+        assert fast is not None and fast == slow
+        del fast, slow
+        del info
+    for i in range(3 * fastapply.KEPT):
+        submit, *rest = common_history(i % 3)
+        submit = {**submit, b"x": packed_extra({"name": f"j{i % 11}", "ntasks": 1,
+                                                "nnodes": 0, "ncores": 1, "ngpus": 0,
+                                                "duration": float(i % 13)})}
+        fold_both([submit, *rest])

@@ -73,21 +73,17 @@ def fast_apply(record: JobRecord | None, jobid: int, fields: Mapping[bytes, byte
     raw_ctx = fields.get(b"c")
     ctx: Any = None
     if raw_ctx:
-        ctx = _loads(raw_ctx)
-        if not isinstance(ctx, dict):
+        ctx = _context(raw_ctx)
+        if ctx is None:
             return None  # not JSON, or not an object (null: left to the general fold)
     raw_extra = fields.get(b"x")
-    facts: dict[str, Any] | None = None
-    if raw_extra:
-        decoded = _loads(raw_extra)
-        if decoded is _BAD:
-            return None
-        facts = unpacked_extra(decoded)
+    info: dict[str, Any] | None
     if transition is None:  # a submit: the job's first entry
         values: list[Any] = list(Job(jobid))
         if record is not None or not _submit(values, stamp, ctx):
             return None
-        return JobRecord(tuple.__new__(Job, values), shared_info(facts) if facts else {})
+        info = _submitted(raw_extra) if raw_extra else {}
+        return None if info is None else JobRecord(tuple.__new__(Job, values), info)
     if record is None:
         return None
     job = record.job
@@ -96,10 +92,81 @@ def fast_apply(record: JobRecord | None, jobid: int, fields: Mapping[bytes, byte
     values = list(job)
     if not transition(job, values, stamp, ctx):
         return None
-    info = record.info
-    if facts:
-        info = {**info, **facts}
-    return JobRecord(tuple.__new__(Job, values), info)
+    info = _merged(record.info, raw_extra) if raw_extra else record.info
+    return None if info is None else JobRecord(tuple.__new__(Job, values), info)
+
+
+#: Contexts, submitted facts and merged facts kept by the bytes they come from (caches:
+#: clearing them only costs time): the jobs of a submission carry the same bytes, and
+#: most entries of most jobs the same few (``{"status":0}``).
+KEPT = 1024
+#: Longer bytes are not kept.
+KEPT_BYTES = 512
+_contexts: dict[bytes, dict[str, Any]] = {}
+_submitted_infos: dict[bytes, dict[str, Any]] = {}
+_merged_infos: dict[tuple[int, bytes], tuple[dict[str, Any], dict[str, Any]]] = {}
+_SCALARS = (str, int, float, bool)
+
+
+def _context(raw: bytes) -> dict[str, Any] | None:
+    """The context object ``raw`` holds (None: not JSON, or not an object); one of plain
+    values is kept and given to every entry with the same bytes (the transitions only
+    read it)."""
+    found = _contexts.get(raw)
+    if found is not None:
+        return found
+    ctx = _loads(raw)
+    if ctx.__class__ is not dict:
+        return None
+    if len(raw) <= KEPT_BYTES and all(v is None or v.__class__ in _SCALARS
+                                      for v in ctx.values()):
+        if len(_contexts) >= KEPT:
+            _contexts.clear()
+        _contexts[raw] = ctx
+    return ctx
+
+
+def _submitted(raw: bytes) -> dict[str, Any] | None:
+    """A new job's facts from its submit extras ``raw`` (None: not JSON), as
+    :func:`~fluxes.domain.job.record.apply_record` makes them: shared by the jobs of a
+    submission (:func:`~fluxes.domain.job.record.shared_info`)."""
+    found = _submitted_infos.get(raw)
+    if found is not None:
+        return found
+    decoded = _loads(raw)
+    if decoded is _BAD:
+        return None
+    facts = unpacked_extra(decoded)
+    if not facts:
+        return {}
+    info = shared_info(facts)
+    if len(raw) <= KEPT_BYTES:
+        if len(_submitted_infos) >= KEPT:
+            _submitted_infos.clear()
+        _submitted_infos[raw] = info
+    return info
+
+
+def _merged(info: dict[str, Any], raw: bytes) -> dict[str, Any] | None:
+    """``info`` updated with the extras ``raw`` (None: not JSON), a new dict as
+    :func:`~fluxes.domain.job.record.apply_record` makes it, kept for ``info`` (by
+    identity: the jobs of a submission share one) and ``raw`` (the allocs of a
+    submission's jobs often carry the same ranks): those jobs then share the result
+    too, as a record's info is never changed in place."""
+    key = (id(info), raw)
+    found = _merged_infos.get(key)
+    if found is not None and found[0] is info:
+        return found[1]
+    decoded = _loads(raw)
+    if decoded is _BAD:
+        return None
+    facts = unpacked_extra(decoded)
+    merged = {**info, **facts} if facts else info
+    if len(raw) <= KEPT_BYTES:
+        if len(_merged_infos) >= KEPT:
+            _merged_infos.clear()
+        _merged_infos[key] = (info, merged)
+    return merged
 
 
 _BAD = object()
