@@ -24,6 +24,7 @@ from fluxes.domain.job.events import EventError
 from fluxes.domain.job.model import TransitionError
 from fluxes.domain.job.record import apply_record
 from fluxes.domain.job.states import JobState
+from fluxes.domain.joblist.fastapply import fast_apply
 from fluxes.domain.joblist.model import JobSummary, change_between
 from fluxes.domain.retention import PURGE_EVENT
 from fluxes.store.eventstore import journal_entry
@@ -92,20 +93,21 @@ class PartitionFolder:
                 newest.pop(jobid, None)
                 purged.add(jobid)
                 continue
-            try:
-                entry = journal_entry(msg_id, fields)
-                jobid = entry.jobid
-                if jobid in purged:
-                    continue  # nothing follows a purge; a stray entry changes nothing
+            raw = fields.get(b"j", b"")
+            summary = None
+            if raw.isdigit():
+                # the common entries, read straight from their fields (fastapply.py)
+                jobid = int(raw)
                 current = newest.get(jobid)
                 if current is None:
                     current = cache.get(jobid)
-                if current is None and self.trimmed and name != b"submit":
-                    continue  # a job whose beginning was trimmed: purged, see above
-                summary = apply_record(current, jobid, entry.event(), entry.extra_dict())
-            except (KeyError, ValueError, EventError, TransitionError) as exc:
-                self.on_bad(self.stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
-                continue
+                if jobid not in purged:
+                    summary = fast_apply(current, jobid, fields)
+            if summary is None:
+                folded = self._fold_entry(msg_id, fields, newest, purged)
+                if folded is None:
+                    continue
+                jobid, current, summary = folded
             if jobid not in before:
                 before[jobid] = current
             newest[jobid] = summary
@@ -117,6 +119,28 @@ class PartitionFolder:
                          {jobid: before[jobid] for jobid in purged})
         self.position, self.entries_read = position, read
         self.folded += len(entries)
+
+    def _fold_entry(self, msg_id: bytes, fields: Mapping[bytes, bytes],
+                    newest: Mapping[int, JobSummary], purged: set[int]
+                    ) -> tuple[int, JobSummary | None, JobSummary] | None:
+        """Fold one entry the general way: its job, its summary before and after; None
+        when it changes nothing (refused: given to ``on_bad``; or passed over)."""
+        name = fields.get(b"n")
+        try:
+            entry = journal_entry(msg_id, fields)
+            jobid = entry.jobid
+            if jobid in purged:
+                return None  # nothing follows a purge; a stray entry changes nothing
+            current = newest.get(jobid)
+            if current is None:
+                current = self.cache.get(jobid)
+            if current is None and self.trimmed and name != b"submit":
+                return None  # a job whose beginning was trimmed: purged, see above
+            summary = apply_record(current, jobid, entry.event(), entry.extra_dict())
+        except (KeyError, ValueError, EventError, TransitionError) as exc:
+            self.on_bad(self.stream, msg_id, fields, f"{type(exc).__name__}: {exc}")
+            return None
+        return jobid, current, summary
 
     def _load_missing(self, entries: Sequence[Entry]) -> None:
         """Read into the cache the summaries of the jobs of ``entries`` it does not hold."""

@@ -196,6 +196,45 @@ class JobListContract:
         assert _redis_model(client) == _expected(store)
         assert worker.folders, "the worker never led the partition"
 
+    @pytest.mark.parametrize("block", [1, 7, 500])
+    def test_the_fast_fold_writes_what_the_general_fold_writes(
+            self, client: redis.Redis, block: int, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The common entries are folded from their fields (fastapply.py), the others the
+        general way: the same model, and the same entries refused, as the general fold
+        of every entry; odd entries among them included (a stray entry of a purged job,
+        a second submit, a context RFC 21 refuses, a job never submitted)."""
+        store = EventStore(client, KEYS)
+        _write_workload(store, client, 30, seed=7)
+        journal = KEYS.journal(0)
+        for fields in ({"j": "3", "n": "purge", "t": "2000"},
+                       {"j": "3", "s": "9", "n": "clean", "t": "2001"},
+                       {"j": "4", "s": "0", "n": "submit", "t": "2002",
+                        "c": '{"urgency":16,"userid":1,"flags":0,"version":1}'},
+                       {"j": "5", "s": "9", "n": "priority", "t": "2003",
+                        "c": '{"priority":true}'},
+                       {"j": "77", "s": "1", "n": "validate", "t": "2004"}):
+            client.xadd(journal, fields)
+        jl = JobListStore(client, KEYS)
+        jl.ensure_groups()
+        client.set(KEYS.joblist_fence(0), "1")
+
+        def fold() -> tuple[ReadModel, list[str]]:
+            jl.reset(0, "1")
+            refused: list[str] = []
+            folder = joblist_fold.PartitionFolder(jl, 0, "1",
+                                                  lambda *bad: refused.append(bad[3]))
+            while entries := client.xrange(journal, min="(" + folder.position
+                                           if folder.position != "0-0" else "-",
+                                           count=block):
+                folder.fold(entries)
+            return _redis_model(client), refused
+
+        fast = fold()
+        monkeypatch.setattr(joblist_fold, "fast_apply", lambda *_args: None)
+        general = fold()
+        assert fast == general
+        assert len(fast[1]) >= 3 and 3 not in fast[0].summaries
+
     def test_compact_records_and_the_previous_form_read_back(self, client: redis.Redis
                                                             ) -> None:
         """The read model stores records compact (the known facts by position, no id),

@@ -431,3 +431,20 @@ def test_view_job_records_format_has_a_header_in_each_fields_width() -> None:
     for bad in ("{nosuch}", "{userid:q}", "{userid"):
         with pytest.raises(UsageError):
             _format_lines(bad, rows)
+
+
+def test_alloc_ranks_count_the_same_short_long_and_again() -> None:
+    """Rank sets are counted once each (a short one is kept): the same count every
+    time, a long one too, and a bad one refused every time."""
+    long_ranks = ",".join(str(r) for r in range(0, 400, 2))
+    assert len(long_ranks) > 64
+    for ranks, nodes in (("0-3", 4), ("0-3", 4), ("1,5", 2), (long_ranks, 200),
+                         (long_ranks, 200)):
+        state = UsageState(H)
+        state.feed_all([submit(9, 0.0), (9, "alloc", 1.0, {}, {"ranks": ranks})])
+        assert state.open[9].nnodes == nodes
+    for _ in range(2):
+        state = UsageState(H)
+        state.feed_all([submit(9, 0.0)])
+        with pytest.raises(UsageError):
+            state.feed(9, "alloc", 1.0, {}, {"ranks": "2-1"})

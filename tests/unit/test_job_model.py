@@ -454,3 +454,19 @@ def test_a_pending_jobs_stored_record_is_short() -> None:
     assert len(raw) <= 92, raw  # sds header and NUL: within jemalloc's 96-byte class
     assert record_from_stored(5, raw) == JobRecord(job, info)
     assert raw.endswith(b'["true",1,0,1]]')
+
+
+def test_stored_infos_kept_by_identity_are_never_another_dicts() -> None:
+    """The stored form of an info is kept per dict (the jobs of a submission share one):
+    dicts made and dropped by the thousand, equal or not, each read back as itself."""
+    from fluxes.domain.job import record as rec
+
+    job = Job(5).replace(t_submit=1.5)
+    shared = {"name": "x", "ntasks": 1, "nnodes": 0, "ncores": 1, "ngpus": 0,
+              "duration": 0.0}
+    for i in range(3 * rec.INFOS_KEPT):
+        info = {**shared, "ntasks": i} if i % 3 else {"name": f"j{i}", "queue": "q"}
+        for record in (rec.JobRecord(job, info), rec.JobRecord(job, shared)):
+            raw = rec.stored_record(record)
+            assert rec.record_from_stored(5, raw) == record
+        del info

@@ -26,6 +26,7 @@ exactly what one fold from scratch gives (a hypothesis test checks it).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -416,7 +417,7 @@ class UsageState:
             if not isinstance(ranks, str):
                 raise UsageError(f"alloc: extra ranks: expected an idset, got {ranks!r:.40}")
             try:
-                nnodes = len(IDSet(ranks))
+                nnodes = _rank_count(ranks)
             except ValueError as exc:
                 raise UsageError(f"alloc: extra ranks: {exc}") from None
         # R's own counts when the alloc entry carries them, else what was asked for
@@ -436,6 +437,18 @@ class UsageState:
         self.changes.charges.append(JobCharge(jobid, job.userid, job.bank, job.queue, start,
                                               end, job.ncores, job.ngpus, job.nnodes,
                                               job.project, job.t_submit, job.duration))
+
+
+def _rank_count(ranks: str) -> int:
+    """How many ranks the idset ``ranks`` names (ValueError when it is not one): a few
+    distinct short sets, parsed once each (every alloc entry the fold reads carries
+    one; a long one is not kept)."""
+    return _short_rank_count(ranks) if len(ranks) <= 64 else len(IDSet(ranks))
+
+
+@functools.lru_cache(maxsize=1024)
+def _short_rank_count(ranks: str) -> int:
+    return len(IDSet(ranks))
 
 
 # ---------------------------------------------------------------- reading usage
