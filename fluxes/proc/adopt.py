@@ -11,7 +11,9 @@ and checks tasks that are not our children (no ``waitpid`` for those).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Callable
 
 from fluxes.domain.exec.adoption import (
@@ -28,6 +30,7 @@ from fluxes.domain.exec.layout import RankShare
 from fluxes.domain.exec.outbox import Outbox
 from fluxes.domain.exec.records import Offsets
 from fluxes.proc.exec_files import TaskFiles
+from fluxes.proc.spawner import shell_code
 from fluxes.proc.tasks import TaskWatcher
 
 
@@ -90,7 +93,10 @@ class Adopter:
             out, err = offsets.get(task.rank, (0, 0))
             files.attach(job, task, {"stdout": out, "stderr": err})
         for task in job.tasks:
-            if not task.ended and settle_recorded(
+            if not task.ended and not job.as_user and self._spawner_knows(job, task):
+                task.spawned, task.own = True, False
+                watcher.watch(job.key, task)
+            elif not task.ended and settle_recorded(
                     task, reaped=watcher.reaped, children=watcher.children,
                     alive=self._alive(job, task), status_code=self._code(job, task),
                     escalated=job.escalated) == WATCH:
@@ -107,6 +113,14 @@ class Adopter:
         """
         prefix = marker(self.ns, rank, jobid)
         live: dict[int, int] = {}
+        found_by_spawner: set[int] = set()
+        link = self.watcher.spawner
+        if user is None and link is not None and link.up:
+            for pid, found in link.running.items():
+                task_rank = marker_task(prefix, found)
+                if task_rank is not None:
+                    live[task_rank] = pid
+                    found_by_spawner.add(pid)
         for pid, found in live_markers(prefix, os.geteuid() if user is None else user):
             task_rank = marker_task(prefix, found)
             if task_rank is not None:
@@ -122,6 +136,8 @@ class Adopter:
                       as_user=user is not None)
         for task in tasks:
             self.files.attach(job, task, {})
+            if task.pid in found_by_spawner:
+                task.spawned, task.own = True, False
             if task.pid:
                 self.watcher.watch(job.key, task)
             job.tasks.append(task)
@@ -135,8 +151,8 @@ class Adopter:
         reported at once."""
         changed = False
         for task in job.tasks:
-            if not task.ended and (task.exited or task.pidfd is None) and \
-                    self.check(job, task):
+            if not task.ended and (task.exited or (task.pidfd is None and not task.spawned)) \
+                    and self.check(job, task):
                 changed = True
                 if lost_error(job):
                     box.report(job)
@@ -149,8 +165,11 @@ class Adopter:
 
         Our own children are reaped; another process's task ended when no
         live process carries its marker any more (a zombie nobody reaps has
-        an empty command line, a reused pid another one).
+        an empty command line, a reused pid another one); the spawner's task
+        when the spawner said so.
         """
+        if task.spawned:
+            return self._check_spawned(job, task)
         if task.own:
             reaped = self.watcher.reap(task)
             if reaped is not None:
@@ -161,6 +180,39 @@ class Adopter:
             return False
         settle_gone(task, self.files.status_code(job.rank, job.id, task.rank,
                                                  self.files.owner_of(job)), job.escalated)
+        return True
+
+    def _spawner_knows(self, job: ExecJob, task: TaskProc) -> bool:
+        """Whether the spawner runs ``task`` (or reported its end): its pid with its marker."""
+        link = self.watcher.spawner
+        if link is None or not link.up:
+            return False
+        mark = self._marker(job, task)
+        ended = link.ended.get(task.pid)
+        return link.running.get(task.pid) == mark or (ended is not None and ended[0] == mark)
+
+    def _check_spawned(self, job: ExecJob, task: TaskProc) -> bool:
+        """:meth:`check` for a task of the spawner: its end as the spawner reported it,
+        else its status file once the spawner no longer runs it.  A task whose
+        spawner went away before it ended has nobody to record its end: it is
+        killed (its process group) and, without a status file, lost."""
+        link = self.watcher.spawner
+        mark = self._marker(job, task)
+        if link is not None:
+            ended = link.ended.get(task.pid)
+            if ended is not None and ended[0] == mark:
+                del link.ended[task.pid]
+                task.status, task.code = ended[1], shell_code(ended[1])
+                return True
+            if link.running.get(task.pid) == mark:
+                task.exited = False
+                return False
+        code = self.files.status_code(job.rank, job.id, task.rank, self.files.owner_of(job))
+        if code is None and link is not None and task.pid in link.orphans:
+            link.orphans.discard(task.pid)
+            with contextlib.suppress(OSError):
+                os.killpg(task.pid, signal.SIGKILL)
+        settle_gone(task, code, job.escalated)
         return True
 
     @staticmethod

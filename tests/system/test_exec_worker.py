@@ -531,6 +531,15 @@ def test_restarted_worker_adopts_running_jobs(harness: Harness) -> None:
     while any(_alive(pid) for pid in vanished):
         assert time.monotonic() < deadline, "job 22's task outlived SIGKILL"
         time.sleep(0.02)
+    # Without a trace: the spawner, which outlives the worker, records the kill in
+    # the task's status file; take that away too.
+    status_files: list[Path] = []
+    while not status_files:
+        assert time.monotonic() < deadline, "the spawner recorded no status for job 22"
+        time.sleep(0.02)
+        status_files = list((harness.state / "rank0").glob("22.*.st.*"))
+    for path in status_files:
+        path.unlink()
     harness.worker(kill_grace=1.0)
     final = harness.final(20)
     assert final["status"] == 5 << 8 and final["error"] is None

@@ -579,6 +579,14 @@ def command_error(argv0: str, path: str | None, cwd: str) -> str | None:
     (relative to ``cwd``); otherwise every ``PATH`` entry is tried, an empty
     entry meaning the working directory.
     """
+    found = find_command(argv0, path, cwd)
+    return None if found.startswith("/") else found
+
+
+def find_command(argv0: str, path: str | None, cwd: str) -> str:
+    """The file ``argv0`` runs from ``cwd`` with ``PATH=path`` (an absolute path), or
+    why it cannot be executed (a message, which never starts with ``/``);
+    see :func:`command_error`."""
     if not argv0:
         return f"cannot execute {argv0!r}: {os.strerror(errno.ENOENT)}"
     if "/" in argv0:
@@ -593,7 +601,7 @@ def command_error(argv0: str, path: str | None, cwd: str) -> str | None:
         except OSError:
             continue
         if stat.S_ISREG(mode) and os.access(candidate, os.X_OK):
-            return None
+            return candidate if os.path.isabs(candidate) else os.path.join(os.getcwd(), candidate)
         found_unusable = True  # not executable, a directory, a device: execve says EACCES
     code = errno.EACCES if found_unusable else errno.ENOENT
     return f"cannot execute {argv0!r}: {os.strerror(code)}"
