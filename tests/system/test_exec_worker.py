@@ -88,7 +88,10 @@ class Harness:
                 pid = task[1]
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                        if b"fluxes-task:" not in handle.read():
+                        wrapped = b"fluxes-task:" in handle.read()
+                    with open(f"/proc/{pid}/environ", "rb") as handle:
+                        # a task of the spawner: no wrapper, its environment says
+                        if not wrapped and b"FLUXES_JOB_ID_DEC=" not in handle.read():
                             continue
                     os.killpg(pid, signal.SIGKILL)
                 except OSError:
