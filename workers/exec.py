@@ -585,7 +585,10 @@ class ExecWorker(Starting):
             close_streams(job)
             for task in job.tasks:
                 self.watcher.reaped.pop(task.pid, None)
-            self.files.remove(job)
+            spawner = self.watcher.spawner
+            for pid, path in self.files.remove(job):
+                if spawner is not None:
+                    spawner.forget(pid, path)
         self.box = Outbox()
         if box.finished:
             self.perilog.finished(self.box, box.finished)

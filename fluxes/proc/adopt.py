@@ -54,6 +54,22 @@ def runs_as(pid: int, uid: int | None) -> bool:
         return False
 
 
+def zombie_status(pid: int) -> int | None:
+    """The wait status of ``pid`` if it is a zombie (exited, not yet reaped), else None.
+
+    Called when a task's pidfd said it exited: its pid cannot be reused
+    before its parent (the spawner) reaps it, and once reaped it is no zombie.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if len(fields) < 50 or fields[0] != b"Z":
+        return None
+    return int(fields[49])  # field 52, exit_code (Linux >= 3.5)
+
+
 def has_marker(pid: int, mark: str, uid: int | None = None) -> bool:
     """True if ``pid`` is alive and is the wrapper carrying ``mark`` (not a reused pid),
     run by ``uid`` when given."""
@@ -199,20 +215,41 @@ class Adopter:
         link = self.watcher.spawner
         mark = self._marker(job, task)
         if link is not None:
-            ended = link.ended.get(task.pid)
-            if ended is not None and ended[0] == mark:
-                del link.ended[task.pid]
-                task.status, task.code = ended[1], shell_code(ended[1])
+            if self._spawner_ended(task, mark):
                 return True
             if link.running.get(task.pid) == mark:
+                if task.exited:
+                    # its pidfd said it exited: its status is on the zombie until
+                    # the spawner reaps it (then in the spawner's message)
+                    ws = zombie_status(task.pid)
+                    if ws is not None:
+                        task.status, task.code = ws, shell_code(ws)
+                        link.taken(task.pid)
+                        self.watcher.unwatch(task)
+                        return True
+                    link.drain()
+                    if self._spawner_ended(task, mark):
+                        return True
                 task.exited = False
                 return False
+        self.watcher.unwatch(task)
         code = self.files.status_code(job.rank, job.id, task.rank, self.files.owner_of(job))
         if code is None and link is not None and task.pid in link.orphans:
             link.orphans.discard(task.pid)
             with contextlib.suppress(OSError):
                 os.killpg(task.pid, signal.SIGKILL)
         settle_gone(task, code, job.escalated)
+        return True
+
+    def _spawner_ended(self, task: TaskProc, mark: str) -> bool:
+        """Take ``task``'s end from the spawner's messages, if there."""
+        link = self.watcher.spawner
+        ended = link.ended.get(task.pid) if link is not None else None
+        if link is None or ended is None or ended[0] != mark:
+            return False
+        del link.ended[task.pid]
+        task.status, task.code = ended[1], shell_code(ended[1])
+        self.watcher.unwatch(task)
         return True
 
     @staticmethod

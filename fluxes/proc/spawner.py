@@ -53,7 +53,10 @@ START_GRACE_S = 10.0
 #: Messages waiting for a slow worker before it is disconnected (it lists again).
 MAX_QUEUED = 200_000
 LISTEN_FD = 3
-_SIGDEF = frozenset(signal.valid_signals()) - {signal.SIGKILL, signal.SIGSTOP}
+#: The signals the spawner ignores: reset to default in each task (a caught signal is
+#: reset by execve itself, and at start the spawner resets every other one it inherited
+#: ignored), rather than all 64 in every task's spawn.
+_IGNORED = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ})
 _CRED = struct.Struct("3i")
 
 
@@ -107,9 +110,10 @@ class Server:
         self.poller = select.poll()
         self.sig_r, sig_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(sig_w)
+        for sig in signal.valid_signals() - {signal.SIGKILL, signal.SIGSTOP}:
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_IGN if sig in _IGNORED else signal.SIG_DFL)
         signal.signal(signal.SIGCHLD, lambda *_args: None)
-        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-            signal.signal(sig, signal.SIG_IGN)
         self.poller.register(self.sig_r, select.POLLIN)
         listener.setblocking(False)
         self.poller.register(listener.fileno(), select.POLLIN)
@@ -330,12 +334,12 @@ class Server:
         runs under ``/bin/sh``, as a shell (and execvp) would run it."""
         try:
             return os.posix_spawn(path, argv, env, file_actions=actions, setsid=True,
-                                  setsigdef=_SIGDEF, setsigmask=())
+                                  setsigdef=_IGNORED, setsigmask=())
         except OSError as exc:
             if exc.errno != errno.ENOEXEC:
                 raise
         return os.posix_spawn(b"/bin/sh", [b"sh", path, *argv[1:]], env, file_actions=actions,
-                              setsid=True, setsigdef=_SIGDEF, setsigmask=())
+                              setsid=True, setsigdef=_IGNORED, setsigmask=())
 
     def reap(self) -> None:
         """Reap every task that ended: status file first, then the workers are told."""

@@ -74,6 +74,10 @@ class SpawnerLink:
         self.retry_at = 0.0
         #: pids of tasks the link ran when it went down (their ends are unknown)
         self.orphans: set[int] = set()
+        # pid -> the status file to remove once the spawner made it (None: not yet
+        # asked) of tasks whose end the worker took from the zombie, before the
+        # spawner's message (see :meth:`taken`)
+        self.early: dict[int, str | None] = {}
 
     # ------------------------------------------------------------ connection
 
@@ -161,6 +165,11 @@ class SpawnerLink:
             self.sock.close()
             self.sock = None
         self.orphans |= set(self.running)
+        for path in self.early.values():
+            if path is not None:  # no message will come: the file is made or never will be
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        self.early.clear()
         self.fresh.extend(self.running)
         self.running = {}
         self.retry_at = time.monotonic() + RETRY_S
@@ -210,8 +219,26 @@ class SpawnerLink:
         mark = fields[2].decode(errors="replace")
         if self.running.get(pid) == mark:
             del self.running[pid]
+        if pid in self.early:
+            path = self.early.pop(pid)
+            if path is not None:  # the worker is done with it: so is its status file
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            return
         self.ended[pid] = (mark, ws)
         self.fresh.append(pid)
+
+    def taken(self, pid: int) -> None:
+        """The worker took ``pid``'s end from its zombie: the spawner's message to come
+        is no news (but see :meth:`forget`)."""
+        self.running.pop(pid, None)
+        self.early[pid] = None
+
+    def forget(self, pid: int, status_file: str) -> None:
+        """The worker recorded ``pid``'s end and removed ``status_file``: if the
+        spawner has not made that file yet, remove it once it has."""
+        if pid in self.early:
+            self.early[pid] = status_file
 
     def _list(self) -> None:
         """Ask for the running tasks (the connection then hears of every end)."""

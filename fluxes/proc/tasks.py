@@ -259,13 +259,15 @@ class TaskWatcher:
         the spawner is watched through the spawner's messages instead.
         """
         if task.spawned:
+            # The spawner's message says it ended; its pidfd wakes us sooner (its
+            # status then read from the zombie, see fluxes/proc/adopt.py).
             self.spawned[task.pid] = (key, task)
             self.watched[key[1]] = self.watched.get(key[1], 0) + 1
             link = self.spawner
             if link is None or task.pid in link.ended or task.pid not in link.running:
                 task.exited = True  # ended already (or unknown now): look at once
                 self.woken.add(key)
-            return
+                return
         try:
             fd = os.pidfd_open(task.pid)
         except ProcessLookupError:
@@ -276,7 +278,8 @@ class TaskWatcher:
             return
         task.pidfd = fd
         self.pidfds[fd] = (key, task)
-        self.watched[key[1]] = self.watched.get(key[1], 0) + 1
+        if not task.spawned:
+            self.watched[key[1]] = self.watched.get(key[1], 0) + 1
         self.poller.register(fd, select.POLLIN)
 
     def unwatch(self, task: TaskProc) -> None:
@@ -285,7 +288,7 @@ class TaskWatcher:
             self._unwatched(self.spawned.pop(task.pid)[0][1])
         if task.pidfd is not None:
             watched = self.pidfds.pop(task.pidfd, None)
-            if watched is not None:
+            if watched is not None and not task.spawned:
                 self._unwatched(watched[0][1])
             with contextlib.suppress(KeyError, ValueError):
                 self.poller.unregister(task.pidfd)
@@ -348,6 +351,16 @@ class TaskWatcher:
             self.exit_woke = time.time()
         task.exited = True
         self.woken.add(key)
+        if task.spawned and task.pidfd is not None:
+            # its pidfd stays readable: stop polling it, but the spawner's message
+            # still wakes us if the zombie was reaped before we looked
+            self.pidfds.pop(task.pidfd, None)
+            with contextlib.suppress(KeyError, ValueError):
+                self.poller.unregister(task.pidfd)
+            with contextlib.suppress(OSError):
+                os.close(task.pidfd)
+            task.pidfd = None
+            return
         self.unwatch(task)  # a pidfd stays readable: stop polling it
 
     def _spawner_ends(self, events: list[tuple[int, int]]) -> list[int]:

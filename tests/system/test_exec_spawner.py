@@ -216,3 +216,17 @@ def test_the_spawner_reports_what_a_shell_would(tmp_path: Path) -> None:
         assert "9" in lines[2:] and "0" in lines[2:]
     finally:
         link.close()
+
+
+def test_no_status_file_is_left_behind(harness: Harness) -> None:
+    """Ends are taken from the exited task (its pidfd) before the spawner's message:
+    the status file the spawner makes afterwards is still removed."""
+    harness.worker()
+    jobs = range(50, 70)
+    for jobid in jobs:
+        harness.job(jobid, cmd("sh", "-c", f"exit {jobid % 3}"))
+        harness.start(jobid)
+    for jobid in jobs:
+        assert harness.final(jobid)["status"] == (jobid % 3) << 8
+    rank_dir = harness.state / "rank0"
+    _until("the status files' removal", lambda: not list(rank_dir.glob("*.st.*")))
