@@ -548,6 +548,10 @@ class Launcher:
         if any(name in prepared.env for name in STALE_VARIABLES):
             # submitted from inside another job: its PMI descriptors mean nothing here
             prepared = prepared._replace(env=without_stale(prepared.env))
+        if prepared.account is None:
+            # (re)connected (or started) here, before any task's PMI socket is made
+            # inheritable: a spawner started later would hold a copy of it
+            self.watcher.connect_spawner()
         stdin = data_fd(plan.spec) if 0 in plan.share.task_ranks else None
         if stdin is not None:
             prepared = prepared._replace(stdin=stdin)
@@ -655,7 +659,7 @@ class Launcher:
         spawner cannot be used (the wrapper starts it instead).  SpawnError when
         the command cannot run."""
         link = self.watcher.spawner
-        if link is None or prepared.path is None or not self.watcher.connect_spawner():
+        if link is None or prepared.path is None or not link.up:
             return False
         given = dict(fds)
         given.update((fd, fd) for fd in pass_fds)
