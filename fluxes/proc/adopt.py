@@ -227,7 +227,7 @@ class Adopter:
                         link.taken(task.pid)
                         self.watcher.unwatch(task)
                         return True
-                    link.drain()
+                    link.read()  # not drain(): the other ends read wake their jobs
                     if self._spawner_ended(task, mark):
                         return True
                 task.exited = False

@@ -257,14 +257,19 @@ class SpawnerLink:
                 running[int(fields[at])] = fields[at + 1].decode(errors="replace")
         self.running = running
 
-    def drain(self) -> list[int]:
-        """Read what the spawner sent; the pids that ended since last asked."""
+    def read(self) -> None:
+        """Read what the spawner sent (its ends go to :attr:`ended` and :attr:`fresh`)."""
         if self.sock is not None:
             try:
                 while self._receive(block=False) is not None:
                     pass  # only ends arrive unasked
             except (OSError, ValueError) as exc:
                 self.down(f"{exc}")
+
+    def drain(self) -> list[int]:
+        """:meth:`read`; the pids that ended since last asked (the loop's wake-ups: only
+        the watcher takes them)."""
+        self.read()
         fresh, self.fresh = self.fresh, []
         return fresh
 

@@ -199,6 +199,9 @@ class TaskWatcher:
         self.pidfds: dict[int, tuple[tuple[int, int], TaskProc]] = {}
         # pid -> the spawner's task watched (its end comes as a message from the spawner)
         self.spawned: dict[int, tuple[tuple[int, int], TaskProc]] = {}
+        # the spawner's tasks whose end only its message will tell (no pidfd, or the
+        # zombie was reaped before we looked): the spawner's socket is polled for them
+        self.awaiting: set[int] = set()
         # job id -> its tasks watched (on every rank served here): whether an exit
         # leaves others of its job running
         self.watched: dict[int, int] = {}
@@ -215,6 +218,7 @@ class TaskWatcher:
                 os.close(fd)
         self.pidfds = {}
         self.spawned = {}
+        self.awaiting = set()
         self.watched = {}
         self.woken = set()
         self.poller = select.poll()
@@ -232,8 +236,12 @@ class TaskWatcher:
         return up
 
     def _sync_spawner(self) -> None:
-        """Poll the spawner's current socket (it changes when the link goes down or up)."""
-        fd = self.spawner.fileno() if self.spawner is not None else -1
+        """Poll the spawner's socket while a task's end is awaited from it.
+
+        Otherwise its messages (ends the pidfds told already) are read when the
+        loop wakes anyway: each would cost a wake-up of its own.
+        """
+        fd = self.spawner.fileno() if self.spawner is not None and self.awaiting else -1
         if fd != self._spawner_fd:
             if self._spawner_fd >= 0:
                 with contextlib.suppress(KeyError, ValueError):
@@ -275,6 +283,8 @@ class TaskWatcher:
             self.woken.add(key)
             return
         except (OSError, AttributeError):
+            if task.spawned:
+                self.awaiting.add(task.pid)
             return
         task.pidfd = fd
         self.pidfds[fd] = (key, task)
@@ -286,6 +296,7 @@ class TaskWatcher:
         """Stop watching ``task`` and close its pidfd."""
         if task.spawned and self.spawned.get(task.pid, (None, None))[1] is task:
             self._unwatched(self.spawned.pop(task.pid)[0][1])
+            self.awaiting.discard(task.pid)
         if task.pidfd is not None:
             watched = self.pidfds.pop(task.pidfd, None)
             if watched is not None and not task.spawned:
@@ -313,13 +324,13 @@ class TaskWatcher:
         (one write, one report) take them all.  A job whose tasks all ended is
         reported at once: its end is what the next job on its cores waits for.
         """
-        self._sync_spawner()
         link = self.spawner
-        if link is not None and link.fresh:
-            timeout_ms = 0  # ends read while waiting for a spawn's answer
-        events = self.poller.poll(timeout_ms)
+        # the spawner's messages so far (one read; also notices a spawner gone)
+        ended = link.drain() if link is not None else []
+        self._sync_spawner()
+        events = self.poller.poll(0 if ended else timeout_ms)
         pidfds = self.pidfds
-        ended = self._spawner_ends(events)
+        ended += self._spawner_ends(events)
         if (events or ended) and (pidfds or self.spawned) and \
                 self._siblings_running(events, ended):
             # the exits seen stay readable: out of the poll set for the linger
@@ -360,6 +371,7 @@ class TaskWatcher:
             with contextlib.suppress(OSError):
                 os.close(task.pidfd)
             task.pidfd = None
+            self.awaiting.add(task.pid)
             return
         self.unwatch(task)  # a pidfd stays readable: stop polling it
 
