@@ -151,7 +151,10 @@ class Server:
         """Take a waiting connection if it is our own user's."""
         try:
             conn, _addr = self.listener.accept()
+        except BlockingIOError:
+            return
         except OSError:
+            time.sleep(0.01)  # out of descriptors: the listener stays readable, never spin
             return
         try:
             _pid, uid, _gid = _CRED.unpack(conn.getsockopt(
@@ -177,10 +180,13 @@ class Server:
 
     def send(self, fd: int, message: bytes) -> None:
         """Send ``message`` on connection ``fd``, queued behind what it has not read."""
+        conn = self.conns.get(fd)
+        if conn is None:
+            return  # dropped meanwhile
         queue = self.queued.get(fd)
         if queue is None:
             try:
-                self.conns[fd].send(message)
+                conn.send(message)
                 return
             except BlockingIOError:
                 queue = self.queued[fd] = collections.deque()
