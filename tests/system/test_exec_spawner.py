@@ -219,8 +219,8 @@ def test_the_spawner_reports_what_a_shell_would(tmp_path: Path) -> None:
 
 
 def test_no_status_file_is_left_behind(harness: Harness) -> None:
-    """Ends are taken from the exited task (its pidfd) before the spawner's message:
-    the status file the spawner makes afterwards is still removed."""
+    """Whichever tells the worker of an end first (the task's pidfd and zombie, or
+    the spawner's message), the status file goes with the job's other files."""
     harness.worker()
     jobs = range(50, 70)
     for jobid in jobs:
@@ -230,3 +230,31 @@ def test_no_status_file_is_left_behind(harness: Harness) -> None:
         assert harness.final(jobid)["status"] == (jobid % 3) << 8
     rank_dir = harness.state / "rank0"
     _until("the status files' removal", lambda: not list(rank_dir.glob("*.st.*")))
+
+
+def test_ends_taken_before_the_spawner_reaps_leave_no_status_file(harness: Harness) -> None:
+    """A stopped spawner cannot reap: the worker reads the ends from the zombies
+    (their pidfds woke it) and reports them; the status files the spawner makes once
+    it goes on are removed when its messages come."""
+    harness.worker()
+    jobs = (80, 81, 82)
+    for jobid in jobs:
+        harness.job(jobid, cmd("sh", "-c", f"sleep 0.5; exit {jobid - 79}"))
+        harness.start(jobid)
+    for jobid in jobs:
+        _started(harness, jobid)
+    spawner = _spawner_of(harness.state)
+    os.kill(spawner, signal.SIGSTOP)
+    try:
+        for jobid in jobs:
+            assert harness.final(jobid)["status"] == (jobid - 79) << 8
+    finally:
+        os.kill(spawner, signal.SIGCONT)
+    rank_dir = harness.state / "rank0"
+    _until("the spawner's status files", lambda: not _alive(spawner) or any(
+        (rank_dir / f"{jobid}.0.st.{jobid - 79}").exists() for jobid in jobs) or
+        not list(rank_dir.glob("*.st.*")))
+    _until("the status files' removal", lambda: not list(rank_dir.glob("*.st.*")))
+    harness.job(83, cmd("true"))
+    harness.start(83)
+    assert harness.final(83)["status"] == 0
