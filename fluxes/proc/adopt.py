@@ -1,8 +1,9 @@
 """Finding a job's processes again after a restart: markers in /proc, status files.
 
 A restarted exec worker rebuilds its jobs from their records; this module
-gathers what the host says about each task (is the pid our child, does a
-live process carry the task's marker, did the wrapper leave a status file)
+gathers what the host says about each task (is the pid our child, does the
+spawner run it with its marker, does a live wrapper carry the task's marker,
+is a status file there)
 and lets :mod:`fluxes.domain.exec.adoption` decide.  It also finds the
 tasks of a start that was spawned but not recorded before a crash (a /proc
 scan for the job's markers), so a redelivered start never runs a job twice,

@@ -1,10 +1,14 @@
-"""Tasks as processes: spawning them under the wrapper, signalling, and noticing their end.
+"""Tasks as processes: spawning them (by the spawner or under the wrapper), signalling,
+and noticing their end.
 
-Each task runs as ``/bin/sh -c WRAPPER <marker> <cwd> <status-prefix> <out>
-<err> CMD...`` started in its own session (process group = its pid), stdin
+A task run as the worker's user is started by the worker's spawner
+(:mod:`fluxes.proc.spawner`), whose child it is, with no shell around it.
+Otherwise (another user's job, or no spawner) each task runs as ``/bin/sh -c
+WRAPPER <marker> <cwd> <status-prefix> <out> <err> CMD...``.  Either way it
+is started in its own session (process group = its pid), stdin
 ``/dev/null``, signals reset to default; its stdout/stderr go to files
-(docs/exec.md, "Real execution").  Tasks run as the worker's user are started
-with ``posix_spawn``.  A root worker runs other users' jobs as their owners
+(docs/exec.md, "Real execution").  Wrappers run as the worker's user are
+started with ``posix_spawn``.  A root worker runs other users' jobs as their owners
 (:class:`Account`): ``posix_spawn`` cannot change the user, so those tasks
 are started by :class:`subprocess.Popen` with ``user``/``group``/
 ``extra_groups``, whose child does ``setgroups``, ``setregid`` and
@@ -16,6 +20,11 @@ Nothing of a task depends on the worker, so tasks outlive it.
 signals their process groups, :class:`TaskWatcher` holds a ``pidfd`` per
 running task so that an exit wakes the loop's ``poll()`` at once, and reaps
 the worker's own children.
+
+Why one module (over 600 lines): the launcher and the watcher share the
+process facts a start creates and an end consumes (the worker's children,
+the pidfds, the spawner's link and its tasks); apart, each would reach into
+the other's state.
 """
 
 from __future__ import annotations
