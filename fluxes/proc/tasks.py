@@ -21,7 +21,7 @@ signals their process groups, :class:`TaskWatcher` holds a ``pidfd`` per
 running task so that an exit wakes the loop's ``poll()`` at once, and reaps
 the worker's own children.
 
-Why one module (over 600 lines): the launcher and the watcher share the
+Why one module: the launcher and the watcher share the
 process facts a start creates and an end consumes (the worker's children,
 the pidfds, the spawner's link and its tasks); apart, each would reach into
 the other's state.

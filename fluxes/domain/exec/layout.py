@@ -573,20 +573,13 @@ def wait_status(code: int) -> int:
 
 
 def command_error(argv0: str, path: str | None, cwd: str) -> str | None:
-    """Why ``argv0`` cannot be executed from ``cwd`` with ``PATH=path``, or None.
-
-    The lookup follows execvp: a name with a slash is taken as a path
-    (relative to ``cwd``); otherwise every ``PATH`` entry is tried, an empty
-    entry meaning the working directory.
-    """
-    found = find_command(argv0, path, cwd)
-    return None if found.startswith("/") else found
+    """Why ``argv0`` cannot be executed (see :func:`find_command`), or None."""
+    return None if (found := find_command(argv0, path, cwd)).startswith("/") else found
 
 
 def find_command(argv0: str, path: str | None, cwd: str) -> str:
-    """The file ``argv0`` runs from ``cwd`` with ``PATH=path`` (an absolute path), or
-    why it cannot be executed (a message, which never starts with ``/``);
-    see :func:`command_error`."""
+    """The file ``argv0`` runs from ``cwd`` with ``PATH=path`` (execvp's search; an empty
+    entry is ``cwd``), else why not (a message, never starting with ``/``)."""
     if not argv0:
         return f"cannot execute {argv0!r}: {os.strerror(errno.ENOENT)}"
     if "/" in argv0:
