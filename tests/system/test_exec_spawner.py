@@ -258,3 +258,16 @@ def test_ends_taken_before_the_spawner_reaps_leave_no_status_file(harness: Harne
     harness.job(83, cmd("true"))
     harness.start(83)
     assert harness.final(83)["status"] == 0
+
+
+def test_without_the_spawner_tasks_run_under_the_wrapper(
+        harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FLUXES_EXEC_SPAWNER", "0")
+    harness.worker()
+    harness.job(90, cmd("sleep", "30"))
+    harness.start(90)
+    [pid] = _started(harness, 90)
+    assert b"fluxes-task:t:0:90:0" in _cmdline(pid)
+    assert not _spawner_of(harness.state)
+    harness.kill(90, signal.SIGTERM)
+    assert harness.final(90)["status"] == signal.SIGTERM
