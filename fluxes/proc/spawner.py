@@ -310,6 +310,12 @@ class Server:
         finally:
             if saved is not None:
                 os.sched_setaffinity(0, saved)
+            # at once: the task's ends must be its own (a PMI socket's end of file
+            # tells the worker the task left it)
+            for passed in fds:
+                with contextlib.suppress(OSError):
+                    os.close(passed)
+            fds.clear()
         self.tasks[pid] = Task(marker, prefix)
         return b"P%d" % pid
 
