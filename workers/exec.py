@@ -78,6 +78,7 @@ from fluxes.proc.exec_files import TaskFiles, close_streams, default_state_dir, 
 from fluxes.proc.perilog import HookRunner, PerilogFlow
 from fluxes.proc.pmi_server import PmiServer
 from fluxes.proc.remote_exec import REPLY_TTL_S, CommandRunner, reply_fields
+from fluxes.proc.spawner_client import ENV_SPAWNER, SpawnerLink
 from fluxes.proc.tasks import Launcher, TaskWatcher, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
@@ -161,6 +162,9 @@ class ExecWorker(Starting):
         self.files = TaskFiles(self.state_dir, self.ranks)
         # Process facts (our children, statuses reaped) outlive a reload of the state.
         self.watcher = TaskWatcher([self._stop_r])
+        # the parent of the tasks run as the worker's user (docs/exec.md, "The spawner")
+        self.watcher.spawner = SpawnerLink(self.files.rank_dirs[self.ranks[0]],
+                                           os.environ.get(ENV_SPAWNER, "1") != "0")
         # PMI servers of the jobs' tasks: their sockets outlive a reload of the state
         self.pmi = PmiServer(PmiKvs(self.redis, self.keys), self.watcher.add,
                              self.watcher.remove)
@@ -239,6 +243,8 @@ class ExecWorker(Starting):
             self.output_limit = config.output_limit
         self.perilog.config = config.perilog
         self.files.make_dirs()
+        # before the records are restored: the spawner says which tasks still run
+        self.watcher.connect_spawner()
         loaded = self.store.load()
         for rank, host in loaded.hosts.items():
             if rank not in self._given_hosts:
@@ -284,6 +290,7 @@ class ExecWorker(Starting):
             close_streams(job)
         self.pmi.close_all()
         self.waker.close()
+        self.watcher.close()
 
     # ------------------------------------------------------------ the loop
 
@@ -578,7 +585,10 @@ class ExecWorker(Starting):
             close_streams(job)
             for task in job.tasks:
                 self.watcher.reaped.pop(task.pid, None)
-            self.files.remove(job)
+            spawner = self.watcher.spawner
+            for pid, path in self.files.remove(job):
+                if spawner is not None:
+                    spawner.forget(pid, path)
         self.box = Outbox()
         if box.finished:
             self.perilog.finished(self.box, box.finished)

@@ -61,23 +61,49 @@ def process_cpu(launcher: Launcher, tasks: bool = False) -> dict[str, float]:
     """CPU seconds (user + system) used so far by each kind of the instance's processes
     (exec workers summed; ``redis`` for the private redis-server), from /proc; with
     ``tasks``, also as ``tasks`` what the children they waited for used."""
-    procs: list[tuple[str, Any]] = [(_kind(spec.name), spec.proc) for spec in launcher.workers]
-    if launcher.server is not None:
-        procs.append(("redis", launcher.server.proc))
+    procs: list[tuple[str, int]] = [(_kind(spec.name), spec.proc.pid)
+                                    for spec in launcher.workers if spec.proc is not None]
+    if launcher.server is not None and launcher.server.proc is not None:
+        procs.append(("redis", launcher.server.proc.pid))
+    if tasks:
+        # the exec workers' task spawners (docs/exec.md, "The spawner"): parents of the tasks
+        procs += [("spawner", pid) for pid in _spawners({pid for kind, pid in procs
+                                                         if kind == "exec"})]
     ticks = os.sysconf("SC_CLK_TCK")
     out: dict[str, float] = {}
-    for kind, proc in procs:
-        if proc is None:
-            continue
-        try:
-            with open(f"/proc/{proc.pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
+    for kind, pid in procs:
+        fields = _stat(pid)
+        if not fields:
             continue  # not Linux, or the process is gone
         out[kind] = out.get(kind, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
         if tasks:
             out["tasks"] = out.get("tasks", 0.0) + (int(fields[13]) + int(fields[14])) / ticks
     return out
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name ([] when gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return []
+
+
+def _spawners(parents: set[int]) -> list[int]:
+    """The task spawners (``python -m fluxes.proc.spawner``) whose parent is in ``parents``."""
+    found = []
+    for entry in os.listdir("/proc") if parents else ():
+        if entry.isdigit():
+            fields = _stat(int(entry))
+            if fields and int(fields[1]) in parents:
+                try:
+                    with open(f"/proc/{entry}/cmdline", "rb") as f:
+                        if b"fluxes.proc.spawner" in f.read():
+                            found.append(int(entry))
+                except OSError:
+                    continue
+    return found
 
 
 def _kind(name: str) -> str:

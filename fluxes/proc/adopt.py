@@ -1,8 +1,9 @@
 """Finding a job's processes again after a restart: markers in /proc, status files.
 
 A restarted exec worker rebuilds its jobs from their records; this module
-gathers what the host says about each task (is the pid our child, does a
-live process carry the task's marker, did the wrapper leave a status file)
+gathers what the host says about each task (is the pid our child, does the
+spawner run it with its marker, does a live wrapper carry the task's marker,
+is a status file there)
 and lets :mod:`fluxes.domain.exec.adoption` decide.  It also finds the
 tasks of a start that was spawned but not recorded before a crash (a /proc
 scan for the job's markers), so a redelivered start never runs a job twice,
@@ -11,7 +12,9 @@ and checks tasks that are not our children (no ``waitpid`` for those).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 from collections.abc import Callable
 
 from fluxes.domain.exec.adoption import (
@@ -28,6 +31,7 @@ from fluxes.domain.exec.layout import RankShare
 from fluxes.domain.exec.outbox import Outbox
 from fluxes.domain.exec.records import Offsets
 from fluxes.proc.exec_files import TaskFiles
+from fluxes.proc.spawner import shell_code
 from fluxes.proc.tasks import TaskWatcher
 
 
@@ -49,6 +53,22 @@ def runs_as(pid: int, uid: int | None) -> bool:
         return os.stat(f"/proc/{pid}").st_uid == uid
     except OSError:
         return False
+
+
+def zombie_status(pid: int) -> int | None:
+    """The wait status of ``pid`` if it is a zombie (exited, not yet reaped), else None.
+
+    Called when a task's pidfd said it exited: its pid cannot be reused
+    before its parent (the spawner) reaps it, and once reaped it is no zombie.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if len(fields) < 50 or fields[0] != b"Z":
+        return None
+    return int(fields[49])  # field 52, exit_code (Linux >= 3.5)
 
 
 def has_marker(pid: int, mark: str, uid: int | None = None) -> bool:
@@ -90,7 +110,10 @@ class Adopter:
             out, err = offsets.get(task.rank, (0, 0))
             files.attach(job, task, {"stdout": out, "stderr": err})
         for task in job.tasks:
-            if not task.ended and settle_recorded(
+            if not task.ended and not job.as_user and self._spawner_knows(job, task):
+                task.spawned, task.own = True, False
+                watcher.watch(job.key, task)
+            elif not task.ended and settle_recorded(
                     task, reaped=watcher.reaped, children=watcher.children,
                     alive=self._alive(job, task), status_code=self._code(job, task),
                     escalated=job.escalated) == WATCH:
@@ -107,6 +130,14 @@ class Adopter:
         """
         prefix = marker(self.ns, rank, jobid)
         live: dict[int, int] = {}
+        found_by_spawner: set[int] = set()
+        link = self.watcher.spawner
+        if user is None and link is not None and link.up:
+            for pid, found in link.running.items():
+                task_rank = marker_task(prefix, found)
+                if task_rank is not None:
+                    live[task_rank] = pid
+                    found_by_spawner.add(pid)
         for pid, found in live_markers(prefix, os.geteuid() if user is None else user):
             task_rank = marker_task(prefix, found)
             if task_rank is not None:
@@ -122,6 +153,8 @@ class Adopter:
                       as_user=user is not None)
         for task in tasks:
             self.files.attach(job, task, {})
+            if task.pid in found_by_spawner:
+                task.spawned, task.own = True, False
             if task.pid:
                 self.watcher.watch(job.key, task)
             job.tasks.append(task)
@@ -135,8 +168,8 @@ class Adopter:
         reported at once."""
         changed = False
         for task in job.tasks:
-            if not task.ended and (task.exited or task.pidfd is None) and \
-                    self.check(job, task):
+            if not task.ended and (task.exited or (task.pidfd is None and not task.spawned)) \
+                    and self.check(job, task):
                 changed = True
                 if lost_error(job):
                     box.report(job)
@@ -149,8 +182,11 @@ class Adopter:
 
         Our own children are reaped; another process's task ended when no
         live process carries its marker any more (a zombie nobody reaps has
-        an empty command line, a reused pid another one).
+        an empty command line, a reused pid another one); the spawner's task
+        when the spawner said so.
         """
+        if task.spawned:
+            return self._check_spawned(job, task)
         if task.own:
             reaped = self.watcher.reap(task)
             if reaped is not None:
@@ -161,6 +197,60 @@ class Adopter:
             return False
         settle_gone(task, self.files.status_code(job.rank, job.id, task.rank,
                                                  self.files.owner_of(job)), job.escalated)
+        return True
+
+    def _spawner_knows(self, job: ExecJob, task: TaskProc) -> bool:
+        """Whether the spawner runs ``task`` (or reported its end): its pid with its marker."""
+        link = self.watcher.spawner
+        if link is None or not link.up:
+            return False
+        mark = self._marker(job, task)
+        ended = link.ended.get(task.pid)
+        return link.running.get(task.pid) == mark or (ended is not None and ended[0] == mark)
+
+    def _check_spawned(self, job: ExecJob, task: TaskProc) -> bool:
+        """:meth:`check` for a task of the spawner: its end as the spawner reported it,
+        else its status file once the spawner no longer runs it.  A task whose
+        spawner went away before it ended has nobody to record its end: it is
+        killed (its process group) and, without a status file, lost."""
+        link = self.watcher.spawner
+        mark = self._marker(job, task)
+        if link is not None:
+            if self._spawner_ended(task, mark):
+                return True
+            if link.running.get(task.pid) == mark:
+                if task.exited:
+                    # its pidfd said it exited: its status is on the zombie until
+                    # the spawner reaps it (then in the spawner's message)
+                    ws = zombie_status(task.pid)
+                    if ws is not None:
+                        task.status, task.code = ws, shell_code(ws)
+                        link.taken(task.pid)
+                        self.watcher.unwatch(task)
+                        return True
+                    link.read()  # not drain(): the other ends read wake their jobs
+                    if self._spawner_ended(task, mark):
+                        return True
+                task.exited = False
+                return False
+        self.watcher.unwatch(task)
+        code = self.files.status_code(job.rank, job.id, task.rank, self.files.owner_of(job))
+        if code is None and link is not None and task.pid in link.orphans:
+            link.orphans.discard(task.pid)
+            with contextlib.suppress(OSError):
+                os.killpg(task.pid, signal.SIGKILL)
+        settle_gone(task, code, job.escalated)
+        return True
+
+    def _spawner_ended(self, task: TaskProc, mark: str) -> bool:
+        """Take ``task``'s end from the spawner's messages, if there."""
+        link = self.watcher.spawner
+        ended = link.ended.get(task.pid) if link is not None else None
+        if link is None or ended is None or ended[0] != mark:
+            return False
+        del link.ended[task.pid]
+        task.status, task.code = ended[1], shell_code(ended[1])
+        self.watcher.unwatch(task)
         return True
 
     @staticmethod

@@ -277,14 +277,20 @@ class TaskFiles:
         task.streams.append(Stream(name, path, fd))
         return fd
 
-    def remove(self, job: ExecJob) -> None:
-        """Remove a finished job's files (its end is recorded)."""
+    def remove(self, job: ExecJob) -> list[tuple[int, str]]:
+        """Remove a finished job's files (its end is recorded); (pid, path) of the status
+        files removed of the spawner's tasks (it may make one only now)."""
+        spawned = []
         for task in job.tasks:
             for stream in task.streams:
                 unlink(stream.path)
             if task.code is not None:
-                unlink(os.path.join(self.directory(job.rank, self.owner_of(job)),
-                                    f"{job.id}.{task.rank}.st.{task.code}"))
+                path = os.path.join(self.directory(job.rank, self.owner_of(job)),
+                                    f"{job.id}.{task.rank}.st.{task.code}")
+                unlink(path)
+                if task.spawned:
+                    spawned.append((task.pid, path))
+        return spawned
 
     @staticmethod
     def _list(directory: str) -> list[str]:

@@ -139,6 +139,28 @@ class PmiServer:
             touched.add(key)
         return touched
 
+    def _read_rest(self, served: Served) -> None:
+        """Take what the tasks' sockets still hold (their last requests, their end)
+        before the share's state is read: a task's end can be seen before its
+        socket's end of file (its spawner tells it, or its pidfd, in the same
+        wake-up), and whether it left before PMI_Finalize must not depend on that."""
+        for rank, sock in list(served.socks.items()):
+            fd = sock.fileno()
+            if fd not in self.by_fd:
+                continue  # its end already read
+            while True:
+                try:
+                    data = sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    break
+                except OSError:
+                    data = b""
+                if not data:
+                    self._forget_fd(fd)
+                served.share.feed(rank, data)
+                if not data:
+                    break
+
     def _forget_fd(self, fd: int) -> None:
         self.by_fd.pop(fd, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
@@ -214,6 +236,8 @@ class PmiServer:
         if served is None:
             return
         share = served.share
+        if leave and share.nnodes > 1:
+            self._read_rest(served)
         try:
             if leave and share.nnodes > 1:
                 clean = killed or share.clean()

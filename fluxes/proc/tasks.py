@@ -1,10 +1,14 @@
-"""Tasks as processes: spawning them under the wrapper, signalling, and noticing their end.
+"""Tasks as processes: spawning them (by the spawner or under the wrapper), signalling,
+and noticing their end.
 
-Each task runs as ``/bin/sh -c WRAPPER <marker> <cwd> <status-prefix> <out>
-<err> CMD...`` started in its own session (process group = its pid), stdin
+A task run as the worker's user is started by the worker's spawner
+(:mod:`fluxes.proc.spawner`), whose child it is, with no shell around it.
+Otherwise (another user's job, or no spawner) each task runs as ``/bin/sh -c
+WRAPPER <marker> <cwd> <status-prefix> <out> <err> CMD...``.  Either way it
+is started in its own session (process group = its pid), stdin
 ``/dev/null``, signals reset to default; its stdout/stderr go to files
-(docs/exec.md, "Real execution").  Tasks run as the worker's user are started
-with ``posix_spawn``.  A root worker runs other users' jobs as their owners
+(docs/exec.md, "Real execution").  Wrappers run as the worker's user are
+started with ``posix_spawn``.  A root worker runs other users' jobs as their owners
 (:class:`Account`): ``posix_spawn`` cannot change the user, so those tasks
 are started by :class:`subprocess.Popen` with ``user``/``group``/
 ``extra_groups``, whose child does ``setgroups``, ``setregid`` and
@@ -16,6 +20,11 @@ Nothing of a task depends on the worker, so tasks outlive it.
 signals their process groups, :class:`TaskWatcher` holds a ``pidfd`` per
 running task so that an exit wakes the loop's ``poll()`` at once, and reaps
 the worker's own children.
+
+Why one module: the launcher and the watcher share the
+process facts a start creates and an end consumes (the worker's children,
+the pidfds, the spawner's link and its tasks); apart, each would reach into
+the other's state.
 """
 
 from __future__ import annotations
@@ -36,9 +45,9 @@ from fluxes.domain.exec.adoption import marker
 from fluxes.domain.exec.jobs import STREAMS, ExecJob, RunPlan, TaskProc, wait_result
 from fluxes.domain.exec.layout import (
     base_environment,
-    command_error,
     environment_overlay,
     expand_template,
+    find_command,
     job_cwd,
     job_environment,
     job_name,
@@ -48,6 +57,7 @@ from fluxes.domain.exec.layout import (
 )
 from fluxes.domain.exec.pmi import STALE_VARIABLES, without_stale
 from fluxes.proc.exec_files import TaskFiles, close_stream, high_fd
+from fluxes.proc.spawner_client import SpawnerDown, SpawnerLink, SpawnError
 from fluxes.proc.stdin import data_fd, task_stdin, with_input_file
 
 if TYPE_CHECKING:
@@ -126,6 +136,8 @@ class Prepared(NamedTuple):
     account: Account | None = None
     #: task 0's stdin (fluxes/proc/stdin.py), None: /dev/null
     stdin: int | None = None
+    #: the file ``argv[0]`` names (found on the task's PATH), which the spawner runs
+    path: str | None = None
 
 
 def raise_fd_limit() -> None:
@@ -190,7 +202,15 @@ class TaskWatcher:
         # Popen dropped while its child runs would have subprocess reap it for us.
         self.popens: dict[int, subprocess.Popen[bytes]] = {}
         self._fixed = list(fds)
+        #: the spawner, parent of the tasks run as the worker's user (None: the wrapper)
+        self.spawner: SpawnerLink | None = None
+        self._spawner_fd = -1
         self.pidfds: dict[int, tuple[tuple[int, int], TaskProc]] = {}
+        # pid -> the spawner's task watched (its end comes as a message from the spawner)
+        self.spawned: dict[int, tuple[tuple[int, int], TaskProc]] = {}
+        # the spawner's tasks whose end only its message will tell (no pidfd, or the
+        # zombie was reaped before we looked): the spawner's socket is polled for them
+        self.awaiting: set[int] = set()
         # job id -> its tasks watched (on every rank served here): whether an exit
         # leaves others of its job running
         self.watched: dict[int, int] = {}
@@ -206,11 +226,38 @@ class TaskWatcher:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pidfds = {}
+        self.spawned = {}
+        self.awaiting = set()
         self.watched = {}
         self.woken = set()
         self.poller = select.poll()
         for fd in self._fixed:
             self.poller.register(fd, select.POLLIN)
+        self._spawner_fd = -1
+        self._sync_spawner()
+
+    def connect_spawner(self) -> bool:
+        """Connect to the spawner (starting it if needed); whether it is up."""
+        if self.spawner is None:
+            return False
+        up = self.spawner.connect()
+        self._sync_spawner()
+        return up
+
+    def _sync_spawner(self) -> None:
+        """Poll the spawner's socket while a task's end is awaited from it.
+
+        Otherwise its messages (ends the pidfds told already) are read when the
+        loop wakes anyway: each would cost a wake-up of its own.
+        """
+        fd = self.spawner.fileno() if self.spawner is not None and self.awaiting else -1
+        if fd != self._spawner_fd:
+            if self._spawner_fd >= 0:
+                with contextlib.suppress(KeyError, ValueError):
+                    self.poller.unregister(self._spawner_fd)
+            if fd >= 0:
+                self.poller.register(fd, select.POLLIN)
+            self._spawner_fd = fd
 
     def add(self, fd: int) -> None:
         """Also wake on ``fd`` becoming readable (until :meth:`reset`)."""
@@ -225,8 +272,19 @@ class TaskWatcher:
         """Get a pidfd for ``task`` so its exit wakes the loop (Linux >= 5.3).
 
         A task already gone is marked exited and its key woken; without
-        pidfds the task is polled with the output files instead.
+        pidfds the task is polled with the output files instead.  A task of
+        the spawner is watched through the spawner's messages instead.
         """
+        if task.spawned:
+            # The spawner's message says it ended; its pidfd wakes us sooner (its
+            # status then read from the zombie, see fluxes/proc/adopt.py).
+            self.spawned[task.pid] = (key, task)
+            self.watched[key[1]] = self.watched.get(key[1], 0) + 1
+            link = self.spawner
+            if link is None or task.pid in link.ended or task.pid not in link.running:
+                task.exited = True  # ended already (or unknown now): look at once
+                self.woken.add(key)
+                return
         try:
             fd = os.pidfd_open(task.pid)
         except ProcessLookupError:
@@ -234,28 +292,36 @@ class TaskWatcher:
             self.woken.add(key)
             return
         except (OSError, AttributeError):
+            if task.spawned:
+                self.awaiting.add(task.pid)
             return
         task.pidfd = fd
         self.pidfds[fd] = (key, task)
-        self.watched[key[1]] = self.watched.get(key[1], 0) + 1
+        if not task.spawned:
+            self.watched[key[1]] = self.watched.get(key[1], 0) + 1
         self.poller.register(fd, select.POLLIN)
 
     def unwatch(self, task: TaskProc) -> None:
         """Stop watching ``task`` and close its pidfd."""
+        if task.spawned and self.spawned.get(task.pid, (None, None))[1] is task:
+            self._unwatched(self.spawned.pop(task.pid)[0][1])
+            self.awaiting.discard(task.pid)
         if task.pidfd is not None:
             watched = self.pidfds.pop(task.pidfd, None)
-            if watched is not None:
-                jobid = watched[0][1]
-                left = self.watched.get(jobid, 1) - 1
-                if left > 0:
-                    self.watched[jobid] = left
-                else:
-                    self.watched.pop(jobid, None)
+            if watched is not None and not task.spawned:
+                self._unwatched(watched[0][1])
             with contextlib.suppress(KeyError, ValueError):
                 self.poller.unregister(task.pidfd)
             with contextlib.suppress(OSError):
                 os.close(task.pidfd)
             task.pidfd = None
+
+    def _unwatched(self, jobid: int) -> None:
+        left = self.watched.get(jobid, 1) - 1
+        if left > 0:
+            self.watched[jobid] = left
+        else:
+            self.watched.pop(jobid, None)
 
     def wait(self, timeout_ms: int) -> list[int]:
         """Wait up to ``timeout_ms`` (-1: until something happens); the other fds ready.
@@ -267,39 +333,83 @@ class TaskWatcher:
         (one write, one report) take them all.  A job whose tasks all ended is
         reported at once: its end is what the next job on its cores waits for.
         """
-        events = self.poller.poll(timeout_ms)
+        link = self.spawner
+        # the spawner's messages so far (one read; also notices a spawner gone)
+        ended = link.drain() if link is not None else []
+        self._sync_spawner()
+        events = self.poller.poll(0 if ended else timeout_ms)
         pidfds = self.pidfds
-        if events and pidfds and self._siblings_running(events):
+        ended += self._spawner_ends(events)
+        if (events or ended) and (pidfds or self.spawned) and \
+                self._siblings_running(events, ended):
             # the exits seen stay readable: out of the poll set for the linger
             for fd, _event in events:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.poller.unregister(fd)
-            events += self.poller.poll(EXIT_LINGER_MS)
+                if fd != self._spawner_fd:
+                    with contextlib.suppress(KeyError, ValueError):
+                        self.poller.unregister(fd)
+            more = self.poller.poll(EXIT_LINGER_MS)
+            ended += self._spawner_ends(more)
+            events += more
         ready = []
         for fd, _event in events:
+            if fd == self._spawner_fd:
+                continue
             watched = pidfds.get(fd)
             if watched is None:
                 ready.append(fd)
                 continue
-            if not self.exit_woke:
-                self.exit_woke = time.time()
-            key, task = watched
-            task.exited = True
-            self.woken.add(key)
-            self.unwatch(task)  # it stays readable: stop polling it
+            self._exited(*watched)
+        for pid in ended:
+            watched = self.spawned.get(pid)
+            if watched is not None:
+                self._exited(*watched)
+        self._sync_spawner()
         return ready
 
-    def _siblings_running(self, events: list[tuple[int, int]]) -> bool:
-        """True when only task exits are in ``events`` and some exited task's job has
-        other tasks still running (worth waiting a moment for)."""
+    def _exited(self, key: tuple[int, int], task: TaskProc) -> None:
+        if not self.exit_woke:
+            self.exit_woke = time.time()
+        task.exited = True
+        self.woken.add(key)
+        if task.spawned and task.pidfd is not None:
+            # its pidfd stays readable: stop polling it, but the spawner's message
+            # still wakes us if the zombie was reaped before we looked
+            self.pidfds.pop(task.pidfd, None)
+            with contextlib.suppress(KeyError, ValueError):
+                self.poller.unregister(task.pidfd)
+            with contextlib.suppress(OSError):
+                os.close(task.pidfd)
+            task.pidfd = None
+            self.awaiting.add(task.pid)
+            return
+        self.unwatch(task)  # a pidfd stays readable: stop polling it
+
+    def _spawner_ends(self, events: list[tuple[int, int]]) -> list[int]:
+        """The pids the spawner said ended (when its socket is among ``events``, or
+        ends were read meanwhile)."""
+        link = self.spawner
+        if link is None or not (link.fresh or any(fd == self._spawner_fd for fd, _e in events)):
+            return []
+        return link.drain()
+
+    def _siblings_running(self, events: list[tuple[int, int]], pids: list[int]) -> bool:
+        """True when only task exits are in ``events`` (and the spawner's ``pids``) and
+        some exited task's job has other tasks still running (worth waiting a moment
+        for)."""
         pidfds = self.pidfds
         ended: dict[int, int] = {}
         for fd, _event in events:
+            if fd == self._spawner_fd:
+                continue
             watched = pidfds.get(fd)
             if watched is None:
                 return False
             jobid = watched[0][1]
             ended[jobid] = ended.get(jobid, 0) + 1
+        for pid in pids:
+            got = self.spawned.get(pid)
+            if got is not None:
+                ended[got[0][1]] = ended.get(got[0][1], 0) + 1
         return any(self.watched.get(jobid, 0) > n for jobid, n in ended.items())
 
     def reap(self, task: TaskProc) -> bool | None:
@@ -338,12 +448,16 @@ class TaskWatcher:
                 self._reaped_popen(pid, ws)
 
     def close(self) -> None:
-        """Close the pidfds."""
+        """Close the pidfds and the link to the spawner (which goes on with its tasks)."""
         for fd in self.pidfds:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self.pidfds = {}
+        self.spawned = {}
         self.watched = {}
+        if self.spawner is not None:
+            self.spawner.close()
+            self._sync_spawner()
 
 
 class Launcher:
@@ -360,7 +474,7 @@ class Launcher:
         self.default_cwd = home if os.path.isdir(home) else "/tmp"  # noqa: S108
         self.cpus = frozenset(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else frozenset()
-        self._commands: dict[tuple[str, str | None, str], tuple[float, str | None]] = {}
+        self._commands: dict[tuple[str, str | None, str], tuple[float, str]] = {}
         self._accounts: dict[int, tuple[float, Account]] = {}
 
     def account(self, uid: int) -> Account:
@@ -375,8 +489,8 @@ class Launcher:
         self._accounts[uid] = (now + ACCOUNT_CACHE_S, found)
         return found
 
-    def _command_error(self, argv0: str, path: str | None, cwd: str) -> str | None:
-        """:func:`command_error`, remembered for a moment (a PATH search costs ~10 stats)."""
+    def _find_command(self, argv0: str, path: str | None, cwd: str) -> str:
+        """:func:`find_command`, remembered for a moment (a PATH search costs ~10 stats)."""
         key = (argv0, path, cwd)
         now = time.monotonic()
         hit = self._commands.get(key)
@@ -384,9 +498,9 @@ class Launcher:
             return hit[1]
         if len(self._commands) > 1024:
             self._commands.clear()
-        problem = command_error(argv0, path, cwd)
-        self._commands[key] = (now + COMMAND_CACHE_S, problem)
-        return problem
+        found = find_command(argv0, path, cwd)
+        self._commands[key] = (now + COMMAND_CACHE_S, found)
+        return found
 
     def prepare(self, spec: Mapping[str, Any], user: int | None = None) -> Prepared:
         """The job's command, cwd and environment; ValueError (or :class:`StartFailed`)
@@ -411,12 +525,12 @@ class Launcher:
             raise ValueError(f"cannot change directory to {cwd!r}: "
                              f"{os.strerror(errno.ENOENT)}")
         env = job_environment(base, environment_overlay(spec))
-        problem = self._command_error(argv[0], env.get("PATH"), cwd)
-        if problem:
+        found = self._find_command(argv[0], env.get("PATH"), cwd)
+        if not found.startswith("/"):
             # as a shell (and flux's job shell) would: 127 not found, 126 not executable
-            raise StartFailed(problem, 127 if problem.endswith(os.strerror(errno.ENOENT))
-                              else 126)
-        return Prepared(run_argv, cwd, env, account)
+            raise StartFailed(found, 127 if found.endswith(os.strerror(errno.ENOENT)) else 126)
+        return Prepared(run_argv, cwd, env, account,
+                        path=found if run_argv is argv else run_argv[0])
 
     def launch(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
                pmi: Served | None = None) -> None:
@@ -455,6 +569,10 @@ class Launcher:
         if any(name in prepared.env for name in STALE_VARIABLES):
             # submitted from inside another job: its PMI descriptors mean nothing here
             prepared = prepared._replace(env=without_stale(prepared.env))
+        if prepared.account is None:
+            # (re)connected (or started) here, before any task's PMI socket is made
+            # inheritable: a spawner started later would hold a copy of it
+            self.watcher.connect_spawner()
         stdin = data_fd(plan.spec) if 0 in plan.share.task_ranks else None
         if stdin is not None:
             prepared = prepared._replace(stdin=stdin)
@@ -478,18 +596,7 @@ class Launcher:
                 actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull,
                                                    os.O_RDONLY, 0)]
                 proc = TaskProc(task.rank, 0, True)
-                # task fd -> the worker's fd it is a copy of
-                fds: dict[int, int] = task_stdin(prepared.stdin, task.rank)
-                appends = ["", ""]  # files the wrapper opens as the task's user
-                for flag, sname, suffix, fd_no in STREAMS:
-                    user_path = paths.get((task.rank, fd_no))
-                    if user_path is not None:
-                        if prepared.account is None:
-                            fds[fd_no] = files.fds[user_path]
-                        else:
-                            appends[fd_no - 1] = user_path
-                    elif flag in job.forward:
-                        fds[fd_no] = self.files.create(job, proc, sname, suffix)
+                fds, appends = self._task_fds(job, proc, prepared, files, paths)
                 actions += [(os.POSIX_SPAWN_DUP2, fd, fd_no) for fd_no, fd in fds.items()]
                 task_env = task_environment(prepared.env, jobid=job.id, layout=plan.layout,
                                             share=share, task=task, cwd=prepared.cwd,
@@ -502,19 +609,20 @@ class Launcher:
                                                 self.files.owner_of(job))
                 wrapper_argv = ["sh", "-c", WRAPPER, marker(self.ns, job.rank, job.id, task.rank),
                                 prepared.cwd, status_prefix, *appends, *prepared.argv]
+                cores: frozenset[int] = frozenset()
                 if saved is not None:
                     cores = self.cpus & set(task.cores if cpu_affinity == "per-task"
                                             else share.cores)
-                    if cores:
+                    if cores and prepared.account is not None:
                         os.sched_setaffinity(0, cores)
                 try:
                     # The command is the job's own, run without a shell parsing it
                     # (the wrapper passes it on as "$@"), as the worker's user or,
                     # from a root worker, as the job's owner.
                     if prepared.account is None:
-                        proc.pid = os.posix_spawn(SH, wrapper_argv, task_env,
-                                                  file_actions=actions, setsid=True,
-                                                  setsigdef=_SIGDEF, setsigmask=())
+                        if not self._by_spawner(proc, prepared, task_env, fds, pass_fds,
+                                                wrapper_argv[3], status_prefix, cores):
+                            proc.pid = _spawn_wrapper(wrapper_argv, task_env, actions, cores)
                     else:
                         proc.pid = self._spawn_as(prepared.account, wrapper_argv, task_env,
                                                   fds, pass_fds)
@@ -525,18 +633,66 @@ class Launcher:
                 finally:
                     if pmi is not None:
                         pmi.spawned(task.rank)
-                self.watcher.children.add(proc.pid)
+                if not proc.spawned:
+                    self.watcher.children.add(proc.pid)
                 self.watcher.watch(job.key, proc)
                 job.tasks.append(proc)
+        except SpawnError as exc:
+            if not job.tasks:  # nothing started: the job ends as the shell would have
+                raise StartFailed(exc.strerror or str(exc), exc.code) from None
+            self._not_started(job, exc)
         except (OSError, subprocess.SubprocessError) as exc:
-            job.error = f"exec: cannot start task: {getattr(exc, 'strerror', None) or exc}"
-            job.started = False
-            signal_tasks(job.tasks, signal.SIGKILL)
-            job.escalated = True
+            self._not_started(job, exc)
         finally:
             if saved is not None:
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(0, saved)
+
+    def _task_fds(self, job: ExecJob, proc: TaskProc, prepared: Prepared, files: OutputFiles,
+                  paths: Mapping[tuple[int, int], str]) -> tuple[dict[int, int], list[str]]:
+        """Task fd -> the worker's fd it is a copy of; the files its wrapper opens as the
+        task's user (stdout, stderr; "": none)."""
+        fds: dict[int, int] = task_stdin(prepared.stdin, proc.rank)
+        appends = ["", ""]
+        for flag, sname, suffix, fd_no in STREAMS:
+            user_path = paths.get((proc.rank, fd_no))
+            if user_path is not None:
+                if prepared.account is None:
+                    fds[fd_no] = files.fds[user_path]
+                else:
+                    appends[fd_no - 1] = user_path
+            elif flag in job.forward:
+                fds[fd_no] = self.files.create(job, proc, sname, suffix)
+        return fds, appends
+
+    @staticmethod
+    def _not_started(job: ExecJob, exc: BaseException) -> None:
+        """A task could not be spawned: the job's error; the tasks started are killed."""
+        job.error = f"exec: cannot start task: {getattr(exc, 'strerror', None) or exc}"
+        job.started = False
+        signal_tasks(job.tasks, signal.SIGKILL)
+        job.escalated = True
+
+    def _by_spawner(self, proc: TaskProc, prepared: Prepared, env: Mapping[str, str],
+                    fds: Mapping[int, int], pass_fds: tuple[int, ...], mark: str,
+                    prefix: str, cores: Iterable[int]) -> bool:
+        """Have the spawner start the task (its child: no wrapper); False when the
+        spawner cannot be used (the wrapper starts it instead).  SpawnError when
+        the command cannot run."""
+        link = self.watcher.spawner
+        if link is None or prepared.path is None or not link.up:
+            return False
+        given = dict(fds)
+        given.update((fd, fd) for fd in pass_fds)
+        try:
+            proc.pid = link.spawn(marker=mark, prefix=prefix,
+                                  cwd=os.path.abspath(prepared.cwd), path=prepared.path,
+                                  argv=prepared.argv, env=env, fds=given, cpus=cores)
+        except SpawnerDown:
+            return False
+        proc.spawned = True
+        proc.own = False
+        return True
 
     def _spawn_as(self, account: Account, argv: list[str], env: Mapping[str, str],
                   fds: Mapping[int, int], pass_fds: tuple[int, ...] = ()) -> int:
@@ -549,6 +705,15 @@ class Launcher:
             user=account.uid, group=account.gid, extra_groups=list(account.groups))
         self.watcher.popens[popen.pid] = popen
         return popen.pid
+
+
+def _spawn_wrapper(argv: list[str], env: Mapping[str, str], actions: list[tuple[Any, ...]],
+                   cores: frozenset[int]) -> int:
+    """Start a task's wrapper as the worker's user (bound to ``cores`` if any); its pid."""
+    if cores:
+        os.sched_setaffinity(0, cores)  # restored by the caller
+    return os.posix_spawn(SH, argv, env, file_actions=actions, setsid=True,
+                          setsigdef=_SIGDEF, setsigmask=())
 
 
 def truncate_as(account: Account, paths: list[str]) -> None:

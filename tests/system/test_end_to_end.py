@@ -155,6 +155,15 @@ def test_exec_worker_killed_during_job_then_restarted(uri: str, launcher: Launch
     assert "survived" in capsys.readouterr().out
 
 
+def _parent_and_cmdline(pid: int) -> tuple[int, bytes]:
+    """``pid``'s parent and command line ((0, b"") when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(stat[1]), Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError, ValueError):
+        return 0, b""
+
+
 def test_job_whose_tasks_died_with_the_exec_worker_still_ends(
         uri: str, launcher: Launcher, capsys: pytest.CaptureFixture[str]) -> None:
     # The worker and every process of the job are gone (a node reboot, an OOM
@@ -169,9 +178,18 @@ def test_job_whose_tasks_died_with_the_exec_worker_still_ends(
     task_pids = [int(task[1]) for task in record["t"]]
     worker = launcher.worker(f"exec-{rank}")
     assert worker.proc is not None and task_pids
+    # the worker's task spawner goes too (it would record the tasks' deaths): the one
+    # serving the socket in its state directory (maybe started by an earlier worker)
+    argv = _parent_and_cmdline(worker.proc.pid)[1].split(b"\0")
+    socket_path = argv[argv.index(b"--state-dir") + 1] + b"/rank%d/spawner.sock" % rank
+    spawners = [int(p) for p in os.listdir("/proc") if p.isdigit() and
+                _parent_and_cmdline(int(p))[1].split(b"\0")[-2:-1] == [socket_path]]
+    assert spawners
     os.kill(worker.proc.pid, signal.SIGKILL)
+    for pid in spawners:
+        os.kill(pid, signal.SIGKILL)
     for pid in task_pids:
-        os.killpg(pid, signal.SIGKILL)  # the wrapper and its task: all of the job
+        os.killpg(pid, signal.SIGKILL)  # the task (or its wrapper): all of the job
     worker.proc.wait()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and worker.proc.poll() is not None:

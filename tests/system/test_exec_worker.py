@@ -88,7 +88,10 @@ class Harness:
                 pid = task[1]
                 try:
                     with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                        if b"fluxes-task:" not in handle.read():
+                        wrapped = b"fluxes-task:" in handle.read()
+                    with open(f"/proc/{pid}/environ", "rb") as handle:
+                        # a task of the spawner: no wrapper, its environment says
+                        if not wrapped and b"FLUXES_JOB_ID_DEC=" not in handle.read():
                             continue
                     os.killpg(pid, signal.SIGKILL)
                 except OSError:
@@ -531,6 +534,15 @@ def test_restarted_worker_adopts_running_jobs(harness: Harness) -> None:
     while any(_alive(pid) for pid in vanished):
         assert time.monotonic() < deadline, "job 22's task outlived SIGKILL"
         time.sleep(0.02)
+    # Without a trace: the spawner, which outlives the worker, records the kill in
+    # the task's status file; take that away too.
+    status_files: list[Path] = []
+    while not status_files:
+        assert time.monotonic() < deadline, "the spawner recorded no status for job 22"
+        time.sleep(0.02)
+        status_files = list((harness.state / "rank0").glob("22.*.st.*"))
+    for path in status_files:
+        path.unlink()
     harness.worker(kill_grace=1.0)
     final = harness.final(20)
     assert final["status"] == 5 << 8 and final["error"] is None

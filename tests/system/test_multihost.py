@@ -270,20 +270,27 @@ class Cluster:
     def task_jobs(self, host: netns.Host) -> set[int]:
         """The jobs with a task process on ``host``.
 
-        The exec worker's task wrapper carries ``fluxes-task:NS:RANK:JOB:TASK``
-        in its command line (that is how a restarted worker finds them).
+        A task's wrapper carries ``fluxes-task:NS:RANK:JOB:TASK`` in its command
+        line; a task of the spawner (no wrapper) has ``FLUXES_JOB_ID_DEC`` in its
+        environment.
         """
         found = set()
         for pid in self.net.pids(host):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    env = f.read().split(b"\0")
             except OSError:
                 continue  # ended meanwhile
             for arg in argv:
                 parts = arg.decode(errors="replace").split(":")
                 if len(parts) == 5 and parts[:2] == ["fluxes-task", NS]:
                     found.add(int(parts[3]))
+            for var in env:
+                name, _sep, value = var.partition(b"=")
+                if name == b"FLUXES_JOB_ID_DEC" and value.isdigit():
+                    found.add(int(value))
         return found
 
 

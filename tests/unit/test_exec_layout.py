@@ -18,6 +18,7 @@ from fluxes.domain.exec.layout import (
     compute_layout,
     distribute,
     expand_template,
+    find_command,
     job_environment,
     job_name,
     output_spec,
@@ -298,3 +299,14 @@ def test_command_error(tmp_path: Path) -> None:
     assert command_error(str(tmp_path), None, "/") == \
         f"cannot execute {str(tmp_path)!r}: Permission denied"
     assert command_error("", None, "/") == "cannot execute '': No such file or directory"
+
+
+def test_find_command_gives_the_file_the_spawner_runs(tmp_path: Path) -> None:
+    tool = tmp_path / "tool"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    assert find_command("tool", f"/nonexistent:{tmp_path}", "/") == str(tool)
+    assert find_command("./tool", None, str(tmp_path)) == f"{tmp_path}/./tool"
+    assert find_command("tool", ":/nonexistent", str(tmp_path)) == f"{tmp_path}/./tool"
+    assert find_command("nope", str(tmp_path), "/") == \
+        "cannot execute 'nope': No such file or directory"

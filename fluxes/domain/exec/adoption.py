@@ -7,8 +7,9 @@ passes in here:
 * whether the task's pid is one of the worker's own children (or was
   already reaped by it, with its status);
 * whether a process with that pid still carries the task's *marker*
-  (``fluxes-task:<ns>:<rank>:<job>:<task>`` in its command line, which rules
-  out reused pids and unreaped zombies);
+  (``fluxes-task:<ns>:<rank>:<job>:<task>`` in its wrapper's command line,
+  which rules out reused pids and unreaped zombies; a task of the spawner:
+  the spawner lists it with its marker, checked in :mod:`fluxes.proc.adopt`);
 * whether the task's wrapper left its status file ``<job>.<task>.st.<code>``.
 
 A task with neither a process nor a status file is lost, and the job's

@@ -71,9 +71,11 @@ class Stream:
 
 
 class TaskProc:
-    """One task's wrapper process on this rank."""
+    """One task's process on this rank: the task itself (a child of the spawner,
+    ``spawned``), or its wrapper."""
 
-    __slots__ = ("code", "exited", "lost", "own", "pid", "pidfd", "rank", "status", "streams")
+    __slots__ = ("code", "exited", "lost", "own", "pid", "pidfd", "rank", "spawned", "status",
+                 "streams")
 
     def __init__(self, rank: int, pid: int, own: bool, status: int | None = None) -> None:
         self.rank = rank
@@ -84,6 +86,7 @@ class TaskProc:
         self.exited = False  # its pidfd said so: look at it
         self.code: int | None = None  # the wrapper's exit code (names its status file)
         self.lost = False
+        self.spawned = False  # the spawner's child: its end comes from the spawner
         self.streams: list[Stream] = []
 
     @property

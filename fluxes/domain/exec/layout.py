@@ -573,12 +573,13 @@ def wait_status(code: int) -> int:
 
 
 def command_error(argv0: str, path: str | None, cwd: str) -> str | None:
-    """Why ``argv0`` cannot be executed from ``cwd`` with ``PATH=path``, or None.
+    """Why ``argv0`` cannot be executed (see :func:`find_command`), or None."""
+    return None if (found := find_command(argv0, path, cwd)).startswith("/") else found
 
-    The lookup follows execvp: a name with a slash is taken as a path
-    (relative to ``cwd``); otherwise every ``PATH`` entry is tried, an empty
-    entry meaning the working directory.
-    """
+
+def find_command(argv0: str, path: str | None, cwd: str) -> str:
+    """The file ``argv0`` runs from ``cwd`` with ``PATH=path`` (execvp's search; an empty
+    entry is ``cwd``), else why not (a message, never starting with ``/``)."""
     if not argv0:
         return f"cannot execute {argv0!r}: {os.strerror(errno.ENOENT)}"
     if "/" in argv0:
@@ -593,7 +594,7 @@ def command_error(argv0: str, path: str | None, cwd: str) -> str | None:
         except OSError:
             continue
         if stat.S_ISREG(mode) and os.access(candidate, os.X_OK):
-            return None
+            return candidate if os.path.isabs(candidate) else os.path.join(os.getcwd(), candidate)
         found_unusable = True  # not executable, a directory, a device: execve says EACCES
     code = errno.EACCES if found_unusable else errno.ENOENT
     return f"cannot execute {argv0!r}: {os.strerror(code)}"
