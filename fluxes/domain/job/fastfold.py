@@ -59,7 +59,7 @@ def fold_common(jobid: int, entries: Sequence[list[bytes]]) -> JobRecord | None:
         if n < 8 or pos >= len(COMMON) or fields[2] != b"s" or fields[3] != _POSITIONS[pos] \
                 or fields[4] != b"n" or fields[5] != COMMON[pos] or fields[6] != b"t":
             return None
-        stamp = _stamp(fields[7])
+        stamp = stamp_of(fields[7])
         if stamp is None:
             return None
         ctx: bytes | None = None
@@ -68,8 +68,8 @@ def fold_common(jobid: int, entries: Sequence[list[bytes]]) -> JobRecord | None:
             ctx = fields[i + 1]
             i += 2
         if i < n and fields[i] == b"x":
-            extra = _loads(fields[i + 1])
-            if extra is _BAD:
+            extra = json_or_bad(fields[i + 1])
+            if extra is BAD:
                 return None
             facts = unpacked_extra(extra)
             if facts is not None:
@@ -85,17 +85,20 @@ def fold_common(jobid: int, entries: Sequence[list[bytes]]) -> JobRecord | None:
     return _build(jobid, stamps, contexts, info)
 
 
-_BAD = object()
+#: What :func:`json_or_bad` gives for text that is not JSON.
+BAD = object()
 
 
-def _loads(raw: bytes) -> Any:
+def json_or_bad(raw: bytes) -> Any:
+    """``raw`` decoded as JSON, or :data:`BAD` when it is not JSON."""
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return _BAD
+        return BAD
 
 
-def _stamp(raw: bytes) -> float | None:
+def stamp_of(raw: bytes) -> float | None:
+    """An entry's timestamp from its text: a finite non-negative float, else None."""
     try:
         value = float(raw)
     except ValueError:
@@ -103,16 +106,17 @@ def _stamp(raw: bytes) -> float | None:
     return value if 0 <= value < math.inf else None
 
 
-def _int(value: Any, lo: int, hi: int | None = None) -> bool:
+def int_in(value: Any, lo: int, hi: int | None = None) -> bool:
+    """Whether ``value`` is an int (not a bool) within ``lo``..``hi`` (no upper bound: None)."""
     return value.__class__ is int and value >= lo and (hi is None or value <= hi)
 
 
 def _annotations_ok(fields: list[bytes]) -> bool:
     # j, id, n, "annotations", t, ts, c, ctx
-    if len(fields) != 8 or fields[4] != b"t" or _stamp(fields[5]) is None \
+    if len(fields) != 8 or fields[4] != b"t" or stamp_of(fields[5]) is None \
             or fields[6] != b"c":
         return False
-    ctx = _loads(fields[7])
+    ctx = json_or_bad(fields[7])
     return (isinstance(ctx, dict) and len(ctx) == 1 and "annotations" in ctx
             and (ctx["annotations"] is None or isinstance(ctx["annotations"], dict)))
 
@@ -122,34 +126,34 @@ def _build(jobid: int, t: list[float], contexts: list[bytes | None],
     # events RFC 21 defines without context: validate, depend, start, free, clean
     if any(contexts[i] is not None for i in (1, 2, 5, 8, 9)):
         return None
-    submit = _loads(contexts[0]) if contexts[0] is not None else _BAD
+    submit = json_or_bad(contexts[0]) if contexts[0] is not None else BAD
     # the decoder wants all four keys (no defaults on the replay path)
     if not isinstance(submit, dict) or submit.keys() != _SUBMIT_KEYS:
         return None
     urgency = submit["urgency"]
     userid = submit["userid"]
     flags = submit["flags"]
-    if not (_int(urgency, 0, MAX_URGENCY) and _int(userid, 0) and _int(flags, 0)
-            and _int(submit["version"], 1, 1)):
+    if not (int_in(urgency, 0, MAX_URGENCY) and int_in(userid, 0) and int_in(flags, 0)
+            and int_in(submit["version"], 1, 1)):
         return None
-    prio = _loads(contexts[3]) if contexts[3] is not None else _BAD
+    prio = json_or_bad(contexts[3]) if contexts[3] is not None else BAD
     if not isinstance(prio, dict) or prio.keys() != {"priority"} \
-            or not _int(prio["priority"], 0, MAX_PRIORITY):
+            or not int_in(prio["priority"], 0, MAX_PRIORITY):
         return None
     annotations = None
     if contexts[4] is not None:
-        alloc = _loads(contexts[4])
+        alloc = json_or_bad(contexts[4])
         if not isinstance(alloc, dict) or not alloc.keys() <= {"annotations"}:
             return None
         if "annotations" in alloc:
             if not isinstance(alloc["annotations"], dict):
                 return None
             annotations = merge_annotations(None, alloc["annotations"])
-    finish = _loads(contexts[6]) if contexts[6] is not None else _BAD
+    finish = json_or_bad(contexts[6]) if contexts[6] is not None else BAD
     if not isinstance(finish, dict) or finish.keys() != {"status"} \
-            or not _int(finish["status"], 0, 0xFFFF):
+            or not int_in(finish["status"], 0, 0xFFFF):
         return None
-    release = _loads(contexts[7]) if contexts[7] is not None else _BAD
+    release = json_or_bad(contexts[7]) if contexts[7] is not None else BAD
     if not isinstance(release, dict) or release.keys() != {"ranks", "final"} \
             or not isinstance(release["ranks"], str) or release["final"] is not True:
         return None

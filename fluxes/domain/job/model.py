@@ -28,7 +28,7 @@ _floats: SharedValues[float] = SharedValues(SHARED_KEPT)
 _ints: SharedValues[int] = SharedValues(SHARED_KEPT)
 
 
-def _shared_float(value: float) -> float:
+def shared_float(value: float) -> float:
     """``value``, or an equal float seen before: the jobs of one submission or one batch
     of the job manager are stamped with one time, and a float object is 24 bytes of
     each job's record in the job manager and the job list (issue 26)."""
@@ -37,7 +37,7 @@ def _shared_float(value: float) -> float:
     return _floats(value)
 
 
-def _shared_int(value: int) -> int:
+def shared_int(value: int) -> int:
     """``value``, or an equal int seen before (user ids and priorities: 28 bytes a job
     each, beyond the small ints Python shares itself)."""
     if type(value) is not int:
@@ -280,14 +280,14 @@ def replay(jobid: int, events: Iterable[ev.Event]) -> Job:
 def _submit(event: ev.Submit, job: Job) -> _Changes:
     if job.seq != 0:
         raise _refuse(job, event, "must be the first event")
-    return dict(urgency=event.urgency, userid=_shared_int(event.userid), flags=event.flags,
-                t_submit=_shared_float(event.timestamp))
+    return dict(urgency=event.urgency, userid=shared_int(event.userid), flags=event.flags,
+                t_submit=shared_float(event.timestamp))
 
 
 @_transition.register
 def _validate(event: ev.Validate, job: Job) -> _Changes:
     _require(job, event, _IN_NEW)
-    return dict(state=JobState.DEPEND, t_depend=_shared_float(event.timestamp))
+    return dict(state=JobState.DEPEND, t_depend=shared_float(event.timestamp))
 
 
 @_transition.register
@@ -318,16 +318,16 @@ def _depend(event: ev.Depend, job: Job) -> _Changes:
     if job.dependencies:
         raise _refuse(job, event, f"while dependencies are outstanding: "
                                   f"{', '.join(sorted(job.dependencies))}")
-    return dict(state=JobState.PRIORITY, t_priority=_shared_float(event.timestamp))
+    return dict(state=JobState.PRIORITY, t_priority=shared_float(event.timestamp))
 
 
 @_transition.register
 def _priority(event: ev.Priority, job: Job) -> _Changes:
     _require(job, event, _IN_PRIORITY_SCHED)
     if job.state == JobState.PRIORITY:
-        return dict(state=JobState.SCHED, priority=_shared_int(event.priority),
-                    t_sched=_shared_float(event.timestamp))
-    return dict(priority=_shared_int(event.priority))
+        return dict(state=JobState.SCHED, priority=shared_int(event.priority),
+                    t_sched=shared_float(event.timestamp))
+    return dict(priority=shared_int(event.priority))
 
 
 @_transition.register

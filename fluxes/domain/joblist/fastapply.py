@@ -23,14 +23,12 @@ random histories, well-formed and not.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import orjson
-
 from fluxes.domain.job.events import MAX_PRIORITY, MAX_URGENCY
-from fluxes.domain.job.model import Job, _shared_float, _shared_int, merge_annotations
+from fluxes.domain.job.fastfold import BAD, int_in, json_or_bad, stamp_of
+from fluxes.domain.job.model import Job, merge_annotations, shared_float, shared_int
 from fluxes.domain.job.record import JobRecord, shared_info, unpacked_extra
 from fluxes.domain.job.states import JobState
 
@@ -67,7 +65,7 @@ def fast_apply(record: JobRecord | None, jobid: int, fields: Mapping[bytes, byte
     raw_ts = fields.get(b"t")
     if (seq is not None and not seq.isdigit()) or raw_ts is None:
         return None
-    stamp = _stamp(raw_ts)
+    stamp = stamp_of(raw_ts)
     if stamp is None:
         return None
     raw_ctx = fields.get(b"c")
@@ -115,7 +113,7 @@ def _context(raw: bytes) -> dict[str, Any] | None:
     found = _contexts.get(raw)
     if found is not None:
         return found
-    ctx = _loads(raw)
+    ctx = json_or_bad(raw)
     if ctx.__class__ is not dict:
         return None
     if len(raw) <= KEPT_BYTES and all(v is None or v.__class__ in _SCALARS
@@ -133,8 +131,8 @@ def _submitted(raw: bytes) -> dict[str, Any] | None:
     found = _submitted_infos.get(raw)
     if found is not None:
         return found
-    decoded = _loads(raw)
-    if decoded is _BAD:
+    decoded = json_or_bad(raw)
+    if decoded is BAD:
         return None
     facts = unpacked_extra(decoded)
     if not facts:
@@ -157,8 +155,8 @@ def _merged(info: dict[str, Any], raw: bytes) -> dict[str, Any] | None:
     found = _merged_infos.get(key)
     if found is not None and found[0] is info:
         return found[1]
-    decoded = _loads(raw)
-    if decoded is _BAD:
+    decoded = json_or_bad(raw)
+    if decoded is BAD:
         return None
     facts = unpacked_extra(decoded)
     merged = {**info, **facts} if facts else info
@@ -169,39 +167,17 @@ def _merged(info: dict[str, Any], raw: bytes) -> dict[str, Any] | None:
     return merged
 
 
-_BAD = object()
-
-
-def _loads(raw: bytes) -> Any:
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        return _BAD
-
-
-def _stamp(raw: bytes) -> float | None:
-    try:
-        value = float(raw)
-    except ValueError:
-        return None
-    return value if 0 <= value < math.inf else None
-
-
-def _int(value: Any, lo: int, hi: int | None = None) -> bool:
-    return value.__class__ is int and value >= lo and (hi is None or value <= hi)
-
-
 def _submit(values: list[Any], stamp: float, ctx: Any) -> bool:
     if ctx is None or not all(k in ctx for k in _SUBMIT_KEYS):
         return False
     urgency, userid, flags = ctx["urgency"], ctx["userid"], ctx["flags"]
-    if not (_int(urgency, 0, MAX_URGENCY) and _int(userid, 0) and _int(flags, 0)
-            and _int(ctx["version"], 1, 1)):
+    if not (int_in(urgency, 0, MAX_URGENCY) and int_in(userid, 0) and int_in(flags, 0)
+            and int_in(ctx["version"], 1, 1)):
         return False
     values[_URGENCY] = urgency
-    values[_USERID] = _shared_int(userid)
+    values[_USERID] = shared_int(userid)
     values[_FLAGS] = flags
-    values[_T_SUBMIT] = _shared_float(stamp)
+    values[_T_SUBMIT] = shared_float(stamp)
     values[_SEQ] = 1
     return True
 
@@ -210,7 +186,7 @@ def _validate(job: Job, values: list[Any], stamp: float, ctx: Any) -> bool:
     if ctx is not None or job.state is not _NEW:
         return False
     values[_STATE] = _DEPEND
-    values[_T_DEPEND] = _shared_float(stamp)
+    values[_T_DEPEND] = shared_float(stamp)
     values[_SEQ] += 1
     return True
 
@@ -219,18 +195,18 @@ def _depend(job: Job, values: list[Any], stamp: float, ctx: Any) -> bool:
     if ctx is not None or job.state is not _DEPEND or job.dependencies:
         return False
     values[_STATE] = _PRIO
-    values[_T_PRIORITY] = _shared_float(stamp)
+    values[_T_PRIORITY] = shared_float(stamp)
     values[_SEQ] += 1
     return True
 
 
 def _priority(job: Job, values: list[Any], stamp: float, ctx: Any) -> bool:
-    if ctx is None or not _int(ctx.get("priority"), 0, MAX_PRIORITY):
+    if ctx is None or not int_in(ctx.get("priority"), 0, MAX_PRIORITY):
         return False
-    priority = _shared_int(ctx["priority"])
+    priority = shared_int(ctx["priority"])
     if job.state is _PRIO:
         values[_STATE] = _SCHED
-        values[_T_SCHED] = _shared_float(stamp)
+        values[_T_SCHED] = shared_float(stamp)
     elif job.state is not _SCHED:
         return False
     values[_PRIORITY] = priority
@@ -265,7 +241,7 @@ def _start(job: Job, values: list[Any], stamp: float, ctx: Any) -> bool:
 
 
 def _finish(job: Job, values: list[Any], stamp: float, ctx: Any) -> bool:
-    if ctx is None or not _int(ctx.get("status"), 0, 0xFFFF) \
+    if ctx is None or not int_in(ctx.get("status"), 0, 0xFFFF) \
             or (job.state is not _RUN and job.state is not _CLEANUP) \
             or not job.started or job.wait_status is not None:
         return False
