@@ -357,10 +357,12 @@ def test_resource_events(system: System) -> None:
 # -- the job list ----------------------------------------------------------------------------------
 
 
-def test_job_list_entry_whose_fold_raises(system: System,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """A journal entry whose fold raises anything: dead-lettered, passed over, and every
-    other entry of its block folded (the position moves past it)."""
+@pytest.mark.parametrize("path", ["general", "fast"])
+def test_job_list_entry_whose_fold_raises(system: System, monkeypatch: pytest.MonkeyPatch,
+                                          path: str) -> None:
+    """A journal entry whose fold raises anything, in the general fold or in the fast
+    fold of the common entries: dead-lettered, passed over, and every other entry of
+    its block folded (the position moves past it)."""
     import fluxes.store.joblist_fold as fold
     from workers.joblist import JobListWorker
 
@@ -368,13 +370,24 @@ def test_job_list_entry_whose_fold_raises(system: System,
     [bad] = system.submit(spec())
     system.run()
     real = fold.apply_record  # type: ignore[attr-defined]  # the name the folder calls
+    fast = fold.fast_apply  # type: ignore[attr-defined]
 
     def broken(summary: Any, jobid: int, event: Any, extra: Any) -> Any:
         if jobid == bad and event.event_name == "clean":  # its last entry
             raise RuntimeError("fold broke")
         return real(summary, jobid, event, extra)
 
-    monkeypatch.setattr(fold, "apply_record", broken)
+    def broken_fast(record: Any, jobid: int, fields: Any) -> Any:
+        if jobid == bad and fields.get(b"n") == b"clean":
+            raise RuntimeError("fold broke")
+        return fast(record, jobid, fields)
+
+    if path == "general":
+        # the fast fold leaves every entry to the general one, which breaks
+        monkeypatch.setattr(fold, "fast_apply", lambda *_args: None)
+        monkeypatch.setattr(fold, "apply_record", broken)
+    else:
+        monkeypatch.setattr(fold, "fast_apply", broken_fast)
     worker = JobListWorker(system.instance)
     worker.setup()
     worker.step()
