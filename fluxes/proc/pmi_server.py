@@ -126,18 +126,24 @@ class PmiServer:
             if found is None:
                 continue
             key, rank = found
-            served = self.served[key]
-            try:
-                data = served.socks[rank].recv(READ_SIZE)
-            except BlockingIOError:
+            if self._receive(self.served[key], rank, fd) is None:
                 continue
-            except OSError:
-                data = b""
-            if not data:
-                self._forget_fd(fd)
-            served.share.feed(rank, data)
             touched.add(key)
         return touched
+
+    def _receive(self, served: Served, rank: int, fd: int, flags: int = 0) -> bytes | None:
+        """One read of task ``rank``'s socket, fed to its share (b"": its end, and its fd
+        forgotten); None when nothing was waiting."""
+        try:
+            data = served.socks[rank].recv(READ_SIZE, flags)
+        except BlockingIOError:
+            return None
+        except OSError:
+            data = b""
+        if not data:
+            self._forget_fd(fd)
+        served.share.feed(rank, data)
+        return data
 
     def _read_rest(self, served: Served) -> None:
         """Take what the tasks' sockets still hold (their last requests, their end)
@@ -148,18 +154,8 @@ class PmiServer:
             fd = sock.fileno()
             if fd not in self.by_fd:
                 continue  # its end already read
-            while True:
-                try:
-                    data = sock.recv(READ_SIZE, socket.MSG_DONTWAIT)
-                except BlockingIOError:
-                    break
-                except OSError:
-                    data = b""
-                if not data:
-                    self._forget_fd(fd)
-                served.share.feed(rank, data)
-                if not data:
-                    break
+            while self._receive(served, rank, fd, socket.MSG_DONTWAIT):
+                pass  # until nothing waits (None) or its end (b"")
 
     def _forget_fd(self, fd: int) -> None:
         self.by_fd.pop(fd, None)
