@@ -38,7 +38,6 @@ from fluxes.store.jobfacts import (
     entry_reads,
     eventlog_entries,
     exists_reads,
-    index_of,
     index_reads,
 )
 from fluxes.store.keys import Keys
@@ -454,9 +453,8 @@ class EventStore:
         for positions in by_slot.values():
             keys = [self.keys.eventlog(jobids[n]) for n in positions]
             direct = self.direct(keys[0])
-            both = direct.execute([read for n in positions
-                                   for read in index_reads(self.keys, jobids[n])])
-            indexes = [index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
+            indexes = jobfacts.indexes_in(direct.execute(
+                [read for n in positions for read in index_reads(self.keys, jobids[n])]))
             # then the journal entries the indexes name (an eventlog of the previous
             # layout, a stream, is read itself)
             commands: list[tuple[Any, ...]] = []

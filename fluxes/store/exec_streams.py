@@ -201,7 +201,7 @@ class ExecStreams:
         commands += [(keys.users, ("HVALS", keys.users)),
                      (keys.instance, ("HGET", keys.instance, "owner_uid"))]
         *both, uids, owner = execute_grouped(self.redis, commands)
-        indexes = [jobfacts.index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
+        indexes = jobfacts.indexes_in(both)
         firsts = [jobfacts.first_entry_read(keys, j, index)
                   for j, index in zip(unique, indexes, strict=True)]
         _raise_errors([uids, owner])

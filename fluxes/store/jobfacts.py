@@ -44,6 +44,12 @@ def index_of(key_reply: Any, field_reply: Any) -> Any:
     return key_reply
 
 
+def indexes_in(replies: list[Any]) -> list[Any]:
+    """Each job's eventlog index (:func:`index_of`) from the replies of the
+    :func:`index_reads` of several jobs, run in order."""
+    return [index_of(k, f) for k, f in zip(replies[::2], replies[1::2], strict=True)]
+
+
 def exists_reads(keys: Keys, jobid: int) -> list[tuple[Any, ...]]:
     """The two reads telling whether a job has an eventlog (:func:`exists_of`); HGET,
     not HEXISTS: what a user may send (fluxes.store.security.READ_COMMANDS)."""
@@ -147,8 +153,7 @@ def entry_reads(keys: Keys, jobid: int, index: Any, count: int | None = None,
 
 def indexes(client: Any, keys: Keys, jobids: list[int]) -> list[Any]:
     """Each job's eventlog index as :func:`index_of` gives it, in one round trip."""
-    both = _run(client, [read for j in jobids for read in index_reads(keys, j)])
-    return [index_of(k, f) for k, f in zip(both[::2], both[1::2], strict=True)]
+    return indexes_in(_run(client, [read for j in jobids for read in index_reads(keys, j)]))
 
 
 def eventlog_entries(client: Any, keys: Keys, jobids: list[int], count: int | None = None,
