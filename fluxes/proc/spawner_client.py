@@ -36,6 +36,9 @@ _CRED = struct.Struct("3i")
 ENV_SPAWNER = "FLUXES_EXEC_SPAWNER"
 #: The socket's name in the state directory.
 SOCKET_NAME = "spawner.sock"
+#: Ends reported and not yet taken kept at most: the oldest beyond are dropped (the
+#: spawner made each one's status file before telling it, and that file settles it).
+MAX_ENDED = 65536
 
 
 class SpawnError(OSError):
@@ -226,6 +229,8 @@ class SpawnerLink:
                     os.unlink(path)
             return
         self.ended[pid] = (mark, ws)
+        if len(self.ended) > MAX_ENDED:  # ends no task of the worker's ever took
+            del self.ended[next(iter(self.ended))]
         self.fresh.append(pid)
 
     def taken(self, pid: int) -> None:
