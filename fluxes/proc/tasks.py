@@ -593,11 +593,8 @@ class Launcher:
         saved = self.cpus if cpu_affinity in ("on", "per-task") and self.cpus else None
         try:
             for task in share.tasks():
-                actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull,
-                                                   os.O_RDONLY, 0)]
                 proc = TaskProc(task.rank, 0, True)
                 fds, appends = self._task_fds(job, proc, prepared, files, paths)
-                actions += [(os.POSIX_SPAWN_DUP2, fd, fd_no) for fd_no, fd in fds.items()]
                 task_env = task_environment(prepared.env, jobid=job.id, layout=plan.layout,
                                             share=share, task=task, cwd=prepared.cwd,
                                             uri=self.uri, gpu_affinity=gpu_affinity)
@@ -622,7 +619,7 @@ class Launcher:
                     if prepared.account is None:
                         if not self._by_spawner(proc, prepared, task_env, fds, pass_fds,
                                                 wrapper_argv[3], status_prefix, cores):
-                            proc.pid = _spawn_wrapper(wrapper_argv, task_env, actions, cores)
+                            proc.pid = _spawn_wrapper(wrapper_argv, task_env, fds, cores)
                     else:
                         proc.pid = self._spawn_as(prepared.account, wrapper_argv, task_env,
                                                   fds, pass_fds)
@@ -707,9 +704,12 @@ class Launcher:
         return popen.pid
 
 
-def _spawn_wrapper(argv: list[str], env: Mapping[str, str], actions: list[tuple[Any, ...]],
+def _spawn_wrapper(argv: list[str], env: Mapping[str, str], fds: Mapping[int, int],
                    cores: frozenset[int]) -> int:
-    """Start a task's wrapper as the worker's user (bound to ``cores`` if any); its pid."""
+    """Start a task's wrapper as the worker's user, given ``fds`` (task fd -> the
+    worker's; stdin /dev/null unless given) and bound to ``cores`` if any; its pid."""
+    actions: list[tuple[Any, ...]] = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+    actions += [(os.POSIX_SPAWN_DUP2, fd, fd_no) for fd_no, fd in fds.items()]
     if cores:
         os.sched_setaffinity(0, cores)  # restored by the caller
     return os.posix_spawn(SH, argv, env, file_actions=actions, setsid=True,
