@@ -93,7 +93,9 @@ local tonum, tostr, typeof, unpack_, select_, ipairs_
 
 local function begin(call_keys, call_argv)
   keys, argv, nargv = call_keys, call_argv, #call_argv
-  infield, index, kind = {}, {}, {}
+  -- a table costs about as much as ten upvalue reads and more to collect: the
+  -- eventlog ones are made by the first E op (index_layout), if any
+  infield, index, kind = nil, nil, {}
   if rcall == nil then
     rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
     match, format, gsub, gmatch = string.match, string.format, string.gsub, string.gmatch
@@ -419,6 +421,10 @@ local function length_text(n)
   return text
 end
 
+-- The journal ids of one E op's events (pass 2), kept from call to call (its
+-- first n + 1 slots are written and read; at most MAX_COMMIT_EVENTS + 1 of them)
+local IDS = {}
+
 -- per call --
 begin(KEYS, ARGV)
 local token = ARGV[1]
@@ -436,11 +442,13 @@ end
 -- Pass 1: parse every op, check its arguments and the types of the keys it
 -- writes, and check every expected eventlog length. Several E ops may name the
 -- same eventlog, so lengths are tracked as the batch would leave them.
-local plan = {}     -- {op, index in ARGV of its first value, key, n}
-local conflicts = {}
-local notwaiting = {}  -- jobs of R ops that wait for no allocation
-local claimed = {}     -- claims of C ops another writer holds
-local length = {}
+-- four slots an op: op, index in ARGV of its first value, key, n (one table for
+-- the batch, not one an op); the lists of refusals are made by the first one
+local plan, nplan = {}, 0
+local conflicts = nil
+local notwaiting = nil  -- jobs of R ops that wait for no allocation
+local claimed = nil     -- claims of C ops another writer holds
+local length = nil
 local journal = KEYS[2]
 local i = 2
 while i <= nargv do
@@ -462,6 +470,7 @@ while i <= nargv do
       if n == nil or expected == nil then return badop(i, 'bad count') end
       if kh == nil or kh < 1 or kh > #KEYS then return badop(i, 'no such key index') end
       first, nxt = i + 6, i + 6 + 4 * n
+      if length == nil then length, index, infield = {}, {}, {} end
       local actual = length[key]
       local have = kind[key]
       if have == nil then
@@ -494,6 +503,7 @@ while i <= nargv do
           end
         end
         if actual ~= expected then
+          conflicts = conflicts or {}
           conflicts[#conflicts + 1] = ARGV[i + 3] .. ':' .. actual
         end
         length[key] = expected + n
@@ -558,6 +568,7 @@ while i <= nargv do
       if (kind[key] or 'hash') == 'hash' and waits_for_alloc(key, KEYS[kl]) then
         kind[key] = 'hash'
       else
+        notwaiting = notwaiting or {}
         notwaiting[#notwaiting + 1] = ARGV[i + 3]
       end
     elseif op == 'I' then
@@ -581,7 +592,10 @@ while i <= nargv do
         local holder = rcall('GET', key)
         -- a missing claim is no one's: it lapsed, and another writer may have
         -- taken it, read the records and dropped it since
-        if holder ~= ARGV[first] then claimed[#claimed + 1] = key end
+        if holder ~= ARGV[first] then
+          claimed = claimed or {}
+          claimed[#claimed + 1] = key
+        end
       end
     else -- S or L
       local ttl = ARGV[i + 2]
@@ -598,24 +612,25 @@ while i <= nargv do
   end
   if nxt - 1 > nargv then return badop(i, 'arguments missing') end
   if err ~= nil then return err end
-  plan[#plan + 1] = {op, first, key, n}
+  plan[nplan + 1], plan[nplan + 2], plan[nplan + 3], plan[nplan + 4] = op, first, key, n
+  nplan = nplan + 4
   i = nxt
 end
-if #conflicts > 0 then
+if conflicts then
   return error_reply('CONFLICT ' .. concat(conflicts, ','))
 end
-if #notwaiting > 0 then
+if notwaiting then
   return error_reply('NOTWAITING ' .. concat(notwaiting, ','))
 end
-if #claimed > 0 then
+if claimed then
   return error_reply('CLAIMED ' .. concat(claimed, ','))
 end
 
 -- Pass 2: write.
 local appended = 0
 local last = ""
-for _, step in ipairs_(plan) do
-  local op, j, key, n = step[1], step[2], step[3], step[4]
+for s = 1, nplan, 4 do
+  local op, j, key, n = plan[s], plan[s + 1], plan[s + 2], plan[s + 3]
   if op == 'E' then
     local jobid = ARGV[j - 3]
     -- the sequence number goes to XADD as a string: Redis formats a Lua number
@@ -628,7 +643,7 @@ for _, step in ipairs_(plan) do
     -- one redis.call per entry with its fields spelled out: no table built and
     -- unpacked per event (the hot path: every event of every job comes here)
     local stream = kind[key] == 'stream'  -- an eventlog of the previous layout
-    local ids = {}
+    local ids = IDS
     for k = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
       if stream then
@@ -677,7 +692,7 @@ for _, step in ipairs_(plan) do
         ids[k] = rel .. sq
       end
       ids[n + 1] = ''
-      local add = concat(ids, ' ')
+      local add = concat(ids, ' ', 1, n + 1)
       if infield[key] and #text + #add <= FIELD_LIMIT then
         text = text .. add
         rcall('HSET', hash, INDEX_FIELD, text)
