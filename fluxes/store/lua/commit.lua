@@ -408,22 +408,10 @@ local function length_text(n)
   return text
 end
 
--- "<length>:" of a fact value of `n` bytes (a Y op packs every value so): a number
--- concatenated is formatted with "%.14g", a cost on every value of every start
--- request, so the texts of the lengths seen are kept (at most MAX_FACT_BYTES + 1)
-local LENGTH_TEXT = {}
-local function length_text(n)
-  local text = LENGTH_TEXT[n]
-  if text == nil then
-    text = format('%d:', n)
-    if n <= MAX_FACT_BYTES then LENGTH_TEXT[n] = text end
-  end
-  return text
-end
-
--- The journal ids of one E op's events (pass 2), kept from call to call (its
--- first n + 1 slots are written and read; at most MAX_COMMIT_EVENTS + 1 of them)
-local IDS = {}
+-- The journal ids of one E op's events (pass 2), kept from call to call for ops
+-- of at most IDS_KEPT events (its first n + 1 slots are written and read); a
+-- longer op has a table of its own, so no more than IDS_KEPT + 1 ids stay referenced
+local IDS, IDS_KEPT = {}, 64
 
 -- per call --
 begin(KEYS, ARGV)
@@ -644,6 +632,7 @@ for s = 1, nplan, 4 do
     -- unpacked per event (the hot path: every event of every job comes here)
     local stream = kind[key] == 'stream'  -- an eventlog of the previous layout
     local ids = IDS
+    if n > IDS_KEPT then ids = {} end
     for k = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
       if stream then
