@@ -42,10 +42,14 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str 
         uri = launcher.start()
         try:
             inst = Instance.connect(str(uri))
+            # imported here: the executor bench imports this module
+            from fluxes.bench.executor import command_stats, commands_per_job
             before = process_cpu(launcher)
+            stats = command_stats(inst)
             figures = _measure(inst, jobs, runtime, real, timeout, nodes, cores_per_node)
             used = process_cpu(launcher)
             done = max(figures["completed"], 1)
+            figures["redis_per_job"] = commands_per_job(stats, command_stats(inst), done)
             # CPU per job of each process kind: where a job's cost goes, independent
             # of the machine's load (the wall-clock rate is not)
             figures["cpu_us_per_job"] = {

@@ -16,7 +16,7 @@ import redis
 
 from fluxes.domain.job import events as ev
 from fluxes.errors import FluxesError
-from fluxes.store import jobfacts, jobhash
+from fluxes.store import jobfacts, jobhash, scripts
 from fluxes.store.eventstore import ConflictError, EventStore, NotWaitingError, encode_context
 from fluxes.store.exec_streams import ExecStreams
 from fluxes.store.keys import Keys
@@ -153,6 +153,29 @@ class EventlogIndexContract:
         assert caught.value.conflicts == {7: 2}
         _commit(store, 7, 2, ["depend"])
         assert len(store.eventlog(7)) == 3
+
+    def test_counts_with_leading_zeros_read_as_their_numbers(
+            self, client: redis.Redis) -> None:
+        """commit.lua keeps the texts of short counts and gives XADD the event's sequence
+        as the count's text: a count written "00" or "0002" still means 0 or 2, and the
+        journal holds the sequence numbers as before ("1", never "01")."""
+        client.set(KEYS.jm_fence(0), "1")
+        commit = scripts.Function(client, "commit")
+        hash_key, log_key = KEYS.job(7), KEYS.eventlog(7)
+        keys = [KEYS.jm_fence(0), KEYS.journal(0), log_key, hash_key]
+        for expected, n, names in (("00", "0002", ["submit", "validate"]),
+                                   ("002", "01", ["depend"]), ("0003", "1", ["priority"])):
+            args = ["1", "E", "3", "4", "7", expected, n]
+            for name in names:
+                args += [name, repr(T), "", ""]
+            commit(keys, args)
+        with pytest.raises(redis.ResponseError, match="CONFLICT 7:4"):
+            commit(keys, ["1", "E", "3", "4", "7", "003", "1", "memo", repr(T), "", ""])
+        entries = [f for _sid, f in client.xrange(KEYS.journal(0))]
+        assert [(f[b"s"], f[b"n"]) for f in entries] == [
+            (b"0", b"submit"), (b"1", b"validate"), (b"2", b"depend"), (b"3", b"priority")]
+        index = _index(client, 7)
+        assert index is not None and len(jobfacts.index_ids(index)) == 4
 
     def test_r_is_written_only_while_the_indexed_job_waits(
             self, store: EventStore, client: redis.Redis) -> None:

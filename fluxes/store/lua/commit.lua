@@ -83,9 +83,26 @@ local index    -- the text of each eventlog index read (pass 2 SETs short ones)
 -- batch cannot disagree on a key's type either.
 local kind
 
+-- The functions of the runtime the calls use, as upvalues: a global is looked up
+-- through the function sandbox's tables (an upvalue costs a tenth of it, and a
+-- commit reads them a few hundred times). Set by the first call (the load-time
+-- environment has none of them); a call of the whole text as one script sets
+-- them on every run.
+local rcall, rpcall, error_reply, match, format, gsub, gmatch, sub, byte, concat, min, max
+local tonum, tostr, typeof, unpack_, select_, ipairs_
+
 local function begin(call_keys, call_argv)
   keys, argv, nargv = call_keys, call_argv, #call_argv
-  infield, index, kind = {}, {}, {}
+  -- a table costs about as much as ten upvalue reads and more to collect: the
+  -- eventlog ones are made by the first E op (index_layout), if any
+  infield, index, kind = nil, nil, {}
+  if rcall == nil then
+    rcall, rpcall, error_reply = redis.call, redis.pcall, redis.error_reply
+    match, format, gsub, gmatch = string.match, string.format, string.gsub, string.gmatch
+    sub, byte, concat, min, max = string.sub, string.byte, table.concat, math.min, math.max
+    tonum, tostr, typeof, unpack_, select_, ipairs_ = tonumber, tostring, type, unpack, select,
+                                                        ipairs
+  end
 end
 
 -- Lua refuses to unpack more than ~8,000 values (LUAI_MAXCSTACK): no redis.call
@@ -117,14 +134,23 @@ local COMMAND = {E = 'APPEND', J = 'XADD', H = 'HSET', D = 'HDEL', X = 'XADD', Y
                  R = 'HSET', I = 'HINCRBY', C = 'GET'}
 
 local function badop(i, why)
-  return redis.error_reply('BADOP ' .. tostring(argv[i]) .. ' at ARGV[' .. i .. ']: ' .. why)
+  return error_reply('BADOP ' .. tostr(argv[i]) .. ' at ARGV[' .. i .. ']: ' .. why)
 end
+
+-- The counts of the count texts of at most 3 characters seen (at most 1,110): a
+-- commit reads a few counts for every op, and a pattern match and tonumber cost
+-- ten times the look-up.
+local COUNTS = {}
 
 -- A count argument: a small non-negative integer, or nil.
 local function count(i)
   local v = argv[i]
-  if v == nil or #v > 9 or not string.match(v, '^%d+$') then return nil end
-  return tonumber(v)
+  local n = COUNTS[v]
+  if n ~= nil or v == nil then return n end
+  if #v > 9 or not match(v, '^%d+$') then return nil end
+  n = tonum(v)
+  if #v <= 3 then COUNTS[v] = n end
+  return n
 end
 
 local function id_part_ok(part)
@@ -133,9 +159,9 @@ end
 
 -- XACK refuses an ill-formed id with an error, so ids are checked in pass 1.
 local function stream_id_ok(id)
-  local ms, seq = string.match(id, '^(%d+)%-(%d+)$')
+  local ms, seq = match(id, '^(%d+)%-(%d+)$')
   if ms == nil then
-    ms = string.match(id, '^%d+$')
+    ms = match(id, '^%d+$')
     seq = '0'
   end
   return ms ~= nil and id_part_ok(ms) and id_part_ok(seq)
@@ -146,12 +172,12 @@ end
 local function need(key, want, creates, cmd)
   local have = kind[key]
   if have == nil then
-    have = redis.call('TYPE', key).ok
+    have = rcall('TYPE', key).ok
   end
   if have == 'none' then
     if creates then have = want end
   elseif have ~= want then
-    return redis.error_reply('KEYTYPE ' .. cmd .. ' needs a ' .. want .. ' but ' .. key
+    return error_reply('KEYTYPE ' .. cmd .. ' needs a ' .. want .. ' but ' .. key
                              .. ' holds a ' .. have)
   end
   kind[key] = have
@@ -162,10 +188,10 @@ end
 -- error reply (only a foreign write can make it something else).
 local function refs_ok(key)
   if kind[key] ~= 'hash' then return nil end
-  local refs = redis.call('HGET', key, 'refs')
-  if refs and (#refs > 18 or not string.match(refs, '^%-?%d+$')) then
-    return redis.error_reply('KEYTYPE HINCRBY needs an integer but ' .. key
-                             .. ' refs holds ' .. string.sub(refs, 1, 20))
+  local refs = rcall('HGET', key, 'refs')
+  if refs and (#refs > 18 or not match(refs, '^%-?%d+$')) then
+    return error_reply('KEYTYPE HINCRBY needs an integer but ' .. key
+                             .. ' refs holds ' .. sub(refs, 1, 20))
   end
   return nil
 end
@@ -185,7 +211,7 @@ local SCAN_BLOCK = 16
 
 -- The name of a journal entry (nil when it has none or is gone).
 local function entry_name(id)
-  local entries = redis.call('XRANGE', keys[2], id, id)
+  local entries = rcall('XRANGE', keys[2], id, id)
   if #entries == 0 then return nil end
   local fields = entries[1][2]
   for f = 1, #fields - 1, 2 do
@@ -199,12 +225,12 @@ end
 -- whole ids, never below the first's).
 local function index_ids(text)
   local ids, base = {}, nil
-  for id in string.gmatch(text, '%S+') do
-    local ms, sq = string.match(id, '^(%d+)%-(%d+)$')
+  for id in gmatch(text, '%S+') do
+    local ms, sq = match(id, '^(%d+)%-(%d+)$')
     if base == nil then
-      base = tonumber(ms)
-    elseif ms and base and tonumber(ms) < base then
-      id = string.format('%d', tonumber(ms) + base) .. '-' .. sq
+      base = tonum(ms)
+    elseif ms and base and tonum(ms) < base then
+      id = format('%d', tonum(ms) + base) .. '-' .. sq
     end
     ids[#ids + 1] = id
   end
@@ -214,12 +240,12 @@ end
 -- The last journal id of an eventlog index, whole (nil for an index of one id or
 -- none: the caller reads those with index_ids).
 local function last_id(text)
-  local base = string.match(text, '^(%d+)%-%d+ ')
-  local ms, sq = string.match(text, ' (%d+)%-(%d+) *$')
+  local base = match(text, '^(%d+)%-%d+ ')
+  local ms, sq = match(text, ' (%d+)%-(%d+) *$')
   if base == nil or ms == nil then return nil end
-  local at, first = tonumber(ms), tonumber(base)
+  local at, first = tonum(ms), tonum(base)
   if at < first then  -- relative to the first id's time
-    return string.format('%d', at + first) .. '-' .. sq
+    return format('%d', at + first) .. '-' .. sq
   end
   return ms .. '-' .. sq
 end
@@ -237,7 +263,7 @@ local function index_waits(text)
   local ids = index_ids(text)
   local from = #ids
   if id ~= nil then from = from - 1 end  -- its last event was read above
-  for k = from, math.max(1, #ids - SCAN_EVENTS + 1), -1 do
+  for k = from, max(1, #ids - SCAN_EVENTS + 1), -1 do
     local name = entry_name(ids[k])
     if name == nil or FROM_ALLOC[name] then return false end
     if BEFORE_ALLOC[name] then return true end
@@ -251,9 +277,9 @@ local function stream_waits(log)
   local upto = '+'
   local seen = 0
   while seen < SCAN_EVENTS do
-    local entries = redis.call('XREVRANGE', log, upto, '-', 'COUNT', SCAN_BLOCK)
+    local entries = rcall('XREVRANGE', log, upto, '-', 'COUNT', SCAN_BLOCK)
     if #entries == 0 then return false end
-    for _, entry in ipairs(entries) do
+    for _, entry in ipairs_(entries) do
       local fields = entry[2]
       local name = nil
       for f = 1, #fields - 1, 2 do
@@ -279,14 +305,14 @@ end
 -- short, else the eventlog key: the E op moves it in one step), so a field found
 -- means no eventlog key.
 local function waits_for_alloc(job, log)
-  local text = redis.pcall('HGET', job, INDEX_FIELD)
-  if type(text) == 'table' then return false end  -- not a hash
+  local text = rpcall('HGET', job, INDEX_FIELD)
+  if typeof(text) == 'table' then return false end  -- not a hash
   if text then return index_waits(text) end
-  if redis.call('EXISTS', job) == 0 then return false end
-  text = redis.pcall('GET', log)
-  if type(text) == 'string' then return index_waits(text) end
+  if rcall('EXISTS', job) == 0 then return false end
+  text = rpcall('GET', log)
+  if typeof(text) == 'string' then return index_waits(text) end
   if not text then return false end  -- no eventlog
-  if redis.call('TYPE', log).ok ~= 'stream' then return false end
+  if rcall('TYPE', log).ok ~= 'stream' then return false end
   return stream_waits(log)
 end
 
@@ -295,11 +321,11 @@ end
 local function counters_ok(key, first, n)
   if kind[key] ~= 'hash' then return nil end
   for f = first, first + 2 * (n - 1), 2 do
-    local v = redis.call('HGET', key, argv[f])
-    if v and (#v > 18 or not string.match(v, '^%-?%d+$')) then
-      return redis.error_reply('KEYTYPE HINCRBY needs an integer but ' .. key .. ' '
-                               .. string.sub(argv[f], 1, 40) .. ' holds '
-                               .. string.sub(v, 1, 20))
+    local v = rcall('HGET', key, argv[f])
+    if v and (#v > 18 or not match(v, '^%-?%d+$')) then
+      return error_reply('KEYTYPE HINCRBY needs an integer but ' .. key .. ' '
+                               .. sub(argv[f], 1, 40) .. ' holds '
+                               .. sub(v, 1, 20))
     end
   end
   return nil
@@ -309,8 +335,8 @@ end
 -- hash (or is to be something else in this batch); one pcall of HGET tells both.
 local function field_index(hash)
   if kind[hash] ~= nil and kind[hash] ~= 'hash' then return nil end
-  local field = redis.pcall('HGET', hash, INDEX_FIELD)
-  if type(field) == 'table' then return nil end
+  local field = rpcall('HGET', hash, INDEX_FIELD)
+  if typeof(field) == 'table' then return nil end
   return field or ''
 end
 
@@ -335,8 +361,8 @@ local function index_layout(key, hash, field_first)
   end
   -- an index of its own (a string), or an eventlog of the previous layout (a
   -- stream): one GET tells the type and reads the index, in the common case
-  local got = redis.pcall('GET', key)
-  if type(got) == 'table' then return redis.call('TYPE', key).ok, nil end
+  local got = rpcall('GET', key)
+  if typeof(got) == 'table' then return rcall('TYPE', key).ok, nil end
   if got then
     index[key] = got
     return 'string', nil
@@ -359,38 +385,58 @@ end
 -- (CHUNK is even, so HSET field/value pairs are never split).
 local function chunked(cmd, key, group, first, last)
   while first <= last do
-    local stop = math.min(first + CHUNK - 1, last)
+    local stop = min(first + CHUNK - 1, last)
     if group then
-      redis.call(cmd, key, group, unpack(argv, first, stop))
+      rcall(cmd, key, group, unpack_(argv, first, stop))
     else
-      redis.call(cmd, key, unpack(argv, first, stop))
+      rcall(cmd, key, unpack_(argv, first, stop))
     end
     first = stop + 1
   end
 end
 
+-- "<length>:" of a fact value of `n` bytes (a Y op packs every value so): a number
+-- concatenated is formatted with "%.14g", a cost on every value of every start
+-- request, so the texts of the lengths seen are kept (at most MAX_FACT_BYTES + 1)
+local LENGTH_TEXT = {}
+local function length_text(n)
+  local text = LENGTH_TEXT[n]
+  if text == nil then
+    text = format('%d:', n)
+    if n <= MAX_FACT_BYTES then LENGTH_TEXT[n] = text end
+  end
+  return text
+end
+
+-- The journal ids of one E op's events (pass 2), kept from call to call for ops
+-- of at most IDS_KEPT events (its first n + 1 slots are written and read); a
+-- longer op has a table of its own, so no more than IDS_KEPT + 1 ids stay referenced
+local IDS, IDS_KEPT = {}, 64
+
 -- per call --
 begin(KEYS, ARGV)
 local token = ARGV[1]
 if token ~= "" then
-  local current = redis.pcall('GET', KEYS[1])
-  if type(current) == 'table' and current.err then
-    return redis.error_reply('KEYTYPE GET needs a string but ' .. KEYS[1] .. ' holds a '
-                             .. redis.call('TYPE', KEYS[1]).ok)
+  local current = rpcall('GET', KEYS[1])
+  if typeof(current) == 'table' and current.err then
+    return error_reply('KEYTYPE GET needs a string but ' .. KEYS[1] .. ' holds a '
+                             .. rcall('TYPE', KEYS[1]).ok)
   end
   if current ~= token then
-    return redis.error_reply('FENCED ' .. tostring(current))
+    return error_reply('FENCED ' .. tostr(current))
   end
 end
 
 -- Pass 1: parse every op, check its arguments and the types of the keys it
 -- writes, and check every expected eventlog length. Several E ops may name the
 -- same eventlog, so lengths are tracked as the batch would leave them.
-local plan = {}     -- {op, index in ARGV of its first value, key, n}
-local conflicts = {}
-local notwaiting = {}  -- jobs of R ops that wait for no allocation
-local claimed = {}     -- claims of C ops another writer holds
-local length = {}
+-- four slots an op: op, index in ARGV of its first value, key, n (one table for
+-- the batch, not one an op); the lists of refusals are made by the first one
+local plan, nplan = {}, 0
+local conflicts = nil
+local notwaiting = nil  -- jobs of R ops that wait for no allocation
+local claimed = nil     -- claims of C ops another writer holds
+local length = nil
 local journal = KEYS[2]
 local i = 2
 while i <= nargv do
@@ -412,6 +458,7 @@ while i <= nargv do
       if n == nil or expected == nil then return badop(i, 'bad count') end
       if kh == nil or kh < 1 or kh > #KEYS then return badop(i, 'no such key index') end
       first, nxt = i + 6, i + 6 + 4 * n
+      if length == nil then length, index, infield = {}, {}, {} end
       local actual = length[key]
       local have = kind[key]
       if have == nil then
@@ -422,7 +469,7 @@ while i <= nargv do
       elseif have == 'none' then
         if n > 0 then have = 'string' end
       elseif have ~= 'string' and have ~= 'stream' then
-        err = redis.error_reply('KEYTYPE APPEND needs a string but ' .. key .. ' holds a '
+        err = error_reply('KEYTYPE APPEND needs a string but ' .. key .. ' holds a '
                                 .. have)
       end
       if err == nil and have ~= nil then
@@ -431,19 +478,20 @@ while i <= nargv do
       end
       if err == nil then
         if token == "" and length[key] == nil and expected ~= 0 then
-          return redis.error_reply('FENCED unfenced writers may only create jobs')
+          return error_reply('FENCED unfenced writers may only create jobs')
         end
         if actual == nil then
           actual = 0
           if have == 'string' then
             -- one id and one space per event (GET answers false for a missing key)
-            if index[key] == nil then index[key] = redis.call('GET', key) or '' end
-            actual = select(2, string.gsub(index[key], ' ', ' '))
+            if index[key] == nil then index[key] = rcall('GET', key) or '' end
+            actual = select_(2, gsub(index[key], ' ', ' '))
           elseif have == 'stream' then
-            actual = redis.call('XLEN', key)
+            actual = rcall('XLEN', key)
           end
         end
         if actual ~= expected then
+          conflicts = conflicts or {}
           conflicts[#conflicts + 1] = ARGV[i + 3] .. ':' .. actual
         end
         length[key] = expected + n
@@ -508,6 +556,7 @@ while i <= nargv do
       if (kind[key] or 'hash') == 'hash' and waits_for_alloc(key, KEYS[kl]) then
         kind[key] = 'hash'
       else
+        notwaiting = notwaiting or {}
         notwaiting[#notwaiting + 1] = ARGV[i + 3]
       end
     elseif op == 'I' then
@@ -517,8 +566,8 @@ while i <= nargv do
       if nxt - 1 > nargv then return badop(i, 'arguments missing') end
       for f = first + 1, nxt - 1, 2 do
         local v = ARGV[f]
-        if #v > 18 or not string.match(v, '^%-?%d+$') then
-          return badop(i, 'bad increment ' .. string.sub(v, 1, 20))
+        if #v > 18 or not match(v, '^%-?%d+$') then
+          return badop(i, 'bad increment ' .. sub(v, 1, 20))
         end
       end
       err = need(key, 'hash', true, cmd)
@@ -528,14 +577,17 @@ while i <= nargv do
       if nxt - 1 > nargv then return badop(i, 'arguments missing') end
       err = need(key, 'string', false, cmd)
       if err == nil then
-        local holder = redis.call('GET', key)
+        local holder = rcall('GET', key)
         -- a missing claim is no one's: it lapsed, and another writer may have
         -- taken it, read the records and dropped it since
-        if holder ~= ARGV[first] then claimed[#claimed + 1] = key end
+        if holder ~= ARGV[first] then
+          claimed = claimed or {}
+          claimed[#claimed + 1] = key
+        end
       end
     else -- S or L
       local ttl = ARGV[i + 2]
-      if ttl == nil or #ttl > MAX_TTL_DIGITS or not string.match(ttl, '^%d+$') then
+      if ttl == nil or #ttl > MAX_TTL_DIGITS or not match(ttl, '^%d+$') then
         return badop(i, 'bad ttl')
       end
       first, nxt = i + 3, i + 4
@@ -548,59 +600,67 @@ while i <= nargv do
   end
   if nxt - 1 > nargv then return badop(i, 'arguments missing') end
   if err ~= nil then return err end
-  plan[#plan + 1] = {op, first, key, n}
+  plan[nplan + 1], plan[nplan + 2], plan[nplan + 3], plan[nplan + 4] = op, first, key, n
+  nplan = nplan + 4
   i = nxt
 end
-if #conflicts > 0 then
-  return redis.error_reply('CONFLICT ' .. table.concat(conflicts, ','))
+if conflicts then
+  return error_reply('CONFLICT ' .. concat(conflicts, ','))
 end
-if #notwaiting > 0 then
-  return redis.error_reply('NOTWAITING ' .. table.concat(notwaiting, ','))
+if notwaiting then
+  return error_reply('NOTWAITING ' .. concat(notwaiting, ','))
 end
-if #claimed > 0 then
-  return redis.error_reply('CLAIMED ' .. table.concat(claimed, ','))
+if claimed then
+  return error_reply('CLAIMED ' .. concat(claimed, ','))
 end
 
 -- Pass 2: write.
 local appended = 0
 local last = ""
-for _, step in ipairs(plan) do
-  local op, j, key, n = step[1], step[2], step[3], step[4]
+for s = 1, nplan, 4 do
+  local op, j, key, n = plan[s], plan[s + 1], plan[s + 2], plan[s + 3]
   if op == 'E' then
     local jobid = ARGV[j - 3]
-    local seq = tonumber(ARGV[j - 2])
-    local hash = KEYS[tonumber(ARGV[j - 4])]
+    -- the sequence number goes to XADD as a string: Redis formats a Lua number
+    -- argument with "%.17g", a cost on every event (the count as given unless it
+    -- has leading zeros, which the journal never held)
+    local seq = tonum(ARGV[j - 2])
+    local seqtext = ARGV[j - 2]
+    if #seqtext > 1 and byte(seqtext, 1) == 48 then seqtext = format('%d', seq) end
+    local hash = KEYS[tonum(ARGV[j - 4])]
     -- one redis.call per entry with its fields spelled out: no table built and
     -- unpacked per event (the hot path: every event of every job comes here)
     local stream = kind[key] == 'stream'  -- an eventlog of the previous layout
-    local ids = {}
+    local ids = IDS
+    if n > IDS_KEPT then ids = {} end
     for k = 1, n do
       local name, ts, ctx, extra = ARGV[j], ARGV[j + 1], ARGV[j + 2], ARGV[j + 3]
       if stream then
         if ctx == "" then
-          redis.call('XADD', key, '*', 'n', name, 't', ts)
+          rcall('XADD', key, '*', 'n', name, 't', ts)
         else
-          redis.call('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
+          rcall('XADD', key, '*', 'n', name, 't', ts, 'c', ctx)
         end
       end
       if ctx == "" then
         if extra == "" then
-          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts)
+          last = rcall('XADD', journal, '*', 'j', jobid, 's', seqtext, 'n', name, 't', ts)
         else
-          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+          last = rcall('XADD', journal, '*', 'j', jobid, 's', seqtext, 'n', name, 't', ts,
                             'x', extra)
         end
       else
         if extra == "" then
-          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+          last = rcall('XADD', journal, '*', 'j', jobid, 's', seqtext, 'n', name, 't', ts,
                             'c', ctx)
         else
-          last = redis.call('XADD', journal, '*', 'j', jobid, 's', seq, 'n', name, 't', ts,
+          last = rcall('XADD', journal, '*', 'j', jobid, 's', seqtext, 'n', name, 't', ts,
                             'c', ctx, 'x', extra)
         end
       end
       ids[k] = last
       seq = seq + 1
+      if k < n then seqtext = format('%d', seq) end
       appended = appended + 1
       j = j + 4
     end
@@ -609,62 +669,66 @@ for _, step in ipairs(plan) do
       -- (docs/eventlog.md): a pending job's index fits Redis' embedded strings
       local text = index[key]
       local head = text
-      if head == nil then head = redis.call('GETRANGE', key, 0, 63) end
-      local base = tonumber(string.match(head, '^(%d+)%-'))
+      if head == nil then head = rcall('GETRANGE', key, 0, 63) end
+      local base = tonum(match(head, '^(%d+)%-'))
+      -- the events of one call mostly share their time: its relative text is
+      -- made once (a 13-digit tonumber and a format per event cost more than this)
+      local at, rel
       for k = (base and 1 or 2), n do
-        if base == nil then base = tonumber(string.match(ids[1], '^(%d+)%-')) end
-        local ms, sq = string.match(ids[k], '^(%d+)%-(%d+)$')
-        ids[k] = string.format('%d', tonumber(ms) - base) .. '-' .. sq
+        if base == nil then base = tonum(match(ids[1], '^(%d+)%-')) end
+        local ms, sq = match(ids[k], '^(%d+)%-(%d+)$')
+        if ms ~= at then at, rel = ms, format('%d', tonum(ms) - base) .. '-' end
+        ids[k] = rel .. sq
       end
       ids[n + 1] = ''
-      local add = table.concat(ids, ' ')
+      local add = concat(ids, ' ', 1, n + 1)
       if infield[key] and #text + #add <= FIELD_LIMIT then
         text = text .. add
-        redis.call('HSET', hash, INDEX_FIELD, text)
+        rcall('HSET', hash, INDEX_FIELD, text)
         index[key] = text
       elseif infield[key] then
         -- grown past the field: to the eventlog key
         text = text .. add
-        redis.call('HDEL', hash, INDEX_FIELD)
-        redis.call('SET', key, text)
+        rcall('HDEL', hash, INDEX_FIELD)
+        rcall('SET', key, text)
         index[key] = text
         infield[key] = nil
       elseif text ~= nil and #text + #add <= SET_LIMIT then
         -- a short index is SET whole: APPEND leaves it spare room (doubling its
         -- allocation), which every pending job would keep
         text = text .. add
-        redis.call('SET', key, text)
+        rcall('SET', key, text)
         index[key] = text
       else
-        redis.call('APPEND', key, add)
+        rcall('APPEND', key, add)
         index[key] = nil
       end
     end
   elseif op == 'J' then
     local fields = {'j', ARGV[j], 'n', ARGV[j + 1], 't', ARGV[j + 2]}
     if ARGV[j + 3] ~= "" then fields[#fields + 1] = 'c'; fields[#fields + 1] = ARGV[j + 3] end
-    last = redis.call('XADD', journal, '*', unpack(fields))
+    last = rcall('XADD', journal, '*', unpack_(fields))
   elseif op == 'H' then
     chunked('HSET', key, nil, j, j + 2 * n - 1)
   elseif op == 'D' then
     chunked('HDEL', key, nil, j, j + n - 1)
   elseif op == 'X' then
-    redis.call('XADD', key, '*', unpack(ARGV, j, j + 2 * n - 1))
+    rcall('XADD', key, '*', unpack_(ARGV, j, j + 2 * n - 1))
   elseif op == 'Y' then
-    local fields = {unpack(ARGV, j, j + 2 * n - 1)}
+    local fields = {unpack_(ARGV, j, j + 2 * n - 1)}
     local at = j + 2 * n
-    local m, f = tonumber(ARGV[at]), tonumber(ARGV[at + 1])
+    local m, f = tonum(ARGV[at]), tonum(ARGV[at + 1])
     local jobs = at + 2 + f
     for b = 0, m - 1 do
       -- pcall: a job hash of another type gives no facts, never a half-written batch
-      local values = redis.pcall('HMGET', KEYS[tonumber(ARGV[jobs + 2 * b])],
-                                 unpack(ARGV, at + 2, at + 1 + f))
-      if type(values) == 'table' and values.err == nil then
+      local values = rpcall('HMGET', KEYS[tonum(ARGV[jobs + 2 * b])],
+                                 unpack_(ARGV, at + 2, at + 1 + f))
+      if typeof(values) == 'table' and values.err == nil then
         local parts, size = {}, 0
         for c = 1, f do
           local v = values[c]
           if v then
-            parts[c] = #v .. ':' .. v
+            parts[c] = length_text(#v) .. v
             size = size + #v
           else
             parts[c] = '-'
@@ -672,42 +736,42 @@ for _, step in ipairs(plan) do
         end
         if size <= MAX_FACT_BYTES then
           fields[#fields + 1] = ARGV[jobs + 2 * b + 1]
-          fields[#fields + 1] = table.concat(parts, ',')
+          fields[#fields + 1] = concat(parts, ',')
         end
       end
     end
-    redis.call('XADD', key, '*', unpack(fields))
+    rcall('XADD', key, '*', unpack_(fields))
   elseif op == 'A' then
     chunked('XACK', key, ARGV[j - 2], j, j + n - 1)
   elseif op == 'L' then
-    redis.call('RPUSH', key, ARGV[j])
-    redis.call('PEXPIRE', key, tonumber(ARGV[j - 1]))
+    rcall('RPUSH', key, ARGV[j])
+    rcall('PEXPIRE', key, tonum(ARGV[j - 1]))
   elseif op == 'B' then
-    redis.call('HSETNX', key, 'data', ARGV[j])
-    redis.call('HINCRBY', key, 'refs', n)
+    rcall('HSETNX', key, 'data', ARGV[j])
+    rcall('HINCRBY', key, 'refs', n)
   elseif op == 'U' then
-    if redis.call('HGET', key, ARGV[j]) == ARGV[j + 2] then
-      redis.call('HDEL', key, ARGV[j])
-      if redis.call('EXISTS', n) == 1 and redis.call('HINCRBY', n, 'refs', -1) <= 0 then
-        redis.call('DEL', n)
+    if rcall('HGET', key, ARGV[j]) == ARGV[j + 2] then
+      rcall('HDEL', key, ARGV[j])
+      if rcall('EXISTS', n) == 1 and rcall('HINCRBY', n, 'refs', -1) <= 0 then
+        rcall('DEL', n)
       end
     end
   elseif op == 'R' then
-    redis.call('HSET', key, ARGV[j + 1], ARGV[j + 2])
+    rcall('HSET', key, ARGV[j + 1], ARGV[j + 2])
   elseif op == 'I' then
     for f = j, j + 2 * (n - 1), 2 do
-      redis.call('HINCRBY', key, ARGV[f], ARGV[f + 1])
+      rcall('HINCRBY', key, ARGV[f], ARGV[f + 1])
     end
   elseif op == 'C' then
-    if ARGV[j + 1] == '1' and redis.call('GET', key) == ARGV[j] then
-      redis.call('DEL', key)
+    if ARGV[j + 1] == '1' and rcall('GET', key) == ARGV[j] then
+      rcall('DEL', key)
     end
   elseif op == 'S' then
-    local ttl = tonumber(ARGV[j - 1])
+    local ttl = tonum(ARGV[j - 1])
     if ttl > 0 then
-      redis.call('SET', key, ARGV[j], 'PX', ttl)
+      rcall('SET', key, ARGV[j], 'PX', ttl)
     else
-      redis.call('SET', key, ARGV[j])
+      rcall('SET', key, ARGV[j])
     end
   end
 end
