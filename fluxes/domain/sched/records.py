@@ -46,8 +46,11 @@ class JobRecord:
 
     def count(self) -> None:
         """Recount :attr:`ncores` and :attr:`ngpus` after :attr:`parts` changed."""
-        self.ncores = sum(len(p[0]) for p in self.parts.values())
-        self.ngpus = sum(len(p[1]) for p in self.parts.values())
+        ncores = ngpus = 0
+        for cores, gpus, _mem in self.parts.values():  # one walk: every allocation counts
+            ncores += len(cores)
+            ngpus += len(gpus)
+        self.ncores, self.ngpus = ncores, ngpus
 
 
 def check_jobid(jobid: object, where: str) -> int:
