@@ -397,7 +397,9 @@ class SchedulerWorker(Worker):
         streams = {stream: s.pos for stream, s in self._by_stream.items()}
         if self._one_slot:
             streams[self._resources] = self._resource_pos
-        block = BLOCK_MS if not core.dirty else 1
+        # a pass owed is run soon; with no job pending none is (a free leaves the core
+        # dirty until the next request comes), and a short block would only poll Redis
+        block = 1 if core.dirty and core.sched.pending else BLOCK_MS
         unsent, self._unsent = self._unsent, None
         if unsent is None:
             return read_streams(self.redis, streams, READ_COUNT, block) or []

@@ -117,3 +117,33 @@ def test_an_alloc_replayed_for_a_finished_job_writes_no_R(system: System) -> Non
     [later] = system.submit(spec())
     system.run(12)
     assert system.events(later) == DONE
+
+
+def test_with_no_job_pending_the_read_blocks_long(system: System,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # a free leaves the core owing a pass until the next request comes; with no job
+    # pending none can run, and a 1 ms block would poll Redis all the while idle
+    import workers.scheduler as module
+    from fluxes.store.groups import read_streams
+
+    blocks: list[int | None] = []
+    answer_then_read = system.sched.streams.answer_then_read
+
+    def answering(*args: Any) -> Any:
+        blocks.append(args[-1])
+        return answer_then_read(*args)
+
+    def reading(*args: Any) -> Any:
+        blocks.append(args[-1])
+        return read_streams(*args)
+
+    monkeypatch.setattr(system.sched.streams, "answer_then_read", answering)
+    monkeypatch.setattr(module, "read_streams", reading)
+    [done] = system.submit(spec())
+    system.run(12)
+    assert system.events(done) == DONE
+    core = system.sched.core
+    assert core is not None and not core.sched.pending
+    blocks.clear()
+    system.sched.step()
+    assert blocks == [module.BLOCK_MS]

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fluxes.domain.accounting.limits import LimitGate
 from fluxes.domain.sched import policy as policy_mod
 from fluxes.domain.sched.errors import InfeasibleRequest, InsufficientResources
 from fluxes.domain.sched.inventory import Inventory
@@ -93,7 +94,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "depth": draw(st.integers(1, 12)), "reservations": draw(st.integers(0, 3))}
 
 
-def _build(sc: dict[str, Any]) -> Scheduler:
+def _build(sc: dict[str, Any], gate: LimitGate | None = None) -> Scheduler:
     pool = _pool()
     for i, req in enumerate(sc["running"]):
         try:
@@ -104,7 +105,7 @@ def _build(sc: dict[str, Any]) -> Scheduler:
     queues = {None: QueuePolicy(a, queue_depth=sc["depth"],
                                 reservation_depth=sc["reservations"]),
               "b": QueuePolicy(b, queue_depth=sc["depth"] + 2, placement="best-fit")}
-    sched = Scheduler(pool, queues)
+    sched = Scheduler(pool, queues, gate=gate)
     for i, (req, prio, queue) in enumerate(sc["pending"]):
         sched.add(PendingJob(i, prio, float(i // 3), 1000, queue, req))
     return sched
@@ -139,4 +140,34 @@ def test_the_indexed_quick_pass_starts_what_the_loop_starts(sc: dict[str, Any]) 
         # it annotates only jobs the loop annotated, and says the same of them
         assert {j: want.annotations.get(j) for j in got.annotations} == got.annotations
         assert set(indexed.pending) == set(loop.pending)
+        now += 1.0
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_with_a_start_gate_no_index_is_kept_and_passes_start_the_same(
+        sc: dict[str, Any]) -> None:
+    # a gate rules the request-by-request backfill out, so its indexes are not kept
+    # (they cost every add and answer); a gate that refuses nothing (no limits) then
+    # starts what the indexed passes start, through frees, priority changes and cancels
+    gated, plain = _build(sc, LimitGate()), _build(sc)
+    now = 0.0
+    for n, (free, jobid, prio) in enumerate([(False, 0, 0), *sc["steps"]]):
+        for sched in (gated, plain):
+            pool = sched.pool
+            assert isinstance(pool, ResourcePool)
+            if free:
+                if jobid in pool.jobids():
+                    pool.free(jobid)
+                elif n % 3 == 0:
+                    sched.remove(jobid)
+            else:
+                sched.prioritize(jobid, prio)
+        full = n % 4 == 3
+        got, want = gated.schedule(now, full=full), plain.schedule(now, full=full)
+        assert [(j, r.dumps()) for j, r in got.allocated] == \
+            [(j, r.dumps()) for j, r in want.allocated]
+        assert got.denied == want.denied and got.reserved == want.reserved
+        assert set(gated.pending) == set(plain.pending)
+        assert not gated._ranks and not gated._shapes
         now += 1.0

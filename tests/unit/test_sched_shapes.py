@@ -97,3 +97,18 @@ def test_shape_json_puts_the_times_where_resourceset_does() -> None:
     assert list(doc["execution"])[-2:] == ["starttime", "expiration"]
     assert shape.dumps(None, None) == ResourceSet(R_DOC).dumps()
     assert shape.rset(1.5, None).dumps() == shape.dumps(1.5, None)
+
+
+def test_the_shape_of_a_job_follows_a_partial_release() -> None:
+    # the pool keeps each allocation's shape for the session's look-up after the pass;
+    # a partial release changes the parts, and the shape must say what is left
+    pool = _pool()
+    whole = pool.alloc(Request.from_wire('{"c":2}'), 1)
+    assert pool.shape_of(1).summary() == whole.summary()  # type: ignore[union-attr]
+    core = whole.cores(0).first_n(1)
+    pool.free(ResourceSet.from_ranks({0: (core, IDSet())}))
+    left = pool.allocation_of(1)
+    assert len(left.cores(0)) == 1
+    shape = pool.shape_of(1)
+    assert shape is not None
+    assert (shape.summary(), shape.ranks()) == (left.summary(), str(left.ranks))

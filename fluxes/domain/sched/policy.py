@@ -333,6 +333,10 @@ class Scheduler:
         self._ranks: dict[str | None, SortedKeys] = {}
         #: per queue and held request, the order keys of its pending jobs
         self._shapes: dict[str | None, dict[Request, SortedKeys]] = {}
+        #: whether the two indexes above are kept: they serve only a quick pass's
+        #: request-by-request backfill (``_backfill``), which a start gate rules out (its
+        #: refusals go job by job), and keeping them costs every add and answer
+        self._indexes = gate is None
 
     def policy_of(self, queue: str | None) -> QueuePolicy:
         """The policy of ``queue`` (the default for unknown queues)."""
@@ -399,6 +403,8 @@ class Scheduler:
     def _index(self, job: PendingJob) -> tuple[int, float, int]:
         """Enter a pending job's order key in its queue's indexes; the key."""
         key = _key(job)
+        if not self._indexes:
+            return key
         ranks = self._ranks.get(job.queue)
         if ranks is None:
             ranks = self._ranks[job.queue] = SortedKeys()
@@ -414,6 +420,8 @@ class Scheduler:
 
     def _unindex(self, job: PendingJob) -> None:
         """Take a pending job's order key (at its current priority) out of the indexes."""
+        if not self._indexes:
+            return
         key = _key(job)
         ranks = self._ranks[job.queue]
         ranks.remove(key)
@@ -484,7 +492,7 @@ class Scheduler:
         annotations = result.annotations
         can_start_any = self._could_start(full)
         free_totals = self.pool.free_totals
-        indexed = not full and gate is None
+        indexed = not full and gate is None and self._indexes
         #: per queue, the order key of the last job of this loop
         last: dict[str | None, tuple[int, float, int]] = {}
         try:

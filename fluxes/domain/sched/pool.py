@@ -194,6 +194,9 @@ class ResourcePool:
                 self._reservations_changed()
             job = self._record(jobid, begin, end, plan, parts)
             self._commit(job)
+            shape = job.shape = self._shapes.get(parts)
+            if shape is not None:
+                return shape.rset(begin, None if end == _INF else end)
             return self._make_rset(parts, begin, end)
         job = self._reserve(plan, jobid, policy, start, length)
         return self._make_rset(job.parts, job.start, job.end)
@@ -350,7 +353,9 @@ class ResourcePool:
         """The shape of *jobid*'s allocation, whose encodings are computed once for all
         allocations of that shape; None for a large one or an unknown job."""
         job = self._jobs.get(jobid)
-        return None if job is None else self._shapes.get(job.parts)
+        if job is None:
+            return None
+        return job.shape if job.shape is not None else self._shapes.get(job.parts)
 
     def _commit(self, job: JobRecord) -> None:
         """Take *job*'s parts from the live state and index it."""
@@ -692,6 +697,7 @@ class ResourcePool:
             touched[job.jobid] = job
         for job in touched.values():
             job.count()
+            job.shape = None  # of the parts before the release
             if job.parts:
                 job.R = self._make_rset(job.parts, job.start, job.end)
             else:

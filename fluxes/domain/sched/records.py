@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fluxes.domain.sched.placement import Part
 from fluxes.formats.rset import ResourceSet
+
+if TYPE_CHECKING:
+    from fluxes.domain.sched.shapes import Shape
 
 __all__ = ["JobRecord", "check_jobid", "check_text", "check_time"]
 
@@ -31,6 +35,10 @@ class JobRecord:
     R: ResourceSet | None
     ncores: int = 0
     ngpus: int = 0
+    #: the shape of :attr:`parts` as allocated (``ResourcePool.alloc``), so the session's
+    #: look-up right after the allocation needs no second key; dropped when the parts
+    #: change (a partial release)
+    shape: Shape | None = None
 
     def __post_init__(self) -> None:
         """Count the cores and gpus held (the planner sums them per release)."""
@@ -38,8 +46,11 @@ class JobRecord:
 
     def count(self) -> None:
         """Recount :attr:`ncores` and :attr:`ngpus` after :attr:`parts` changed."""
-        self.ncores = sum(len(p[0]) for p in self.parts.values())
-        self.ngpus = sum(len(p[1]) for p in self.parts.values())
+        ncores = ngpus = 0
+        for cores, gpus, _mem in self.parts.values():  # one walk: every allocation counts
+            ncores += len(cores)
+            ngpus += len(gpus)
+        self.ncores, self.ngpus = ncores, ngpus
 
 
 def check_jobid(jobid: object, where: str) -> int:
