@@ -59,6 +59,7 @@ from fluxes.domain.exec.intake import (
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
+    Planner,
     StartFacts,
     TaskProc,
     job_owner,
@@ -177,6 +178,7 @@ class ExecWorker(Starting):
         self.identities = ChildIdentities(self.redis, self.keys, instance.uri.redis_url,
                                           self.files)
         self.count_started = 0
+        self.planner = Planner()  # the plans of recent starts (their R and layout)
         # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
         self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks,
                                               self._watch_hook),

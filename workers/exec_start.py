@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 from fluxes.domain.exec.intake import Intake
 from fluxes.domain.exec.jobs import (
     ExecJob,
+    Planner,
     RunPlan,
     StartFacts,
-    check_rank,
     job_owner,
-    plan_run,
     read_start,
     run_as,
 )
@@ -63,6 +62,7 @@ class Starting(Worker):
         instance_owner: int
         kill_grace: float
         count_started: int
+        planner: Planner
 
     def _start_now(self, rank: int, jobid: int, facts: StartFacts | None,
                    redelivered: bool) -> None:
@@ -105,11 +105,11 @@ class Starting(Worker):
             return table.simulate(rank, jobid, now, time.monotonic(), duration)
         user = run_as(jobid, data, self.euid, self.registered, self.instance_owner)
         owner = job_owner(jobid, data.owner)
-        R = check_rank(jobid, rank, data.R)  # noqa: N806
-        host = R.hostname(rank)
+        planned = self.planner.plan(jobid, rank, spec, data.jobspec, data.R)
+        host = planned.R.hostname(rank)
         if host and rank not in self._given_hosts:
             self.hostnames[rank] = host
-        plan = plan_run(spec, R, rank)
+        plan = planned.plan
         if redelivered:
             # This start was delivered before: a crash may have come between
             # spawning the tasks and recording them.  Never spawn twice.
@@ -138,7 +138,7 @@ class Starting(Worker):
             raise
         if not job.started:  # no task could be spawned
             self.pmi.close(job.key, leave=False)
-        when = signal_at(spec, R.expiration)
+        when = signal_at(spec, planned.expiration)
         if when is not None:
             self.job_signals.arm(when[0], when[1], rank, jobid)
         table.watch(job)

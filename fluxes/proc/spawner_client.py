@@ -23,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from fluxes.proc.spawner import LISTEN_FD, decode, encode
+from fluxes.proc.spawner import LISTEN_FD, decode
 
 #: How long a request may wait for the spawner's answer before the link is given up.
 ANSWER_TIMEOUT_S = 10.0
@@ -287,11 +287,11 @@ class SpawnerLink:
             raise SpawnerDown(errno.EPIPE, "no spawner")
         assert self.sock is not None
         targets = list(fds)
-        fields = [marker.encode(), os.fsencode(prefix), os.fsencode(cwd), os.fsencode(path),
-                  ",".join(map(str, targets)).encode(), ",".join(map(str, cpus)).encode(),
-                  b"%d" % len(argv), *map(os.fsencode, argv),
-                  *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())]
-        message = encode(b"S", fields)
+        # joined as text and encoded once (as os.fsencode would each field): a task's
+        # environment is dozens of fields
+        message = b"S" + os.fsencode("\0".join([
+            marker, prefix, cwd, path, ",".join(map(str, targets)), ",".join(map(str, cpus)),
+            str(len(argv)), *argv, *[f"{k}={v}" for k, v in env.items()]]))
         try:
             socket.send_fds(self.sock, [message], [fds[t] for t in targets])
         except OSError as exc:
