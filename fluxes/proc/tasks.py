@@ -784,17 +784,13 @@ class Launcher:
                 for stream in proc.streams:
                     close_stream(stream)
                 raise StartFailed(exc.strerror or str(exc), exc.code) from None
-            except OSError:
-                for stream in proc.streams:
-                    close_stream(stream)
-                raise
             if not proc.spawned:
                 self.watcher.children.add(proc.pid)
             self.watcher.watch(job.key, proc)
             job.tasks.append(proc)
-        except StartFailed:
-            raise
-        except (OSError, subprocess.SubprocessError) as exc:
+        except (OSError, subprocess.SubprocessError) as exc:  # (the wrapper's spawn)
+            for stream in proc.streams:
+                close_stream(stream)
             self._not_started(job, exc)
         finally:
             self.watcher.sync_spawner()

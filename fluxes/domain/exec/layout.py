@@ -32,7 +32,7 @@ import signal
 import stat
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeGuard
+from typing import Any, Final
 
 from fluxes.domain.exec.taskorder import task_order
 from fluxes.formats import fsd, shellopts
@@ -83,21 +83,15 @@ _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 
 def _system(jobspec: Mapping[str, Any]) -> Mapping[str, Any]:
     """attributes.system of a jobspec document, or an empty mapping."""
-    attrs = jobspec.get("attributes")
-    system = attrs.get("system") if _is_mapping(attrs) else None
-    return system if _is_mapping(system) else {}
-
-
-def _is_mapping(node: Any) -> TypeGuard[Mapping[str, Any]]:
-    # a decoded jobspec's objects are dicts: the ABC check (~10x slower) only for others,
-    # and a start asks the jobspec a dozen questions
-    return type(node) is dict or isinstance(node, Mapping)
+    system = _dig(jobspec, "attributes", "system")
+    return system if type(system) is dict or isinstance(system, Mapping) else {}
 
 
 def _dig(node: Any, *path: str) -> Any:
     """node[p0][p1]... or None when some step is missing or not a mapping."""
     for key in path:
-        if not _is_mapping(node):
+        # a decoded jobspec's objects are dicts: the ABC check (~10x slower) for others
+        if type(node) is not dict and not isinstance(node, Mapping):
             return None
         node = node.get(key)
     return node
