@@ -59,6 +59,7 @@ from fluxes.domain.exec.intake import (
 from fluxes.domain.exec.jobs import (
     LOST_ERROR,
     ExecJob,
+    Planner,
     StartFacts,
     TaskProc,
     job_owner,
@@ -177,6 +178,9 @@ class ExecWorker(Starting):
         self.identities = ChildIdentities(self.redis, self.keys, instance.uri.redis_url,
                                           self.files)
         self.count_started = 0
+        self.planner = Planner()  # the plans of recent starts (their R and layout)
+        self.awaiting = {}  # starts whose spawn answer is to come (workers/exec_start.py)
+        self.held_acks = []
         # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
         self.perilog = PerilogFlow(HookRunner(self.state_dir, self.keys.ns, self.ranks,
                                               self._watch_hook),
@@ -233,6 +237,9 @@ class ExecWorker(Starting):
     def setup(self) -> None:
         """Create the groups and rebuild the job table from the records and the state files."""
         setup_started = time.monotonic()
+        if self.awaiting:  # a reload: what the spawner answered is known first
+            self._complete_starts(wait=True)
+        self.held_acks = []  # the entries come again (their effects were not written)
         self._ready = False
         self._reset()
         config = self.instance.config()
@@ -278,6 +285,9 @@ class ExecWorker(Starting):
         orphaned. A loop that ended any other way (a bug; never Redis being
         unavailable, which the loop waits out) leaves the tasks to the next worker.
         """
+        if self.awaiting:
+            with contextlib.suppress(OSError):
+                self._complete_starts(wait=True)
         if self.box:
             try:
                 self._flush(self.box)  # what lingered (started reports, output lines)
@@ -305,6 +315,8 @@ class ExecWorker(Starting):
             next_prune=self._next_prune, timers=table.timers,
             running=bool(table.live) or self.perilog.holding() or bool(self.commands.running),
             next_output=self._next_output, flush_after=self.flushing.after))
+        if self.awaiting:
+            self._complete_starts(wait=False)
         if self._pmi_ready or self.pmi.retry:
             # before the tasks are watched: a PMI failure is in the report of their end
             self._serve_pmi(box)
@@ -314,7 +326,7 @@ class ExecWorker(Starting):
             # signal (or a restart) says there is something new.
             intake.maybe_new = any(len(e) >= READ_COUNT for e in got.values())
             self._take(got)
-        intake.handle(self._on_request, box.ack, STEP_BUDGET_S, time.monotonic, self._refuse)
+        intake.handle(self._on_request, self._ack, STEP_BUDGET_S, time.monotonic, self._refuse)
         for job in table.fire(box, time.monotonic(), time.time()):
             signal_tasks(job.tasks, signal.SIGKILL)
         if self.job_signals:
@@ -427,6 +439,8 @@ class ExecWorker(Starting):
                                        proto.encode_entry([request]), reason)
 
     def _on_request(self, rank: int, request: Request, redelivered: bool) -> None:
+        if self.awaiting:  # every request sees the jobs started before it in the table
+            self._complete_starts(wait=True)
         box = self.box
         match request:
             case Kill(id=jobid, signal=sig):

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 from fluxes.domain.exec.intake import Intake
 from fluxes.domain.exec.jobs import (
     ExecJob,
+    Planner,
     RunPlan,
     StartFacts,
-    check_rank,
     job_owner,
-    plan_run,
     read_start,
     run_as,
 )
@@ -36,6 +35,7 @@ from fluxes.proc.adopt import Adopter
 from fluxes.proc.child_identity import ChildIdentities
 from fluxes.proc.perilog import PerilogFlow
 from fluxes.proc.pmi_server import PmiServer, Served
+from fluxes.proc.spawner_client import ANSWER_TIMEOUT_S
 from fluxes.proc.tasks import Launcher, StartFailed, TaskWatcher, signal_tasks
 from fluxes.store.security import ENV_CREDENTIALS
 from workers.base import Worker
@@ -63,6 +63,12 @@ class Starting(Worker):
         instance_owner: int
         kill_grace: float
         count_started: int
+        planner: Planner
+        #: starts whose spawn answer is awaited (Launcher.deferred), by (rank, job id):
+        #: their ``--signal`` arming, the hop's send time and when they were sent (monotonic)
+        awaiting: dict[tuple[int, int], tuple[tuple[float, int] | None, float, float]]
+        #: acknowledgements held while a start they hold is awaited
+        held_acks: list[tuple[int, bytes, list[Any]]]
 
     def _start_now(self, rank: int, jobid: int, facts: StartFacts | None,
                    redelivered: bool) -> None:
@@ -81,15 +87,49 @@ class Starting(Worker):
             # The state directory or the like: this job cannot run here.
             job = self.table.fail(box, ExecJob(jobid, rank, "run"), now,
                                   f"exec: {exc.strerror or exc}: {exc.filename or ''}")
+        if job.key not in self.awaiting:
+            self._record_start(job, self.intake.sent)
+
+    def _record_start(self, job: ExecJob, sent: float) -> None:
+        """The start's job (running, done or failed) in the table and the outbox."""
+        box = self.box
         if (job.kind == "run" and job.started) or \
-                self.perilog.prolog_status(rank, jobid) is not None:
+                self.perilog.prolog_status(job.rank, job.id) is not None:
             self.perilog.started(job)
             if job.kind == "done":  # failed after its prolog ran: the epilog runs still
                 self.perilog.finished(box, [job])
         box.touch(self.table.add(job))
-        sent = self.intake.sent
         if sent and job.started:
             hops.record(hops.JM_TO_EXEC, time.time() - sent)
+
+    def _complete_starts(self, wait: bool) -> None:
+        """Finish the starts whose spawn answers came, oldest first (every one, waiting
+        for their answers, if ``wait``); then the acknowledgements held for them go."""
+        link = self.watcher.spawner
+        while self.awaiting:
+            key = next(iter(self.launcher.deferred))  # requests are answered in order
+            if not wait and link is not None and link.up and not link.answers and \
+                    time.monotonic() - self.awaiting[key][2] < ANSWER_TIMEOUT_S:
+                return  # (a spawner silent that long is given up: answer() times out)
+            when, sent, _since = self.awaiting.pop(key)
+            try:
+                job = self._launched(self.launcher.complete(key), when)
+            except StartFailed as exc:
+                self.pmi.close(key, leave=False)
+                job = self.table.fail(self.box, ExecJob(key[1], key[0], "run", started=True),
+                                      time.time(), str(exc), wait_status(exc.code))
+            self._record_start(job, sent)
+        for rank, msg_id, dead in self.held_acks:
+            self.box.ack(rank, msg_id, dead)
+        self.held_acks = []
+
+    def _ack(self, rank: int, msg_id: bytes, dead: list[Any]) -> None:
+        """Acknowledge a request entry handled, unless a start of its awaits its spawn
+        answer: its acknowledgement is then written with that start's record."""
+        if self.awaiting:
+            self.held_acks.append((rank, msg_id, dead))
+        else:
+            self.box.ack(rank, msg_id, dead)
 
     def _start(self, box: Outbox, rank: int, jobid: int, data: StartFacts | None,
                now: float, redelivered: bool) -> ExecJob:
@@ -105,11 +145,11 @@ class Starting(Worker):
             return table.simulate(rank, jobid, now, time.monotonic(), duration)
         user = run_as(jobid, data, self.euid, self.registered, self.instance_owner)
         owner = job_owner(jobid, data.owner)
-        R = check_rank(jobid, rank, data.R)  # noqa: N806
-        host = R.hostname(rank)
+        planned = self.planner.plan(jobid, rank, spec, data.jobspec, data.R)
+        host = planned.R.hostname(rank)
         if host and rank not in self._given_hosts:
             self.hostnames[rank] = host
-        plan = plan_run(spec, R, rank)
+        plan = planned.plan
         if redelivered:
             # This start was delivered before: a crash may have come between
             # spawning the tasks and recording them.  Never spawn twice.
@@ -131,18 +171,29 @@ class Starting(Worker):
             table.eof(box, job)
             return job
         served = self._open_pmi(job, plan, spec)
+        when = signal_at(spec, planned.expiration)
+        if self.awaiting:  # one request at a time is answered out of line
+            self._complete_starts(wait=True)
         try:
             self.launcher.launch(job, plan, prepared, served)
         except BaseException:
             self.pmi.close(job.key, leave=False)
             raise
+        if job.key in self.launcher.deferred:
+            # the spawner's answer (the task's pid) is taken later: _complete_starts
+            self.awaiting[job.key] = (when, self.intake.sent, time.monotonic())
+            return job
+        return self._launched(job, when)
+
+    def _launched(self, job: ExecJob, when: tuple[float, int] | None) -> ExecJob:
+        """A job whose tasks were spawned (or could not be): watched, its pids entry out."""
         if not job.started:  # no task could be spawned
             self.pmi.close(job.key, leave=False)
-        when = signal_at(spec, R.expiration)
         if when is not None:
-            self.job_signals.arm(when[0], when[1], rank, jobid)
-        table.watch(job)
-        box.lines(job).append(pids_entry(rank, self.hostnames.get(rank, ""), job.tasks))
+            self.job_signals.arm(when[0], when[1], job.rank, job.id)
+        self.table.watch(job)
+        self.box.lines(job).append(pids_entry(job.rank, self.hostnames.get(job.rank, ""),
+                                              job.tasks))
         return job
 
     def _open_pmi(self, job: ExecJob, plan: RunPlan, spec: Mapping[str, Any]) -> Served | None:

@@ -30,6 +30,9 @@ from fluxes.store.pmi_kvs import PmiKvs
 #: Bytes read from a task's socket at once.
 READ_SIZE = 65536
 
+#: Layouts whose ``PMI_process_mapping`` is remembered.
+MAPPINGS_KEPT = 64
+
 Key = tuple[int, int]  # (exec rank, job id), as the worker's tables name a job
 
 
@@ -84,6 +87,10 @@ class PmiServer:
         self.add_fd = add_fd
         self.remove_fd = remove_fd
         self.served: dict[Key, Served] = {}
+        # process_mapping of recent layouts: the starts of jobs submitted alike share
+        # theirs (fluxes.domain.exec.jobs.Planner), and working it out was a third of a
+        # server's opening
+        self._mappings: dict[JobLayout, str] = {}
         self.by_fd: dict[int, tuple[Key, int]] = {}
         #: jobs whose exchange step failed (Redis unreachable): tried again by :meth:`service`
         self.retry: set[Key] = set()
@@ -95,7 +102,7 @@ class PmiServer:
         tasks = share.tasks()
         pmi = PmiShare(jobid=key[1], size=layout.size, nnodes=layout.nnodes,
                        node_rank=share.node_rank, tasks=[t.rank for t in tasks],
-                       mapping=process_mapping(layout))
+                       mapping=self._mapping(layout))
         served = Served(key, owner, [s.rank for s in layout.shares], pmi)
         try:
             for task in tasks:
@@ -112,6 +119,17 @@ class PmiServer:
             self.by_fd[sock.fileno()] = (key, rank)
             self.add_fd(sock.fileno())
         return served
+
+    def _mapping(self, layout: JobLayout) -> str:
+        """:func:`process_mapping` of ``layout``, remembered for the last
+        :data:`MAPPINGS_KEPT` layouts."""
+        text = self._mappings.get(layout)
+        if text is None:
+            text = process_mapping(layout)
+            if len(self._mappings) >= MAPPINGS_KEPT:
+                del self._mappings[next(iter(self._mappings))]
+            self._mappings[layout] = text
+        return text
 
     def reregister(self) -> None:
         """Poll every socket again (the worker's poll set was rebuilt)."""

@@ -58,6 +58,10 @@ LISTEN_FD = 3
 #: ignored), rather than all 64 in every task's spawn.
 _IGNORED = frozenset({signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGXFSZ})
 _CRED = struct.Struct("3i")
+# plain ints, worked out once: flag enums combine slowly, on every request
+_ANCILLARY = socket.CMSG_SPACE(MAX_FDS * 4)
+_RECV_FLAGS = int(socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+_TRUNCATED = int(socket.MSG_TRUNC | socket.MSG_CTRUNC)
 
 
 def encode(kind: bytes, fields: list[bytes]) -> bytes:
@@ -227,8 +231,7 @@ class Server:
             # into a buffer kept: a fresh megabyte per message would be mapped and
             # unmapped each time (a TLB flush on every CPU)
             size, ancdata, flags, _addr = conn.recvmsg_into(
-                [self.buffer], socket.CMSG_SPACE(MAX_FDS * 4),
-                socket.MSG_CMSG_CLOEXEC | socket.MSG_DONTWAIT)
+                [self.buffer], _ANCILLARY, _RECV_FLAGS)
             data = bytes(self.view[:size])
         except BlockingIOError:
             return
@@ -244,7 +247,7 @@ class Server:
             if not data:
                 self.drop(fd)
                 return
-            if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+            if flags & _TRUNCATED:
                 raise BadRequest("message too long")
             self.request(fd, data, fds)
         except Exception as exc:

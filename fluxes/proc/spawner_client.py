@@ -13,6 +13,7 @@ tasks the dead spawner ran are settled from their status files (docs/exec.md,
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import os
@@ -23,7 +24,7 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 
-from fluxes.proc.spawner import LISTEN_FD, decode, encode
+from fluxes.proc.spawner import LISTEN_FD, decode
 
 #: How long a request may wait for the spawner's answer before the link is given up.
 ANSWER_TIMEOUT_S = 10.0
@@ -81,6 +82,11 @@ class SpawnerLink:
         # asked) of tasks whose end the worker took from the zombie, before the
         # spawner's message (see :meth:`taken`)
         self.early: dict[int, str | None] = {}
+        #: markers of the requests sent with :meth:`request` whose answers were not taken
+        #: (:meth:`answer`), oldest first; ``answers`` holds the answers read ahead of
+        #: their taking, in the same order (``D``: the link went down before it came)
+        self.asked: collections.deque[str] = collections.deque()
+        self.answers: collections.deque[tuple[bytes, list[bytes]]] = collections.deque()
 
     # ------------------------------------------------------------ connection
 
@@ -168,6 +174,8 @@ class SpawnerLink:
             self.sock.close()
             self.sock = None
         self.orphans |= set(self.running)
+        # requests whose answers will never come: answered "down" (the caller falls back)
+        self.answers.extend((b"D", []) for _ in range(len(self.asked) - len(self.answers)))
         for path in self.early.values():
             if path is not None:  # no message will come: the file is made or never will be
                 with contextlib.suppress(OSError):
@@ -266,8 +274,9 @@ class SpawnerLink:
         """Read what the spawner sent (its ends go to :attr:`ended` and :attr:`fresh`)."""
         if self.sock is not None:
             try:
-                while self._receive(block=False) is not None:
-                    pass  # only ends arrive unasked
+                while (got := self._receive(block=False)) is not None:
+                    if self.asked and len(self.answers) < len(self.asked):
+                        self.answers.append(got)  # a request's answer, read ahead
             except (OSError, ValueError) as exc:
                 self.down(f"{exc}")
 
@@ -283,15 +292,31 @@ class SpawnerLink:
         """Have the spawner start a task; its pid.  :class:`SpawnError` when the command
         cannot run (nothing was started), :class:`SpawnerDown` when the spawner cannot
         be used (maybe after a start it could not report: never retried here)."""
+        self.request(marker=marker, prefix=prefix, cwd=cwd, path=path, argv=argv, env=env,
+                     fds=fds, cpus=cpus)
+        return self.answer()
+
+    @property
+    def awaited(self) -> bool:
+        """Whether a request's answer is still to come (not read yet)."""
+        return len(self.answers) < len(self.asked)
+
+    def request(self, *, marker: str, prefix: str, cwd: str, path: str, argv: list[str],
+                env: Mapping[str, str], fds: Mapping[int, int],
+                cpus: Iterable[int] = ()) -> None:
+        """Send the request of :meth:`spawn` without waiting: its answer is taken with
+        :meth:`answer`, answers in the order of the requests (the descriptors ``fds``
+        are the spawner's copies once this returns).  :class:`SpawnerDown` when the
+        request cannot be sent."""
         if not self.connect():
             raise SpawnerDown(errno.EPIPE, "no spawner")
         assert self.sock is not None
         targets = list(fds)
-        fields = [marker.encode(), os.fsencode(prefix), os.fsencode(cwd), os.fsencode(path),
-                  ",".join(map(str, targets)).encode(), ",".join(map(str, cpus)).encode(),
-                  b"%d" % len(argv), *map(os.fsencode, argv),
-                  *(os.fsencode(k) + b"=" + os.fsencode(v) for k, v in env.items())]
-        message = encode(b"S", fields)
+        # joined as text and encoded once (as os.fsencode would each field): a task's
+        # environment is dozens of fields
+        message = b"S" + os.fsencode("\0".join([
+            marker, prefix, cwd, path, ",".join(map(str, targets)), ",".join(map(str, cpus)),
+            str(len(argv)), *argv, *[f"{k}={v}" for k, v in env.items()]]))
         try:
             socket.send_fds(self.sock, [message], [fds[t] for t in targets])
         except OSError as exc:
@@ -299,16 +324,32 @@ class SpawnerLink:
                 raise SpawnerDown(exc.errno, "request too large") from None
             self.down(f"{exc}")
             raise SpawnerDown(errno.EPIPE, f"{exc}") from None
-        try:
-            got = self._receive(block=True)
-        except (OSError, ValueError) as exc:
-            self.down(f"{exc}")
-            raise SpawnerDown(errno.EPIPE, f"{exc}") from None
+        self.asked.append(marker)
+
+    def answer(self) -> int:
+        """The answer to the oldest request not answered yet (waiting for it if need be):
+        the task's pid, or :class:`SpawnError` / :class:`SpawnerDown` as :meth:`spawn`."""
+        marker = self.asked[0]
+        if self.answers:
+            got: tuple[bytes, list[bytes]] | None = self.answers.popleft()
+        else:
+            try:
+                got = self._receive(block=True)
+            except (OSError, ValueError) as exc:
+                self.down(f"{exc}")
+                got = self.answers.popleft()  # "D": down() answered it
+        self.asked.popleft()
         assert got is not None
         kind, answer = got
+        if kind == b"D":
+            raise SpawnerDown(errno.EPIPE, "the spawner went away")
         if kind == b"P" and len(answer) == 1 and answer[0].isdigit():
             pid = int(answer[0])
-            self.running[pid] = marker
+            ended = self.ended.get(pid)
+            if self.sock is None:  # answered before the link went down: nobody reports
+                self.orphans.add(pid)  # its end
+            elif ended is None or ended[0] != marker:  # (its end may be read already)
+                self.running[pid] = marker
             return pid
         if kind == b"E" and len(answer) == 2 and answer[0].isdigit():
             raise SpawnError(int(answer[0]), answer[1].decode(errors="replace"))

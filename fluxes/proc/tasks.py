@@ -140,6 +140,22 @@ class Prepared(NamedTuple):
     path: str | None = None
 
 
+class Deferred(NamedTuple):
+    """A job's one task whose spawn request was sent to the spawner and whose answer
+    (its pid) is taken later (:meth:`Launcher.complete`); what the wrapper needs if
+    the spawner goes away before answering, and the descriptors to close then."""
+
+    job: ExecJob
+    proc: TaskProc
+    wrapper_argv: list[str]
+    env: dict[str, str]
+    fds: dict[int, int]
+    cores: frozenset[int]
+    pmi: Served | None
+    files: OutputFiles
+    stdin: int | None
+
+
 def raise_fd_limit() -> None:
     """Every running task holds up to two open files in the worker: allow many."""
     try:
@@ -250,7 +266,8 @@ class TaskWatcher:
         Otherwise its messages (ends the pidfds told already) are read when the
         loop wakes anyway: each would cost a wake-up of its own.
         """
-        fd = self.spawner.fileno() if self.spawner is not None and self.awaiting else -1
+        link = self.spawner
+        fd = link.fileno() if link is not None and (self.awaiting or link.awaited) else -1
         if fd != self._spawner_fd:
             if self._spawner_fd >= 0:
                 with contextlib.suppress(KeyError, ValueError):
@@ -258,6 +275,10 @@ class TaskWatcher:
             if fd >= 0:
                 self.poller.register(fd, select.POLLIN)
             self._spawner_fd = fd
+
+    def sync_spawner(self) -> None:
+        """Poll the spawner's socket if an answer or an end is awaited from it."""
+        self._sync_spawner()
 
     def add(self, fd: int) -> None:
         """Also wake on ``fd`` becoming readable (until :meth:`reset`)."""
@@ -337,7 +358,9 @@ class TaskWatcher:
         # the spawner's messages so far (one read; also notices a spawner gone)
         ended = link.drain() if link is not None else []
         self._sync_spawner()
-        events = self.poller.poll(0 if ended else timeout_ms)
+        # (spawn answers read ahead are news too: the loop takes them at once)
+        events = self.poller.poll(0 if ended or (link is not None and link.answers)
+                                  else timeout_ms)
         pidfds = self.pidfds
         ended += self._spawner_ends(events)
         if (events or ended) and (pidfds or self.spawned) and \
@@ -476,6 +499,8 @@ class Launcher:
             else frozenset()
         self._commands: dict[tuple[str, str | None, str], tuple[float, str]] = {}
         self._accounts: dict[int, tuple[float, Account]] = {}
+        #: jobs whose one task's spawn answer is still to be taken, by (rank, job id)
+        self.deferred: dict[tuple[int, int], Deferred] = {}
 
     def account(self, uid: int) -> Account:
         """:func:`lookup_account`, remembered for a moment (it reads the user databases)."""
@@ -579,9 +604,10 @@ class Launcher:
         try:
             self._spawn_all(job, plan, prepared, files, paths, pmi)
         finally:
-            files.close()
-            if stdin is not None:
-                os.close(stdin)
+            if job.key not in self.deferred:  # else closed once the answer is taken
+                files.close()
+                if stdin is not None:
+                    os.close(stdin)
 
     def _spawn_all(self, job: ExecJob, plan: RunPlan, prepared: Prepared,
                    files: OutputFiles, paths: Mapping[tuple[int, int], str],
@@ -606,12 +632,12 @@ class Launcher:
                                                 self.files.owner_of(job))
                 wrapper_argv = ["sh", "-c", WRAPPER, marker(self.ns, job.rank, job.id, task.rank),
                                 prepared.cwd, status_prefix, *appends, *prepared.argv]
-                cores: frozenset[int] = frozenset()
-                if saved is not None:
-                    cores = self.cpus & set(task.cores if cpu_affinity == "per-task"
-                                            else share.cores)
-                    if cores and prepared.account is not None:
-                        os.sched_setaffinity(0, cores)
+                cores = self._cores(task.cores if cpu_affinity == "per-task" else share.cores,
+                                    saved is not None, prepared.account is not None)
+                if share.ntasks == 1 and self._request(
+                        Deferred(job, proc, wrapper_argv, task_env, fds, cores, pmi, files,
+                                 prepared.stdin), prepared, pass_fds, status_prefix):
+                    return  # the job's only task: its pid is taken later (complete())
                 try:
                     # The command is the job's own, run without a shell parsing it
                     # (the wrapper passes it on as "$@"), as the worker's user or,
@@ -644,6 +670,16 @@ class Launcher:
             if saved is not None:
                 with contextlib.suppress(OSError):
                     os.sched_setaffinity(0, saved)
+
+    def _cores(self, wanted: Iterable[int], bind: bool, as_user: bool) -> frozenset[int]:
+        """The CPUs a task is bound to (none unless ``bind``); a task run as another user
+        is bound through the worker's own affinity (restored by the caller)."""
+        if not bind:
+            return frozenset()
+        cores = self.cpus & set(wanted)
+        if cores and as_user:
+            os.sched_setaffinity(0, cores)
+        return cores
 
     def _task_fds(self, job: ExecJob, proc: TaskProc, prepared: Prepared, files: OutputFiles,
                   paths: Mapping[tuple[int, int], str]) -> tuple[dict[int, int], list[str]]:
@@ -690,6 +726,94 @@ class Launcher:
         proc.spawned = True
         proc.own = False
         return True
+
+    def _request(self, deferred: Deferred, prepared: Prepared, pass_fds: tuple[int, ...],
+                 prefix: str) -> bool:
+        """Send the spawner the request of a job's only task without waiting for its
+        answer, the job then in :attr:`deferred`; False when the spawner cannot be used
+        that way (the task is then spawned at once, as before).
+
+        The worker does not wait meanwhile: the spawner's ``posix_spawn`` returns only
+        once the task has been scheduled and executed its command, which on busy cores
+        takes far longer than the request's own work."""
+        link = self.watcher.spawner
+        if prepared.account is not None or link is None or prepared.path is None or \
+                not link.up:
+            return False
+        given = dict(deferred.fds)
+        given.update((fd, fd) for fd in pass_fds)
+        try:
+            link.request(marker=deferred.wrapper_argv[3], prefix=prefix,
+                         cwd=os.path.abspath(prepared.cwd), path=prepared.path,
+                         argv=prepared.argv, env=deferred.env, fds=given, cpus=deferred.cores)
+        except SpawnerDown:
+            self.watcher.sync_spawner()  # (as in complete())
+            return False
+        for fd in pass_fds:
+            # the spawner has its copy: no process the worker starts meanwhile inherits it
+            os.set_inheritable(fd, False)
+        self.watcher.sync_spawner()  # its answer wakes the loop
+        deferred.proc.spawned = True
+        deferred.proc.own = False
+        self.deferred[deferred.job.key] = deferred
+        return True
+
+    def complete(self, key: tuple[int, int]) -> ExecJob:
+        """Take the spawner's answer to the request of the deferred job ``key`` (waiting
+        for it if need be) and finish its launch as :meth:`launch` would have: the
+        task watched and in ``job.tasks``, or :class:`StartFailed` when the command
+        cannot run, or the job's error when it could not be spawned at all.  A spawner
+        gone before answering: the task is spawned under the wrapper instead."""
+        deferred = self.deferred.pop(key)
+        job, proc = deferred.job, deferred.proc
+        link = self.watcher.spawner
+        try:
+            try:
+                if link is None:
+                    raise SpawnerDown(errno.EPIPE, "no spawner")
+                try:
+                    proc.pid = link.answer()
+                finally:
+                    # before a descriptor made now can take the number of a socket the
+                    # link closed (going down): that one's poll registration goes
+                    self.watcher.sync_spawner()
+            except SpawnerDown:
+                proc.spawned, proc.own = False, True
+                proc.pid = self._fallback(deferred)
+            except SpawnError as exc:
+                for stream in proc.streams:
+                    close_stream(stream)
+                raise StartFailed(exc.strerror or str(exc), exc.code) from None
+            if not proc.spawned:
+                self.watcher.children.add(proc.pid)
+            self.watcher.watch(job.key, proc)
+            job.tasks.append(proc)
+        except (OSError, subprocess.SubprocessError) as exc:  # (the wrapper's spawn)
+            for stream in proc.streams:
+                close_stream(stream)
+            self._not_started(job, exc)
+        finally:
+            self.watcher.sync_spawner()
+            if deferred.pmi is not None:
+                deferred.pmi.spawned(proc.rank)
+            deferred.files.close()
+            if deferred.stdin is not None:
+                with contextlib.suppress(OSError):
+                    os.close(deferred.stdin)
+        return job
+
+    def _fallback(self, deferred: Deferred) -> int:
+        """The wrapper's spawn of a deferred task (bound to its cores, if any)."""
+        saved = self.cpus if deferred.cores else None
+        if deferred.pmi is not None:  # the wrapper (and so the task) inherits it
+            deferred.pmi.inherit(deferred.proc.rank)
+        try:
+            return _spawn_wrapper(deferred.wrapper_argv, deferred.env, deferred.fds,
+                                  deferred.cores)
+        finally:
+            if saved is not None:
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(0, saved)
 
     def _spawn_as(self, account: Account, argv: list[str], env: Mapping[str, str],
                   fds: Mapping[int, int], pass_fds: tuple[int, ...] = ()) -> int:

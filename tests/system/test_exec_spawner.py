@@ -10,10 +10,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 
 from fluxes.proc.spawner_client import SOCKET_NAME, SpawnerLink, SpawnError
+from fluxes.store.keys import GROUP_EXEC
 from tests.system.test_exec_worker import (
+    KEYS,
     LOST_ERROR,
     Harness,
     _alive,
@@ -271,3 +274,39 @@ def test_without_the_spawner_tasks_run_under_the_wrapper(
     assert not _spawner_of(harness.state)
     harness.kill(90, signal.SIGTERM)
     assert harness.final(90)["status"] == signal.SIGTERM
+
+
+def test_a_start_is_acknowledged_with_its_record_once_the_spawner_answered(
+        harness: Harness) -> None:
+    """The worker does not wait for the spawner's answer to a job's only task; until it
+    has it, the start stays unacknowledged and the job unrecorded, through writes of
+    other things (the heartbeat): a crash meanwhile delivers the start again."""
+    worker = harness.worker()
+    harness.job(20, cmd("true"))
+    harness.start(20)
+    assert harness.final(20)["status"] == 0
+    spawner = _spawner_of(harness.state)
+    stream, jobs = KEYS.exec_rank(0), KEYS.exec_jobs(0)
+
+    def heartbeat() -> float:
+        raw = harness.client.hget(KEYS.exec_registry, "0")
+        return float(orjson.loads(raw)["heartbeat"]) if raw else 0.0
+
+    _until("job 20's start acknowledged",
+           lambda: harness.client.xpending(stream, GROUP_EXEC)["pending"] == 0)
+    os.kill(spawner, signal.SIGSTOP)  # it cannot answer
+    try:
+        harness.job(21, cmd("true"))
+        harness.start(21)
+        _until("the request sent", lambda: (0, 21) in worker.awaiting)
+        since = heartbeat()
+        _until("a write since (the heartbeat)", lambda: heartbeat() > since)
+        assert (0, 21) in worker.awaiting
+        assert harness.client.xpending(stream, GROUP_EXEC)["pending"] == 1
+        assert harness.client.hget(jobs, "21") is None
+    finally:
+        os.kill(spawner, signal.SIGCONT)
+    final = harness.final(21)
+    assert final["status"] == 0 and final["error"] is None
+    _until("job 21's start acknowledged",
+           lambda: harness.client.xpending(stream, GROUP_EXEC)["pending"] == 0)

@@ -9,6 +9,7 @@ import pytest
 
 from fluxes.domain.exec.jobs import (
     ExecJob,
+    Planner,
     StartFacts,
     Stream,
     TaskProc,
@@ -139,3 +140,44 @@ def test_plan_run_lays_out_the_rank_share() -> None:
     assert first.first_rank and not second.first_rank
     assert (list(first.share.task_ranks), list(second.share.task_ranks)) == ([0, 1], [2])
     assert first.forward == "oe" and first.layout.size == 3
+
+
+def timed(start: float | None, expiration: float | None, ranks: ResourceSet = R) -> bytes:
+    out = ResourceSet(ranks.dumps())
+    out.starttime, out.expiration = start, expiration
+    return out.dumps().encode()
+
+
+def test_the_planner_plans_as_check_rank_and_plan_run_do() -> None:
+    planner = Planner()
+    spec_raw = orjson.dumps(SPEC)
+    for rank in (3, 5):
+        got = planner.plan(1, rank, SPEC, spec_raw, timed(10.0, 70.0))
+        assert got.plan == plan_run(SPEC, check_rank(1, rank, timed(10.0, 70.0)), rank)
+        assert got.R.ranks == R.ranks and got.expiration == 70.0
+    for bad, match in ((None, "has no R"), (b"{", "invalid JSON"), (b"{}", "version"),
+                       (timed(None, None, ResourceSet.from_ranks({4: ("0", None)})),
+                        "rank 3 is not in the job's R")):
+        with pytest.raises(ValueError, match=match):
+            planner.plan(1, 3, SPEC, spec_raw, bad)
+
+
+def test_the_planner_reuses_a_plan_for_other_times_and_checks_each_starts_times() -> None:
+    planner = Planner(size=2)
+    spec_raw = orjson.dumps(SPEC)
+    first = planner.plan(1, 3, SPEC, spec_raw, timed(10.0, 70.0))
+    again = planner.plan(2, 3, SPEC, spec_raw, timed(20.0, None))
+    # the same layout object: nothing was decoded or laid out again
+    assert again.plan is first.plan and again.R is first.R and len(planner) == 1
+    assert (first.expiration, again.expiration) == (70.0, None)
+    with pytest.raises(ValueError, match=r"expiration 5\.0 is before starttime 20\.0"):
+        planner.plan(3, 3, SPEC, spec_raw, timed(20.0, 5.0))
+    # another jobspec, another R: other plans; the oldest goes beyond the size
+    other = Jobspec.from_command(["true"], nnodes=2, ntasks=4).to_dict()
+    assert planner.plan(4, 3, other, orjson.dumps(other), timed(1.0, 2.0)).plan.layout.size == 4
+    one = ResourceSet.from_ranks({3: ("0-3", None)})
+    assert planner.plan(5, 3, SPEC, spec_raw, timed(1.0, 2.0, one)).plan.layout.nnodes == 1
+    assert len(planner) == 2
+    assert planner.plan(6, 3, SPEC, spec_raw, timed(1.0, 2.0)).plan is not first.plan
+    # a start without its raw jobspec is planned all the same, and not kept
+    assert planner.plan(7, 5, SPEC, None, timed(1.0, 2.0)).plan.share.rank == 5

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.adopt import Adopter, has_marker, live_markers
 from fluxes.proc.exec_files import TaskFiles
+from fluxes.proc.spawner import decode
+from fluxes.proc.spawner_client import SpawnerLink
 from fluxes.proc.tasks import (
     EXIT_LINGER_MS,
     Launcher,
@@ -400,3 +403,44 @@ def test_a_root_worker_runs_a_task_as_the_jobs_owner(public_rig: Rig) -> None:
     with pytest.raises(ValueError, match=r"cannot open output file .*root-only.* as user nobody"):
         rig.launcher.launch(job, plan, rig.launcher.prepare(plan.spec, nobody.pw_uid))
     assert not job.tasks and not (private / "y.out").exists()
+
+
+def _fake_spawner(rig: Rig, tmp: Path) -> socket.socket:
+    """A link to a spawner the test plays (the worker sends; the test answers)."""
+    link = SpawnerLink(str(tmp), enabled=False)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    link.sock = ours
+    rig.watcher.spawner = link
+    return theirs
+
+
+def test_a_jobs_only_task_is_requested_and_its_answer_taken_later(rig: Rig,
+                                                                   tmp_path: Path) -> None:
+    spawner = _fake_spawner(rig, tmp_path)
+    job = rig.launch(1, "true")
+    # the request is out, nothing waited for: the job's one task is pending
+    assert job.key in rig.launcher.deferred and job.tasks == []
+    kind, fields = decode(spawner.recv(1 << 20))
+    assert kind == b"S" and fields[0] == marker(NS, 0, 1, 0).encode()
+    # the command could not run after all: the job fails as a shell would have
+    spawner.send(b"E126\0cannot execute")
+    with pytest.raises(StartFailed) as failed:
+        rig.launcher.complete(job.key)
+    assert failed.value.code == 126 and job.key not in rig.launcher.deferred
+
+
+def test_a_pending_task_whose_spawner_went_away_runs_under_the_wrapper(rig: Rig,
+                                                                       tmp_path: Path) -> None:
+    spawner = _fake_spawner(rig, tmp_path)
+    job = rig.launch(3, "sh", "-c", "echo fell back")
+    assert job.key in rig.launcher.deferred
+    spawner.close()  # before it answered
+    link = rig.watcher.spawner
+    assert link is not None
+    link.read()
+    assert not link.up
+    rig.launcher.complete(job.key)
+    [task] = job.tasks
+    assert task.own and not task.spawned and task.pid in rig.watcher.children
+    rig.wait_ended(job)
+    assert task.status == 0 and Path(task.streams[0].path).read_bytes() == b"fell back\n"

@@ -25,12 +25,16 @@ from fluxes.domain.exec.layout import (
     wait_status,
 )
 from fluxes.formats.rset import ResourceSet
+from fluxes.formats.rset_values import check_time, execution_of
 
 #: The job's error when its processes vanished while no worker watched them.
 LOST_ERROR = "exec: lost the job's processes (exec worker restarted)"
 
 #: Output streams: (record flag, stream name, file suffix, task fd).
 STREAMS = (("o", "stdout", "out", 1), ("e", "stderr", "err", 2))
+
+#: Plans :class:`Planner` keeps (the oldest dropped beyond).
+PLAN_CACHE_SIZE = 256
 
 #: The uid of the superuser: tasks never run as it for anyone but a root instance owner.
 ROOT_UID = 0
@@ -268,3 +272,73 @@ def plan_run(spec: Mapping[str, Any], R: ResourceSet, rank: int) -> RunPlan:  # 
     outputs = output_spec(spec)
     return RunPlan(spec, layout, share, outputs, forward_flags(outputs),
                    rank == R.ranks.first())
+
+
+class Planned(NamedTuple):
+    """A start's R (without its times: see :class:`Planner`), its plan on the rank and
+    its own expiration (None: none)."""
+
+    R: ResourceSet
+    plan: RunPlan
+    expiration: float | None
+
+
+class Planner:
+    """:func:`check_rank` and :func:`plan_run` of starts, the last :data:`PLAN_CACHE_SIZE`
+    remembered by the bytes they depend on.
+
+    Jobs submitted alike share their jobspec, and the jobs run one after another on the
+    same cores share their R but for its times: decoding that R and laying out the
+    tasks again for each was most of what a start cost the worker.  The key is the
+    jobspec's bytes, the rank and every part of R the decode reads but the times
+    (``R_lite``, ``nodelist``, ``properties``); the times, checked as the decode checks
+    them, are each start's own.  What is kept is never changed by its users (the layout
+    is frozen; nothing sets the R's times or ranks).
+    """
+
+    def __init__(self, size: int = PLAN_CACHE_SIZE) -> None:
+        self.size = size
+        self._plans: dict[tuple[bytes, bytes, int], tuple[ResourceSet, RunPlan]] = {}
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def plan(self, jobid: int, rank: int, spec: Mapping[str, Any], spec_raw: bytes | None,
+             r_raw: Any) -> Planned:
+        """The start's :class:`Planned`; ValueError is the job's exec error (as
+        :func:`check_rank` and :func:`plan_run` raise it)."""
+        if r_raw is None:
+            raise ValueError(f"exec: job {jobid} has no R")
+        if not isinstance(spec_raw, bytes) or not isinstance(r_raw, (bytes, str)):
+            R = check_rank(jobid, rank, r_raw)  # noqa: N806
+            return Planned(R, plan_run(spec, R, rank), R.expiration)
+        try:
+            doc = orjson.loads(r_raw)
+        except orjson.JSONDecodeError as exc:
+            raise ValueError(f"R: invalid JSON: {exc}") from None
+        execution = execution_of(doc)
+        expiration = _times(execution)
+        key = (spec_raw, orjson.dumps([execution.get("R_lite"), execution.get("nodelist"),
+                                       execution.get("properties")]), rank)
+        hit = self._plans.get(key)
+        if hit is None:
+            timeless = {k: v for k, v in execution.items()
+                        if k not in ("starttime", "expiration")}
+            R = check_rank(jobid, rank, {**doc, "execution": timeless})  # noqa: N806
+            hit = (R, plan_run(spec, R, rank))
+            if len(self._plans) >= self.size:
+                del self._plans[next(iter(self._plans))]
+            self._plans[key] = hit
+        return Planned(hit[0], hit[1], expiration)
+
+
+def _times(execution: Mapping[str, Any]) -> float | None:
+    """An R's expiration, its start time and expiration checked as its decode checks them."""
+    start = exp = None
+    if "starttime" in execution:
+        start = check_time(execution["starttime"], "R: execution.starttime")
+    if "expiration" in execution:
+        exp = check_time(execution["expiration"], "R: execution.expiration")
+    if start is not None and exp is not None and exp < start:
+        raise ValueError(f"R: execution.expiration {exp} is before starttime {start}")
+    return exp
