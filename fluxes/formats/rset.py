@@ -296,15 +296,7 @@ class ResourceSet:
 
     def _decode_times(self, execution: Mapping[str, Any]) -> None:
         """Set starttime and expiration from an R document's ``execution``."""
-        start = exp = None
-        if "starttime" in execution:
-            start = check_time(execution["starttime"], "R: execution.starttime")
-        if "expiration" in execution:
-            exp = check_time(execution["expiration"], "R: execution.expiration")
-        if start is not None and exp is not None and exp < start:
-            raise ValueError(f"R: execution.expiration {exp} is before starttime {start}")
-        self._starttime = start
-        self._expiration = exp
+        self._starttime, self._expiration = decode_times(execution)
 
     def _decode_nodelist(self, nodelist: object) -> dict[int, str]:
         """Map the ranks, in ascending order, to the hosts listed in *nodelist*."""
@@ -892,3 +884,15 @@ def _check_operand(other: object, op: str) -> None:
     """ValueError unless *other* is a ResourceSet."""
     if not isinstance(other, ResourceSet):
         raise ValueError(f"{op}: expected a ResourceSet, got {type(other).__name__}")
+
+
+def decode_times(execution: Mapping[str, Any]) -> tuple[Seconds | None, Seconds | None]:
+    """An R document's ``execution`` start time and expiration, checked (ValueError)."""
+    start = exp = None
+    if "starttime" in execution:
+        start = check_time(execution["starttime"], "R: execution.starttime")
+    if "expiration" in execution:
+        exp = check_time(execution["expiration"], "R: execution.expiration")
+    if start is not None and exp is not None and exp < start:
+        raise ValueError(f"R: execution.expiration {exp} is before starttime {start}")
+    return start, exp

@@ -181,3 +181,13 @@ def test_the_planner_reuses_a_plan_for_other_times_and_checks_each_starts_times(
     assert planner.plan(6, 3, SPEC, spec_raw, timed(1.0, 2.0)).plan is not first.plan
     # a start without its raw jobspec is planned all the same, and not kept
     assert planner.plan(7, 5, SPEC, None, timed(1.0, 2.0)).plan.share.rank == 5
+
+
+def test_the_planner_checks_an_r_that_differs_from_a_kept_one_but_in_its_times() -> None:
+    planner = Planner()
+    spec_raw = orjson.dumps(SPEC)
+    good = orjson.loads(timed(10.0, 70.0))
+    planner.plan(1, 3, SPEC, spec_raw, orjson.dumps(good))
+    # the same R_lite under another version is decoded again, and refused
+    with pytest.raises(ValueError, match="version"):
+        planner.plan(2, 3, SPEC, spec_raw, orjson.dumps({**good, "version": 99}))

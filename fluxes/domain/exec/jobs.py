@@ -24,8 +24,8 @@ from fluxes.domain.exec.layout import (
     output_spec,
     wait_status,
 )
-from fluxes.formats.rset import ResourceSet
-from fluxes.formats.rset_values import check_time, execution_of
+from fluxes.formats.rset import ResourceSet, decode_times
+from fluxes.formats.rset_values import execution_of
 
 #: The job's error when its processes vanished while no worker watched them.
 LOST_ERROR = "exec: lost the job's processes (exec worker restarted)"
@@ -290,10 +290,9 @@ class Planner:
     Jobs submitted alike share their jobspec, and the jobs run one after another on the
     same cores share their R but for its times: decoding that R and laying out the
     tasks again for each was most of what a start cost the worker.  The key is the
-    jobspec's bytes, the rank and every part of R the decode reads but the times
-    (``R_lite``, ``nodelist``, ``properties``); the times, checked as the decode checks
-    them, are each start's own.  What is kept is never changed by its users (the layout
-    is frozen; nothing sets the R's times or ranks).
+    jobspec's bytes, the rank and all of R but its times; the times, checked as the
+    decode checks them, are each start's own.  What is kept is never changed by its
+    users (the layout is frozen; nothing sets the R's times or ranks).
     """
 
     def __init__(self, size: int = PLAN_CACHE_SIZE) -> None:
@@ -318,13 +317,14 @@ class Planner:
             raise ValueError(f"R: invalid JSON: {exc}") from None
         execution = execution_of(doc)
         expiration = _times(execution)
-        key = (spec_raw, orjson.dumps([execution.get("R_lite"), execution.get("nodelist"),
-                                       execution.get("properties")]), rank)
+        timeless = {**doc, "execution": {k: v for k, v in execution.items()
+                                         if k not in ("starttime", "expiration")}}
+        # every part of R but the times is in the key (its version, scheduling, ...):
+        # an R that differs anywhere else is decoded and checked on its own
+        key = (spec_raw, orjson.dumps(timeless), rank)
         hit = self._plans.get(key)
         if hit is None:
-            timeless = {k: v for k, v in execution.items()
-                        if k not in ("starttime", "expiration")}
-            R = check_rank(jobid, rank, {**doc, "execution": timeless})  # noqa: N806
+            R = check_rank(jobid, rank, timeless)  # noqa: N806
             hit = (R, plan_run(spec, R, rank))
             if len(self._plans) >= self.size:
                 del self._plans[next(iter(self._plans))]
@@ -334,11 +334,4 @@ class Planner:
 
 def _times(execution: Mapping[str, Any]) -> float | None:
     """An R's expiration, its start time and expiration checked as its decode checks them."""
-    start = exp = None
-    if "starttime" in execution:
-        start = check_time(execution["starttime"], "R: execution.starttime")
-    if "expiration" in execution:
-        exp = check_time(execution["expiration"], "R: execution.expiration")
-    if start is not None and exp is not None and exp < start:
-        raise ValueError(f"R: execution.expiration {exp} is before starttime {start}")
-    return exp
+    return decode_times(execution)[1]
