@@ -191,3 +191,11 @@ def test_the_planner_checks_an_r_that_differs_from_a_kept_one_but_in_its_times()
     # the same R_lite under another version is decoded again, and refused
     with pytest.raises(ValueError, match="version"):
         planner.plan(2, 3, SPEC, spec_raw, orjson.dumps({**good, "version": 99}))
+
+
+def test_the_planner_keeps_no_plan_of_a_large_r() -> None:
+    planner = Planner()
+    spec_raw = orjson.dumps(SPEC)
+    big = {**orjson.loads(timed(10.0, 70.0)), "scheduling": {"graph": "x" * 70000}}
+    got = planner.plan(1, 3, SPEC, spec_raw, orjson.dumps(big))
+    assert got.plan.share.rank == 3 and len(planner) == 0

@@ -35,6 +35,9 @@ STREAMS = (("o", "stdout", "out", 1), ("e", "stderr", "err", 2))
 
 #: Plans :class:`Planner` keeps (the oldest dropped beyond).
 PLAN_CACHE_SIZE = 256
+#: the largest jobspec and R (but its times) whose plan is kept, in bytes together:
+#: the cache holds at most PLAN_CACHE_SIZE x this (16 MiB), whatever the jobs are
+PLAN_KEY_MAX = 65536
 
 #: The uid of the superuser: tasks never run as it for anyone but a root instance owner.
 ROOT_UID = 0
@@ -326,6 +329,8 @@ class Planner:
         if hit is None:
             R = check_rank(jobid, rank, timeless)  # noqa: N806
             hit = (R, plan_run(spec, R, rank))
+            if len(spec_raw) + len(key[1]) > PLAN_KEY_MAX:
+                return Planned(hit[0], hit[1], expiration)
             if len(self._plans) >= self.size:
                 del self._plans[next(iter(self._plans))]
             self._plans[key] = hit
