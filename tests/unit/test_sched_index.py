@@ -111,6 +111,19 @@ def _build(sc: dict[str, Any], gate: LimitGate | None = None) -> Scheduler:
     return sched
 
 
+def _step(sched: Scheduler, free: bool, jobid: int, prio: int, cancel: bool) -> None:
+    """One step of a scenario: a running job freed (a pending one canceled if
+    ``cancel``), or a job's priority changed."""
+    pool = sched.pool
+    assert isinstance(pool, ResourcePool)
+    if not free:
+        sched.prioritize(jobid, prio)
+    elif jobid in pool.jobids():
+        pool.free(jobid)
+    elif cancel:
+        sched.remove(jobid)
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_the_indexed_quick_pass_starts_what_the_loop_starts(sc: dict[str, Any]) -> None:
@@ -118,13 +131,7 @@ def test_the_indexed_quick_pass_starts_what_the_loop_starts(sc: dict[str, Any]) 
     now = 0.0
     for free, jobid, prio in [(False, 0, 0), *sc["steps"]]:
         for sched in (indexed, loop):
-            pool = sched.pool
-            assert isinstance(pool, ResourcePool)
-            if free:
-                if jobid in pool.jobids():
-                    pool.free(jobid)
-            else:
-                sched.prioritize(jobid, prio)
+            _step(sched, free, jobid, prio, cancel=False)
         got = indexed.schedule(now, full=False)
         saved = policy_mod.INDEXED_REQUESTS
         policy_mod.INDEXED_REQUESTS = -1  # type: ignore[misc]  # the loop all the way
@@ -154,15 +161,7 @@ def test_with_a_start_gate_no_index_is_kept_and_passes_start_the_same(
     now = 0.0
     for n, (free, jobid, prio) in enumerate([(False, 0, 0), *sc["steps"]]):
         for sched in (gated, plain):
-            pool = sched.pool
-            assert isinstance(pool, ResourcePool)
-            if free:
-                if jobid in pool.jobids():
-                    pool.free(jobid)
-                elif n % 3 == 0:
-                    sched.remove(jobid)
-            else:
-                sched.prioritize(jobid, prio)
+            _step(sched, free, jobid, prio, cancel=n % 3 == 0)
         full = n % 4 == 3
         got, want = gated.schedule(now, full=full), plain.schedule(now, full=full)
         assert [(j, r.dumps()) for j, r in got.allocated] == \
