@@ -80,6 +80,8 @@ from fluxes.messages import (
 
 _DEPEND, _PRIORITY, _SCHED = JobState.DEPEND, JobState.PRIORITY, JobState.SCHED
 _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
+#: RUN and CLEANUP: a set, as membership costs less than JobState's flag arithmetic
+_RUNNING_STATES = frozenset({_RUN, _CLEANUP})
 
 #: Distinct request strings shared at most (see JobManagerCore._shared).
 _REQUESTS_KEPT = 4096
@@ -192,16 +194,19 @@ class JobManagerCore(ControlHandlers):
     def _post(self, fx: Effects, act: Active, event: ev.Event,
               extra: Mapping[str, Any] | None = None) -> None:
         """Apply ``event`` to the job (state first) and record it for the commit."""
-        jobid = act.rec.id
-        if jobid not in fx.base_seq:
-            fx.base_seq[jobid] = act.job.seq
-        act.rec = apply_record(act.rec, jobid, event, extra)
+        rec = act.rec
+        jobid = rec.job.id
+        base_seq = fx.base_seq
+        if jobid not in base_seq:
+            base_seq[jobid] = rec.job.seq
+        act.rec = rec = apply_record(rec, jobid, event, extra)
         fx.add_event(jobid, event, extra)
-        if act.job.userid is not None:
-            fx.owners[jobid] = act.job.userid
+        userid = rec.job.userid
+        if userid is not None:
+            fx.owners[jobid] = userid
         if self.deps.is_target(jobid):
             self._dependency_actions(fx, self.deps.target_changed(
-                jobid, TargetStatus.from_job(act.job)))
+                jobid, TargetStatus.from_job(rec.job)))
 
     def _annotate(self, fx: Effects, act: Active, annotations: Mapping[str, Any]) -> None:
         event = ev.Annotations(timestamp=self.clock(), annotations=annotations)
@@ -683,26 +688,29 @@ class JobManagerCore(ControlHandlers):
         # report comes after it (as flux's shell: start, then "start failed")
         error_before = act.exec_error
         self._note_rank(act, msg, status)
+        # the progress _note_rank made: read once, not through the properties each time
+        progress = act.rank_progress()
         if act.hooks is not None:
             # a failed prolog is its own exception (type prolog), not an exec one
             error = self._hook_events(fx, act, error, now)
-        job = act.job
-        if (not job.started and len(act.exec_started) >= nranks and not error_before
-                and job.state & JobState.RUNNING and not job.prologs
+        job = act.rec.job
+        if (not job.started and len(progress.started) >= nranks and not error_before
+                and job.state in _RUNNING_STATES and not job.prologs
                 and not job.prolog_failed):
             self._post(fx, act, ev.Start(timestamp=now))
         if error and not act.exec_error:
             act.exec_error = True
             self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
                                                 note=error))
-        job = act.job
-        if job.started and not job.finished and len(act.exec_finished) >= nranks:
-            self._post(fx, act, ev.Finish(timestamp=now,
-                                          status=max(act.exec_finished.values())))
+        job = act.rec.job
+        finished = progress.finished
+        if job.started and job.wait_status is None and len(finished) >= nranks:
+            self._post(fx, act, ev.Finish(timestamp=now, status=max(finished.values())))
         if act.hooks is not None:
             self._hook_events(fx, act, error, now)  # the epilog, once in CLEANUP
-        job = act.job
-        if job.finished and not job.released and len(act.exec_released) >= nranks:
+        job = act.rec.job
+        if job.wait_status is not None and not job.released \
+                and len(progress.released) >= nranks:
             self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
         if nranks > 1:
             self._save_progress(fx, act)
