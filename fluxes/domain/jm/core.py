@@ -88,6 +88,8 @@ _REQUESTS_KEPT = 4096
 #: Distinct (short) granted rank lists kept parsed (see JobManagerCore._granted).
 _RANKS_KEPT = 1024
 _RANKS_TEXT_KEPT = 64
+#: Distinct checked submit events kept (see JobManagerCore._submit_of).
+_SUBMITS_KEPT = 1024
 #: Seconds scheduling stays suspended, while a scheduler holds the partition's
 #: lease, before the job manager asks it for a new session (``reset``): an
 #: ``error`` (forged, or the scheduler's own) must not stop scheduling for good.
@@ -122,6 +124,8 @@ class JobManagerCore(ControlHandlers):
         #: granted rank lists as parsed (the same few recur: parsing is most of an alloc
         #: response's cost); each job gets a copy, never the kept set
         self._ranks_parsed: dict[str, IDSet] = {}
+        #: checked submit events by (stamp's type, stamp, urgency, userid, flags)
+        self._submits: dict[tuple[Any, ...], ev.Submit] = {}
 
     # ------------------------------------------------------------ loading
 
@@ -225,13 +229,7 @@ class JobManagerCore(ControlHandlers):
         info = msg.info
         if not isinstance(info.get("dependencies", []), list):
             raise proto.MessageError("new: 'info' must be an object with a list of dependencies")
-        try:
-            # the checks replay applies to the submit event the ingest wrote
-            submit = ev.decode("submit", msg.t_submit, {
-                "urgency": msg.urgency, "userid": msg.userid, "flags": msg.flags,
-                "version": 1})
-        except ev.EventError as exc:
-            raise proto.MessageError(f"new: {exc}") from None
+        submit = self._submit_of(msg)
         if ack is not None:
             fx.acks.append(ack)
         if jobid in self.jobs:
@@ -243,6 +241,29 @@ class JobManagerCore(ControlHandlers):
         self.jobs[jobid] = act
         self._add_dependencies(fx, act, resuming=False)
         self._advance(fx, act)
+
+    def _submit_of(self, msg: New) -> ev.Submit:
+        """The submit event ``msg`` describes, checked as replay checks the one the ingest
+        wrote (MessageError when it could not be stored). The jobs of one submission
+        share it: an event is immutable, and the check is most of a new job's cost."""
+        key = (type(msg.t_submit), msg.t_submit, msg.urgency, msg.userid, msg.flags)
+        exact = type(msg.urgency) is int and type(msg.userid) is int \
+            and type(msg.flags) is int  # (True == 1: a bool is never taken for a kept one)
+        found = self._submits.get(key) if exact else None
+        if found is not None:
+            return found
+        try:
+            submit = ev.decode("submit", msg.t_submit, {
+                "urgency": msg.urgency, "userid": msg.userid, "flags": msg.flags,
+                "version": 1})
+        except ev.EventError as exc:
+            raise proto.MessageError(f"new: {exc}") from None
+        assert isinstance(submit, ev.Submit)
+        if exact:
+            if len(self._submits) >= _SUBMITS_KEPT:
+                self._submits.clear()
+            self._submits[key] = submit
+        return submit
 
     def _add_dependencies(self, fx: Effects, act: Active, resuming: bool) -> None:
         deps = act.rec.info.get("dependencies")
