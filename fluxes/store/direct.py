@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -216,6 +217,10 @@ def _read_replies(conn: Any, n: int) -> list[Any]:
         if isinstance(reply, list) and reply and isinstance(reply[0], redis.ConnectionError):
             raise reply[0]
         replies.append(reply)
+    interval = getattr(conn, "health_check_interval", 0)
+    if interval:
+        # as redis-py's reply path does: a connection in use needs no PING
+        conn.next_health_check = time.monotonic() + interval
     return replies
 
 
