@@ -118,7 +118,7 @@ class Direct:
             return []
         conn = self._connection()
         try:
-            conn.send_packed_command(_pack(conn, commands))
+            _send(conn, _pack(conn, commands))
             replies = _read_replies(conn, len(commands))
         except BaseException:
             # a reply may be half read: the connection cannot be reused
@@ -172,6 +172,26 @@ class Direct:
                 args: Sequence[Any]) -> Any:
         """:meth:`fcall` (kept for callers that name the SHA-1; no script is EVALed)."""
         return self.fcall(source, keys, args)
+
+
+def _send(conn: Any, packed: list[bytes]) -> None:
+    """Write ``packed`` on ``conn``: straight to its socket when it is connected and no
+    health check is due (redis-py's ``send_packed_command`` is ~6 us more on cold
+    caches), else through redis-py (connecting, or checking the connection first).
+    Errors are raised as redis-py raises them; the caller drops the connection."""
+    sock = getattr(conn, "_sock", None)
+    interval = getattr(conn, "health_check_interval", 0)
+    if not isinstance(sock, socket.socket) or (
+            interval and time.monotonic() > conn.next_health_check):
+        conn.send_packed_command(packed)
+        return
+    try:
+        for item in packed:
+            sock.sendall(item)
+    except TimeoutError:  # socket.timeout
+        raise redis.TimeoutError("Timeout writing to socket") from None
+    except OSError as exc:
+        raise redis.ConnectionError(f"Error while writing to socket: {exc.args}") from None
 
 
 def _read_replies(conn: Any, n: int) -> list[Any]:

@@ -49,7 +49,7 @@ class TestRealRedis(DirectContract, OnRealRedis):
         return redis.Redis(unix_socket_path=client.connection_pool.connection_kwargs["path"],
                            protocol=3, socket_timeout=None)
 
-    def test_replies_are_read_from_the_socket(self, client: redis.Redis,
+    def test_commands_and_replies_go_through_the_socket(self, client: redis.Redis,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
         # the path under test is taken (redis-py's reply path is never called)
         def refuse(conn: Any, n: int) -> list[Any]:
@@ -57,7 +57,12 @@ class TestRealRedis(DirectContract, OnRealRedis):
 
         monkeypatch.setattr(direct, "_read_replies_redis_py", refuse)
         for each in (client, self._resp3(client)):
-            assert Direct(each, ANCHOR).execute([("PING",), ("ECHO", "x")]) == [b"PONG", b"x"]
+            d = Direct(each, ANCHOR)
+            assert d.execute([("PING",)]) == [b"PONG"]  # connected through redis-py
+            with monkeypatch.context() as written:
+                written.setattr(redis.connection.AbstractConnection, "send_packed_command",
+                                refuse)  # connected: written to the socket itself
+                assert d.execute([("PING",), ("ECHO", "x")]) == [b"PONG", b"x"]
 
     def test_a_push_message_is_skipped(self, client: redis.Redis) -> None:
         client3 = self._resp3(client)
