@@ -50,7 +50,7 @@ class Direct:
     call, so it follows resharding); elsewhere the client's pool serves all.
     """
 
-    __slots__ = ("_anchor", "_client", "_conn", "_conn_pool", "_pool")
+    __slots__ = ("__weakref__", "_anchor", "_client", "_conn", "_conn_pool", "_pool")
 
     def __init__(self, client: Any, anchor: str) -> None:
         self._client = client
@@ -71,6 +71,11 @@ class Direct:
         one connection for all its hot-path calls, and no connection is ever
         used by two threads at once.
         """
+        last = _last
+        if last is not None and last[0]() is client and last[1] == threading.get_ident():
+            found = last[2]()
+            if found is not None:
+                return found  # a worker's loop asks for the same one at every step
         per_client = _SHARED.get(client)
         if per_client is None:
             per_client = _SHARED[client] = {}
@@ -79,6 +84,8 @@ class Direct:
         found = per_client.get(key)
         if found is None:
             found = per_client[key] = cls(client, anchor)
+        if not slot:
+            _remember(client, key[0], found)
         return found
 
     def _pool_now(self) -> Any:
@@ -192,6 +199,17 @@ def _send(conn: Any, packed: list[bytes]) -> None:
         raise redis.TimeoutError("Timeout writing to socket") from None
     except OSError as exc:
         raise redis.ConnectionError(f"Error while writing to socket: {exc.args}") from None
+
+
+#: The shared Direct :meth:`Direct.of` gave last for a client of one pool (weak
+#: references to the client and the Direct, and the thread): found again without the
+#: weak dictionary's lookup, ~7 us on the caches a worker's step starts on.
+_last: tuple[weakref.ref[Any], int, weakref.ref[Direct]] | None = None
+
+
+def _remember(client: Any, thread: int, found: Direct) -> None:
+    global _last  # one cached answer, replaced whole (atomic under the GIL)
+    _last = (weakref.ref(client), thread, weakref.ref(found))
 
 
 def _read_replies(conn: Any, n: int) -> list[Any]:

@@ -40,6 +40,22 @@ class DirectContract:
         assert [str(r) for r in fast] == [str(r) for r in slow]
 
 
+    def test_one_shared_direct_per_client_and_thread(self, client: redis.Redis) -> None:
+        import threading
+
+        first = Direct.of(client, ANCHOR)
+        assert Direct.of(client, "{t}:other") is first  # one pool: one for every key
+        other_client = redis.Redis(connection_pool=client.connection_pool)
+        theirs = Direct.of(other_client, ANCHOR)
+        assert theirs is not first and Direct.of(client, ANCHOR) is first
+        assert Direct.of(other_client, ANCHOR) is theirs
+        in_thread: list[Direct] = []
+        worker = threading.Thread(target=lambda: in_thread.append(Direct.of(client, ANCHOR)))
+        worker.start()
+        worker.join()
+        assert in_thread[0] is not first and Direct.of(client, ANCHOR) is first
+
+
 class TestFakeRedis(DirectContract, OnFakeRedis):
     pass
 
