@@ -101,6 +101,11 @@ class JobManagerWorker(Committing):
                        keys.exec_events(partition), keys.jm_ctl(partition)]
         #: the input streams by name, as dispatch tells entries apart (once per entry)
         self._jm_new, self._sched_resp, self._exec_events = self.inputs[:3]
+        #: a read's stream names (bytes) -> the input's name, so that a step decodes none
+        self._names = {name.encode(): name for name in self.inputs}
+        #: the read's stream arguments: after a restart or rescan, and in normal steps
+        self._from_start = dict.fromkeys(self.inputs, "0")
+        self._new_only = dict.fromkeys(self.inputs, ">")
         self.core: JobManagerCore | None = None
         self.token: str | None = None
         self._pending = True
@@ -264,10 +269,10 @@ class JobManagerWorker(Committing):
             self._rescan_at = time.monotonic() + PENDING_RESCAN_S
         self.check_scheduler(core)
         if self._pending:
-            streams = dict.fromkeys(self.inputs, "0")
+            streams = self._from_start
             block = None
         else:
-            streams = dict.fromkeys(self.inputs, ">")
+            streams = self._new_only
             block = self._block_ms(core)
         reply = self._read(streams, block)
         if self.core is not core:
@@ -287,8 +292,9 @@ class JobManagerWorker(Committing):
         deposed on the way, the effects are gone)."""
         fx = Effects()
         got = 0
+        names = self._names
         for stream_b, entries in reply or []:
-            stream = stream_b.decode()
+            stream = names.get(stream_b) or stream_b.decode()
             # pending entries read again: those read too often are refused unread
             over = self.overdelivered(stream, GROUP_JM, "jm", entries) if self._pending else {}
             for msg_id, fields in entries:
@@ -461,20 +467,23 @@ class JobManagerWorker(Committing):
     def _on_sched_entry(self, fx: Effects, core: JobManagerCore,
                         fields: Mapping[bytes, bytes]) -> None:
         """Feed the scheduler's responses of one entry to the core."""
-        p = self.partition
         epoch, responses, sent = proto.decode_entry_sent(proto.SCHED_RESPONSES, fields)
-        if sent and any(isinstance(r, proto.AllocResponse)
-                        and r.type == proto.ALLOC_SUCCESS for r in responses):
+        granted = hello = False
+        for r in responses:  # one pass (not one per question: this is every allocation's)
+            if isinstance(r, proto.AllocResponse):
+                granted = granted or r.type == proto.ALLOC_SUCCESS
+            elif isinstance(r, proto.Hello):
+                hello = True
+        if sent and granted:
             self._sent_alloc.append(sent)
         # a hello opens a session only from the scheduler that leads now
-        current = self.scheduler_epoch() if any(
-            isinstance(r, proto.Hello) for r in responses) else None
+        current = self.scheduler_epoch() if hello else None
         for response in responses:
             suspended = core.session.suspended
             core.on_sched(fx, epoch, response, current)
             if core.session.suspended is not None and suspended is None:
                 self.log.warning("scheduling suspended", extra={
-                    "partition": p, "why": core.session.suspended})
+                    "partition": self.partition, "why": core.session.suspended})
 
     def poisoned(self, stream: str, msg_id: bytes, fields: Mapping[bytes, bytes],
                  exc: Exception) -> None:

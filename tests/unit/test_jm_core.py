@@ -202,6 +202,30 @@ def test_granted_ranks_parsed_once_are_each_jobs_own() -> None:
     assert h.state(3) == JobState.SCHED
 
 
+def test_new_jobs_of_one_submission_share_one_checked_submit() -> None:
+    # the core keeps the submit events it checked: the jobs of one submission share
+    # one, and a message a kept one would match only by equality is still checked
+    core = JobManagerCore(owner_uid=OWNER, clock=Clock())
+
+    def new(jobid: int, **kw: Any) -> proto.New:
+        fields: dict[str, Any] = {"userid": OWNER, "urgency": 16, "flags": 0,
+                                  "t_submit": 5.0, **kw}
+        return proto.New(id=jobid, **fields)
+
+    core.on_new(Effects(), new(1))
+    core.on_new(Effects(), new(2))
+    first, second = core.jobs[1].rec.job, core.jobs[2].rec.job
+    assert (first.t_submit, first.urgency, first.userid) == (5.0, 16, OWNER)
+    assert core._submit_of(new(3)) is core._submit_of(new(4))
+    with pytest.raises(proto.MessageError, match="urgency"):
+        core.on_new(Effects(), new(5, urgency=True))  # == 1, but no integer
+    with pytest.raises(proto.MessageError, match="urgency"):
+        core.on_new(Effects(), new(6, urgency=99))
+    core.on_new(Effects(), new(7, t_submit=5))  # an int stamp: another kept event
+    assert core.jobs[7].rec.job.t_submit == 5.0 and second.t_submit == 5.0
+    assert 5 not in core.jobs and 6 not in core.jobs
+
+
 def test_cancel_in_sched_sends_cancel_then_cleans_on_cancel_response() -> None:
     h = Harness()
     h.submit(1)

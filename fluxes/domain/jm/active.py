@@ -60,6 +60,11 @@ class Active:
             progress = self.progress = ExecProgress()
         return progress
 
+    def rank_progress(self) -> ExecProgress:
+        """The per-rank exec progress, made at the first report (a hot path reads its
+        sets from it once instead of through the properties below)."""
+        return self._progress()
+
     @property
     def exec_started(self) -> set[int]:
         """Ranks that reported their tasks started."""

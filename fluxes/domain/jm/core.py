@@ -80,12 +80,16 @@ from fluxes.messages import (
 
 _DEPEND, _PRIORITY, _SCHED = JobState.DEPEND, JobState.PRIORITY, JobState.SCHED
 _RUN, _CLEANUP, _INACTIVE = JobState.RUN, JobState.CLEANUP, JobState.INACTIVE
+#: RUN and CLEANUP: a set, as membership costs less than JobState's flag arithmetic
+_RUNNING_STATES = frozenset({_RUN, _CLEANUP})
 
 #: Distinct request strings shared at most (see JobManagerCore._shared).
 _REQUESTS_KEPT = 4096
 #: Distinct (short) granted rank lists kept parsed (see JobManagerCore._granted).
 _RANKS_KEPT = 1024
 _RANKS_TEXT_KEPT = 64
+#: Distinct checked submit events kept (see JobManagerCore._submit_of).
+_SUBMITS_KEPT = 1024
 #: Seconds scheduling stays suspended, while a scheduler holds the partition's
 #: lease, before the job manager asks it for a new session (``reset``): an
 #: ``error`` (forged, or the scheduler's own) must not stop scheduling for good.
@@ -120,6 +124,8 @@ class JobManagerCore(ControlHandlers):
         #: granted rank lists as parsed (the same few recur: parsing is most of an alloc
         #: response's cost); each job gets a copy, never the kept set
         self._ranks_parsed: dict[str, IDSet] = {}
+        #: checked submit events by (stamp's type, stamp, urgency, userid, flags)
+        self._submits: dict[tuple[Any, ...], ev.Submit] = {}
 
     # ------------------------------------------------------------ loading
 
@@ -192,16 +198,19 @@ class JobManagerCore(ControlHandlers):
     def _post(self, fx: Effects, act: Active, event: ev.Event,
               extra: Mapping[str, Any] | None = None) -> None:
         """Apply ``event`` to the job (state first) and record it for the commit."""
-        jobid = act.rec.id
-        if jobid not in fx.base_seq:
-            fx.base_seq[jobid] = act.job.seq
-        act.rec = apply_record(act.rec, jobid, event, extra)
+        rec = act.rec
+        jobid = rec.job.id
+        base_seq = fx.base_seq
+        if jobid not in base_seq:
+            base_seq[jobid] = rec.job.seq
+        act.rec = rec = apply_record(rec, jobid, event, extra)
         fx.add_event(jobid, event, extra)
-        if act.job.userid is not None:
-            fx.owners[jobid] = act.job.userid
+        userid = rec.job.userid
+        if userid is not None:
+            fx.owners[jobid] = userid
         if self.deps.is_target(jobid):
             self._dependency_actions(fx, self.deps.target_changed(
-                jobid, TargetStatus.from_job(act.job)))
+                jobid, TargetStatus.from_job(rec.job)))
 
     def _annotate(self, fx: Effects, act: Active, annotations: Mapping[str, Any]) -> None:
         event = ev.Annotations(timestamp=self.clock(), annotations=annotations)
@@ -220,13 +229,7 @@ class JobManagerCore(ControlHandlers):
         info = msg.info
         if not isinstance(info.get("dependencies", []), list):
             raise proto.MessageError("new: 'info' must be an object with a list of dependencies")
-        try:
-            # the checks replay applies to the submit event the ingest wrote
-            submit = ev.decode("submit", msg.t_submit, {
-                "urgency": msg.urgency, "userid": msg.userid, "flags": msg.flags,
-                "version": 1})
-        except ev.EventError as exc:
-            raise proto.MessageError(f"new: {exc}") from None
+        submit = self._submit_of(msg)
         if ack is not None:
             fx.acks.append(ack)
         if jobid in self.jobs:
@@ -238,6 +241,29 @@ class JobManagerCore(ControlHandlers):
         self.jobs[jobid] = act
         self._add_dependencies(fx, act, resuming=False)
         self._advance(fx, act)
+
+    def _submit_of(self, msg: New) -> ev.Submit:
+        """The submit event ``msg`` describes, checked as replay checks the one the ingest
+        wrote (MessageError when it could not be stored). The jobs of one submission
+        share it: an event is immutable, and the check is most of a new job's cost."""
+        key = (type(msg.t_submit), msg.t_submit, msg.urgency, msg.userid, msg.flags)
+        exact = type(msg.urgency) is int and type(msg.userid) is int \
+            and type(msg.flags) is int  # (True == 1: a bool is never taken for a kept one)
+        found = self._submits.get(key) if exact else None
+        if found is not None:
+            return found
+        try:
+            submit = ev.decode("submit", msg.t_submit, {
+                "urgency": msg.urgency, "userid": msg.userid, "flags": msg.flags,
+                "version": 1})
+        except ev.EventError as exc:
+            raise proto.MessageError(f"new: {exc}") from None
+        assert isinstance(submit, ev.Submit)
+        if exact:
+            if len(self._submits) >= _SUBMITS_KEPT:
+                self._submits.clear()
+            self._submits[key] = submit
+        return submit
 
     def _add_dependencies(self, fx: Effects, act: Active, resuming: bool) -> None:
         deps = act.rec.info.get("dependencies")
@@ -683,26 +709,29 @@ class JobManagerCore(ControlHandlers):
         # report comes after it (as flux's shell: start, then "start failed")
         error_before = act.exec_error
         self._note_rank(act, msg, status)
+        # the progress _note_rank made: read once, not through the properties each time
+        progress = act.rank_progress()
         if act.hooks is not None:
             # a failed prolog is its own exception (type prolog), not an exec one
             error = self._hook_events(fx, act, error, now)
-        job = act.job
-        if (not job.started and len(act.exec_started) >= nranks and not error_before
-                and job.state & JobState.RUNNING and not job.prologs
+        job = act.rec.job
+        if (not job.started and len(progress.started) >= nranks and not error_before
+                and job.state in _RUNNING_STATES and not job.prologs
                 and not job.prolog_failed):
             self._post(fx, act, ev.Start(timestamp=now))
         if error and not act.exec_error:
             act.exec_error = True
             self._post(fx, act, ev.JobException(timestamp=now, type="exec", severity=0,
                                                 note=error))
-        job = act.job
-        if job.started and not job.finished and len(act.exec_finished) >= nranks:
-            self._post(fx, act, ev.Finish(timestamp=now,
-                                          status=max(act.exec_finished.values())))
+        job = act.rec.job
+        finished = progress.finished
+        if job.started and job.wait_status is None and len(finished) >= nranks:
+            self._post(fx, act, ev.Finish(timestamp=now, status=max(finished.values())))
         if act.hooks is not None:
             self._hook_events(fx, act, error, now)  # the epilog, once in CLEANUP
-        job = act.job
-        if job.finished and not job.released and len(act.exec_released) >= nranks:
+        job = act.rec.job
+        if job.wait_status is not None and not job.released \
+                and len(progress.released) >= nranks:
             self._post(fx, act, ev.Release(timestamp=now, ranks="all", final=True))
         if nranks > 1:
             self._save_progress(fx, act)

@@ -211,10 +211,13 @@ def merge_annotations(old: Mapping[str, Any] | None, new: Mapping[str, Any] | No
 def _merge(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(old)
     for key, value in new.items():
-        if isinstance(value, Mapping):
+        # a dict is by far the most common: tested first, as the Mapping check goes
+        # through the abstract class's machinery
+        if type(value) is dict or isinstance(value, Mapping):
             current = out.get(key)
             # merging into an empty dict is how a new object loses its nulls
-            sub = _merge(current if isinstance(current, Mapping) else _EMPTY, value)
+            sub = _merge(current if type(current) is dict or isinstance(current, Mapping)
+                         else _EMPTY, value)
             if sub:
                 out[key] = sub
             else:
