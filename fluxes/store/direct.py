@@ -27,11 +27,15 @@ from typing import Any
 
 import redis
 from hiredis import pack_command
-from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
-from redis._parsers.hiredis import _HiredisParser
 from redis.exceptions import AskError, MovedError
 
 from fluxes.store import scripts
+
+try:  # redis-py's private parts: another redis-py than the lock's takes its own path
+    from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
+    from redis._parsers.hiredis import _HiredisParser
+except ImportError:  # pragma: no cover
+    _NOT_ENOUGH_DATA = _HiredisParser = None
 
 #: Cluster redirections (redis-py strips the MOVED/ASK prefix into these types).
 _REDIRECTS = (MovedError, AskError)
@@ -227,8 +231,9 @@ def _read_replies(conn: Any, n: int) -> list[Any]:
     """
     parser: Any = getattr(conn, "_parser", None)
     sock = getattr(conn, "_sock", None)
-    if type(parser) is not _HiredisParser or not isinstance(sock, socket.socket) \
-            or parser._reader is None:  # (fakeredis: hiredis' parser on a fake socket)
+    # (fakeredis: hiredis' parser on a fake socket)
+    if _HiredisParser is None or type(parser) is not _HiredisParser or \
+            not isinstance(sock, socket.socket) or parser._reader is None:
         return _read_replies_redis_py(conn, n)
     reader, buf = parser._reader, parser._buffer
     push = parser._hiredis_PushNotificationType
