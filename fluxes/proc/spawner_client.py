@@ -209,7 +209,7 @@ class SpawnerLink:
         if sock is None:
             raise SpawnerDown(errno.EPIPE, "the spawner is down")
         while True:
-            if block and not select.select([sock], [], [], ANSWER_TIMEOUT_S)[0]:
+            if block and not _readable(sock, ANSWER_TIMEOUT_S):
                 raise SpawnerDown(errno.ETIMEDOUT, "the spawner does not answer")
             try:
                 size = sock.recv_into(self._buffer, 0, 0 if block else socket.MSG_DONTWAIT)
@@ -355,3 +355,12 @@ class SpawnerLink:
             raise SpawnError(int(answer[0]), answer[1].decode(errors="replace"))
         self.down("garbled answer")
         raise SpawnerDown(errno.EPROTO, "the spawner's answer is garbled")
+
+
+def _readable(sock: socket.socket, timeout_s: float) -> bool:
+    """Whether ``sock`` becomes readable (or hung up) within ``timeout_s``.  poll, not
+    select: a worker running many tasks holds more than select's 1,024 descriptors,
+    and select refuses any numbered above them."""
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(timeout_s * 1000))

@@ -3,6 +3,8 @@ the spawner reports (fluxes/proc/spawner_client.py)."""
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 from pathlib import Path
 
@@ -85,3 +87,26 @@ def test_requests_the_spawner_never_answered_fall_back_when_it_goes(tmp_path: Pa
     with pytest.raises(SpawnerDown):
         link.answer()  # b: the worker spawns it under the wrapper instead
     assert not link.asked and not link.answers
+
+
+def test_an_answer_comes_on_a_socket_numbered_above_select_s_limit(tmp_path: Path) -> None:
+    # a worker running hundreds of tasks holds over 1,024 descriptors: select() refuses
+    # any numbered above that, which read the link as down (every task then fell back
+    # to the wrapper)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"at most {hard} descriptors here")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+    try:
+        link = SpawnerLink(str(tmp_path), enabled=False)
+        spawner = _fake_spawner(link)
+        assert link.sock is not None and link.sock.fileno() > 1024
+        _request(link, "a")
+        spawner.send(b"P10")
+        assert link.answer() == 10 and link.up
+        spawner.close()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
