@@ -66,11 +66,17 @@ def _started(harness: Harness, jobid: int) -> list[int]:
     return _task_pids(harness.client, jobid)
 
 
+def _sleeping(harness: Harness, jobid: int) -> int:
+    """Job ``jobid``: one task sleeping 30 s, started; its pid."""
+    harness.job(jobid, cmd("sleep", "30"))
+    harness.start(jobid)
+    [pid] = _started(harness, jobid)
+    return pid
+
+
 def test_tasks_are_children_of_the_spawner_without_a_shell(harness: Harness) -> None:
     harness.worker()
-    harness.job(1, cmd("sleep", "30"))
-    harness.start(1)
-    [pid] = _started(harness, 1)
+    pid = _sleeping(harness, 1)
     assert _cmdline(pid) == [b"sleep", b"30"], "the task itself, no wrapper around it"
     parent = int(_stat(pid)[1])
     assert parent == _spawner_of(harness.state) != 0
@@ -138,9 +144,7 @@ def test_spawner_exits_once_its_worker_stopped_and_its_tasks_ended(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLUXES_EXEC_KILL_ON_STOP", "1")
     harness.worker()
-    harness.job(20, cmd("sleep", "30"))
-    harness.start(20)
-    [pid] = _started(harness, 20)
+    pid = _sleeping(harness, 20)
     spawner = _spawner_of(harness.state)
     assert spawner
     harness.stop()  # as `fluxes stop` does: the tasks are killed
@@ -177,9 +181,7 @@ def test_garbage_on_the_spawner_socket_does_not_end_it(harness: Harness) -> None
 
 def test_a_killed_spawner_loses_its_tasks_and_jobs_still_run(harness: Harness) -> None:
     harness.worker()
-    harness.job(40, cmd("sleep", "30"))
-    harness.start(40)
-    [pid] = _started(harness, 40)
+    pid = _sleeping(harness, 40)
     spawner = _spawner_of(harness.state)
     os.kill(spawner, signal.SIGKILL)
     final = harness.final(40)
@@ -267,9 +269,7 @@ def test_without_the_spawner_tasks_run_under_the_wrapper(
         harness: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FLUXES_EXEC_SPAWNER", "0")
     harness.worker()
-    harness.job(90, cmd("sleep", "30"))
-    harness.start(90)
-    [pid] = _started(harness, 90)
+    pid = _sleeping(harness, 90)
     assert b"fluxes-task:t:0:90:0" in _cmdline(pid)
     assert not _spawner_of(harness.state)
     harness.kill(90, signal.SIGTERM)
