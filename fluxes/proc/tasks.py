@@ -250,18 +250,18 @@ class TaskWatcher:
         for fd in self._fixed:
             self.poller.register(fd, select.POLLIN)
         self._spawner_fd = -1
-        self._sync_spawner()
+        self.sync_spawner()
 
     def connect_spawner(self) -> bool:
         """Connect to the spawner (starting it if needed); whether it is up."""
         if self.spawner is None:
             return False
         up = self.spawner.connect()
-        self._sync_spawner()
+        self.sync_spawner()
         return up
 
-    def _sync_spawner(self) -> None:
-        """Poll the spawner's socket while a task's end is awaited from it.
+    def sync_spawner(self) -> None:
+        """Poll the spawner's socket while a task's end or an answer is awaited from it.
 
         Otherwise its messages (ends the pidfds told already) are read when the
         loop wakes anyway: each would cost a wake-up of its own.
@@ -275,10 +275,6 @@ class TaskWatcher:
             if fd >= 0:
                 self.poller.register(fd, select.POLLIN)
             self._spawner_fd = fd
-
-    def sync_spawner(self) -> None:
-        """Poll the spawner's socket if an answer or an end is awaited from it."""
-        self._sync_spawner()
 
     def add(self, fd: int) -> None:
         """Also wake on ``fd`` becoming readable (until :meth:`reset`)."""
@@ -357,7 +353,7 @@ class TaskWatcher:
         link = self.spawner
         # the spawner's messages so far (one read; also notices a spawner gone)
         ended = link.drain() if link is not None else []
-        self._sync_spawner()
+        self.sync_spawner()
         # (spawn answers read ahead are news too: the loop takes them at once)
         events = self.poller.poll(0 if ended or (link is not None and link.answers)
                                   else timeout_ms)
@@ -386,7 +382,7 @@ class TaskWatcher:
             watched = self.spawned.get(pid)
             if watched is not None:
                 self._exited(*watched)
-        self._sync_spawner()
+        self.sync_spawner()
         return ready
 
     def _exited(self, key: tuple[int, int], task: TaskProc) -> None:
@@ -480,7 +476,7 @@ class TaskWatcher:
         self.watched = {}
         if self.spawner is not None:
             self.spawner.close()
-            self._sync_spawner()
+            self.sync_spawner()
 
 
 class Launcher:
@@ -715,12 +711,9 @@ class Launcher:
         link = self.watcher.spawner
         if link is None or prepared.path is None or not link.up:
             return False
-        given = dict(fds)
-        given.update((fd, fd) for fd in pass_fds)
         try:
-            proc.pid = link.spawn(marker=mark, prefix=prefix,
-                                  cwd=os.path.abspath(prepared.cwd), path=prepared.path,
-                                  argv=prepared.argv, env=env, fds=given, cpus=cores)
+            _ask(link, prepared.path, prepared, env, fds, pass_fds, mark, prefix, cores)
+            proc.pid = link.answer()
         except SpawnerDown:
             return False
         proc.spawned = True
@@ -740,12 +733,9 @@ class Launcher:
         if prepared.account is not None or link is None or prepared.path is None or \
                 not link.up:
             return False
-        given = dict(deferred.fds)
-        given.update((fd, fd) for fd in pass_fds)
         try:
-            link.request(marker=deferred.wrapper_argv[3], prefix=prefix,
-                         cwd=os.path.abspath(prepared.cwd), path=prepared.path,
-                         argv=prepared.argv, env=deferred.env, fds=given, cpus=deferred.cores)
+            _ask(link, prepared.path, prepared, deferred.env, deferred.fds, pass_fds,
+                 deferred.wrapper_argv[3], prefix, deferred.cores)
         except SpawnerDown:
             self.watcher.sync_spawner()  # (as in complete())
             return False
@@ -826,6 +816,17 @@ class Launcher:
             user=account.uid, group=account.gid, extra_groups=list(account.groups))
         self.watcher.popens[popen.pid] = popen
         return popen.pid
+
+
+def _ask(link: SpawnerLink, path: str, prepared: Prepared, env: Mapping[str, str],
+         fds: Mapping[int, int], pass_fds: tuple[int, ...], mark: str, prefix: str,
+         cores: Iterable[int]) -> None:
+    """Send the spawner the request to start the task of ``path`` (``fds``: task fd ->
+    the worker's; ``pass_fds`` passed as they are); its answer is the link's to take."""
+    given = dict(fds)
+    given.update((fd, fd) for fd in pass_fds)
+    link.request(marker=mark, prefix=prefix, cwd=os.path.abspath(prepared.cwd),
+                 path=path, argv=prepared.argv, env=env, fds=given, cpus=cores)
 
 
 def _spawn_wrapper(argv: list[str], env: Mapping[str, str], fds: Mapping[int, int],
