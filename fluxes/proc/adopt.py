@@ -236,7 +236,7 @@ class Adopter:
         self.watcher.unwatch(task)
         code = self.files.status_code(job.rank, job.id, task.rank, self.files.owner_of(job))
         if code is None and link is not None and task.pid in link.orphans:
-            link.orphans.discard(task.pid)
+            link.orphans.pop(task.pid, None)
             with contextlib.suppress(OSError):
                 os.killpg(task.pid, signal.SIGKILL)
         settle_gone(task, code, job.escalated)

@@ -76,8 +76,9 @@ class SpawnerLink:
         self._buffer = bytearray(ANSWER_SIZE)
         self._view = memoryview(self._buffer)
         self.retry_at = 0.0
-        #: pids of tasks the link ran when it went down (their ends are unknown)
-        self.orphans: set[int] = set()
+        #: pids of tasks the link ran when it went down (their ends are unknown; their
+        #: status files settle them), the newest MAX_ENDED kept
+        self.orphans: dict[int, None] = {}
         # pid -> the status file to remove once the spawner made it (None: not yet
         # asked) of tasks whose end the worker took from the zombie, before the
         # spawner's message (see :meth:`taken`)
@@ -173,7 +174,7 @@ class SpawnerLink:
         if self.sock is not None:
             self.sock.close()
             self.sock = None
-        self.orphans |= set(self.running)
+        self._orphaned(self.running)
         # requests whose answers will never come: answered "down" (the caller falls back)
         self.answers.extend((b"D", []) for _ in range(len(self.asked) - len(self.answers)))
         for path in self.early.values():
@@ -185,6 +186,12 @@ class SpawnerLink:
         self.running = {}
         self.retry_at = time.monotonic() + RETRY_S
         self._reap_child()
+
+    def _orphaned(self, pids: Iterable[int]) -> None:
+        orphans = self.orphans
+        orphans.update(dict.fromkeys(pids))
+        while len(orphans) > MAX_ENDED:  # a spawner that keeps failing: nothing grows
+            del orphans[next(iter(orphans))]
 
     def close(self) -> None:
         """Disconnect (the spawner goes on while it has tasks)."""
@@ -347,7 +354,7 @@ class SpawnerLink:
             pid = int(answer[0])
             ended = self.ended.get(pid)
             if self.sock is None:  # answered before the link went down: nobody reports
-                self.orphans.add(pid)  # its end
+                self._orphaned([pid])  # its end
             elif ended is None or ended[0] != marker:  # (its end may be read already)
                 self.running[pid] = marker
             return pid

@@ -110,3 +110,14 @@ def test_an_answer_comes_on_a_socket_numbered_above_select_s_limit(tmp_path: Pat
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_orphans_are_kept_within_a_bound(tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(spawner_client, "MAX_ENDED", 3)
+    link = SpawnerLink(str(tmp_path), enabled=False)
+    for pid in range(100, 110):
+        link.running[pid] = f"m:{pid}"
+        link.down("test")
+    # a spawner that keeps failing: the newest stay (status files settle the others)
+    assert list(link.orphans) == [107, 108, 109]
