@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from fluxes.cli.util import die, help_with_example, instance
+from fluxes.proc.spawner import shell_code
 
 #: How long to wait for a rank's answer before saying which ranks did not answer.
 DEFAULT_TIMEOUT_S = 600.0
@@ -115,16 +116,9 @@ def _exec(args: argparse.Namespace) -> int:
             _print_chunk(rank, err, sys.stderr, args.label_io)
             if error:
                 print(f"fluxes exec: rank {rank}: {error}", file=sys.stderr)
-            worst = max(worst, _exit_code(status))
+            worst = max(worst, shell_code(status))
     drop_answers(inst.redis, inst.keys, token)
     return worst
-
-
-def _exit_code(status: int) -> int:
-    """A shell's exit code for a wait status (128 + N when killed by signal N)."""
-    if os.WIFSIGNALED(status):
-        return 128 + os.WTERMSIG(status)
-    return os.WEXITSTATUS(status)
 
 
 def _print_chunk(rank: int, data: bytes, out: Any, label: bool) -> None:
