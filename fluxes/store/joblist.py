@@ -95,14 +95,12 @@ class JobListStore(JobListReader):
         partition's job-list lease since ``token`` was handed out.
         """
         latest: dict[int, Change] = {}
-        # a plain dict: Counter.update costs more, and this runs for every job of every block
         totals: dict[str, int] = {}
         became_inactive: set[int] = set()
         for change in changes:
             jobid = change.summary.job.id
             latest[jobid] = change
-            for key, delta in change.counters.items():
-                totals[key] = totals.get(key, 0) + delta
+            _add_to(totals, change.counters)
             if change.became_inactive:
                 became_inactive.add(jobid)
         ops: list[tuple[Any, ...]] = []
@@ -119,8 +117,7 @@ class JobListStore(JobListReader):
         if removed:
             gone = sorted(removed)
             for summary in removed.values():
-                for key, delta in removal(summary).items():
-                    totals[key] = totals.get(key, 0) + delta
+                _add_to(totals, removal(summary))
             ops += _chunked("HDEL", _JOBS, gone, 1)
             ops += _chunked("SREM", _ACTIVE, gone, 1)
             ops += _chunked("ZREM", _INACTIVE, gone, 1)
@@ -195,3 +192,10 @@ def _chunked(name: str, key: int, args: Sequence[Any], width: int = 2) -> list[t
 def _position(position: str, entries_read: int | None) -> tuple[Any, ...]:
     return ("POSITION", _JOURNAL, GROUP_JOBLIST, position,
             "" if entries_read is None else entries_read)
+
+
+def _add_to(totals: dict[str, int], deltas: Mapping[str, int]) -> None:
+    """Add ``deltas`` to ``totals`` (a plain dict: Counter.update costs more, and this
+    runs for every job of every block)."""
+    for key, delta in deltas.items():
+        totals[key] = totals.get(key, 0) + delta
