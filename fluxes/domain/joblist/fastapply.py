@@ -24,7 +24,7 @@ random histories, well-formed and not.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from fluxes.domain.job.events import MAX_PRIORITY, MAX_URGENCY
 from fluxes.domain.job.fastfold import BAD, int_in, json_or_bad, stamp_of
@@ -104,6 +104,17 @@ _contexts: dict[bytes, dict[str, Any]] = {}
 _submitted_infos: dict[bytes, dict[str, Any]] = {}
 _merged_infos: dict[tuple[int, bytes], tuple[dict[str, Any], dict[str, Any]]] = {}
 _SCALARS = (str, int, float, bool)
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+def _keep(cache: dict[_K, _V], key: _K, raw: bytes, value: _V) -> None:
+    """Keep ``value`` in ``cache`` unless ``raw`` (what it came from) is longer than
+    :data:`KEPT_BYTES`; a full cache starts again empty."""
+    if len(raw) <= KEPT_BYTES:
+        if len(cache) >= KEPT:
+            cache.clear()
+        cache[key] = value
 
 
 def _context(raw: bytes) -> dict[str, Any] | None:
@@ -116,11 +127,8 @@ def _context(raw: bytes) -> dict[str, Any] | None:
     ctx = json_or_bad(raw)
     if ctx.__class__ is not dict:
         return None
-    if len(raw) <= KEPT_BYTES and all(v is None or v.__class__ in _SCALARS
-                                      for v in ctx.values()):
-        if len(_contexts) >= KEPT:
-            _contexts.clear()
-        _contexts[raw] = ctx
+    if all(v is None or v.__class__ in _SCALARS for v in ctx.values()):
+        _keep(_contexts, raw, raw, ctx)
     return ctx
 
 
@@ -138,10 +146,7 @@ def _submitted(raw: bytes) -> dict[str, Any] | None:
     if not facts:
         return {}
     info = shared_info(facts)
-    if len(raw) <= KEPT_BYTES:
-        if len(_submitted_infos) >= KEPT:
-            _submitted_infos.clear()
-        _submitted_infos[raw] = info
+    _keep(_submitted_infos, raw, raw, info)
     return info
 
 
@@ -160,10 +165,7 @@ def _merged(info: dict[str, Any], raw: bytes) -> dict[str, Any] | None:
         return None
     facts = unpacked_extra(decoded)
     merged = {**info, **facts} if facts else info
-    if len(raw) <= KEPT_BYTES:
-        if len(_merged_infos) >= KEPT:
-            _merged_infos.clear()
-        _merged_infos[key] = (info, merged)
+    _keep(_merged_infos, key, raw, (info, merged))
     return merged
 
 
