@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 #: Events after which a job's eventlog ends.
 _LAST = frozenset({b"clean", b"invalidate"})
+_LAST_NAMES = frozenset(name.decode() for name in _LAST)
 #: Entries per stream per read.
 _COUNT = 1000
 
@@ -335,7 +336,7 @@ class Flux:
                 self._followed[jobid] = future.follow
                 self._orphan_since.pop(jobid, None)
                 for event in self._orphans.pop(jobid, []):
-                    self._to_follower(jobid, event)
+                    self._to_follower(jobid, future.follow, event, event.name in _LAST_NAMES)
 
     def _deliver_log(self, jobid: int, entries: list[Any]) -> None:
         watchers = list(self._log_watchers.get(jobid, ()))
@@ -362,13 +363,9 @@ class Flux:
                 continue
             jobid = int(raw)
             follower = followed.get(jobid)
-            if follower is not None:
-                # the hot path (every event of every followed job): _to_follower inlined
-                event = EventLogEvent(name.decode(), float(fields[b"t"]), fields.get(b"c"))
-                follower._event(event)
-                if name in _LAST:
-                    del followed[jobid]
-                    follower._end()
+            if follower is not None:  # the hot path: every event of every followed job
+                self._to_follower(jobid, follower, EventLogEvent(
+                    name.decode(), float(fields[b"t"]), fields.get(b"c")), name in _LAST)
             elif keep:
                 # a job of a request whose reply has not been read yet (or anyone's)
                 if jobid not in self._orphans:
@@ -390,10 +387,11 @@ class Flux:
             del self._orphan_since[jobid]
             self._orphans.pop(jobid, None)
 
-    def _to_follower(self, jobid: int, event: EventLogEvent) -> None:
-        follower = self._followed[jobid]
+    def _to_follower(self, jobid: int, follower: Any, event: EventLogEvent,
+                     last: bool) -> None:
+        """Give job ``jobid``'s follower ``event``; ``last``: the job's last event."""
         follower._event(event)
-        if event.name in ("clean", "invalidate"):
+        if last:
             del self._followed[jobid]
             follower._end()
 
