@@ -42,8 +42,6 @@ def run(jobs: int = 1000, nodes: int = 1, cores_per_node: int = 2, runtime: str 
         uri = launcher.start()
         try:
             inst = Instance.connect(str(uri))
-            # imported here: the executor bench imports this module
-            from fluxes.bench.executor import command_stats, commands_per_job
             before = process_cpu(launcher)
             stats = command_stats(inst)
             figures = _measure(inst, jobs, runtime, real, timeout, nodes, cores_per_node)
@@ -83,6 +81,37 @@ def process_cpu(launcher: Launcher, tasks: bool = False) -> dict[str, float]:
         if tasks:
             out["tasks"] = out.get("tasks", 0.0) + (int(fields[13]) + int(fields[14])) / ticks
     return out
+
+
+def command_stats(inst: Instance) -> dict[str, tuple[int, int]]:
+    """Redis's count of calls and their microseconds so far, by command (INFO
+    commandstats; a script's own commands are counted under their names too)."""
+    out = {}
+    for name, row in inst.redis.info("commandstats").items():
+        if isinstance(row, dict):
+            out[str(name).removeprefix("cmdstat_")] = (int(row.get("calls", 0)),
+                                                        int(row.get("usec", 0)))
+    return out
+
+
+def commands_per_job(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+                     jobs: int, top: int = 8) -> dict[str, Any]:
+    """What the run asked of Redis per job: the calls in all, and calls and microseconds
+    of the ``top`` commands by time. A script's commands are counted under their own
+    names as well as in its ``fcall``'s time, so the rows overlap (Redis's CPU in all
+    is ``cpu_us_per_job["redis"]``)."""
+    jobs = max(jobs, 1)
+    rows = {}
+    for name, (calls, us) in after.items():
+        calls0, us0 = before.get(name, (0, 0))
+        if calls > calls0:
+            rows[name] = (calls - calls0, us - us0)
+    ranked = sorted(rows.items(), key=lambda item: -item[1][1])[:top]
+    return {
+        "calls": round(sum(calls for calls, _us in rows.values()) / jobs, 2),
+        "by_command": {name: {"calls": round(calls / jobs, 2), "us": round(us / jobs, 1)}
+                       for name, (calls, us) in ranked},
+    }
 
 
 def _stat(pid: int) -> list[str]:

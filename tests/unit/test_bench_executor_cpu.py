@@ -46,7 +46,7 @@ def test_cpu_by_kind_adds_workers_and_their_children(tmp_path: Path) -> None:
 
 
 def test_commands_per_job_counts_what_the_run_asked_of_redis() -> None:
-    from fluxes.bench.executor import commands_per_job
+    from fluxes.bench.throughput import commands_per_job
 
     before = {"fcall": (10, 1000), "xadd": (5, 10), "ping": (3, 3)}
     after = {"fcall": (40, 7000), "xadd": (65, 130), "ping": (3, 3), "xread": (10, 400)}
