@@ -91,7 +91,7 @@ BLOCK = 2000
 #: Times the admin append reads the stream again after losing a race.
 ADMIN_RETRIES = 20
 #: The journal entries usage reads; every other one is passed over unparsed.
-_WANTED = frozenset((b"submit", b"alloc", b"free", b"clean", b"invalidate",
+_WANTED = frozenset((b"submit", b"alloc", b"start", b"free", b"clean", b"invalidate",
                      b"jobspec-update"))
 #: Entries whose context the fold reads / whose extras it reads.
 _CONTEXT = frozenset((b"submit", b"jobspec-update"))

@@ -74,6 +74,28 @@ def test_the_alloc_entry_gives_the_counts_of_r_when_it_carries_them() -> None:
     assert state.accums[(1001, "")].raw == Figures(640.0, 80.0, 40.0)
 
 
+def test_a_staged_job_is_charged_from_its_start() -> None:
+    """A job staged behind a running one (alloc extra ``staged``) holds its cores only
+    once that one ends: charged from its start; a staged job killed before it starts is
+    never charged; the flag survives storage."""
+    state = UsageState(0.0)
+    state.feed_all([submit(1, 0.0), (1, "alloc", 1.0, {}, {"ranks": "0", "staged": True})])
+    assert state.open[1].staged
+    stored = OpenJob.from_obj(orjson.loads(orjson.dumps(state.open[1].to_obj())))
+    assert stored == state.open[1]
+    state.feed_all([(1, "start", 4.0, {}, {}), (1, "finish", 5.0, {"status": 0}, {}),
+                    (1, "free", 5.0, {}, {}), (1, "clean", 5.0, {}, {})])
+    assert state.accums[(1001, "")].raw == Figures(2.0, 0.0, 1.0)
+    assert state.take_changes().charges[0].t_alloc == 4.0
+    # not staged: from its alloc, as before (a start entry changes nothing)
+    plain = UsageState(0.0)
+    plain.feed_all([*life(2, 0.0, 1.0, 5.0)[:3], (2, "start", 4.0, {}, {}),
+                    (2, "free", 5.0, {}, {})])
+    assert plain.accums[(1001, "")].raw == Figures(8.0, 0.0, 4.0)
+    with pytest.raises(UsageError):
+        plain.feed_all([submit(3, 0.0), (3, "alloc", 1.0, {}, {"staged": "yes"})])
+
+
 def test_decayed_usage_adds_running_jobs_and_sums_several_charges() -> None:
     state = UsageState(H)
     state.feed_all(life(1, 0.0, 0.0, 50.0))

@@ -875,6 +875,20 @@ def test_alloc_requests_and_hello_carry_the_bank() -> None:
                                "bank": "physics"}]
 
 
+def test_a_staged_success_marks_the_alloc_extras_for_accounting() -> None:
+    h = Harness()
+    h.submit(1)
+    h.submit(2)
+    h.hello()
+    h.respond(1, proto.ALLOC_SUCCESS, ranks="0", ncores=1, ngpus=0)
+    h.respond(2, proto.ALLOC_SUCCESS, ranks="0", ncores=1, ngpus=0,
+              annotations={"sched": {"staged": {"after": [1], "t_start": 5.0}}})
+    assert "staged" not in h.replica[1].info
+    assert h.replica[2].info["staged"] is True
+    annotations = h.replica[2].job.annotations
+    assert annotations is not None and annotations["sched"]["staged"]["after"] == [1]
+
+
 def test_prolog_then_start_again_then_epilog_in_flux_order() -> None:
     h = Harness()
     h.submit(1)

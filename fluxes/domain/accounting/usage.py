@@ -153,6 +153,9 @@ class OpenJob(NamedTuple):
     project: str = ""
     #: the time limit it asked for, seconds (0: none; the submit extra ``duration``)
     duration: float = 0.0
+    #: allocated staged behind jobs still running (the alloc extra ``staged``): charged
+    #: from its ``start``, not its ``alloc`` (docs/accounting.md)
+    staged: bool = False
 
     @property
     def key(self) -> AssocKey:
@@ -182,20 +185,23 @@ class OpenJob(NamedTuple):
                 if not _OPEN_REQUIRED <= len(obj) <= len(cls._fields):
                     raise ValueError("wrong length")
                 u, b, q, c, g, n, s, *rest = obj
-                alloc, project, duration = [*rest, *_OPEN_DEFAULTS[len(obj):]]
+                alloc, project, duration, staged = [*rest, *_OPEN_DEFAULTS[len(obj):]]
             else:
                 u, b, q, c, g, n, s = (obj[k] for k in "ubqcgns")
                 alloc, project, duration = obj["a"], obj.get("p", ""), obj.get("d", 0.0)
+                staged = False
+            if not isinstance(staged, bool):
+                raise ValueError(f"staged: expected a boolean, got {staged!r:.40}")
             return cls(int(u), str(b), str(q), int(c), int(g), int(n), float(s),
                        None if alloc is None else float(alloc), str(project),
-                       float(duration))
+                       float(duration), staged)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"bad open job record: {exc}") from None
 
 
 #: The fields every stored open job has; the defaults of the others.
 _OPEN_REQUIRED = 7
-_OPEN_DEFAULTS: tuple[Any, ...] = (None,) * _OPEN_REQUIRED + (None, "", 0.0)
+_OPEN_DEFAULTS: tuple[Any, ...] = (None,) * _OPEN_REQUIRED + (None, "", 0.0, False)
 
 
 class JobCharge(NamedTuple):
@@ -343,6 +349,11 @@ class UsageState:
         if name == "alloc":
             if job.t_alloc is None:
                 self._set(jobid, self._allocated(job, timestamp, extra))
+        elif name == "start":
+            if job.staged and job.t_alloc is not None:
+                # its cores were its predecessor's until now (docs/accounting.md)
+                self._set(jobid, job._replace(t_alloc=max(timestamp, job.t_alloc),
+                                              staged=False))
         elif name == "free":
             if job.t_alloc is not None:
                 self._charge(jobid, job, timestamp)
@@ -421,8 +432,12 @@ class UsageState:
             except ValueError as exc:
                 raise UsageError(f"alloc: extra ranks: {exc}") from None
         # R's own counts when the alloc entry carries them, else what was asked for
+        staged = extra.get("staged", False)
+        if not isinstance(staged, bool):
+            raise UsageError(f"alloc: extra staged: expected a boolean, got {staged!r:.40}")
         return job._replace(t_alloc=timestamp, ncores=_count(extra, "ncores", job.ncores),
-                            ngpus=_count(extra, "ngpus", job.ngpus), nnodes=max(nnodes, 1))
+                            ngpus=_count(extra, "ngpus", job.ngpus), nnodes=max(nnodes, 1),
+                            staged=staged)
 
     def _charge(self, jobid: int, job: OpenJob, end: float) -> None:
         assert job.t_alloc is not None

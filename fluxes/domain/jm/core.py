@@ -669,6 +669,10 @@ class JobManagerCore(ControlHandlers):
                 # what accounting charges (docs/accounting.md): R's own counts
                 extra["ncores"] = msg.ncores
                 extra["ngpus"] = msg.ngpus or 0
+            if _staged(ann):
+                # its cores free only when the jobs it waits behind end: accounting
+                # charges it from its start (docs/accounting.md)
+                extra["staged"] = True
             self._post(fx, act, ev.Alloc(timestamp=now, annotations=dict(merged) if merged
                                          else None), extra or None)
         elif kind == proto.ALLOC_DENY:
@@ -827,3 +831,10 @@ def _encodable(value: Any) -> bool:
     except TypeError:
         return False
     return True
+
+
+def _staged(ann: Mapping[str, Any] | None) -> bool:
+    """Whether a SUCCESS's annotations say the job is staged behind running jobs
+    (the scheduler's ``sched.staged``, docs/scheduling-policies.md)."""
+    sched = ann.get("sched") if ann is not None else None
+    return isinstance(sched, Mapping) and bool(sched.get("staged"))
