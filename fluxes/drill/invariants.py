@@ -3,7 +3,10 @@
 * every submission is accepted, and every submitted job reaches INACTIVE
   exactly once, with the right result;
 * no core or GPU is held by two jobs at any instant (allocation intervals
-  from the ``alloc`` and ``free`` events, resources from R);
+  from the ``alloc`` and ``free`` events, resources from R), but for a job the
+  scheduler staged behind others (its ``alloc`` annotated ``sched.staged``):
+  its allocation overlaps theirs on purpose, and what must not overlap is
+  their runs (``start`` to ``finish``);
 * every eventlog decodes and replays cleanly;
 * the job-list read model equals a fresh fold of the journal;
 * the scheduler's pool, as it publishes it, holds what the stored R of the
@@ -119,6 +122,43 @@ def allocation_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
     return out
 
 
+def run_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
+                  ) -> dict[int, tuple[float, float]]:
+    """Per job that started: [start, finish) in event time (no finish: still running)."""
+    out: dict[int, tuple[float, float]] = {}
+    for jobid, log in eventlogs.items():
+        start = end = None
+        for event in log:
+            if event.event_name == "start" and start is None:
+                start = event.timestamp
+            elif event.event_name == "finish" and start is not None and end is None:
+                end = event.timestamp
+        if start is not None:
+            out[jobid] = (start, end if end is not None else float("inf"))
+    return out
+
+
+def staged_jobs(eventlogs: Mapping[int, Sequence[ev.Event]]) -> set[int]:
+    """The jobs whose ``alloc`` says the scheduler staged them behind running jobs."""
+    out: set[int] = set()
+    for jobid, log in eventlogs.items():
+        for event in log:
+            if isinstance(event, ev.Alloc):
+                sched = (event.annotations or {}).get("sched")
+                if isinstance(sched, Mapping) and sched.get("staged"):
+                    out.add(jobid)
+                break
+    return out
+
+
+def check_exclusive(eventlogs: Mapping[int, Sequence[ev.Event]],
+                    rsets: Mapping[int, ResourceSet]) -> list[Violation]:
+    """:func:`check_no_double_allocation` of the eventlogs' allocations, staged jobs
+    judged by their runs."""
+    return check_no_double_allocation(allocation_intervals(eventlogs), rsets,
+                                      run_intervals(eventlogs), staged_jobs(eventlogs))
+
+
 def holding(eventlogs: Mapping[int, Sequence[ev.Event]]) -> list[int]:
     """The jobs whose eventlog has an ``alloc`` and no ``free`` yet: they hold resources."""
     return sorted(j for j, (_start, end) in allocation_intervals(eventlogs).items()
@@ -126,10 +166,14 @@ def holding(eventlogs: Mapping[int, Sequence[ev.Event]]) -> list[int]:
 
 
 def check_no_double_allocation(intervals: Mapping[int, tuple[float, float]],
-                               rsets: Mapping[int, ResourceSet]) -> list[Violation]:
+                               rsets: Mapping[int, ResourceSet],
+                               runs: Mapping[int, tuple[float, float]] | None = None,
+                               staged: Iterable[int] = ()) -> list[Violation]:
     """No (rank, core) or (rank, gpu) in two jobs' R while their intervals overlap.
 
-    Every overlapping pair is reported once, with the units both held.
+    Every overlapping pair is reported once, with the units both held. A pair
+    of which one is ``staged`` holds them twice on purpose: it is a violation
+    only when their ``runs`` overlap (a staged job that never ran held nothing).
     """
     # per unit, the intervals that are still open at the start of the next one
     # (all of them, not only the latest: a long job overlaps every later one)
@@ -149,7 +193,11 @@ def check_no_double_allocation(intervals: Mapping[int, tuple[float, float]],
                     still.append((jobid, end))
                     open_on[key] = still
     found = []
+    staged = set(staged)
     for (first, second), units in clashes.items():
+        if (first in staged or second in staged) and not _runs_overlap(runs or {}, first,
+                                                                        second):
+            continue
         where = ", ".join(f"rank {r} {kind} {u}" for r, kind, u in units[:8])
         more = f" and {len(units) - 8} more" if len(units) > 8 else ""
         a, b = intervals[first], intervals[second]
@@ -158,6 +206,11 @@ def check_no_double_allocation(intervals: Mapping[int, tuple[float, float]],
             f"{where}{more} held by both (first [{a[0]:.6f}, {a[1]:.6f}), "
             f"second [{b[0]:.6f}, {b[1]:.6f}))"))
     return found
+
+
+def _runs_overlap(runs: Mapping[int, tuple[float, float]], a: int, b: int) -> bool:
+    ra, rb = runs.get(a), runs.get(b)
+    return ra is not None and rb is not None and ra[0] < rb[1] and rb[0] < ra[1]
 
 
 def pool_summary(rsets: Iterable[ResourceSet]) -> dict[str, Any]:

@@ -54,9 +54,8 @@ from fluxes.drill import collect
 from fluxes.drill.hostile import Hostile
 from fluxes.drill.invariants import (
     Violation,
-    allocation_intervals,
+    check_exclusive,
     check_jobs,
-    check_no_double_allocation,
     check_pool,
     check_read_model,
     check_submissions,
@@ -623,7 +622,7 @@ class Drill:
         rsets, bad_r = collect.read_rsets(inst, list(logs))
         self.result.violations += [Violation("replays cleanly", (j,), why)
                                    for j, why in bad_r.items()]
-        self.result.violations += check_no_double_allocation(allocation_intervals(logs), rsets)
+        self.result.violations += check_exclusive(logs, rsets)
         fresh, stored = collect.read_models(inst)
         self.result.violations += check_read_model(fresh, stored)
         if target.owns_redis or not self._others_active(inst):

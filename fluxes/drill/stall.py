@@ -25,9 +25,8 @@ from fluxes.drill import collect
 from fluxes.drill.faults import KINDS, Fault
 from fluxes.drill.invariants import (
     Violation,
-    allocation_intervals,
+    check_exclusive,
     check_jobs,
-    check_no_double_allocation,
     check_read_model,
 )
 from fluxes.drill.runner import simulated_job
@@ -231,8 +230,7 @@ class StallDrill:
         rsets, bad_r = collect.read_rsets(inst, list(present))
         self.result.violations += [Violation("replays cleanly", (j,), why)
                                    for j, why in bad_r.items()]
-        self.result.violations += check_no_double_allocation(allocation_intervals(present),
-                                                             rsets)
+        self.result.violations += check_exclusive(present, rsets)
         fresh, stored = collect.read_models(inst)
         self.result.violations += check_read_model(fresh, stored)
         self.result.violations += [Violation("no worker dies of a stall", (), line)

@@ -53,9 +53,8 @@ from fluxes.domain.job import events as ev
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
-    allocation_intervals,
+    check_exclusive,
     check_jobs,
-    check_no_double_allocation,
 )
 from fluxes.formats.jobid import parse as parse_jobid
 from fluxes.formats.jobspec import Jobspec
@@ -248,8 +247,7 @@ class Cluster:
         logs = collect.eventlogs(self.inst, ids)
         _jobs, report = check_jobs(logs, self.expected)
         assert report.ok, [str(v) for v in report.violations[:5]]
-        double = check_no_double_allocation(allocation_intervals(logs),
-                                            collect.rsets(self.inst, ids))
+        double = check_exclusive(logs, collect.rsets(self.inst, ids))
         assert not double, [str(v) for v in double[:5]]
         # no worker met a message it could not handle (e.g. a late exec report)
         letters = self.inst.redis.xrange(self.inst.keys.dead_letters)

@@ -15,9 +15,8 @@ import pytest
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import (
-    allocation_intervals,
+    check_exclusive,
     check_jobs,
-    check_no_double_allocation,
 )
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher, WorkerSpec
@@ -96,7 +95,7 @@ def check(inst: Instance, ids: list[int]) -> None:
     logs = collect.eventlogs(inst, ids)
     _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
     assert report.ok, [str(v) for v in report.violations[:5]]
-    double = check_no_double_allocation(allocation_intervals(logs), collect.rsets(inst, ids))
+    double = check_exclusive(logs, collect.rsets(inst, ids))
     assert not double, [str(v) for v in double[:5]]
 
 

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 from fluxes.drill import collect
-from fluxes.drill.invariants import allocation_intervals, check_no_double_allocation
+from fluxes.drill.invariants import check_exclusive
 from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.proc.launcher import Launcher
@@ -146,5 +146,5 @@ def test_rack_jobs_and_a_scheduler_restart(instance: tuple[Launcher, Instance]) 
     ids = [a, b, c, d]
     wait_inactive(launcher, inst, ids)
     logs = collect.eventlogs(inst, ids)
-    double = check_no_double_allocation(allocation_intervals(logs), collect.rsets(inst, ids))
+    double = check_exclusive(logs, collect.rsets(inst, ids))
     assert not double, [str(v) for v in double[:5]]

@@ -15,6 +15,7 @@ from fluxes.domain.job.states import JobResult
 from fluxes.domain.joblist.model import ReadModel
 from fluxes.drill.invariants import (
     allocation_intervals,
+    check_exclusive,
     check_jobs,
     check_no_double_allocation,
     check_pool,
@@ -130,6 +131,30 @@ def test_still_held_is_open_ended() -> None:
     found = check_no_double_allocation({1: (500.0, 501.0), **{2: intervals[2]}},
                                        {1: r({0: "0"}), 2: r({0: "0"})})
     assert [v.jobs for v in found] == [(2, 1)]
+
+
+def timed(times: dict[str, float], staged: bool = False) -> list[ev.Event]:
+    """A job's events at the given times (``alloc`` annotated staged when ``staged``)."""
+    ann = {"annotations": {"sched": {"staged": {"after": [1]}}}} if staged else {}
+    return [ev.decode(name, t, ann if name == "alloc" else ctx)
+            for name, ctx in LIFE if (t := times.get(name)) is not None]
+
+
+def test_a_staged_job_may_be_allocated_early_but_never_run_early() -> None:
+    """Staged behind job 1 (docs/scheduling-policies.md): its allocation overlaps 1's on
+    purpose; its run must begin once 1's has ended."""
+    first = timed({"submit": 0, "alloc": 1, "start": 1, "finish": 5, "free": 6, "clean": 6})
+    rsets = {1: r({0: "0"}), 2: r({0: "0"})}
+    after = timed({"submit": 0, "alloc": 2, "start": 5, "finish": 9, "free": 10}, staged=True)
+    assert check_exclusive({1: first, 2: after}, rsets) == []
+    early = timed({"submit": 0, "alloc": 2, "start": 4, "finish": 9, "free": 10}, staged=True)
+    assert [v.jobs for v in check_exclusive({1: first, 2: early}, rsets)] == [(1, 2)]
+    # never started (canceled while it waited): it held nothing
+    never = timed({"submit": 0, "alloc": 2, "free": 3}, staged=True)
+    assert check_exclusive({1: first, 2: never}, rsets) == []
+    # the same overlap without the staged mark is a double allocation
+    plain = timed({"submit": 0, "alloc": 2, "start": 5, "finish": 9, "free": 10})
+    assert [v.jobs for v in check_exclusive({1: first, 2: plain}, rsets)] == [(1, 2)]
 
 
 # ----------------------------------------------------------------------------- pool
