@@ -84,6 +84,19 @@ def test_a_start_waits_only_for_what_it_overlaps() -> None:
     assert not cores.busy(0, 2, use("1"))
     assert not cores.busy(1, 2, use("0"))  # another rank
     assert not cores.busy(0, 1, use("0"))  # its own hold (a start again after its prolog)
+    waiting(cores, 0, 2, use("0"))
+    assert not cores.busy(0, 1, use("0"))  # it holds them: never behind those waiting
+
+
+def test_held_jobs_that_overlap_free_only_what_none_still_holds() -> None:
+    """Restored records may name jobs sharing a core (an older worker ran them so)."""
+    cores = Cores()
+    cores.hold(0, 1, use("0-1"))
+    cores.hold(0, 2, use("1-2"))
+    cores.release(0, 1)
+    assert cores.busy(0, 3, use("1")) and not cores.busy(0, 3, use("0"))
+    cores.release(0, 2)
+    assert not cores.busy(0, 3, use("0-2")) and not cores.shared
 
 
 def test_gpus_block_as_cores_do() -> None:

@@ -145,22 +145,40 @@ class _Entry:
 
 @dataclass
 class Cores:
-    """What the started jobs hold on each rank, and the starts waiting there."""
+    """What the started jobs hold on each rank, and the starts waiting there.
+
+    ``held`` names each started job's :class:`RankUse`; ``union`` is what they hold
+    together per rank (bit masks of cores and gpus), so that a start is checked in a
+    few operations however many jobs run on its rank.
+    """
 
     held: dict[int, dict[int, RankUse]] = field(default_factory=dict)
+    union: dict[int, tuple[int, int]] = field(default_factory=dict)
     queue: dict[int, list[Waiting]] = field(default_factory=dict)
+    #: what the waiting starts want together per rank (bit masks of cores and gpus)
+    wanted: dict[int, tuple[int, int]] = field(default_factory=dict)
     entries: dict[tuple[int, bytes], _Entry] = field(default_factory=dict)
     #: ranks where a job ended while starts wait there (look at them: :meth:`ready`)
     freed: set[int] = field(default_factory=set)
+    #: ranks where held jobs overlap (restored so, or a job held twice): a release
+    #: there recomputes the union instead of clearing the job's bits
+    shared: set[int] = field(default_factory=set)
+    _waiting: set[tuple[int, int]] = field(default_factory=set)
 
     def __len__(self) -> int:
         """The number of waiting starts."""
-        return sum(len(q) for q in self.queue.values())
+        return len(self._waiting)
 
     def hold(self, rank: int, jobid: int, use: RankUse | None) -> None:
         """Job ``jobid`` starts on ``rank`` holding ``use`` (None: nothing known)."""
-        if use is not None:
-            self.held.setdefault(rank, {})[jobid] = use
+        if use is None:
+            return
+        held = self.held.setdefault(rank, {})
+        cores, gpus = self.union.get(rank, (0, 0))
+        if jobid in held or cores & use.cores or gpus & use.gpus:
+            self.shared.add(rank)
+        held[jobid] = use
+        self.union[rank] = (cores | use.cores, gpus | use.gpus)
 
     def use(self, rank: int, jobid: int) -> RankUse | None:
         """What job ``jobid`` holds on ``rank`` (None: nothing known, or it ended)."""
@@ -169,24 +187,43 @@ class Cores:
     def release(self, rank: int, jobid: int) -> None:
         """Job ``jobid`` ended on ``rank``: what it held is free."""
         held = self.held.get(rank)
-        if held is not None and held.pop(jobid, None) is not None and self.queue.get(rank):
+        use = None if held is None else held.pop(jobid, None)
+        if held is None or use is None:
+            return
+        if rank in self.shared:
+            cores = gpus = 0
+            for other in held.values():
+                cores |= other.cores
+                gpus |= other.gpus
+            self.union[rank] = (cores, gpus)
+            if not held:
+                self.shared.discard(rank)
+        else:
+            cores, gpus = self.union[rank]
+            self.union[rank] = (cores & ~use.cores, gpus & ~use.gpus)
+        if self.queue.get(rank):
             self.freed.add(rank)
 
     def busy(self, rank: int, jobid: int, use: RankUse) -> bool:
         """Whether a start of ``jobid`` holding ``use`` must wait: a job running on
-        ``rank`` (other than ``jobid`` itself) or a start waiting there holds part of it."""
-        for other, held in self.held.get(rank, {}).items():
-            if other != jobid and held.overlaps(use):
-                return True
-        return any(w.use.overlaps(use) for w in self.queue.get(rank, ()))
+        ``rank`` or a start waiting there holds part of it.  A job holding its cores
+        already (a start again after its prolog ran) never waits."""
+        cores, gpus = self.union.get(rank, (0, 0))
+        if cores & use.cores or gpus & use.gpus:
+            return jobid not in self.held[rank]
+        cores, gpus = self.wanted.get(rank, (0, 0))
+        return bool(cores & use.cores or gpus & use.gpus)
 
     def waiting(self, rank: int, jobid: int) -> bool:
         """Whether a start of ``jobid`` waits on ``rank``."""
-        return any(w.jobid == jobid for w in self.queue.get(rank, ()))
+        return (rank, jobid) in self._waiting
 
     def wait(self, start: Waiting) -> None:
         """Queue ``start`` behind what it overlaps (its entry's acknowledgement held)."""
         self.queue.setdefault(start.rank, []).append(start)
+        self._waiting.add((start.rank, start.jobid))
+        cores, gpus = self.wanted.get(start.rank, (0, 0))
+        self.wanted[start.rank] = (cores | start.use.cores, gpus | start.use.gpus)
         self.entries.setdefault((start.rank, start.entry), _Entry()).count += 1
 
     def cancel(self, rank: int, jobid: int) -> Waiting | None:
@@ -198,6 +235,8 @@ class Cores:
         for i, start in enumerate(queue):
             if start.jobid == jobid:
                 del queue[i]
+                self._waiting.discard((rank, jobid))
+                self._wanted(rank, queue)
                 if queue:
                     self.freed.add(rank)
                 return start
@@ -212,22 +251,33 @@ class Cores:
             queue = self.queue.get(rank)
             if not queue:
                 continue
-            blocked_cores = blocked_gpus = 0
-            for held in self.held.get(rank, {}).values():
-                blocked_cores |= held.cores
-                blocked_gpus |= held.gpus
-            stay = []
-            for start in queue:
+            blocked_cores, blocked_gpus = self.union.get(rank, (0, 0))
+            want_cores, want_gpus = self.wanted[rank]
+            stay: list[Waiting] = []
+            for i, start in enumerate(queue):
                 use = start.use
                 if not (use.cores & blocked_cores or use.gpus & blocked_gpus):
                     out.append(start)
+                    self._waiting.discard((rank, start.jobid))
                 else:
                     stay.append(start)
                 blocked_cores |= use.cores
                 blocked_gpus |= use.gpus
-            self.queue[rank] = stay
+                if not (want_cores & ~blocked_cores or want_gpus & ~blocked_gpus):
+                    stay += queue[i + 1:]  # all they want is blocked: none behind starts
+                    break
+            if len(stay) < len(queue):
+                self.queue[rank] = stay
+                self._wanted(rank, stay)
         self.freed.clear()
         return out
+
+    def _wanted(self, rank: int, queue: list[Waiting]) -> None:
+        cores = gpus = 0
+        for start in queue:
+            cores |= start.use.cores
+            gpus |= start.use.gpus
+        self.wanted[rank] = (cores, gpus)
 
     def entry_handled(self, rank: int, entry: bytes, dead: list[Any]) -> bool:
         """Every request of ``entry`` was handled: True when its acknowledgement must
