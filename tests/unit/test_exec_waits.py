@@ -84,8 +84,12 @@ def test_a_start_waits_only_for_what_it_overlaps() -> None:
     assert not cores.busy(0, 2, use("1"))
     assert not cores.busy(1, 2, use("0"))  # another rank
     assert not cores.busy(0, 1, use("0"))  # its own hold (a start again after its prolog)
-    waiting(cores, 0, 2, use("0"))
+    second = waiting(cores, 0, 2, use("0"))
     assert not cores.busy(0, 1, use("0"))  # it holds them: never behind those waiting
+    cores.hold(0, 1, use("0"))
+    assert not cores.shared  # held again alike: nothing changes
+    cores.release(0, 1)
+    assert cores.ready() == [second]
 
 
 def test_held_jobs_that_overlap_free_only_what_none_still_holds() -> None:

@@ -174,6 +174,8 @@ class Cores:
         if use is None:
             return
         held = self.held.setdefault(rank, {})
+        if held.get(jobid) == use:
+            return  # held already (a start again after its prolog ran)
         cores, gpus = self.union.get(rank, (0, 0))
         if jobid in held or cores & use.cores or gpus & use.gpus:
             self.shared.add(rank)
