@@ -71,6 +71,7 @@ from fluxes.domain.exec.outbox import EMPTY, FLUSH, FlushPolicy, Outbox
 from fluxes.domain.exec.output import Budget
 from fluxes.domain.exec.perilog import HOUSEKEEPING_REASON
 from fluxes.domain.exec.table import JobTable
+from fluxes.domain.exec.waits import UseReader, Waiting
 from fluxes.formats.idset import IDSet
 from fluxes.proc import hops, metrics
 from fluxes.proc.adopt import Adopter
@@ -179,6 +180,7 @@ class ExecWorker(Starting):
                                           self.files)
         self.count_started = 0
         self.planner = Planner()  # the plans of recent starts (their R and layout)
+        self.uses = UseReader()  # the cores and gpus recent starts hold (waiting starts)
         self.awaiting = {}  # starts whose spawn answer is to come (workers/exec_start.py)
         self.held_acks = []
         # [exec] prolog/epilog/housekeeping (docs/exec.md, "Prolog, epilog, housekeeping")
@@ -228,7 +230,7 @@ class ExecWorker(Starting):
     def status(self) -> dict[str, Any]:
         """Ranks served and jobs running, for ``fluxes status``."""
         return {"ranks": str(IDSet(self.ranks)), "running": len(self.table.live),
-                "jobs_started": self.count_started}
+                "jobs_started": self.count_started, "waiting": len(self.table.cores)}
 
     def consumed(self) -> list[tuple[str, str]]:
         """The request streams of the served ranks, read through the ``exec`` group."""
@@ -333,10 +335,7 @@ class ExecWorker(Starting):
             for rank, jobid, sig in self.job_signals.due(time.time()):
                 signal_tasks(table.signal(rank, jobid), sig)
         self._watch(box)
-        if self.perilog.holding():
-            self._hooks_ended(box)
-        if self.commands.running:
-            self._commands_ended()
+        self._after_watch(box)
         now = time.monotonic()
         if now >= self._next_registry:
             self._next_registry = now + REGISTRY_INTERVAL_S
@@ -355,6 +354,15 @@ class ExecWorker(Starting):
             self._flush(box)
         elif decision == EMPTY:
             self._finish_cleanup(box)
+
+    def _after_watch(self, box: Outbox) -> None:
+        """The hooks and commands that ended; the starts that jobs ending let start."""
+        if self.perilog.holding():
+            self._hooks_ended(box)
+        if self.commands.running:
+            self._commands_ended()
+        if self.table.cores.freed:
+            self._start_waiting()
 
     def _wait(self, timeout_ms: float | None) -> None:
         """Wait up to ``timeout_ms`` for a new request, a task's exit or nothing.
@@ -444,6 +452,9 @@ class ExecWorker(Starting):
         box = self.box
         match request:
             case Kill(id=jobid, signal=sig):
+                waited = self.table.cores.cancel(rank, jobid)
+                if waited is not None:  # never starts: answered as a job never started here
+                    self._left_queue(waited)
                 self.perilog.on_kill(rank, jobid)
                 signal_tasks(self.table.kill(box, rank, jobid, sig, time.time(),
                                              time.monotonic(), self.kill_grace), sig)
@@ -463,10 +474,50 @@ class ExecWorker(Starting):
         if job is not None:
             box.report(job)  # a repeated start: say again where it stands
             return
+        cores = self.table.cores
+        if cores.waiting(rank, jobid):
+            return  # a repeated start of one waiting: it starts once
         facts = self.intake.fetched.get(jobid)
+        use = None if facts is None else self.uses.of(facts.R, rank)
+        if use is not None and cores.busy(rank, jobid, use):
+            # its cores are still another job's: it starts when they free (_start_waiting)
+            cores.wait(Waiting(rank, jobid, use, facts, redelivered, request,
+                               self.intake.entry_id))
+            if self.intake.sent:  # the hand-off is over: the wait is not its latency
+                hops.record(hops.JM_TO_EXEC, time.time() - self.intake.sent)
+            return
+        cores.hold(rank, jobid, use)
+        self._begin(rank, jobid, facts, redelivered)
+
+    def _begin(self, rank: int, jobid: int, facts: StartFacts | None,
+               redelivered: bool) -> None:
+        """Start the job (its prolog first, if one is configured)."""
         if self._prolog_first(rank, jobid, facts):
             return
         self._start_now(rank, jobid, facts, redelivered)
+
+    def _start_waiting(self) -> None:
+        """Start the waiting starts whose cores a job ending freed (in this iteration:
+        their records go out in the write that reports the end)."""
+        cores = self.table.cores
+        self.intake.sent = 0.0  # their hand-off was measured when they were queued
+        while cores.freed:
+            for start in cores.ready():
+                cores.hold(start.rank, start.jobid, start.use)
+                try:
+                    if self.awaiting:
+                        self._complete_starts(wait=True)
+                    self._begin(start.rank, start.jobid, start.facts, start.redelivered)
+                except Exception as exc:  # as a request that raised: dead-lettered
+                    self.box.dead_letters.append(self._refuse(start.rank, start.entry,
+                                                              start.request, exc))
+                self._left_queue(start)
+
+    def _left_queue(self, start: Waiting) -> None:
+        """``start`` no longer waits: its entry is acknowledged once none of its does."""
+        dead = self.table.cores.entry_released(start)
+        if dead is not None:
+            self._ack(start.rank, start.entry, dead)
 
     def _prolog_first(self, rank: int, jobid: int, facts: StartFacts | None) -> bool:
         """True when the start waits for the job prolog (a real job, a prolog configured)."""

@@ -125,7 +125,10 @@ class Starting(Worker):
 
     def _ack(self, rank: int, msg_id: bytes, dead: list[Any]) -> None:
         """Acknowledge a request entry handled, unless a start of its awaits its spawn
-        answer: its acknowledgement is then written with that start's record."""
+        answer, or waits for its cores (:mod:`fluxes.domain.exec.waits`): its
+        acknowledgement is then written with that start's record."""
+        if self.table.cores.entry_handled(rank, msg_id, dead):
+            return
         if self.awaiting:
             self.held_acks.append((rank, msg_id, dead))
         else:

@@ -115,9 +115,11 @@ def test_worker_killed_while_tasks_run_and_end(harness: Harness) -> None:
     """A task that ends while no worker runs, one that runs on: the spawner records
     the first, and the restarted worker adopts the second from the same spawner."""
     proc = harness.subprocess_worker(grace=1.0)
-    harness.job(10, cmd("sleep", "30"))  # killed while no worker runs
-    harness.job(11, cmd("sleep", "30"))
-    harness.job(12, cmd("sh", "-c", "sleep 0.3; exit 9"))  # ends while the worker restarts
+    # (one core each: a start whose cores a running job holds waits for them)
+    harness.job(10, cmd("sleep", "30"), ranks={0: "0"})  # killed while no worker runs
+    harness.job(11, cmd("sleep", "30"), ranks={0: "1"})
+    # ends while the worker restarts
+    harness.job(12, cmd("sh", "-c", "sleep 0.3; exit 9"), ranks={0: "2"})
     for jobid in (10, 11, 12):
         harness.start(jobid)
     [ending] = _started(harness, 10)
@@ -244,7 +246,8 @@ def test_ends_taken_before_the_spawner_reaps_leave_no_status_file(harness: Harne
     harness.worker()
     jobs = (80, 81, 82)
     for jobid in jobs:
-        harness.job(jobid, cmd("sh", "-c", f"sleep 0.5; exit {jobid - 79}"))
+        harness.job(jobid, cmd("sh", "-c", f"sleep 0.5; exit {jobid - 79}"),
+                    ranks={0: str(jobid - 80)})  # one core each: they run together
         harness.start(jobid)
     for jobid in jobs:
         _started(harness, jobid)

@@ -510,10 +510,11 @@ def _alive(pid: int) -> bool:
 def test_restarted_worker_adopts_running_jobs(harness: Harness) -> None:
     proc = harness.subprocess_worker()
     chatty = "for i in 1 2 3 4 5 6 7 8 9 10; do echo line $i; sleep 0.15; done; exit 5"
-    harness.job(20, cmd("sh", "-c", chatty))
-    harness.job(21, cmd("sleep", "1"))
-    harness.job(22, cmd("sleep", "30"))
-    harness.job(23, cmd("sleep", "30"))
+    # one core each: a start whose cores a running job holds waits for them
+    harness.job(20, cmd("sh", "-c", chatty), ranks={0: "0"})
+    harness.job(21, cmd("sleep", "1"), ranks={0: "1"})
+    harness.job(22, cmd("sleep", "30"), ranks={0: "2"})
+    harness.job(23, cmd("sleep", "30"), ranks={0: "3"})
     for jobid in (20, 21, 22, 23):
         harness.start(jobid)
     for jobid in (20, 21, 22, 23):

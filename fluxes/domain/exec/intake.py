@@ -126,6 +126,8 @@ class Intake:
         self.fresh_after_ms: int | None = None
         #: the send time of the entry whose request the handler is given (0: none)
         self.sent = 0.0
+        #: the id of that entry
+        self.entry_id = b""
 
     def wants_read(self) -> bool:
         """Whether a read may find entries (pending ones, or more after a full read)."""
@@ -197,6 +199,7 @@ class Intake:
             entry = backlog[0]
             requests = entry.requests
             self.sent = entry.sent
+            self.entry_id = entry.msg_id
             while entry.index < len(requests):
                 request = requests[entry.index]
                 entry.index += 1

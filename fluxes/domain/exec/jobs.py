@@ -129,6 +129,10 @@ class ExecJob:
     prolog: int | None = None
     epilog: int | None = None
     held: bool = False
+    # the cores and gpus it holds on its rank (idsets; "" unknown), for a restarted
+    # worker's waiting starts (fluxes/domain/exec/waits.py)
+    cores: str = ""
+    gpus: str = ""
 
     @property
     def key(self) -> tuple[int, int]:

@@ -5,6 +5,8 @@ A restarted exec worker carries on from these records (docs/exec.md,
 forwarded stdout/stderr offsets, status, lost, exit code; the owner's uid
 ``u`` and ``as`` when the tasks run as the owner), ``{"k":"sim",
 "d": end time}`` for simulated ones, ``{"k":"done", ...}`` for finished ones.
+A running job's record also names the cores (``c``) and gpus (``g``) it holds
+on the rank when known (idsets), so that starts wait behind it after a restart.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ def encode(job: ExecJob) -> bytes:
         return orjson.dumps({"k": "done", "s": job.started, "st": job.status,
                              "e": job.error, "dt": job.done_time})
     if job.kind == "sim":
+        if job.cores or job.gpus:
+            return orjson.dumps({"k": "sim", "d": job.deadline, "c": job.cores,
+                                 "g": job.gpus})
         return orjson.dumps({"k": "sim", "d": job.deadline})
     tasks = []
     for t in job.tasks:
@@ -38,7 +43,8 @@ def encode(job: ExecJob) -> bytes:
     return orjson.dumps({"k": "run", "s": job.started, "t": tasks, "fw": job.forward,
                          "e": job.error, "ks": job.kill_signal, "kt": job.kill_time,
                          "x": job.escalated, "ob": job.forwarded, "tr": job.truncated,
-                         "u": job.owner, "as": job.as_user})
+                         "u": job.owner, "as": job.as_user, "c": job.cores,
+                         "g": job.gpus})
 
 
 def decode(rank: int, jobid: int, raw: bytes | str, now: float) -> tuple[ExecJob, Offsets]:
@@ -64,12 +70,14 @@ def _decode(rank: int, jobid: int, rec: Any, kind: Any,
                       released=True, error=rec.get("e"), done_time=float(rec.get("dt", now)))
         return job, {}
     if kind == "sim":
-        return ExecJob(jobid, rank, "sim", started=True, deadline=float(rec["d"])), {}
+        return ExecJob(jobid, rank, "sim", started=True, deadline=float(rec["d"]),
+                       cores=str(rec.get("c", "")), gpus=str(rec.get("g", ""))), {}
     job = ExecJob(jobid, rank, "run", started=bool(rec.get("s")), error=rec.get("e"),
                   forward=str(rec.get("fw", "")), kill_signal=int(rec.get("ks", 0)),
                   kill_time=float(rec.get("kt", 0.0)), escalated=bool(rec.get("x")),
                   forwarded=int(rec.get("ob", 0)), truncated=bool(rec.get("tr")),
-                  owner=int(rec.get("u", -1)), as_user=bool(rec.get("as")))
+                  owner=int(rec.get("u", -1)), as_user=bool(rec.get("as")),
+                  cores=str(rec.get("c", "")), gpus=str(rec.get("g", "")))
     offsets: Offsets = {}
     for task_rank, pid, out_off, err_off, status, lost, code in rec.get("t", []):
         task = TaskProc(int(task_rank), int(pid), False, status)

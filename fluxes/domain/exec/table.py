@@ -32,6 +32,7 @@ from fluxes.domain.exec.timers import (
     request_kill,
     sim_at,
 )
+from fluxes.domain.exec.waits import Cores, use_of_texts
 
 #: Most finished jobs looked up per prune.
 PRUNE_BATCH = 5000
@@ -50,6 +51,8 @@ class JobTable:
         self.done_queue: deque[tuple[float, int, int]] = deque()  # (done time, rank, job)
         self.timers = Timers()
         self.on_finish = on_finish
+        #: what the started jobs hold per rank, and the starts waiting for it
+        self.cores = Cores()
 
     def get(self, rank: int, jobid: int) -> ExecJob | None:
         """The job ``jobid`` on ``rank``, if known."""
@@ -60,8 +63,12 @@ class JobTable:
         return jobid in self.jobs[rank]
 
     def add(self, job: ExecJob) -> ExecJob:
-        """Know ``job`` on its rank; a real job still running is watched."""
+        """Know ``job`` on its rank (a running one's record names what it holds)."""
         self.jobs[job.rank][job.id] = job
+        if job.kind != "done":
+            use = self.cores.use(job.rank, job.id)
+            if use is not None:
+                job.cores, job.gpus = use.core_text, use.gpu_text
         return job
 
     def watch(self, job: ExecJob) -> None:
@@ -78,6 +85,7 @@ class JobTable:
         """Mark ``job`` finished and released (:func:`~fluxes.domain.exec.jobs.finish`)."""
         if finish(job, now, status, error):
             self.on_finish()
+            self.cores.release(job.rank, job.id)
             self.live.pop(job.key, None)
             self.done_queue.append((now, job.rank, job.id))
         return job
@@ -110,6 +118,8 @@ class JobTable:
         unreadable record.
         """
         job, offsets = records.decode(rank, jobid, raw, now)
+        if job.kind != "done":  # starts wait behind it again
+            self.cores.hold(rank, jobid, use_of_texts(job.cores, job.gpus))
         if job.kind == "done":
             self.done_queue.append((job.done_time, rank, jobid))
         elif job.kind == "sim":
