@@ -81,7 +81,7 @@ from fluxes.proc.perilog import HookRunner, PerilogFlow
 from fluxes.proc.pmi_server import PmiServer
 from fluxes.proc.remote_exec import REPLY_TTL_S, CommandRunner, reply_fields
 from fluxes.proc.spawner_client import ENV_SPAWNER, SpawnerLink
-from fluxes.proc.tasks import Launcher, TaskWatcher, raise_fd_limit, signal_tasks
+from fluxes.proc.tasks import Launcher, TaskWatcher, nap, raise_fd_limit, signal_tasks
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
@@ -379,7 +379,7 @@ class ExecWorker(Starting):
                 # poll() counts whole milliseconds, rounding up: a simulated job
                 # due in 0.3 ms would end up to a millisecond late (or, waiting 0,
                 # the loop would spin until it is due). Sleep the fraction instead.
-                time.sleep(timeout_ms / 1000)
+                nap(timeout_ms / 1000, waker.fileno())
                 timeout_ms = 0
         ready = self.watcher.wait(int(timeout_ms or 0))
         self._pmi_ready = ready

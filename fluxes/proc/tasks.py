@@ -166,6 +166,20 @@ def raise_fd_limit() -> None:
         pass
 
 
+#: select()'s limit: an fd at or above it cannot be waited on that way.
+_FD_SETSIZE = 1024
+
+
+def nap(seconds: float, fd: int) -> None:
+    """Wait ``seconds`` (a fraction of a millisecond, which poll() cannot: it rounds up
+    to whole ones), or less if ``fd`` becomes readable: a new request is taken at once,
+    not after the nap. An fd select() cannot wait on: a plain sleep."""
+    if 0 <= fd < _FD_SETSIZE:
+        select.select([fd], [], [], seconds)
+    else:
+        time.sleep(seconds)
+
+
 def signal_tasks(tasks: Iterable[TaskProc], sig: int) -> None:
     """Send ``sig`` to the process group of every task still running."""
     for task in tasks:

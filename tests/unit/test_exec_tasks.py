@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from fluxes.proc.tasks import (
     Launcher,
     StartFailed,
     TaskWatcher,
+    nap,
     signal_tasks,
 )
 
@@ -444,3 +446,23 @@ def test_a_pending_task_whose_spawner_went_away_runs_under_the_wrapper(rig: Rig,
     assert task.own and not task.spawned and task.pid in rig.watcher.children
     rig.wait_ended(job)
     assert task.status == 0 and Path(task.streams[0].path).read_bytes() == b"fell back\n"
+
+
+def test_nap_ends_when_its_fd_is_readable() -> None:
+    """The exec worker naps a fraction of a millisecond until a simulated job is due; a
+    request that comes meanwhile ends the nap (an hour here: only readability ends it)."""
+    r, w = os.pipe()
+    try:
+        threading.Timer(0.05, os.write, (w, b"x")).start()
+        done = threading.Event()
+
+        def napper() -> None:
+            nap(3600.0, r)
+            done.set()
+
+        threading.Thread(target=napper, daemon=True).start()
+        assert done.wait(30.0)
+        nap(0.0001, 1 << 20)  # an fd select() cannot take: a plain sleep, no error
+    finally:
+        os.close(r)
+        os.close(w)
