@@ -91,6 +91,9 @@ class SchedulerPool(Protocol):
     def jobids(self) -> list[int]:
         """Jobs holding allocations."""
 
+    def allocation_of(self, jobid: int) -> ResourceSet:
+        """The R *jobid* holds (ValueError: none)."""
+
     def counts(self) -> dict[str, int]:
         """Totals for monitoring."""
 
