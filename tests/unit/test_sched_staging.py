@@ -321,3 +321,19 @@ def test_staging_bookkeeping_alone() -> None:
     assert third is not None and third.start == pytest.approx(NOW + 2)
     assert third.bound == math.inf and third.level == 1
     assert staging.freed(2) and staging.known[3].level == 0 and not staging.freed(3)
+
+
+@pytest.mark.parametrize("order", [(1, 2, 9), (2, 1, 9), (9, 2, 1), (2, 9, 1), (1, 9, 2)])
+def test_frees_in_any_order_leave_nothing_behind(order: tuple[int, ...]) -> None:
+    # job 9 is staged behind jobs 1 and 2, job 2 behind job 1: the free of job 1 meets
+    # job 9 through job 2 too (job ids chosen so that it does so first)
+    c = core()
+    send(c, alloc(1), alloc(2), alloc(9), alloc(10))
+    for _ in range(3):
+        run_pass(c)
+    assert c.staging.known[9].behind == {1, 2}
+    for jobid in order:
+        fx = send(c, proto.Free(id=jobid))
+        assert not fx.refused and not fx.hellos
+        run_pass(c)
+    assert 10 in c.pool.jobids() and set(c.staging.known) <= {10}

@@ -217,7 +217,9 @@ class Staging:
             if job is None:
                 continue
             job.behind.discard(left)
-            level = 1 + max((self.early[b].level for b in job.behind), default=-1)
+            early = self.early
+            # a job behind two that both ended may be met through the other first
+            level = 1 + max((early[b].level for b in job.behind if b in early), default=-1)
             if level == job.level:
                 continue
             job.level = level
