@@ -3,7 +3,8 @@
 * every submission is accepted, and every submitted job reaches INACTIVE
   exactly once, with the right result;
 * no core or GPU is held by two jobs at any instant (allocation intervals
-  from the ``alloc`` and ``free`` events, resources from R);
+  from the ``alloc`` and ``free`` events, a staged job's from its ``start``, and
+  each ending at the final ``release`` when there is one; resources from R);
 * every eventlog decodes and replays cleanly;
 * the job-list read model equals a fresh fold of the journal;
 * the scheduler's pool, as it publishes it, holds what the stored R of the
@@ -105,14 +106,30 @@ def check_jobs(eventlogs: Mapping[int, Sequence[ev.Event]],
 
 def allocation_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
                          ) -> dict[int, tuple[float, float]]:
-    """Per job: [alloc, free) in event time (free missing: still held, until +inf)."""
+    """Per job: when it holds its units for real, [alloc, end) in event time.
+
+    The end is the final ``release`` (exec gave the units back: a job staged
+    behind this one may start on them from then, before the ``free`` reaches
+    the scheduler), else the ``free``, else +inf (still held). A staged job
+    (its ``alloc`` annotated ``sched.staged``: allocated on units of a job
+    the scheduler freed early, docs/scheduling-policies.md) holds them from
+    its ``start``; one that never started never held them.
+    """
     out: dict[int, tuple[float, float]] = {}
     for jobid, log in eventlogs.items():
         start = end = None
+        staged = False
         for event in log:
-            if event.event_name == "alloc" and start is None:
+            if isinstance(event, ev.Alloc) and start is None and not staged:
+                sched = (event.annotations or {}).get("sched")
+                staged = isinstance(sched, Mapping) and bool(sched.get("staged"))
+                if not staged:
+                    start = event.timestamp
+            elif event.event_name == "start" and staged and start is None:
                 start = event.timestamp
-            elif event.event_name == "free" and start is not None:
+            elif start is not None and end is None and (
+                    event.event_name == "free"
+                    or (isinstance(event, ev.Release) and event.final)):
                 end = event.timestamp
         if start is not None:
             out[jobid] = (start, end if end is not None else float("inf"))
@@ -121,8 +138,12 @@ def allocation_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
 
 def holding(eventlogs: Mapping[int, Sequence[ev.Event]]) -> list[int]:
     """The jobs whose eventlog has an ``alloc`` and no ``free`` yet: they hold resources."""
-    return sorted(j for j, (_start, end) in allocation_intervals(eventlogs).items()
-                  if end == float("inf"))
+    out = []
+    for jobid, log in eventlogs.items():
+        names = {event.event_name for event in log}
+        if "alloc" in names and "free" not in names:
+            out.append(jobid)
+    return sorted(out)
 
 
 def check_no_double_allocation(intervals: Mapping[int, tuple[float, float]],

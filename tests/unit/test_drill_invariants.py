@@ -202,3 +202,32 @@ def test_summarize_caps_the_lines() -> None:
     assert len(found) == 10
     lines = summarize(found, limit=3)
     assert len(lines) == 4 and lines[-1] == "... and 7 more"
+
+
+def staged_life(t0: float, upto: int = len(LIFE)) -> list[ev.Event]:
+    """A job's events, one second apart, its alloc annotated as staged behind job 1."""
+    out = []
+    staged = {"annotations": {"sched": {"staged": {"after": [1], "t_start": t0 + 5}}}}
+    for i, (name, ctx) in enumerate(LIFE[:upto]):
+        out.append(ev.decode(name, t0 + i, staged if name == "alloc" else ctx))
+    return out
+
+
+def test_a_staged_job_holds_its_units_from_its_start_and_each_until_its_release() -> None:
+    # job 1 runs [104, 107) released, freed at 108; job 2, staged behind it on the same
+    # core, is allocated at 103 but starts at 107 (when job 1's units are released)
+    logs = {1: life(t0=100.0), 2: staged_life(t0=102.0), 3: staged_life(t0=200.0, upto=5)}
+    intervals = allocation_intervals(logs)
+    assert intervals[1] == (104.0, 107.0) and intervals[2] == (107.0, 109.0)
+    assert 3 not in intervals  # staged, never started: it never held its units
+    assert holding(logs) == [3]
+    rsets = {1: r({0: "0"}), 2: r({0: "0"}), 3: r({0: "0"})}
+    assert check_no_double_allocation(intervals, rsets) == []
+    # had job 2 started before job 1's release, both would hold the core
+    early = {1: life(t0=100.0), 2: staged_life(t0=101.0)}
+    found = check_no_double_allocation(allocation_intervals(early), rsets)
+    assert [v.jobs for v in found] == [(1, 2)]
+    # a job that was not staged holds its units from its alloc, as before
+    plain = {1: life(t0=100.0), 2: life(t0=102.0)}
+    found = check_no_double_allocation(allocation_intervals(plain), rsets)
+    assert [v.jobs for v in found] == [(1, 2)]
