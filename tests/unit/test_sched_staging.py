@@ -306,6 +306,17 @@ def test_a_snapshot_may_hold_overlapping_r() -> None:
     assert c.pool.jobids() == [1] and set(c.staging.early) == {2}
 
 
+def test_holds_between_frees_see_the_pool_as_it_is() -> None:
+    r1, r2 = _two_overlapping(core())
+    c = core(depth=0)
+    c.hold(1, r1)
+    c.hold(2, r2)
+    send(c, proto.Free(id=2))
+    c.hold(4, r1)  # fits: job 1 was freed early, job 2 is gone
+    c.hold(3, r2)  # overlaps job 4 only (not job 2, freed since the last overlap)
+    assert c.pool.jobids() == [3] and set(c.staging.early) == {1, 4}
+
+
 def test_staging_bookkeeping_alone() -> None:
     staging = Staging(depth=2, horizon=1.0)
     assert staging.due(0.0) == [] and staging.next_due() is None

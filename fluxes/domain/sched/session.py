@@ -348,7 +348,7 @@ class SessionCore:
         self.requests = Requests(graph)
         #: the jobs freed early and those staged behind them
         self.staging = Staging(stage_depth, stage_horizon)
-        #: who holds what, while a hello recovery meets overlapping R (see _hold)
+        #: who holds what, while a hello recovery meets overlapping R (see _make_room)
         self._holders: Holders | None = None
         #: the record of each job allocated but not committed, or quarantined (a queued
         #: job's record is its entry in ``sched.pending``: one record per outstanding job)
@@ -571,6 +571,14 @@ class SessionCore:
         behind it, each with its own R) is adopted all the same: the one in the pool
         is taken as freed early, as if this one were staged behind it."""
         try:
+            return self._hold(jobid, raw_r, request, owner)
+        finally:
+            self._holders = None  # the pool may change before the next call
+
+    def _hold(self, jobid: int, raw_r: bytes, request: Request | None,
+              owner: proto.HeldJob | None) -> ResourceSet:
+        """:meth:`hold`, keeping the index of who holds what (a recovery's batch)."""
+        try:
             rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
         except ValueError:
             rset = self._make_room(jobid, raw_r)
@@ -629,7 +637,7 @@ class SessionCore:
             try:
                 request = self.requests.of_stored(wire, stored_spec or specs.get(jobid),
                                                   fx.log)
-                self.hold(jobid, raw_r, request, owners[jobid])
+                self._hold(jobid, raw_r, request, owners[jobid])
             except Exception as exc:  # whatever broke, this job's allocation is lost
                 lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
         return lost
