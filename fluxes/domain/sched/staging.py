@@ -39,17 +39,13 @@ Part = tuple[frozenset[int], frozenset[int]]
 Parts = dict[int, Part]
 
 
-def part_on(rset: ResourceSet, rank: int) -> Part:
-    """The cores and gpus of ``rset`` on ``rank``."""
-    return frozenset(rset.cores(rank)), frozenset(rset.gpus(rank)) if rset.ngpus else _NONE
-
-
 _NONE: frozenset[int] = frozenset()
 
 
 def parts_of(rset: ResourceSet) -> Parts:
     """The cores and gpus of ``rset`` per rank."""
-    return {r: part_on(rset, r) for r in rset.ranks}
+    return {r: (frozenset(cores), frozenset(gpus) if gpus else _NONE)
+            for r, cores, gpus in rset.per_rank()}
 
 
 def _overlaps(mine: Part, theirs: Part) -> bool:
@@ -72,7 +68,8 @@ class Known:
     level: int = 0
     #: the live early-freed jobs it is staged behind
     behind: set[int] = field(default_factory=set)
-    #: (early-freed) its parts per rank, and the jobs staged behind it
+    #: its parts per rank (computed when first needed), and (early-freed) the jobs staged
+    #: behind it
     parts: Parts | None = None
     ahead: set[int] = field(default_factory=set)
 
@@ -143,25 +140,28 @@ class Staging:
     def free_early(self, jobid: int) -> None:
         """``jobid`` (followed) is freed early: its resources may be handed out."""
         job = self.known[jobid]
-        job.parts = parts = parts_of(job.rset)
+        parts = job.parts
+        if parts is None:
+            job.parts = parts = parts_of(job.rset)
         self.early[jobid] = job
         for r in parts:
             self._by_rank.setdefault(r, set()).add(jobid)
 
     # -- allocations -------------------------------------------------------------------
 
-    def behind(self, rset: ResourceSet) -> set[int]:
-        """The live early-freed jobs ``rset`` overlaps."""
+    def behind(self, rset: ResourceSet, parts: Parts | None = None) -> set[int]:
+        """The live early-freed jobs ``rset`` (whose ``parts`` when known) overlaps."""
         by_rank = self._by_rank
         out: set[int] = set()
-        for r in rset.ranks:
+        if parts is None:
+            parts = parts_of(rset)
+        for r, mine in parts.items():
             ids = by_rank.get(r)
             if not ids:
                 continue
-            mine = part_on(rset, r)
             for other in ids:
-                parts = self.early[other].parts
-                if parts is not None and _overlaps(mine, parts[r]):
+                theirs = self.early[other].parts
+                if theirs is not None and _overlaps(mine, theirs[r]):
                     out.add(other)
         return out
 
@@ -170,12 +170,17 @@ class Staging:
         """A job holds ``rset`` from ``now`` (allocated, or adopted by a recovery) until
         ``expiration`` at the latest: follow it when it has a bound or is staged; its
         record (None: neither)."""
-        behind = self.behind(rset) if self.early else set()
+        parts = None
+        behind: set[int] = set()
+        if self.early:
+            # kept: if this job is freed early in turn, they are what its successors test
+            parts = parts_of(rset)
+            behind = self.behind(rset, parts)
         start = max([now, *(self.early[b].bound for b in behind)])
         bound = bound_of(start, run, expiration)
         if not behind and (bound == math.inf or not self.depth):
             return None
-        job = Known(bound, start, run, rset, behind=behind)
+        job = Known(bound, start, run, rset, behind=behind, parts=parts)
         if behind:
             job.level = 1 + max(self.early[b].level for b in behind)
             for b in behind:
