@@ -11,6 +11,8 @@ import pytest
 
 from fluxes import messages as proto
 from fluxes.domain.accounting.limits import LimitGate
+from fluxes.domain.graph.pool import GraphPool
+from fluxes.domain.graph.recipe import from_inventory
 from fluxes.domain.sched.policy import QueuePolicy
 from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.request import Request
@@ -304,6 +306,15 @@ def test_a_snapshot_may_hold_overlapping_r() -> None:
     c.hold(2, r2, Request.from_wire(wire()))
     c.hold(1, r1)
     assert c.pool.jobids() == [1] and set(c.staging.early) == {2}
+
+
+def test_a_graph_pool_adopts_overlapping_r_too() -> None:
+    r1, r2 = _two_overlapping(core())
+    graph = GraphPool(from_inventory(Machine.uniform(1, 1).inventory), clock=lambda: NOW)
+    c = SessionCore(graph, {None: QueuePolicy("fcfs")}, graph=True)
+    c.hold(1, r1)
+    c.hold(2, r2)
+    assert graph.jobids() == [2] and set(c.staging.early) == {1}
 
 
 def test_holds_between_frees_see_the_pool_as_it_is() -> None:

@@ -94,6 +94,9 @@ class SchedulerPool(Protocol):
     def allocation_of(self, jobid: int) -> ResourceSet:
         """The R *jobid* holds (ValueError: none)."""
 
+    def holders(self, R: ResourceSet) -> set[int]:  # noqa: N803
+        """The jobs whose allocation holds any core or gpu of *R*."""
+
     def counts(self) -> dict[str, int]:
         """Totals for monitoring."""
 

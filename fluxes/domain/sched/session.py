@@ -73,7 +73,7 @@ from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.policy import PassResult, PendingJob, QueuePolicy, Scheduler
 from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
-from fluxes.domain.sched.staging import Holders, Staging
+from fluxes.domain.sched.staging import Staging
 from fluxes.domain.sched.standby import adopt_stored, reconcile
 from fluxes.errors import FluxesError
 from fluxes.formats.idset import IDSet
@@ -348,8 +348,6 @@ class SessionCore:
         self.requests = Requests(graph)
         #: the jobs freed early and those staged behind them
         self.staging = Staging(stage_depth, stage_horizon)
-        #: who holds what, while a hello recovery meets overlapping R (see _make_room)
-        self._holders: Holders | None = None
         #: the record of each job allocated but not committed, or quarantined (a queued
         #: job's record is its entry in ``sched.pending``: one record per outstanding job)
         self.jobs: dict[int, Record] = {}
@@ -550,10 +548,7 @@ class SessionCore:
                 ids.append(jobid)
             else:
                 self._adopted(jobid, owner, *size)
-        try:
-            lost = self._adopt_rows(ids, owners, fx) if ids else []
-        finally:
-            self._holders = None
+        lost = self._adopt_rows(ids, owners, fx) if ids else []
         if lost:
             self._unrecoverable(partition, lost, held, fx)
         self.ready.add(partition)
@@ -571,20 +566,10 @@ class SessionCore:
         behind it, each with its own R) is adopted all the same: the one in the pool
         is taken as freed early, as if this one were staged behind it."""
         try:
-            return self._hold(jobid, raw_r, request, owner)
-        finally:
-            self._holders = None  # the pool may change before the next call
-
-    def _hold(self, jobid: int, raw_r: bytes, request: Request | None,
-              owner: proto.HeldJob | None) -> ResourceSet:
-        """:meth:`hold`, keeping the index of who holds what (a recovery's batch)."""
-        try:
             rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
         except ValueError:
             rset = self._make_room(jobid, raw_r)
             rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
-        if self._holders is not None:
-            self._holders.add(jobid, rset)
         self._adopted(jobid, owner or proto.HeldJob(id=jobid), rset.nnodes, rset.ncores)
         staging = self.staging
         if staging.depth or staging.early:
@@ -599,15 +584,12 @@ class SessionCore:
         early (ValueError when none does: R is wrong, not overlapping); its R."""
         rset = ResourceSet(raw_r)
         pool = self.pool
-        if self._holders is None:
-            self._holders = Holders((j, pool.allocation_of(j)) for j in pool.jobids())
-        holders = self._holders.over(rset)
+        holders = pool.holders(rset)
         if not holders:
             raise ValueError(f"job {jobid}: its R does not fit the pool")
         for other in sorted(holders):
             theirs = pool.allocation_of(other)
             pool.free(other)
-            self._holders.remove(other, theirs)
             self.staging.hold_early(other, theirs)
         return rset
 
@@ -637,7 +619,7 @@ class SessionCore:
             try:
                 request = self.requests.of_stored(wire, stored_spec or specs.get(jobid),
                                                   fx.log)
-                self._hold(jobid, raw_r, request, owners[jobid])
+                self.hold(jobid, raw_r, request, owners[jobid])
             except Exception as exc:  # whatever broke, this job's allocation is lost
                 lost.append((jobid, f"its allocation cannot be recovered: {exc}"))
         return lost

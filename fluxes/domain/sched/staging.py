@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from fluxes.formats.rset import ResourceSet
 
-__all__ = ["Holders", "Known", "Staging", "bound_of", "parts_of"]
+__all__ = ["Known", "Staging", "bound_of", "parts_of"]
 
 #: cores and gpus on one rank (plain sets: an IDSet intersection costs ten times more)
 Part = tuple[frozenset[int], frozenset[int]]
@@ -261,32 +261,3 @@ class Staging:
                                             0.0, rset)
         self.free_early(jobid)
 
-
-class Holders:
-    """Which pool jobs hold which cores and gpus: built once per hello recovery that meets
-    an overlap (the pools index owners their own way), then kept up as it adopts."""
-
-    def __init__(self, held: Iterable[tuple[int, ResourceSet]]) -> None:
-        #: rank -> job -> its part there
-        self._on: dict[int, dict[int, Part]] = {}
-        for jobid, rset in held:
-            self.add(jobid, rset)
-
-    def add(self, jobid: int, rset: ResourceSet) -> None:
-        """``jobid`` holds ``rset`` now."""
-        for r, part in parts_of(rset).items():
-            self._on.setdefault(r, {})[jobid] = part
-
-    def remove(self, jobid: int, rset: ResourceSet) -> None:
-        """``jobid`` holds nothing of the pool any more."""
-        for r in rset.ranks:
-            self._on.get(r, {}).pop(jobid, None)
-
-    def over(self, rset: ResourceSet) -> set[int]:
-        """The jobs holding any core or gpu of ``rset``."""
-        out: set[int] = set()
-        for r, mine in parts_of(rset).items():
-            for jobid, theirs in self._on.get(r, {}).items():
-                if _overlaps(mine, theirs):
-                    out.add(jobid)
-        return out
