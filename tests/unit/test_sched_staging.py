@@ -359,3 +359,16 @@ def test_frees_in_any_order_leave_nothing_behind(order: tuple[int, ...]) -> None
         assert not fx.refused and not fx.hellos
         run_pass(c)
     assert 10 in c.pool.jobids() and set(c.staging.known) <= {10}
+
+
+def test_jobs_ending_before_their_bound_leave_no_heap_behind() -> None:
+    staging = Staging(depth=2, horizon=0.02)
+    pool = ResourcePool(Machine.uniform(1, 1).inventory, clock=lambda: NOW)
+    r = pool.alloc(Request(), 1)
+    for jobid in range(1, 10_001):
+        # an hour's time limit, ended at once
+        assert staging.placed(jobid, r, 0.0, NOW, NOW + 3600) is not None
+        assert staging.freed(jobid) is False
+    assert len(staging._heap) <= 2 * len(staging.known) + 64
+    staging.placed(7, r, 0.0, NOW, NOW + 0.01)
+    assert staging.next_due() == pytest.approx(NOW + 0.01 - 0.02)

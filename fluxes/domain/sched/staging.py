@@ -105,7 +105,15 @@ class Staging:
 
     def _candidate(self, jobid: int, job: Known) -> None:
         if job.level < self.depth and job.bound != math.inf and jobid not in self.early:
-            heapq.heappush(self._heap, (job.bound, jobid))
+            heap = self._heap
+            heapq.heappush(heap, (job.bound, jobid))
+            if len(heap) > 2 * len(self.known) + 64:
+                # jobs that ended long before their bound (a time limit they did not use)
+                # leave their entries behind: drop them all at once
+                self._heap = [(j.bound, i) for i, j in self.known.items()
+                              if j.level < self.depth and j.bound != math.inf
+                              and i not in self.early]
+                heapq.heapify(self._heap)
 
     def _top(self) -> tuple[float, int] | None:
         """The nearest live candidate (stale entries dropped)."""
