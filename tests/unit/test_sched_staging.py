@@ -339,6 +339,7 @@ def test_staging_bookkeeping_alone() -> None:
     staging.moved(2, None)
     assert staging.known[2].bound == pytest.approx(NOW + 2)
     assert staging.due(NOW) == [] and staging.due(NOW + 1) == [2]
+    staging.free_early(2, r)
     third = staging.placed(3, r, 0.0, NOW, None)
     assert third is not None and third.start == pytest.approx(NOW + 2)
     assert third.bound == math.inf and third.level == 1

@@ -696,11 +696,16 @@ class SessionCore:
             self.owe_full = not full
         staging = self.staging
         if staging.depth and self.sched.pending:
+            pool = self.pool
             for jobid in staging.due(now):
                 try:
-                    self.pool.free(jobid)
+                    # a staged job's parts are known: its R is not built again
+                    rset = None if staging.has_parts(jobid) else pool.allocation_of(jobid)
+                    pool.free(jobid)
                 except ValueError:  # not the pool's any more: nothing to follow
                     staging.freed(jobid)
+                else:
+                    staging.free_early(jobid, rset)
         result = self.sched.schedule(now, full=full)
         self.dirty = False
         self.planned = now

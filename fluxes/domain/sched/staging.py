@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from fluxes.formats.rset import ResourceSet
 
@@ -40,6 +40,7 @@ Parts = dict[int, Part]
 
 
 _NONE: frozenset[int] = frozenset()
+_NO_IDS: frozenset[int] = frozenset()
 
 
 def parts_of(rset: ResourceSet) -> Parts:
@@ -63,15 +64,14 @@ class Known:
     start: float
     #: its simulated run time (0: not simulated)
     run: float
-    #: its R (its parts are read when it is freed early)
-    rset: ResourceSet
     level: int = 0
-    #: the live early-freed jobs it is staged behind
-    behind: set[int] = field(default_factory=set)
-    #: its parts per rank (computed when first needed), and (early-freed) the jobs staged
-    #: behind it
+    #: the live early-freed jobs it is staged behind (replaced, never changed: most jobs
+    #: share the empty one)
+    behind: frozenset[int] = _NO_IDS
+    #: its parts per rank (kept when known; the pool's R gives them when it is freed early)
     parts: Parts | None = None
-    ahead: set[int] = field(default_factory=set)
+    #: (early-freed) the jobs staged behind it
+    ahead: set[int] | None = None
 
 
 def bound_of(start: float, run: float, expiration: float | None) -> float:
@@ -133,24 +133,33 @@ class Staging:
         return None if top is None else top[0] - self.horizon
 
     def due(self, now: float) -> list[int]:
-        """The candidates whose bound is within the horizon of ``now``, nearest first,
-        now early-freed here: the session frees them in its pool."""
+        """The candidates whose bound is within the horizon of ``now``, nearest first (no
+        longer candidates): the session frees them in its pool, then :meth:`free_early`."""
         out: list[int] = []
         if not self._heap:
             return out
         limit = now + self.horizon
+        seen: set[int] = set()
         while (top := self._top()) is not None and top[0] <= limit:
             heapq.heappop(self._heap)
-            self.free_early(top[1])
-            out.append(top[1])
+            if top[1] not in seen:  # a job's entry may be there twice (moved, same bound)
+                seen.add(top[1])
+                out.append(top[1])
         return out
 
-    def free_early(self, jobid: int) -> None:
-        """``jobid`` (followed) is freed early: its resources may be handed out."""
+    def has_parts(self, jobid: int) -> bool:
+        """Whether a followed job's parts are known (else :meth:`free_early` wants its R)."""
+        return self.known[jobid].parts is not None
+
+    def free_early(self, jobid: int, rset: ResourceSet | None) -> None:
+        """``jobid`` (followed, holding ``rset``: None when :meth:`has_parts`) is freed
+        early: its resources may be handed out."""
         job = self.known[jobid]
         parts = job.parts
         if parts is None:
-            job.parts = parts = parts_of(job.rset)
+            if rset is None:
+                raise ValueError(f"free_early: job {jobid}: its R is needed")
+            job.parts = parts = parts_of(rset)
         self.early[jobid] = job
         for r in parts:
             self._by_rank.setdefault(r, set()).add(jobid)
@@ -188,11 +197,18 @@ class Staging:
         bound = bound_of(start, run, expiration)
         if not behind and (bound == math.inf or not self.depth):
             return None
-        job = Known(bound, start, run, rset, behind=behind, parts=parts)
+        job = Known(bound, start, run)
         if behind:
+            # its parts are kept for when it is freed early in turn (asked right away in
+            # a stream of short jobs); a job behind nothing reads them from the pool then
+            job.parts = parts
+            job.behind = frozenset(behind)
             job.level = 1 + max(self.early[b].level for b in behind)
             for b in behind:
-                self.early[b].ahead.add(jobid)
+                before = self.early[b]
+                if before.ahead is None:
+                    before.ahead = set()
+                before.ahead.add(jobid)
         self.known[jobid] = job
         self._candidate(jobid, job)
         return job
@@ -203,8 +219,10 @@ class Staging:
         if job is None or jobid in self.early:
             return  # unknown end before (a new limit is followed from its next pass), or
             # freed early already: its successors keep the bound they were given
-        job.bound = bound_of(job.start, job.run, expiration)
-        self._candidate(jobid, job)
+        bound = bound_of(job.start, job.run, expiration)
+        if bound != job.bound:
+            job.bound = bound
+            self._candidate(jobid, job)
 
     # -- frees -------------------------------------------------------------------------
 
@@ -215,9 +233,9 @@ class Staging:
         if job is None:
             return False
         for b in job.behind:
-            ahead = self.early.get(b)
-            if ahead is not None:
-                ahead.ahead.discard(jobid)
+            before = self.early.get(b)
+            if before is not None and before.ahead is not None:
+                before.ahead.discard(jobid)
         if self.early.pop(jobid, None) is None:
             return False
         assert job.parts is not None
@@ -227,7 +245,8 @@ class Staging:
                 ids.discard(jobid)
                 if not ids:
                     del self._by_rank[r]
-        self._relevel(job.ahead, gone=jobid)
+        if job.ahead:
+            self._relevel(job.ahead, gone=jobid)
         return True
 
     def _relevel(self, jobids: Iterable[int], gone: int) -> None:
@@ -239,15 +258,18 @@ class Staging:
             job = self.known.get(jobid)
             if job is None:
                 continue
-            job.behind.discard(left)
             early = self.early
             # a job behind two that both ended may be met through the other first
-            level = 1 + max((early[b].level for b in job.behind if b in early), default=-1)
+            behind = job.behind
+            levels = [e.level for b in behind if b != left and (e := early.get(b)) is not None]
+            if len(levels) != len(behind):
+                job.behind = frozenset(b for b in behind if b != left and b in early)
+            level = 1 + max(levels, default=-1)
             if level == job.level:
                 continue
             job.level = level
             self._candidate(jobid, job)
-            if jobid in self.early:
+            if jobid in self.early and job.ahead:
                 todo.extend((a, -1) for a in job.ahead)
 
     def forget(self, keep: Callable[[int], bool]) -> list[int]:
@@ -266,6 +288,6 @@ class Staging:
         if job is None:
             start = rset.starttime or 0.0
             job = self.known[jobid] = Known(bound_of(start, 0.0, rset.expiration), start,
-                                            0.0, rset)
-        self.free_early(jobid)
+                                            0.0)
+        self.free_early(jobid, rset)
 
