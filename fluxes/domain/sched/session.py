@@ -52,7 +52,8 @@ Driving it from a snapshot of live state (what a forecast does; see
 Why one module: it is the session's one state machine (the records of the
 outstanding jobs are shared by the request handlers, the passes, the
 recovery and the R-write fencing); the pieces that stand alone (policies,
-pools, requests, the standby mirror) are modules of their own.
+pools, requests, the standby mirror, the staged starts' bookkeeping,
+:mod:`~fluxes.domain.sched.staging`) are modules of their own.
 """
 
 from __future__ import annotations
