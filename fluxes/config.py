@@ -13,7 +13,8 @@ configuration from Redis. Top-level tables:
   output forwarded per job and rank, default 100M, 0 unlimited);
 * ``[sched]``: scheduler options (``mode`` of RFC 27 ready, ``limit``,
   ``exec-timeout``: how long an exec worker may be silent before its ranks
-  are drained, default 10s);
+  are drained, default 10s; ``stage-depth`` and ``stage-horizon``: staged
+  starts, docs/scheduling-policies.md);
 * ``[accounting]``: usage decay, billing, priority weights
   (:mod:`fluxes.domain.accounting.config`);
 * ``[job-manager]``: retention, as flux names it: ``inactive-age-limit`` (FSD)
@@ -29,10 +30,11 @@ A bad configuration raises :class:`~fluxes.errors.ConfigError` naming the key.
 from __future__ import annotations
 
 import dataclasses
+import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from fluxes.domain.accounting.config import AccountingConfig
 from fluxes.domain.exec.perilog import KEYS as PERILOG_KEYS
@@ -289,6 +291,35 @@ def perilog_config(exec_table: Mapping[str, Any]) -> PerilogConfig:
         raise ConfigError(str(exc)) from None
 
 
+#: ``[sched] stage-depth`` when not set: jobs a core may have staged behind its own.
+STAGE_DEPTH: Final = 2
+#: ``[sched] stage-horizon`` when not set: how soon a job must end to be freed early.
+STAGE_HORIZON: Final = "20ms"
+
+
+def stage_settings(sched: Mapping[str, Any]) -> tuple[int, float]:
+    """(depth, horizon in seconds) of staged starts from a checked ``[sched]`` table."""
+    return (int(sched.get("stage-depth", STAGE_DEPTH)),
+            parse_duration(sched.get("stage-horizon", STAGE_HORIZON)))
+
+
+def _check_staging(key: str, value: object) -> None:
+    """``[sched] stage-depth`` (an int >= 0) or ``stage-horizon`` (a finite RFC 23
+    duration); ConfigError naming the key."""
+    if key == "stage-depth":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"sched.stage-depth: expected an integer >= 0, "
+                              f"got {value!r:.40}")
+        return
+    try:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"expected a duration, got {value!r:.40}")
+        if not math.isfinite(parse_duration(value)):
+            raise ValueError("must be finite")
+    except ValueError as exc:
+        raise ConfigError(f"sched.stage-horizon: {exc}") from None
+
+
 def _check_sched(table: Mapping[str, Any]) -> None:
     for key, value in table.items():
         if key == "mode":
@@ -304,5 +335,7 @@ def _check_sched(table: Mapping[str, Any]) -> None:
         elif key == "limit":
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"sched.limit: expected a positive integer, got {value!r:.40}")
+        elif key in ("stage-depth", "stage-horizon"):
+            _check_staging(key, value)
         else:
             raise ConfigError(f"sched.{format_key(key)}: unknown key")

@@ -42,6 +42,7 @@ of the one worker whose state (sessions, positions, the answer waiting) they sha
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fluxes import messages as proto
+from fluxes.config import stage_settings
 from fluxes.domain.accounting.limits import LimitGate
 from fluxes.domain.graph.pool import GraphPool
 from fluxes.domain.sched.protocol import SchedulerPool
@@ -302,6 +304,11 @@ class SchedulerWorker(Worker):
             self.log.error("unknown sched mode, using unlimited", extra={"mode": str(mode)})
             mode = "unlimited"
         self.lost_after = parse_duration(config.sched.get("exec-timeout", LOST_AFTER_S))
+        try:
+            depth, horizon = stage_settings(config.sched)
+        except ValueError as exc:  # checked when stored: only a hand-edited hash gets here
+            self.log.error("bad staged starts settings, staging off", extra={"error": str(exc)})
+            depth, horizon = 0, 0.0
         warm, self._warm = self._warm, None
         if warm is not None and warm.current():
             pool, sizes = warm.pool, warm.sizes
@@ -313,7 +320,8 @@ class SchedulerWorker(Worker):
             gate=LimitGate(self._accounts.refresh()), stored=self.hashes,
             partition_of=self.keys.partition_of, mode=mode,
             limit=int(config.sched.get("limit", 0)), pulse=self.keepalive,
-            latency=metrics.served_port() is not None, owner_uid=self.owner_uid)
+            latency=metrics.served_port() is not None, owner_uid=self.owner_uid,
+            stage_depth=depth, stage_horizon=horizon)
         core.warm_sizes = sizes
         if sizes and warm is not None:
             core.requests = warm.requests  # what the standby decoded already
@@ -400,6 +408,10 @@ class SchedulerWorker(Worker):
         # a pass owed is run soon; with no job pending none is (a free leaves the core
         # dirty until the next request comes), and a short block would only poll Redis
         block = 1 if core.dirty and core.sched.pending else BLOCK_MS
+        timer = core.next_timer() if core.staging.depth else None
+        if timer is not None:
+            # a running job's end enters the staging horizon then: its pass is not late
+            block = max(1, min(block, math.ceil((timer - time.time()) * 1000)))
         unsent, self._unsent = self._unsent, None
         if unsent is None:
             return read_streams(self.redis, streams, READ_COUNT, block) or []

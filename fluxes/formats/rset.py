@@ -15,7 +15,7 @@ the private rank -> (cores, gpus) map and its sharing of identical pairs.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -412,6 +412,12 @@ class ResourceSet:
     def ranks(self) -> IDSet:
         """The execution target ranks (a new IDSet)."""
         return self._rank_set().copy()
+
+    def per_rank(self) -> Iterator[tuple[int, IDSet, IDSet]]:
+        """(rank, cores, gpus) of every rank: the sets themselves, not copies, for readers
+        on a hot path (the scheduler's staged starts); callers must not change them."""
+        for rank, (cores, gpus) in self._nodes.items():
+            yield rank, cores, gpus
 
     @property
     def nnodes(self) -> int:

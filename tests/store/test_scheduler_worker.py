@@ -382,3 +382,25 @@ def _note(system: System, jobid: int) -> str:
 
     shown = revealed_events(system.redis, system.keys, jobid, system.store.eventlog(jobid))
     return next(str(c["note"]) for _t, name, c in shown if name == "exception")
+
+
+@pytest.mark.parametrize("config", [None, "[sched]\nstage-depth = 0\n"])
+def test_a_job_ending_soon_has_the_next_staged_behind_it(real_redis: redis.Redis,
+                                                          config: str | None) -> None:
+    system = System(real_redis, nodes=1, cores=1, config=config)
+    sim = {"system": {"exec": {"test": {"run_duration": "1ms"}}}}
+    first = system.submit(spec(attributes=sim))[0]
+    system.hold(first)  # the fake exec keeps it running
+    second = system.submit(spec(attributes=sim))[0]
+    system.run(4)
+    assert system.events(first)[-1] == "start"
+    core = system.sched.core
+    assert core is not None
+    if config is None:  # the defaults: depth 2, a 20 ms horizon
+        assert (core.staging.depth, core.staging.horizon) == (2, 0.02)
+        assert "alloc" in system.events(second) and set(core.staging.early) == {first}
+        alloc = next(e for e in system.store.eventlog(second) if e.event_name == "alloc")
+        staged = alloc.context()["annotations"]["sched"]["staged"]
+        assert staged["after"] == [first]
+    else:
+        assert core.staging.depth == 0 and "alloc" not in system.events(second)

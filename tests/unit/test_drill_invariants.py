@@ -227,3 +227,4 @@ def test_summarize_caps_the_lines() -> None:
     assert len(found) == 10
     lines = summarize(found, limit=3)
     assert len(lines) == 4 and lines[-1] == "... and 7 more"
+

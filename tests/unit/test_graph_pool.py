@@ -308,3 +308,13 @@ def test_overdue_allocations_are_planned_as_ended_now() -> None:
         assert pool.earliest_start(Request(duration=5.0), now=20.0) == 20.0
         assert pool.alloc(Request(duration=5.0), 2, start=20.0, now=20.0).starttime == 20.0
         assert pool.reservations() == {2: (20.0, 25.0)}
+
+
+def test_holders_name_the_jobs_holding_any_of_an_r() -> None:
+    pool = pool_of()
+    pool.adopt(1, ResourceSet.from_ranks({0: ("0-1", None)}))
+    pool.adopt(2, ResourceSet.from_ranks({0: ("2", "0"), 1: ("0-3", None)}))
+    assert pool.holders(ResourceSet.from_ranks({0: ("1-2", None)})) == {1, 2}
+    assert pool.holders(ResourceSet.from_ranks({0: ("3", "0")})) == {2}
+    assert pool.holders(ResourceSet.from_ranks({0: ("3", "1")})) == set()
+    assert pool.holders(ResourceSet.from_ranks({7: ("0", None)})) == set()

@@ -545,6 +545,25 @@ def test_timelimit_exception_then_kill() -> None:
     assert h.replica[1].job.result == JobResult.TIMEOUT
 
 
+def test_a_staged_jobs_time_limit_counts_from_when_it_may_start() -> None:
+    """Staged behind a job ending at 1003 (docs/scheduling-policies.md): its 5 s limit
+    ends at 1008, not 1005; a t_start that is not a number is not used."""
+    h = Harness()
+    h.submit(1, duration=5)
+    h.submit(2, duration=5)
+    h.hello()
+    h.allocs()
+    h.respond(1, proto.ALLOC_SUCCESS, ranks="0",
+              annotations={"sched": {"staged": {"after": [9], "t_start": 1003.0}}})
+    h.exec_report(1, 0, started=True)
+    assert h.core.next_timer() == pytest.approx(1008.0)
+    h.respond(2, proto.ALLOC_SUCCESS, ranks="0",
+              annotations={"sched": {"staged": {"after": [1], "t_start": "soon"}}})
+    h.exec_report(2, 0, started=True)
+    assert sorted(d for d, _j, _k in h.core._timers) == [pytest.approx(1005.0),
+                                                         pytest.approx(1008.0)]
+
+
 def test_afterok_chain() -> None:
     h = Harness()
     h.submit(1)

@@ -684,3 +684,9 @@ def test_garbage_only_raises_value_error(doc: Any) -> None:
 def test_garbage_text_only_raises_value_error(raw: bytes | str) -> None:
     with contextlib.suppress(ValueError):
         ResourceSet(raw)
+
+
+def test_per_rank_gives_each_ranks_cores_and_gpus() -> None:
+    rset = ResourceSet.from_ranks({0: ("0-1", None), 3: ("2", "0-1")})
+    assert [(r, str(c), str(g)) for r, c, g in rset.per_rank()] == [
+        (0, "0-1", ""), (3, "2", "0-1")]

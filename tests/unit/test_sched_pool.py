@@ -975,3 +975,13 @@ def test_set_expiration_of_a_job_holding_nothing_or_a_bad_time() -> None:
         with pytest.raises(ValueError, match="set_expiration"):
             pool.set_expiration(1, bad)  # type: ignore[arg-type]
     assert pool.allocation_of(1).expiration == 10.0
+
+
+def test_holders_name_the_jobs_holding_any_of_an_r() -> None:
+    pool = pool_of({"hosts": "n[0-1]", "cores": "0-3", "gpus": "0-1"})
+    pool.adopt(1, ResourceSet.from_ranks({0: ("0-1", None)}))
+    pool.adopt(2, ResourceSet.from_ranks({0: ("2", "0"), 1: ("0-3", None)}))
+    assert pool.holders(ResourceSet.from_ranks({0: ("1-2", None)})) == {1, 2}
+    assert pool.holders(ResourceSet.from_ranks({0: ("3", "0")})) == {2}
+    assert pool.holders(ResourceSet.from_ranks({0: ("3", "1")})) == set()
+    assert pool.holders(ResourceSet.from_ranks({7: ("0", None)})) == set()

@@ -410,3 +410,32 @@ def test_wire_refuses_what_it_never_writes(wire: str, message: str) -> None:
 def test_wire_of_every_use_case() -> None:
     for req in EXPECTED.values():
         assert Request.from_wire(req.to_wire()) == req
+
+
+# -- a simulated job's run time (staged starts read it) ------------------------------------
+
+
+@pytest.mark.parametrize(("value", "run"), [
+    ("1ms", 0.001), (2, 2.0), (0.5, 0.5), ("1h", 3600.0),
+    # unreadable or unbounded: no known end (the exec worker reports a bad value)
+    ("soon", 0.0), ("inf", 0.0), (-1, 0.0), (True, 0.0), ([1], 0.0), (None, 0.0),
+])
+def test_run_duration_read_from_the_jobspec(value: Any, run: float) -> None:
+    spec = jobspec([slot(1, res("core", 1))], {"exec": {"test": {"run_duration": value}}})
+    request = Request.from_jobspec(spec)
+    assert request.run == run
+    assert Request.from_wire(request.to_wire()) == request
+    assert ('"t"' in request.to_wire()) == bool(run)
+
+
+def test_run_is_not_placement_but_tells_requests_apart() -> None:
+    plain = Request(nslots=2)
+    simulated = Request(nslots=2, run=0.001)
+    assert plain.placement_key == simulated.placement_key
+    assert plain != simulated
+    assert Request.from_wire('{"s":2,"t":0.001}') == simulated
+    for bad in ('{"t":-1}', '{"t":"1s"}', '{"t":true}'):
+        with pytest.raises(ValueError, match=r"Request\.run"):
+            Request.from_wire(bad)
+    with pytest.raises(ValueError, match=r"Request\.run"):
+        Request(run=math.inf)

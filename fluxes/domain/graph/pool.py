@@ -322,6 +322,19 @@ class GraphPool:
         """Ids of the jobs holding allocations now, in allocation order."""
         return list(self._trav.allocs)
 
+    def holders(self, R: ResourceSet) -> set[int]:  # noqa: N803
+        """The jobs whose allocation holds any core or gpu of *R* (a walk over every
+        allocation: asked only when a recovery meets overlapping R)."""
+        out: set[int] = set()
+        for jobid in self._trav.allocs:
+            theirs = self.allocation_of(jobid)
+            for r, cores, gpus in R.per_rank():
+                if r in theirs.ranks and ((cores & theirs.cores(r))
+                                          or (gpus & theirs.gpus(r))):
+                    out.add(jobid)
+                    break
+        return out
+
     def shape_of(self, jobid: int) -> Shape | None:
         """Always None: each R carries its own ``scheduling`` subgraph, so no two
         allocations share an encoding (the worker encodes each R)."""

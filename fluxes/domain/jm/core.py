@@ -26,6 +26,7 @@ share the per-job runtime facts and the transitions between them.
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -466,7 +467,8 @@ class JobManagerCore(ControlHandlers):
             fx.exec.setdefault(rank, []).append(start)
 
     def _arm_timelimit(self, act: Active) -> None:
-        """Set the job's time-limit timer (from its alloc time) once."""
+        """Set the job's time-limit timer (from its alloc time, or when the jobs it is staged
+    behind end) once."""
         if act.deadline is not None:
             return
         if act.job.expiration is not None:
@@ -477,7 +479,11 @@ class JobManagerCore(ControlHandlers):
         duration = act.rec.info.get("duration")
         if isinstance(duration, int | float) and not isinstance(duration, bool) \
                 and 0 < duration < float("inf"):
-            act.deadline = (act.job.t_run or self.clock()) + float(duration)
+            start = act.job.t_run or self.clock()
+            # staged behind running jobs: its limit counts from when they end, as R's
+            # expiration does (docs/scheduling-policies.md, "Staged starts")
+            start = max(start, _staged_start(act.job.annotations))
+            act.deadline = start + float(duration)
             heapq.heappush(self._timers, (act.deadline, act.rec.id, "timelimit"))
 
     # ------------------------------------------------------------ scheduler messages
@@ -838,3 +844,15 @@ def _staged(ann: Mapping[str, Any] | None) -> bool:
     (the scheduler's ``sched.staged``, docs/scheduling-policies.md)."""
     sched = ann.get("sched") if ann is not None else None
     return isinstance(sched, Mapping) and bool(sched.get("staged"))
+
+
+def _staged_start(ann: Mapping[str, Any] | None) -> float:
+    """When the jobs a staged job waits behind end at the latest (its ``sched.staged``
+    annotation's ``t_start``); 0 when it is not staged."""
+    sched = ann.get("sched") if ann is not None else None
+    staged = sched.get("staged") if isinstance(sched, Mapping) else None
+    t_start = staged.get("t_start") if isinstance(staged, Mapping) else None
+    if isinstance(t_start, int | float) and not isinstance(t_start, bool) \
+            and math.isfinite(t_start):
+        return float(t_start)
+    return 0.0

@@ -740,6 +740,16 @@ class ResourcePool:
         """Ids of the jobs holding allocations now, in allocation order."""
         return list(self._jobs)
 
+    def holders(self, R: ResourceSet) -> set[int]:  # noqa: N803
+        """The jobs whose allocation holds any core or gpu of *R* (ranks not here: none)."""
+        out: set[int] = set()
+        for r, cores, gpus in R.per_rank():
+            for jobid in self._nodes.owners.get(r, ()):
+                held_c, held_g, _mem = self._jobs[jobid].parts[r]
+                if (cores & held_c) or (gpus & held_g):
+                    out.add(jobid)
+        return out
+
     def _rset_from(self, held: Callable[[int], tuple[IDSet, IDSet]]) -> ResourceSet:
         """R of the (cores, gpus) that *held* gives per rank (ranks with none left out)."""
         parts: dict[int, Part] = {}

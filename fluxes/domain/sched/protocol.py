@@ -91,6 +91,12 @@ class SchedulerPool(Protocol):
     def jobids(self) -> list[int]:
         """Jobs holding allocations."""
 
+    def allocation_of(self, jobid: int) -> ResourceSet:
+        """The R *jobid* holds (ValueError: none)."""
+
+    def holders(self, R: ResourceSet) -> set[int]:  # noqa: N803
+        """The jobs whose allocation holds any core or gpu of *R*."""
+
     def counts(self) -> dict[str, int]:
         """Totals for monitoring."""
 

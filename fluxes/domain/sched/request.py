@@ -14,6 +14,9 @@ accepts are listed in ``docs/scheduler-pool.md``.  Shapes the pool cannot
 represent raise :class:`~fluxes.domain.sched.errors.InfeasibleRequest` naming the
 vertex, e.g. ``unsupported resource type 'switch' in resources[0].with[0]``;
 malformed input raises ValueError.
+
+Why one module: a request's fields, their wire form and the jobspec shapes that
+map to them change together (a new field is all three at once).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from fluxes.domain.sched.inventory import format_size
 from fluxes.formats import constraints as _constraints
 from fluxes.formats.constraints import Constraint
 from fluxes.formats.counts import Count
+from fluxes.formats.fsd import parse_duration
 from fluxes.formats.jobspec import Jobspec
 
 __all__ = ["MEMORY_UNITS", "Amount", "Request"]
@@ -90,7 +94,10 @@ class Request:
       R cannot record memory, so taking more would only block other jobs);
     * ``sockets_per_slot`` and ``cores_per_socket``: a slot's cores spread
       over that many distinct sockets of one node, that many per socket;
-      given together, and then ``slot_size`` becomes their product.
+      given together, and then ``slot_size`` becomes their product;
+    * ``run``: seconds a simulated job runs (``attributes.system.exec.test.run_duration``;
+      0: not simulated): with ``duration`` it bounds when the job ends, which the
+      session's staged starts read (docs/scheduling-policies.md, "Staged starts").
 
     ``nnodes``, ``nslots``, ``slot_size``, ``gpu_per_slot``,
     ``sockets_per_slot`` and ``cores_per_socket`` may be Count ranges; a
@@ -107,6 +114,7 @@ class Request:
     memory_per_slot: int = 0
     sockets_per_slot: Amount = 0
     cores_per_socket: Amount = 0
+    run: float = 0.0
     _hash: int = field(init=False, repr=False, compare=False, default=0)
     _key: tuple[Any, ...] = field(init=False, repr=False, compare=False, default=())
     #: (min_cores, min_gpus), computed once: every pass asks each held request for them
@@ -139,6 +147,12 @@ class Request:
             raise ValueError(f"Request.duration: expected a finite number of seconds >= 0, "
                              f"got {dur!r}")
         put(self, "duration", float(dur))
+        run = self.run
+        if isinstance(run, bool) or not isinstance(run, (int, float)) or not (
+                math.isfinite(run) and run >= 0):
+            raise ValueError(f"Request.run: expected a finite number of seconds >= 0, "
+                             f"got {run!r}")
+        put(self, "run", float(run))
         sockets = _minimum(self.sockets_per_slot)
         per_socket = _minimum(self.cores_per_socket)
         if (sockets == 0) != (per_socket == 0):
@@ -162,7 +176,7 @@ class Request:
                self.constraint, self.memory_per_slot, self.sockets_per_slot,
                self.cores_per_socket)
         put(self, "_key", key)
-        put(self, "_hash", hash((key, self.duration)))
+        put(self, "_hash", hash((key, self.duration, self.run)))
         per_node = max(nodes, 1) * _minimum(self.nslots)
         put(self, "_least", (per_node * _minimum(self.slot_size),
                              per_node * _minimum(self.gpu_per_slot)))
@@ -205,7 +219,8 @@ class Request:
 
     @property
     def placement_key(self) -> tuple[Any, ...]:
-        """Every field but the duration: what placement depends on (a hashable cache key)."""
+        """Every field but the duration and run: what placement depends on (a hashable
+        cache key)."""
         return self._key
 
     def describe_slot(self) -> str:
@@ -260,6 +275,8 @@ class Request:
             out["d"] = self.duration
         if self.memory_per_slot:
             out["m"] = self.memory_per_slot
+        if self.run:
+            out["t"] = self.run
         # stdlib json: a count or memory amount may pass 64 bits, which orjson refuses
         return json.dumps(out, separators=(",", ":"), allow_nan=False)
 
@@ -298,6 +315,8 @@ class Request:
             fields["duration"] = doc["d"]
         if "m" in doc:
             fields["memory_per_slot"] = doc["m"]
+        if "t" in doc:
+            fields["run"] = doc["t"]
         return cls(**fields)
 
     # -- jobspec --------------------------------------------------------------------
@@ -307,9 +326,10 @@ class Request:
                      requires: Sequence[str] = ()) -> Request:
         """The request of a jobspec (a :class:`~fluxes.formats.jobspec.Jobspec` or its dict).
 
-        Reads the RFC 14 ``resources`` tree, ``attributes.system.duration``
-        and ``attributes.system.constraints`` (RFC 31); *requires* are the
-        properties an RFC 33 queue requires, ANDed into the constraint.
+        Reads the RFC 14 ``resources`` tree, ``attributes.system.duration``,
+        ``attributes.system.exec.test.run_duration`` and
+        ``attributes.system.constraints`` (RFC 31); *requires* are the properties
+        an RFC 33 queue requires, ANDed into the constraint.
         Supported shapes (``[...]`` = optional, ``X`` = core, gpu, memory or
         socket->core):
 
@@ -356,7 +376,25 @@ class Request:
             raise ValueError(f"attributes.system.constraints: {exc}") from None
         if constraint is not None and constraint == _constraints.parse({}):
             constraint = None
-        return cls(constraint=constraint, duration=float(duration), **fields)
+        return cls(constraint=constraint, duration=float(duration), run=_run(system),
+                   **fields)
+
+
+def _run(system: Mapping[str, Any]) -> float:
+    """Seconds a simulated job runs (``exec.test.run_duration``), 0 when not simulated or
+    unreadable: the exec worker reports a bad value; here it only means no known end."""
+    node: object = system
+    for key in ("exec", "test", "run_duration"):
+        if not isinstance(node, Mapping):
+            return 0.0
+        node = node.get(key)
+    if not isinstance(node, (str, int, float)):
+        return 0.0
+    try:
+        seconds = parse_duration(node)
+    except ValueError:
+        return 0.0
+    return seconds if math.isfinite(seconds) else 0.0
 
 
 #: Longest wire form read (a constraint is the only part that can grow).
@@ -365,7 +403,8 @@ MAX_WIRE_BYTES: Final = 64 * 1024
 _WIRE_AMOUNTS: Final = (("n", "nnodes", 0), ("s", "nslots", 1), ("c", "slot_size", 1),
                         ("g", "gpu_per_slot", 0), ("sk", "sockets_per_slot", 0),
                         ("cs", "cores_per_socket", 0))
-_WIRE_KEYS: Final = frozenset({key for key, _n, _d in _WIRE_AMOUNTS} | {"x", "k", "d", "m"})
+_WIRE_KEYS: Final = frozenset({key for key, _n, _d in _WIRE_AMOUNTS}
+                              | {"x", "k", "d", "m", "t"})
 
 
 # -- the resources tree -----------------------------------------------------------------

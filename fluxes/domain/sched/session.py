@@ -52,7 +52,8 @@ Driving it from a snapshot of live state (what a forecast does; see
 Why one module: it is the session's one state machine (the records of the
 outstanding jobs are shared by the request handlers, the passes, the
 recovery and the R-write fencing); the pieces that stand alone (policies,
-pools, requests, the standby mirror) are modules of their own.
+pools, requests, the standby mirror, the staged starts' bookkeeping,
+:mod:`~fluxes.domain.sched.staging`) are modules of their own.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ from fluxes.domain.sched.errors import InfeasibleRequest
 from fluxes.domain.sched.policy import PassResult, PendingJob, QueuePolicy, Scheduler
 from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.staging import Staging
 from fluxes.domain.sched.standby import adopt_stored, reconcile
 from fluxes.errors import FluxesError
 from fluxes.formats.idset import IDSet
@@ -312,7 +314,9 @@ class SessionCore:
     else, a forecast: it needs ``write_r`` and ``latency`` off); ``pulse`` is called during
     long batches (the worker renews its leases); ``clock`` (monotonic) times
     alloc latency, only when ``latency`` is on; ``owner_uid`` raises the
-    exceptions of jobs whose allocation a recovery lost.
+    exceptions of jobs whose allocation a recovery lost; ``stage_depth`` and
+    ``stage_horizon`` (seconds) are the staged starts' (:mod:`~fluxes.domain.sched.staging`;
+    depth 0, the default, frees nothing early: the simulator's exec is instant).
     """
 
     def __init__(self, pool: SchedulerPool, queues: Mapping[str | None, QueuePolicy], *,
@@ -322,7 +326,8 @@ class SessionCore:
                  mode: proto.Mode = "unlimited", limit: int = 0, annotate: bool = True,
                  write_r: bool = True, pulse: Callable[[], object] | None = None,
                  latency: bool = False, clock: Callable[[], float] = time.monotonic,
-                 owner_uid: int = 0, answer: bool = True) -> None:
+                 owner_uid: int = 0, answer: bool = True, stage_depth: int = 0,
+                 stage_horizon: float = 0.0) -> None:
         if not answer and (write_r or latency):
             raise ValueError("SessionCore: answer=False needs write_r and latency off "
                              "(no SUCCESS carries the R, nor ends an alloc's latency)")
@@ -342,6 +347,8 @@ class SessionCore:
         self.clock = clock
         self.owner_uid = owner_uid
         self.requests = Requests(graph)
+        #: the jobs freed early and those staged behind them
+        self.staging = Staging(stage_depth, stage_horizon)
         #: the record of each job allocated but not committed, or quarantined (a queued
         #: job's record is its entry in ``sched.pending``: one record per outstanding job)
         self.jobs: dict[int, Record] = {}
@@ -430,6 +437,7 @@ class SessionCore:
             case proto.Expiration(id=jobid, expiration=expiration):
                 # a job freed meanwhile holds nothing to move
                 if pool.set_expiration(jobid, expiration):
+                    self.staging.moved(jobid, expiration)
                     self.dirty = True
             case proto.Free(id=jobid):
                 self._free(jobid, fx)
@@ -441,10 +449,14 @@ class SessionCore:
         """A job's resources are released: the pool, the limits, a quarantine."""
         if self.gate is not None:
             self.gate.end(jobid)
-        try:
-            self.pool.free(jobid)
-        except ValueError:
-            pass  # not held here (freed before a restart): still answered
+        staging = self.staging
+        if staging.known and staging.freed(jobid):
+            pass  # freed early: the pool gave its resources out already
+        else:
+            try:
+                self.pool.free(jobid)
+            except ValueError:
+                pass  # not held here (freed before a restart): still answered
         record = self.jobs.get(jobid)
         if isinstance(record, Quarantined):
             del self.jobs[jobid]
@@ -461,6 +473,7 @@ class SessionCore:
         specs = dict(zip(missing, self.stored.effective_jobspecs(missing), strict=True)) \
             if missing else {}
         held = set(pool.jobids())
+        held.update(self.staging.early)  # running still, though the pool let them go
         for n, ((msg, origin), carried) in enumerate(zip(allocs, requests, strict=True)):
             if n % PULSE_EVERY == PULSE_EVERY - 1 and self.pulse is not None:
                 self.pulse()
@@ -501,6 +514,9 @@ class SessionCore:
             pool.free(jobid)
             if self.gate is not None:
                 self.gate.end(jobid)
+        for jobid in self.staging.forget(lambda j: part(j) != partition):
+            if self.gate is not None:
+                self.gate.end(jobid)  # freed early: not in the pool, still counted
         self.epochs.pop(partition, None)
         self.ready.discard(partition)
         if drop_responses:
@@ -514,18 +530,19 @@ class SessionCore:
         The pool may hold allocations already (a hot standby's, taken over):
         those the reply names stay, the others of this partition are freed.
         """
-        pool = self.pool
+        pool, early = self.pool, self.staging.early
         held = {a.id: a.ranks for a in alloc}
         owners = {a.id: a for a in alloc}
-        stale, ids = reconcile((j for j in pool.jobids() if self.partition_of(j) == partition),
-                               held)
+        ours = [j for j in [*pool.jobids(), *early] if self.partition_of(j) == partition]
+        stale, ids = reconcile(ours, held)
         for jobid in stale:
-            pool.free(jobid)
+            if not self.staging.freed(jobid):
+                pool.free(jobid)
             self.warm_sizes.pop(jobid, None)
         missing = set(ids)
         for jobid, owner in owners.items():
-            if jobid in missing:
-                continue
+            if jobid in missing or jobid in early:
+                continue  # to read, or freed early here already (its limits counted)
             size = self.warm_sizes.pop(jobid, None)
             if size is None:  # in the pool, but not through the warm pool: read again
                 pool.free(jobid)
@@ -544,9 +561,37 @@ class SessionCore:
         """Put a running job's allocation (its stored R) into the pool, as the hello
         recovery does for each job the reply names: ``owner`` (the reply's entry) moves
         its end (``expiration``) and counts it against its owner's limits. For a
-        snapshot of live state. ValueError when R does not fit the pool; its R."""
-        rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
+        snapshot of live state. ValueError when R does not fit the pool; its R.
+
+        A job whose R overlaps one the pool holds already (a job and the jobs staged
+        behind it, each with its own R) is adopted all the same: the one in the pool
+        is taken as freed early, as if this one were staged behind it."""
+        try:
+            rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
+        except ValueError:
+            rset = self._make_room(jobid, raw_r)
+            rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
         self._adopted(jobid, owner or proto.HeldJob(id=jobid), rset.nnodes, rset.ncores)
+        staging = self.staging
+        if staging.depth or staging.early:
+            expiration = rset.expiration if owner is None or owner.expiration is None \
+                else owner.expiration
+            staging.placed(jobid, rset, request.run if request is not None else 0.0,
+                           rset.starttime or 0.0, expiration)
+        return rset
+
+    def _make_room(self, jobid: int, raw_r: bytes) -> ResourceSet:
+        """``jobid``'s R does not fit the pool: the pool's jobs holding any of it are freed
+        early (ValueError when none does: R is wrong, not overlapping); its R."""
+        rset = ResourceSet(raw_r)
+        pool = self.pool
+        holders = pool.holders(rset)
+        if not holders:
+            raise ValueError(f"job {jobid}: its R does not fit the pool")
+        for other in sorted(holders):
+            theirs = pool.allocation_of(other)
+            pool.free(other)
+            self.staging.hold_early(other, theirs)
         return rset
 
     def _adopted(self, jobid: int, owner: proto.HeldJob, nnodes: int, ncores: int) -> None:
@@ -613,7 +658,15 @@ class SessionCore:
 
     def due(self, now: float) -> bool:
         """Whether a pass is owed at ``now`` (jobs pending, and news or a timer)."""
-        return bool(self.sched.pending) and (self.dirty or self._timer_due(now))
+        return bool(self.sched.pending) and (self.dirty or self._timer_due(now)
+                                             or self._stage_due(now))
+
+    def _stage_due(self, now: float) -> bool:
+        """Whether a running job's bound entered the horizon (it may be freed early)."""
+        if not self.staging.depth:
+            return False
+        due = self.staging.next_due()
+        return due is not None and due <= now
 
     def _timer_due(self, now: float) -> bool:
         if not self.annotate:
@@ -623,12 +676,15 @@ class SessionCore:
 
     def next_timer(self) -> float | None:
         """When a timer pass is next owed (None: none while nothing changes)."""
-        if not self.annotate or not self.sched.pending:
+        if not self.sched.pending:
             return None
+        staged = self.staging.next_due() if self.staging.depth else None
+        if not self.annotate:
+            return staged
         due = self.planned + REPLAN_S
         if self.owe_full:
             due = min(due, self.full_pass + FULL_PASS_S)
-        return due
+        return due if staged is None else min(due, staged)
 
     def schedule(self, now: float, fx: Effects) -> PassResult:
         """One pass at ``now``: SUCCESS (with R), DENY and annotation deltas into ``fx``."""
@@ -639,13 +695,28 @@ class SessionCore:
                 self.full_pass = now
             # a quick pass leaves some jobs' annotations stale: owe them a full one
             self.owe_full = not full
+        staging = self.staging
+        if staging.depth and self.sched.pending:
+            pool = self.pool
+            for jobid in staging.due(now):
+                try:
+                    # a staged job's parts are known: its R is not built again
+                    rset = None if staging.has_parts(jobid) else pool.allocation_of(jobid)
+                    pool.free(jobid)
+                except ValueError:  # not the pool's any more: nothing to follow
+                    staging.freed(jobid)
+                else:
+                    staging.free_early(jobid, rset)
         result = self.sched.schedule(now, full=full)
         self.dirty = False
         self.planned = now
         if result.allocated:
             answered = {job.id: job for job in result.answered}
+            follow = bool(staging.depth or staging.early)
             for jobid, rset in result.allocated:
-                self._allocated(answered.get(jobid), jobid, rset, fx)
+                job = answered.get(jobid)
+                staged = self._stage(job, jobid, rset, now) if follow else None
+                self._allocated(job, jobid, rset, fx, staged)
         part = self.partition_of
         for jobid, note in result.denied:
             fx.out(part(jobid)).append(proto.AllocResponse(id=jobid, type=proto.ALLOC_DENY,
@@ -655,10 +726,28 @@ class SessionCore:
                 self._annotate(jobid, sched_ann, fx)
         return result
 
+    def _stage(self, job: PendingJob | None, jobid: int, rset: ResourceSet, now: float
+               ) -> dict[str, Any] | None:
+        """Follow a new allocation's end; when it is staged behind jobs freed early, its
+        time limit counts from when they end (its R's expiration and the pool's end move)
+        and its ``staged`` annotation (None: not staged)."""
+        limit = None if rset.expiration is None or rset.starttime is None \
+            else rset.expiration - rset.starttime
+        known = self.staging.placed(jobid, rset, job.request.run if job is not None else 0.0,
+                                    now, rset.expiration)
+        if known is None or not known.behind:
+            return None
+        if limit is not None and known.start > now:
+            rset.expiration = known.start + limit
+            self.pool.set_expiration(jobid, rset.expiration)
+            self.staging.moved(jobid, rset.expiration)
+        return {"after": sorted(known.behind), "t_start": known.start}
+
     def _allocated(self, job: PendingJob | None, jobid: int, rset: ResourceSet,
-                   fx: Effects) -> None:
+                   fx: Effects, staged: dict[str, Any] | None = None) -> None:
         """A pass allocated ``rset`` to ``jobid`` (queued as ``job``): its SUCCESS, and
-        its R to write."""
+        its R to write (``staged``: its annotation when it is staged behind jobs freed
+        early)."""
         self.allocations += 1
         if not self.answer:
             return  # nobody reads the SUCCESS (a forecast): its R summary is not built
@@ -681,6 +770,8 @@ class SessionCore:
             rs[jobid] = data
         ann: dict[str, Any] = {"sched": {"resource_summary": summary,
                                          "reason_pending": None, "t_estimate": None}}
+        if staged is not None:
+            ann["sched"]["staged"] = staged
         # machines without host names have an empty nodelist: it is left out (every
         # reader takes an absent one as empty)
         fx.out(part).append(proto.AllocResponse(
@@ -725,7 +816,8 @@ class SessionCore:
             if self.gate is not None:
                 self.gate.end(jobid)
             try:
-                self.pool.free(jobid)
+                if not self.staging.freed(jobid):
+                    self.pool.free(jobid)
             except ValueError:
                 pass  # not held here
             self.allocations -= 1
