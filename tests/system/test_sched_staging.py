@@ -2,8 +2,8 @@
 stages the next job behind it (docs/scheduling-policies.md, "Staged starts"); a scheduler
 killed while jobs are staged recovers their overlapping R at hello.
 
-Whether two jobs ever run on one core at once is the exec worker's part (docs/exec.md): the
-drills' no-double-allocation check covers it (fluxes/drill/invariants.py).
+Whether two jobs ever run on one core at once is the exec worker's part (docs/exec.md): each
+test checks it with the drills' check (fluxes/drill/invariants.py, check_exclusive).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pytest
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
-from fluxes.drill.invariants import check_jobs
+from fluxes.drill.invariants import check_exclusive, check_jobs
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
@@ -86,6 +86,8 @@ def test_short_jobs_are_staged_behind_the_running_ones(
     logs = collect.eventlogs(inst, ids)
     _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
     assert report.ok, [str(v) for v in report.violations[:5]]
+    double = check_exclusive(logs, collect.rsets(inst, ids))
+    assert not double, [str(v) for v in double[:5]]
     found = staged(logs)
     assert found, "no job was staged"
     for jobid, what in found.items():
@@ -114,6 +116,8 @@ def test_a_scheduler_killed_with_jobs_staged_recovers_them(
     logs = collect.eventlogs(inst, ids)
     _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
     assert report.ok, [str(v) for v in report.violations[:5]]
+    double = check_exclusive(logs, collect.rsets(inst, ids))
+    assert not double, [str(v) for v in double[:5]]
     # the hello recoveries adopted every R, overlapping or not
     log = (tmp / "logs" / "scheduler.log").read_text()
     assert "allocation not recovered" not in log and '"critical"' not in log
