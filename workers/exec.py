@@ -81,7 +81,14 @@ from fluxes.proc.perilog import HookRunner, PerilogFlow
 from fluxes.proc.pmi_server import PmiServer
 from fluxes.proc.remote_exec import REPLY_TTL_S, CommandRunner, reply_fields
 from fluxes.proc.spawner_client import ENV_SPAWNER, SpawnerLink
-from fluxes.proc.tasks import Launcher, TaskWatcher, nap, raise_fd_limit, signal_tasks
+from fluxes.proc.tasks import (
+    Launcher,
+    TaskWatcher,
+    nap,
+    raise_fd_limit,
+    signal_tasks,
+    tight_timers,
+)
 from fluxes.store.errors import StoreError
 from fluxes.store.exec_streams import READ_COUNT, ExecStreams, entries
 from fluxes.store.instance import Instance
@@ -196,6 +203,7 @@ class ExecWorker(Starting):
         self.commands = CommandRunner(self.state_dir)  # fluxes exec
         self._reset()
         raise_fd_limit()
+        tight_timers()
 
     def _reset(self) -> None:
         """Forget the in-memory job state (rebuilt by :meth:`setup`)."""
