@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fluxes.domain.job import events as ev
-from fluxes.domain.job.model import Job, TransitionError, apply
+from fluxes.domain.job.model import Job, TransitionError, apply, staged_info
 from fluxes.domain.job.states import JobResult, JobState
 from fluxes.domain.joblist.model import ReadModel
 from fluxes.formats.idset import IDSet
@@ -144,8 +144,7 @@ def staged_jobs(eventlogs: Mapping[int, Sequence[ev.Event]]) -> set[int]:
     for jobid, log in eventlogs.items():
         for event in log:
             if isinstance(event, ev.Alloc):
-                sched = (event.annotations or {}).get("sched")
-                if isinstance(sched, Mapping) and sched.get("staged"):
+                if staged_info(event.annotations) is not None:
                     out.add(jobid)
                 break
     return out

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from fluxes.domain.job import events as ev
+from fluxes.domain.job.model import staged_info
 from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
 from fluxes.drill.invariants import check_exclusive, check_jobs
@@ -72,9 +73,9 @@ def staged(logs: dict[int, list[ev.Event]]) -> dict[int, Any]:
     for jobid, log in logs.items():
         for event in log:
             if isinstance(event, ev.Alloc):
-                sched = (event.annotations or {}).get("sched") or {}
-                if sched.get("staged"):
-                    out[jobid] = sched["staged"]
+                info = staged_info(event.annotations)
+                if info is not None:
+                    out[jobid] = info
     return out
 
 

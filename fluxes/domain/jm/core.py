@@ -55,7 +55,7 @@ from fluxes.domain.jm.priority import (
     job_priority,
 )
 from fluxes.domain.job import events as ev
-from fluxes.domain.job.model import merge_annotations
+from fluxes.domain.job.model import merge_annotations, staged_info
 from fluxes.domain.job.record import JobRecord, apply_record
 from fluxes.domain.job.states import JobState
 from fluxes.formats.idset import IDSet
@@ -675,7 +675,7 @@ class JobManagerCore(ControlHandlers):
                 # what accounting charges (docs/accounting.md): R's own counts
                 extra["ncores"] = msg.ncores
                 extra["ngpus"] = msg.ngpus or 0
-            if _staged(ann):
+            if staged_info(ann) is not None:
                 # its cores free only when the jobs it waits behind end: accounting
                 # charges it from its start (docs/accounting.md)
                 extra["staged"] = True
@@ -839,19 +839,11 @@ def _encodable(value: Any) -> bool:
     return True
 
 
-def _staged(ann: Mapping[str, Any] | None) -> bool:
-    """Whether a SUCCESS's annotations say the job is staged behind running jobs
-    (the scheduler's ``sched.staged``, docs/scheduling-policies.md)."""
-    sched = ann.get("sched") if ann is not None else None
-    return isinstance(sched, Mapping) and bool(sched.get("staged"))
-
-
 def _staged_start(ann: Mapping[str, Any] | None) -> float:
     """When the jobs a staged job waits behind end at the latest (its ``sched.staged``
     annotation's ``t_start``); 0 when it is not staged."""
-    sched = ann.get("sched") if ann is not None else None
-    staged = sched.get("staged") if isinstance(sched, Mapping) else None
-    t_start = staged.get("t_start") if isinstance(staged, Mapping) else None
+    staged = staged_info(ann)
+    t_start = staged.get("t_start") if staged is not None else None
     if isinstance(t_start, int | float) and not isinstance(t_start, bool) \
             and math.isfinite(t_start):
         return float(t_start)

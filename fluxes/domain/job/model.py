@@ -192,6 +192,15 @@ def _require(job: Job, event: ev.Event, states: frozenset[JobState]) -> None:
         raise _refuse(job, event)
 
 
+def staged_info(annotations: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The scheduler's ``sched.staged`` annotation of a job it staged behind running jobs
+    (``after``, ``t_start``: docs/scheduling-policies.md, "Staged starts"); None when the
+    job was not staged."""
+    sched = annotations.get("sched") if annotations is not None else None
+    staged = sched.get("staged") if isinstance(sched, Mapping) else None
+    return staged if isinstance(staged, Mapping) and staged else None
+
+
 def merge_annotations(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None
                       ) -> Mapping[str, Any] | None:
     """Merge RFC 27 annotations: recurse into dicts, null deletes, otherwise replace.
