@@ -206,6 +206,10 @@ class HookRunner:
                         run.timed_out = True
                         self._kill(run)
                     continue
+                if status is None:
+                    # it may have written its status and exited between the two looks:
+                    # only a hook gone without a status file was lost
+                    status = self._status(run)
                 run.status = status
             run.ended = True
             done.append(run)

@@ -6,7 +6,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from fluxes.domain.exec.perilog import Hook, failure_text
+from fluxes.proc import perilog
 from fluxes.proc.perilog import HookRun, HookRunner
 
 
@@ -70,3 +73,24 @@ def test_a_new_runner_finds_running_ended_and_lost_hooks(tmp_path: Path) -> None
     gate.touch()
     [hk] = wait_done(second)
     assert hk.jobid == 1 and hk.status == 0 and not hk.failed
+
+
+def test_a_hook_ending_between_the_two_looks_is_not_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A restarted worker looks for the status file, then at /proc: a hook that writes its
+    status and exits in between ended well (it was taken as lost, which drains the node)."""
+    first = HookRunner(str(tmp_path), "fx", [0])
+    gate = tmp_path / "gate"
+    run = first.start("housekeeping", Hook(("/bin/sh", "-c", f"while [ ! -e {gate} ]; do "
+                                            "sleep 0.02; done; exit 0"), 0), 0, 1, 0)
+    second = HookRunner(str(tmp_path), "fx", [0])
+    [found] = second.restore()
+
+    def ends_meanwhile(pid: int, marker: str) -> bool:
+        gate.touch()
+        os.waitpid(run.pid, 0)  # its status file is written before it exits
+        return False
+
+    monkeypatch.setattr(perilog, "_alive", ends_meanwhile)
+    [done] = second.poll()
+    assert done is found and done.status == 0 and not done.failed
