@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 import os
 import pwd
 import resource
@@ -192,9 +193,13 @@ _FD_SETSIZE = 1024
 def nap(seconds: float, fd: int) -> None:
     """Wait ``seconds`` (a fraction of a millisecond, which poll() cannot: it rounds up
     to whole ones), or less if ``fd`` becomes readable: a new request is taken at once,
-    not after the nap. An fd select() cannot wait on: a plain sleep."""
+    not after the nap. An fd select() cannot take: poll(), whole milliseconds."""
     if 0 <= fd < _FD_SETSIZE:
         select.select([fd], [], [], seconds)
+    elif fd >= 0:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        poller.poll(math.ceil(seconds * 1000))
     else:
         time.sleep(seconds)
 

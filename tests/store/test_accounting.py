@@ -392,7 +392,10 @@ class TestRealRedis(AccountingContract, OnRealRedis):
 
 
 def test_decode_entry_reads_only_what_usage_needs() -> None:
-    assert decode_entry({b"j": b"1", b"n": b"start", b"t": b"x"}) is None
+    assert decode_entry({b"j": b"1", b"n": b"finish", b"t": b"x"}) is None
+    # a start is read for its time only (a staged job is charged from it)
+    assert decode_entry({b"j": b"1", b"n": b"start", b"t": b"7", b"c": b"not json"}) == \
+        (1, "start", 7.0, {}, {})
     assert decode_entry({b"j": b"1", b"n": b"free", b"t": b"5", b"c": b"not json"}) == \
         (1, "free", 5.0, {}, {})
     with pytest.raises(ValueError):

@@ -3,6 +3,7 @@ escalation, pidfds, reaping, and finding tasks again after a restart (markers, f
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -31,6 +32,7 @@ from fluxes.proc.tasks import (
     StartFailed,
     TaskWatcher,
     nap,
+    raise_fd_limit,
     signal_tasks,
 )
 
@@ -450,10 +452,19 @@ def test_a_pending_task_whose_spawner_went_away_runs_under_the_wrapper(rig: Rig,
     assert task.status == 0 and Path(task.streams[0].path).read_bytes() == b"fell back\n"
 
 
-def test_nap_ends_when_its_fd_is_readable() -> None:
+@pytest.mark.parametrize("high", [False, True])
+def test_nap_ends_when_its_fd_is_readable(high: bool) -> None:
     """The exec worker naps a fraction of a millisecond until a simulated job is due; a
     request that comes meanwhile ends the nap (an hour here: only readability ends it)."""
     r, w = os.pipe()
+    if high:  # beyond select()'s reach (a worker with many tasks): poll() is used
+        raise_fd_limit()  # as the exec worker does
+        try:
+            high_r = fcntl.fcntl(r, fcntl.F_DUPFD, 2000)
+        except OSError:
+            pytest.skip("cannot open an fd above 1024 here")
+        os.close(r)
+        r = high_r
     try:
         threading.Timer(0.05, os.write, (w, b"x")).start()
         done = threading.Event()
@@ -464,7 +475,7 @@ def test_nap_ends_when_its_fd_is_readable() -> None:
 
         threading.Thread(target=napper, daemon=True).start()
         assert done.wait(30.0)
-        nap(0.0001, 1 << 20)  # an fd select() cannot take: a plain sleep, no error
+        nap(0.0001, -1)  # no fd: a plain sleep
     finally:
         os.close(r)
         os.close(w)
