@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from fluxes.domain.job.events import Event
+from fluxes.domain.job.states import JobResult
+from fluxes.drill import collect
+from fluxes.drill.invariants import check_exclusive, check_jobs
 from fluxes.proc.launcher import Launcher
 from fluxes.proc.redis_server import redis_server_binary
+from fluxes.store.instance import Instance
 
 
 def need_redis() -> None:
@@ -51,3 +57,35 @@ def launcher() -> Iterator[Launcher]:
 def uri(launcher: Launcher) -> str:
     """The instance URI for ``fluxes --uri``."""
     return str(launcher.uri)
+
+
+def wait_all(launcher: Launcher, inst: Instance, ids: list[int], timeout: float = 120.0,
+             chaos: object = None) -> None:
+    """Supervise (restarting killed workers, calling ``chaos`` each round) until every
+    job of ``ids`` is inactive."""
+    deadline = time.monotonic() + timeout
+    left = set(ids)
+    while left and time.monotonic() < deadline:
+        launcher.supervise_once()
+        if callable(chaos):
+            chaos()
+        pipe = inst.redis.pipeline(transaction=False)
+        batch = sorted(left)[:2000]
+        for jobid in batch:
+            pipe.hget(inst.keys.job(jobid), "result")
+        for jobid, result in zip(batch, pipe.execute(), strict=True):
+            if result:
+                left.discard(jobid)
+        time.sleep(0.05)
+    assert not left, f"{len(left)} jobs still active"
+
+
+def check_completed(inst: Instance, ids: list[int]) -> dict[int, list[Event]]:
+    """Every job of ``ids`` completed, and no core or gpu ran two of them at once (the
+    drills' checks); their eventlogs."""
+    logs = collect.eventlogs(inst, ids)
+    _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
+    assert report.ok, [str(v) for v in report.violations[:5]]
+    double = check_exclusive(logs, collect.rsets(inst, ids))
+    assert not double, [str(v) for v in double[:5]]
+    return logs

@@ -97,14 +97,19 @@ def test_waiting_starts_start_in_arrival_order(harness: Harness) -> None:
     assert _first(entries, 3, _started) == _first(entries, 2, _released)
 
 
-def test_a_killed_waiting_start_never_starts(harness: Harness) -> None:
+def _second_waits(harness: Harness, first: str) -> None:
+    """Job 1 (simulated ``first``) runs on core 0 of rank 0; job 2's start waits behind it."""
     worker = harness.worker()
-    harness.job(1, sim("100s"), ranks={0: "0"})
+    harness.job(1, sim(first), ranks={0: "0"})
     harness.job(2, sim("10ms"), ranks={0: "0"})
     harness.start(1)
     harness.wait(1, _started)
     harness.start(2)
     _until("job 2 waits", lambda: worker.table.cores.waiting(0, 2))
+
+
+def test_a_killed_waiting_start_never_starts(harness: Harness) -> None:
+    _second_waits(harness, "100s")
     harness.kill(2, signal.SIGTERM)
     final = harness.final(2)
     # what a job killed before its tasks started gets: released, never started
@@ -121,13 +126,7 @@ def test_a_killed_waiting_start_never_starts(harness: Harness) -> None:
 
 
 def test_a_signal_to_a_waiting_job_is_nothing_to_send(harness: Harness) -> None:
-    worker = harness.worker()
-    harness.job(1, sim("300ms"), ranks={0: "0"})
-    harness.job(2, sim("10ms"), ranks={0: "0"})
-    harness.start(1)
-    harness.wait(1, _started)
-    harness.start(2)
-    _until("job 2 waits", lambda: worker.table.cores.waiting(0, 2))
+    _second_waits(harness, "300ms")
     harness.client.xadd(STREAM, wire.entry([{"t": "signal", "id": 2, "signal": 10}]))
     assert harness.final(2)["status"] == 0  # it runs on when its cores free
 

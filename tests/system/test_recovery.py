@@ -12,19 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from fluxes.domain.job.states import JobResult
-from fluxes.drill import collect
-from fluxes.drill.invariants import (
-    check_exclusive,
-    check_jobs,
-)
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher, WorkerSpec
 from fluxes.store.client import Client
 from fluxes.store.groups import stream_lags
 from fluxes.store.instance import Instance
 from fluxes.store.keys import GROUP_JM
-from tests.system.conftest import need_redis
+from tests.system.conftest import check_completed, need_redis, wait_all
 
 pytestmark = pytest.mark.system
 
@@ -71,34 +65,6 @@ def fence(inst: Instance) -> int:
     return int(inst.redis.get(inst.keys.jm_fence(0)) or 0)
 
 
-def wait_all(launcher: Launcher, inst: Instance, ids: list[int], timeout: float = 120.0,
-             chaos: object = None) -> None:
-    """Supervise (restarting killed workers) until every job is inactive."""
-    deadline = time.monotonic() + timeout
-    left = set(ids)
-    while left and time.monotonic() < deadline:
-        launcher.supervise_once()
-        if callable(chaos):
-            chaos()
-        pipe = inst.redis.pipeline(transaction=False)
-        batch = sorted(left)[:2000]
-        for jobid in batch:
-            pipe.hget(inst.keys.job(jobid), "result")
-        for jobid, result in zip(batch, pipe.execute(), strict=True):
-            if result:
-                left.discard(jobid)
-        time.sleep(0.1)
-    assert not left, f"{len(left)} jobs still active"
-
-
-def check(inst: Instance, ids: list[int]) -> None:
-    logs = collect.eventlogs(inst, ids)
-    _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
-    assert report.ok, [str(v) for v in report.violations[:5]]
-    double = check_exclusive(logs, collect.rsets(inst, ids))
-    assert not double, [str(v) for v in double[:5]]
-
-
 def alloc_order(inst: Instance, ids: list[int]) -> list[int]:
     """The jobs of ``ids`` in the order their alloc events were written (journal order)."""
     wanted = set(ids)
@@ -132,7 +98,7 @@ def test_job_manager_kill9_mid_thousand_jobs(instance: tuple[Launcher, Instance]
             kill_again.clear()
 
     wait_all(launcher, inst, [int(i) for i in ids], chaos=chaos)
-    check(inst, [int(i) for i in ids])
+    check_completed(inst, [int(i) for i in ids])
 
 
 def test_standby_job_manager_takes_over(instance: tuple[Launcher, Instance]) -> None:
@@ -152,7 +118,7 @@ def test_standby_job_manager_takes_over(instance: tuple[Launcher, Instance]) -> 
     started = time.monotonic()
     wait_all(launcher, inst, ids)
     assert time.monotonic() - started < 60
-    check(inst, ids)
+    check_completed(inst, ids)
 
 
 def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Instance]) -> None:
@@ -172,7 +138,7 @@ def test_scheduler_killed_twenty_times_under_load(instance: tuple[Launcher, Inst
             launcher.supervise_once()
             time.sleep(0.05)
     wait_all(launcher, inst, ids)
-    check(inst, ids)
+    check_completed(inst, ids)
     # each new scheduler resumed with the pending jobs in the same order: equal
     # priority, so first come first served, whatever the kills interrupted
     assert alloc_order(inst, ids) == sorted(ids)
@@ -195,7 +161,7 @@ def test_hot_standby_scheduler_takes_over_a_killed_leader() -> None:
             victim.proc.wait()  # type: ignore[union-attr]
             launcher.workers.remove(victim)
             wait_all(launcher, inst, ids)
-            check(inst, ids)
+            check_completed(inst, ids)
             [standby] = [w for w in launcher.workers if w.name.startswith("scheduler")]
             log = (Path(tmp) / "logs" / f"{standby.name}.log").read_text()
             # it took the leases over from the dead leader, not after they lapsed

@@ -20,14 +20,12 @@ import pytest
 
 from fluxes.domain.job import events as ev
 from fluxes.domain.job.model import staged_info
-from fluxes.domain.job.states import JobResult
 from fluxes.drill import collect
-from fluxes.drill.invariants import check_exclusive, check_jobs
 from fluxes.formats.jobspec import Jobspec
 from fluxes.proc.launcher import Launcher
 from fluxes.store.client import Client
 from fluxes.store.instance import Instance
-from tests.system.conftest import need_redis
+from tests.system.conftest import check_completed, need_redis, wait_all
 
 pytestmark = pytest.mark.system
 
@@ -49,24 +47,6 @@ def sim(runtime: str) -> dict[str, object]:
         "system": {"exec": {"test": {"run_duration": runtime}}}}).to_dict()
 
 
-def wait_all(launcher: Launcher, inst: Instance, ids: list[int], timeout: float = 120.0
-             ) -> None:
-    """Supervise (restarting killed workers) until every job is inactive."""
-    deadline = time.monotonic() + timeout
-    left = set(ids)
-    while left and time.monotonic() < deadline:
-        launcher.supervise_once()
-        pipe = inst.redis.pipeline(transaction=False)
-        batch = sorted(left)
-        for jobid in batch:
-            pipe.hget(inst.keys.job(jobid), "result")
-        for jobid, result in zip(batch, pipe.execute(), strict=True):
-            if result:
-                left.discard(jobid)
-        time.sleep(0.05)
-    assert not left, f"{len(left)} jobs still active"
-
-
 def staged(logs: dict[int, list[ev.Event]]) -> dict[int, Any]:
     """The jobs whose alloc says they were staged, with what it says."""
     out = {}
@@ -84,11 +64,7 @@ def test_short_jobs_are_staged_behind_the_running_ones(
     launcher, inst, _tmp = instance
     ids = [int(i) for i in Client(inst).submit([{"jobspec": sim("5ms")}] * 100)]
     wait_all(launcher, inst, ids)
-    logs = collect.eventlogs(inst, ids)
-    _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
-    assert report.ok, [str(v) for v in report.violations[:5]]
-    double = check_exclusive(logs, collect.rsets(inst, ids))
-    assert not double, [str(v) for v in double[:5]]
+    logs = check_completed(inst, ids)
     found = staged(logs)
     assert found, "no job was staged"
     for jobid, what in found.items():
@@ -114,11 +90,7 @@ def test_a_scheduler_killed_with_jobs_staged_recovers_them(
         spec.proc.wait()
         wait_all(launcher, inst, ids[-1:])
     wait_all(launcher, inst, ids)
-    logs = collect.eventlogs(inst, ids)
-    _jobs, report = check_jobs(logs, dict.fromkeys(ids, JobResult.COMPLETED))
-    assert report.ok, [str(v) for v in report.violations[:5]]
-    double = check_exclusive(logs, collect.rsets(inst, ids))
-    assert not double, [str(v) for v in double[:5]]
+    check_completed(inst, ids)
     # the hello recoveries adopted every R, overlapping or not
     log = (tmp / "logs" / "scheduler.log").read_text()
     assert "allocation not recovered" not in log and '"critical"' not in log
