@@ -292,7 +292,7 @@ def perilog_config(exec_table: Mapping[str, Any]) -> PerilogConfig:
 
 
 #: ``[sched] stage-depth`` when not set: jobs a core may have staged behind its own.
-STAGE_DEPTH: Final = 2
+STAGE_DEPTH: Final = 3
 #: ``[sched] stage-horizon`` when not set: how soon a job must end to be freed early.
 STAGE_HORIZON: Final = "20ms"
 

@@ -10,7 +10,7 @@ from fluxes.errors import ConfigError
 
 def test_staging_defaults() -> None:
     config = InstanceConfig.from_toml("")
-    assert stage_settings(config.sched) == (2, 0.02)
+    assert stage_settings(config.sched) == (3, 0.02)
 
 
 def test_staging_set() -> None:
