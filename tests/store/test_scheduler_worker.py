@@ -396,7 +396,7 @@ def test_a_job_ending_soon_has_the_next_staged_behind_it(real_redis: redis.Redis
     assert system.events(first)[-1] == "start"
     core = system.sched.core
     assert core is not None
-    if config is None:  # the defaults: depth 2, a 20 ms horizon
+    if config is None:  # the defaults: depth 3, a 20 ms horizon
         assert (core.staging.depth, core.staging.horizon) == (3, 0.02)
         assert "alloc" in system.events(second) and set(core.staging.early) == {first}
         alloc = next(e for e in system.store.eventlog(second) if e.event_name == "alloc")
