@@ -225,6 +225,6 @@ def _wait_cleans(inst: Instance, journals: dict[str, str], want: int, deadline: 
                 name = fields.get(b"n")
                 if name == b"clean":
                     seen += 1
-                elif name == b"alloc" and b'"staged"' in fields.get(b"x", b""):
+                elif name == b"alloc" and b'"staged":true' in fields.get(b"x", b""):
                     staged += 1
     return {"clean": seen, "staged": staged}

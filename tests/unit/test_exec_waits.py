@@ -144,12 +144,16 @@ def test_starts_that_do_not_overlap_start_together() -> None:
     assert cores.ready() == starts
 
 
-def test_a_later_start_never_jumps_an_earlier_one_it_overlaps() -> None:
-    cores = Cores()
+def two_waiting(cores: Cores) -> tuple[Waiting, Waiting]:
+    """Jobs 1 and 2 run on cores 0 and 1; start 3 (cores 0-1) waits, then 4 (core 1)."""
     cores.hold(0, 1, use("0"))
     cores.hold(0, 2, use("1"))
-    a = waiting(cores, 0, 3, use("0-1"))
-    b = waiting(cores, 0, 4, use("1"))
+    return waiting(cores, 0, 3, use("0-1")), waiting(cores, 0, 4, use("1"))
+
+
+def test_a_later_start_never_jumps_an_earlier_one_it_overlaps() -> None:
+    cores = Cores()
+    a, b = two_waiting(cores)
     cores.release(0, 2)  # core 1 frees: b wants it, but a (first) wants it too
     assert cores.ready() == []
     cores.release(0, 1)
@@ -167,10 +171,7 @@ def test_an_end_where_nothing_waits_costs_no_look() -> None:
 
 def test_a_killed_waiting_start_leaves_and_lets_those_behind_it_start() -> None:
     cores = Cores()
-    cores.hold(0, 1, use("0"))
-    cores.hold(0, 2, use("1"))
-    a = waiting(cores, 0, 3, use("0-1"))
-    b = waiting(cores, 0, 4, use("1"))
+    a, b = two_waiting(cores)
     assert cores.waiting(0, 3) and not cores.waiting(0, 9)
     assert cores.cancel(0, 9) is None
     cores.release(0, 2)

@@ -20,6 +20,7 @@ from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.request import Request
 from fluxes.formats import constraints
 from fluxes.formats.rset import ResourceSet
+from tests.unit.test_sched_pool import check_holders
 
 CASES = Path(__file__).resolve().parents[1] / "cases" / "graph"
 
@@ -311,10 +312,4 @@ def test_overdue_allocations_are_planned_as_ended_now() -> None:
 
 
 def test_holders_name_the_jobs_holding_any_of_an_r() -> None:
-    pool = pool_of()
-    pool.adopt(1, ResourceSet.from_ranks({0: ("0-1", None)}))
-    pool.adopt(2, ResourceSet.from_ranks({0: ("2", "0"), 1: ("0-3", None)}))
-    assert pool.holders(ResourceSet.from_ranks({0: ("1-2", None)})) == {1, 2}
-    assert pool.holders(ResourceSet.from_ranks({0: ("3", "0")})) == {2}
-    assert pool.holders(ResourceSet.from_ranks({0: ("3", "1")})) == set()
-    assert pool.holders(ResourceSet.from_ranks({7: ("0", None)})) == set()
+    check_holders(pool_of())

@@ -21,6 +21,7 @@ from fluxes.domain.sched import (
     SchedError,
 )
 from fluxes.domain.sched.placement import socket_slots
+from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.formats.constraints import parse
 from fluxes.formats.counts import Count
 from fluxes.formats.idset import IDSet
@@ -977,11 +978,17 @@ def test_set_expiration_of_a_job_holding_nothing_or_a_bad_time() -> None:
     assert pool.allocation_of(1).expiration == 10.0
 
 
-def test_holders_name_the_jobs_holding_any_of_an_r() -> None:
-    pool = pool_of({"hosts": "n[0-1]", "cores": "0-3", "gpus": "0-1"})
+def check_holders(pool: SchedulerPool) -> None:
+    """``holders`` of any pool kind whose ranks 0 and 1 have cores 0-3 and gpus 0-1, and
+    no rank 7: the jobs holding any of an R (a staged start's recovery,
+    docs/scheduling-policies.md)."""
     pool.adopt(1, ResourceSet.from_ranks({0: ("0-1", None)}))
     pool.adopt(2, ResourceSet.from_ranks({0: ("2", "0"), 1: ("0-3", None)}))
     assert pool.holders(ResourceSet.from_ranks({0: ("1-2", None)})) == {1, 2}
     assert pool.holders(ResourceSet.from_ranks({0: ("3", "0")})) == {2}
     assert pool.holders(ResourceSet.from_ranks({0: ("3", "1")})) == set()
     assert pool.holders(ResourceSet.from_ranks({7: ("0", None)})) == set()
+
+
+def test_holders_name_the_jobs_holding_any_of_an_r() -> None:
+    check_holders(pool_of({"hosts": "n[0-1]", "cores": "0-3", "gpus": "0-1"}))
