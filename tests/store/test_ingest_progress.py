@@ -231,6 +231,26 @@ class ProgressContract:
         assert recorded == ids
         assert 0 < client.pttl(key) <= ingest_store.PROGRESS_TTL_MS
 
+    def test_a_big_request_starts_small_and_grows(
+            self, client: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+        # the job manager learns of the first jobs after a small commit, not after the
+        # whole request: commits of 4, 16, 64, then MAX_BATCH_EVENTS events
+        monkeypatch.setattr(ingest_store, "FIRST_BATCH_EVENTS", 4)
+        monkeypatch.setattr(ingest_store, "MAX_BATCH_EVENTS", 100)
+        instance = make_instance(client, 1)
+        worker = new_ingest(instance, "ingest-a")
+        [reply_key] = send(instance, [{"jobspec": SPEC}] * 200)
+        worker.step()
+        ids = [r["id"] for r in answer(instance, reply_key)]
+        entries = client.xrange(instance.keys.jm_new(0))
+        sizes = [len(wire.messages(fields)) for _sid, fields in entries]
+        assert sizes == [2, 8, 32, 50, 50, 50, 8]
+        assert announced(instance) == ids and sorted(created(instance)) == sorted(ids)
+        # a block of a few jobs is still one commit
+        [reply_key] = send(instance, [{"jobspec": SPEC}] * 2)
+        worker.step()
+        assert len(client.xrange(instance.keys.jm_new(0))) == len(entries) + 1
+
 
 class TestFakeRedis(ProgressContract, OnFakeRedis):
     """The contract on fakeredis."""
@@ -241,15 +261,16 @@ class TestRealRedis(ProgressContract, OnRealRedis):
 
 
 def test_audit_case_5000_jobs_killed_before_the_last_commit(real_redis: redis.Redis) -> None:
-    """The audit's reproduction, at full size: 5,000 jobs, 4,000 events per batch."""
+    """The audit's reproduction, at full size: 5,000 jobs, up to 4,000 events per batch."""
     instance = make_instance(real_redis, 1)
     jobs = [{"jobspec": SPEC}] * 5000
     dying = new_ingest(instance, "ingest-a")
-    Crashing(dying, 2)  # both full batches (2,000 jobs each) commit; the last does not
+    # batches of 32, 128, 512, 2,000 and 2,000 jobs commit; the last (328) does not
+    Crashing(dying, 5)
     [reply_key] = send(instance, jobs)
     with pytest.raises(Killed):
         dying.step()
-    assert len(created(instance)) == 4000
+    assert len(created(instance)) == 4672
     new_ingest(instance, "ingest-a").step()
     ids = [r["id"] for r in answer(instance, reply_key)]
     assert len(ids) == len(set(ids)) == 5000
