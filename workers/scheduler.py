@@ -395,6 +395,8 @@ class SchedulerWorker(Worker):
             core.schedule(now, fx)
             if metrics.served_port() is not None:
                 metrics.SCHED_PASS.observe(time.perf_counter() - pass_started)
+        elif core.owed:
+            core.annotate_owed(fx)
         self._flush(fx)
         if self._freed_sent and self._unsent is None:
             self._ended_hops(time.time())
@@ -405,9 +407,10 @@ class SchedulerWorker(Worker):
         streams = {stream: s.pos for stream, s in self._by_stream.items()}
         if self._one_slot:
             streams[self._resources] = self._resource_pos
-        # a pass owed is run soon; with no job pending none is (a free leaves the core
-        # dirty until the next request comes), and a short block would only poll Redis
-        block = 1 if core.dirty and core.sched.pending else BLOCK_MS
+        # a pass owed is run soon, and owed annotations go out a batch a step; with no
+        # job pending no pass is (a free leaves the core dirty until the next request
+        # comes), and a short block would only poll Redis
+        block = 1 if (core.dirty and core.sched.pending) or core.owed else BLOCK_MS
         timer = core.next_timer() if core.staging.depth else None
         if timer is not None:
             # a running job's end enters the staging horizon then: its pass is not late

@@ -13,6 +13,7 @@ from fluxes.domain.sched.policy import QueuePolicy
 from fluxes.domain.sched.pool import ResourcePool
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.session import (
+    ANNOTATIONS_PER_STEP,
     NO_STORE,
     Allocated,
     Effects,
@@ -141,6 +142,34 @@ def test_annotations_are_sent_as_deltas() -> None:
     fx = Effects()
     c.dirty = True
     c.schedule(NOW + 2, fx)  # nothing changed for job 2: nothing sent
+    assert answers(fx) == []
+
+
+def test_a_pass_sends_a_bounded_number_of_annotations_and_owes_the_rest() -> None:
+    # a big arrival: the first pass answers the allocation without a thousand
+    # annotations beside it; each later step sends more, each job's once
+    c = core(nodes=1, cores=1)
+    n = 3 * ANNOTATIONS_PER_STEP + 5
+    fx = send(c, *(alloc(j) for j in range(1, n + 1)))
+    c.schedule(NOW, fx)
+    first = answers(fx)
+    assert first[0] == (1, proto.ALLOC_SUCCESS)
+    assert len(first) == 1 + ANNOTATIONS_PER_STEP and len(c.owed) == n - 1 - ANNOTATIONS_PER_STEP
+    sent = [j for j, kind in first if kind == proto.ALLOC_ANNOTATE]
+    fx = send(c, proto.Cancel(id=2))  # no longer pending: its annotation is dropped
+    while c.owed:
+        fx = Effects()
+        c.annotate_owed(fx)
+        got = answers(fx)
+        assert 0 < len(got) <= ANNOTATIONS_PER_STEP
+        sent += [j for j, kind in got if kind == proto.ALLOC_ANNOTATE]
+    # the newest first: job 2's turn came after its cancel
+    assert 2 not in sent and len(sent) == len(set(sent)) == n - 2
+    for jobid in range(3, n + 1):
+        record = c.sched.pending[jobid]
+        assert isinstance(record, Queued) and record.sent
+    fx = Effects()
+    c.annotate_owed(fx)  # nothing owed: nothing sent
     assert answers(fx) == []
 
 

@@ -82,8 +82,9 @@ from fluxes.formats.jobspec import Jobspec
 from fluxes.formats.rset import ResourceSet
 from fluxes.messages.bounds import one_line
 
-__all__ = ["FULL_PASS_S", "NO_STORE", "REPLAN_S", "Allocated", "Effects", "Item",
-           "Quarantined", "Queued", "SessionCore", "StoredJobs", "queue_policies"]
+__all__ = ["ANNOTATIONS_PER_STEP", "FULL_PASS_S", "NO_STORE", "REPLAN_S", "Allocated",
+           "Effects", "Item", "Quarantined", "Queued", "SessionCore", "StoredJobs",
+           "queue_policies"]
 
 #: Re-plan (start estimates) at least this often while jobs are pending.
 REPLAN_S: Final = 5.0
@@ -92,6 +93,12 @@ REPLAN_S: Final = 5.0
 FULL_PASS_S: Final = 1.0
 #: Distinct decoded requests kept at most (a cache: clearing it costs only decoding).
 REQUESTS_KEPT: Final = 4096
+#: Annotation deltas sent per pass (or step) at most. A full pass refreshes every job
+#: it considers, a thousand at once after a big submission; sent in one answer they
+#: would hold up the allocations beside them while the job manager commits them all
+#: (and Redis runs that commit): the rest go out with the next steps
+#: (:meth:`SessionCore.annotate_owed`).
+ANNOTATIONS_PER_STEP: Final = 64
 #: Alloc requests queued between two calls of the ``pulse`` (the worker renews its
 #: leases there during a long batch).
 PULSE_EVERY: Final = 512
@@ -367,6 +374,8 @@ class SessionCore:
         self.planned = -math.inf
         self.full_pass = -math.inf
         self.owe_full = False
+        #: annotations a pass computed and did not send yet (the newest per job)
+        self.owed: dict[int, dict[str, Any]] = {}
 
     # -- epochs --------------------------------------------------------------------------
 
@@ -722,9 +731,21 @@ class SessionCore:
             fx.out(part(jobid)).append(proto.AllocResponse(id=jobid, type=proto.ALLOC_DENY,
                                                            note=note))
         if self.annotate:
-            for jobid, sched_ann in result.annotations.items():
-                self._annotate(jobid, sched_ann, fx)
+            self.owed.update(result.annotations)
+            self.annotate_owed(fx)
         return result
+
+    def annotate_owed(self, fx: Effects) -> None:
+        """Send at most ANNOTATIONS_PER_STEP of the annotations owed (those of jobs no
+        longer pending are dropped). The newest first: the jobs a full pass considered
+        last are the furthest from starting, while the first ones may well be allocated
+        (their allocation clears what would have been sent) before their turn."""
+        owed = self.owed
+        budget = ANNOTATIONS_PER_STEP
+        while owed and budget:
+            jobid, sched_ann = owed.popitem()
+            if self._annotate(jobid, sched_ann, fx):
+                budget -= 1
 
     def _stage(self, job: PendingJob | None, jobid: int, rset: ResourceSet, now: float
                ) -> dict[str, Any] | None:
@@ -784,20 +805,22 @@ class SessionCore:
         if arrived is not None:
             fx.arrivals.append(arrived)
 
-    def _annotate(self, jobid: int, sched_ann: dict[str, Any], fx: Effects) -> None:
-        """Send a pending job's annotations when they changed: the delta only."""
+    def _annotate(self, jobid: int, sched_ann: dict[str, Any], fx: Effects) -> bool:
+        """Send a pending job's annotations when they changed: the delta only (True: sent)."""
         record = self.sched.pending.get(jobid)
         if not isinstance(record, Queued):
-            return  # not the session's (a test's scheduler fed directly): nothing to tell
+            # no longer pending, or not the session's (a test's scheduler fed directly)
+            return False
         old = record.sent
         if old == sched_ann:
-            return
+            return False
         old = old or {}
         delta = {k: v for k, v in sched_ann.items() if old.get(k) != v}
         delta.update({k: None for k in old if k not in sched_ann})
         record.sent = sched_ann
         fx.out(self.partition_of(jobid)).append(proto.AllocResponse(
             id=jobid, type=proto.ALLOC_ANNOTATE, annotations={"sched": delta}))
+        return True
 
     # -- R writes ------------------------------------------------------------------------
 
