@@ -17,6 +17,7 @@ them up across workers, before and after the run, and takes the difference.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import time
@@ -161,7 +162,7 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
         last = inst.redis.xrevrange(key, count=1)
         journals[key] = last[0][0].decode() if last else "0-0"
     hops_before = hop_counts(inst)
-    start = time.monotonic()
+    start, wall_start = time.monotonic(), time.time()
     results = client.submit([{"jobspec": spec}] * jobs, timeout=timeout)
     submitted = time.monotonic()
     failed = [r for r in results if not isinstance(r, int)]
@@ -180,6 +181,9 @@ def _measure(inst: Instance, jobs: int, runtime: str, real: bool, timeout: float
         "completed": done, "elapsed_s": end - start,
         # allocated before their cores freed (docs/scheduling-policies.md, "Staged starts")
         "staged": counts["staged"],
+        # from the submission to the first job's start (its start event's time)
+        "first_start_s": max(0.0, counts["first_start"] - wall_start)
+        if counts["first_start"] else None,
         "hops": hop_figures,
     }
 
@@ -209,10 +213,12 @@ def hop_counts(inst: Instance, after: float | None = None,
 
 
 def _wait_cleans(inst: Instance, journals: dict[str, str], want: int, deadline: float
-                 ) -> dict[str, int]:
+                 ) -> dict[str, Any]:
     """Count ``clean`` journal entries after the given positions until ``want`` are seen;
-    with them, the ``staged`` allocations (alloc entries whose extras say so)."""
+    with them, the ``staged`` allocations (alloc entries whose extras say so) and the
+    time of the first ``start`` (0.0: none seen)."""
     seen = staged = 0
+    first_start = 0.0
     while seen < want and time.monotonic() < deadline:
         reply = read_streams(inst.redis, journals, 10000, 1000)
         if sum(len(entries) for _s, entries in reply or []) < 100:
@@ -227,4 +233,7 @@ def _wait_cleans(inst: Instance, journals: dict[str, str], want: int, deadline: 
                     seen += 1
                 elif name == b"alloc" and b'"staged":true' in fields.get(b"x", b""):
                     staged += 1
-    return {"clean": seen, "staged": staged}
+                elif name == b"start" and not first_start:
+                    with contextlib.suppress(ValueError):
+                        first_start = float(fields.get(b"t", b""))
+    return {"clean": seen, "staged": staged, "first_start": first_start}
