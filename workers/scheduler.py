@@ -248,7 +248,7 @@ class SchedulerWorker(Worker):
         # alive before leading: a standby must never see a leader without its signal
         self._check_alive()
         if self._warm is None:
-            self._warm = WarmPool(self.instance)
+            self._warm = WarmPool(self.instance, self._stage_settings())
         holders = lease_holders(self.redis, self.keys)
         dead = dead_holders(self.redis, self.keys,
                             {h for h in holders if h is not None and h != self.name})
@@ -294,6 +294,15 @@ class SchedulerWorker(Worker):
                              extra={"holders": sorted(dead)})
         return True
 
+    def _stage_settings(self, config: Any = None) -> tuple[int, float]:
+        """``[sched]`` staged starts (depth, horizon); off when the stored settings are bad
+        (checked when stored: only a hand-edited hash gets there)."""
+        try:
+            return stage_settings((config or self.instance.config()).sched)
+        except ValueError as exc:
+            self.log.error("bad staged starts settings, staging off", extra={"error": str(exc)})
+            return 0, 0.0
+
     def _become_leader(self) -> bool:
         """Lead with the leases taken: the warm pool (else a new one) in a new session
         core, a hello per partition."""
@@ -304,11 +313,7 @@ class SchedulerWorker(Worker):
             self.log.error("unknown sched mode, using unlimited", extra={"mode": str(mode)})
             mode = "unlimited"
         self.lost_after = parse_duration(config.sched.get("exec-timeout", LOST_AFTER_S))
-        try:
-            depth, horizon = stage_settings(config.sched)
-        except ValueError as exc:  # checked when stored: only a hand-edited hash gets here
-            self.log.error("bad staged starts settings, staging off", extra={"error": str(exc)})
-            depth, horizon = 0, 0.0
+        depth, horizon = self._stage_settings(config)
         warm, self._warm = self._warm, None
         if warm is not None and warm.current():
             pool, sizes = warm.pool, warm.sizes
@@ -325,6 +330,9 @@ class SchedulerWorker(Worker):
         core.warm_sizes = sizes
         if sizes and warm is not None:
             core.requests = warm.requests  # what the standby decoded already
+            # the jobs it freed early and staged behind them, under today's settings
+            core.staging = warm.staging
+            core.staging.depth, core.staging.horizon = depth, horizon
         self._resource_pos = "0-0"
         self._read_resource_events()
         self._lead_since = time.monotonic()

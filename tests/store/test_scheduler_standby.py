@@ -87,3 +87,44 @@ def test_standby_waits_while_the_leader_lives_and_frees_what_ends(system: System
     standby.step()
     assert not standby.leader and standby._warm is not None
     assert standby._warm.pool.jobids() == [] and standby.status()["warm"] == 0
+
+
+def test_a_standby_follows_jobs_staged_behind_others(
+        real_redis: redis.Redis, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one core: the second job is staged behind the first, its R overlapping the
+    # first's; the warm pool holds both as the leader does, and hands them over
+    system = System(real_redis, nodes=1, cores=1)
+    sim = {"system": {"exec": {"test": {"run_duration": "1ms"}}}}
+    [first] = system.submit(spec(attributes=sim))
+    system.hold(first)
+    [second] = system.submit(spec(attributes=sim))
+    system.hold(second)
+    system.run(4)
+    assert system.events(first)[-1] == "start" and "alloc" in system.events(second)
+    standby = SchedulerWorker(system.instance, name="standby")
+    standby.step()
+    standby.step()
+    warm = standby._warm
+    assert warm is not None and not standby.leader and standby.status()["warm"] == 2
+    assert set(warm.staging.early) == {first} and warm.pool.jobids() == [second]
+    system.sched._alive.drop()  # the leader dies
+    read: list[int] = []
+    allocations = standby.hashes.allocations
+
+    def spy(ids: list[int]) -> Any:
+        read.extend(ids)
+        return allocations(ids)
+
+    monkeypatch.setattr(standby.hashes, "allocations", spy)
+    standby.step()
+    assert standby.leader
+    system.sched = standby
+    [third] = system.submit(spec(attributes=sim))
+    system.hold(third)
+    system.run(4)
+    assert read == []  # both were in the warm pool
+    core = standby.core
+    assert core is not None and first in core.staging.early
+    # the second's end is followed too: the third is staged behind it
+    alloc = next(e for e in system.store.eventlog(third) if e.event_name == "alloc")
+    assert second in alloc.context()["annotations"]["sched"]["staged"]["after"]

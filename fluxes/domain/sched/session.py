@@ -75,7 +75,7 @@ from fluxes.domain.sched.policy import PassResult, PendingJob, QueuePolicy, Sche
 from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
 from fluxes.domain.sched.staging import Staging
-from fluxes.domain.sched.standby import adopt_stored, reconcile
+from fluxes.domain.sched.standby import adopt_followed, reconcile
 from fluxes.errors import FluxesError
 from fluxes.formats.idset import IDSet
 from fluxes.formats.jobspec import Jobspec
@@ -550,9 +550,15 @@ class SessionCore:
             self.warm_sizes.pop(jobid, None)
         missing = set(ids)
         for jobid, owner in owners.items():
-            if jobid in missing or jobid in early:
-                continue  # to read, or freed early here already (its limits counted)
+            if jobid in missing:
+                continue  # to read
             size = self.warm_sizes.pop(jobid, None)
+            if jobid in early:
+                # freed early here already (its limits counted), or by a standby's warm
+                # pool (which counted none: they count now)
+                if size is not None:
+                    self._adopted(jobid, owner, *size)
+                continue
             if size is None:  # in the pool, but not through the warm pool: read again
                 pool.free(jobid)
                 ids.append(jobid)
@@ -574,33 +580,12 @@ class SessionCore:
 
         A job whose R overlaps one the pool holds already (a job and the jobs staged
         behind it, each with its own R) is adopted all the same: the one in the pool
-        is taken as freed early, as if this one were staged behind it."""
-        try:
-            rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
-        except ValueError:
-            rset = self._make_room(jobid, raw_r)
-            rset = adopt_stored(self.pool, self.graph, jobid, raw_r, request)
+        is taken as freed early, as if this one were staged behind it
+        (:func:`~fluxes.domain.sched.standby.adopt_followed`)."""
+        expiration = None if owner is None else owner.expiration
+        rset = adopt_followed(self.pool, self.graph, self.staging, jobid, raw_r, request,
+                              expiration)
         self._adopted(jobid, owner or proto.HeldJob(id=jobid), rset.nnodes, rset.ncores)
-        staging = self.staging
-        if staging.depth or staging.early:
-            expiration = rset.expiration if owner is None or owner.expiration is None \
-                else owner.expiration
-            staging.placed(jobid, rset, request.run if request is not None else 0.0,
-                           rset.starttime or 0.0, expiration)
-        return rset
-
-    def _make_room(self, jobid: int, raw_r: bytes) -> ResourceSet:
-        """``jobid``'s R does not fit the pool: the pool's jobs holding any of it are freed
-        early (ValueError when none does: R is wrong, not overlapping); its R."""
-        rset = ResourceSet(raw_r)
-        pool = self.pool
-        holders = pool.holders(rset)
-        if not holders:
-            raise ValueError(f"job {jobid}: its R does not fit the pool")
-        for other in sorted(holders):
-            theirs = pool.allocation_of(other)
-            pool.free(other)
-            self.staging.hold_early(other, theirs)
         return rset
 
     def _adopted(self, jobid: int, owner: proto.HeldJob, nnodes: int, ncores: int) -> None:

@@ -7,6 +7,10 @@ which jobs still want theirs). On taking over, the job manager's hello reply
 is the authority: :func:`reconcile` says which pool jobs to free and which
 held jobs to adopt still, so ready follows the reply after reading only the R
 the standby had not read yet.
+
+Both the standby and the hello recovery adopt through :func:`adopt_followed`: a
+job whose R overlaps jobs the pool holds (a job and the jobs staged behind it,
+each with its own R) takes their place, and those are followed as freed early.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from collections.abc import Container, Iterable
 
 from fluxes.domain.sched.protocol import SchedulerPool
 from fluxes.domain.sched.request import Request
+from fluxes.domain.sched.staging import Staging
 from fluxes.formats.rset import ResourceSet
 
 
@@ -68,6 +73,33 @@ def adopt_stored(pool: SchedulerPool, graph: bool, jobid: int, raw_r: bytes,
     # a graph pool takes back exactly what R's scheduling subgraph lists
     pool.adopt(jobid, raw_r.decode() if graph else rset, memory=_memory_per_rank(rset, request),
                exclusive=bool(request is not None and request.exclusive))
+    return rset
+
+
+def adopt_followed(pool: SchedulerPool, graph: bool, staging: Staging, jobid: int,
+                   raw_r: bytes, request: Request | None,
+                   expiration: float | None = None) -> ResourceSet:
+    """:func:`adopt_stored`, where an R overlapping allocations of the pool takes their
+    place (they are followed as freed early: the exec worker never runs two jobs on
+    one core at once, so either may be taken for the one staged behind), and the
+    job's end is followed by ``staging`` (``expiration``: its R's when None).
+    ValueError when R does not fit and overlaps nothing; its R."""
+    try:
+        rset = adopt_stored(pool, graph, jobid, raw_r, request)
+    except ValueError:
+        rset = ResourceSet(raw_r)
+        holders = pool.holders(rset)
+        if not holders:
+            raise ValueError(f"job {jobid}: its R does not fit the pool") from None
+        for other in sorted(holders):
+            theirs = pool.allocation_of(other)
+            pool.free(other)
+            staging.hold_early(other, theirs)
+        rset = adopt_stored(pool, graph, jobid, raw_r, request)
+    if staging.depth or staging.early:
+        staging.placed(jobid, rset, request.run if request is not None else 0.0,
+                       rset.starttime or 0.0,
+                       rset.expiration if expiration is None else expiration)
     return rset
 
 
