@@ -20,6 +20,19 @@ def system(real_redis: redis.Redis) -> System:
     return System(real_redis)
 
 
+def spy_reads(standby: SchedulerWorker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The jobs whose stored R ``standby`` reads from now on (filled as it reads)."""
+    read: list[int] = []
+    allocations = standby.hashes.allocations
+
+    def spy(ids: list[int]) -> Any:
+        read.extend(ids)
+        return allocations(ids)
+
+    monkeypatch.setattr(standby.hashes, "allocations", spy)
+    return read
+
+
 def test_hot_standby_takes_over_a_dead_leader_with_its_pool_warm(
         system: System, monkeypatch: pytest.MonkeyPatch) -> None:
     for fake in system.execs.values():
@@ -37,14 +50,7 @@ def test_hot_standby_takes_over_a_dead_leader_with_its_pool_warm(
     assert not standby.leader and standby.status()["warm"] == 2
     # the leader dies: Redis drops its connections (its lease still runs for 10 s)
     leader._alive.drop()
-    read: list[int] = []
-    allocations = standby.hashes.allocations
-
-    def spy(ids: list[int]) -> Any:
-        read.extend(ids)
-        return allocations(ids)
-
-    monkeypatch.setattr(standby.hashes, "allocations", spy)
+    read = spy_reads(standby, monkeypatch)
     c = system.submit(spec(ntasks=1))[0]
     for fake in system.execs.values():
         fake.hold.add(c)
@@ -108,14 +114,7 @@ def test_a_standby_follows_jobs_staged_behind_others(
     assert warm is not None and not standby.leader and standby.status()["warm"] == 2
     assert set(warm.staging.early) == {first} and warm.pool.jobids() == [second]
     system.sched._alive.drop()  # the leader dies
-    read: list[int] = []
-    allocations = standby.hashes.allocations
-
-    def spy(ids: list[int]) -> Any:
-        read.extend(ids)
-        return allocations(ids)
-
-    monkeypatch.setattr(standby.hashes, "allocations", spy)
+    read = spy_reads(standby, monkeypatch)
     standby.step()
     assert standby.leader
     system.sched = standby
