@@ -109,29 +109,27 @@ def check_jobs(eventlogs: Mapping[int, Sequence[ev.Event]],
 def allocation_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
                          ) -> dict[int, tuple[float, float]]:
     """Per job: [alloc, free) in event time (free missing: still held, until +inf)."""
-    out: dict[int, tuple[float, float]] = {}
-    for jobid, log in eventlogs.items():
-        start = end = None
-        for event in log:
-            if event.event_name == "alloc" and start is None:
-                start = event.timestamp
-            elif event.event_name == "free" and start is not None:
-                end = event.timestamp
-        if start is not None:
-            out[jobid] = (start, end if end is not None else float("inf"))
-    return out
+    return _intervals(eventlogs, "alloc", "free", last_end=True)
 
 
 def run_intervals(eventlogs: Mapping[int, Sequence[ev.Event]]
                   ) -> dict[int, tuple[float, float]]:
     """Per job that started: [start, finish) in event time (no finish: still running)."""
+    return _intervals(eventlogs, "start", "finish", last_end=False)
+
+
+def _intervals(eventlogs: Mapping[int, Sequence[ev.Event]], opens: str, closes: str,
+               last_end: bool) -> dict[int, tuple[float, float]]:
+    """Per job: from its first ``opens`` event to its last (or first) ``closes`` event
+    after it, +inf without one."""
     out: dict[int, tuple[float, float]] = {}
     for jobid, log in eventlogs.items():
         start = end = None
         for event in log:
-            if event.event_name == "start" and start is None:
+            name = event.event_name
+            if name == opens and start is None:
                 start = event.timestamp
-            elif event.event_name == "finish" and start is not None and end is None:
+            elif name == closes and start is not None and (last_end or end is None):
                 end = event.timestamp
         if start is not None:
             out[jobid] = (start, end if end is not None else float("inf"))

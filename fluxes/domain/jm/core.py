@@ -467,8 +467,8 @@ class JobManagerCore(ControlHandlers):
             fx.exec.setdefault(rank, []).append(start)
 
     def _arm_timelimit(self, act: Active) -> None:
-        """Set the job's time-limit timer (from its alloc time, or when the jobs it is staged
-    behind end) once."""
+        """Set the job's time-limit timer (from its alloc time, or when the jobs it is
+        staged behind end) once."""
         if act.deadline is not None:
             return
         if act.job.expiration is not None:

@@ -40,7 +40,6 @@ Parts = dict[int, Part]
 
 
 _NONE: frozenset[int] = frozenset()
-_NO_IDS: frozenset[int] = frozenset()
 
 
 def parts_of(rset: ResourceSet) -> Parts:
@@ -67,7 +66,7 @@ class Known:
     level: int = 0
     #: the live early-freed jobs it is staged behind (replaced, never changed: most jobs
     #: share the empty one)
-    behind: frozenset[int] = _NO_IDS
+    behind: frozenset[int] = _NONE
     #: its parts per rank (kept when known; the pool's R gives them when it is freed early)
     parts: Parts | None = None
     #: (early-freed) the jobs staged behind it
